@@ -1,0 +1,7 @@
+// Package drivers registers every blobstore driver with blobstore.Open.
+// Import it for its side effect: import _ "github.com/shardfence/shardfence/blobstore/drivers".
+package drivers
+
+import (
+	_ "github.com/shardfence/shardfence/blobstore/mem"
+)
