@@ -1,0 +1,231 @@
+// Package testservers starts real object-store servers (MinIO, versitygw,
+// Azurite, fake-gcs-server) on 127.0.0.1 for tests: free ports, temporary
+// directories, every process stopped when the test ends, logs kept and shown
+// on failure. Under CI=true a server that does not start fails the test; on a
+// developer machine it is skipped with a hint to run `make tools`.
+package testservers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// InCI reports whether tests run under CI, where a missing server fails.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// Unavailable ends a test whose server cannot start: a failure under CI, a
+// skip with an install hint elsewhere.
+func Unavailable(t testing.TB, server string, err error) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("%s did not start (CI=true, so this fails instead of skipping): %v", server, err)
+	}
+	t.Skipf("%s not available: %v (run `make tools` to install the test servers)", server, err)
+}
+
+// ToolsDir is where `make tools` puts test-server binaries:
+// $SHARDFENCE_TOOLS_DIR, else $XDG_CACHE_HOME/shardfence/tools, else
+// ~/.cache/shardfence/tools.
+func ToolsDir() string {
+	if d := os.Getenv("SHARDFENCE_TOOLS_DIR"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "shardfence", "tools")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(home, ".cache", "shardfence", "tools")
+}
+
+// Tool finds an executable: the tools directory first (bin/ and
+// node_modules/.bin/), then PATH.
+func Tool(name string) (string, error) {
+	if d := ToolsDir(); d != "" {
+		for _, p := range []string{filepath.Join(d, "bin", name), filepath.Join(d, "node_modules", ".bin", name)} {
+			if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+				return p, nil
+			}
+		}
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s not found in %s nor on PATH", name, ToolsDir())
+	}
+	return p, nil
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Process is a server started for a test.
+type Process struct {
+	Name    string
+	Cmd     *exec.Cmd
+	LogPath string
+	done    chan struct{}
+	waitErr error
+}
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// LogTail returns the last n bytes of the process log.
+func (p *Process) LogTail(n int) string {
+	b, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// Start runs bin with args and extra env in its own process group, logging to
+// a file under t.TempDir(), and waits until ready succeeds or timeout passes.
+// The process is killed when the test ends; if the test failed its log tail
+// is printed.
+func Start(t testing.TB, name, bin string, args, env []string, ready func(context.Context) error, timeout time.Duration) (*Process, error) {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &Process{Name: name, Cmd: cmd, LogPath: logPath, done: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s log (tail):\n%s", name, p.LogTail(4000))
+		}
+		p.Stop()
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for {
+		if p.Exited() {
+			return nil, fmt.Errorf("%s exited before it was ready (%v); log tail:\n%s", name, p.waitErr, p.LogTail(2000))
+		}
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		err := ready(rctx)
+		rcancel()
+		if err == nil {
+			return p, nil
+		}
+		select {
+		case <-ctx.Done():
+			p.Stop()
+			return nil, fmt.Errorf("%s not ready after %s: %v; log tail:\n%s", name, timeout, err, p.LogTail(2000))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Stop kills the process group and waits for the process to end.
+func (p *Process) Stop() {
+	if p.Exited() {
+		return
+	}
+	_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return
+	case <-time.After(5 * time.Second):
+	}
+	_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
+// HTTPReady returns a readiness check that succeeds once url answers with
+// a status below 500 (any answer at all means the server is listening and
+// serving; health endpoints answer 200).
+func HTTPReady(url string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode >= 500 {
+			return fmt.Errorf("%s answered %s", url, resp.Status)
+		}
+		return nil
+	}
+}
+
+// DockerReachable reports whether a Docker engine answers, so tests may use
+// testcontainers-go instead of local binaries. A docker client without an
+// engine (the usual case on build machines) is not enough.
+func DockerReachable() bool {
+	host := os.Getenv("DOCKER_HOST")
+	sock := "/var/run/docker.sock"
+	if host != "" {
+		if !strings.HasPrefix(host, "unix://") {
+			// A TCP engine: let the caller try it; testcontainers reports
+			// its own error if it does not answer.
+			return true
+		}
+		sock = strings.TrimPrefix(host, "unix://")
+	}
+	c, err := net.DialTimeout("unix", sock, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	// An engine answers _ping with OK.
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")); err != nil {
+		return false
+	}
+	buf := make([]byte, 512)
+	n, _ := c.Read(buf)
+	return bytes.Contains(buf[:n], []byte(" 200 "))
+}
+
+// ErrNoDocker is returned by container-based starters when no engine answers.
+var ErrNoDocker = errors.New("no Docker engine reachable")
