@@ -1,0 +1,341 @@
+// Package conformance is the contract every blobstore driver must pass before
+// the fencing protocol may run on it: CRUD with version tokens, listing order
+// and pagination, create-if-absent and compare-and-swap races, conditional
+// delete, key rules, cancellation, typed errors and a linearizability check of
+// concurrent histories.
+//
+// The same checks run under go test (RunContainer, one subtest per check) and
+// from the shardfence conformance command against a live store (Run, which
+// keeps every check under its own scratch prefix and reports per check).
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+)
+
+// T is the part of testing.TB the checks use, so the same checks run under go
+// test and under the CLI.
+type T interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	Context() context.Context
+	Cleanup(func())
+}
+
+// Check is one named contract check. Names are stable: they are the rows of
+// the conformance report and the subtest names.
+type Check struct {
+	Name        string
+	Description string
+	run         func(t T, c blobstore.Container)
+}
+
+// Checks returns every check, in the order they run.
+func Checks() []Check {
+	return slices.Clone(allChecks)
+}
+
+// RunContainer runs every check as a subtest, each on a fresh, empty
+// container from newContainer.
+func RunContainer(t *testing.T, newContainer func(t *testing.T) blobstore.Container) {
+	t.Helper()
+	for _, ch := range allChecks {
+		t.Run(ch.Name, func(t *testing.T) {
+			c := newContainer(t)
+			// Registered before the check's own cleanups so it runs after
+			// them: a real store should not keep a failed run's keys.
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if err := removeAll(ctx, c); err != nil {
+					t.Logf("removing scratch keys: %v", err)
+				}
+			})
+			ch.run(t, c)
+		})
+	}
+}
+
+// Options tunes Run.
+type Options struct {
+	// Prefix is the scratch prefix every check runs under; empty means a
+	// unique "shardfence-conformance/<random>" so concurrent runs on one
+	// bucket never meet.
+	Prefix string
+	// Only, when not empty, limits the run to the named checks; others are
+	// reported as skipped.
+	Only []string
+	// CheckTimeout bounds each check (default 2 minutes). The context given to
+	// Run bounds the whole run.
+	CheckTimeout time.Duration
+	// Progress, if set, is called after each check with its result, so a
+	// command can print rows as they finish.
+	Progress func(CheckResult)
+}
+
+// Status is a check's outcome.
+type Status string
+
+// The outcomes of a check.
+const (
+	Pass Status = "ok"
+	Fail Status = "FAIL"
+	Skip Status = "skip"
+)
+
+// CheckResult is one row of a Report.
+type CheckResult struct {
+	Name     string        `json:"name"`
+	Status   Status        `json:"status"`
+	Duration time.Duration `json:"duration_ns"`
+	// Details holds every failure message, or the skip reason.
+	Details []string `json:"details,omitempty"`
+	// Logs holds what the check logged, for a failure's context.
+	Logs []string `json:"logs,omitempty"`
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	Store   string        `json:"store"`
+	Prefix  string        `json:"prefix"`
+	Started time.Time     `json:"started"`
+	Elapsed time.Duration `json:"elapsed_ns"`
+	Results []CheckResult `json:"results"`
+	// CleanupError says which scratch keys could not be removed, if any.
+	CleanupError string `json:"cleanup_error,omitempty"`
+}
+
+// Count returns how many checks ended with status s.
+func (r Report) Count(s Status) int {
+	n := 0
+	for _, res := range r.Results {
+		if res.Status == s {
+			n++
+		}
+	}
+	return n
+}
+
+// OK reports whether no check failed.
+func (r Report) OK() bool { return r.Count(Fail) == 0 }
+
+// Result returns the row of the named check.
+func (r Report) Result(name string) (CheckResult, bool) {
+	for _, res := range r.Results {
+		if res.Name == name {
+			return res, true
+		}
+	}
+	return CheckResult{}, false
+}
+
+// Run runs the checks outside go test (for the shardfence conformance
+// command): each check under its own scratch prefix (blobstore.Sub under a
+// unique run prefix), scratch keys removed afterwards, with per-check result
+// and latency. Run never fails as a whole; problems are in the report.
+func Run(ctx context.Context, c blobstore.Container, opts Options) Report {
+	rep := Report{Store: c.String(), Started: time.Now()}
+	prefix := strings.Trim(opts.Prefix, "/")
+	if prefix == "" {
+		prefix = "shardfence-conformance/" + time.Now().UTC().Format("20060102T150405Z") + "-" + randomHex(4)
+	}
+	rep.Prefix = prefix + "/"
+	timeout := opts.CheckTimeout
+	if timeout <= 0 {
+		timeout = 2 * time.Minute
+	}
+	for _, ch := range allChecks {
+		var res CheckResult
+		switch {
+		case len(opts.Only) > 0 && !slices.Contains(opts.Only, ch.Name):
+			res = CheckResult{Name: ch.Name, Status: Skip, Details: []string{"not selected"}}
+		case ctx.Err() != nil:
+			res = CheckResult{Name: ch.Name, Status: Skip, Details: []string{"run stopped: " + context.Cause(ctx).Error()}}
+		default:
+			res = runOne(ctx, c, prefix+"/"+ch.Name, ch, timeout)
+		}
+		rep.Results = append(rep.Results, res)
+		if opts.Progress != nil {
+			opts.Progress(res)
+		}
+	}
+	// Every check cleans its own prefix; this sweeps what a failed cleanup
+	// or a cancelled run left behind.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := removeAll(cctx, mustSub(c, prefix)); err != nil {
+		rep.CleanupError = fmt.Sprintf("scratch keys under %s may remain: %v", rep.Prefix, err)
+	}
+	rep.Elapsed = time.Since(rep.Started)
+	return rep
+}
+
+func runOne(ctx context.Context, c blobstore.Container, prefix string, ch Check, timeout time.Duration) CheckResult {
+	res := CheckResult{Name: ch.Name}
+	sc, err := blobstore.Sub(c, prefix)
+	if err != nil {
+		res.Status = Fail
+		res.Details = []string{fmt.Sprintf("scratch prefix %q: %v", prefix, err)}
+		return res
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	rt := &runT{ctx: ctx}
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer rt.runCleanups()
+		defer func() {
+			if p := recover(); p != nil {
+				rt.Errorf("check panicked: %v", p)
+			}
+		}()
+		ch.run(rt, sc)
+	}()
+	<-done
+	res.Duration = time.Since(start)
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer ccancel()
+	if err := removeAll(cctx, sc); err != nil {
+		rt.Errorf("removing scratch keys under %s: %v", prefix, err)
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	res.Logs = rt.logs
+	switch {
+	case len(rt.errs) > 0:
+		res.Status, res.Details = Fail, rt.errs
+	default:
+		res.Status = Pass
+	}
+	return res
+}
+
+// runT is T for Run. Fatalf ends the check's goroutine the way
+// testing does, so checks are written once for both runners.
+type runT struct {
+	ctx      context.Context
+	mu       sync.Mutex
+	errs     []string
+	logs     []string
+	cleanups []func()
+}
+
+func (r *runT) Helper()                  {}
+func (r *runT) Context() context.Context { return r.ctx }
+
+func (r *runT) Errorf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+func (r *runT) Fatalf(format string, args ...any) {
+	r.Errorf(format, args...)
+	runtime.Goexit()
+}
+
+func (r *runT) Logf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.logs = append(r.logs, fmt.Sprintf(format, args...))
+}
+
+func (r *runT) Cleanup(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cleanups = append(r.cleanups, f)
+}
+
+func (r *runT) runCleanups() {
+	r.mu.Lock()
+	fs := r.cleanups
+	r.cleanups = nil
+	r.mu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
+}
+
+func mustSub(c blobstore.Container, prefix string) blobstore.Container {
+	sc, err := blobstore.Sub(c, prefix)
+	if err != nil {
+		// The prefix is built from fixed check names and a hex suffix, or
+		// given by the caller; an invalid one is a programming error.
+		panic(fmt.Sprintf("conformance: scratch prefix %q: %v", prefix, err))
+	}
+	return sc
+}
+
+// removeAll deletes every key in c, concurrently, and confirms by listing
+// again that none remain.
+func removeAll(ctx context.Context, c blobstore.Container) error {
+	for attempt := 0; ; attempt++ {
+		items, err := blobstore.ListAll(ctx, c, "")
+		if err != nil {
+			return err
+		}
+		if len(items) == 0 {
+			return nil
+		}
+		if attempt == 3 {
+			return fmt.Errorf("%d keys remain after deleting them (first: %q)", len(items), items[0].Key)
+		}
+		keys := make([]string, len(items))
+		for i, it := range items {
+			keys[i] = it.Key
+		}
+		var firstErr error
+		var mu sync.Mutex
+		forEach(ctx, keys, 16, func(ctx context.Context, k string) {
+			if err := c.Delete(ctx, k); err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		})
+		if firstErr != nil {
+			return firstErr
+		}
+	}
+}
+
+// forEach runs f over items with at most workers goroutines.
+func forEach[E any](ctx context.Context, items []E, workers int, f func(context.Context, E)) {
+	ch := make(chan E)
+	var wg sync.WaitGroup
+	for range min(workers, len(items)) {
+		wg.Go(func() {
+			for it := range ch {
+				f(ctx, it)
+			}
+		})
+	}
+	for _, it := range items {
+		ch <- it
+	}
+	close(ch)
+	wg.Wait()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return hex.EncodeToString(b)
+}
