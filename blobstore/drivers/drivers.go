@@ -3,5 +3,6 @@
 package drivers
 
 import (
+	_ "github.com/shardfence/shardfence/blobstore/fs"
 	_ "github.com/shardfence/shardfence/blobstore/mem"
 )

@@ -1,0 +1,524 @@
+// Package fs is the filesystem blobstore driver: one directory is one
+// container, safe to share between processes on one host (or over a
+// filesystem with working flock and rename semantics).
+//
+// URL forms: file:///abs/dir and file://./rel/dir (relative to the working
+// directory). The directory is created if missing.
+//
+// Layout under the directory:
+//
+//	FORMAT                 layout name and version
+//	objects/               the key tree: segment s of a key is the directory
+//	                       "d.s" when more segments follow, the file "o.s" when
+//	                       it is the last one, so keys "a" and "a/b" coexist
+//	locks/                 one flock file per key being updated, named by a
+//	                       hash of the key
+//	tmp/                   temporary files of writes in flight
+//
+// Every object file is a 32-byte header (magic, a random 128-bit version
+// token, body length, CRC-32C of the body) followed by the body. Files are
+// never modified in place: a write goes to a fsynced temporary file that is
+// renamed (Put, CompareAndSwap) or renamed without replacing
+// (CreateIfAbsent) into place, and the directory is fsynced before success.
+// A reader opens one file, so it always sees one whole version, and a
+// random token is never reused for other content, across deletes, processes
+// and restarts.
+//
+// Put, CompareAndSwap, Delete and DeleteIfMatch serialize per key on an
+// in-process lock and a flock of the key's lock file; CreateIfAbsent needs no
+// lock because the no-replace rename is itself the atomic check.
+// Directories are created on demand and kept when they become empty:
+// removing them would race with a writer in another process that has just
+// made its entry durable.
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/shardfence/shardfence/blobstore"
+)
+
+func init() {
+	blobstore.Register("file", openURL)
+}
+
+// ErrCorruptObject: an object file does not hold a valid header and body
+// (truncated, overwritten by another program, or a disk fault). Restore the
+// key from a backup or delete it.
+var ErrCorruptObject = errors.New("corrupt object file")
+
+// ErrBadLayout: the directory holds something that is not this driver's
+// layout, or a layout version this build does not know.
+var ErrBadLayout = errors.New("directory is not a usable filesystem store")
+
+const (
+	formatName = "FORMAT"
+	formatLine = "shardfence-fs 1\n"
+	objectsDir = "objects"
+	locksDir   = "locks"
+	tmpDir     = "tmp"
+)
+
+// Container is a container backed by one directory.
+type Container struct {
+	root    string // absolute
+	objects string
+	locks   string
+	tmp     string
+
+	// durableDirs holds directories of the object tree whose entries, and
+	// their ancestors' entries, this process has fsynced into their parents.
+	// Directories are never removed, so an entry once durable stays durable
+	// and each directory costs its parent fsyncs once per process.
+	durableDirs sync.Map
+
+	keyLocks keyLocks
+
+	// hook, when set by tests, is called at named points of a write so a
+	// test can stop or kill a writer there.
+	hook func(stage string)
+}
+
+var _ blobstore.Container = (*Container)(nil)
+
+func openURL(ctx context.Context, u *url.URL) (blobstore.Container, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	dir, err := dirFromURL(u)
+	if err != nil {
+		return nil, err
+	}
+	return Open(dir)
+}
+
+// dirFromURL accepts file:///abs/dir, file://localhost/abs/dir and
+// file://./rel/dir.
+func dirFromURL(u *url.URL) (string, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("%w %q: %s (want file:///absolute/dir or file://./relative/dir)", blobstore.ErrBadURL, blobstore.RedactURL(u), why)
+	}
+	if u.Opaque != "" {
+		return "", bad("no '//' after the scheme")
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return "", bad("query and fragment are not used by the filesystem driver")
+	}
+	switch u.Host {
+	case "", "localhost":
+		if u.Path == "" || u.Path == "/" {
+			return "", bad("no directory")
+		}
+		return u.Path, nil
+	case ".":
+		return "." + u.Path, nil
+	default:
+		return "", bad(fmt.Sprintf("host %q is not a local directory", u.Host))
+	}
+}
+
+// Open opens (creating if needed) the store in dir, then removes temporary
+// files left by writers that died.
+func Open(dir string) (*Container, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%w: empty directory name", ErrBadLayout)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("filesystem store %q: %w", dir, err)
+	}
+	c := &Container{
+		root:    abs,
+		objects: filepath.Join(abs, objectsDir),
+		locks:   filepath.Join(abs, locksDir),
+		tmp:     filepath.Join(abs, tmpDir),
+	}
+	if err := c.initLayout(); err != nil {
+		return nil, fmt.Errorf("opening filesystem store %s: %w", c, err)
+	}
+	if _, err := c.RemoveStaleTemp(context.Background()); err != nil {
+		return nil, fmt.Errorf("opening filesystem store %s: %w", c, err)
+	}
+	return c, nil
+}
+
+func (c *Container) initLayout() error {
+	if err := mkdirAllDurable(c.root); err != nil {
+		return err
+	}
+	if err := c.checkFormat(); err != nil {
+		return err
+	}
+	created := false
+	for _, d := range []string{c.objects, c.locks, c.tmp} {
+		err := os.Mkdir(d, 0o755)
+		switch {
+		case err == nil:
+			created = true
+		case errors.Is(err, os.ErrExist):
+			if fi, serr := os.Stat(d); serr != nil {
+				return serr
+			} else if !fi.IsDir() {
+				return fmt.Errorf("%w: %s is not a directory", ErrBadLayout, d)
+			}
+		default:
+			return err
+		}
+	}
+	if created {
+		if err := syncDir(c.root); err != nil {
+			return err
+		}
+	}
+	c.durableDirs.Store(c.objects, struct{}{})
+	if err := c.writeFormat(); err != nil {
+		return err
+	}
+	return c.probeNames()
+}
+
+func (c *Container) checkFormat() error {
+	b, err := os.ReadFile(filepath.Join(c.root, formatName))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if string(b) != formatLine {
+		return fmt.Errorf("%w: %s says %q, this build reads %q", ErrBadLayout, formatName, strings.TrimSpace(string(b)), strings.TrimSpace(formatLine))
+	}
+	return nil
+}
+
+// writeFormat creates FORMAT once; concurrent openers race through the same
+// no-replace rename objects use.
+func (c *Container) writeFormat() error {
+	path := filepath.Join(c.root, formatName)
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	t, err := c.createTemp()
+	if err != nil {
+		return err
+	}
+	defer t.discard()
+	if _, err := t.f.WriteString(formatLine); err != nil {
+		return err
+	}
+	if err := t.f.Sync(); err != nil {
+		return err
+	}
+	if err := renameNoReplace(t.path, path); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if err := syncDir(c.root); err != nil {
+		return err
+	}
+	return c.checkFormat()
+}
+
+// probeNames refuses filesystems that fold case or normalize Unicode: on
+// them two distinct keys would share one file.
+func (c *Container) probeNames() error {
+	pairs := [][2]string{
+		{"probe-case-x", "probe-case-X"},
+		{"probe-nfc-\u00e9", "probe-nfc-e\u0301"},
+	}
+	for _, p := range pairs {
+		t, err := c.createTempNamed(p[0])
+		if err != nil {
+			return err
+		}
+		_, serr := os.Lstat(filepath.Join(filepath.Dir(t.path), strings.Replace(filepath.Base(t.path), p[0], p[1], 1)))
+		t.discard()
+		if serr == nil {
+			return fmt.Errorf("%w: the filesystem treats %q and %q as one name, so distinct keys would collide; use a case-sensitive, non-normalizing filesystem", ErrBadLayout, p[0], p[1])
+		}
+	}
+	return nil
+}
+
+// String names the store as a file URL.
+func (c *Container) String() string { return "file://" + c.root }
+
+// Dir is the store's absolute directory.
+func (c *Container) Dir() string { return c.root }
+
+// Capabilities: every conditional operation is enforced, across processes.
+func (c *Container) Capabilities() blobstore.Capabilities {
+	return blobstore.Capabilities{ConditionalCreate: true, ConditionalUpdate: true, ConditionalDelete: true}
+}
+
+// Close releases nothing: the container holds no descriptors between calls.
+func (c *Container) Close() error { return nil }
+
+func (c *Container) fail(op, key string, err error) error {
+	return blobstore.Wrap(op, c.String(), key, err)
+}
+
+// begin validates the key, checks the context and maps the key to its file.
+func (c *Container) begin(ctx context.Context, op, key string) (objectPath, error) {
+	if err := blobstore.ValidateKey(key); err != nil {
+		return objectPath{}, c.fail(op, key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return objectPath{}, c.fail(op, key, err)
+	}
+	p, err := c.pathOf(key)
+	if err != nil {
+		return objectPath{}, c.fail(op, key, err)
+	}
+	return p, nil
+}
+
+// Get reads one whole version of the object from a single open file.
+func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, error) {
+	p, err := c.begin(ctx, "Get", key)
+	if err != nil {
+		return blobstore.Object{}, err
+	}
+	tok, body, err := readObject(p.file)
+	if err != nil {
+		return blobstore.Object{}, c.fail("Get", key, c.readErr(err))
+	}
+	return blobstore.Object{Key: key, Body: body, Token: tok}, nil
+}
+
+// Stat reads the object's header and size.
+func (c *Container) Stat(ctx context.Context, key string) (blobstore.Attrs, error) {
+	p, err := c.begin(ctx, "Stat", key)
+	if err != nil {
+		return blobstore.Attrs{}, err
+	}
+	tok, size, err := statObject(p.file)
+	if err != nil {
+		return blobstore.Attrs{}, c.fail("Stat", key, c.readErr(err))
+	}
+	return blobstore.Attrs{Key: key, Size: size, Token: tok}, nil
+}
+
+// readErr types a read failure: a missing file is ErrNotFound, a corrupt
+// one stays ErrCorruptObject, other I/O errors failed before any effect.
+func (c *Container) readErr(err error) error {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return blobstore.ErrNotFound
+	case errors.Is(err, ErrCorruptObject):
+		return err
+	default:
+		return blobstore.Unavailable(err)
+	}
+}
+
+// Put replaces the object unconditionally.
+func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
+	const op = "Put"
+	p, err := c.begin(ctx, op, key)
+	if err != nil {
+		return "", err
+	}
+	if err := c.ensureDirs(p.dirs); err != nil {
+		return "", c.fail(op, key, blobstore.Unavailable(fmt.Errorf("creating the key's directory: %w", err)))
+	}
+	t, tok, err := c.writeTemp(body)
+	if err != nil {
+		return "", c.fail(op, key, err)
+	}
+	defer t.discard()
+	unlock, err := c.lockKey(ctx, key)
+	if err != nil {
+		return "", c.fail(op, key, err)
+	}
+	defer unlock(false)
+	if err := ctx.Err(); err != nil {
+		return "", c.fail(op, key, err)
+	}
+	if err := c.publish(t, p, false); err != nil {
+		return "", c.fail(op, key, err)
+	}
+	return tok, nil
+}
+
+// CreateIfAbsent publishes the object with a rename that refuses to replace
+// an existing file, so two creators in any processes cannot both win.
+func (c *Container) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
+	const op = "CreateIfAbsent"
+	p, err := c.begin(ctx, op, key)
+	if err != nil {
+		return "", err
+	}
+	if err := c.ensureDirs(p.dirs); err != nil {
+		return "", c.fail(op, key, blobstore.Unavailable(fmt.Errorf("creating the key's directory: %w", err)))
+	}
+	t, tok, err := c.writeTemp(body)
+	if err != nil {
+		return "", c.fail(op, key, err)
+	}
+	defer t.discard()
+	if err := ctx.Err(); err != nil {
+		return "", c.fail(op, key, err)
+	}
+	if err := c.publish(t, p, true); err != nil {
+		return "", c.fail(op, key, err)
+	}
+	return tok, nil
+}
+
+// CompareAndSwap replaces the object if its token is expected; the check and
+// the rename happen under the key's lock.
+func (c *Container) CompareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
+	const op = "CompareAndSwap"
+	p, err := c.begin(ctx, op, key)
+	if err != nil {
+		return "", err
+	}
+	if expected == "" {
+		return "", c.fail(op, key, fmt.Errorf("%w: empty expected token", blobstore.ErrPreconditionFailed))
+	}
+	// The temporary file is written before taking the lock, so the lock is
+	// held only for the check, the rename and the directory fsync.
+	t, tok, err := c.writeTemp(body)
+	if err != nil {
+		return "", c.fail(op, key, err)
+	}
+	defer t.discard()
+	unlock, err := c.lockKey(ctx, key)
+	if err != nil {
+		return "", c.fail(op, key, err)
+	}
+	defer unlock(false)
+	if err := ctx.Err(); err != nil {
+		return "", c.fail(op, key, err)
+	}
+	if err := c.checkToken(p, expected); err != nil {
+		return "", c.fail(op, key, err)
+	}
+	if err := c.publish(t, p, false); err != nil {
+		return "", c.fail(op, key, err)
+	}
+	return tok, nil
+}
+
+// Delete removes the object; a missing key is not an error.
+func (c *Container) Delete(ctx context.Context, key string) error {
+	const op = "Delete"
+	p, err := c.begin(ctx, op, key)
+	if err != nil {
+		return err
+	}
+	unlock, err := c.lockKey(ctx, key)
+	if err != nil {
+		return c.fail(op, key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		unlock(false)
+		return c.fail(op, key, err)
+	}
+	err = c.remove(p)
+	// The lock file goes with the object so lock files do not pile up for
+	// keys that no longer exist; waiters notice and lock the new file.
+	unlock(err == nil)
+	return c.fail(op, key, err)
+}
+
+// DeleteIfMatch removes the object if its token is expected, under the key's
+// lock.
+func (c *Container) DeleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
+	const op = "DeleteIfMatch"
+	p, err := c.begin(ctx, op, key)
+	if err != nil {
+		return err
+	}
+	unlock, err := c.lockKey(ctx, key)
+	if err != nil {
+		return c.fail(op, key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		unlock(false)
+		return c.fail(op, key, err)
+	}
+	if err := c.checkToken(p, expected); err != nil {
+		unlock(false)
+		return c.fail(op, key, err)
+	}
+	err = c.remove(p)
+	unlock(err == nil)
+	return c.fail(op, key, err)
+}
+
+// checkToken compares the stored token with expected; the caller holds the
+// key's lock.
+func (c *Container) checkToken(p objectPath, expected blobstore.Token) error {
+	cur, _, err := statObject(p.file)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%w: no object at the key", blobstore.ErrPreconditionFailed)
+	case err != nil:
+		return c.readErr(err)
+	case expected == "" || cur != expected:
+		return fmt.Errorf("%w: stored token %s, expected %s", blobstore.ErrPreconditionFailed, cur, orNone(expected))
+	}
+	return nil
+}
+
+func orNone(t blobstore.Token) string {
+	if t == "" {
+		return "none"
+	}
+	return string(t)
+}
+
+// publish moves the fsynced temporary file to the key and fsyncs the key's
+// directory. Failures before the rename leave nothing visible; a failed
+// directory fsync after it leaves the outcome unknown.
+func (c *Container) publish(t *tempFile, p objectPath, noReplace bool) error {
+	var err error
+	if noReplace {
+		err = renameNoReplace(t.path, p.file)
+		if errors.Is(err, os.ErrExist) {
+			return blobstore.ErrAlreadyExists
+		}
+	} else {
+		err = os.Rename(t.path, p.file)
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return blobstore.Unavailable(fmt.Errorf("the key's directory vanished (removed by another program?): %w", err))
+		}
+		return blobstore.Unavailable(err)
+	}
+	t.published = true
+	if err := syncDir(p.dir); err != nil {
+		return blobstore.Ambiguous(fmt.Errorf("object renamed into place but its directory fsync failed: %w", err))
+	}
+	return nil
+}
+
+// remove unlinks the object and makes the removal durable; the caller holds
+// the key's lock.
+func (c *Container) remove(p objectPath) error {
+	err := os.Remove(p.file)
+	if errors.Is(err, os.ErrNotExist) {
+		// An earlier deleter may have been killed between its unlink and
+		// its fsync; the fsync below makes "already gone" durable too.
+		if serr := syncDir(p.dir); serr != nil && !errors.Is(serr, os.ErrNotExist) {
+			return blobstore.Unavailable(fmt.Errorf("object already absent but its directory fsync failed: %w", serr))
+		}
+		return nil
+	}
+	if err != nil {
+		return blobstore.Unavailable(err)
+	}
+	if err := syncDir(p.dir); err != nil {
+		return blobstore.Ambiguous(fmt.Errorf("object unlinked but its directory fsync failed: %w", err))
+	}
+	return nil
+}

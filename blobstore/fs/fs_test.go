@@ -1,0 +1,479 @@
+package fs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+)
+
+func newTestContainer(t *testing.T) *Container {
+	t.Helper()
+	c, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func mustPut(t *testing.T, c *Container, key, body string) blobstore.Token {
+	t.Helper()
+	tok, err := c.Put(t.Context(), key, []byte(body))
+	if err != nil {
+		t.Fatalf("Put %q: %v", key, err)
+	}
+	return tok
+}
+
+func mustGet(t *testing.T, c *Container, key string) blobstore.Object {
+	t.Helper()
+	o, err := c.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Get %q: %v", key, err)
+	}
+	return o
+}
+
+func TestConditionalWrites(t *testing.T) {
+	ctx := t.Context()
+	c := newTestContainer(t)
+	const key = "fence/fence__0001"
+
+	t1, err := c.CreateIfAbsent(ctx, key, []byte("one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateIfAbsent(ctx, key, []byte("other")); !errors.Is(err, blobstore.ErrAlreadyExists) {
+		t.Fatalf("second create: got %v, want ErrAlreadyExists", err)
+	}
+	t2, err := c.CompareAndSwap(ctx, key, t1, []byte("two"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if t2 == t1 {
+		t.Fatal("CAS returned the old token")
+	}
+	if _, err := c.CompareAndSwap(ctx, key, t1, []byte("stale")); !errors.Is(err, blobstore.ErrPreconditionFailed) {
+		t.Fatalf("stale CAS: got %v, want ErrPreconditionFailed", err)
+	}
+	if _, err := c.CompareAndSwap(ctx, key, "", []byte("empty")); !errors.Is(err, blobstore.ErrPreconditionFailed) {
+		t.Fatalf("CAS with empty token: got %v, want ErrPreconditionFailed", err)
+	}
+	if _, err := c.CompareAndSwap(ctx, "fence/missing", t2, []byte("x")); !errors.Is(err, blobstore.ErrPreconditionFailed) {
+		t.Fatalf("CAS on missing key: got %v, want ErrPreconditionFailed", err)
+	}
+	o := mustGet(t, c, key)
+	if string(o.Body) != "two" || o.Token != t2 {
+		t.Fatalf("Get = %q %s, want \"two\" %s", o.Body, o.Token, t2)
+	}
+	a, err := c.Stat(ctx, key)
+	if err != nil || a.Size != 3 || a.Token != t2 {
+		t.Fatalf("Stat = %+v, %v; want size 3 token %s", a, err, t2)
+	}
+	if err := c.DeleteIfMatch(ctx, key, t1); !errors.Is(err, blobstore.ErrPreconditionFailed) {
+		t.Fatalf("stale DeleteIfMatch: got %v", err)
+	}
+	if err := c.DeleteIfMatch(ctx, key, t2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, key); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Fatalf("Get after delete: got %v, want ErrNotFound", err)
+	}
+	if err := c.DeleteIfMatch(ctx, key, t2); !errors.Is(err, blobstore.ErrPreconditionFailed) {
+		t.Fatalf("DeleteIfMatch on missing key: got %v", err)
+	}
+	if err := c.Delete(ctx, key); err != nil {
+		t.Fatalf("Delete of a missing key: %v", err)
+	}
+	// A deleted key leaves no lock file behind.
+	if _, err := os.Stat(c.lockPath(key)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("lock file of a deleted key: %v", err)
+	}
+}
+
+// Tokens come from the file, not from process memory: a recreated key and a
+// reopened store never hand out a token seen before for other content.
+func TestTokensNeverReused(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	seen := map[blobstore.Token]string{}
+	note := func(tok blobstore.Token, body string) {
+		t.Helper()
+		if prev, ok := seen[tok]; ok {
+			t.Fatalf("token %s reused: first for %q, now for %q", tok, prev, body)
+		}
+		seen[tok] = body
+	}
+	for round := range 3 {
+		c, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			body := fmt.Sprintf("round %d write %d", round, i)
+			tok, err := c.CreateIfAbsent(ctx, "k", []byte(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			note(tok, body)
+			if o := mustGet(t, c, "k"); o.Token != tok {
+				t.Fatalf("Get token %s, create returned %s", o.Token, tok)
+			}
+			tok = mustPut(t, c, "k", body+" put")
+			note(tok, body+" put")
+			if err := c.Delete(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func TestKeyAndDirectoryCoexist(t *testing.T) {
+	ctx := t.Context()
+	c := newTestContainer(t)
+	mustPut(t, c, "a/b", "child")
+	mustPut(t, c, "a", "parent")
+	mustPut(t, c, "a/b/c", "grandchild")
+	for k, want := range map[string]string{"a": "parent", "a/b": "child", "a/b/c": "grandchild"} {
+		if o := mustGet(t, c, k); string(o.Body) != want {
+			t.Fatalf("Get %q = %q, want %q", k, o.Body, want)
+		}
+	}
+	if err := c.Delete(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if o := mustGet(t, c, "a/b"); string(o.Body) != "child" {
+		t.Fatalf("a/b after deleting a: %q", o.Body)
+	}
+	if _, err := c.Get(ctx, "a"); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Fatalf("Get a: %v", err)
+	}
+}
+
+func listKeys(t *testing.T, c *Container, prefix, startAfter string, limit int) ([]string, bool) {
+	t.Helper()
+	page, err := c.List(t.Context(), prefix, startAfter, limit)
+	if err != nil {
+		t.Fatalf("List(%q, %q, %d): %v", prefix, startAfter, limit, err)
+	}
+	var keys []string
+	for _, it := range page.Items {
+		keys = append(keys, it.Key)
+	}
+	return keys, page.More
+}
+
+func TestListOrderTrickyKeys(t *testing.T) {
+	c := newTestContainer(t)
+	keys := []string{
+		"a", "a/b", "a-b", "a.b", "a0", "a/b/c", "a/b-", "a/b.", "a/b!", "a/b0",
+		"a!", "a/", "é", "é/x", "e\u0301", "日本/語", "日本", "z", "~", "a b", "o.x", "d.x",
+		"a/\u00ff", "a/\U0001F600", "a/b/c/d/e",
+	}
+	keys = slices.DeleteFunc(keys, func(k string) bool { return blobstore.ValidateKey(k) != nil })
+	bodies := map[string]string{}
+	for i, k := range keys {
+		body := strings.Repeat("x", i)
+		mustPut(t, c, k, body)
+		bodies[k] = body
+	}
+	want := slices.Clone(keys)
+	sort.Strings(want)
+
+	got, more := listKeys(t, c, "", "", 0)
+	if more || !slices.Equal(got, want) {
+		t.Fatalf("List all:\n got %q (more %v)\nwant %q", got, more, want)
+	}
+	page, err := c.List(t.Context(), "", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range page.Items {
+		o := mustGet(t, c, it.Key)
+		if it.Token != o.Token || it.Size != int64(len(bodies[it.Key])) {
+			t.Fatalf("List item %+v disagrees with Get (token %s, size %d)", it, o.Token, len(bodies[it.Key]))
+		}
+	}
+
+	// Every prefix, including ones ending mid-segment or at a '/', and every
+	// startAfter, in pages of every size, against the sorted key list.
+	prefixes := []string{"", "a", "a/", "a/b", "a/b/", "a/b/c", "a-", "é", "日", "日本/", "zz", "a/b/c/d/"}
+	for _, p := range prefixes {
+		var wantP []string
+		for _, k := range want {
+			if strings.HasPrefix(k, p) {
+				wantP = append(wantP, k)
+			}
+		}
+		for _, after := range append([]string{"", "a/b", "a/b/", "a/b/c/d/e", "a0", "é", "\xff"}, wantP...) {
+			var exp []string
+			for _, k := range wantP {
+				if k > after {
+					exp = append(exp, k)
+				}
+			}
+			for _, limit := range []int{1, 2, 3, 1000} {
+				var all []string
+				cursor := after
+				for pages := 0; ; pages++ {
+					if pages > len(want)+1 {
+						t.Fatalf("List(%q, %q, %d) does not terminate", p, after, limit)
+					}
+					ks, more := listKeys(t, c, p, cursor, limit)
+					if len(ks) > limit {
+						t.Fatalf("List(%q, %q, %d) returned %d items", p, cursor, limit, len(ks))
+					}
+					all = append(all, ks...)
+					if !more {
+						break
+					}
+					cursor = ks[len(ks)-1]
+				}
+				if !slices.Equal(all, exp) {
+					t.Fatalf("List prefix %q after %q limit %d:\n got %q\nwant %q", p, after, limit, all, exp)
+				}
+			}
+		}
+	}
+}
+
+func TestListWalksOnlyThePrefixSubtree(t *testing.T) {
+	c := newTestContainer(t)
+	mustPut(t, c, "shard1/fence/f1", "x")
+	mustPut(t, c, "shard1/seal/s1", "x")
+	// Replace a sibling subtree by a plain file: a walk that visits it fails
+	// to read it as a directory.
+	sibling := filepath.Join(c.objects, dirPrefix+"shard2")
+	if err := os.WriteFile(sibling, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"shard1/", "shard1/fe", "shard1/fence/"} {
+		got, _ := listKeys(t, c, p, "", 0)
+		if len(got) == 0 || !strings.HasPrefix(got[0], "shard1/") {
+			t.Fatalf("List %q: %q", p, got)
+		}
+	}
+	if _, err := c.List(t.Context(), "shard", "", 0); err == nil {
+		t.Fatal("a listing over the planted file read it without error")
+	}
+}
+
+func TestKeyRules(t *testing.T) {
+	ctx := t.Context()
+	c := newTestContainer(t)
+	long := strings.Repeat("s", maxSegment+1)
+	for _, key := range []string{"../escape", "a/../../b", "/abs", "a//b", "a/./b", "", "x/" + long, long} {
+		_, err := c.Put(ctx, key, []byte("x"))
+		if !errors.Is(err, blobstore.ErrInvalidKey) {
+			t.Fatalf("Put %q: got %v, want ErrInvalidKey", key, err)
+		}
+		var oe *blobstore.OpError
+		if !errors.As(err, &oe) || oe.Op != "Put" || oe.Store != c.String() {
+			t.Fatalf("Put %q: error %v is not an OpError naming the op and store", key, err)
+		}
+	}
+	// The longest segment that fits is accepted.
+	ok := strings.Repeat("s", maxSegment)
+	mustPut(t, c, ok+"/"+ok, "fits")
+	if got, _ := listKeys(t, c, ok[:10], "", 0); !slices.Equal(got, []string{ok + "/" + ok}) {
+		t.Fatalf("list of long key: %q", got)
+	}
+	// Nothing escaped the object tree.
+	entries, err := os.ReadDir(c.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{formatName, locksDir, objectsDir, tmpDir}) {
+		t.Fatalf("store directory holds %q", names)
+	}
+}
+
+func TestCorruptObjectIsReported(t *testing.T) {
+	ctx := t.Context()
+	c := newTestContainer(t)
+	mustPut(t, c, "k", "hello world")
+	p, err := c.pathOf("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(p.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(raw)-1] ^= 0xff
+	if err := os.WriteFile(p.file, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, ErrCorruptObject) || !strings.Contains(err.Error(), `"k"`) {
+		t.Fatalf("Get of a flipped byte: %v", err)
+	}
+	if err := os.WriteFile(p.file, raw[:10], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Stat(ctx, "k"); !errors.Is(err, ErrCorruptObject) {
+		t.Fatalf("Stat of a truncated file: %v", err)
+	}
+	if _, err := c.List(ctx, "", "", 0); !errors.Is(err, ErrCorruptObject) {
+		t.Fatalf("List over a truncated file: %v", err)
+	}
+}
+
+func TestOpenRefusesUnknownFormat(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, formatName), []byte("something else 9\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); !errors.Is(err, ErrBadLayout) {
+		t.Fatalf("Open: got %v, want ErrBadLayout", err)
+	}
+	file := filepath.Join(t.TempDir(), "plain")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(file); !errors.Is(err, ErrBadLayout) {
+		t.Fatalf("Open of a file: got %v, want ErrBadLayout", err)
+	}
+}
+
+func TestOpenCreatesNestedDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "x", "y", "store")
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, c, "k", "v")
+	c2, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := mustGet(t, c2, "k"); string(o.Body) != "v" {
+		t.Fatalf("reopened store reads %q", o.Body)
+	}
+}
+
+func TestOpenURL(t *testing.T) {
+	ctx := t.Context()
+	abs := t.TempDir()
+	c, err := blobstore.Open(ctx, "file://"+abs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.String() != "file://"+abs {
+		t.Fatalf("String() = %q", c.String())
+	}
+	if _, err := c.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Chdir(t.TempDir())
+	rel, err := blobstore.Open(ctx, "file://./data/store")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, _ := os.Getwd()
+	if got := rel.(*Container).Dir(); got != filepath.Join(wd, "data", "store") {
+		t.Fatalf("relative store at %q", got)
+	}
+
+	for _, bad := range []string{"file://host/dir", "file:rel", "file://", "file:///x?secret=1"} {
+		if _, err := blobstore.Open(ctx, bad); !errors.Is(err, blobstore.ErrBadURL) {
+			t.Fatalf("Open %q: got %v, want ErrBadURL", bad, err)
+		}
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := blobstore.Open(cancelled, "file://"+abs); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Open with a cancelled context: %v", err)
+	}
+	u, _ := url.Parse("file://localhost" + abs)
+	if d, err := dirFromURL(u); err != nil || d != abs {
+		t.Fatalf("localhost URL: %q, %v", d, err)
+	}
+}
+
+// A CAS waiting for a key locked by another holder (here a second
+// container, standing in for another process) gives up when its context
+// ends, and leaves the object alone.
+func TestLockWaitHonoursContext(t *testing.T) {
+	dir := t.TempDir()
+	a, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := mustPut(t, a, "k", "v1")
+	unlock, err := a.lockKey(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err = b.CompareAndSwap(ctx, "k", tok, []byte("v2"))
+	if !errors.Is(err, context.DeadlineExceeded) || blobstore.IsAmbiguous(err) {
+		t.Fatalf("CAS behind a held lock: got %v, want a definite DeadlineExceeded", err)
+	}
+	unlock(false)
+	if o := mustGet(t, b, "k"); string(o.Body) != "v1" || o.Token != tok {
+		t.Fatalf("object changed by a timed-out CAS: %q", o.Body)
+	}
+	if _, err := b.CompareAndSwap(t.Context(), "k", tok, []byte("v2")); err != nil {
+		t.Fatalf("CAS after the lock is free: %v", err)
+	}
+	if n := countFiles(t, filepath.Join(dir, tmpDir)); n != 0 {
+		t.Fatalf("%d temporary files left after the timed-out CAS", n)
+	}
+}
+
+func TestCancelledContextWritesNothing(t *testing.T) {
+	c := newTestContainer(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := c.Put(ctx, "k", []byte("v")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Put: %v", err)
+	}
+	if _, err := c.CreateIfAbsent(ctx, "k", []byte("v")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("CreateIfAbsent: %v", err)
+	}
+	if _, err := c.Get(t.Context(), "k"); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Fatalf("Get: %v", err)
+	}
+}
+
+func TestLargeBody(t *testing.T) {
+	c := newTestContainer(t)
+	body := bytes.Repeat([]byte("0123456789abcdef"), (combineLimit*3)/16+7)
+	tok, err := c.CreateIfAbsent(t.Context(), "big", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := mustGet(t, c, "big")
+	if !bytes.Equal(o.Body, body) || o.Token != tok {
+		t.Fatalf("large body read back wrong (%d bytes)", len(o.Body))
+	}
+}
+
+func countFiles(t *testing.T, dir string) int {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}

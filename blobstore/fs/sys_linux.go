@@ -1,0 +1,33 @@
+package fs
+
+import (
+	"errors"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// renameNoReplace moves oldpath to newpath unless newpath exists (an error
+// matching os.ErrExist). On success oldpath is gone.
+func renameNoReplace(oldpath, newpath string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		// The filesystem lacks RENAME_NOREPLACE (NFS, some FUSE): link(2)
+		// refuses an existing target just as atomically.
+		return linkNoReplace(oldpath, newpath)
+	}
+	if err != nil {
+		return &os.LinkError{Op: "renameat2", Old: oldpath, New: newpath, Err: err}
+	}
+	return nil
+}
+
+// datasync flushes the file's data and the metadata needed to read it back.
+func datasync(f *os.File) error {
+	for {
+		err := unix.Fdatasync(int(f.Fd()))
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
