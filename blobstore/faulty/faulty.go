@@ -1,0 +1,489 @@
+// Package faulty wraps a blobstore.Container with deterministic, seeded fault
+// injection: latency, definite failures, lost requests and lost responses,
+// S3-style 409 conflicts, silently dropped deletes, and a store that ignores
+// preconditions. The fencing protocol must stay safe under every one of
+// them; tests and benches use this wrapper to prove it.
+//
+// Rules are added and removed at runtime, so a test can say "lose the
+// response of the next CAS on keys under fence/" at the exact step it wants.
+// The wrapper counts what it injected, and Before/After hooks let a checker
+// observe or hold every request.
+package faulty
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+)
+
+// Op is one kind of Container call.
+type Op uint8
+
+// The operations a rule can match.
+const (
+	Get Op = iota
+	Stat
+	Put
+	CreateIfAbsent
+	CompareAndSwap
+	Delete
+	DeleteIfMatch
+	List
+	numOps
+)
+
+var opNames = [numOps]string{"Get", "Stat", "Put", "CreateIfAbsent", "CompareAndSwap", "Delete", "DeleteIfMatch", "List"}
+
+func (o Op) String() string {
+	if o < numOps {
+		return opNames[o]
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
+
+// OpSet is a set of operations; the zero set matches every operation.
+type OpSet uint16
+
+// Ops returns the set of ops.
+func Ops(ops ...Op) OpSet {
+	var s OpSet
+	for _, o := range ops {
+		s |= 1 << o
+	}
+	return s
+}
+
+// Common sets.
+const (
+	AllOps      OpSet = 1<<numOps - 1
+	Reads       OpSet = 1<<Get | 1<<Stat | 1<<List
+	Writes      OpSet = 1<<Put | 1<<CreateIfAbsent | 1<<CompareAndSwap | 1<<Delete | 1<<DeleteIfMatch
+	Conditional OpSet = 1<<CreateIfAbsent | 1<<CompareAndSwap | 1<<DeleteIfMatch
+	Deletes     OpSet = 1<<Delete | 1<<DeleteIfMatch
+)
+
+// Has reports whether op is in s (the zero set holds every op).
+func (s OpSet) Has(op Op) bool { return s == 0 || s&(1<<op) != 0 }
+
+// Fault is what a firing rule does to a request.
+type Fault uint8
+
+// The faults. Each says whether the request reaches the inner store.
+const (
+	// None injects no failure; a rule with only Latency uses it.
+	None Fault = iota
+	// Unavailable fails the request before it reaches the store
+	// (blobstore.ErrUnavailable): definitely not applied.
+	Unavailable
+	// Conflict answers like S3's 409 ConditionalRequestConflict
+	// (blobstore.ErrConflict): not applied, retryable.
+	Conflict
+	// LostRequest drops the request before the store sees it but reports
+	// an ambiguous outcome (blobstore.ErrAmbiguous), like a timeout.
+	LostRequest
+	// LostResponse applies the request to the store and then reports an
+	// ambiguous outcome: the write landed, the caller cannot know.
+	LostResponse
+	// DropDelete reports success for a Delete or DeleteIfMatch without
+	// deleting, like a multi-object delete that silently skips keys. Only
+	// a re-LIST tells.
+	DropDelete
+	// PreconditionIgnored counts conditional calls served unconditionally
+	// while SetIgnorePreconditions is on; it is not a rule's fault.
+	PreconditionIgnored
+	numFaults
+)
+
+var faultNames = [numFaults]string{"none", "unavailable", "conflict", "lost request", "lost response", "dropped delete", "precondition ignored"}
+
+func (f Fault) String() string {
+	if f < numFaults {
+		return faultNames[f]
+	}
+	return fmt.Sprintf("Fault(%d)", uint8(f))
+}
+
+// ErrInjected is wrapped by every error the wrapper makes up, so a test can
+// tell an injected failure from a real one.
+var ErrInjected = errors.New("injected fault")
+
+// Latency is a delay of Base plus a uniformly drawn part of Jitter.
+type Latency struct {
+	Base   time.Duration
+	Jitter time.Duration
+}
+
+// Fixed is a constant delay.
+func Fixed(d time.Duration) Latency { return Latency{Base: d} }
+
+// Uniform is a delay drawn uniformly from [lo, hi).
+func Uniform(lo, hi time.Duration) Latency { return Latency{Base: lo, Jitter: max(0, hi-lo)} }
+
+// Rule says which requests to disturb and how.
+type Rule struct {
+	// Ops limits the rule to some operations; zero means all.
+	Ops OpSet
+	// Prefix limits the rule to keys that start with it (for List, the
+	// listed prefix). Keys are relative to the wrapped container.
+	Prefix string
+	// Fault is injected when the rule fires. When several rules fire on one
+	// request, the first with a fault decides it.
+	Fault Fault
+	// Latency delays the request when the rule fires; delays of all firing
+	// rules add up. A context that ends during the delay fails the request
+	// before it reaches the store.
+	Latency Latency
+	// Probability is the chance a matching request fires the rule, drawn
+	// from the seeded generator; 0 means always.
+	Probability float64
+	// Times caps how often the rule fires; 0 means without limit.
+	Times int
+}
+
+// RuleID names an added rule.
+type RuleID uint64
+
+// Request is one call as the hooks see it.
+type Request struct {
+	Op  Op
+	Key string // the key, or the prefix for List
+	Seq uint64 // order of arrival at the wrapper, from 1
+}
+
+// Hooks observe every request. Before runs before any fault or delay and may
+// block to hold the request (a checker turns each request into a step it
+// schedules); a non-nil error fails the request without reaching the store.
+// After runs with the error the caller receives.
+type Hooks struct {
+	Before func(ctx context.Context, r Request) error
+	After  func(ctx context.Context, r Request, err error)
+}
+
+type rule struct {
+	id      RuleID
+	r       Rule
+	fired   int
+	removed bool
+}
+
+// Container is the fault-injecting wrapper. Every method is safe for
+// concurrent use, including changing rules while requests run.
+type Container struct {
+	inner blobstore.Container
+
+	mu     sync.Mutex
+	rng    *rand.Rand
+	rules  []*rule
+	nextID RuleID
+
+	ignorePre atomic.Bool
+	hooks     atomic.Pointer[Hooks]
+	seq       atomic.Uint64
+	requests  [numOps]atomic.Int64
+	injected  [numOps][numFaults]atomic.Int64
+	delayed   [numOps]atomic.Int64
+}
+
+var _ blobstore.Container = (*Container)(nil)
+
+// New wraps inner. The same seed and the same sequence of requests give the
+// same faults.
+func New(inner blobstore.Container, seed uint64) *Container {
+	return &Container{inner: inner, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
+// Inner returns the wrapped container, for reading the truth behind a fault.
+func (c *Container) Inner() blobstore.Container { return c.inner }
+
+// Add installs a rule after the existing ones.
+func (c *Container) Add(r Rule) (RuleID, error) {
+	if r.Fault >= PreconditionIgnored {
+		return 0, fmt.Errorf("faulty: fault %v cannot be a rule's fault (use SetIgnorePreconditions)", r.Fault)
+	}
+	if r.Fault == DropDelete && (r.Ops == 0 || r.Ops&^Deletes != 0) {
+		return 0, errors.New("faulty: DropDelete applies only to Delete and DeleteIfMatch; set Ops to faulty.Deletes or a part of it")
+	}
+	if r.Probability < 0 || r.Probability > 1 || r.Times < 0 || r.Latency.Base < 0 || r.Latency.Jitter < 0 {
+		return 0, fmt.Errorf("faulty: rule %+v: probability must be in [0,1], times and latencies not negative", r)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nextID++
+	c.rules = append(c.rules, &rule{id: c.nextID, r: r})
+	return c.nextID, nil
+}
+
+// MustAdd is Add for rules written in test code, where a bad rule is a bug.
+func (c *Container) MustAdd(r Rule) RuleID {
+	id, err := c.Add(r)
+	if err != nil {
+		panic(err)
+	}
+	return id
+}
+
+// Remove uninstalls a rule; its fired count stays readable.
+func (c *Container) Remove(id RuleID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.rules {
+		if r.id == id {
+			r.removed = true
+		}
+	}
+}
+
+// Clear uninstalls every rule.
+func (c *Container) Clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.rules {
+		r.removed = true
+	}
+}
+
+// Fired returns how many times a rule fired.
+func (c *Container) Fired(id RuleID) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.rules {
+		if r.id == id {
+			return r.fired
+		}
+	}
+	return 0
+}
+
+// SetIgnorePreconditions turns the wrapper into a store that accepts every
+// conditional write: CreateIfAbsent overwrites, CompareAndSwap ignores the
+// token (and creates missing keys), DeleteIfMatch deletes. Capabilities still
+// claim enforcement, as a misconfigured S3-compatible store would.
+func (c *Container) SetIgnorePreconditions(on bool) { c.ignorePre.Store(on) }
+
+// SetHooks installs h for every later request; the zero Hooks removes them.
+func (c *Container) SetHooks(h Hooks) {
+	if h.Before == nil && h.After == nil {
+		c.hooks.Store(nil)
+		return
+	}
+	c.hooks.Store(&h)
+}
+
+// Requests returns how many calls of op reached the wrapper.
+func (c *Container) Requests(op Op) int64 { return c.requests[op].Load() }
+
+// Injected returns how many calls of op got fault f.
+func (c *Container) Injected(op Op, f Fault) int64 { return c.injected[op][f].Load() }
+
+// InjectedTotal returns how many calls of any op got fault f.
+func (c *Container) InjectedTotal(f Fault) int64 {
+	var n int64
+	for op := range numOps {
+		n += c.injected[op][f].Load()
+	}
+	return n
+}
+
+// Delayed returns how many calls of op were delayed by a rule.
+func (c *Container) Delayed(op Op) int64 { return c.delayed[op].Load() }
+
+func (c *Container) String() string                       { return "faulty(" + c.inner.String() + ")" }
+func (c *Container) Capabilities() blobstore.Capabilities { return c.inner.Capabilities() }
+func (c *Container) Close() error                         { return c.inner.Close() }
+
+type decision struct {
+	fault Fault
+	rule  RuleID
+	delay time.Duration
+}
+
+func (c *Container) decide(op Op, key string) decision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var d decision
+	for _, r := range c.rules {
+		if r.removed || (r.r.Times > 0 && r.fired >= r.r.Times) {
+			continue
+		}
+		if !r.r.Ops.Has(op) || !strings.HasPrefix(key, r.r.Prefix) {
+			continue
+		}
+		if r.r.Fault != None && d.fault != None {
+			continue // the request's fault is decided; leave this budget alone
+		}
+		if p := r.r.Probability; p > 0 && p < 1 && c.rng.Float64() >= p {
+			continue
+		}
+		r.fired++
+		d.delay += r.r.Latency.Base
+		if j := r.r.Latency.Jitter; j > 0 {
+			d.delay += time.Duration(c.rng.Int64N(int64(j)))
+		}
+		if r.r.Fault != None {
+			d.fault, d.rule = r.r.Fault, r.id
+		}
+	}
+	return d
+}
+
+// do runs one request through hooks, delay and fault. apply performs it on
+// the inner store.
+func (c *Container) do(ctx context.Context, op Op, key string, apply func(context.Context) error) (err error) {
+	req := Request{Op: op, Key: key, Seq: c.seq.Add(1)}
+	c.requests[op].Add(1)
+	hooks := c.hooks.Load()
+	if hooks != nil && hooks.After != nil {
+		defer func() { hooks.After(ctx, req, err) }()
+	}
+	if hooks != nil && hooks.Before != nil {
+		if herr := hooks.Before(ctx, req); herr != nil {
+			return c.opErr(op, key, herr)
+		}
+	}
+	if !c.injectable(ctx, op, key) {
+		return apply(ctx)
+	}
+	d := c.decide(op, key)
+	if d.delay > 0 {
+		c.delayed[op].Add(1)
+		timer := time.NewTimer(d.delay)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return c.opErr(op, key, ctx.Err())
+		case <-timer.C:
+		}
+	}
+	if d.fault == None {
+		return apply(ctx)
+	}
+	c.injected[op][d.fault].Add(1)
+	cause := fmt.Errorf("%w: %v (rule %d)", ErrInjected, d.fault, d.rule)
+	switch d.fault {
+	case Unavailable:
+		return c.opErr(op, key, blobstore.Unavailable(cause))
+	case Conflict:
+		return c.opErr(op, key, fmt.Errorf("%w: %w", blobstore.ErrConflict, cause))
+	case LostRequest:
+		return c.opErr(op, key, blobstore.Ambiguous(cause))
+	case LostResponse:
+		_ = apply(ctx) // whatever the store answered never arrives
+		return c.opErr(op, key, blobstore.Ambiguous(cause))
+	default: // DropDelete
+		return nil
+	}
+}
+
+// injectable reports whether a request could reach a store at all: an
+// invalid key or a dead context is refused by the inner driver before any
+// network, so no fault can stand in for that answer.
+func (c *Container) injectable(ctx context.Context, op Op, key string) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if op == List {
+		return blobstore.ValidatePrefix(key) == nil
+	}
+	return blobstore.ValidateKey(key) == nil
+}
+
+func (c *Container) opErr(op Op, key string, err error) error {
+	return &blobstore.OpError{Op: op.String(), Store: c.String(), Key: key, Err: err}
+}
+
+func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, error) {
+	var obj blobstore.Object
+	err := c.do(ctx, Get, key, func(ctx context.Context) (err error) {
+		obj, err = c.inner.Get(ctx, key)
+		return err
+	})
+	if err != nil {
+		return blobstore.Object{}, err
+	}
+	return obj, nil
+}
+
+func (c *Container) Stat(ctx context.Context, key string) (blobstore.Attrs, error) {
+	var a blobstore.Attrs
+	err := c.do(ctx, Stat, key, func(ctx context.Context) (err error) {
+		a, err = c.inner.Stat(ctx, key)
+		return err
+	})
+	if err != nil {
+		return blobstore.Attrs{}, err
+	}
+	return a, nil
+}
+
+func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
+	return c.write(ctx, Put, key, func(ctx context.Context) (blobstore.Token, error) {
+		return c.inner.Put(ctx, key, body)
+	})
+}
+
+func (c *Container) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
+	return c.write(ctx, CreateIfAbsent, key, func(ctx context.Context) (blobstore.Token, error) {
+		if c.ignorePre.Load() {
+			c.injected[CreateIfAbsent][PreconditionIgnored].Add(1)
+			return c.inner.Put(ctx, key, body)
+		}
+		return c.inner.CreateIfAbsent(ctx, key, body)
+	})
+}
+
+func (c *Container) CompareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
+	return c.write(ctx, CompareAndSwap, key, func(ctx context.Context) (blobstore.Token, error) {
+		if c.ignorePre.Load() {
+			c.injected[CompareAndSwap][PreconditionIgnored].Add(1)
+			return c.inner.Put(ctx, key, body)
+		}
+		return c.inner.CompareAndSwap(ctx, key, expected, body)
+	})
+}
+
+func (c *Container) write(ctx context.Context, op Op, key string, apply func(context.Context) (blobstore.Token, error)) (blobstore.Token, error) {
+	var tok blobstore.Token
+	err := c.do(ctx, op, key, func(ctx context.Context) (err error) {
+		tok, err = apply(ctx)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return tok, nil
+}
+
+func (c *Container) Delete(ctx context.Context, key string) error {
+	return c.do(ctx, Delete, key, func(ctx context.Context) error {
+		return c.inner.Delete(ctx, key)
+	})
+}
+
+func (c *Container) DeleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
+	return c.do(ctx, DeleteIfMatch, key, func(ctx context.Context) error {
+		if c.ignorePre.Load() {
+			c.injected[DeleteIfMatch][PreconditionIgnored].Add(1)
+			return c.inner.Delete(ctx, key)
+		}
+		return c.inner.DeleteIfMatch(ctx, key, expected)
+	})
+}
+
+func (c *Container) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
+	var page blobstore.ListPage
+	err := c.do(ctx, List, prefix, func(ctx context.Context) (err error) {
+		page, err = c.inner.List(ctx, prefix, startAfter, limit)
+		return err
+	})
+	if err != nil {
+		return blobstore.ListPage{}, err
+	}
+	return page, nil
+}
