@@ -1,0 +1,394 @@
+package fs
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+)
+
+// The cross-process tests re-run this test binary as child processes; the
+// role variable tells TestMain to play a child instead of running tests.
+const (
+	envRole = "SHARDFENCE_FS_TEST_ROLE"
+	envDir  = "SHARDFENCE_FS_TEST_DIR"
+	envKey  = "SHARDFENCE_FS_TEST_KEY"
+	envN    = "SHARDFENCE_FS_TEST_N"
+)
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(envRole); role != "" {
+		if err := runChild(role); err != nil {
+			fmt.Fprintf(os.Stderr, "child %s (pid %d): %v\n", role, os.Getpid(), err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runChild opens the store, says "ready", waits for a line on stdin so that
+// all children start together, then plays its role, reporting on stdout.
+func runChild(role string) error {
+	ctx := context.Background()
+	c, err := Open(os.Getenv(envDir))
+	if err != nil {
+		return err
+	}
+	key := os.Getenv(envKey)
+	n, _ := strconv.Atoi(os.Getenv(envN))
+	fmt.Println("ready")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return fmt.Errorf("waiting for go: %w", err)
+	}
+	switch role {
+	case "increment":
+		attempts := 0
+		for done := 0; done < n; attempts++ {
+			obj, err := c.Get(ctx, key)
+			if err != nil {
+				return err
+			}
+			v, err := strconv.Atoi(string(obj.Body))
+			if err != nil {
+				return fmt.Errorf("counter holds %q", obj.Body)
+			}
+			tok, err := c.CompareAndSwap(ctx, key, obj.Token, []byte(strconv.Itoa(v+1)))
+			if errors.Is(err, blobstore.ErrPreconditionFailed) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			done++
+			fmt.Printf("tok %s %d\n", tok, v+1)
+		}
+		fmt.Printf("done %d\n", attempts)
+	case "create":
+		for i := range n {
+			k := fmt.Sprintf("%s-%d", key, i)
+			tok, err := c.CreateIfAbsent(ctx, k, fmt.Appendf(nil, "winner %d", os.Getpid()))
+			switch {
+			case err == nil:
+				fmt.Printf("won %s %d %s\n", k, os.Getpid(), tok)
+			case errors.Is(err, blobstore.ErrAlreadyExists):
+				fmt.Printf("lost %s\n", k)
+			default:
+				return err
+			}
+		}
+		fmt.Println("done")
+	case "hang-create", "hang-put":
+		// Stop for good once the temporary file is durable, as a writer
+		// that is killed just before publishing.
+		c.hook = func(stage string) {
+			if stage == "temp-synced" {
+				fmt.Println("blocked")
+				time.Sleep(time.Hour)
+			}
+		}
+		body := []byte("from a writer that will be killed")
+		if role == "hang-create" {
+			_, err = c.CreateIfAbsent(ctx, key, body)
+		} else {
+			_, err = c.Put(ctx, key, body)
+		}
+		return fmt.Errorf("write returned (%v) although the hook blocks it", err)
+	case "churn":
+		// Large bodies keep the writer inside write and fsync most of the
+		// time, where the parent's kill lands.
+		for i := 1; ; i++ {
+			if _, err := c.Put(ctx, key, churnBody(i)); err != nil {
+				return err
+			}
+			fmt.Printf("put %d\n", i)
+		}
+	default:
+		return fmt.Errorf("unknown role %q", role)
+	}
+	return nil
+}
+
+func churnBody(i int) []byte {
+	return bytes.Repeat([]byte{byte(i)}, 4<<20)
+}
+
+type child struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+	errb  *bytes.Buffer
+}
+
+func startChild(t *testing.T, role, dir, key string, n int) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envRole+"="+role, envDir+"="+dir, envKey+"="+key, envN+"="+strconv.Itoa(n))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := &child{cmd: cmd, stdin: stdin, lines: make(chan string, 1024), errb: &bytes.Buffer{}}
+	cmd.Stderr = ch.errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			ch.lines <- sc.Text()
+		}
+		close(ch.lines)
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return ch
+}
+
+// next returns the child's next stdout line.
+func (ch *child) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case l, ok := <-ch.lines:
+		if !ok {
+			_ = ch.cmd.Wait()
+			t.Fatalf("child %d ended early: %s", ch.cmd.Process.Pid, ch.errb.String())
+		}
+		return l
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("child %d silent for 2 minutes: %s", ch.cmd.Process.Pid, ch.errb.String())
+	}
+	return ""
+}
+
+func (ch *child) expect(t *testing.T, want string) {
+	t.Helper()
+	if l := ch.next(t); l != want {
+		t.Fatalf("child %d said %q, want %q; stderr: %s", ch.cmd.Process.Pid, l, want, ch.errb.String())
+	}
+}
+
+// startTogether starts children of one role, waits until each has opened the
+// store, then releases them at once.
+func startTogether(t *testing.T, procs int, role, dir, key string, n int) []*child {
+	t.Helper()
+	var kids []*child
+	for range procs {
+		kids = append(kids, startChild(t, role, dir, key, n))
+	}
+	for _, k := range kids {
+		k.expect(t, "ready")
+	}
+	for _, k := range kids {
+		if _, err := io.WriteString(k.stdin, "go\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return kids
+}
+
+// wait reads the child's lines until it exits, and requires a clean exit.
+func (ch *child) wait(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for l := range ch.lines {
+		out = append(out, l)
+	}
+	if err := ch.cmd.Wait(); err != nil {
+		t.Fatalf("child %d: %v: %s", ch.cmd.Process.Pid, err, ch.errb.String())
+	}
+	return out
+}
+
+// The get-then-CAS race of the conformance suite, between processes: the
+// counter must end at exactly the number of successful CAS calls, and every
+// success must have returned a new token.
+func TestCrossProcessCASIncrements(t *testing.T) {
+	const procs, each = 4, 25
+	dir := t.TempDir()
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateIfAbsent(t.Context(), "counter", []byte("0")); err != nil {
+		t.Fatal(err)
+	}
+	kids := startTogether(t, procs, "increment", dir, "counter", each)
+	tokens := map[string]bool{}
+	values := map[string]bool{}
+	attempts := 0
+	for _, k := range kids {
+		for _, l := range k.wait(t) {
+			f := strings.Fields(l)
+			switch {
+			case len(f) == 3 && f[0] == "tok":
+				if tokens[f[1]] || values[f[2]] {
+					t.Fatalf("token %s or value %s returned by two successful CAS calls", f[1], f[2])
+				}
+				tokens[f[1]], values[f[2]] = true, true
+			case len(f) == 2 && f[0] == "done":
+				n, _ := strconv.Atoi(f[1])
+				attempts += n
+			default:
+				t.Fatalf("child said %q", l)
+			}
+		}
+	}
+	obj := mustGet(t, c, "counter")
+	if string(obj.Body) != strconv.Itoa(procs*each) || len(tokens) != procs*each {
+		t.Fatalf("counter is %s with %d successful CAS calls; want %d", obj.Body, len(tokens), procs*each)
+	}
+	if !tokens[string(obj.Token)] {
+		t.Fatalf("final token %s was not returned by any CAS", obj.Token)
+	}
+	t.Logf("%d processes x %d increments took %d attempts", procs, each, attempts)
+}
+
+func TestCrossProcessCreateRace(t *testing.T) {
+	const procs, keys = 6, 5
+	dir := t.TempDir()
+	kids := startTogether(t, procs, "create", dir, "race", keys)
+	winners := map[string][]string{} // key -> "pid token"
+	for _, k := range kids {
+		for _, l := range k.wait(t) {
+			f := strings.Fields(l)
+			switch {
+			case len(f) == 4 && f[0] == "won":
+				winners[f[1]] = append(winners[f[1]], f[2]+" "+f[3])
+			case len(f) == 2 && f[0] == "lost", l == "done":
+			default:
+				t.Fatalf("child said %q", l)
+			}
+		}
+	}
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range keys {
+		k := fmt.Sprintf("race-%d", i)
+		if len(winners[k]) != 1 {
+			t.Fatalf("key %s: %d winners %q, want exactly 1", k, len(winners[k]), winners[k])
+		}
+		pid, tok, _ := strings.Cut(winners[k][0], " ")
+		obj := mustGet(t, c, k)
+		if string(obj.Body) != "winner "+pid || string(obj.Token) != tok {
+			t.Fatalf("key %s holds %q %s; the winner was pid %s with token %s", k, obj.Body, obj.Token, pid, tok)
+		}
+	}
+}
+
+// A writer killed after its temporary file is durable but before it is
+// published leaves the key as it was; Open keeps a live writer's temporary
+// file and removes a dead one's.
+func TestKilledWriterLeavesNoVisibleObject(t *testing.T) {
+	for _, role := range []string{"hang-create", "hang-put"} {
+		t.Run(role, func(t *testing.T) {
+			dir := t.TempDir()
+			tmp := filepath.Join(dir, tmpDir)
+			c, err := Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var before blobstore.Token
+			if role == "hang-put" {
+				before = mustPut(t, c, "k", "acknowledged")
+			}
+			kid := startTogether(t, 1, role, dir, "k", 0)[0]
+			kid.expect(t, "blocked")
+			if n := countFiles(t, tmp); n != 1 {
+				t.Fatalf("%d temporary files while the writer is blocked, want 1", n)
+			}
+			if _, err := Open(dir); err != nil { // cleans up, must spare the live writer
+				t.Fatal(err)
+			}
+			if n := countFiles(t, tmp); n != 1 {
+				t.Fatalf("Open removed a live writer's temporary file (%d left)", n)
+			}
+
+			if err := kid.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			_ = kid.cmd.Wait()
+
+			checkKey := func(when string) {
+				t.Helper()
+				obj, err := c.Get(t.Context(), "k")
+				if role == "hang-create" {
+					if !errors.Is(err, blobstore.ErrNotFound) {
+						t.Fatalf("%s: Get = %q, %v; want ErrNotFound", when, obj.Body, err)
+					}
+					return
+				}
+				if err != nil || string(obj.Body) != "acknowledged" || obj.Token != before {
+					t.Fatalf("%s: Get = %q %s, %v; want the acknowledged version", when, obj.Body, obj.Token, err)
+				}
+			}
+			checkKey("after the kill")
+			if n := countFiles(t, tmp); n != 1 {
+				t.Fatalf("%d temporary files after the kill, want the dead writer's 1", n)
+			}
+			if _, err := Open(dir); err != nil {
+				t.Fatal(err)
+			}
+			if n := countFiles(t, tmp); n != 0 {
+				t.Fatalf("Open left %d temporary files of a dead writer", n)
+			}
+			checkKey("after cleanup")
+			if _, err := c.CreateIfAbsent(t.Context(), "k2", []byte("x")); err != nil {
+				t.Fatalf("store unusable after cleanup: %v", err)
+			}
+		})
+	}
+}
+
+// A writer killed at an arbitrary point while writing large bodies leaves
+// the key at one whole version: never a torn or partial body.
+func TestKilledWriterMidWrite(t *testing.T) {
+	dir := t.TempDir()
+	for round := range 3 {
+		kid := startTogether(t, 1, "churn", dir, "big", 0)[0]
+		for range 2 {
+			if l := kid.next(t); !strings.HasPrefix(l, "put ") {
+				t.Fatalf("child said %q", l)
+			}
+		}
+		time.Sleep(time.Duration(round*7) * time.Millisecond)
+		if err := kid.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = kid.cmd.Wait()
+
+		c, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj := mustGet(t, c, "big")
+		if len(obj.Body) == 0 || !bytes.Equal(obj.Body, churnBody(int(obj.Body[0]))) {
+			t.Fatalf("round %d: after the kill the object is %d bytes, not one whole version", round, len(obj.Body))
+		}
+		if n := countFiles(t, filepath.Join(dir, tmpDir)); n != 0 {
+			t.Fatalf("round %d: %d temporary files left after Open", round, n)
+		}
+	}
+}
