@@ -1,0 +1,303 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/shardfence/shardfence/blobstore"
+)
+
+// Chain is a claimed term's fence key and the token this instance holds for
+// it. Writes go only through CompareAndSwap against that token, each with a
+// strictly higher seq. Methods are safe for concurrent use but serialize:
+// the chain is a single sequence of writes.
+type Chain struct {
+	in           *Instance
+	term         int64
+	key          string
+	created      bool
+	sweptAt      int64
+	predecessors []int64
+
+	mu    sync.Mutex
+	state State
+	// maybe holds our writes on top of state whose outcome is unknown
+	// (lost responses, cancelled contexts). Any of them may still land, so
+	// finding one in the key later is ours, not a rival's.
+	maybe     []Record
+	handedOff bool
+}
+
+// Term returns the chain's term.
+func (c *Chain) Term() int64 { return c.term }
+
+// Key returns the chain's fence key.
+func (c *Chain) Key() string { return c.key }
+
+// Shard returns the shard id.
+func (c *Chain) Shard() string { return c.in.shard }
+
+// Allocation returns the claiming allocation.
+func (c *Chain) Allocation() string { return c.in.allocation }
+
+// Instance returns the instance the chain belongs to.
+func (c *Chain) Instance() *Instance { return c.in }
+
+// Created reports whether this claim created the key (false when a restart
+// of the same allocation adopted it).
+func (c *Chain) Created() bool { return c.created }
+
+// SweptAt is the steady-clock time at which every lower-term key was seen
+// gone. A lease-mode successor waits lease+margin from here before it
+// resolves the lineage.
+func (c *Chain) SweptAt() int64 { return c.sweptAt }
+
+// Predecessors lists the lower terms whose keys this claim deleted.
+func (c *Chain) Predecessors() []int64 { return append([]int64(nil), c.predecessors...) }
+
+// State returns the record and token the chain holds now.
+func (c *Chain) State() State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state
+}
+
+// Err returns the fencing error once the chain's instance is fenced.
+func (c *Chain) Err() error { return c.in.Fenced() }
+
+// Advance commits generation gen: CAS the key to {seq+1, gen}. It returns
+// the new state, a *FencedError when the chain is lost, or a retryable
+// *Error when the store gave no definite answer within the backoff (the
+// write may still have landed; the next call settles it first).
+func (c *Chain) Advance(ctx context.Context, gen int64) (State, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.in.Fenced(); err != nil {
+		return State{}, err
+	}
+	if c.handedOff {
+		return State{}, c.opErr("Advance", ErrHandedOff)
+	}
+	if gen < c.state.Record.Gen {
+		return State{}, c.opErr("Advance", fmt.Errorf("%w: generation %d is below the committed generation %d", ErrInvalidArgument, gen, c.state.Record.Gen))
+	}
+	next := func(base Record) Record {
+		r := base
+		r.Allocation, r.Node, r.Gen = c.in.allocation, c.in.node, gen
+		return r
+	}
+	return c.writeLocked(ctx, "Advance", next, SettleWrite)
+}
+
+// TransferTo hands the term to a relocation target (section 6 step 2): the
+// key's owner becomes allocation. The returned token is what the target
+// must be given (Instance.Accept) and what Revert expects. After it, Advance
+// fails with ErrHandedOff.
+func (c *Chain) TransferTo(ctx context.Context, allocation, node string) (State, error) {
+	if err := ValidateID("allocation", allocation, false); err != nil {
+		return State{}, c.opErr("TransferTo", err)
+	}
+	if err := ValidateID("node", node, true); err != nil {
+		return State{}, c.opErr("TransferTo", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.in.Fenced(); err != nil {
+		return State{}, err
+	}
+	if c.handedOff {
+		return State{}, c.opErr("TransferTo", ErrHandedOff)
+	}
+	next := func(base Record) Record {
+		r := base
+		r.Allocation, r.Node = allocation, node
+		return r
+	}
+	settle := func(obs Observation, prev State, attempts ...Record) Verdict {
+		// A lost transfer response and a target that already continued
+		// the chain: the transfer landed.
+		if obs.Found && obs.Record.Allocation == allocation && obs.Record.Seq > prev.Record.Seq+1 {
+			return Verdict{Action: Adopt, State: State{Record: obs.Record, Token: obs.Token}}
+		}
+		return SettleWrite(obs, prev, attempts...)
+	}
+	st, err := c.writeLocked(ctx, "TransferTo", next, settle)
+	if err == nil {
+		c.handedOff = true
+	}
+	return st, err
+}
+
+// Revert takes the term back after an aborted handoff (section 6 step 4):
+// CAS, expecting the transfer's token, to this allocation. It reports true
+// when the source may resume. When the target already wrote, the source
+// stands down: false with a nil error, and the instance is fenced from then
+// on.
+func (c *Chain) Revert(ctx context.Context) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.handedOff {
+		return false, c.opErr("Revert", fmt.Errorf("%w: nothing to revert (the chain was not transferred)", ErrInvalidArgument))
+	}
+	target := c.state.Record.Allocation
+	standDown := false
+	next := func(base Record) Record {
+		r := base
+		r.Allocation, r.Node = c.in.allocation, c.in.node
+		return r
+	}
+	settle := func(obs Observation, prev State, attempts ...Record) Verdict {
+		v := SettleWrite(obs, prev, attempts...)
+		if v.Action == Fenced && obs.Found && obs.Record.Allocation == target {
+			standDown = true
+			v.Reason = "relocation target " + quote(target) + " took over the term before the revert"
+		}
+		return v
+	}
+	_, err := c.writeLocked(ctx, "Revert", next, settle)
+	switch {
+	case err == nil:
+		c.handedOff = false
+		return true, nil
+	case standDown:
+		return false, nil
+	}
+	return false, err
+}
+
+// Superseded reports the highest term above the chain's, 0 if none. Only a
+// higher term counts: a missing own key is not supersession (it may be a
+// store hiccup; the next CAS decides).
+func (c *Chain) Superseded(ctx context.Context) (int64, error) {
+	l, err := c.in.list(ctx)
+	if err != nil {
+		return 0, c.opErr("Superseded", err)
+	}
+	return l.Above(c.term), nil
+}
+
+type settleFunc func(obs Observation, prev State, attempts ...Record) Verdict
+
+// writeLocked CASes the key from c.state to next(c.state.Record) with seq+1.
+// c.mu must be held.
+func (c *Chain) writeLocked(ctx context.Context, op string, next func(Record) Record, settle settleFunc) (State, error) {
+	if err := c.in.Fenced(); err != nil {
+		return State{}, err
+	}
+	var fenced error
+	var mine []Record // what this call sent
+	done := func() bool {
+		for _, r := range mine {
+			if c.state.Record == r || c.state.Record.Seq > r.Seq {
+				return true
+			}
+		}
+		return false
+	}
+	// settle reads the key and decides every unknown write; it reports
+	// whether this call's write is now the state.
+	settleNow := func(ctx context.Context) (bool, error) {
+		obs, err := c.in.read(ctx, c.key)
+		if err != nil {
+			return false, err
+		}
+		v := settle(obs, c.state, c.maybe...)
+		switch v.Action {
+		case Adopt:
+			c.adoptLocked(v.State)
+			return done(), nil
+		case Resend:
+			// The key still holds c.state: none of the unknown writes
+			// has landed yet. They all expect c.state's token, as does
+			// the next write, so at most one can ever land, and a later
+			// settle finds it in c.maybe.
+			return false, nil
+		default:
+			fenced = c.fenceLocked(ctx, v.Reason)
+			return false, fenced
+		}
+	}
+	err := Retry(ctx, c.in.clock, c.in.backoff, func(ctx context.Context) error {
+		if len(c.maybe) > 0 {
+			// An earlier write's outcome is unknown: settle it before
+			// building on a state that may be stale.
+			ok, err := settleNow(ctx)
+			if err != nil || ok {
+				return err
+			}
+		}
+		want := next(c.state.Record)
+		want.Seq = c.state.Record.Seq + 1
+		body, err := want.Encode()
+		if err != nil {
+			return err
+		}
+		mine = append(mine, want)
+		tok, err := c.in.store.CompareAndSwap(ctx, c.key, c.state.Token, body)
+		if err == nil {
+			c.adoptLocked(State{Record: want, Token: tok})
+			return nil
+		}
+		switch {
+		case errors.Is(err, blobstore.ErrConflict), errors.Is(err, blobstore.ErrUnavailable):
+			// Refused before taking effect: safe to send again.
+			return err
+		case errors.Is(err, blobstore.ErrPreconditionFailed), errors.Is(err, blobstore.ErrNotFound),
+			blobstore.IsAmbiguous(err), isCtx(err):
+			c.maybe = appendRecord(c.maybe, want)
+		default:
+			return err
+		}
+		ok, serr := settleNow(ctx)
+		switch {
+		case serr != nil:
+			return serr
+		case ok:
+			return nil
+		}
+		return errResend
+	})
+	if fenced != nil {
+		return State{}, fenced
+	}
+	if err != nil {
+		return State{}, c.opErr(op, err)
+	}
+	return c.state, nil
+}
+
+func (c *Chain) adoptLocked(s State) {
+	c.state = s
+	// Every unknown write expected an older token; none can land now.
+	c.maybe = nil
+}
+
+// fenceLocked marks the instance fenced, learning the successor term with
+// one best-effort LIST.
+func (c *Chain) fenceLocked(ctx context.Context, reason string) error {
+	c.maybe = nil
+	var succ int64
+	if items, err := blobstore.ListAll(ctx, c.in.store, KeyPrefix); err == nil {
+		succ = ParseListing(items).Above(c.term)
+	}
+	return c.in.fence(c.term, c.key, succ, reason)
+}
+
+func (c *Chain) opErr(op string, err error) error {
+	var fe *FencedError
+	if errors.As(err, &fe) {
+		return err
+	}
+	return &Error{Op: op, Shard: c.in.shard, Key: c.key, Term: c.term, Err: err}
+}
+
+func appendRecord(s []Record, r Record) []Record {
+	for _, x := range s {
+		if x == r {
+			return s
+		}
+	}
+	return append(s, r)
+}

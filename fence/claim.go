@@ -1,0 +1,324 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/shardfence/shardfence/blobstore"
+)
+
+// Instance is one allocation of one shard: the identity that claims terms
+// and writes fence keys. Once any of its chains is fenced the instance is
+// fenced for good: it cannot claim again, because its local state may lack
+// acknowledged writes of the successor. A new instance (after a restore)
+// must be created for a later grant.
+type Instance struct {
+	store         blobstore.Container
+	shard         string
+	allocation    string
+	node          string
+	clock         Clock
+	backoff       Backoff
+	sweepAttempts int
+
+	mu     sync.Mutex
+	fenced error
+	held   int64 // the highest term this instance claimed
+}
+
+// Option configures an Instance.
+type Option func(*Instance)
+
+// WithNode records where the owner runs, for operators reading a fence key.
+func WithNode(node string) Option { return func(in *Instance) { in.node = node } }
+
+// WithClock sets the steady clock used for backoff and sweep timestamps.
+func WithClock(c Clock) Option { return func(in *Instance) { in.clock = c } }
+
+// WithBackoff sets how requests without a definite answer are retried.
+func WithBackoff(b Backoff) Option { return func(in *Instance) { in.backoff = b } }
+
+// WithSweepAttempts bounds the delete-and-verify rounds of a claim.
+func WithSweepAttempts(n int) Option { return func(in *Instance) { in.sweepAttempts = n } }
+
+// NewInstance returns the fencing identity of allocation for shard on store
+// (a container already scoped to the shard's prefix).
+func NewInstance(store blobstore.Container, shard, allocation string, opts ...Option) (*Instance, error) {
+	in := &Instance{store: store, shard: shard, allocation: allocation, clock: SystemClock(), backoff: DefaultBackoff(), sweepAttempts: 5}
+	for _, o := range opts {
+		o(in)
+	}
+	for _, chk := range []error{ValidateID("shard", shard, false), ValidateID("allocation", allocation, false), ValidateID("node", in.node, true)} {
+		if chk != nil {
+			return nil, &Error{Op: "NewInstance", Shard: shard, Key: Dir, Err: chk}
+		}
+	}
+	if store == nil {
+		return nil, &Error{Op: "NewInstance", Shard: shard, Key: Dir, Err: fmt.Errorf("%w: nil store", ErrInvalidArgument)}
+	}
+	if in.sweepAttempts < 1 {
+		in.sweepAttempts = 1
+	}
+	return in, nil
+}
+
+// Claim is NewInstance followed by Instance.Claim.
+func Claim(ctx context.Context, store blobstore.Container, shard string, term int64, allocation string, opts ...Option) (*Chain, error) {
+	in, err := NewInstance(store, shard, allocation, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return in.Claim(ctx, term)
+}
+
+// Shard returns the shard id.
+func (in *Instance) Shard() string { return in.shard }
+
+// Allocation returns the allocation id.
+func (in *Instance) Allocation() string { return in.allocation }
+
+// Clock returns the instance's steady clock.
+func (in *Instance) Clock() Clock { return in.clock }
+
+// Store returns the container the instance writes to.
+func (in *Instance) Store() blobstore.Container { return in.store }
+
+// Fenced returns the fencing error once the instance is fenced, else nil.
+func (in *Instance) Fenced() error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.fenced
+}
+
+// errResend makes Retry send a write again after settling showed that it did
+// not land.
+var errResend = blobstore.Unavailable(errors.New("write did not take effect; sending it again"))
+
+// Claim takes term for this instance (protocol section 4, steps 1-4): LIST
+// for a higher term, create our key if absent, delete every lower-term key,
+// verify by LIST, re-read our key and LIST once more. It returns the chain
+// to write with, or a *FencedError (a higher term exists, or another
+// allocation holds this term), or an *Error that is retryable (store
+// trouble, a lower key that would not go away). Steps 5-7 (lease wait, seal,
+// restore) belong to the caller; Chain.SweptAt tells the lease wait where to
+// start.
+func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
+	key := Key(max(term, 1))
+	fail := func(err error) (*Chain, error) {
+		return nil, &Error{Op: "Claim", Shard: in.shard, Key: key, Term: term, Err: err}
+	}
+	if term < 1 {
+		return fail(fmt.Errorf("%w: term %d (terms start at 1)", ErrInvalidArgument, term))
+	}
+	in.mu.Lock()
+	fenced, held := in.fenced, in.held
+	in.mu.Unlock()
+	if fenced != nil {
+		return nil, fenced
+	}
+	if term < held {
+		return fail(fmt.Errorf("%w: term %d is below term %d this instance already claimed (a stale grant)", ErrInvalidArgument, term, held))
+	}
+
+	// Step 1: a higher term means our grant is stale.
+	l, err := in.list(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if h := l.Above(term); h > 0 {
+		return nil, in.fence(term, key, h, fmt.Sprintf("stale grant: term %d already claimed the shard", h))
+	}
+
+	// Step 2: create our key, settling AlreadyExists and lost responses on
+	// content.
+	attempted := Record{Shard: in.shard, Term: term, Allocation: in.allocation, Node: in.node}
+	body, err := attempted.Encode()
+	if err != nil {
+		return fail(err)
+	}
+	var held2 State
+	created := false
+	var verdictErr error
+	err = Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error {
+		tok, err := in.store.CreateIfAbsent(ctx, key, body)
+		if err == nil {
+			held2, created = State{Record: attempted, Token: tok}, true
+			return nil
+		}
+		if !errors.Is(err, blobstore.ErrAlreadyExists) && !blobstore.IsAmbiguous(err) && !isCtx(err) {
+			return err
+		}
+		obs, rerr := in.read(ctx, key)
+		if rerr != nil {
+			return rerr
+		}
+		v := SettleCreate(obs, attempted)
+		switch v.Action {
+		case Adopt:
+			held2, created = v.State, obs.Record == attempted
+			return nil
+		case Resend:
+			return errResend
+		default:
+			verdictErr = in.fence(term, key, 0, v.Reason)
+			return verdictErr
+		}
+	})
+	if verdictErr != nil {
+		return nil, verdictErr
+	}
+	if err != nil {
+		return fail(err)
+	}
+
+	// Step 3: delete every lower-term key and verify by LIST. Deletion is
+	// what fences the incumbent: its next CAS finds no key.
+	withdraw := func(reason string, succ int64) (*Chain, error) {
+		if created {
+			// Only a key we created: the successor's path is never ours
+			// to touch, and a restart's key is ours to give up too.
+			_ = Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error { return in.store.Delete(ctx, key) })
+		}
+		return nil, in.fence(term, key, succ, reason)
+	}
+	var swept []int64
+	for round := 1; ; round++ {
+		for _, t := range l.Below(term) {
+			lk := Key(t)
+			if err := Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error { return in.store.Delete(ctx, lk) }); err != nil {
+				return fail(err)
+			}
+			swept = appendUnique(swept, t)
+		}
+		if l, err = in.list(ctx); err != nil {
+			return fail(err)
+		}
+		st := CheckSweep(l, term)
+		if st.Higher > 0 {
+			return withdraw(fmt.Sprintf("term %d claimed the shard during this claim", st.Higher), st.Higher)
+		}
+		if st.OwnMissing {
+			return nil, in.fence(term, key, 0, "fence key deleted during the claim")
+		}
+		if len(st.Survivors) == 0 {
+			break
+		}
+		if round >= in.sweepAttempts {
+			return fail(fmt.Errorf("%w: keys of terms %v remain after %d delete rounds (the store acknowledged deletes it did not apply): %w", ErrSweepIncomplete, st.Survivors, round, blobstore.ErrUnavailable))
+		}
+		if err := Sleep(ctx, in.clock, in.backoff.Delay(round)); err != nil {
+			return fail(err)
+		}
+	}
+	sweptAt := in.clock.Now()
+
+	// Step 4: our key must be exactly what we hold, and no higher term
+	// may have appeared meanwhile.
+	obs, err := in.read(ctx, key)
+	if err != nil {
+		return fail(err)
+	}
+	if v := CheckOwn(obs, held2); v.Action == Fenced {
+		return nil, in.fence(term, key, 0, v.Reason)
+	}
+	if l, err = in.list(ctx); err != nil {
+		return fail(err)
+	}
+	if h := l.Above(term); h > 0 {
+		return withdraw(fmt.Sprintf("term %d claimed the shard during this claim", h), h)
+	}
+
+	in.mu.Lock()
+	if in.fenced != nil {
+		in.mu.Unlock()
+		return nil, in.fenced
+	}
+	in.held = max(in.held, term)
+	in.mu.Unlock()
+	return &Chain{in: in, term: term, key: key, created: created, sweptAt: sweptAt, predecessors: swept, state: held2}, nil
+}
+
+// Accept continues a chain handed over by a relocation source (section 6
+// step 3): the key of term must name this allocation as owner at token.
+func (in *Instance) Accept(ctx context.Context, term int64, token blobstore.Token) (*Chain, error) {
+	key := Key(max(term, 1))
+	if term < 1 {
+		return nil, &Error{Op: "Accept", Shard: in.shard, Key: key, Term: term, Err: fmt.Errorf("%w: term %d", ErrInvalidArgument, term)}
+	}
+	if err := in.Fenced(); err != nil {
+		return nil, err
+	}
+	obs, err := in.read(ctx, key)
+	if err != nil {
+		return nil, &Error{Op: "Accept", Shard: in.shard, Key: key, Term: term, Err: err}
+	}
+	switch {
+	case !obs.Found:
+		return nil, in.fence(term, key, 0, "fence key missing at handoff (a higher term claimed the shard)")
+	case obs.Record.Allocation != in.allocation || obs.Token != token:
+		return nil, in.fence(term, key, 0, fmt.Sprintf("fence key not handed to this allocation (owner %q, seq %d, token matches: %v)", obs.Record.Allocation, obs.Record.Seq, obs.Token == token))
+	}
+	in.mu.Lock()
+	in.held = max(in.held, term)
+	in.mu.Unlock()
+	return &Chain{in: in, term: term, key: key, sweptAt: in.clock.Now(), state: State{Record: obs.Record, Token: obs.Token}}, nil
+}
+
+// fence marks the instance fenced and returns the error every later call
+// gets.
+func (in *Instance) fence(term int64, key string, successor int64, reason string) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.fenced == nil {
+		in.fenced = &FencedError{Shard: in.shard, Key: key, Term: term, Allocation: in.allocation, Successor: successor, Reason: reason}
+	}
+	return in.fenced
+}
+
+func (in *Instance) list(ctx context.Context) (Listing, error) {
+	var items []blobstore.Attrs
+	err := Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error {
+		var err error
+		items, err = blobstore.ListAll(ctx, in.store, KeyPrefix)
+		return err
+	})
+	return ParseListing(items), err
+}
+
+// read returns what the key holds; a missing key is an observation, not an
+// error. A body that does not decode is a *BodyError and is not retried.
+func (in *Instance) read(ctx context.Context, key string) (Observation, error) {
+	var obs Observation
+	err := Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error {
+		o, err := in.store.Get(ctx, key)
+		if errors.Is(err, blobstore.ErrNotFound) {
+			obs = Observation{}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rec, err := DecodeRecord(in.shard, key, o.Body)
+		if err != nil {
+			return err
+		}
+		obs = Observation{Found: true, Record: rec, Token: o.Token}
+		return nil
+	})
+	return obs, err
+}
+
+func isCtx(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+func appendUnique(s []int64, v int64) []int64 {
+	for _, x := range s {
+		if x == v {
+			return s
+		}
+	}
+	return append(s, v)
+}

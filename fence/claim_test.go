@@ -1,0 +1,301 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/mem"
+)
+
+const shard = "idx/0"
+
+func opts(extra ...Option) []Option {
+	return append([]Option{WithClock(NewAutoClock()), WithBackoff(Backoff{Initial: time.Millisecond, Max: 8 * time.Millisecond, Attempts: 6})}, extra...)
+}
+
+func mustClaim(t *testing.T, store blobstore.Container, term int64, alloc string) *Chain {
+	t.Helper()
+	c, err := Claim(context.Background(), store, shard, term, alloc, opts()...)
+	if err != nil {
+		t.Fatalf("claim term %d by %s: %v", term, alloc, err)
+	}
+	return c
+}
+
+func readRecord(t *testing.T, store blobstore.Container, term int64) (Record, bool) {
+	t.Helper()
+	o, err := store.Get(context.Background(), Key(term))
+	if errors.Is(err, blobstore.ErrNotFound) {
+		return Record{}, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := DecodeRecord(shard, Key(term), o.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, true
+}
+
+func wantFenced(t *testing.T, err error, successor int64) {
+	t.Helper()
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("error %v, want ErrFenced", err)
+	}
+	got, _ := SuccessorTerm(err)
+	if got != successor {
+		t.Fatalf("successor term %d, want %d (error: %v)", got, successor, err)
+	}
+}
+
+func TestClaimCreatesKeyAndDeletesLowerTerms(t *testing.T) {
+	ctx := context.Background()
+	store := mem.New()
+	c1 := mustClaim(t, store, 1, "a1")
+	if _, err := c1.Advance(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	c3 := mustClaim(t, store, 3, "a3")
+	if !c3.Created() {
+		t.Fatal("a fresh claim must report that it created its key")
+	}
+	if got := c3.Predecessors(); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("predecessors %v, want [1]", got)
+	}
+	if _, ok := readRecord(t, store, 1); ok {
+		t.Fatal("term 1 key survived the claim of term 3")
+	}
+	r, ok := readRecord(t, store, 3)
+	if !ok || r != (Record{Shard: shard, Term: 3, Allocation: "a3"}) {
+		t.Fatalf("term 3 key holds %+v, %v", r, ok)
+	}
+}
+
+func TestHigherTermWinsAgainstActiveIncumbent(t *testing.T) {
+	ctx := context.Background()
+	store := mem.New()
+	old := mustClaim(t, store, 1, "old")
+	for g := int64(1); g <= 3; g++ {
+		if _, err := old.Advance(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	succ := mustClaim(t, store, 2, "new")
+	_, err := old.Advance(ctx, 4)
+	wantFenced(t, err, 2)
+	// Fenced is terminal: later calls fail the same way without a request.
+	_, err = old.Advance(ctx, 5)
+	wantFenced(t, err, 2)
+	// A fenced instance cannot claim another term, not even a higher one.
+	_, err = old.Instance().Claim(ctx, 3)
+	wantFenced(t, err, 2)
+	if _, ok := readRecord(t, store, 3); ok {
+		t.Fatal("a fenced instance wrote a fence key")
+	}
+	if _, err := succ.Advance(ctx, 4); err != nil {
+		t.Fatalf("successor: %v", err)
+	}
+}
+
+func TestStaleGrantCannotDisplaceSuccessor(t *testing.T) {
+	ctx := context.Background()
+	store := mem.New()
+	succ := mustClaim(t, store, 5, "new")
+	_, err := Claim(ctx, store, shard, 4, "stale", opts()...)
+	wantFenced(t, err, 5)
+	if _, ok := readRecord(t, store, 4); ok {
+		t.Fatal("the stale grant created its key")
+	}
+	if _, err := succ.Advance(ctx, 1); err != nil {
+		t.Fatalf("successor disturbed by a stale grant: %v", err)
+	}
+}
+
+func TestHigherTermAppearingDuringClaimWithdrawsOurKey(t *testing.T) {
+	ctx := context.Background()
+	fs := newFaultStore(mem.New())
+	var once sync.Once
+	// While term 2 verifies its sweep, term 3 claims.
+	fs.setHook(func(op, key string) fault {
+		if op == "List" {
+			if _, ok := readRecordRaw(fs, 2); ok {
+				once.Do(func() {
+					if _, err := Claim(ctx, fs.Container, shard, 3, "third", opts()...); err != nil {
+						t.Errorf("claim of term 3: %v", err)
+					}
+				})
+			}
+		}
+		return pass
+	})
+	_, err := Claim(ctx, fs, shard, 2, "second", opts()...)
+	wantFenced(t, err, 3)
+	if _, ok := readRecord(t, fs, 2); ok {
+		t.Fatal("term 2 did not withdraw the key it created")
+	}
+	if _, ok := readRecord(t, fs, 3); !ok {
+		t.Fatal("term 3's key is gone")
+	}
+}
+
+func readRecordRaw(c blobstore.Container, term int64) ([]byte, bool) {
+	o, err := c.Get(context.Background(), Key(term))
+	return o.Body, err == nil
+}
+
+func TestConcurrentClaimsOfOneTermAdmitOneOwner(t *testing.T) {
+	for round := range 30 {
+		store := mem.New()
+		var wg sync.WaitGroup
+		results := make([]error, 4)
+		for i := range results {
+			wg.Go(func() {
+				_, results[i] = Claim(context.Background(), store, shard, 7, fmt.Sprintf("a%d", i), opts()...)
+			})
+		}
+		wg.Wait()
+		owners := 0
+		for _, err := range results {
+			switch {
+			case err == nil:
+				owners++
+			case errors.Is(err, ErrFenced):
+			default:
+				t.Fatalf("round %d: unexpected error %v", round, err)
+			}
+		}
+		if owners != 1 {
+			t.Fatalf("round %d: %d owners of term 7, want exactly 1 (%v)", round, owners, results)
+		}
+	}
+}
+
+func TestRestartOfSameAllocationAdoptsItsChain(t *testing.T) {
+	ctx := context.Background()
+	store := mem.New()
+	c := mustClaim(t, store, 2, "a")
+	if _, err := c.Advance(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	again := mustClaim(t, store, 2, "a")
+	if again.Created() {
+		t.Fatal("a restart must not report that it created the key")
+	}
+	if st := again.State(); st.Record.Seq != 1 || st.Record.Gen != 10 {
+		t.Fatalf("restart adopted %+v, want seq 1 gen 10", st.Record)
+	}
+	if _, err := again.Advance(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSweepLeavingLowerKeyIsRetryable(t *testing.T) {
+	ctx := context.Background()
+	fs := newFaultStore(mem.New())
+	mustClaim(t, fs, 1, "old")
+	fs.setHook(func(op, key string) fault {
+		if op == "Delete" {
+			return dropDelete
+		}
+		return pass
+	})
+	_, err := Claim(ctx, fs, shard, 2, "new", opts()...)
+	if !errors.Is(err, ErrSweepIncomplete) || !blobstore.IsRetryable(err) || errors.Is(err, ErrFenced) {
+		t.Fatalf("error %v, want a retryable ErrSweepIncomplete that is not fencing", err)
+	}
+	var fe *Error
+	if !errors.As(err, &fe) || fe.Shard != shard || fe.Key != Key(2) {
+		t.Fatalf("error %v does not name the shard and key", err)
+	}
+	// Once deletes work again, the same allocation's claim goes through.
+	fs.setHook(nil)
+	c, err := Claim(ctx, fs, shard, 2, "new", opts()...)
+	if err != nil {
+		t.Fatalf("retried claim: %v", err)
+	}
+	if _, ok := readRecord(t, fs, 1); ok {
+		t.Fatal("term 1 key survived the retried claim")
+	}
+	if c.State().Record.Seq != 0 {
+		t.Fatalf("retried claim state %+v", c.State())
+	}
+}
+
+func TestClaimSettlesLostCreateAndRetriesStoreTrouble(t *testing.T) {
+	ctx := context.Background()
+	for name, f := range map[string]fault{"lost response": loseResp, "lost request": loseReq, "5xx": failBefore, "409": conflict} {
+		t.Run(name, func(t *testing.T) {
+			fs := newFaultStore(mem.New())
+			fs.setHook(nth("CreateIfAbsent", KeyPrefix, 1, f))
+			c, err := Claim(ctx, fs, shard, 1, "a", opts()...)
+			if err != nil {
+				t.Fatalf("claim: %v", err)
+			}
+			if st := c.State(); st.Record.Allocation != "a" || st.Token == "" {
+				t.Fatalf("state %+v", st)
+			}
+			if _, err := c.Advance(ctx, 1); err != nil {
+				t.Fatalf("advance after a settled create: %v", err)
+			}
+		})
+	}
+}
+
+func TestClaimGivesUpWithRetryableErrorWhenStoreStaysDown(t *testing.T) {
+	fs := newFaultStore(mem.New())
+	fs.setHook(func(op, key string) fault { return failBefore })
+	_, err := Claim(context.Background(), fs, shard, 1, "a", opts()...)
+	if !blobstore.IsRetryable(err) || errors.Is(err, ErrFenced) {
+		t.Fatalf("error %v, want retryable and not fenced", err)
+	}
+}
+
+func TestClaimRejectsBadArguments(t *testing.T) {
+	store := mem.New()
+	if _, err := Claim(context.Background(), store, shard, 0, "a", opts()...); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("term 0: %v", err)
+	}
+	if _, err := Claim(context.Background(), store, "s|x", 1, "a", opts()...); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("separator in shard: %v", err)
+	}
+	in, err := NewInstance(store, shard, "a", opts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Claim(context.Background(), 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Claim(context.Background(), 3); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("claiming below a held term: %v", err)
+	}
+}
+
+func TestForeignFenceBodyIsNotAFencingVerdict(t *testing.T) {
+	store := mem.New()
+	body, _ := Record{Shard: "other", Term: 1, Allocation: "x"}.Encode()
+	if _, err := store.Put(context.Background(), Key(1), body); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Claim(context.Background(), store, shard, 1, "a", opts()...)
+	if !errors.Is(err, ErrForeignShard) || errors.Is(err, ErrFenced) {
+		t.Fatalf("error %v, want ErrForeignShard and not fenced", err)
+	}
+}
+
+func TestSweptAtUsesTheInjectedClock(t *testing.T) {
+	clk := NewFakeClock()
+	clk.Advance(5 * time.Second)
+	c, err := Claim(context.Background(), mem.New(), shard, 1, "a", WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SweptAt() != int64(5*time.Second) {
+		t.Fatalf("SweptAt %d, want %d", c.SweptAt(), int64(5*time.Second))
+	}
+}
