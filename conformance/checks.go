@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -190,8 +191,10 @@ func checkCASIncrements(t T, c blobstore.Container) {
 	var mu sync.Mutex
 	wrote := map[int]int{} // value -> how many successful CAS wrote it
 	var wg sync.WaitGroup
+	start := make(chan struct{})
 	for w := range workers {
 		wg.Go(func() {
+			<-start
 			done := 0
 			for attempt := 0; done < increments; attempt++ {
 				if attempt == 2000 {
@@ -208,6 +211,9 @@ func checkCASIncrements(t T, c blobstore.Container) {
 					t.Errorf("worker %d: counter holds %s, not a number", w, describeBody(obj.Body))
 					return
 				}
+				// Yielding between read and write lets an in-process store
+				// interleave workers the way network latency does.
+				runtime.Gosched()
 				_, err = c.CompareAndSwap(ctx, key, obj.Token, []byte(strconv.Itoa(n+1)))
 				switch {
 				case err == nil:
@@ -223,6 +229,7 @@ func checkCASIncrements(t T, c blobstore.Container) {
 			}
 		})
 	}
+	close(start)
 	wg.Wait()
 	obj, err := c.Get(ctx, key)
 	mustOK(t, err, "Get of the counter")
