@@ -10,6 +10,10 @@ MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 VERSITYGW_VERSION := v1.8.0
 AZURITE_VERSION := 3.35.0
 STATICCHECK_VERSION := v0.8.2
+BUF_VERSION   := v1.75.0
+# protoc-gen-go and protoc-gen-connect-go follow the module versions in go.mod.
+PROTOC_GEN_GO_VERSION := v1.36.12
+CONNECT_GO_VERSION := v1.21.1
 # fake-gcs-server runs inside the test process; it is a Go module dependency.
 
 export SHARDFENCE_TOOLS_DIR := $(TOOLS_DIR)
@@ -39,8 +43,24 @@ lint: $(BIN_DIR)/staticcheck
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./blobstore/...
 
-tools: $(BIN_DIR)/staticcheck $(BIN_DIR)/minio $(BIN_DIR)/versitygw $(TOOLS_DIR)/node_modules/.bin/azurite-blob
+tools: $(BIN_DIR)/staticcheck $(BIN_DIR)/buf $(BIN_DIR)/protoc-gen-go $(BIN_DIR)/protoc-gen-connect-go $(BIN_DIR)/minio $(BIN_DIR)/versitygw $(TOOLS_DIR)/node_modules/.bin/azurite-blob
 	@$(GO) mod download
+
+# generate rewrites the committed protobuf and Connect code under api/.
+generate: $(BIN_DIR)/buf $(BIN_DIR)/protoc-gen-go $(BIN_DIR)/protoc-gen-connect-go
+	cd api && $(BIN_DIR)/buf lint && $(BIN_DIR)/buf generate
+
+$(BIN_DIR)/buf:
+	@mkdir -p $(BIN_DIR)
+	GOBIN=$(BIN_DIR) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+
+$(BIN_DIR)/protoc-gen-go:
+	@mkdir -p $(BIN_DIR)
+	GOBIN=$(BIN_DIR) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+
+$(BIN_DIR)/protoc-gen-connect-go:
+	@mkdir -p $(BIN_DIR)
+	GOBIN=$(BIN_DIR) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(CONNECT_GO_VERSION)
 
 $(BIN_DIR)/staticcheck:
 	@mkdir -p $(BIN_DIR)
