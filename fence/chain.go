@@ -301,3 +301,10 @@ func appendRecord(s []Record, r Record) []Record {
 	}
 	return append(s, r)
 }
+
+// Fence records a fencing verdict reached outside the chain, such as a
+// poison md found at the generation being written, and returns the
+// *FencedError every later call of the instance gets.
+func (c *Chain) Fence(successor int64, reason string) error {
+	return c.in.fence(c.term, c.key, successor, reason)
+}

@@ -1,0 +1,87 @@
+package translog
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore/faulty"
+	"github.com/shardfence/shardfence/fence"
+)
+
+func TestLeaseModeCASesOncePerLeaseAndAcksOnlyInsideIt(t *testing.T) {
+	clk := fence.NewFakeClock()
+	r := newRig(t, 1, Options{FencingMode: Lease, LeaseInterval: 10 * time.Second, Clock: clk})
+	cas := func() int64 { return r.store.Requests(faulty.CompareAndSwap) }
+	step := func(what string, advance time.Duration, wantCAS int64) {
+		t.Helper()
+		clk.Advance(advance)
+		r.mustAppend(what)
+		if got := cas(); got != wantCAS {
+			t.Fatalf("%s: %d CAS requests, want %d", what, got, wantCAS)
+		}
+	}
+	step("first sync: no lease yet", 0, 1)                     // lease from t=0
+	step("t=1s: inside the first half", time.Second, 1)        // acked on the lease
+	step("t=5s: half the lease gone, renew", 4*time.Second, 2) // lease from t=5s
+	step("t=8s: inside", 3*time.Second, 2)
+	if s := r.w.Stats(); s.LeaseSkips != 2 || s.Syncs != 4 {
+		t.Fatalf("stats %+v", s)
+	}
+
+	// t=9.9s needs no renewal, but the md create takes 6s: the lease (until
+	// t=15s) has run out when the md lands, so the ack waits for a CAS.
+	clk.Advance(1900 * time.Millisecond)
+	r.store.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
+		if q.Op == faulty.CreateIfAbsent {
+			clk.Advance(6 * time.Second)
+		}
+		return nil
+	}})
+	r.mustAppend("slow md")
+	r.store.SetHooks(faulty.Hooks{})
+	if got := cas(); got != 3 {
+		t.Fatalf("slow md: %d CAS requests, want 3", got)
+	} // lease from t=15.9s
+
+	// A successor claims. Inside our lease we still ack without a CAS:
+	// that is lease mode's window, which the successor covers by waiting
+	// lease+margin after its sweep before it reads the lineage.
+	succ, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor", fence.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	step("t=16s: successor claimed, still inside the lease", 100*time.Millisecond, 3)
+	if clk.Now() >= succ.SweptAt()+int64(10*time.Second) {
+		t.Fatal("test bug: the ack above must fall inside the successor's wait")
+	}
+	// Past half the lease the writer renews, and the renewal is fenced.
+	clk.Advance(5 * time.Second)
+	_, err = r.append("t=21s")
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("append after the lease: %v", err)
+	}
+	if s, _ := fence.SuccessorTerm(err); s != 2 {
+		t.Fatalf("successor %d (%v)", s, err)
+	}
+}
+
+func TestPerSyncModeFencesOnTheFirstSyncAfterTheClaim(t *testing.T) {
+	clk := fence.NewFakeClock()
+	r := newRig(t, 1, Options{Clock: clk})
+	for range 3 {
+		clk.Advance(time.Second)
+		r.mustAppend("x")
+	}
+	if got := r.store.Requests(faulty.CompareAndSwap); got != 3 {
+		t.Fatalf("%d CAS requests for 3 syncs", got)
+	}
+	if _, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor", fence.WithClock(clk)); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(100 * time.Millisecond)
+	if _, err := r.append("y"); !errors.Is(err, ErrFenced) {
+		t.Fatalf("append right after the claim: %v", err)
+	}
+}
