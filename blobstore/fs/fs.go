@@ -383,6 +383,12 @@ func (c *Container) CompareAndSwap(ctx context.Context, key string, expected blo
 	if expected == "" {
 		return "", c.fail(op, key, fmt.Errorf("%w: empty expected token", blobstore.ErrPreconditionFailed))
 	}
+	// A stale token fails here without paying for a durable write; a
+	// failed CAS may take effect at this read. The check is repeated under
+	// the lock.
+	if err := c.checkToken(p, expected); err != nil {
+		return "", c.fail(op, key, err)
+	}
 	// The temporary file is written before taking the lock, so the lock is
 	// held only for the check, the rename and the directory fsync.
 	t, tok, err := c.writeTemp(body)

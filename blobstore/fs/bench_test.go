@@ -1,0 +1,193 @@
+package fs
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// benchBody is the size of a fence or small md object.
+var benchBody = bytes.Repeat([]byte("0123456789abcdef"), 64) // 1 KiB
+
+// fsyncWrite is the floor for a durable write of the same bytes: rewrite one
+// existing file and fsync it, with no rename and no directory fsync.
+func fsyncWrite(b *testing.B, path string) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := f.Write(benchBody); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func benchContainer(b *testing.B) *Container {
+	c, err := Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// BenchmarkWrite1KiB: each durable operation of the driver beside the
+// fsynced-write floor, then the pieces a CAS is made of.
+func BenchmarkWrite1KiB(b *testing.B) {
+	b.Run("floor-fsync-write", func(b *testing.B) {
+		path := filepath.Join(b.TempDir(), "floor")
+		for b.Loop() {
+			fsyncWrite(b, path)
+		}
+	})
+	b.Run("CreateIfAbsent", func(b *testing.B) {
+		c := benchContainer(b)
+		i := 0
+		for b.Loop() {
+			if _, err := c.CreateIfAbsent(b.Context(), fmt.Sprintf("translog/md__%019d", i), benchBody); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("CompareAndSwap", func(b *testing.B) {
+		c := benchContainer(b)
+		tok, err := c.CreateIfAbsent(b.Context(), "fence/fence__1", benchBody)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if tok, err = c.CompareAndSwap(b.Context(), "fence/fence__1", tok, benchBody); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Put", func(b *testing.B) {
+		c := benchContainer(b)
+		for b.Loop() {
+			if _, err := c.Put(b.Context(), "data/1.tlog", benchBody); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Get", func(b *testing.B) {
+		c := benchContainer(b)
+		if _, err := c.Put(b.Context(), "fence/fence__1", benchBody); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, err := c.Get(b.Context(), "fence/fence__1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// The parts of a CAS, to show where its time goes.
+	b.Run("part-temp-write-fdatasync", func(b *testing.B) {
+		c := benchContainer(b)
+		for b.Loop() {
+			t, _, err := c.writeTemp(benchBody)
+			if err != nil {
+				b.Fatal(err)
+			}
+			t.discard()
+		}
+	})
+	b.Run("part-rename-dir-fsync", func(b *testing.B) {
+		dir := b.TempDir()
+		a, z := filepath.Join(dir, "a"), filepath.Join(dir, "z")
+		if err := os.WriteFile(a, benchBody, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if err := os.Rename(a, z); err != nil {
+				b.Fatal(err)
+			}
+			if err := syncDir(dir); err != nil {
+				b.Fatal(err)
+			}
+			a, z = z, a
+		}
+	})
+	b.Run("part-rename-over-dir-fsync", func(b *testing.B) {
+		dir := b.TempDir()
+		a, z := filepath.Join(dir, "a"), filepath.Join(dir, "z")
+		if err := os.WriteFile(z, benchBody, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if err := os.WriteFile(a, benchBody, 0o644); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			f, err := os.Open(a)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			f.Close()
+			b.StartTimer()
+			if err := os.Rename(a, z); err != nil {
+				b.Fatal(err)
+			}
+			if err := syncDir(dir); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("part-key-lock", func(b *testing.B) {
+		c := benchContainer(b)
+		for b.Loop() {
+			unlock, err := c.lockKey(b.Context(), "fence/fence__1")
+			if err != nil {
+				b.Fatal(err)
+			}
+			unlock(false)
+		}
+	})
+}
+
+// BenchmarkRatioToFsyncWrite alternates the floor write with a CAS and a
+// create in every iteration, so all three see the same disk state, and
+// reports each one's cost relative to the floor.
+func BenchmarkRatioToFsyncWrite(b *testing.B) {
+	c := benchContainer(b)
+	floorPath := filepath.Join(b.TempDir(), "floor")
+	tok, err := c.CreateIfAbsent(b.Context(), "fence/fence__1", benchBody)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var floor, cas, create time.Duration
+	i := 0
+	for b.Loop() {
+		t0 := time.Now()
+		fsyncWrite(b, floorPath)
+		t1 := time.Now()
+		if tok, err = c.CompareAndSwap(b.Context(), "fence/fence__1", tok, benchBody); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		if _, err := c.CreateIfAbsent(b.Context(), fmt.Sprintf("translog/md__%019d", i), benchBody); err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		floor += t1.Sub(t0)
+		cas += t2.Sub(t1)
+		create += t3.Sub(t2)
+		i++
+	}
+	n := float64(i)
+	b.ReportMetric(float64(floor.Nanoseconds())/n, "floor-ns/op")
+	b.ReportMetric(float64(cas.Nanoseconds())/n, "cas-ns/op")
+	b.ReportMetric(float64(create.Nanoseconds())/n, "create-ns/op")
+	b.ReportMetric(float64(cas)/float64(floor), "cas/floor")
+	b.ReportMetric(float64(create)/float64(floor), "create/floor")
+}
