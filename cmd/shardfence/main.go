@@ -24,6 +24,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"conformance", conformanceSummary, runConformance},
 	}
 }
 
