@@ -24,6 +24,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"bench", benchSummary, runBench},
 		{"conformance", conformanceSummary, runConformance},
 	}
 }

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/shardfence/shardfence/translog/tlbench"
+)
+
+const benchTranslogSummary = "fenced translog: ack latency, throughput and requests per sync by ack order"
+
+func runBenchTranslog(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench translog", stderr)
+	latency := fs.Duration("latency", 10*time.Millisecond, "delay added to every store request (one injected round trip)")
+	appenders := fs.Int("appenders", 64, "concurrent appenders, each in a closed loop")
+	opSize := fs.Int("op-size", 1024, "bytes per op (one op per append)")
+	duration := fs.Duration("duration", 5*time.Second, "run time per mode")
+	modes := fs.String("modes", "concurrent,sequenced,unfenced", "comma-separated modes: concurrent, sequenced, unfenced, lease")
+	seed := fs.Uint64("seed", 1, "seed of the fault injector")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	var run []tlbench.Mode
+	for _, name := range strings.Split(*modes, ",") {
+		m, ok := tlbench.ModeByName(strings.TrimSpace(name))
+		if !ok {
+			return fmt.Errorf("%w: unknown mode %q (want concurrent, sequenced, unfenced or lease)", errUsage, name)
+		}
+		run = append(run, m)
+	}
+	cfg := tlbench.Config{Latency: *latency, Appenders: *appenders, OpSize: *opSize, Duration: *duration, Seed: *seed}
+	var results []tlbench.Result
+	for _, m := range run {
+		fmt.Fprintf(stderr, "running %s for %v...\n", m.Name, cfg.Duration)
+		r, err := tlbench.Run(ctx, cfg, m)
+		if err != nil {
+			return fmt.Errorf("bench translog %s: %w", m.Name, err)
+		}
+		results = append(results, r)
+	}
+	tlbench.WriteTable(stdout, cfg, results)
+	writeTranslogTargets(stdout, cfg, results)
+	return nil
+}
+
+// writeTranslogTargets checks the results against the design targets: the
+// concurrent order acks in about one round trip, fencing costs at most 10%
+// of the unfenced throughput, and an inline sync is two PUTs.
+func writeTranslogTargets(out io.Writer, cfg tlbench.Config, rs []tlbench.Result) {
+	by := map[string]tlbench.Result{}
+	for _, r := range rs {
+		by[r.Mode] = r
+	}
+	c, okC := by["concurrent"]
+	u, okU := by["unfenced"]
+	if !okC {
+		return
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "MISSED"
+	}
+	fmt.Fprintln(out)
+	if cfg.Latency > 0 {
+		x := float64(c.P50) / float64(cfg.Latency)
+		fmt.Fprintf(out, "target concurrent ack p50 <= 1.3 round trips: %.2f (%s)\n", x, verdict(x <= 1.3))
+	}
+	if okU && u.OpsPerSec > 0 {
+		x := c.OpsPerSec / u.OpsPerSec
+		fmt.Fprintf(out, "target fenced throughput >= 0.9x unfenced: %.2fx (%s)\n", x, verdict(x >= 0.9))
+	}
+	fmt.Fprintf(out, "target 2 PUTs per inline sync: %.2f (%s)\n", c.WritesPerSync(), verdict(c.WritesPerSync() <= 2.0))
+}
