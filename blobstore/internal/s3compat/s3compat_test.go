@@ -1,0 +1,140 @@
+package s3compat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/shardfence/shardfence/blobstore"
+)
+
+func TestMap(t *testing.T) {
+	sdkErr := errors.New("sdk error")
+	cases := []struct {
+		name string
+		op   Op
+		a    Answer
+		want error // the sentinel errors.Is must match
+		not  []error
+	}{
+		{"create on existing key", Create, Answer{412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold"}, blobstore.ErrAlreadyExists, []error{blobstore.ErrPreconditionFailed}},
+		{"stale CAS", CAS, Answer{412, "PreconditionFailed", ""}, blobstore.ErrPreconditionFailed, []error{blobstore.ErrAlreadyExists}},
+		{"CAS on missing key", CAS, Answer{404, "NoSuchKey", "The specified key does not exist."}, blobstore.ErrPreconditionFailed, []error{blobstore.ErrNotFound}},
+		{"stale conditional delete", DeleteIf, Answer{412, "PreconditionFailed", ""}, blobstore.ErrPreconditionFailed, nil},
+		{"conditional delete of missing key", DeleteIf, Answer{404, "NoSuchKey", ""}, blobstore.ErrPreconditionFailed, nil},
+		{"get missing", Read, Answer{404, "NoSuchKey", ""}, blobstore.ErrNotFound, nil},
+		{"head missing (no code body)", Read, Answer{404, "NotFound", ""}, blobstore.ErrNotFound, nil},
+		{"missing bucket is not a missing object", Read, Answer{404, "NoSuchBucket", ""}, ErrNoBucket, []error{blobstore.ErrNotFound, blobstore.ErrPreconditionFailed}},
+		{"missing bucket on CAS", CAS, Answer{404, "NoSuchBucket", ""}, ErrNoBucket, []error{blobstore.ErrPreconditionFailed}},
+		{"409 conditional conflict on CAS", CAS, Answer{409, "ConditionalRequestConflict", "A conflicting conditional operation is currently in progress"}, blobstore.ErrConflict, []error{blobstore.ErrPreconditionFailed, blobstore.ErrAlreadyExists, blobstore.ErrAmbiguous}},
+		{"409 conditional conflict on create", Create, Answer{409, "ConditionalRequestConflict", ""}, blobstore.ErrConflict, []error{blobstore.ErrAlreadyExists}},
+		{"503 on a conditional write is ambiguous", CAS, Answer{503, "ServiceUnavailable", ""}, blobstore.ErrAmbiguous, []error{blobstore.ErrPreconditionFailed, blobstore.ErrUnavailable}},
+		{"500 on create is ambiguous", Create, Answer{500, "InternalError", ""}, blobstore.ErrAmbiguous, nil},
+		{"503 SlowDown on a write is ambiguous", Write, Answer{503, "SlowDown", ""}, blobstore.ErrAmbiguous, nil},
+		{"503 SlowDown on a read is unavailable", Read, Answer{503, "SlowDown", ""}, blobstore.ErrUnavailable, []error{blobstore.ErrAmbiguous}},
+		{"429 is unavailable", CAS, Answer{429, "TooManyRequests", ""}, blobstore.ErrUnavailable, []error{blobstore.ErrAmbiguous}},
+		{"500 on a read is unavailable", Read, Answer{500, "InternalError", ""}, blobstore.ErrUnavailable, nil},
+		{"S3 RequestTimeout never wrote", Create, Answer{400, "RequestTimeout", ""}, blobstore.ErrUnavailable, []error{blobstore.ErrAmbiguous}},
+		{"403 access denied", Read, Answer{403, "AccessDenied", "Access Denied."}, ErrAccessDenied, []error{blobstore.ErrUnavailable}},
+		{"403 bad signature on write", CAS, Answer{403, "SignatureDoesNotMatch", ""}, ErrAccessDenied, []error{blobstore.ErrAmbiguous}},
+		{"501 conditional header not implemented", Create, Answer{501, "NotImplemented", "A header you provided implies functionality that is not implemented"}, blobstore.ErrUnsupported, nil},
+		{"key too long", Write, Answer{400, "KeyTooLongError", ""}, blobstore.ErrInvalidKey, nil},
+		{"entity too large", CAS, Answer{400, "EntityTooLarge", ""}, blobstore.ErrTooLarge, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Map(tc.op, "bkt", "the hint", tc.a, sdkErr)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Map(%v, %+v) = %v; want errors.Is %v", tc.op, tc.a, err, tc.want)
+			}
+			for _, n := range tc.not {
+				if errors.Is(err, n) {
+					t.Errorf("Map(%v, %+v) = %v; must not match %v", tc.op, tc.a, err, n)
+				}
+			}
+			if tc.a.Code != "" && !strings.Contains(err.Error(), tc.a.Code) {
+				t.Errorf("message %q does not name the store's code %s", err, tc.a.Code)
+			}
+		})
+	}
+}
+
+// A definite refusal must not be retryable and an ambiguous write must be,
+// or a caller would loop on bad credentials or give up on a settled write.
+func TestMapRetryClasses(t *testing.T) {
+	cause := errors.New("x")
+	if err := Map(Read, "b", "h", Answer{403, "AccessDenied", ""}, cause); blobstore.IsRetryable(err) {
+		t.Errorf("403 is retryable: %v", err)
+	}
+	if err := Map(Read, "b", "h", Answer{404, "NoSuchBucket", ""}, cause); blobstore.IsRetryable(err) || blobstore.IsDefinite(err) {
+		t.Errorf("NoSuchBucket is retryable or a definite object answer: %v", err)
+	}
+	if err := Map(Read, "b", "h", Answer{400, "InvalidArgument", ""}, cause); blobstore.IsRetryable(err) {
+		t.Errorf("400 InvalidArgument is retryable: %v", err)
+	}
+	if err := Map(CAS, "b", "h", Answer{409, "ConditionalRequestConflict", ""}, cause); !blobstore.IsRetryable(err) || blobstore.IsDefinite(err) {
+		t.Errorf("409 is not retryable or is definite: %v", err)
+	}
+	if err := Map(CAS, "b", "h", Answer{503, "", ""}, cause); !blobstore.IsAmbiguous(err) || !errors.Is(err, cause) {
+		t.Errorf("503 on CAS is not ambiguous or lost its cause: %v", err)
+	}
+	if err := Map(Read, "b", "h", Answer{403, "AccessDenied", ""}, cause); !strings.Contains(err.Error(), "h") {
+		t.Errorf("access denied does not carry the credential hint: %v", err)
+	}
+}
+
+func TestMapTransport(t *testing.T) {
+	dial := fmt.Errorf("send request: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+	reset := fmt.Errorf("send request: %w", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET})
+	cases := []struct {
+		name string
+		op   Op
+		err  error
+		want error
+		not  error
+	}{
+		{"refused connection never sent a write", CAS, dial, blobstore.ErrUnavailable, blobstore.ErrAmbiguous},
+		{"reset after sending a write", CAS, reset, blobstore.ErrAmbiguous, blobstore.ErrUnavailable},
+		{"reset on an unconditional write", Write, reset, blobstore.ErrAmbiguous, nil},
+		{"reset on a read", Read, reset, blobstore.ErrUnavailable, blobstore.ErrAmbiguous},
+		{"deadline during a create", Create, fmt.Errorf("op: %w", context.DeadlineExceeded), blobstore.ErrAmbiguous, nil},
+		{"cancel during a read", Read, fmt.Errorf("op: %w", context.Canceled), context.Canceled, blobstore.ErrUnavailable},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Map(tc.op, "b", "h", Answer{}, tc.err)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v; want errors.Is %v", err, tc.want)
+			}
+			if tc.not != nil && errors.Is(err, tc.not) {
+				t.Errorf("got %v; must not match %v", err, tc.not)
+			}
+		})
+	}
+}
+
+func TestToken(t *testing.T) {
+	for in, want := range map[string]blobstore.Token{
+		"":                                   "",
+		"d41d8cd98f00b204e9800998ecf8427e":   `"d41d8cd98f00b204e9800998ecf8427e"`,
+		`"d41d8cd98f00b204e9800998ecf8427e"`: `"d41d8cd98f00b204e9800998ecf8427e"`,
+		`W/"abc"`:                            `W/"abc"`,
+	} {
+		if got := Token(in); got != want {
+			t.Errorf("Token(%q) = %q; want %q", in, got, want)
+		}
+	}
+}
+
+func TestMaxObjectKey(t *testing.T) {
+	if err := MaxObjectKey(strings.Repeat("k", blobstore.MaxKeyLen)); err != nil {
+		t.Errorf("a %d-byte key was refused: %v", blobstore.MaxKeyLen, err)
+	}
+	if err := MaxObjectKey(strings.Repeat("k", blobstore.MaxKeyLen+1)); !errors.Is(err, blobstore.ErrInvalidKey) {
+		t.Errorf("a %d-byte key: %v; want ErrInvalidKey", blobstore.MaxKeyLen+1, err)
+	}
+}

@@ -1,0 +1,386 @@
+// Package s3 is the blobstore driver for Amazon S3 and S3-compatible stores
+// (MinIO, versitygw, and others that implement conditional PUTs).
+//
+// URL form:
+//
+//	s3://bucket[/prefix][?region=R][&endpoint=URL][&path_style=true|false]
+//	   [&conditional_delete=true][&access_key=K&secret_key=S]
+//
+// Credentials come from the AWS SDK's standard chain (AWS_ACCESS_KEY_ID and
+// AWS_SECRET_ACCESS_KEY, shared profiles, web identity, instance roles) unless
+// access_key and secret_key are given in the URL, which is meant for local
+// emulators. They never appear in String() or in errors. endpoint points the
+// client at a non-AWS store; path_style defaults to true when endpoint is
+// set, since most such stores do not serve virtual-hosted buckets.
+//
+// Conditional writes are single PUTs: CreateIfAbsent sends If-None-Match: *,
+// CompareAndSwap sends If-Match with the expected ETag. A token is the ETag
+// exactly as the store returns it, quotes included.
+//
+// Retries. An SDK retry of a conditional PUT whose response was lost can
+// meet the driver's own earlier write and come back 412, which would turn a
+// success into a definite "someone else won". So conditional operations
+// (CreateIfAbsent, CompareAndSwap, DeleteIfMatch) are sent exactly once, and
+// a timeout, a transport error after the request may have left, a 5xx, or a
+// cancelled context while the request was in flight is reported as
+// blobstore.ErrAmbiguous; the caller settles it by reading the key. Reads,
+// unconditional Puts and Deletes keep the SDK's standard retries, which are
+// harmless for them; an unconditional write that still fails with a 5xx or a
+// transport error is ambiguous as well. Definite answers map to the typed
+// errors: 412 is ErrAlreadyExists for a create and ErrPreconditionFailed
+// otherwise, a 404 answering If-Match is ErrPreconditionFailed, and 409
+// (ConditionalRequestConflict) is the retryable ErrConflict.
+//
+// Conditional delete. AWS S3 and versitygw enforce If-Match on DELETE; MinIO
+// accepts the header and deletes anyway. ConditionalDelete is therefore
+// advertised only when the URL says conditional_delete=true, which an
+// operator sets only for a store known to enforce it (the conformance suite
+// proves it).
+package s3
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/internal/s3compat"
+)
+
+// MaxSinglePut is the largest object S3 accepts in one PUT (5 GiB).
+const MaxSinglePut = s3compat.MaxSinglePut
+
+func init() {
+	blobstore.Register("s3", func(ctx context.Context, u *url.URL) (blobstore.Container, error) {
+		cfg, err := ParseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		return New(ctx, cfg)
+	})
+}
+
+// Config opens a container without a URL.
+type Config struct {
+	Bucket string
+	// Prefix is prepended to every key; it must be a valid key or empty.
+	Prefix string
+	// Region defaults to the SDK's configured region, else us-east-1.
+	Region string
+	// Endpoint is the base URL of a non-AWS store, e.g. http://127.0.0.1:9000.
+	Endpoint string
+	// PathStyle addresses the bucket in the path instead of the host name.
+	PathStyle bool
+	// AccessKey and SecretKey override the SDK's credential chain; both or
+	// neither.
+	AccessKey, SecretKey string
+	// ConditionalDelete advertises DeleteIfMatch; set it only for stores
+	// that enforce If-Match on DELETE.
+	ConditionalDelete bool
+}
+
+// ParseURL reads a Config from an s3:// URL.
+func ParseURL(u *url.URL) (Config, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w %q: %s", blobstore.ErrBadURL, blobstore.RedactURL(u), fmt.Sprintf(format, a...))
+	}
+	if u.Host == "" {
+		return Config{}, bad("no bucket; want s3://bucket[/prefix]")
+	}
+	if u.User != nil {
+		return Config{}, bad("credentials in the host part are not read; use access_key and secret_key options or the AWS credential chain")
+	}
+	cfg := Config{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/")}
+	pathStyleSet := false
+	for k, vs := range u.Query() {
+		v := vs[len(vs)-1]
+		switch k {
+		case "region":
+			cfg.Region = v
+		case "endpoint":
+			cfg.Endpoint = v
+		case "path_style":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return Config{}, bad("path_style=%q is not true or false", v)
+			}
+			cfg.PathStyle, pathStyleSet = b, true
+		case "conditional_delete":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return Config{}, bad("conditional_delete=%q is not true or false", v)
+			}
+			cfg.ConditionalDelete = b
+		case "access_key":
+			cfg.AccessKey = v
+		case "secret_key":
+			cfg.SecretKey = v
+		default:
+			return Config{}, bad("unknown option %q (known: region, endpoint, path_style, conditional_delete, access_key, secret_key)", k)
+		}
+	}
+	if !pathStyleSet && cfg.Endpoint != "" {
+		cfg.PathStyle = true
+	}
+	return cfg, nil
+}
+
+// Container is one bucket and prefix of an S3-compatible store.
+type Container struct {
+	client *s3.Client
+	bucket string
+	prefix string // "" or ends in '/'
+	name   string
+	caps   blobstore.Capabilities
+}
+
+var _ blobstore.Container = (*Container)(nil)
+
+// New opens a container. It sends no request: a wrong bucket or wrong
+// credentials show on the first operation (run `shardfence conformance` to
+// check a store before use).
+func New(ctx context.Context, cfg Config) (*Container, error) {
+	name := "s3://" + cfg.Bucket + "/" + cfg.Prefix
+	if cfg.Endpoint != "" {
+		name += " (endpoint " + blobstore.Redact(cfg.Endpoint) + ")"
+	}
+	if cfg.Bucket == "" {
+		return nil, fmt.Errorf("%w: s3 container needs a bucket", blobstore.ErrBadURL)
+	}
+	prefix := strings.Trim(cfg.Prefix, "/")
+	if prefix != "" {
+		if err := blobstore.ValidateKey(prefix); err != nil {
+			return nil, fmt.Errorf("%w %s: prefix: %v", blobstore.ErrBadURL, name, err)
+		}
+		prefix += "/"
+	}
+	if (cfg.AccessKey == "") != (cfg.SecretKey == "") {
+		return nil, fmt.Errorf("%w %s: give both access_key and secret_key, or neither to use the AWS credential chain", blobstore.ErrBadURL, name)
+	}
+	var loadOpts []func(*config.LoadOptions) error
+	if cfg.Region != "" {
+		loadOpts = append(loadOpts, config.WithRegion(cfg.Region))
+	}
+	if cfg.AccessKey != "" {
+		loadOpts = append(loadOpts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(cfg.AccessKey, cfg.SecretKey, "")))
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("s3 container %s: loading AWS configuration: %w", name, err)
+	}
+	if awsCfg.Region == "" {
+		// Custom endpoints ignore the region but the signer needs one.
+		awsCfg.Region = "us-east-1"
+	}
+	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
+		if cfg.Endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.Endpoint)
+		}
+		o.UsePathStyle = cfg.PathStyle
+	})
+	return &Container{
+		client: client,
+		bucket: cfg.Bucket,
+		prefix: prefix,
+		name:   name,
+		caps: blobstore.Capabilities{
+			ConditionalCreate:  true,
+			ConditionalUpdate:  true,
+			ConditionalDelete:  cfg.ConditionalDelete,
+			MaxConditionalBody: MaxSinglePut,
+		},
+	}, nil
+}
+
+func (c *Container) String() string                       { return c.name }
+func (c *Container) Capabilities() blobstore.Capabilities { return c.caps }
+
+// Close releases nothing: the SDK's HTTP client holds only idle connections.
+func (c *Container) Close() error { return nil }
+
+// once sends a conditional request exactly once (see the package doc).
+func once(o *s3.Options) { o.RetryMaxAttempts = 1 }
+
+// objectKey validates key and returns the store key. A context that is
+// already done fails here, before anything is sent, so a write cut off this
+// early is a definite failure rather than an ambiguous one.
+func (c *Container) objectKey(ctx context.Context, op, key string) (string, error) {
+	if err := blobstore.ValidateKey(key); err != nil {
+		return "", blobstore.Wrap(op, c.name, key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return "", blobstore.Wrap(op, c.name, key, err)
+	}
+	full := c.prefix + key
+	if err := s3compat.MaxObjectKey(full); err != nil {
+		return "", blobstore.Wrap(op, c.name, key, err)
+	}
+	return full, nil
+}
+
+func (c *Container) fail(op, key string, kind s3compat.Op, err error) error {
+	return blobstore.Wrap(op, c.name, key, mapError(kind, c.bucket, err))
+}
+
+func token(etag *string) blobstore.Token { return s3compat.Token(aws.ToString(etag)) }
+
+func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, error) {
+	k, err := c.objectKey(ctx, "Get", key)
+	if err != nil {
+		return blobstore.Object{}, err
+	}
+	out, err := c.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &c.bucket, Key: &k})
+	if err != nil {
+		return blobstore.Object{}, c.fail("Get", key, s3compat.Read, err)
+	}
+	defer out.Body.Close()
+	var buf bytes.Buffer
+	if out.ContentLength != nil && *out.ContentLength > 0 && *out.ContentLength < 1<<30 {
+		buf.Grow(int(*out.ContentLength))
+	}
+	if _, err := io.Copy(&buf, out.Body); err != nil {
+		return blobstore.Object{}, c.fail("Get", key, s3compat.Read, err)
+	}
+	return blobstore.Object{Key: key, Body: buf.Bytes(), Token: token(out.ETag)}, nil
+}
+
+func (c *Container) Stat(ctx context.Context, key string) (blobstore.Attrs, error) {
+	k, err := c.objectKey(ctx, "Stat", key)
+	if err != nil {
+		return blobstore.Attrs{}, err
+	}
+	out, err := c.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &c.bucket, Key: &k})
+	if err != nil {
+		return blobstore.Attrs{}, c.fail("Stat", key, s3compat.Read, err)
+	}
+	return blobstore.Attrs{Key: key, Size: aws.ToInt64(out.ContentLength), Token: token(out.ETag)}, nil
+}
+
+func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
+	return c.put(ctx, "Put", key, body, s3compat.Write, nil)
+}
+
+func (c *Container) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
+	return c.put(ctx, "CreateIfAbsent", key, body, s3compat.Create, func(in *s3.PutObjectInput) {
+		in.IfNoneMatch = aws.String("*")
+	})
+}
+
+func (c *Container) CompareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
+	if expected == "" {
+		// An empty If-Match is not sent at all, which would make this an
+		// unconditional write.
+		return "", blobstore.Wrap("CompareAndSwap", c.name, key, fmt.Errorf("%w: empty expected token", blobstore.ErrPreconditionFailed))
+	}
+	return c.put(ctx, "CompareAndSwap", key, body, s3compat.CAS, func(in *s3.PutObjectInput) {
+		in.IfMatch = aws.String(string(expected))
+	})
+}
+
+func (c *Container) put(ctx context.Context, op, key string, body []byte, kind s3compat.Op, cond func(*s3.PutObjectInput)) (blobstore.Token, error) {
+	k, err := c.objectKey(ctx, op, key)
+	if err != nil {
+		return "", err
+	}
+	var optFns []func(*s3.Options)
+	if cond != nil {
+		if err := blobstore.CheckConditionalBody(op, c.name, key, len(body), c.caps); err != nil {
+			return "", err
+		}
+		optFns = append(optFns, once)
+	} else if len(body) > MaxSinglePut {
+		return "", blobstore.Wrap(op, c.name, key, fmt.Errorf("%w: %d bytes exceed the %d-byte limit of one S3 PUT", blobstore.ErrTooLarge, len(body), MaxSinglePut))
+	}
+	in := &s3.PutObjectInput{
+		Bucket:        &c.bucket,
+		Key:           &k,
+		Body:          bytes.NewReader(body),
+		ContentLength: aws.Int64(int64(len(body))),
+	}
+	if cond != nil {
+		cond(in)
+	}
+	out, err := c.client.PutObject(ctx, in, optFns...)
+	if err != nil {
+		return "", c.fail(op, key, kind, err)
+	}
+	t := token(out.ETag)
+	if t == "" {
+		// The write took effect but its version is unknown; only a read
+		// can tell whether what is stored now is ours.
+		return "", blobstore.Wrap(op, c.name, key, blobstore.Ambiguous(errors.New("store answered the PUT without an ETag")))
+	}
+	return t, nil
+}
+
+func (c *Container) Delete(ctx context.Context, key string) error {
+	k, err := c.objectKey(ctx, "Delete", key)
+	if err != nil {
+		return err
+	}
+	if _, err := c.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &c.bucket, Key: &k}); err != nil {
+		if isNotFound(err) {
+			return nil
+		}
+		return c.fail("Delete", key, s3compat.Write, err)
+	}
+	return nil
+}
+
+func (c *Container) DeleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
+	k, err := c.objectKey(ctx, "DeleteIfMatch", key)
+	if err != nil {
+		return err
+	}
+	if !c.caps.ConditionalDelete {
+		return blobstore.Wrap("DeleteIfMatch", c.name, key, fmt.Errorf("%w: conditional delete is off for this store (set conditional_delete=true only for stores that enforce If-Match on DELETE)", blobstore.ErrUnsupported))
+	}
+	if expected == "" {
+		return blobstore.Wrap("DeleteIfMatch", c.name, key, fmt.Errorf("%w: empty expected token", blobstore.ErrPreconditionFailed))
+	}
+	_, err = c.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &c.bucket, Key: &k, IfMatch: aws.String(string(expected))}, once)
+	if err != nil {
+		return c.fail("DeleteIfMatch", key, s3compat.DeleteIf, err)
+	}
+	return nil
+}
+
+func (c *Container) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
+	if err := blobstore.ValidatePrefix(prefix); err != nil {
+		return blobstore.ListPage{}, blobstore.Wrap("List", c.name, prefix, err)
+	}
+	if limit <= 0 || limit > blobstore.DefaultListLimit {
+		limit = blobstore.DefaultListLimit
+	}
+	in := &s3.ListObjectsV2Input{
+		Bucket:  &c.bucket,
+		Prefix:  aws.String(c.prefix + prefix),
+		MaxKeys: aws.Int32(int32(limit)),
+	}
+	if startAfter != "" {
+		in.StartAfter = aws.String(c.prefix + startAfter)
+	}
+	out, err := c.client.ListObjectsV2(ctx, in)
+	if err != nil {
+		return blobstore.ListPage{}, c.fail("List", prefix, s3compat.Read, err)
+	}
+	page := blobstore.ListPage{More: aws.ToBool(out.IsTruncated)}
+	for _, o := range out.Contents {
+		k := aws.ToString(o.Key)
+		if !strings.HasPrefix(k, c.prefix) {
+			continue
+		}
+		page.Items = append(page.Items, blobstore.Attrs{Key: k[len(c.prefix):], Size: aws.ToInt64(o.Size), Token: token(o.ETag)})
+	}
+	return page, nil
+}
