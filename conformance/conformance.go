@@ -212,7 +212,18 @@ func runOne(ctx context.Context, c blobstore.Container, prefix string, ch Check,
 		}()
 		ch.run(rt, sc)
 	}()
-	<-done
+	select {
+	case <-done:
+	case <-ctx.Done():
+		// A driver that ignores its context would hang the run; give the
+		// check a moment to notice, then abandon it and report why.
+		grace := min(10*time.Second, timeout)
+		select {
+		case <-done:
+		case <-time.After(grace):
+			rt.Errorf("did not return within %s of its context ending (%v); a call ignores cancellation, check abandoned", grace, context.Cause(ctx))
+		}
+	}
 	res.Duration = time.Since(start)
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer ccancel()

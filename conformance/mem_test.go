@@ -229,3 +229,26 @@ func TestSuiteHasTeeth(t *testing.T) {
 		})
 	}
 }
+
+// hanging blocks every Get until released, whatever its context says.
+type hanging struct {
+	blobstore.Container
+	release chan struct{}
+}
+
+func (h hanging) Get(ctx context.Context, key string) (blobstore.Object, error) {
+	<-h.release
+	return h.Container.Get(ctx, key)
+}
+
+func TestRunAbandonsACheckThatIgnoresItsContext(t *testing.T) {
+	h := hanging{Container: mem.New(), release: make(chan struct{})}
+	defer close(h.release)
+	rep := conformance.Run(t.Context(), h, conformance.Options{Only: []string{"crud", "cas-stale"}, CheckTimeout: 50 * time.Millisecond})
+	for _, name := range []string{"crud", "cas-stale"} {
+		r, _ := rep.Result(name)
+		if r.Status != conformance.Fail || !strings.Contains(strings.Join(r.Details, "\n"), "ignores cancellation") {
+			t.Errorf("%s on a store whose Get hangs: %+v", name, r)
+		}
+	}
+}
