@@ -7,21 +7,26 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
 )
 
 func TestAdvanceSettlesLostResponsesWithoutFencing(t *testing.T) {
 	ctx := context.Background()
-	for name, f := range map[string]fault{
-		"lost response": loseResp, "lost request": loseReq, "5xx before effect": failBefore, "409 conflict": conflict,
+	for name, f := range map[string]faulty.Fault{
+		"lost response": faulty.LostResponse, "lost request": faulty.LostRequest,
+		"5xx before effect": faulty.Unavailable, "409 conflict": faulty.Conflict,
 	} {
 		t.Run(name, func(t *testing.T) {
-			fs := newFaultStore(mem.New())
+			fs := faulty.New(mem.New(), 1)
 			c := mustClaim(t, fs, 1, "a")
-			fs.setHook(nth("CompareAndSwap", KeyPrefix, 1, f))
+			id := fs.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap), Fault: f, Times: 1})
 			st, err := c.Advance(ctx, 1)
 			if err != nil {
 				t.Fatalf("advance: %v", err)
+			}
+			if fs.Fired(id) != 1 {
+				t.Fatal("the fault did not fire")
 			}
 			if st.Record.Gen != 1 || st.Record.Seq != 1 {
 				t.Fatalf("state %+v, want gen 1 seq 1", st.Record)
@@ -36,70 +41,75 @@ func TestAdvanceSettlesLostResponsesWithoutFencing(t *testing.T) {
 	}
 }
 
+// landLater applies, straight to the store behind the injector, the CAS the
+// chain sent earlier and was told nothing about: a request that timed out
+// on the client and reached the store late.
+func landLater(t *testing.T, fs *faulty.Container, expected blobstore.Token, r Record) {
+	t.Helper()
+	if _, err := fs.Inner().CompareAndSwap(context.Background(), Key(r.Term), expected, mustEncode(t, r)); err != nil {
+		t.Errorf("late landing: %v", err)
+	}
+}
+
 func TestAdvanceAdoptsOwnWriteReportedAsPreconditionFailed(t *testing.T) {
-	// An SDK retryer resends a CAS whose response was lost; the resend
-	// fails on the token our own first send changed.
+	// An SDK retryer resends a CAS whose first send timed out; the first
+	// send lands just before the resend, which then fails on the token our
+	// own write changed.
 	ctx := context.Background()
-	fs := newFaultStore(mem.New())
+	fs := faulty.New(mem.New(), 1)
 	c := mustClaim(t, fs, 1, "a")
+	before := c.State()
 	calls := 0
-	fs.setHook(func(op, key string) fault {
-		if op != "CompareAndSwap" {
-			return pass
+	fs.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
+		if q.Op != faulty.CompareAndSwap {
+			return nil
 		}
 		calls++
-		if calls == 1 {
-			return holdReq
+		switch calls {
+		case 1:
+			return blobstore.Ambiguous(errors.New("timed out"))
+		case 2:
+			landLater(t, fs, before.Token, Record{Shard: shard, Term: 1, Allocation: "a", Seq: 1, Gen: 1})
 		}
-		if calls == 2 {
-			fs.release() // the first send lands just before the second
-		}
-		return pass
-	})
+		return nil
+	}})
 	st, err := c.Advance(ctx, 1)
 	if err != nil {
 		t.Fatalf("advance: %v", err)
 	}
-	if st.Record.Seq != 1 || st.Record.Gen != 1 {
-		t.Fatalf("state %+v", st.Record)
+	if st.Record.Seq != 1 || st.Record.Gen != 1 || calls != 2 {
+		t.Fatalf("state %+v after %d CAS requests", st.Record, calls)
 	}
 }
 
 func TestDelayedWriteFromEarlierCallIsAdoptedNotFenced(t *testing.T) {
 	ctx := context.Background()
-	fs := newFaultStore(mem.New())
+	fs := faulty.New(mem.New(), 1)
 	c := mustClaim(t, fs, 1, "a")
-	// Advance(1) never gets an answer within its context; its request is
-	// still travelling.
-	fs.setHook(func(op, key string) fault {
-		if op == "CompareAndSwap" {
-			return holdReq
-		}
-		if op == "Get" {
-			return loseReq
-		}
-		return pass
-	})
+	before := c.State()
+	// Advance(1) gives up on a cancelled context: its CAS outcome is
+	// unknown and the request is still travelling.
 	short, cancel := context.WithCancel(ctx)
 	cancel()
 	if _, err := c.Advance(short, 1); err == nil || errors.Is(err, ErrFenced) {
 		t.Fatalf("advance under a cancelled context: %v", err)
 	}
-	// Advance(2): the held write lands first, then ours runs into it.
+	// Advance(2): the stray request for gen 1 lands first, then ours runs
+	// into it. It is ours, so the chain adopts it and writes gen 2 on top.
 	first := true
-	fs.setHook(func(op, key string) fault {
-		if op == "CompareAndSwap" && first {
+	fs.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
+		if q.Op == faulty.CompareAndSwap && first {
 			first = false
-			fs.release()
+			landLater(t, fs, before.Token, Record{Shard: shard, Term: 1, Allocation: "a", Seq: 1, Gen: 1})
 		}
-		return pass
-	})
+		return nil
+	}})
 	st, err := c.Advance(ctx, 2)
 	if err != nil {
 		t.Fatalf("advance: %v", err)
 	}
-	if st.Record.Gen != 2 {
-		t.Fatalf("state %+v, want gen 2", st.Record)
+	if st.Record.Gen != 2 || st.Record.Seq != 2 {
+		t.Fatalf("state %+v, want gen 2 at seq 2", st.Record)
 	}
 	if r, _ := readRecord(t, fs, 1); r != st.Record {
 		t.Fatalf("stored %+v, chain holds %+v", r, st.Record)
@@ -108,14 +118,18 @@ func TestDelayedWriteFromEarlierCallIsAdoptedNotFenced(t *testing.T) {
 
 func TestAdvanceGivesUpRetryablyWhenStoreStaysDown(t *testing.T) {
 	ctx := context.Background()
-	fs := newFaultStore(mem.New())
+	fs := faulty.New(mem.New(), 1)
 	c := mustClaim(t, fs, 1, "a")
-	fs.setHook(func(op, key string) fault { return loseReq })
+	fs.MustAdd(faulty.Rule{Fault: faulty.LostRequest})
 	_, err := c.Advance(ctx, 1)
 	if !blobstore.IsRetryable(err) || errors.Is(err, ErrFenced) {
 		t.Fatalf("error %v, want retryable and not fenced", err)
 	}
-	fs.setHook(nil)
+	var fe *Error
+	if !errors.As(err, &fe) || fe.Shard != shard || fe.Key != Key(1) {
+		t.Fatalf("error %v does not name the shard and key", err)
+	}
+	fs.Clear()
 	if _, err := c.Advance(ctx, 1); err != nil {
 		t.Fatalf("advance once the store is back: %v", err)
 	}
@@ -123,11 +137,11 @@ func TestAdvanceGivesUpRetryablyWhenStoreStaysDown(t *testing.T) {
 
 func TestEveryFenceWriteTakesAHigherSeq(t *testing.T) {
 	ctx := context.Background()
-	fs := newFaultStore(mem.New())
-	src := mustClaim(t, fs, 1, "src")
+	store := mem.New()
+	src := mustClaim(t, store, 1, "src")
 	steps := []func() error{
 		func() error { _, err := src.Advance(ctx, 1); return err },
-		func() error { _, err := src.Advance(ctx, 1); return err }, // same gen again
+		func() error { _, err := src.Advance(ctx, 1); return err }, // the same gen again
 		func() error { _, err := src.TransferTo(ctx, "dst", "n2"); return err },
 		func() error {
 			ok, err := src.Revert(ctx)
@@ -139,30 +153,30 @@ func TestEveryFenceWriteTakesAHigherSeq(t *testing.T) {
 		func() error { _, err := src.Advance(ctx, 2); return err },
 		func() error { _, err := src.TransferTo(ctx, "dst", "n2"); return err },
 	}
-	for i, s := range steps {
-		if err := s(); err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-	}
-	bodies := fs.written(Key(1))
 	seen := map[string]bool{}
 	last := int64(-1)
-	for _, b := range bodies {
-		if seen[string(b)] {
-			t.Fatalf("body %q written twice (ABA)", b)
+	for i := -1; i < len(steps); i++ {
+		if i >= 0 {
+			if err := steps[i](); err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
 		}
-		seen[string(b)] = true
-		r, err := DecodeRecord(shard, Key(1), b)
+		o, err := store.Get(ctx, Key(1))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Seq <= last {
-			t.Fatalf("seq %d after %d", r.Seq, last)
+		if seen[string(o.Body)] {
+			t.Fatalf("step %d wrote body %q a second time (ABA)", i, o.Body)
+		}
+		seen[string(o.Body)] = true
+		r, err := DecodeRecord(shard, Key(1), o.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Seq != last+1 {
+			t.Fatalf("step %d: seq %d after %d", i, r.Seq, last)
 		}
 		last = r.Seq
-	}
-	if len(bodies) != len(steps)+1 {
-		t.Fatalf("%d writes, want %d", len(bodies), len(steps)+1)
 	}
 }
 
@@ -227,29 +241,29 @@ func TestRevertBeforeTargetWritesResumesSource(t *testing.T) {
 
 func TestTransferWithLostResponseAfterTargetContinued(t *testing.T) {
 	ctx := context.Background()
-	fs := newFaultStore(mem.New())
+	fs := faulty.New(mem.New(), 1)
 	src := mustClaim(t, fs, 4, "src")
-	fs.setHook(func(op, key string) fault {
-		if op == "CompareAndSwap" {
-			// The transfer lands, its response is lost, and the target
-			// (told out of band) continues before the source re-reads.
-			if _, err := fs.Container.CompareAndSwap(ctx, key, src.state.Token, mustEncode(t, Record{Shard: shard, Term: 4, Allocation: "dst", Seq: 1})); err != nil {
-				t.Errorf("transfer: %v", err)
-			}
-			o, _ := fs.Container.Get(ctx, key)
-			if _, err := fs.Container.CompareAndSwap(ctx, key, o.Token, mustEncode(t, Record{Shard: shard, Term: 4, Allocation: "dst", Seq: 2, Gen: 1})); err != nil {
-				t.Errorf("target write: %v", err)
-			}
-			return loseReq
+	before := src.State()
+	fs.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
+		if q.Op != faulty.CompareAndSwap {
+			return nil
 		}
-		return pass
-	})
+		// The transfer lands, its response is lost, and the target (told
+		// out of band) continues before the source re-reads.
+		landLater(t, fs, before.Token, Record{Shard: shard, Term: 4, Allocation: "dst", Seq: 1})
+		o, _ := fs.Inner().Get(ctx, q.Key)
+		landLater(t, fs, o.Token, Record{Shard: shard, Term: 4, Allocation: "dst", Seq: 2, Gen: 1})
+		return blobstore.Ambiguous(errors.New("response lost"))
+	}})
 	st, err := src.TransferTo(ctx, "dst", "")
 	if err != nil {
 		t.Fatalf("transfer: %v", err)
 	}
 	if st.Record.Allocation != "dst" {
 		t.Fatalf("state %+v", st.Record)
+	}
+	if _, err := src.Advance(ctx, 2); !errors.Is(err, ErrHandedOff) {
+		t.Fatalf("source advance after the handoff: %v", err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
 )
 
@@ -119,27 +120,27 @@ func TestStaleGrantCannotDisplaceSuccessor(t *testing.T) {
 
 func TestHigherTermAppearingDuringClaimWithdrawsOurKey(t *testing.T) {
 	ctx := context.Background()
-	fs := newFaultStore(mem.New())
+	fs := faulty.New(mem.New(), 1)
 	var once sync.Once
 	// While term 2 verifies its sweep, term 3 claims.
-	fs.setHook(func(op, key string) fault {
-		if op == "List" {
-			if _, ok := readRecordRaw(fs, 2); ok {
+	fs.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
+		if q.Op == faulty.List {
+			if _, ok := readRecordRaw(fs.Inner(), 2); ok {
 				once.Do(func() {
-					if _, err := Claim(ctx, fs.Container, shard, 3, "third", opts()...); err != nil {
+					if _, err := Claim(ctx, fs.Inner(), shard, 3, "third", opts()...); err != nil {
 						t.Errorf("claim of term 3: %v", err)
 					}
 				})
 			}
 		}
-		return pass
-	})
+		return nil
+	}})
 	_, err := Claim(ctx, fs, shard, 2, "second", opts()...)
 	wantFenced(t, err, 3)
-	if _, ok := readRecord(t, fs, 2); ok {
+	if _, ok := readRecord(t, fs.Inner(), 2); ok {
 		t.Fatal("term 2 did not withdraw the key it created")
 	}
-	if _, ok := readRecord(t, fs, 3); !ok {
+	if _, ok := readRecord(t, fs.Inner(), 3); !ok {
 		t.Fatal("term 3's key is gone")
 	}
 }
@@ -197,14 +198,9 @@ func TestRestartOfSameAllocationAdoptsItsChain(t *testing.T) {
 
 func TestSweepLeavingLowerKeyIsRetryable(t *testing.T) {
 	ctx := context.Background()
-	fs := newFaultStore(mem.New())
+	fs := faulty.New(mem.New(), 1)
 	mustClaim(t, fs, 1, "old")
-	fs.setHook(func(op, key string) fault {
-		if op == "Delete" {
-			return dropDelete
-		}
-		return pass
-	})
+	fs.MustAdd(faulty.Rule{Ops: faulty.Deletes, Fault: faulty.DropDelete})
 	_, err := Claim(ctx, fs, shard, 2, "new", opts()...)
 	if !errors.Is(err, ErrSweepIncomplete) || !blobstore.IsRetryable(err) || errors.Is(err, ErrFenced) {
 		t.Fatalf("error %v, want a retryable ErrSweepIncomplete that is not fencing", err)
@@ -214,7 +210,7 @@ func TestSweepLeavingLowerKeyIsRetryable(t *testing.T) {
 		t.Fatalf("error %v does not name the shard and key", err)
 	}
 	// Once deletes work again, the same allocation's claim goes through.
-	fs.setHook(nil)
+	fs.Clear()
 	c, err := Claim(ctx, fs, shard, 2, "new", opts()...)
 	if err != nil {
 		t.Fatalf("retried claim: %v", err)
@@ -229,13 +225,16 @@ func TestSweepLeavingLowerKeyIsRetryable(t *testing.T) {
 
 func TestClaimSettlesLostCreateAndRetriesStoreTrouble(t *testing.T) {
 	ctx := context.Background()
-	for name, f := range map[string]fault{"lost response": loseResp, "lost request": loseReq, "5xx": failBefore, "409": conflict} {
+	for name, f := range map[string]faulty.Fault{"lost response": faulty.LostResponse, "lost request": faulty.LostRequest, "5xx": faulty.Unavailable, "409": faulty.Conflict} {
 		t.Run(name, func(t *testing.T) {
-			fs := newFaultStore(mem.New())
-			fs.setHook(nth("CreateIfAbsent", KeyPrefix, 1, f))
+			fs := faulty.New(mem.New(), 1)
+			id := fs.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CreateIfAbsent), Prefix: KeyPrefix, Fault: f, Times: 1})
 			c, err := Claim(ctx, fs, shard, 1, "a", opts()...)
 			if err != nil {
 				t.Fatalf("claim: %v", err)
+			}
+			if fs.Fired(id) != 1 {
+				t.Fatal("the fault did not fire")
 			}
 			if st := c.State(); st.Record.Allocation != "a" || st.Token == "" {
 				t.Fatalf("state %+v", st)
@@ -248,8 +247,8 @@ func TestClaimSettlesLostCreateAndRetriesStoreTrouble(t *testing.T) {
 }
 
 func TestClaimGivesUpWithRetryableErrorWhenStoreStaysDown(t *testing.T) {
-	fs := newFaultStore(mem.New())
-	fs.setHook(func(op, key string) fault { return failBefore })
+	fs := faulty.New(mem.New(), 1)
+	fs.MustAdd(faulty.Rule{Fault: faulty.Unavailable})
 	_, err := Claim(context.Background(), fs, shard, 1, "a", opts()...)
 	if !blobstore.IsRetryable(err) || errors.Is(err, ErrFenced) {
 		t.Fatalf("error %v, want retryable and not fenced", err)
