@@ -49,7 +49,9 @@ func Checks() []Check {
 }
 
 // RunContainer runs every check as a subtest, each on a fresh, empty
-// container from newContainer.
+// container from newContainer. Everything in that container is deleted when
+// the subtest ends, so it must be the test's own (a temporary directory, a
+// unique prefix of a test bucket), never shared data.
 func RunContainer(t *testing.T, newContainer func(t *testing.T) blobstore.Container) {
 	t.Helper()
 	for _, ch := range allChecks {
