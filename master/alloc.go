@@ -1,0 +1,271 @@
+package master
+
+import (
+	"fmt"
+	"math/bits"
+	"sort"
+)
+
+// allocator hands out byte ranges of one segment. It is a two-level
+// segregated-fit allocator: free blocks sit in size-class bins (eight
+// sub-classes per power of two), a two-level bitmap finds the first non-empty
+// bin that is guaranteed to fit in O(1), and every block keeps its physical
+// neighbours so a free coalesces with adjacent free blocks in O(1). Picking
+// from the smallest fitting class keeps large free blocks whole, which is
+// what keeps fragmentation low under mixed sizes.
+//
+// It is not safe for concurrent use; a segment guards it with its own mutex.
+type allocator struct {
+	size      uint64
+	used      uint64
+	nodes     []allocNode
+	freeIdx   []uint32 // recycled node slots
+	head      [binCount]uint32
+	groupMask uint64            // bit g set: some bin of group g is non-empty
+	binMask   [groupCount]uint8 // bit m set: bin g*8+m is non-empty
+}
+
+const (
+	groupCount = 64
+	binCount   = groupCount * 8
+	noNode     = ^uint32(0)
+)
+
+type allocNode struct {
+	offset, size         uint64
+	binPrev, binNext     uint32
+	neighPrev, neighNext uint32
+	used                 bool
+}
+
+// extent is a used range of a segment, as a restored replica describes it.
+type extent struct {
+	offset, size uint64
+}
+
+func newAllocator(size uint64) *allocator {
+	a := &allocator{size: size}
+	for i := range a.head {
+		a.head[i] = noNode
+	}
+	if size > 0 {
+		n := a.newNode(allocNode{offset: 0, size: size, neighPrev: noNode, neighNext: noNode})
+		a.insertFree(n)
+	}
+	return a
+}
+
+// rebuildAllocator builds the allocator of a segment whose used ranges are
+// known (a remount after failover). It fails, changing nothing anywhere, if a
+// range is empty, leaves the segment or overlaps another: the restored
+// metadata and the remounted segment disagree. handles[i] is the allocation
+// handle of extents[i].
+func rebuildAllocator(size uint64, extents []extent) (a *allocator, handles []uint32, err error) {
+	order := make([]int32, len(extents))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	sort.Slice(order, func(i, j int) bool { return extents[order[i]].offset < extents[order[j]].offset })
+	a = &allocator{size: size, nodes: make([]allocNode, 0, 2*len(extents)+1)}
+	for i := range a.head {
+		a.head[i] = noNode
+	}
+	handles = make([]uint32, len(extents))
+	prev := noNode
+	link := func(n uint32) {
+		a.nodes[n].neighPrev = prev
+		if prev != noNode {
+			a.nodes[prev].neighNext = n
+		}
+		prev = n
+	}
+	var pos uint64
+	for _, i := range order {
+		e := extents[i]
+		if e.size == 0 {
+			return nil, nil, fmt.Errorf("replica at offset %d has size 0", e.offset)
+		}
+		if e.offset < pos {
+			return nil, nil, fmt.Errorf("replica at offset %d (size %d) overlaps the previous one ending at %d", e.offset, e.size, pos)
+		}
+		end := e.offset + e.size
+		if end < e.offset || end > size {
+			return nil, nil, fmt.Errorf("replica at offset %d (size %d) ends past the segment size %d", e.offset, e.size, size)
+		}
+		if e.offset > pos {
+			link(a.newNode(allocNode{offset: pos, size: e.offset - pos, neighNext: noNode}))
+		}
+		n := a.newNode(allocNode{offset: e.offset, size: e.size, used: true, neighNext: noNode})
+		link(n)
+		handles[i] = n
+		a.used += e.size
+		pos = end
+	}
+	if pos < size {
+		link(a.newNode(allocNode{offset: pos, size: size - pos, neighNext: noNode}))
+	}
+	for n := range a.nodes {
+		if !a.nodes[n].used {
+			a.insertFree(uint32(n))
+		}
+	}
+	return a, handles, nil
+}
+
+func (a *allocator) newNode(n allocNode) uint32 {
+	n.binPrev, n.binNext = noNode, noNode
+	if k := len(a.freeIdx); k > 0 {
+		idx := a.freeIdx[k-1]
+		a.freeIdx = a.freeIdx[:k-1]
+		a.nodes[idx] = n
+		return idx
+	}
+	a.nodes = append(a.nodes, n)
+	return uint32(len(a.nodes) - 1)
+}
+
+// binDown is the bin a free block of this size is filed under: every block
+// in bin b is at least binMin(b) bytes.
+func binDown(size uint64) int {
+	if size < 8 {
+		return int(size)
+	}
+	e := bits.Len64(size) - 1
+	return (e-2)*8 + int((size>>(e-3))&7)
+}
+
+// binUp is the first bin whose every block fits size.
+func binUp(size uint64) int {
+	b := binDown(size)
+	if size >= 8 && size&(1<<(bits.Len64(size)-4)-1) != 0 {
+		b++
+	}
+	return b
+}
+
+func (a *allocator) insertFree(n uint32) {
+	b := binDown(a.nodes[n].size)
+	h := a.head[b]
+	a.nodes[n].binPrev = noNode
+	a.nodes[n].binNext = h
+	if h != noNode {
+		a.nodes[h].binPrev = n
+	}
+	a.head[b] = n
+	a.binMask[b/8] |= 1 << (b % 8)
+	a.groupMask |= 1 << (b / 8)
+}
+
+func (a *allocator) removeFree(n uint32) {
+	nd := &a.nodes[n]
+	b := binDown(nd.size)
+	if nd.binPrev != noNode {
+		a.nodes[nd.binPrev].binNext = nd.binNext
+	} else {
+		a.head[b] = nd.binNext
+	}
+	if nd.binNext != noNode {
+		a.nodes[nd.binNext].binPrev = nd.binPrev
+	}
+	nd.binPrev, nd.binNext = noNode, noNode
+	if a.head[b] == noNode {
+		a.binMask[b/8] &^= 1 << (b % 8)
+		if a.binMask[b/8] == 0 {
+			a.groupMask &^= 1 << (b / 8)
+		}
+	}
+}
+
+// firstBin returns the first non-empty bin at or above b, or -1.
+func (a *allocator) firstBin(b int) int {
+	if b >= binCount {
+		return -1
+	}
+	g := b / 8
+	if m := a.binMask[g] &^ (1<<(b%8) - 1); m != 0 {
+		return g*8 + bits.TrailingZeros8(m)
+	}
+	rest := a.groupMask &^ (1<<(g+1) - 1)
+	if g == groupCount-1 || rest == 0 {
+		return -1
+	}
+	g = bits.TrailingZeros64(rest)
+	return g*8 + bits.TrailingZeros8(a.binMask[g])
+}
+
+// alloc reserves size bytes and returns their offset and a handle for free.
+func (a *allocator) alloc(size uint64) (offset uint64, handle uint32, ok bool) {
+	if size == 0 || size > a.size-a.used {
+		return 0, noNode, false
+	}
+	b := a.firstBin(binUp(size))
+	if b < 0 {
+		return 0, noNode, false
+	}
+	n := a.head[b]
+	a.removeFree(n)
+	nd := a.nodes[n]
+	if nd.size > size {
+		rest := a.newNode(allocNode{offset: nd.offset + size, size: nd.size - size, neighPrev: n, neighNext: nd.neighNext})
+		if nd.neighNext != noNode {
+			a.nodes[nd.neighNext].neighPrev = rest
+		}
+		a.nodes[n].neighNext = rest
+		a.nodes[n].size = size
+		a.insertFree(rest)
+	}
+	a.nodes[n].used = true
+	a.used += size
+	return nd.offset, n, true
+}
+
+// free releases an allocation and merges it with free neighbours.
+func (a *allocator) free(handle uint32) {
+	if int(handle) >= len(a.nodes) || !a.nodes[handle].used {
+		return
+	}
+	nd := &a.nodes[handle]
+	nd.used = false
+	a.used -= nd.size
+	if p := nd.neighPrev; p != noNode && !a.nodes[p].used {
+		a.removeFree(p)
+		a.nodes[p].size += nd.size
+		a.unlink(handle)
+		handle = p
+		nd = &a.nodes[handle]
+	}
+	if q := nd.neighNext; q != noNode && !a.nodes[q].used {
+		a.removeFree(q)
+		nd.size += a.nodes[q].size
+		a.unlink(q)
+	}
+	a.insertFree(handle)
+}
+
+// unlink drops node n, already merged into its previous neighbour.
+func (a *allocator) unlink(n uint32) {
+	nd := a.nodes[n]
+	if nd.neighPrev != noNode {
+		a.nodes[nd.neighPrev].neighNext = nd.neighNext
+	}
+	if nd.neighNext != noNode {
+		a.nodes[nd.neighNext].neighPrev = nd.neighPrev
+	}
+	a.nodes[n] = allocNode{}
+	a.freeIdx = append(a.freeIdx, n)
+}
+
+// largestFree is the size of the largest free block: the biggest object the
+// segment can take right now, whatever its total free space.
+func (a *allocator) largestFree() uint64 {
+	if a.groupMask == 0 {
+		return 0
+	}
+	g := 63 - bits.LeadingZeros64(a.groupMask)
+	b := g*8 + 7 - bits.LeadingZeros8(a.binMask[g])
+	var best uint64
+	for n := a.head[b]; n != noNode; n = a.nodes[n].binNext {
+		best = max(best, a.nodes[n].size)
+	}
+	return best
+}

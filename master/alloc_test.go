@@ -1,0 +1,178 @@
+package master
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// checkAllocator verifies the allocator's invariants against the live set:
+// blocks tile the segment in address order, no two free blocks are adjacent,
+// every free block is in the bin its size maps to, and used bytes add up.
+func checkAllocator(t *testing.T, a *allocator, live map[uint32]extent) {
+	t.Helper()
+	var start uint32 = noNode
+	for i := range a.nodes {
+		n := a.nodes[i]
+		if n.size > 0 && n.neighPrev == noNode {
+			if start != noNode {
+				t.Fatalf("two blocks without a previous neighbour: %d and %d", start, i)
+			}
+			start = uint32(i)
+		}
+	}
+	var pos, used uint64
+	prevFree := false
+	for n := start; n != noNode; n = a.nodes[n].neighNext {
+		nd := a.nodes[n]
+		if nd.offset != pos {
+			t.Fatalf("block %d at offset %d, want %d", n, nd.offset, pos)
+		}
+		if !nd.used {
+			if prevFree {
+				t.Fatalf("adjacent free blocks at %d were not coalesced", nd.offset)
+			}
+			found := false
+			for m := a.head[binDown(nd.size)]; m != noNode; m = a.nodes[m].binNext {
+				found = found || m == n
+			}
+			if !found {
+				t.Fatalf("free block %d (size %d) missing from its bin", n, nd.size)
+			}
+		} else {
+			used += nd.size
+			if e, ok := live[n]; !ok || e.offset != nd.offset || e.size != nd.size {
+				t.Fatalf("used block %d at %d+%d does not match a live allocation", n, nd.offset, nd.size)
+			}
+		}
+		prevFree = !nd.used
+		pos += nd.size
+	}
+	if pos != a.size {
+		t.Fatalf("blocks cover %d bytes, segment has %d", pos, a.size)
+	}
+	if used != a.used {
+		t.Fatalf("used %d, allocator says %d", used, a.used)
+	}
+}
+
+func TestBinsFit(t *testing.T) {
+	for _, s := range []uint64{1, 7, 8, 9, 15, 16, 17, 100, 1000, 1 << 20, 1<<20 + 1, 1<<40 + 12345, 1 << 63} {
+		up := binUp(s)
+		g, m := up/8, uint64(up%8)
+		var minSize uint64
+		if g == 0 {
+			minSize = m
+		} else {
+			e := g + 2
+			minSize = (8 + m) << (e - 3)
+		}
+		if minSize < s {
+			t.Errorf("size %d: binUp %d holds blocks from %d bytes, smaller than the request", s, up, minSize)
+		}
+		if binDown(s) > up || up-binDown(s) > 1 {
+			t.Errorf("size %d: binDown %d, binUp %d", s, binDown(s), up)
+		}
+	}
+}
+
+func TestAllocatorRandomized(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const size = 1 << 20
+	a := newAllocator(size)
+	live := map[uint32]extent{}
+	for i := 0; i < 20000; i++ {
+		if len(live) > 0 && rng.IntN(2) == 0 {
+			for h := range live {
+				a.free(h)
+				delete(live, h)
+				break
+			}
+		} else {
+			s := uint64(rng.IntN(4096) + 1)
+			off, h, ok := a.alloc(s)
+			if ok {
+				live[h] = extent{off, s}
+			} else if a.largestFree() >= s && s <= 8 {
+				t.Fatalf("alloc %d failed with a free block of %d", s, a.largestFree())
+			}
+		}
+		if i%500 == 0 {
+			checkAllocator(t, a, live)
+		}
+	}
+	for h := range live {
+		a.free(h)
+	}
+	checkAllocator(t, a, map[uint32]extent{})
+	if a.used != 0 || a.largestFree() != size {
+		t.Fatalf("after freeing everything: used %d, largest free %d", a.used, a.largestFree())
+	}
+}
+
+func TestAllocatorExactFitAndExhaustion(t *testing.T) {
+	a := newAllocator(100)
+	off1, h1, ok := a.alloc(60)
+	if !ok || off1 != 0 {
+		t.Fatalf("alloc 60: %d %v", off1, ok)
+	}
+	if _, _, ok := a.alloc(41); ok {
+		t.Fatal("alloc 41 of 40 free bytes succeeded")
+	}
+	off2, _, ok := a.alloc(40)
+	if !ok || off2 != 60 {
+		t.Fatalf("alloc 40: %d %v", off2, ok)
+	}
+	a.free(h1)
+	if got := a.largestFree(); got != 60 {
+		t.Fatalf("largest free %d, want 60", got)
+	}
+}
+
+func TestRebuildAllocator(t *testing.T) {
+	exts := []extent{{500, 100}, {0, 10}, {100, 50}}
+	a, hs, err := rebuildAllocator(1000, exts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := map[uint32]extent{}
+	for i, h := range hs {
+		live[h] = exts[i]
+	}
+	checkAllocator(t, a, live)
+	if a.used != 160 {
+		t.Fatalf("used %d", a.used)
+	}
+	a.free(hs[2])
+	delete(live, hs[2])
+	checkAllocator(t, a, live)
+	// The freed range coalesced with the gaps on both sides: 10..500.
+	if got := a.largestFree(); got != 490 {
+		t.Fatalf("largest free %d, want 490", got)
+	}
+
+	for _, bad := range [][]extent{
+		{{0, 10}, {5, 10}},    // overlap
+		{{990, 20}},           // past the end
+		{{10, 0}},             // empty
+		{{^uint64(0) - 1, 4}}, // wraps
+	} {
+		if _, _, err := rebuildAllocator(1000, bad); err == nil {
+			t.Errorf("rebuild of %v succeeded", bad)
+		}
+	}
+}
+
+func TestAllocatorKeepsLargeBlocksWhole(t *testing.T) {
+	// Small allocations come from the small hole, not by splitting the big one.
+	a, _, err := rebuildAllocator(1<<20, []extent{{64, 1 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, _, ok := a.alloc(32)
+	if !ok || off != 0 {
+		t.Fatalf("alloc 32 went to offset %d", off)
+	}
+	if a.largestFree() != 1<<20-64-1<<10 {
+		t.Fatalf("large block was split: largest free %d", a.largestFree())
+	}
+}

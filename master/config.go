@@ -1,0 +1,80 @@
+package master
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config holds the master's policy knobs. The zero value of a field means its
+// default (see withDefaults).
+type Config struct {
+	// DefaultLeaseTTL is the lease a read grants (default 10 s).
+	DefaultLeaseTTL time.Duration
+	// SoftPinTTL is how long a soft-pin-enabled object stays soft pinned
+	// after a lease grant (default 30 min).
+	SoftPinTTL time.Duration
+	// RecoveryLeaseTTL is the lease a successful remount grants to every
+	// object on the remounted segments; 0 means DefaultLeaseTTL. Operators
+	// raise it when remounting very large segments leaves too little of the
+	// lease visible after publication.
+	RecoveryLeaseTTL time.Duration
+	// HighWatermark is the used/capacity ratio above which eviction runs
+	// (default 0.90).
+	HighWatermark float64
+	// EvictionRatio is how far below HighWatermark one eviction pass goes,
+	// as a fraction of capacity (default 0.05).
+	EvictionRatio float64
+	// AllowEvictSoftPinned lets memory pressure evict soft-pinned objects
+	// (after all others).
+	AllowEvictSoftPinned bool
+	// OffloadOnEvict asks the Offloader to copy an object from memory before
+	// its last memory replica is evicted.
+	OffloadOnEvict bool
+	// Shards is the number of metadata shards, each with its own lock
+	// (default 1024).
+	Shards int
+	// TenantQuotas caps the memory bytes (size times memory replicas) of a
+	// tenant; a tenant not listed is unlimited.
+	TenantQuotas map[string]uint64
+}
+
+// RecoveryTTL is the effective recovery lease TTL.
+func (c Config) RecoveryTTL() time.Duration {
+	if c.RecoveryLeaseTTL > 0 {
+		return c.RecoveryLeaseTTL
+	}
+	return c.DefaultLeaseTTL
+}
+
+func (c Config) withDefaults() Config {
+	if c.DefaultLeaseTTL == 0 {
+		c.DefaultLeaseTTL = 10 * time.Second
+	}
+	if c.SoftPinTTL == 0 {
+		c.SoftPinTTL = 30 * time.Minute
+	}
+	if c.HighWatermark == 0 {
+		c.HighWatermark = 0.90
+	}
+	if c.EvictionRatio == 0 {
+		c.EvictionRatio = 0.05
+	}
+	if c.Shards == 0 {
+		c.Shards = 1024
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.DefaultLeaseTTL < 0 || c.SoftPinTTL < 0 || c.RecoveryLeaseTTL < 0:
+		return fmt.Errorf("%w: lease and soft-pin TTLs must not be negative", ErrInvalidArgument)
+	case c.HighWatermark <= 0 || c.HighWatermark > 1:
+		return fmt.Errorf("%w: high watermark %v must be in (0, 1]", ErrInvalidArgument, c.HighWatermark)
+	case c.EvictionRatio < 0 || c.EvictionRatio > c.HighWatermark:
+		return fmt.Errorf("%w: eviction ratio %v must be in [0, high watermark %v]", ErrInvalidArgument, c.EvictionRatio, c.HighWatermark)
+	case c.Shards < 1 || c.Shards > 1<<20:
+		return fmt.Errorf("%w: shard count %d must be in [1, 1048576]", ErrInvalidArgument, c.Shards)
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package master
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors the master returns, each wrapped in an *Error that names the
+// operation and the object, segment or client concerned. Match them with
+// errors.Is.
+var (
+	ErrInvalidArgument      = errors.New("invalid argument")
+	ErrObjectNotFound       = errors.New("object not found")
+	ErrObjectExists         = errors.New("object already exists")
+	ErrWrongClient          = errors.New("object belongs to another client")
+	ErrObjectNotComplete    = errors.New("object is still being written")
+	ErrObjectLeased         = errors.New("object is leased")
+	ErrObjectPinned         = errors.New("object is pinned")
+	ErrNoReadableReplica    = errors.New("object has no readable replica")
+	ErrObjectTooLarge       = errors.New("object larger than any mounted segment")
+	ErrNoSpace              = errors.New("not enough free memory")
+	ErrQuotaExceeded        = errors.New("tenant quota exceeded")
+	ErrSegmentNotFound      = errors.New("segment not found")
+	ErrSegmentExists        = errors.New("segment already mounted")
+	ErrSegmentMismatch      = errors.New("segment does not match the restored metadata")
+	ErrClientNotFound       = errors.New("client not found")
+	ErrNotEnoughSegments    = errors.New("not enough segments for the requested replicas")
+	ErrDuplicateBatchObject = errors.New("object appears twice in one batch")
+)
+
+// Error is what every master operation returns on failure.
+type Error struct {
+	Op      string // PutStart, PutEnd, GetReplicaList, ReMountSegment, ...
+	Tenant  string
+	Key     string
+	Segment uint64 // 0 when no segment is concerned
+	Client  string
+	Err     error  // one of the Err* values, possibly wrapped with detail
+	Hint    string // what the caller should do next
+}
+
+func (e *Error) Error() string {
+	msg := "master " + e.Op
+	if e.Key != "" {
+		msg += fmt.Sprintf(" tenant %q key %q", e.Tenant, e.Key)
+	}
+	if e.Segment != 0 {
+		msg += fmt.Sprintf(" segment %d", e.Segment)
+	}
+	if e.Client != "" {
+		msg += fmt.Sprintf(" client %q", e.Client)
+	}
+	msg += ": " + e.Err.Error()
+	if e.Hint != "" {
+		msg += " (" + e.Hint + ")"
+	}
+	return msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Reason is the stable name of the sentinel error inside err ("" if none);
+// the API carries it so a remote client can rebuild the typed error.
+func Reason(err error) string {
+	for _, r := range reasons {
+		if errors.Is(err, r.err) {
+			return r.name
+		}
+	}
+	return ""
+}
+
+// ErrorForReason returns the sentinel error named by Reason, or nil.
+func ErrorForReason(reason string) error {
+	for _, r := range reasons {
+		if r.name == reason {
+			return r.err
+		}
+	}
+	return nil
+}
+
+var reasons = [...]struct {
+	name string
+	err  error
+}{
+	{"INVALID_ARGUMENT", ErrInvalidArgument},
+	{"OBJECT_NOT_FOUND", ErrObjectNotFound},
+	{"OBJECT_EXISTS", ErrObjectExists},
+	{"WRONG_CLIENT", ErrWrongClient},
+	{"OBJECT_NOT_COMPLETE", ErrObjectNotComplete},
+	{"OBJECT_LEASED", ErrObjectLeased},
+	{"OBJECT_PINNED", ErrObjectPinned},
+	{"NO_READABLE_REPLICA", ErrNoReadableReplica},
+	{"OBJECT_TOO_LARGE", ErrObjectTooLarge},
+	{"NO_SPACE", ErrNoSpace},
+	{"QUOTA_EXCEEDED", ErrQuotaExceeded},
+	{"SEGMENT_NOT_FOUND", ErrSegmentNotFound},
+	{"SEGMENT_EXISTS", ErrSegmentExists},
+	{"SEGMENT_MISMATCH", ErrSegmentMismatch},
+	{"CLIENT_NOT_FOUND", ErrClientNotFound},
+	{"NOT_ENOUGH_SEGMENTS", ErrNotEnoughSegments},
+	{"DUPLICATE_BATCH_OBJECT", ErrDuplicateBatchObject},
+}

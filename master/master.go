@@ -1,0 +1,398 @@
+package master
+
+import (
+	"fmt"
+	"hash/maphash"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+)
+
+// OpKind names a durable state change.
+type OpKind uint8
+
+// Durable state changes. Lease grants are deliberately absent: they are
+// process-local cache policy and never logged.
+const (
+	OpMountSegment OpKind = iota + 1
+	OpUnmountSegment
+	OpRemountSegment
+	OpPutStart
+	OpPutEnd
+	OpPutRevoke
+	OpRemove
+	OpEvict
+	OpRestoreSegment
+	OpRestoreObject
+)
+
+var opNames = [...]string{"", "MountSegment", "UnmountSegment", "ReMountSegment", "PutStart", "PutEnd", "PutRevoke", "Remove", "Evict", "RestoreSegment", "RestoreObject"}
+
+func (k OpKind) String() string {
+	if int(k) < len(opNames) && k > 0 {
+		return opNames[k]
+	}
+	return fmt.Sprintf("OpKind(%d)", k)
+}
+
+// Op is one state change as a log records it: what changed, described in the
+// standby wire model (no lease or soft-pin deadlines).
+type Op struct {
+	Kind   OpKind
+	Tenant string
+	Key    string
+	Client string
+	// Object is the object after the change (PutStart, PutEnd, Evict,
+	// RestoreObject); for Evict it lists the replicas that remain.
+	Object *masterv1.StandbyObject
+	// Segment is the segment concerned (Mount, Unmount, Remount, Restore).
+	Segment *masterv1.StandbySegment
+}
+
+// Journal records applied operations. Record is called while the changed
+// object's (or the topology's) lock is still held, so records of one key
+// arrive in apply order; it must not call back into the Master.
+type Journal interface {
+	Record(op *Op)
+}
+
+// Offloader receives an object's memory replica to copy elsewhere before
+// memory pressure drops the object's last memory replica.
+type Offloader interface {
+	Offload(tenant, key string, source ReplicaInfo)
+}
+
+// ClientState is a client incarnation's liveness.
+type ClientState uint8
+
+// Liveness states (Active -> Suspected -> Offline).
+const (
+	ClientActive ClientState = iota + 1
+	ClientSuspected
+	ClientOffline
+)
+
+// ServingEligibility decides whether a client-owned resource may take new
+// work. Placement asks it for every candidate segment. The liveness state
+// machine and offboarding plug in here; until then every known client is
+// Active.
+type ServingEligibility interface {
+	// ClientState reports the liveness of the client that owns a resource.
+	ClientState(clientID string) ClientState
+}
+
+type alwaysActive struct{}
+
+func (alwaysActive) ClientState(string) ClientState { return ClientActive }
+
+// Options wire a Master to its environment. Nil fields get defaults.
+type Options struct {
+	Clock       Clock
+	Journal     Journal
+	Offloader   Offloader
+	Eligibility ServingEligibility
+	Metrics     *Metrics
+}
+
+// Master holds the metadata of every object, segment and client.
+//
+// Lock order: topo, then evictMu, then a group's mu, then shard locks, then a
+// segment's mu. The read path takes only one shard's read lock (and then,
+// with it released, its group's read lock).
+type Master struct {
+	cfg         Config
+	clock       Clock
+	journal     Journal
+	offloader   Offloader
+	eligibility ServingEligibility
+	metrics     *Metrics
+	seed        maphash.Seed
+	shards      []shard
+
+	// topo guards the segment set and every segment's state: shared by
+	// operations that place or free replicas, exclusive for mount, unmount,
+	// remount and restore.
+	topo     sync.RWMutex
+	segments map[uint64]*segment
+	serving  []*segment // placement order
+	cursor   atomic.Uint64
+
+	evictMu sync.Mutex
+
+	tenantsMu sync.Mutex
+	tenants   map[string]*tenant
+	clientsMu sync.Mutex
+	clients   map[string]*client
+	groupsMu  sync.Mutex
+	groups    map[groupKey]*group
+
+	nextReplicaID atomic.Uint64
+	evicted       atomic.Uint64
+	skipped       atomic.Uint64
+	remounts      atomic.Uint64
+	lastRemount   atomic.Pointer[RemountResult]
+}
+
+// New returns an empty master.
+func New(cfg Config, opts Options) (*Master, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, &Error{Op: "New", Err: err, Hint: "fix the master configuration"}
+	}
+	m := &Master{
+		cfg:         cfg,
+		clock:       opts.Clock,
+		journal:     opts.Journal,
+		offloader:   opts.Offloader,
+		eligibility: opts.Eligibility,
+		metrics:     opts.Metrics,
+		seed:        maphash.MakeSeed(),
+		shards:      make([]shard, cfg.Shards),
+		segments:    map[uint64]*segment{},
+		tenants:     map[string]*tenant{},
+		clients:     map[string]*client{},
+		groups:      map[groupKey]*group{},
+	}
+	if m.clock == nil {
+		m.clock = NewRealClock()
+	}
+	if m.eligibility == nil {
+		m.eligibility = alwaysActive{}
+	}
+	if m.metrics == nil {
+		m.metrics = NewMetrics(nil)
+	}
+	for i := range m.shards {
+		m.shards[i].objects = map[objectKey]*object{}
+	}
+	return m, nil
+}
+
+// Config returns the effective configuration.
+func (m *Master) Config() Config { return m.cfg }
+
+// Clock returns the master's clock.
+func (m *Master) Clock() Clock { return m.clock }
+
+func (m *Master) shardFor(tenant, key string) *shard {
+	h := maphash.String(m.seed, key) ^ maphash.String(m.seed, tenant)*0x9e3779b97f4a7c15
+	return &m.shards[h%uint64(len(m.shards))]
+}
+
+func (m *Master) tenantFor(name string) *tenant {
+	m.tenantsMu.Lock()
+	defer m.tenantsMu.Unlock()
+	t := m.tenants[name]
+	if t == nil {
+		t = &tenant{name: name, quota: m.cfg.TenantQuotas[name]}
+		m.tenants[name] = t
+	}
+	return t
+}
+
+func (m *Master) clientFor(id string) *client {
+	m.clientsMu.Lock()
+	defer m.clientsMu.Unlock()
+	c := m.clients[id]
+	if c == nil {
+		c = &client{id: id}
+		m.clients[id] = c
+	}
+	return c
+}
+
+func (m *Master) knownClient(id string) *client {
+	m.clientsMu.Lock()
+	defer m.clientsMu.Unlock()
+	return m.clients[id]
+}
+
+func (m *Master) groupFor(k groupKey) *group {
+	m.groupsMu.Lock()
+	defer m.groupsMu.Unlock()
+	g := m.groups[k]
+	if g == nil {
+		g = &group{key: k}
+		m.groups[k] = g
+	}
+	return g
+}
+
+// join adds o to g. Called with no shard lock held.
+func (m *Master) join(g *group, o *object) {
+	g.mu.Lock()
+	g.members = append(g.members, o)
+	g.mu.Unlock()
+}
+
+// leave drops removed objects from their groups. Called with no shard or
+// group lock held.
+func (m *Master) leave(objs ...*object) {
+	for _, o := range objs {
+		g := o.group
+		if g == nil {
+			continue
+		}
+		g.mu.Lock()
+		for i, x := range g.members {
+			if x == o {
+				g.members = append(g.members[:i], g.members[i+1:]...)
+				break
+			}
+		}
+		empty := len(g.members) == 0
+		g.mu.Unlock()
+		if empty {
+			m.groupsMu.Lock()
+			g.mu.RLock()
+			if len(g.members) == 0 && m.groups[g.key] == g {
+				delete(m.groups, g.key)
+			}
+			g.mu.RUnlock()
+			m.groupsMu.Unlock()
+		}
+	}
+}
+
+func (m *Master) record(op *Op) {
+	if m.journal != nil {
+		m.journal.Record(op)
+	}
+}
+
+// standbyObject describes o in the standby wire model.
+func standbyObject(o *object) *masterv1.StandbyObject { return standbyObjectWith(o, o.replicas) }
+
+// standbyObjectWith describes o as if its replicas were reps.
+func standbyObjectWith(o *object, reps []replica) *masterv1.StandbyObject {
+	so := &masterv1.StandbyObject{
+		Tenant:         o.tenant.name,
+		Key:            o.key,
+		ClientId:       o.client.id,
+		Size:           o.size,
+		DataType:       o.dataType,
+		HardPinned:     o.hardPinned,
+		SoftPinEnabled: o.softPinEnabled,
+		LastSequenceId: o.seq,
+	}
+	if o.group != nil {
+		so.GroupId = o.group.key.id
+	}
+	so.Replicas = make([]*masterv1.StandbyReplica, 0, len(reps))
+	for i := range reps {
+		r := &reps[i]
+		sr := &masterv1.StandbyReplica{Id: r.id, Kind: masterv1.ReplicaKind(r.kind), Status: masterv1.ReplicaStatus(r.status), Offset: r.offset, Size: r.size}
+		if r.seg != nil {
+			sr.SegmentId = r.seg.id
+		}
+		so.Replicas = append(so.Replicas, sr)
+	}
+	return so
+}
+
+func standbySegment(s *segment) *masterv1.StandbySegment {
+	return &masterv1.StandbySegment{Id: s.id, Name: s.name, ClientId: s.client.id, Base: s.base, Size: s.size}
+}
+
+// ReplicaInfo describes a replica to callers.
+type ReplicaInfo struct {
+	ID          uint64
+	Kind        ReplicaKind
+	Status      ReplicaStatus
+	SegmentID   uint64
+	SegmentName string
+	Endpoint    string
+	Offset      uint64
+	Size        uint64
+}
+
+func (r *replica) info() ReplicaInfo {
+	ri := ReplicaInfo{ID: r.id, Kind: r.kind, Status: r.status, Offset: r.offset, Size: r.size}
+	if r.seg != nil {
+		ri.SegmentID, ri.SegmentName, ri.Endpoint = r.seg.id, r.seg.name, r.seg.endpointString()
+	}
+	return ri
+}
+
+// TenantStats is one tenant's usage.
+type TenantStats struct {
+	Tenant  string
+	Objects uint64
+	Used    uint64
+	Quota   uint64
+}
+
+// Stats is a point-in-time summary for operators.
+type Stats struct {
+	Objects                   uint64
+	Segments                  uint64
+	SegmentsAwaitingRemount   uint64
+	Capacity                  uint64
+	Used                      uint64
+	EvictedObjects            uint64
+	SkippedUnreadableReplicas uint64
+	Remounts                  uint64
+	LastRemount               RemountResult
+	Tenants                   []TenantStats
+}
+
+// Stats counts objects shard by shard; it is an admin call, not a hot path.
+func (m *Master) Stats() Stats {
+	var st Stats
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.RLock()
+		st.Objects += uint64(len(sh.objects))
+		sh.mu.RUnlock()
+	}
+	m.topo.RLock()
+	st.Segments = uint64(len(m.segments))
+	for _, s := range m.segments {
+		if s.state == segmentAwaitingRemount {
+			st.SegmentsAwaitingRemount++
+		}
+	}
+	st.Capacity, st.Used = m.usageLocked()
+	m.topo.RUnlock()
+	st.EvictedObjects = m.evicted.Load()
+	st.SkippedUnreadableReplicas = m.skipped.Load()
+	st.Remounts = m.remounts.Load()
+	if r := m.lastRemount.Load(); r != nil {
+		st.LastRemount = *r
+	}
+	m.tenantsMu.Lock()
+	for _, t := range m.tenants {
+		st.Tenants = append(st.Tenants, TenantStats{Tenant: t.name, Objects: uint64(t.objects.Load()), Used: t.used.Load(), Quota: t.quota})
+	}
+	m.tenantsMu.Unlock()
+	sort.Slice(st.Tenants, func(i, j int) bool { return st.Tenants[i].Tenant < st.Tenants[j].Tenant })
+	return st
+}
+
+// usageLocked sums capacity and used bytes over serving segments. The
+// caller holds topo.
+func (m *Master) usageLocked() (capacity, used uint64) {
+	for _, s := range m.serving {
+		s.mu.Lock()
+		capacity += s.size
+		if s.alloc != nil {
+			used += s.alloc.used
+		}
+		s.mu.Unlock()
+	}
+	return capacity, used
+}
+
+func (m *Master) wallNow() int64 { return m.clock.Wall().UnixNano() }
+
+// durationMS converts for the API, rounding a positive remainder up so a
+// live lease never reads as 0 ms.
+func durationMS(d time.Duration) uint64 {
+	if d <= 0 {
+		return 0
+	}
+	return uint64((d + time.Millisecond - 1) / time.Millisecond)
+}

@@ -1,0 +1,376 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// maxKeyLen bounds keys so one request cannot pin unbounded metadata.
+const maxKeyLen = 4096
+
+// PutOptions are the per-object settings of PutStart.
+type PutOptions struct {
+	// Replicas is the number of memory replicas, each on a distinct
+	// segment; 0 means 1.
+	Replicas int
+	HardPin  bool
+	SoftPin  bool
+	Group    string
+	DataType uint32
+}
+
+// PutRequest is one PutStart.
+type PutRequest struct {
+	Client string
+	Tenant string
+	Key    string
+	Size   uint64
+	PutOptions
+}
+
+func validateObjectRef(op, tenant, key string) error {
+	switch {
+	case key == "":
+		return &Error{Op: op, Tenant: tenant, Err: fmt.Errorf("%w: empty key", ErrInvalidArgument), Hint: "name the object"}
+	case len(key) > maxKeyLen || len(tenant) > maxKeyLen:
+		return &Error{Op: op, Tenant: tenant, Key: key[:min(len(key), 64)], Err: fmt.Errorf("%w: tenant or key longer than %d bytes", ErrInvalidArgument, maxKeyLen), Hint: "use a shorter key"}
+	}
+	return nil
+}
+
+// PutStart places a new object: it allocates req.Replicas memory replicas on
+// distinct serving segments and records the object as being written. The
+// client writes the bytes and then calls PutEnd (or PutRevoke).
+func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, error) {
+	if err := validateObjectRef("PutStart", req.Tenant, req.Key); err != nil {
+		return nil, err
+	}
+	fail := func(err error, hint string) error {
+		return &Error{Op: "PutStart", Tenant: req.Tenant, Key: req.Key, Client: req.Client, Err: err, Hint: hint}
+	}
+	n := req.Replicas
+	if n == 0 {
+		n = 1
+	}
+	switch {
+	case req.Client == "":
+		return nil, fail(fmt.Errorf("%w: empty client id", ErrInvalidArgument), "pass the id the client mounted its segments with")
+	case req.Size == 0:
+		return nil, fail(fmt.Errorf("%w: size 0", ErrInvalidArgument), "objects must have at least one byte")
+	case n < 0 || n > 64:
+		return nil, fail(fmt.Errorf("%w: %d replicas", ErrInvalidArgument, n), "ask for 1 to 64 replicas")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fail(err, "")
+	}
+	sh := m.shardFor(req.Tenant, req.Key)
+	k := objectKey{req.Tenant, req.Key}
+	sh.mu.RLock()
+	_, exists := sh.objects[k]
+	sh.mu.RUnlock()
+	if exists {
+		return nil, fail(ErrObjectExists, "remove it first, or read the existing object")
+	}
+
+	m.topo.RLock()
+	defer m.topo.RUnlock()
+	t := m.tenantFor(req.Tenant)
+	need := req.Size * uint64(n)
+	if need/uint64(n) != req.Size {
+		return nil, fail(fmt.Errorf("%w: size %d times %d replicas overflows", ErrInvalidArgument, req.Size, n), "")
+	}
+	if err := m.checkQuotaLocked(t, need); err != nil {
+		return nil, fail(err, fmt.Sprintf("tenant quota is %d bytes; remove objects or raise the quota", t.quota))
+	}
+	reps, err := m.placeLocked(req.Size, n)
+	if errors.Is(err, ErrNoSpace) {
+		// Memory pressure: one eviction pass, then one more try.
+		m.evictLocked(m.clock.Steady(), req.Size*uint64(n), nil)
+		reps, err = m.placeLocked(req.Size, n)
+	}
+	if err != nil {
+		return nil, fail(err, placementHint(err))
+	}
+
+	o := &object{
+		key:            req.Key,
+		tenant:         t,
+		client:         m.clientFor(req.Client),
+		size:           req.Size,
+		replicas:       reps,
+		putStart:       m.wallNow(),
+		dataType:       req.DataType,
+		hardPinned:     req.HardPin,
+		softPinEnabled: req.SoftPin,
+	}
+	if req.Group != "" {
+		o.group = m.groupFor(groupKey{req.Tenant, req.Group})
+	}
+	sh.mu.Lock()
+	if _, exists := sh.objects[k]; exists {
+		sh.mu.Unlock()
+		m.freeReplicasLocked(reps)
+		return nil, fail(ErrObjectExists, "another PutStart for this key won the race; read it or remove it first")
+	}
+	o.key = req.Key
+	sh.objects[k] = o
+	t.used.Add(o.memoryBytes())
+	t.objects.Add(1)
+	infos := make([]ReplicaInfo, len(o.replicas))
+	for i := range o.replicas {
+		infos[i] = o.replicas[i].info()
+	}
+	if m.journal != nil {
+		m.record(&Op{Kind: OpPutStart, Tenant: req.Tenant, Key: req.Key, Client: req.Client, Object: standbyObject(o)})
+	}
+	sh.mu.Unlock()
+	if o.group != nil {
+		m.join(o.group, o)
+	}
+	return infos, nil
+}
+
+func placementHint(err error) string {
+	switch {
+	case errors.Is(err, ErrObjectTooLarge):
+		return "split the object or mount a larger segment"
+	case errors.Is(err, ErrNotEnoughSegments):
+		return "ask for fewer replicas or mount more segments"
+	default:
+		return "retry later, free memory with Remove, or mount more segments"
+	}
+}
+
+func (m *Master) checkQuotaLocked(t *tenant, need uint64) error {
+	if t.quota == 0 {
+		return nil
+	}
+	if need > t.quota {
+		return fmt.Errorf("%w: %d bytes requested, quota %d", ErrQuotaExceeded, need, t.quota)
+	}
+	if used := t.used.Load(); used+need > t.quota {
+		m.evictLocked(m.clock.Steady(), used+need-t.quota, t)
+	}
+	if used := t.used.Load(); used+need > t.quota {
+		return fmt.Errorf("%w: %d bytes used of %d, %d more requested and nothing evictable", ErrQuotaExceeded, used, t.quota, need)
+	}
+	return nil
+}
+
+// placeLocked allocates n replicas of size bytes on distinct segments that
+// may serve, going round the segments from a moving cursor to spread load.
+// The caller holds topo.
+func (m *Master) placeLocked(size uint64, n int) ([]replica, error) {
+	var eligible, fits int
+	for _, s := range m.serving {
+		if m.eligibility.ClientState(s.client.id) != ClientActive {
+			continue
+		}
+		eligible++
+		if s.size >= size {
+			fits++
+		}
+	}
+	switch {
+	case fits == 0 && eligible > 0:
+		return nil, fmt.Errorf("%w: %d bytes", ErrObjectTooLarge, size)
+	case eligible < n:
+		return nil, fmt.Errorf("%w: %d requested, %d serving", ErrNotEnoughSegments, n, eligible)
+	case fits < n:
+		return nil, fmt.Errorf("%w: %d bytes fit on %d segments, %d replicas requested", ErrObjectTooLarge, size, fits, n)
+	}
+	reps := make([]replica, 0, n)
+	start := m.cursor.Add(1)
+	for i := 0; i < len(m.serving) && len(reps) < n; i++ {
+		s := m.serving[(start+uint64(i))%uint64(len(m.serving))]
+		if s.size < size || m.eligibility.ClientState(s.client.id) != ClientActive {
+			continue
+		}
+		s.mu.Lock()
+		off, h, ok := s.alloc.alloc(size)
+		s.mu.Unlock()
+		if !ok {
+			continue
+		}
+		reps = append(reps, replica{
+			id: m.nextReplicaID.Add(1), seg: s, offset: off, size: size, handle: h,
+			kind: MemoryReplica, status: ReplicaProcessing, valid: true,
+		})
+	}
+	if len(reps) < n {
+		m.freeReplicasLocked(reps)
+		return nil, fmt.Errorf("%w: %d bytes on %d distinct segments", ErrNoSpace, size, n)
+	}
+	return reps, nil
+}
+
+// freeReplicasLocked returns memory replicas' space to serving segments. A
+// replica on a segment awaiting remount has no allocation to return: the
+// remount rebuilds the allocator from the replicas that still exist. The
+// caller holds topo.
+func (m *Master) freeReplicasLocked(reps []replica) {
+	for i := range reps {
+		r := &reps[i]
+		if r.kind != MemoryReplica || r.seg == nil || r.seg.state != segmentServing {
+			continue
+		}
+		r.seg.mu.Lock()
+		r.seg.alloc.free(r.handle)
+		r.seg.mu.Unlock()
+	}
+}
+
+// PutEnd marks the object's replicas complete. Only the client that started
+// the put may end it; ending a complete object again is a no-op.
+func (m *Master) PutEnd(ctx context.Context, clientID, tenant, key string) error {
+	if err := validateObjectRef("PutEnd", tenant, key); err != nil {
+		return err
+	}
+	fail := func(err error, hint string) error {
+		return &Error{Op: "PutEnd", Tenant: tenant, Key: key, Client: clientID, Err: err, Hint: hint}
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err, "")
+	}
+	sh := m.shardFor(tenant, key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	o := sh.objects[objectKey{tenant, key}]
+	if o == nil {
+		return fail(ErrObjectNotFound, "call PutStart first; the put may have been revoked or removed")
+	}
+	if o.client.id != clientID {
+		return fail(fmt.Errorf("%w: started by %q", ErrWrongClient, o.client.id), "only the client that called PutStart may end the put")
+	}
+	changed := false
+	for i := range o.replicas {
+		if o.replicas[i].status == ReplicaProcessing {
+			o.replicas[i].status = ReplicaComplete
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	// A finished put is not read-leased yet; a soft-pin-enabled object
+	// starts its soft-pin interval now.
+	o.GrantLease(m.clock.Steady(), 0, m.cfg.SoftPinTTL)
+	if m.journal != nil {
+		m.record(&Op{Kind: OpPutEnd, Tenant: tenant, Key: key, Client: clientID, Object: standbyObject(o)})
+	}
+	return nil
+}
+
+// PutRevoke abandons a put in progress and frees its space.
+func (m *Master) PutRevoke(ctx context.Context, clientID, tenant, key string) error {
+	if err := validateObjectRef("PutRevoke", tenant, key); err != nil {
+		return err
+	}
+	fail := func(err error, hint string) error {
+		return &Error{Op: "PutRevoke", Tenant: tenant, Key: key, Client: clientID, Err: err, Hint: hint}
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err, "")
+	}
+	m.topo.RLock()
+	defer m.topo.RUnlock()
+	sh := m.shardFor(tenant, key)
+	sh.mu.Lock()
+	o := sh.objects[objectKey{tenant, key}]
+	switch {
+	case o == nil:
+		sh.mu.Unlock()
+		return fail(ErrObjectNotFound, "nothing to revoke")
+	case o.client.id != clientID:
+		sh.mu.Unlock()
+		return fail(fmt.Errorf("%w: started by %q", ErrWrongClient, o.client.id), "only the client that called PutStart may revoke the put")
+	}
+	keep := o.replicas[:0:0]
+	var drop []replica
+	for _, r := range o.replicas {
+		if r.status == ReplicaProcessing {
+			drop = append(drop, r)
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	if len(drop) == 0 {
+		sh.mu.Unlock()
+		return fail(fmt.Errorf("%w: the put already ended", ErrInvalidArgument), "use Remove to delete a complete object")
+	}
+	m.freeReplicasLocked(drop)
+	before := o.memoryBytes()
+	o.replicas = keep
+	o.tenant.release(before - o.memoryBytes())
+	removed := len(keep) == 0
+	if removed {
+		m.deleteLocked(sh, o)
+	}
+	if m.journal != nil {
+		m.record(&Op{Kind: OpPutRevoke, Tenant: tenant, Key: key, Client: clientID})
+	}
+	sh.mu.Unlock()
+	if removed {
+		m.leave(o)
+	}
+	return nil
+}
+
+// deleteLocked drops o from its shard and its tenant's count. The caller
+// holds the shard lock, has already freed or discounted o's replicas, and
+// calls leave(o) after unlocking.
+func (m *Master) deleteLocked(sh *shard, o *object) {
+	delete(sh.objects, objectKey{o.tenant.name, o.key})
+	o.tenant.release(o.memoryBytes())
+	o.tenant.objects.Add(-1)
+	o.replicas = nil
+}
+
+// PutStartResult is one item of BatchPutStart.
+type PutStartResult struct {
+	Replicas []ReplicaInfo
+	Err      error
+}
+
+// BatchPutStart runs PutStart for each request; items fail independently.
+// A key that appears twice fails its later occurrences.
+func (m *Master) BatchPutStart(ctx context.Context, reqs []PutRequest) []PutStartResult {
+	out := make([]PutStartResult, len(reqs))
+	seen := make(map[objectKey]struct{}, len(reqs))
+	for i, r := range reqs {
+		k := objectKey{r.Tenant, r.Key}
+		if _, dup := seen[k]; dup {
+			out[i].Err = &Error{Op: "BatchPutStart", Tenant: r.Tenant, Key: r.Key, Client: r.Client, Err: ErrDuplicateBatchObject, Hint: "send each key once per batch"}
+			continue
+		}
+		seen[k] = struct{}{}
+		out[i].Replicas, out[i].Err = m.PutStart(ctx, r)
+	}
+	return out
+}
+
+// ObjectRef names one object of a batch call.
+type ObjectRef struct {
+	Client string
+	Tenant string
+	Key    string
+}
+
+// BatchPutEnd runs PutEnd for each item; errs[i] is nil when item i succeeded.
+func (m *Master) BatchPutEnd(ctx context.Context, refs []ObjectRef) []error {
+	errs := make([]error, len(refs))
+	for i, r := range refs {
+		errs[i] = m.PutEnd(ctx, r.Client, r.Tenant, r.Key)
+	}
+	return errs
+}
+
+// BatchPutRevoke runs PutRevoke for each item.
+func (m *Master) BatchPutRevoke(ctx context.Context, refs []ObjectRef) []error {
+	errs := make([]error, len(refs))
+	for i, r := range refs {
+		errs[i] = m.PutRevoke(ctx, r.Client, r.Tenant, r.Key)
+	}
+	return errs
+}

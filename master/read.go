@@ -1,0 +1,144 @@
+package master
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// GetReplicaList grants the object a read lease (and its group, with the same
+// now) and returns its readable replicas. The read path is a shard read lock,
+// a map lookup and an atomic lease extension: no segment, recovery or
+// liveness state is consulted, so a failover costs reads nothing. A replica
+// that is not readable (still being written, or restored and awaiting its
+// segment's remount) is left out; an object with none fails with
+// ErrNoReadableReplica.
+func (m *Master) GetReplicaList(ctx context.Context, tenant, key string) ([]ReplicaInfo, error) {
+	return m.AppendReplicaList(ctx, nil, tenant, key)
+}
+
+// AppendReplicaList is GetReplicaList appending to dst, for callers that
+// reuse a buffer.
+func (m *Master) AppendReplicaList(ctx context.Context, dst []ReplicaInfo, tenant, key string) ([]ReplicaInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return dst, &Error{Op: "GetReplicaList", Tenant: tenant, Key: key, Err: err}
+	}
+	sh := m.shardFor(tenant, key)
+	sh.mu.RLock()
+	o := sh.objects[objectKey{tenant, key}]
+	if o == nil {
+		sh.mu.RUnlock()
+		return dst, &Error{Op: "GetReplicaList", Tenant: tenant, Key: key, Err: ErrObjectNotFound, Hint: "the object was never put, or was removed or evicted; put it again"}
+	}
+	now := m.clock.Steady()
+	o.GrantLease(now, m.cfg.DefaultLeaseTTL, m.cfg.SoftPinTTL)
+	n := len(dst)
+	processing := false
+	for i := range o.replicas {
+		r := &o.replicas[i]
+		if r.readable() {
+			dst = append(dst, r.info())
+		}
+		processing = processing || r.status == ReplicaProcessing
+	}
+	g := o.group
+	sh.mu.RUnlock()
+	if g != nil {
+		g.refresh(now, m.cfg.DefaultLeaseTTL, m.cfg.SoftPinTTL)
+	}
+	if len(dst) == n {
+		hint := "its segments are awaiting remount after a master failover; retry after the client remounts"
+		if processing {
+			hint = "it is still being written; retry after PutEnd"
+		}
+		return dst, &Error{Op: "GetReplicaList", Tenant: tenant, Key: key, Err: ErrNoReadableReplica, Hint: hint}
+	}
+	return dst, nil
+}
+
+// Exist reports whether the object exists and, if so, grants it (and its
+// group) a read lease.
+func (m *Master) Exist(ctx context.Context, tenant, key string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, &Error{Op: "Exist", Tenant: tenant, Key: key, Err: err}
+	}
+	sh := m.shardFor(tenant, key)
+	sh.mu.RLock()
+	o := sh.objects[objectKey{tenant, key}]
+	if o == nil {
+		sh.mu.RUnlock()
+		return false, nil
+	}
+	now := m.clock.Steady()
+	o.GrantLease(now, m.cfg.DefaultLeaseTTL, m.cfg.SoftPinTTL)
+	g := o.group
+	sh.mu.RUnlock()
+	if g != nil {
+		g.refresh(now, m.cfg.DefaultLeaseTTL, m.cfg.SoftPinTTL)
+	}
+	return true, nil
+}
+
+// refresh extends every member's lease from one now. The group read lock
+// keeps a group eviction (which holds the write lock while it re-checks that
+// every member expired) from interleaving with it.
+func (g *group) refresh(now SteadyTime, ttl, softTTL time.Duration) {
+	deadline, soft := now.Add(ttl), now.Add(softTTL)
+	g.mu.RLock()
+	for _, o := range g.members {
+		o.GrantLeaseUntil(deadline, soft)
+	}
+	g.mu.RUnlock()
+}
+
+// Remove deletes an object and frees its memory. It refuses an object that
+// is leased (being read), still being written, or has replicas in use by a
+// copy, unless force is set. Removal is a lifecycle operation: it does not
+// consult the eviction rule and removes unreadable replicas too.
+func (m *Master) Remove(ctx context.Context, tenant, key string, force bool) error {
+	if err := validateObjectRef("Remove", tenant, key); err != nil {
+		return err
+	}
+	fail := func(err error, hint string) error {
+		return &Error{Op: "Remove", Tenant: tenant, Key: key, Err: err, Hint: hint}
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err, "")
+	}
+	m.topo.RLock()
+	defer m.topo.RUnlock()
+	sh := m.shardFor(tenant, key)
+	sh.mu.Lock()
+	o := sh.objects[objectKey{tenant, key}]
+	if o == nil {
+		sh.mu.Unlock()
+		return fail(ErrObjectNotFound, "nothing to remove")
+	}
+	if !force {
+		now := m.clock.Steady()
+		if !o.leaseExpired(now) {
+			left := o.leaseDeadline() - now
+			sh.mu.Unlock()
+			return fail(fmt.Errorf("%w: %d ms of lease left", ErrObjectLeased, durationMS(toDuration(left))), "retry after the lease expires, or force the removal")
+		}
+		for i := range o.replicas {
+			r := &o.replicas[i]
+			if r.status == ReplicaProcessing {
+				sh.mu.Unlock()
+				return fail(ErrObjectNotComplete, "revoke the put, or force the removal")
+			}
+			if r.refcnt > 0 {
+				sh.mu.Unlock()
+				return fail(fmt.Errorf("%w: replica %d has %d readers", ErrObjectLeased, r.id, r.refcnt), "retry later, or force the removal")
+			}
+		}
+	}
+	m.freeReplicasLocked(o.replicas)
+	m.deleteLocked(sh, o)
+	if m.journal != nil {
+		m.record(&Op{Kind: OpRemove, Tenant: tenant, Key: key})
+	}
+	sh.mu.Unlock()
+	m.leave(o)
+	return nil
+}

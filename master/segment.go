@@ -1,0 +1,345 @@
+package master
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// SegmentSpec describes a client's memory segment.
+type SegmentSpec struct {
+	ID       uint64
+	Name     string
+	Base     uint64
+	Size     uint64
+	Endpoint string
+}
+
+func (s SegmentSpec) validate() error {
+	switch {
+	case s.ID == 0:
+		return fmt.Errorf("%w: segment id 0", ErrInvalidArgument)
+	case s.Size == 0:
+		return fmt.Errorf("%w: segment %d has size 0", ErrInvalidArgument, s.ID)
+	case s.Base+s.Size < s.Base:
+		return fmt.Errorf("%w: segment %d base+size overflows", ErrInvalidArgument, s.ID)
+	case s.Endpoint == "":
+		return fmt.Errorf("%w: segment %d has no endpoint", ErrInvalidArgument, s.ID)
+	}
+	return nil
+}
+
+// MountSegment adds a client's segment to placement. Mounting the same
+// segment again with the same description is a no-op, so a client may retry.
+func (m *Master) MountSegment(ctx context.Context, clientID string, spec SegmentSpec) error {
+	fail := func(err error, hint string) error {
+		return &Error{Op: "MountSegment", Segment: spec.ID, Client: clientID, Err: err, Hint: hint}
+	}
+	if clientID == "" {
+		return fail(fmt.Errorf("%w: empty client id", ErrInvalidArgument), "pass the client's id")
+	}
+	if err := spec.validate(); err != nil {
+		return fail(err, "describe the segment with a non-zero id, a size and an endpoint")
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err, "")
+	}
+	m.topo.Lock()
+	defer m.topo.Unlock()
+	if s := m.segments[spec.ID]; s != nil {
+		if s.state == segmentServing && s.client.id == clientID && s.base == spec.Base && s.size == spec.Size && s.endpointString() == spec.Endpoint {
+			return nil
+		}
+		if s.state == segmentAwaitingRemount {
+			return fail(ErrSegmentExists, "the segment is known from before a master failover; call ReMountSegment")
+		}
+		return fail(fmt.Errorf("%w: owned by client %q, size %d", ErrSegmentExists, s.client.id, s.size), "unmount it first or use another segment id")
+	}
+	s := &segment{id: spec.ID, name: spec.Name, client: m.clientFor(clientID), base: spec.Base, size: spec.Size, state: segmentServing, alloc: newAllocator(spec.Size)}
+	ep := spec.Endpoint
+	s.endpoint.Store(&ep)
+	m.segments[s.id] = s
+	m.serving = append(m.serving, s)
+	m.record(&Op{Kind: OpMountSegment, Client: clientID, Segment: standbySegment(s)})
+	return nil
+}
+
+// UnmountResult reports what an unmount removed.
+type UnmountResult struct {
+	Replicas uint64
+	Objects  uint64
+}
+
+// UnmountSegment removes a segment and every replica on it, whatever its
+// lease or readability: the memory is going away. Objects left without
+// replicas are deleted.
+func (m *Master) UnmountSegment(ctx context.Context, clientID string, segmentID uint64) (UnmountResult, error) {
+	fail := func(err error, hint string) error {
+		return &Error{Op: "UnmountSegment", Segment: segmentID, Client: clientID, Err: err, Hint: hint}
+	}
+	if err := ctx.Err(); err != nil {
+		return UnmountResult{}, fail(err, "")
+	}
+	m.topo.Lock()
+	defer m.topo.Unlock()
+	s := m.segments[segmentID]
+	if s == nil {
+		return UnmountResult{}, fail(ErrSegmentNotFound, "nothing to unmount")
+	}
+	if s.client.id != clientID {
+		return UnmountResult{}, fail(fmt.Errorf("%w: segment is owned by %q", ErrWrongClient, s.client.id), "only the owning client may unmount it")
+	}
+	var res UnmountResult
+	var gone []*object
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		for _, o := range sh.objects {
+			kept := o.replicas[:0:0]
+			hit := false
+			for _, r := range o.replicas {
+				if r.seg == s {
+					hit = true
+					res.Replicas++
+				} else {
+					kept = append(kept, r)
+				}
+			}
+			if !hit {
+				continue
+			}
+			before := o.memoryBytes()
+			o.replicas = kept
+			o.tenant.release(before - o.memoryBytes())
+			if len(kept) == 0 {
+				m.deleteLocked(sh, o)
+				gone = append(gone, o)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	res.Objects = uint64(len(gone))
+	delete(m.segments, s.id)
+	for i, x := range m.serving {
+		if x == s {
+			m.serving = append(m.serving[:i], m.serving[i+1:]...)
+			break
+		}
+	}
+	m.record(&Op{Kind: OpUnmountSegment, Client: clientID, Segment: standbySegment(s)})
+	m.leave(gone...)
+	return res, nil
+}
+
+// RemountResult reports a successful remount.
+type RemountResult struct {
+	Segments       int
+	MatchedObjects int
+	RecoveryTTL    time.Duration
+	// AssignDuration is the time to give every matched object the recovery
+	// lease; TotalDuration the whole remount; VisibleTTL what was left of
+	// the recovery lease when the segments were published.
+	AssignDuration time.Duration
+	TotalDuration  time.Duration
+	VisibleTTL     time.Duration
+}
+
+// ReMountSegment makes segments known from before a failover serviceable
+// again. In order, under the exclusive topology lock:
+//
+//  1. validate the request against the restored segments;
+//  2. collect, in one pass, one entry per object with a replica on the
+//     segments (a vector, no hash map) and the replicas' ranges;
+//  3. rebuild each segment's allocator from those ranges and verify them
+//     (no overlap, inside the segment);
+//  4. compute one deadline, now + the recovery TTL, and assign it to every
+//     collected object (max-update), even one that had another readable
+//     replica, and the full soft-pin TTL to soft-pin-enabled objects;
+//  5. install the allocators, mark the replicas valid (clearing the invalid
+//     endpoint) and publish the segments as serving.
+//
+// A failure in 1-3 changes nothing: no lease, no allocator, no endpoint.
+// Remounting an already serving segment repeats the procedure, so a client
+// may retry after a lost response.
+func (m *Master) ReMountSegment(ctx context.Context, clientID string, specs []SegmentSpec) (RemountResult, error) {
+	start := time.Now()
+	fail := func(seg uint64, err error, hint string) (RemountResult, error) {
+		m.metrics.remountFailures.Inc()
+		return RemountResult{}, &Error{Op: "ReMountSegment", Segment: seg, Client: clientID, Err: err, Hint: hint}
+	}
+	if clientID == "" {
+		return fail(0, fmt.Errorf("%w: empty client id", ErrInvalidArgument), "pass the client's id")
+	}
+	if len(specs) == 0 {
+		return fail(0, fmt.Errorf("%w: no segments", ErrInvalidArgument), "list the segments to remount")
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(0, err, "")
+	}
+	m.topo.Lock()
+	defer m.topo.Unlock()
+
+	segs := make([]*segment, len(specs))
+	defer func() {
+		for _, s := range segs {
+			if s != nil {
+				s.remountSlot = 0
+			}
+		}
+	}()
+	for i, spec := range specs {
+		if err := spec.validate(); err != nil {
+			return fail(spec.ID, err, "describe the segment as it was mounted")
+		}
+		s := m.segments[spec.ID]
+		switch {
+		case s == nil:
+			return fail(spec.ID, ErrSegmentNotFound, "the master does not know this segment; mount it with MountSegment")
+		case s.client.id != clientID:
+			return fail(spec.ID, fmt.Errorf("%w: segment is owned by %q", ErrWrongClient, s.client.id), "remount it from the client that mounted it")
+		case s.base != spec.Base || s.size != spec.Size:
+			return fail(spec.ID, fmt.Errorf("%w: restored base %d size %d, remount says base %d size %d", ErrSegmentMismatch, s.base, s.size, spec.Base, spec.Size), "remount the same memory region the segment had")
+		case s.remountSlot != 0:
+			return fail(spec.ID, fmt.Errorf("%w: segment listed twice", ErrInvalidArgument), "list each segment once")
+		}
+		s.remountSlot = i + 1
+		segs[i] = s
+	}
+
+	// 2. Collect: one entry per object (a vector, no hash map; an object
+	// with several matching replicas is appended once) and one per matched
+	// replica, a pointer into its object's replica slice, stable while topo
+	// is held exclusively. Shards are visited in order, so runs mark where
+	// each shard's replicas end for the publication step.
+	var objs []*object
+	var matches []remountMatch
+	ext := make([][]extent, len(segs))
+	var runs []shardRun
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.RLock()
+		first := len(matches)
+		for _, o := range sh.objects {
+			matched := false
+			for j := range o.replicas {
+				r := &o.replicas[j]
+				if r.kind != MemoryReplica || r.seg == nil || r.seg.remountSlot == 0 {
+					continue
+				}
+				slot := r.seg.remountSlot - 1
+				matches = append(matches, remountMatch{r: r, slot: int32(slot), idx: int32(len(ext[slot]))})
+				ext[slot] = append(ext[slot], extent{r.offset, r.size})
+				matched = true
+			}
+			if matched {
+				objs = append(objs, o)
+			}
+		}
+		sh.mu.RUnlock()
+		if len(matches) > first {
+			runs = append(runs, shardRun{shard: sh, end: len(matches)})
+		}
+	}
+
+	// 3. Rebuild and verify every allocator before touching anything.
+	allocs := make([]*allocator, len(segs))
+	handles := make([][]uint32, len(segs))
+	for i, s := range segs {
+		a, h, err := rebuildAllocator(s.size, ext[i])
+		if err != nil {
+			return fail(s.id, fmt.Errorf("%w: %v", ErrSegmentMismatch, err), "the segment's contents do not match the master's metadata; unmount and mount it afresh")
+		}
+		allocs[i], handles[i] = a, h
+		ext[i] = nil
+	}
+
+	// 4. One deadline for the whole batch, computed after the rebuild so
+	// reconstruction time does not eat the recovery window.
+	recoveryTTL := m.cfg.RecoveryTTL()
+	now := m.clock.Steady()
+	deadline, softDeadline := now.Add(recoveryTTL), now.Add(m.cfg.SoftPinTTL)
+	assignStart := time.Now()
+	assignLeases(objs, deadline, softDeadline)
+	assignDur := time.Since(assignStart)
+
+	// 5. Publish: endpoints first, then the replicas shard by shard (one
+	// shard lock at a time, so reads elsewhere go on), then the segments.
+	for i, s := range segs {
+		ep := specs[i].Endpoint
+		s.endpoint.Store(&ep)
+	}
+	k := 0
+	for _, run := range runs {
+		run.shard.mu.Lock()
+		for ; k < run.end; k++ {
+			mt := matches[k]
+			mt.r.handle = handles[mt.slot][mt.idx]
+			mt.r.valid = true
+		}
+		run.shard.mu.Unlock()
+	}
+	// The vectors are dead from here on, so the collector may reclaim the
+	// remount's memory peak before the function returns.
+	matched := len(objs)
+	for i, s := range segs {
+		s.mu.Lock()
+		s.alloc = allocs[i]
+		s.mu.Unlock()
+		if s.state != segmentServing {
+			s.state = segmentServing
+			m.serving = append(m.serving, s)
+		}
+		m.record(&Op{Kind: OpRemountSegment, Client: clientID, Segment: standbySegment(s)})
+	}
+	visible := toDuration(deadline - m.clock.Steady())
+	res := RemountResult{
+		Segments: len(segs), MatchedObjects: matched, RecoveryTTL: recoveryTTL,
+		AssignDuration: assignDur, TotalDuration: time.Since(start), VisibleTTL: visible,
+	}
+	m.remounts.Add(1)
+	m.lastRemount.Store(&res)
+	m.metrics.remountMatched.Set(float64(res.MatchedObjects))
+	m.metrics.remountAssign.Observe(assignDur.Seconds())
+	m.metrics.remountTotal.Observe(res.TotalDuration.Seconds())
+	m.metrics.recoveryTTL.Set(recoveryTTL.Seconds())
+	m.metrics.remountVisibleTTL.Set(visible.Seconds())
+	return res, nil
+}
+
+type shardRun struct {
+	shard *shard
+	end   int // matches[previous end:end] live in shard
+}
+
+type remountMatch struct {
+	r    *replica
+	slot int32 // index of the replica's segment in the request
+	idx  int32 // index of the replica's extent, and so its handle
+}
+
+// assignLeases gives every object the same deadlines. It is the one O(N)
+// step between rebuild and publication, so it splits the vector over the
+// available cores; the grant itself is an allocation-free atomic max.
+func assignLeases(objs []*object, deadline, softDeadline SteadyTime) {
+	const minChunk = 1 << 16
+	workers := min(runtime.GOMAXPROCS(0), (len(objs)+minChunk-1)/minChunk)
+	if workers <= 1 {
+		for _, o := range objs {
+			o.GrantLeaseUntil(deadline, softDeadline)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (len(objs) + workers - 1) / workers
+	for lo := 0; lo < len(objs); lo += chunk {
+		part := objs[lo:min(lo+chunk, len(objs))]
+		wg.Go(func() {
+			for _, o := range part {
+				o.GrantLeaseUntil(deadline, softDeadline)
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,181 @@
+package master
+
+import (
+	"context"
+	"fmt"
+
+	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+)
+
+// RestoreResult reports a standby restore.
+type RestoreResult struct {
+	Segments int
+	Objects  int
+	// Dropped counts objects left out because no replica was complete:
+	// an in-progress put cannot be recovered, its client must put again.
+	Dropped int
+}
+
+// RestoreStandby rebuilds objects and segments from the standby model after
+// a promotion. The model has no deadlines, so restored objects start with
+// none; hard pin and soft-pin enabled are kept. Memory replicas come back
+// unreadable, on segments awaiting remount: reads leave them out, eviction
+// never selects them, and ReMountSegment later grants the recovery lease and
+// makes them readable. Disk replicas are readable at once.
+//
+// The restore is all or nothing: the whole input is validated before any of
+// it is applied, and nothing changes on error.
+func (m *Master) RestoreStandby(ctx context.Context, segs []*masterv1.StandbySegment, objs []*masterv1.StandbyObject) (RestoreResult, error) {
+	fail := func(tenant, key string, seg uint64, err error, hint string) (RestoreResult, error) {
+		return RestoreResult{}, &Error{Op: "RestoreStandby", Tenant: tenant, Key: key, Segment: seg, Err: err, Hint: hint}
+	}
+	if err := ctx.Err(); err != nil {
+		return fail("", "", 0, err, "")
+	}
+	m.topo.Lock()
+	defer m.topo.Unlock()
+
+	fresh := make(map[uint64]*masterv1.StandbySegment, len(segs))
+	for _, s := range segs {
+		switch {
+		case s.GetId() == 0 || s.GetSize() == 0 || s.GetClientId() == "":
+			return fail("", "", s.GetId(), fmt.Errorf("%w: segment needs an id, a size and a client", ErrInvalidArgument), "the standby payload is malformed")
+		case m.segments[s.GetId()] != nil || fresh[s.GetId()] != nil:
+			return fail("", "", s.GetId(), ErrSegmentExists, "restore into a master that does not know the segment yet")
+		}
+		fresh[s.GetId()] = s
+	}
+	seen := make(map[objectKey]struct{}, len(objs))
+	for _, so := range objs {
+		if err := validateObjectRef("RestoreStandby", so.GetTenant(), so.GetKey()); err != nil {
+			return RestoreResult{}, err
+		}
+		k := objectKey{so.GetTenant(), so.GetKey()}
+		if _, dup := seen[k]; dup {
+			return fail(k.tenant, k.key, 0, ErrDuplicateBatchObject, "the standby payload lists the object twice")
+		}
+		seen[k] = struct{}{}
+		sh := m.shardFor(k.tenant, k.key)
+		sh.mu.RLock()
+		_, exists := sh.objects[k]
+		sh.mu.RUnlock()
+		if exists {
+			return fail(k.tenant, k.key, 0, ErrObjectExists, "restore into an empty master")
+		}
+		for _, r := range so.GetReplicas() {
+			if r.GetKind() != masterv1.ReplicaKind_REPLICA_KIND_MEMORY {
+				continue
+			}
+			s := fresh[r.GetSegmentId()]
+			if s == nil && m.segments[r.GetSegmentId()] == nil {
+				return fail(k.tenant, k.key, r.GetSegmentId(), ErrSegmentNotFound, "the standby payload names a segment it does not describe")
+			}
+			if r.GetSize() == 0 || r.GetOffset()+r.GetSize() < r.GetOffset() {
+				return fail(k.tenant, k.key, r.GetSegmentId(), fmt.Errorf("%w: replica range %d+%d", ErrInvalidArgument, r.GetOffset(), r.GetSize()), "the standby payload is malformed")
+			}
+		}
+	}
+
+	for _, s := range segs {
+		seg := &segment{id: s.GetId(), name: s.GetName(), client: m.clientFor(s.GetClientId()), base: s.GetBase(), size: s.GetSize(), state: segmentAwaitingRemount}
+		m.segments[seg.id] = seg
+		m.record(&Op{Kind: OpRestoreSegment, Client: s.GetClientId(), Segment: s})
+	}
+	res := RestoreResult{Segments: len(segs)}
+	for _, so := range objs {
+		o := m.restoredObject(so)
+		if o == nil {
+			res.Dropped++
+			continue
+		}
+		sh := m.shardFor(so.GetTenant(), so.GetKey())
+		sh.mu.Lock()
+		sh.objects[objectKey{so.GetTenant(), so.GetKey()}] = o
+		o.tenant.used.Add(o.memoryBytes())
+		o.tenant.objects.Add(1)
+		m.record(&Op{Kind: OpRestoreObject, Tenant: so.GetTenant(), Key: so.GetKey(), Client: so.GetClientId(), Object: so})
+		sh.mu.Unlock()
+		if o.group != nil {
+			m.join(o.group, o)
+		}
+		res.Objects++
+	}
+	return res, nil
+}
+
+// restoredObject builds an object from its standby description, keeping
+// only complete replicas; nil if none is complete. The caller holds topo.
+func (m *Master) restoredObject(so *masterv1.StandbyObject) *object {
+	o := &object{
+		key:            so.GetKey(),
+		tenant:         m.tenantFor(so.GetTenant()),
+		client:         m.clientFor(so.GetClientId()),
+		size:           so.GetSize(),
+		seq:            so.GetLastSequenceId(),
+		dataType:       so.GetDataType(),
+		hardPinned:     so.GetHardPinned(),
+		softPinEnabled: so.GetSoftPinEnabled(),
+	}
+	for _, r := range so.GetReplicas() {
+		if r.GetStatus() != masterv1.ReplicaStatus_REPLICA_STATUS_COMPLETE {
+			continue
+		}
+		rep := replica{id: r.GetId(), offset: r.GetOffset(), size: r.GetSize(), handle: noNode, kind: ReplicaKind(r.GetKind()), status: ReplicaComplete}
+		if rep.kind == MemoryReplica {
+			rep.seg = m.segments[r.GetSegmentId()]
+			// A memory handle from the old primary is meaningless here
+			// until the client proves the memory is there by remounting.
+			rep.valid = false
+		} else {
+			rep.valid = true
+		}
+		if id := r.GetId(); id > m.nextReplicaID.Load() {
+			m.nextReplicaID.Store(id)
+		}
+		o.replicas = append(o.replicas, rep)
+	}
+	if len(o.replicas) == 0 {
+		return nil
+	}
+	if g := so.GetGroupId(); g != "" {
+		o.group = m.groupFor(groupKey{so.GetTenant(), g})
+	}
+	return o
+}
+
+// PingStatus is what Ping tells a client.
+type PingStatus uint8
+
+// Ping answers.
+const (
+	PingOK PingStatus = iota + 1
+	// PingNeedRemount: the master does not know the client, or knows its
+	// segments only from before a failover; the client must (re)mount.
+	PingNeedRemount
+)
+
+// Ping is a client's liveness signal.
+func (m *Master) Ping(ctx context.Context, clientID string) (PingStatus, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, &Error{Op: "Ping", Client: clientID, Err: err}
+	}
+	if clientID == "" {
+		return 0, &Error{Op: "Ping", Err: fmt.Errorf("%w: empty client id", ErrInvalidArgument), Hint: "pass the client's id"}
+	}
+	m.topo.RLock()
+	defer m.topo.RUnlock()
+	serving := false
+	for _, s := range m.segments {
+		if s.client.id != clientID {
+			continue
+		}
+		if s.state == segmentAwaitingRemount {
+			return PingNeedRemount, nil
+		}
+		serving = true
+	}
+	if !serving {
+		return PingNeedRemount, nil
+	}
+	return PingOK, nil
+}
