@@ -17,13 +17,13 @@ const conformanceSummary = "check that an object store keeps the contract fencin
 
 // conformanceOutput is the --json document.
 type conformanceOutput struct {
-	Store  string              `json:"store"`
-	Prefix string              `json:"prefix"`
-	Probe  probeOutput         `json:"probe"`
-	Report *conformance.Report `json:"report,omitempty"`
-	Passed int                 `json:"passed"`
-	Failed int                 `json:"failed"`
-	Skip   int                 `json:"skipped"`
+	Store   string              `json:"store"`
+	Prefix  string              `json:"prefix"`
+	Probe   probeOutput         `json:"probe"`
+	Report  *conformance.Report `json:"report,omitempty"`
+	Passed  int                 `json:"passed"`
+	Failed  int                 `json:"failed"`
+	Skipped int                 `json:"skipped"`
 }
 
 type probeOutput struct {
@@ -125,7 +125,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	rep := conformance.Run(ctx, c, opts)
 	out.Report = &rep
-	out.Passed, out.Failed, out.Skip = rep.Count(conformance.Pass), rep.Count(conformance.Fail), rep.Count(conformance.Skip)
+	out.Passed, out.Failed, out.Skipped = rep.Count(conformance.Pass), rep.Count(conformance.Fail), rep.Count(conformance.Skip)
 
 	if *asJSON {
 		if err := writeJSON(stdout, out); err != nil {
@@ -133,8 +133,8 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 	} else {
 		fmt.Fprintf(stdout, "\n%d passed, %d failed", out.Passed, out.Failed)
-		if out.Skip > 0 {
-			fmt.Fprintf(stdout, ", %d skipped", out.Skip)
+		if out.Skipped > 0 {
+			fmt.Fprintf(stdout, ", %d skipped", out.Skipped)
 		}
 		fmt.Fprintf(stdout, " in %s on %s\n", rep.Elapsed.Round(time.Millisecond), c)
 		if rep.CleanupError != "" {
@@ -145,7 +145,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	case out.Failed > 0:
 		return fmt.Errorf("%d of %d checks failed on %s; the store (or its driver) does not keep the contract, do not run fenced shards on it", out.Failed, len(rep.Results), c)
 	case ctx.Err() != nil:
-		return fmt.Errorf("run stopped after --timeout %s with %d checks not run on %s", *timeout, out.Skip, c)
+		return fmt.Errorf("run stopped after --timeout %s with %d checks skipped on %s", *timeout, out.Skipped, c)
 	}
 	return nil
 }
