@@ -184,7 +184,9 @@ func Run(ctx context.Context, c blobstore.Container, opts Options) Report {
 	// or a cancelled run left behind.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if err := removeAll(cctx, mustSub(c, prefix)); err != nil {
+	if root, err := blobstore.Sub(c, prefix); err != nil {
+		rep.CleanupError = fmt.Sprintf("scratch prefix %q: %v", prefix, err)
+	} else if err := removeAll(cctx, root); err != nil {
 		rep.CleanupError = fmt.Sprintf("scratch keys under %s may remain: %v", rep.Prefix, err)
 	}
 	rep.Elapsed = time.Since(rep.Started)
@@ -290,16 +292,6 @@ func (r *runT) runCleanups() {
 	for i := len(fs) - 1; i >= 0; i-- {
 		fs[i]()
 	}
-}
-
-func mustSub(c blobstore.Container, prefix string) blobstore.Container {
-	sc, err := blobstore.Sub(c, prefix)
-	if err != nil {
-		// The prefix is built from fixed check names and a hex suffix, or
-		// given by the caller; an invalid one is a programming error.
-		panic(fmt.Sprintf("conformance: scratch prefix %q: %v", prefix, err))
-	}
-	return sc
 }
 
 // removeAll deletes every key in c, concurrently, and confirms by listing

@@ -252,3 +252,13 @@ func TestRunAbandonsACheckThatIgnoresItsContext(t *testing.T) {
 		}
 	}
 }
+
+func TestRunReportsABadPrefix(t *testing.T) {
+	rep := conformance.Run(t.Context(), mem.New(), conformance.Options{Prefix: "a//b", Only: []string{"crud"}})
+	if r, _ := rep.Result("crud"); r.Status != conformance.Fail || !strings.Contains(r.Details[0], "invalid key") {
+		t.Errorf("crud under an invalid prefix: %+v", r)
+	}
+	if rep.CleanupError == "" {
+		t.Errorf("no cleanup error for an invalid prefix")
+	}
+}
