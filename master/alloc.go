@@ -198,11 +198,23 @@ func (a *allocator) alloc(size uint64) (offset uint64, handle uint32, ok bool) {
 	if size == 0 || size > a.size-a.used {
 		return 0, noNode, false
 	}
-	b := a.firstBin(binUp(size))
-	if b < 0 {
-		return 0, noNode, false
+	n := noNode
+	if b := a.firstBin(binUp(size)); b >= 0 {
+		n = a.head[b]
+	} else {
+		// No class is guaranteed to fit, but the request's own class may
+		// hold a block that happens to be large enough (the last 100 bytes
+		// for a 100-byte object). Only this one bin is searched.
+		for m := a.head[binDown(size)]; m != noNode; m = a.nodes[m].binNext {
+			if a.nodes[m].size >= size {
+				n = m
+				break
+			}
+		}
+		if n == noNode {
+			return 0, noNode, false
+		}
 	}
-	n := a.head[b]
 	a.removeFree(n)
 	nd := a.nodes[n]
 	if nd.size > size {

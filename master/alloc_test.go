@@ -92,8 +92,12 @@ func TestAllocatorRandomized(t *testing.T) {
 			off, h, ok := a.alloc(s)
 			if ok {
 				live[h] = extent{off, s}
-			} else if a.largestFree() >= s && s <= 8 {
-				t.Fatalf("alloc %d failed with a free block of %d", s, a.largestFree())
+			} else {
+				for _, n := range a.nodes {
+					if !n.used && n.size >= s {
+						t.Fatalf("alloc %d failed with a free block of %d at %d", s, n.size, n.offset)
+					}
+				}
 			}
 		}
 		if i%500 == 0 {
@@ -106,6 +110,17 @@ func TestAllocatorRandomized(t *testing.T) {
 	checkAllocator(t, a, map[uint32]extent{})
 	if a.used != 0 || a.largestFree() != size {
 		t.Fatalf("after freeing everything: used %d, largest free %d", a.used, a.largestFree())
+	}
+}
+
+func TestAllocatorFillsExactly(t *testing.T) {
+	// Ten 100-byte objects fill a 1000-byte segment to the last byte even
+	// though 100 is not a size-class boundary.
+	a := newAllocator(1000)
+	for i := 0; i < 10; i++ {
+		if _, _, ok := a.alloc(100); !ok {
+			t.Fatalf("alloc %d of 10 failed with %d bytes free", i+1, 1000-a.used)
+		}
 	}
 }
 

@@ -204,12 +204,6 @@ func (m *Master) clientFor(id string) *client {
 	return c
 }
 
-func (m *Master) knownClient(id string) *client {
-	m.clientsMu.Lock()
-	defer m.clientsMu.Unlock()
-	return m.clients[id]
-}
-
 func (m *Master) groupFor(k groupKey) *group {
 	m.groupsMu.Lock()
 	defer m.groupsMu.Unlock()

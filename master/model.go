@@ -130,18 +130,6 @@ func (o *object) memoryBytes() uint64 {
 	return n
 }
 
-func (o *object) complete() bool {
-	if len(o.replicas) == 0 {
-		return false
-	}
-	for i := range o.replicas {
-		if o.replicas[i].status != ReplicaComplete {
-			return false
-		}
-	}
-	return true
-}
-
 type objectKey struct {
 	tenant, key string
 }
