@@ -20,6 +20,7 @@ var allChecks = []Check{
 	{Name: "tokens-unique", Description: "a token is never reused for different content, across delete and re-create", run: checkTokensUnique},
 	{Name: "create-if-absent-race", Description: "16 racing CreateIfAbsent: exactly one wins, its content is stored", run: checkCreateRace},
 	{Name: "cas-increments", Description: "5 workers x 10 get-then-CAS increments end at exactly 50", run: checkCASIncrements},
+	{Name: "cas-chain", Description: "20 CAS calls in a row, each on the token the previous one returned", run: checkCASChain},
 	{Name: "cas-stale", Description: "a CAS with a stale, empty or foreign token fails and changes nothing", run: checkCASStale},
 	{Name: "cas-missing-key", Description: "a CAS on a missing or deleted key fails with ErrPreconditionFailed", run: checkCASMissing},
 	{Name: "delete-if-match", Description: "DeleteIfMatch enforces its token, or is refused as unsupported", run: checkDeleteIfMatch},
@@ -33,7 +34,7 @@ var allChecks = []Check{
 	{Name: "list-pagination", Description: "1,100+ keys list in byte order across pages, startAfter and limits", run: checkListPagination},
 	{Name: "list-prefix", Description: "prefix filtering, including a prefix that ends mid-segment", run: checkListPrefix},
 	{Name: "list-order-unicode", Description: "non-ASCII keys list in UTF-8 byte order", run: checkListOrderUnicode},
-	{Name: "linearizable", Description: "concurrent Get/CreateIfAbsent/CAS/Delete histories are linearizable", run: checkLinearizable},
+	{Name: "linearizable", Description: "concurrent Get/CreateIfAbsent/CAS/Delete(IfMatch) histories are linearizable", run: checkLinearizable},
 	{Name: "probe-preconditions", Description: "blobstore.ProbePreconditions accepts the store", run: checkProbe},
 }
 
@@ -241,6 +242,26 @@ func checkCASIncrements(t T, c blobstore.Container) {
 			t.Errorf("value %d was written by %d successful CAS calls from the same version", v, n)
 		}
 	}
+}
+
+// checkCASChain is the fence key's write path: every sync swaps on the token
+// the previous swap returned, with no read in between.
+func checkCASChain(t T, c blobstore.Container) {
+	ctx := t.Context()
+	key := "cas/chain"
+	tok, err := c.CreateIfAbsent(ctx, key, []byte("chain 0"))
+	mustOK(t, err, "CreateIfAbsent")
+	var body []byte
+	for i := 1; i <= 20; i++ {
+		body = fmt.Appendf(nil, "chain %d", i)
+		next, err := c.CompareAndSwap(ctx, key, tok, body)
+		mustOK(t, err, fmt.Sprintf("CAS #%d on the token CAS #%d returned", i, i-1))
+		if next == tok {
+			t.Errorf("CAS #%d returned the token it was given, %q", i, tok)
+		}
+		tok = next
+	}
+	expectObject(t, c, key, body, tok, "after 20 chained CAS calls")
 }
 
 func checkCASStale(t T, c blobstore.Container) {

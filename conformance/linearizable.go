@@ -14,12 +14,13 @@ import (
 )
 
 // The linearizability check drives several clients against one key with
-// Get, CreateIfAbsent, CompareAndSwap and Delete, records every call's
-// invocation and response times, and asks porcupine whether some total order
-// consistent with real time explains every answer under a single-register
-// model with versions. Fencing leans on exactly this: a CAS that succeeds on
-// a token no reader could have seen, or a Get that returns an overwritten
-// version after a newer write completed, breaks the protocol's safety.
+// Get, CreateIfAbsent, CompareAndSwap, Delete and (where the store claims it)
+// DeleteIfMatch, records every call's invocation and response times, and asks
+// porcupine whether some total order consistent with real time explains every
+// answer under a single-register model with versions. Fencing leans on
+// exactly this: a CAS that succeeds on a token no reader could have seen, or a
+// Get that returns an overwritten version after a newer write completed,
+// breaks the protocol's safety.
 
 type linOpKind uint8
 
@@ -28,16 +29,17 @@ const (
 	linCreate
 	linCAS
 	linDelete
+	linDeleteIfMatch
 )
 
 func (k linOpKind) String() string {
-	return [...]string{"Get", "CreateIfAbsent", "CompareAndSwap", "Delete"}[k]
+	return [...]string{"Get", "CreateIfAbsent", "CompareAndSwap", "Delete", "DeleteIfMatch"}[k]
 }
 
 type linInput struct {
 	kind     linOpKind
 	value    string          // written by Create and CAS; unique per call
-	expected blobstore.Token // CAS only
+	expected blobstore.Token // CAS and DeleteIfMatch
 }
 
 // linResult is what a call observably did.
@@ -114,6 +116,18 @@ var registerModel = porcupine.NondeterministicModel{
 			case linOK:
 				return []any{linState{}}
 			}
+		case linDeleteIfMatch:
+			applies := s.exists && tokenMatches(s.token, i.expected)
+			switch {
+			case o.result == linUnknown && applies:
+				return []any{s, linState{}}
+			case o.result == linUnknown:
+				return []any{s}
+			case o.result == linOK && applies:
+				return []any{linState{}}
+			case o.result == linRefused && (!s.exists || s.token != i.expected):
+				return []any{s}
+			}
 		}
 		return nil
 	},
@@ -130,6 +144,8 @@ var registerModel = porcupine.NondeterministicModel{
 			return fmt.Sprintf("CreateIfAbsent(%q) -> %s %s", i.value, res, o.token)
 		case linCAS:
 			return fmt.Sprintf("CompareAndSwap(%s, %q) -> %s %s", i.expected, i.value, res, o.token)
+		case linDeleteIfMatch:
+			return fmt.Sprintf("DeleteIfMatch(%s) -> %s", i.expected, res)
 		default:
 			return "Delete -> " + res
 		}
@@ -163,6 +179,7 @@ func checkLinearizable(t T, c blobstore.Container) {
 	ctx := t.Context()
 	const clients, opsPerClient = 6, 50
 	key := "linearizable/register"
+	conditionalDelete := c.Capabilities().ConditionalDelete
 	var (
 		mu      sync.Mutex
 		history []porcupine.Operation
@@ -182,21 +199,24 @@ func checkLinearizable(t T, c blobstore.Container) {
 					in.kind = linGet
 				case r < 55:
 					in.kind = linCreate
-				case r < 95:
+				case r < 92:
 					in.kind = linCAS
+				case r < 96 && conditionalDelete:
+					in.kind = linDeleteIfMatch
+				default:
+					in.kind = linDelete
+				}
+				if in.kind == linCAS || in.kind == linDeleteIfMatch {
+					in.expected = "no-token-yet"
 					if len(known) > 0 {
 						// Mostly the newest token seen, sometimes an older
-						// one: stale CAS calls are what the model must refuse.
+						// one: stale calls are what the model must refuse.
 						i := len(known) - 1
 						if rng.IntN(4) == 0 {
 							i = rng.IntN(len(known))
 						}
 						in.expected = known[i]
-					} else {
-						in.expected = "no-token-yet"
 					}
-				default:
-					in.kind = linDelete
 				}
 				var out linOutput
 				var err error
@@ -215,6 +235,9 @@ func checkLinearizable(t T, c blobstore.Container) {
 					refusal = blobstore.ErrPreconditionFailed
 				case linDelete:
 					err = c.Delete(ctx, key)
+				case linDeleteIfMatch:
+					err = c.DeleteIfMatch(ctx, key, in.expected)
+					refusal = blobstore.ErrPreconditionFailed
 				}
 				ret := now()
 				res, allowed := classify(err, refusal)

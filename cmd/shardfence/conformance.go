@@ -121,7 +121,11 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	if !*asJSON {
 		fmt.Fprintf(stdout, "Precondition probe: ok (a second create, a stale CAS and a CAS on a missing key are refused)\n\n")
 		fmt.Fprintf(stdout, "%-*s  %-6s  %10s\n", width, "CHECK", "RESULT", "LATENCY")
-		opts.Progress = func(r conformance.CheckResult) { printRow(stdout, width, r, *verbose) }
+		descriptions := map[string]string{}
+		for _, ch := range conformance.Checks() {
+			descriptions[ch.Name] = ch.Description
+		}
+		opts.Progress = func(r conformance.CheckResult) { printRow(stdout, width, r, descriptions[r.Name], *verbose) }
 	}
 	rep := conformance.Run(ctx, c, opts)
 	out.Report = &rep
@@ -150,7 +154,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	return nil
 }
 
-func printRow(w io.Writer, width int, r conformance.CheckResult, verbose bool) {
+func printRow(w io.Writer, width int, r conformance.CheckResult, description string, verbose bool) {
 	lat := "-"
 	if r.Status != conformance.Skip {
 		lat = fmtLatency(r.Duration)
@@ -159,6 +163,7 @@ func printRow(w io.Writer, width int, r conformance.CheckResult, verbose bool) {
 	if r.Status != conformance.Fail {
 		return
 	}
+	fmt.Fprintf(w, "    expected: %s\n", description)
 	for i, d := range r.Details {
 		if i == maxDetails {
 			fmt.Fprintf(w, "    ... and %d more (use --json for all)\n", len(r.Details)-maxDetails)
