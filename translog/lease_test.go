@@ -22,17 +22,19 @@ func TestLeaseModeCASesOncePerLeaseAndAcksOnlyInsideIt(t *testing.T) {
 			t.Fatalf("%s: %d CAS requests, want %d", what, got, wantCAS)
 		}
 	}
-	step("first sync: no lease yet", 0, 1)                     // lease from t=0
-	step("t=1s: inside the first half", time.Second, 1)        // acked on the lease
-	step("t=5s: half the lease gone, renew", 4*time.Second, 2) // lease from t=5s
-	step("t=8s: inside", 3*time.Second, 2)
-	if s := r.w.Stats(); s.LeaseSkips != 2 || s.Syncs != 4 {
+	step("first sync: no lease yet", 0, 1)        // lease from t=0
+	step("t=1s: inside", time.Second, 1)          // acked on the lease
+	step("t=9s: inside", 8*time.Second, 1)        // acked on the lease
+	step("t=10s: run out, renew", time.Second, 2) // lease from t=10s
+	step("t=15s: inside", 5*time.Second, 2)       // at most one CAS per interval
+	if s := r.w.Stats(); s.LeaseSkips != 3 || s.Syncs != 5 {
 		t.Fatalf("stats %+v", s)
 	}
 
-	// t=9.9s needs no renewal, but the md create takes 6s: the lease (until
-	// t=15s) has run out when the md lands, so the ack waits for a CAS.
-	clk.Advance(1900 * time.Millisecond)
+	// At t=19.9s the lease still covers, but the md create takes 6s: the
+	// lease (until t=20s) has run out when the md lands, so the ack waits
+	// for a CAS.
+	clk.Advance(4900 * time.Millisecond)
 	r.store.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
 		if q.Op == faulty.CreateIfAbsent {
 			clk.Advance(6 * time.Second)
@@ -43,7 +45,7 @@ func TestLeaseModeCASesOncePerLeaseAndAcksOnlyInsideIt(t *testing.T) {
 	r.store.SetHooks(faulty.Hooks{})
 	if got := cas(); got != 3 {
 		t.Fatalf("slow md: %d CAS requests, want 3", got)
-	} // lease from t=15.9s
+	} // lease from t=25.9s
 
 	// A successor claims. Inside our lease we still ack without a CAS:
 	// that is lease mode's window, which the successor covers by waiting
@@ -52,13 +54,14 @@ func TestLeaseModeCASesOncePerLeaseAndAcksOnlyInsideIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	step("t=16s: successor claimed, still inside the lease", 100*time.Millisecond, 3)
+	step("t=26s: successor claimed, still inside the lease", 100*time.Millisecond, 3)
 	if clk.Now() >= succ.SweptAt()+int64(10*time.Second) {
 		t.Fatal("test bug: the ack above must fall inside the successor's wait")
 	}
-	// Past half the lease the writer renews, and the renewal is fenced.
-	clk.Advance(5 * time.Second)
-	_, err = r.append("t=21s")
+	// Once the lease runs out the writer renews, and the renewal is
+	// fenced.
+	clk.Advance(10 * time.Second)
+	_, err = r.append("t=36s")
 	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("append after the lease: %v", err)
 	}

@@ -49,10 +49,3 @@ type LeaseState struct {
 func (l LeaseState) Covers(now int64) bool {
 	return l.Valid && now < l.SentAt+int64(l.Interval)
 }
-
-// ShouldRenew reports whether a sync starting at now should CAS alongside
-// its md: past half the interval, so a busy writer renews before the lease
-// runs out instead of stalling an ack on a late CAS.
-func (l LeaseState) ShouldRenew(now int64) bool {
-	return !l.Valid || now >= l.SentAt+int64(l.Interval)/2
-}

@@ -41,26 +41,22 @@ func TestSettleMDCreate(t *testing.T) {
 func TestLeaseState(t *testing.T) {
 	sec := int64(time.Second)
 	l := LeaseState{Interval: 10 * time.Second}
-	if l.Covers(0) || !l.ShouldRenew(0) {
-		t.Fatal("a lease never granted covers nothing and must be renewed")
+	if l.Covers(0) {
+		t.Fatal("a lease never granted covers nothing")
 	}
 	l.SentAt, l.Valid = 100*sec, true
 	for _, c := range []struct {
-		now           int64
-		covers, renew bool
+		now    int64
+		covers bool
 	}{
-		{100 * sec, true, false},
-		{104*sec + sec/2, true, false},
-		{105 * sec, true, true},
-		{110*sec - 1, true, true},
-		{110 * sec, false, true},
-		{200 * sec, false, true},
+		{100 * sec, true},
+		{105 * sec, true},
+		{110*sec - 1, true},
+		{110 * sec, false},
+		{200 * sec, false},
 	} {
 		if got := l.Covers(c.now); got != c.covers {
 			t.Errorf("Covers(%d) = %v", c.now, got)
-		}
-		if got := l.ShouldRenew(c.now); got != c.renew {
-			t.Errorf("ShouldRenew(%d) = %v", c.now, got)
 		}
 	}
 }

@@ -36,9 +36,9 @@ type FencingMode int
 const (
 	// PerSync CASes on every sync.
 	PerSync FencingMode = iota
-	// Lease CASes at most about once per half lease interval and acks
-	// without a CAS while the steady clock is inside the lease. The
-	// successor must wait the interval plus a margin after its sweep.
+	// Lease CASes at most once per lease interval and acks without a CAS
+	// while the steady clock is inside the lease. The successor must wait
+	// the interval plus a margin after its sweep.
 	Lease
 )
 
@@ -515,11 +515,13 @@ func (w *Writer) sync(batch []*request) {
 }
 
 // leaseSync runs a lease-mode sync: the md always, the CAS only when the
-// lease is due for renewal or no longer covers the ack.
+// lease has run out, either when the sync starts (then the CAS goes out
+// with the md, costing no extra round trip in the concurrent order) or by
+// the time the md lands (then the ack waits for a CAS after it). Renewing
+// only on expiry keeps successful CASes at least one interval apart.
 func (w *Writer) leaseSync(s *syncState, md MD, body []byte) {
 	w.mu.Lock()
-	now := w.clock.Now()
-	renew := w.lease.ShouldRenew(now)
+	renew := !w.lease.Covers(w.clock.Now())
 	w.mu.Unlock()
 	cas := func() error {
 		sent := w.clock.Now()
