@@ -278,7 +278,8 @@ const opOverhead = 16
 // mode, the lease covers the ack), and every lower generation was
 // acknowledged. On a context error the ops may still become durable (the
 // error is ambiguous); on a *fence.FencedError they never will be
-// acknowledged by this writer.
+// acknowledged by this writer. Append does not copy ops: the caller must
+// not change them until Append returns.
 func (w *Writer) Append(ctx context.Context, ops [][]byte) (Ack, error) {
 	if len(ops) == 0 {
 		return Ack{}, w.opErr("Append", fmt.Errorf("%w: no ops", fence.ErrInvalidArgument))
