@@ -1,0 +1,237 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"connectrpc.com/connect"
+
+	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
+)
+
+// NewHandler serves m's API over ConnectRPC (gRPC, gRPC-Web and JSON over
+// HTTP); mount the handler at the returned path.
+func NewHandler(m *Master, opts ...connect.HandlerOption) (string, http.Handler) {
+	return masterv1connect.NewMasterServiceHandler(&service{m: m}, opts...)
+}
+
+type service struct {
+	masterv1connect.UnimplementedMasterServiceHandler
+	m *Master
+}
+
+// connectError maps a master error to a Connect code and attaches an
+// ErrorDetail so a client can rebuild the typed error.
+func connectError(err error) error {
+	if err == nil {
+		return nil
+	}
+	code := connect.CodeInternal
+	switch {
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = connect.CodeDeadlineExceeded
+	case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrObjectTooLarge), errors.Is(err, ErrDuplicateBatchObject):
+		code = connect.CodeInvalidArgument
+	case errors.Is(err, ErrObjectNotFound), errors.Is(err, ErrSegmentNotFound), errors.Is(err, ErrClientNotFound):
+		code = connect.CodeNotFound
+	case errors.Is(err, ErrObjectExists), errors.Is(err, ErrSegmentExists):
+		code = connect.CodeAlreadyExists
+	case errors.Is(err, ErrWrongClient):
+		code = connect.CodePermissionDenied
+	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrQuotaExceeded):
+		code = connect.CodeResourceExhausted
+	case errors.Is(err, ErrObjectLeased), errors.Is(err, ErrObjectNotComplete), errors.Is(err, ErrObjectPinned),
+		errors.Is(err, ErrNoReadableReplica), errors.Is(err, ErrSegmentMismatch), errors.Is(err, ErrNotEnoughSegments):
+		code = connect.CodeFailedPrecondition
+	}
+	ce := connect.NewError(code, err)
+	d := &masterv1.ErrorDetail{Reason: Reason(err)}
+	var me *Error
+	if errors.As(err, &me) {
+		d.Tenant, d.Key, d.SegmentId, d.ClientId = me.Tenant, me.Key, me.Segment, me.Client
+	}
+	if detail, derr := connect.NewErrorDetail(d); derr == nil {
+		ce.AddDetail(detail)
+	}
+	return ce
+}
+
+func itemError(err error) *masterv1.ItemError {
+	if err == nil {
+		return nil
+	}
+	return &masterv1.ItemError{Reason: Reason(err), Message: err.Error()}
+}
+
+func replicasProto(reps []ReplicaInfo) []*masterv1.Replica {
+	out := make([]*masterv1.Replica, len(reps))
+	for i, r := range reps {
+		out[i] = &masterv1.Replica{
+			Id: r.ID, Kind: masterv1.ReplicaKind(r.Kind), Status: masterv1.ReplicaStatus(r.Status),
+			SegmentId: r.SegmentID, SegmentName: r.SegmentName, Endpoint: r.Endpoint, Offset: r.Offset, Size: r.Size,
+		}
+	}
+	return out
+}
+
+func putRequest(r *masterv1.PutStartRequest) PutRequest {
+	return PutRequest{Client: r.GetClientId(), Tenant: r.GetTenant(), Key: r.GetKey(), Size: r.GetSize(), PutOptions: PutOptions{
+		Replicas: int(r.GetReplicaNum()), HardPin: r.GetHardPin(), SoftPin: r.GetSoftPin(), Group: r.GetGroupId(), DataType: r.GetDataType(),
+	}}
+}
+
+func segmentSpec(s *masterv1.Segment) SegmentSpec {
+	return SegmentSpec{ID: s.GetId(), Name: s.GetName(), Base: s.GetBase(), Size: s.GetSize(), Endpoint: s.GetEndpoint()}
+}
+
+func (s *service) PutStart(ctx context.Context, req *connect.Request[masterv1.PutStartRequest]) (*connect.Response[masterv1.PutStartResponse], error) {
+	reps, err := s.m.PutStart(ctx, putRequest(req.Msg))
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&masterv1.PutStartResponse{Replicas: replicasProto(reps)}), nil
+}
+
+func (s *service) PutEnd(ctx context.Context, req *connect.Request[masterv1.PutEndRequest]) (*connect.Response[masterv1.PutEndResponse], error) {
+	if err := s.m.PutEnd(ctx, req.Msg.GetClientId(), req.Msg.GetTenant(), req.Msg.GetKey()); err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&masterv1.PutEndResponse{}), nil
+}
+
+func (s *service) PutRevoke(ctx context.Context, req *connect.Request[masterv1.PutRevokeRequest]) (*connect.Response[masterv1.PutRevokeResponse], error) {
+	if err := s.m.PutRevoke(ctx, req.Msg.GetClientId(), req.Msg.GetTenant(), req.Msg.GetKey()); err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&masterv1.PutRevokeResponse{}), nil
+}
+
+func (s *service) BatchPutStart(ctx context.Context, req *connect.Request[masterv1.BatchPutStartRequest]) (*connect.Response[masterv1.BatchPutStartResponse], error) {
+	reqs := make([]PutRequest, len(req.Msg.GetItems()))
+	for i, it := range req.Msg.GetItems() {
+		reqs[i] = putRequest(it)
+	}
+	res := s.m.BatchPutStart(ctx, reqs)
+	out := &masterv1.BatchPutStartResponse{Results: make([]*masterv1.PutStartResult, len(res))}
+	for i, r := range res {
+		out.Results[i] = &masterv1.PutStartResult{Replicas: replicasProto(r.Replicas), Error: itemError(r.Err)}
+	}
+	return connect.NewResponse(out), nil
+}
+
+func refs(items []*masterv1.PutEndRequest) []ObjectRef {
+	out := make([]ObjectRef, len(items))
+	for i, it := range items {
+		out[i] = ObjectRef{Client: it.GetClientId(), Tenant: it.GetTenant(), Key: it.GetKey()}
+	}
+	return out
+}
+
+func itemErrors(errs []error) []*masterv1.ItemError {
+	out := make([]*masterv1.ItemError, len(errs))
+	for i, err := range errs {
+		if out[i] = itemError(err); out[i] == nil {
+			out[i] = &masterv1.ItemError{}
+		}
+	}
+	return out
+}
+
+func (s *service) BatchPutEnd(ctx context.Context, req *connect.Request[masterv1.BatchPutEndRequest]) (*connect.Response[masterv1.BatchPutEndResponse], error) {
+	errs := s.m.BatchPutEnd(ctx, refs(req.Msg.GetItems()))
+	return connect.NewResponse(&masterv1.BatchPutEndResponse{Errors: itemErrors(errs)}), nil
+}
+
+func (s *service) BatchPutRevoke(ctx context.Context, req *connect.Request[masterv1.BatchPutRevokeRequest]) (*connect.Response[masterv1.BatchPutRevokeResponse], error) {
+	items := make([]*masterv1.PutEndRequest, len(req.Msg.GetItems()))
+	for i, it := range req.Msg.GetItems() {
+		items[i] = &masterv1.PutEndRequest{ClientId: it.GetClientId(), Tenant: it.GetTenant(), Key: it.GetKey()}
+	}
+	errs := s.m.BatchPutRevoke(ctx, refs(items))
+	return connect.NewResponse(&masterv1.BatchPutRevokeResponse{Errors: itemErrors(errs)}), nil
+}
+
+func (s *service) GetReplicaList(ctx context.Context, req *connect.Request[masterv1.GetReplicaListRequest]) (*connect.Response[masterv1.GetReplicaListResponse], error) {
+	reps, err := s.m.GetReplicaList(ctx, req.Msg.GetTenant(), req.Msg.GetKey())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&masterv1.GetReplicaListResponse{Replicas: replicasProto(reps), LeaseTtlMs: durationMS(s.m.cfg.DefaultLeaseTTL)}), nil
+}
+
+func (s *service) Exist(ctx context.Context, req *connect.Request[masterv1.ExistRequest]) (*connect.Response[masterv1.ExistResponse], error) {
+	ok, err := s.m.Exist(ctx, req.Msg.GetTenant(), req.Msg.GetKey())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&masterv1.ExistResponse{Exists: ok}), nil
+}
+
+func (s *service) Remove(ctx context.Context, req *connect.Request[masterv1.RemoveRequest]) (*connect.Response[masterv1.RemoveResponse], error) {
+	if err := s.m.Remove(ctx, req.Msg.GetTenant(), req.Msg.GetKey(), req.Msg.GetForce()); err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&masterv1.RemoveResponse{}), nil
+}
+
+func (s *service) MountSegment(ctx context.Context, req *connect.Request[masterv1.MountSegmentRequest]) (*connect.Response[masterv1.MountSegmentResponse], error) {
+	if err := s.m.MountSegment(ctx, req.Msg.GetClientId(), segmentSpec(req.Msg.GetSegment())); err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&masterv1.MountSegmentResponse{}), nil
+}
+
+func (s *service) UnmountSegment(ctx context.Context, req *connect.Request[masterv1.UnmountSegmentRequest]) (*connect.Response[masterv1.UnmountSegmentResponse], error) {
+	res, err := s.m.UnmountSegment(ctx, req.Msg.GetClientId(), req.Msg.GetSegmentId())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&masterv1.UnmountSegmentResponse{RemovedReplicas: res.Replicas, RemovedObjects: res.Objects}), nil
+}
+
+func (s *service) ReMountSegment(ctx context.Context, req *connect.Request[masterv1.ReMountSegmentRequest]) (*connect.Response[masterv1.ReMountSegmentResponse], error) {
+	specs := make([]SegmentSpec, len(req.Msg.GetSegments()))
+	for i, sg := range req.Msg.GetSegments() {
+		specs[i] = segmentSpec(sg)
+	}
+	res, err := s.m.ReMountSegment(ctx, req.Msg.GetClientId(), specs)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&masterv1.ReMountSegmentResponse{
+		MatchedObjects: uint64(res.MatchedObjects), RecoveryTtlMs: durationMS(res.RecoveryTTL), VisibleTtlMs: durationMS(res.VisibleTTL),
+	}), nil
+}
+
+func (s *service) Ping(ctx context.Context, req *connect.Request[masterv1.PingRequest]) (*connect.Response[masterv1.PingResponse], error) {
+	st, err := s.m.Ping(ctx, req.Msg.GetClientId())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	out := masterv1.PingStatus_PING_STATUS_OK
+	if st == PingNeedRemount {
+		out = masterv1.PingStatus_PING_STATUS_NEED_REMOUNT
+	}
+	return connect.NewResponse(&masterv1.PingResponse{Status: out}), nil
+}
+
+func (s *service) Stats(context.Context, *connect.Request[masterv1.StatsRequest]) (*connect.Response[masterv1.StatsResponse], error) {
+	st := s.m.Stats()
+	out := &masterv1.StatsResponse{
+		Objects: st.Objects, Segments: st.Segments, SegmentsAwaitingRemount: st.SegmentsAwaitingRemount,
+		CapacityBytes: st.Capacity, UsedBytes: st.Used, EvictedObjects: st.EvictedObjects,
+		SkippedUnreadableReplicas: st.SkippedUnreadableReplicas, Remounts: st.Remounts,
+		LastRemountMatchedObjects: uint64(st.LastRemount.MatchedObjects),
+		LastRemountAssignNs:       uint64(st.LastRemount.AssignDuration),
+		LastRemountTotalNs:        uint64(st.LastRemount.TotalDuration),
+		LastRemountVisibleTtlMs:   durationMS(st.LastRemount.VisibleTTL),
+	}
+	for _, t := range st.Tenants {
+		out.Tenants = append(out.Tenants, &masterv1.TenantStats{Tenant: t.Tenant, Objects: t.Objects, UsedBytes: t.Used, QuotaBytes: t.Quota})
+	}
+	return connect.NewResponse(out), nil
+}
