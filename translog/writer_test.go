@@ -30,8 +30,14 @@ type rig struct {
 // newRig claims term on a faulty-wrapped mem store and opens a writer.
 func newRig(t *testing.T, term int64, o Options) *rig {
 	t.Helper()
+	return newSeededRig(t, term, o, 7)
+}
+
+// newSeededRig is newRig with the fault injector's seed.
+func newSeededRig(t *testing.T, term int64, o Options, seed uint64) *rig {
+	t.Helper()
 	inner := mem.New()
-	r := &rig{t: t, inner: inner, store: faulty.New(inner, 7)}
+	r := &rig{t: t, inner: inner, store: faulty.New(inner, seed)}
 	r.open(term, "a1", o)
 	return r
 }
