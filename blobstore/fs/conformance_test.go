@@ -10,7 +10,9 @@ import (
 	"github.com/shardfence/shardfence/conformance"
 )
 
+// Both suites wait on fsync most of the time, so they run side by side.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	conformance.RunContainer(t, func(t *testing.T) blobstore.Container {
 		c, err := Open(t.TempDir())
 		if err != nil {
@@ -23,6 +25,7 @@ func TestConformance(t *testing.T) {
 // Two containers on one directory behave as one store, as two processes
 // sharing it would.
 func TestConformanceSharedDirectory(t *testing.T) {
+	t.Parallel()
 	conformance.RunContainer(t, func(t *testing.T) blobstore.Container {
 		dir := t.TempDir()
 		a, err := Open(dir)

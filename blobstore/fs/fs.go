@@ -73,6 +73,9 @@ type Container struct {
 	locks   string
 	tmp     string
 
+	// maxSegment is the longest key segment the filesystem can name.
+	maxSegment int
+
 	// durableDirs holds directories of the object tree whose entries, and
 	// their ancestors' entries, this process has fsynced into their parents.
 	// Directories are never removed, so an entry once durable stays durable
@@ -143,6 +146,10 @@ func Open(dir string) (*Container, error) {
 	if err := c.initLayout(); err != nil {
 		return nil, fmt.Errorf("opening filesystem store %s: %w", c, err)
 	}
+	c.maxSegment = nameMaxOf(c.objects) - len(objPrefix)
+	if err := c.probeNames(); err != nil {
+		return nil, fmt.Errorf("opening filesystem store %s: %w", c, err)
+	}
 	if _, err := c.RemoveStaleTemp(context.Background()); err != nil {
 		return nil, fmt.Errorf("opening filesystem store %s: %w", c, err)
 	}
@@ -178,10 +185,7 @@ func (c *Container) initLayout() error {
 		}
 	}
 	c.durableDirs.Store(c.objects, struct{}{})
-	if err := c.writeFormat(); err != nil {
-		return err
-	}
-	return c.probeNames()
+	return c.writeFormat()
 }
 
 func (c *Container) checkFormat() error {
@@ -311,6 +315,8 @@ func (c *Container) readErr(err error) error {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return blobstore.ErrNotFound
+	case isNameTooLong(err):
+		return mapNameErr(err)
 	case errors.Is(err, ErrCorruptObject):
 		return err
 	default:
@@ -498,6 +504,9 @@ func (c *Container) publish(t *tempFile, p objectPath, noReplace bool) error {
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return blobstore.Unavailable(fmt.Errorf("the key's directory vanished (removed by another program?): %w", err))
+		}
+		if isNameTooLong(err) {
+			return mapNameErr(err)
 		}
 		return blobstore.Unavailable(err)
 	}

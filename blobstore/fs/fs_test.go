@@ -271,7 +271,7 @@ func TestListWalksOnlyThePrefixSubtree(t *testing.T) {
 func TestKeyRules(t *testing.T) {
 	ctx := t.Context()
 	c := newTestContainer(t)
-	long := strings.Repeat("s", maxSegment+1)
+	long := strings.Repeat("s", c.maxSegment+1)
 	for _, key := range []string{"../escape", "a/../../b", "/abs", "a//b", "a/./b", "", "x/" + long, long} {
 		_, err := c.Put(ctx, key, []byte("x"))
 		if !errors.Is(err, blobstore.ErrInvalidKey) {
@@ -283,7 +283,7 @@ func TestKeyRules(t *testing.T) {
 		}
 	}
 	// The longest segment that fits is accepted.
-	ok := strings.Repeat("s", maxSegment)
+	ok := strings.Repeat("s", c.maxSegment)
 	mustPut(t, c, ok+"/"+ok, "fits")
 	if got, _ := listKeys(t, c, ok[:10], "", 0); !slices.Equal(got, []string{ok + "/" + ok}) {
 		t.Fatalf("list of long key: %q", got)

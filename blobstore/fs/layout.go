@@ -19,12 +19,10 @@ const (
 	dirPrefix = "d."
 )
 
-// nameMax is the longest directory entry name: 255 bytes on every Linux
-// filesystem this driver targets (ext4, xfs, btrfs, tmpfs, overlayfs).
-const nameMax = 255
-
-// maxSegment is the longest key segment the encoding can hold.
-const maxSegment = nameMax - len(objPrefix)
+// defaultNameMax is the longest directory entry name on the filesystems
+// this driver targets (ext4, xfs, btrfs, tmpfs, overlayfs); Open asks the
+// filesystem where it can, since some allow less (eCryptfs: 143).
+const defaultNameMax = 255
 
 // objectPath is where one key lives.
 type objectPath struct {
@@ -39,8 +37,8 @@ func (c *Container) pathOf(key string) (objectPath, error) {
 	segs := strings.Split(key, "/")
 	p := objectPath{dir: c.objects}
 	for i, s := range segs {
-		if len(s) > maxSegment {
-			return objectPath{}, fmt.Errorf("%w: segment %d is %d bytes; the filesystem store allows at most %d bytes per '/'-separated segment", blobstore.ErrInvalidKey, i+1, len(s), maxSegment)
+		if len(s) > c.maxSegment {
+			return objectPath{}, fmt.Errorf("%w: segment %d is %d bytes; this filesystem store allows at most %d bytes per '/'-separated segment", blobstore.ErrInvalidKey, i+1, len(s), c.maxSegment)
 		}
 		if i < len(segs)-1 {
 			p.dir = filepath.Join(p.dir, dirPrefix+s)
@@ -85,7 +83,7 @@ func (c *Container) ensureDirs(dirs []string) error {
 
 // mapNameErr turns a name the filesystem refuses into ErrInvalidKey.
 func mapNameErr(err error) error {
-	if errors.Is(err, syscall.ENAMETOOLONG) {
+	if isNameTooLong(err) {
 		return fmt.Errorf("%w: path too long for the filesystem: %w", blobstore.ErrInvalidKey, err)
 	}
 	return err
@@ -128,3 +126,5 @@ func mkdirAllDurable(dir string) error {
 	}
 	return syncDir(parent)
 }
+
+func isNameTooLong(err error) bool { return errors.Is(err, syscall.ENAMETOOLONG) }

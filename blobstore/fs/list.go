@@ -31,7 +31,7 @@ func (c *Container) List(ctx context.Context, prefix, startAfter string, limit i
 	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
 		base, partial = prefix[:i+1], prefix[i+1:]
 		for _, s := range strings.Split(prefix[:i], "/") {
-			if len(s) > maxSegment {
+			if len(s) > c.maxSegment {
 				// No directory can have this name, so no key has the prefix.
 				return blobstore.ListPage{}, nil
 			}

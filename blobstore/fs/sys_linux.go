@@ -31,3 +31,12 @@ func datasync(f *os.File) error {
 		}
 	}
 }
+
+// nameMaxOf asks the filesystem holding dir for its longest entry name.
+func nameMaxOf(dir string) int {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil || st.Namelen <= 0 || st.Namelen > defaultNameMax {
+		return defaultNameMax
+	}
+	return int(st.Namelen)
+}

@@ -12,3 +12,7 @@ func renameNoReplace(oldpath, newpath string) error {
 
 // datasync flushes the file to stable storage (F_FULLFSYNC on macOS).
 func datasync(f *os.File) error { return f.Sync() }
+
+// nameMaxOf: the BSDs and macOS allow 255-byte names on their native
+// filesystems.
+func nameMaxOf(string) int { return defaultNameMax }
