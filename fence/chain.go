@@ -278,11 +278,7 @@ func (c *Chain) adoptLocked(s State) {
 // one best-effort LIST.
 func (c *Chain) fenceLocked(ctx context.Context, reason string) error {
 	c.maybe = nil
-	var succ int64
-	if items, err := blobstore.ListAll(ctx, c.in.store, KeyPrefix); err == nil {
-		succ = ParseListing(items).Above(c.term)
-	}
-	return c.in.fence(c.term, c.key, succ, reason)
+	return c.in.fence(c.term, c.key, c.in.successor(ctx, c.term), reason)
 }
 
 func (c *Chain) opErr(op string, err error) error {

@@ -200,7 +200,7 @@ func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 			return withdraw(fmt.Sprintf("term %d claimed the shard during this claim", st.Higher), st.Higher)
 		}
 		if st.OwnMissing {
-			return nil, in.fence(term, key, 0, "fence key deleted during the claim")
+			return nil, in.fence(term, key, 0, "fence key deleted during the claim (by a term that is gone again)")
 		}
 		if len(st.Survivors) == 0 {
 			break
@@ -221,7 +221,7 @@ func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 		return fail(err)
 	}
 	if v := CheckOwn(obs, held2); v.Action == Fenced {
-		return nil, in.fence(term, key, 0, v.Reason)
+		return nil, in.fence(term, key, in.successor(ctx, term), v.Reason)
 	}
 	if l, err = in.list(ctx); err != nil {
 		return fail(err)
@@ -275,6 +275,16 @@ func (in *Instance) fence(term int64, key string, successor int64, reason string
 		in.fenced = &FencedError{Shard: in.shard, Key: key, Term: term, Allocation: in.allocation, Successor: successor, Reason: reason}
 	}
 	return in.fenced
+}
+
+// successor is the highest term above term, from one LIST; 0 when the
+// LIST fails or shows none. It only enriches a fencing error.
+func (in *Instance) successor(ctx context.Context, term int64) int64 {
+	items, err := blobstore.ListAll(ctx, in.store, KeyPrefix)
+	if err != nil {
+		return 0
+	}
+	return ParseListing(items).Above(term)
 }
 
 func (in *Instance) list(ctx context.Context) (Listing, error) {

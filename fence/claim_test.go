@@ -298,3 +298,31 @@ func TestSweptAtUsesTheInjectedClock(t *testing.T) {
 		t.Fatalf("SweptAt %d, want %d", c.SweptAt(), int64(5*time.Second))
 	}
 }
+
+func TestHigherTermPrevailsOverRacingLowerClaim(t *testing.T) {
+	ctx := context.Background()
+	for round := range 30 {
+		fs := faulty.New(mem.New(), uint64(round))
+		fs.MustAdd(faulty.Rule{Latency: faulty.Uniform(0, 300*time.Microsecond)})
+		mustClaim(t, fs, 1, "one")
+		var wg sync.WaitGroup
+		var c2, c3 *Chain
+		var err2, err3 error
+		wg.Go(func() { c2, err2 = Claim(ctx, fs, shard, 2, "two", opts()...) })
+		wg.Go(func() { c3, err3 = Claim(ctx, fs, shard, 3, "three", opts()...) })
+		wg.Wait()
+		if err3 != nil {
+			t.Fatalf("round %d: term 3 lost to a lower term: %v", round, err3)
+		}
+		if err2 == nil {
+			if _, err := c2.Advance(ctx, 1); !errors.Is(err, ErrFenced) {
+				t.Fatalf("round %d: term 2 still advances beside term 3: %v", round, err)
+			}
+		} else {
+			wantFenced(t, err2, 3)
+		}
+		if _, err := c3.Advance(ctx, 1); err != nil {
+			t.Fatalf("round %d: term 3: %v", round, err)
+		}
+	}
+}
