@@ -26,6 +26,7 @@ func commands() []command {
 	return []command{
 		{"bench", benchSummary, runBench},
 		{"conformance", conformanceSummary, runConformance},
+		{"master", masterSummary, runMaster},
 	}
 }
 
