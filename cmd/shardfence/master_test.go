@@ -36,7 +36,9 @@ func TestMasterCommandServes(t *testing.T) {
 	defer cancel()
 	var out, errOut syncBuffer
 	done := make(chan error, 1)
-	go func() { done <- runMaster(ctx, []string{"--listen", "127.0.0.1:0", "--lease-ttl", "3s"}, &out, &errOut) }()
+	go func() {
+		done <- runMaster(ctx, []string{"--listen", "127.0.0.1:0", "--lease-ttl", "3s"}, &out, &errOut)
+	}()
 	re := regexp.MustCompile(`listening on (\S+)`)
 	var addr string
 	for deadline := time.Now().Add(10 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
