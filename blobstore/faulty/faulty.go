@@ -1,7 +1,7 @@
 // Package faulty wraps a blobstore.Container with deterministic, seeded fault
 // injection: latency, definite failures, lost requests and lost responses,
-// S3-style 409 conflicts, silently dropped deletes, and a store that ignores
-// preconditions. The fencing protocol must stay safe under every one of
+// requests that land late, S3-style 409 conflicts, silently dropped deletes,
+// and a store that ignores preconditions. The fencing protocol must stay safe under every one of
 // them; tests and benches use this wrapper to prove it.
 //
 // Rules are added and removed at runtime, so a test can say "lose the
@@ -11,6 +11,7 @@
 package faulty
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -95,13 +96,18 @@ const (
 	// deleting, like a multi-object delete that silently skips keys. Only
 	// a re-LIST tells.
 	DropDelete
+	// LandLater answers at once with an ambiguous outcome and holds the
+	// request; the store applies it only when Land is called, as a request
+	// that timed out on the client and reached the store late does. Calls
+	// the test lands after later calls model reordering in the network.
+	LandLater
 	// PreconditionIgnored counts conditional calls served unconditionally
 	// while SetIgnorePreconditions is on; it is not a rule's fault.
 	PreconditionIgnored
 	numFaults
 )
 
-var faultNames = [numFaults]string{"none", "unavailable", "conflict", "lost request", "lost response", "dropped delete", "precondition ignored"}
+var faultNames = [numFaults]string{"none", "unavailable", "conflict", "lost request", "lost response", "dropped delete", "landing later", "precondition ignored"}
 
 func (f Fault) String() string {
 	if f < numFaults {
@@ -182,6 +188,8 @@ type Container struct {
 	rng    *rand.Rand
 	rules  []*rule
 	nextID RuleID
+
+	pending []pendingCall // LandLater requests, in arrival order; under mu
 
 	ignorePre atomic.Bool
 	hooks     atomic.Pointer[Hooks]
@@ -333,9 +341,73 @@ func (c *Container) decide(op Op, key string) decision {
 	return d
 }
 
+// args are a call's inputs beyond its key, kept so a held request can be
+// replayed later without touching its caller's variables.
+type args struct {
+	expected blobstore.Token
+	body     []byte
+}
+
+type pendingCall struct {
+	req  Request
+	args args
+}
+
+// Landing is the store's answer to a held request when it finally lands.
+type Landing struct {
+	Request Request
+	Err     error
+}
+
+// Pending returns how many LandLater requests are held.
+func (c *Container) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
+}
+
+// Land applies every held request to the store, in arrival order, and
+// returns what the store answered to each; the callers were long told the
+// outcome was unknown.
+func (c *Container) Land(ctx context.Context) []Landing {
+	c.mu.Lock()
+	held := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	out := make([]Landing, 0, len(held))
+	for _, p := range held {
+		out = append(out, Landing{Request: p.req, Err: c.replay(ctx, p.req.Op, p.req.Key, p.args)})
+	}
+	return out
+}
+
+// replay performs a call on the store, discarding its result.
+func (c *Container) replay(ctx context.Context, op Op, key string, a args) error {
+	var err error
+	switch op {
+	case Get:
+		_, err = c.inner.Get(ctx, key)
+	case Stat:
+		_, err = c.inner.Stat(ctx, key)
+	case Put:
+		_, err = c.inner.Put(ctx, key, a.body)
+	case CreateIfAbsent:
+		_, err = c.createIfAbsent(ctx, key, a.body)
+	case CompareAndSwap:
+		_, err = c.compareAndSwap(ctx, key, a.expected, a.body)
+	case Delete:
+		err = c.inner.Delete(ctx, key)
+	case DeleteIfMatch:
+		err = c.deleteIfMatch(ctx, key, a.expected)
+	case List:
+		_, err = c.inner.List(ctx, key, "", blobstore.DefaultListLimit)
+	}
+	return err
+}
+
 // do runs one request through hooks, delay and fault. apply performs it on
-// the inner store.
-func (c *Container) do(ctx context.Context, op Op, key string, apply func(context.Context) error) (err error) {
+// the inner store; a is what a held request needs to be replayed.
+func (c *Container) do(ctx context.Context, op Op, key string, a args, apply func(context.Context) error) (err error) {
 	req := Request{Op: op, Key: key, Seq: c.seq.Add(1)}
 	c.requests[op].Add(1)
 	hooks := c.hooks.Load()
@@ -376,6 +448,13 @@ func (c *Container) do(ctx context.Context, op Op, key string, apply func(contex
 	case LostResponse:
 		_ = apply(ctx) // whatever the store answered never arrives
 		return c.opErr(op, key, blobstore.Ambiguous(cause))
+	case LandLater:
+		// The caller may reuse its buffer once the call returns.
+		a.body = bytes.Clone(a.body)
+		c.mu.Lock()
+		c.pending = append(c.pending, pendingCall{req: req, args: a})
+		c.mu.Unlock()
+		return c.opErr(op, key, blobstore.Ambiguous(cause))
 	default: // DropDelete
 		return nil
 	}
@@ -400,7 +479,7 @@ func (c *Container) opErr(op Op, key string, err error) error {
 
 func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, error) {
 	var obj blobstore.Object
-	err := c.do(ctx, Get, key, func(ctx context.Context) (err error) {
+	err := c.do(ctx, Get, key, args{}, func(ctx context.Context) (err error) {
 		obj, err = c.inner.Get(ctx, key)
 		return err
 	})
@@ -412,7 +491,7 @@ func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, erro
 
 func (c *Container) Stat(ctx context.Context, key string) (blobstore.Attrs, error) {
 	var a blobstore.Attrs
-	err := c.do(ctx, Stat, key, func(ctx context.Context) (err error) {
+	err := c.do(ctx, Stat, key, args{}, func(ctx context.Context) (err error) {
 		a, err = c.inner.Stat(ctx, key)
 		return err
 	})
@@ -423,34 +502,50 @@ func (c *Container) Stat(ctx context.Context, key string) (blobstore.Attrs, erro
 }
 
 func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	return c.write(ctx, Put, key, func(ctx context.Context) (blobstore.Token, error) {
+	return c.write(ctx, Put, key, args{body: body}, func(ctx context.Context) (blobstore.Token, error) {
 		return c.inner.Put(ctx, key, body)
 	})
 }
 
 func (c *Container) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	return c.write(ctx, CreateIfAbsent, key, func(ctx context.Context) (blobstore.Token, error) {
-		if c.ignorePre.Load() {
-			c.injected[CreateIfAbsent][PreconditionIgnored].Add(1)
-			return c.inner.Put(ctx, key, body)
-		}
-		return c.inner.CreateIfAbsent(ctx, key, body)
+	return c.write(ctx, CreateIfAbsent, key, args{body: body}, func(ctx context.Context) (blobstore.Token, error) {
+		return c.createIfAbsent(ctx, key, body)
 	})
 }
 
 func (c *Container) CompareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
-	return c.write(ctx, CompareAndSwap, key, func(ctx context.Context) (blobstore.Token, error) {
-		if c.ignorePre.Load() {
-			c.injected[CompareAndSwap][PreconditionIgnored].Add(1)
-			return c.inner.Put(ctx, key, body)
-		}
-		return c.inner.CompareAndSwap(ctx, key, expected, body)
+	return c.write(ctx, CompareAndSwap, key, args{expected: expected, body: body}, func(ctx context.Context) (blobstore.Token, error) {
+		return c.compareAndSwap(ctx, key, expected, body)
 	})
 }
 
-func (c *Container) write(ctx context.Context, op Op, key string, apply func(context.Context) (blobstore.Token, error)) (blobstore.Token, error) {
+func (c *Container) Delete(ctx context.Context, key string) error {
+	return c.do(ctx, Delete, key, args{}, func(ctx context.Context) error {
+		return c.inner.Delete(ctx, key)
+	})
+}
+
+func (c *Container) DeleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
+	return c.do(ctx, DeleteIfMatch, key, args{expected: expected}, func(ctx context.Context) error {
+		return c.deleteIfMatch(ctx, key, expected)
+	})
+}
+
+func (c *Container) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
+	var page blobstore.ListPage
+	err := c.do(ctx, List, prefix, args{}, func(ctx context.Context) (err error) {
+		page, err = c.inner.List(ctx, prefix, startAfter, limit)
+		return err
+	})
+	if err != nil {
+		return blobstore.ListPage{}, err
+	}
+	return page, nil
+}
+
+func (c *Container) write(ctx context.Context, op Op, key string, a args, apply func(context.Context) (blobstore.Token, error)) (blobstore.Token, error) {
 	var tok blobstore.Token
-	err := c.do(ctx, op, key, func(ctx context.Context) (err error) {
+	err := c.do(ctx, op, key, a, func(ctx context.Context) (err error) {
 		tok, err = apply(ctx)
 		return err
 	})
@@ -460,30 +555,29 @@ func (c *Container) write(ctx context.Context, op Op, key string, apply func(con
 	return tok, nil
 }
 
-func (c *Container) Delete(ctx context.Context, key string) error {
-	return c.do(ctx, Delete, key, func(ctx context.Context) error {
-		return c.inner.Delete(ctx, key)
-	})
-}
+// The conditional calls as the store performs them, honouring
+// SetIgnorePreconditions; shared by live and held requests.
 
-func (c *Container) DeleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
-	return c.do(ctx, DeleteIfMatch, key, func(ctx context.Context) error {
-		if c.ignorePre.Load() {
-			c.injected[DeleteIfMatch][PreconditionIgnored].Add(1)
-			return c.inner.Delete(ctx, key)
-		}
-		return c.inner.DeleteIfMatch(ctx, key, expected)
-	})
-}
-
-func (c *Container) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
-	var page blobstore.ListPage
-	err := c.do(ctx, List, prefix, func(ctx context.Context) (err error) {
-		page, err = c.inner.List(ctx, prefix, startAfter, limit)
-		return err
-	})
-	if err != nil {
-		return blobstore.ListPage{}, err
+func (c *Container) createIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
+	if c.ignorePre.Load() {
+		c.injected[CreateIfAbsent][PreconditionIgnored].Add(1)
+		return c.inner.Put(ctx, key, body)
 	}
-	return page, nil
+	return c.inner.CreateIfAbsent(ctx, key, body)
+}
+
+func (c *Container) compareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
+	if c.ignorePre.Load() {
+		c.injected[CompareAndSwap][PreconditionIgnored].Add(1)
+		return c.inner.Put(ctx, key, body)
+	}
+	return c.inner.CompareAndSwap(ctx, key, expected, body)
+}
+
+func (c *Container) deleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
+	if c.ignorePre.Load() {
+		c.injected[DeleteIfMatch][PreconditionIgnored].Add(1)
+		return c.inner.Delete(ctx, key)
+	}
+	return c.inner.DeleteIfMatch(ctx, key, expected)
 }

@@ -357,3 +357,68 @@ func TestRulesChangeWhileRequestsRun(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+func TestLandLaterHoldsTheRequestUntilLand(t *testing.T) {
+	ctx := t.Context()
+	f, m := newFaulty(t)
+	tok1, err := f.Put(ctx, "fence/k", []byte("one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap, faulty.CreateIfAbsent), Fault: faulty.LandLater, Times: 2})
+
+	body := []byte("two")
+	_, err = f.CompareAndSwap(ctx, "fence/k", tok1, body)
+	wantInjected(t, err, blobstore.ErrAmbiguous, "CompareAndSwap")
+	copy(body, "XXX") // the caller reuses its buffer; the held request must not see it
+	created := []byte("created late")
+	if _, err := f.CreateIfAbsent(ctx, "md/1", created); !errors.Is(err, blobstore.ErrAmbiguous) {
+		t.Fatalf("held create: %v", err)
+	}
+	if obj, _ := m.Get(ctx, "fence/k"); string(obj.Body) != "one" || f.Pending() != 2 {
+		t.Fatalf("before Land the store holds %q with %d held requests, want \"one\" and 2", obj.Body, f.Pending())
+	}
+
+	// The held CAS was overtaken: a retry on the same token lands first.
+	if _, err := f.CompareAndSwap(ctx, "fence/k", tok1, []byte("three")); err != nil {
+		t.Fatalf("overtaking CAS: %v", err)
+	}
+	landed := f.Land(ctx)
+	if len(landed) != 2 || f.Pending() != 0 {
+		t.Fatalf("Land returned %d landings, %d still held", len(landed), f.Pending())
+	}
+	if landed[0].Request.Op != faulty.CompareAndSwap || !errors.Is(landed[0].Err, blobstore.ErrPreconditionFailed) {
+		t.Errorf("late CAS landing: %+v, want a refused CompareAndSwap", landed[0])
+	}
+	if landed[1].Request.Op != faulty.CreateIfAbsent || landed[1].Err != nil || landed[1].Request.Seq <= landed[0].Request.Seq {
+		t.Errorf("late create landing: %+v, want success after the CAS", landed[1])
+	}
+	if obj, _ := m.Get(ctx, "fence/k"); string(obj.Body) != "three" {
+		t.Errorf("the stale late CAS overwrote the store: %q", obj.Body)
+	}
+	if obj, err := m.Get(ctx, "md/1"); err != nil || string(obj.Body) != "created late" {
+		t.Errorf("late create: %q, %v", obj.Body, err)
+	}
+	if f.Injected(faulty.CompareAndSwap, faulty.LandLater) != 1 || f.Injected(faulty.CreateIfAbsent, faulty.LandLater) != 1 {
+		t.Errorf("LandLater counts: CAS %d, create %d", f.Injected(faulty.CompareAndSwap, faulty.LandLater), f.Injected(faulty.CreateIfAbsent, faulty.LandLater))
+	}
+}
+
+func TestLandLaterAppliesAHeldWriteThatStillFits(t *testing.T) {
+	ctx := t.Context()
+	f, m := newFaulty(t)
+	tok, err := f.Put(ctx, "k", []byte("one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.MustAdd(faulty.Rule{Fault: faulty.LandLater, Times: 1})
+	if _, err := f.CompareAndSwap(ctx, "k", tok, []byte("two")); !errors.Is(err, blobstore.ErrAmbiguous) {
+		t.Fatalf("held CAS: %v", err)
+	}
+	if got := f.Land(ctx); len(got) != 1 || got[0].Err != nil {
+		t.Fatalf("landing: %+v", got)
+	}
+	if obj, _ := m.Get(ctx, "k"); string(obj.Body) != "two" {
+		t.Errorf("after landing the store holds %q, want the held write", obj.Body)
+	}
+}
