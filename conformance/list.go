@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/shardfence/shardfence/blobstore"
@@ -108,9 +109,18 @@ func checkListPagination(t T, c blobstore.Container) {
 			t.Errorf("paging with limit %d listed %d keys, want %d in byte order; %s", limit, len(got), len(want), firstDiff(got, want))
 		}
 	}
-	small := pageThrough(t, c, "list/", "", 1, "paging with limit 1")
-	if !slices.Equal(small, want) {
-		t.Errorf("paging with limit 1 listed %d keys, want %d; %s", len(small), len(want), firstDiff(small, want))
+	// One key per page across the keys whose order hinges on punctuation
+	// ('space' < '+' < '-' < '.' < '/' < '0'); a page per key over all of
+	// them would cost a thousand requests.
+	var wantA []string
+	for _, k := range want {
+		if strings.HasPrefix(k, "list/a") {
+			wantA = append(wantA, k)
+		}
+	}
+	small := pageThrough(t, c, "list/a", "", 1, "paging list/a with limit 1")
+	if !slices.Equal(small, wantA) {
+		t.Errorf("paging list/a with limit 1 = %q, want %q", small, wantA)
 	}
 
 	after := func(startAfter string) []string {
