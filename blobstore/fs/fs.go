@@ -1,6 +1,10 @@
+//go:build unix
+
 // Package fs is the filesystem blobstore driver: one directory is one
-// container, safe to share between processes on one host (or over a
-// filesystem with working flock and rename semantics).
+// container, safe to share between processes on one host. It relies on the
+// kernel's flock and on atomic rename and link, so every process sharing a
+// directory must run on the same host; a network filesystem mounted by
+// several hosts is not supported.
 //
 // URL forms: file:///abs/dir and file://./rel/dir (relative to the working
 // directory). The directory is created if missing.
