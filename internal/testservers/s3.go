@@ -107,7 +107,7 @@ func StartVersityGW(t testing.TB) (*S3Server, error) {
 	}
 	dir := t.TempDir()
 	s := &S3Server{Kind: "versitygw", Host: "127.0.0.1:" + strconv.Itoa(port), AccessKey: "versity-" + randomHex(6), SecretKey: randomHex(16), Bucket: "shardfence-test", Region: "us-east-1"}
-	args := []string{"--access", s.AccessKey, "--secret", s.SecretKey, "--region", s.Region, "--port", s.Host,
+	args := []string{"--quiet", "--access", s.AccessKey, "--secret", s.SecretKey, "--region", s.Region, "--port", s.Host,
 		"posix", "--sidecar", filepath.Join(dir, "meta"), filepath.Join(dir, "data")}
 	if err := mkdirs(filepath.Join(dir, "meta"), filepath.Join(dir, "data")); err != nil {
 		return nil, err
