@@ -27,7 +27,7 @@ build:
 	$(GO) build -o bin/shardfence ./cmd/shardfence
 
 run: build
-	./bin/shardfence run --store file://./data
+	./bin/shardfence conformance --store file://./data
 
 test: tools lint test-go
 
