@@ -164,7 +164,11 @@ func (c *Container) initLayout() error {
 	if err := mkdirAllDurable(c.root); err != nil {
 		return err
 	}
-	if err := c.checkFormat(); err != nil {
+	if err := c.checkFormat(); errors.Is(err, os.ErrNotExist) {
+		if err := c.checkOnlyOurs(); err != nil {
+			return err
+		}
+	} else if err != nil {
 		return err
 	}
 	created := false
@@ -192,16 +196,37 @@ func (c *Container) initLayout() error {
 	return c.writeFormat()
 }
 
+// checkFormat reads FORMAT; a missing file is an error matching
+// os.ErrNotExist.
 func (c *Container) checkFormat() error {
 	b, err := os.ReadFile(filepath.Join(c.root, formatName))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
 	if string(b) != formatLine {
 		return fmt.Errorf("%w: %s says %q, this build reads %q", ErrBadLayout, formatName, strings.TrimSpace(string(b)), strings.TrimSpace(formatLine))
+	}
+	return nil
+}
+
+// checkOnlyOurs refuses to turn a directory that holds other files into a
+// store (a mistyped URL pointing at a home directory, say). Subdirectories
+// of the layout are allowed: an earlier Open may have stopped before FORMAT
+// was written.
+func (c *Container) checkOnlyOurs() error {
+	d, err := os.Open(c.root)
+	if err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if n != objectsDir && n != locksDir && n != tmpDir {
+			return fmt.Errorf("%w: the directory holds %q but no %s file, so it is not a store; use a new or empty directory", ErrBadLayout, n, formatName)
+		}
 	}
 	return nil
 }
@@ -224,7 +249,10 @@ func (c *Container) writeFormat() error {
 	if err := t.f.Sync(); err != nil {
 		return err
 	}
-	if err := renameNoReplace(t.path, path); err != nil && !errors.Is(err, os.ErrExist) {
+	switch err := renameNoReplace(t.path, path); {
+	case err == nil:
+		t.published = true
+	case !errors.Is(err, os.ErrExist): // another opener wrote it first
 		return err
 	}
 	if err := syncDir(c.root); err != nil {

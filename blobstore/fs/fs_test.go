@@ -342,6 +342,16 @@ func TestOpenRefusesUnknownFormat(t *testing.T) {
 	if _, err := Open(dir); !errors.Is(err, ErrBadLayout) {
 		t.Fatalf("Open: got %v, want ErrBadLayout", err)
 	}
+	foreign := t.TempDir()
+	if err := os.WriteFile(filepath.Join(foreign, "notes.txt"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(foreign); !errors.Is(err, ErrBadLayout) || !strings.Contains(err.Error(), "notes.txt") {
+		t.Fatalf("Open of a directory with other files: got %v, want ErrBadLayout naming the file", err)
+	}
+	if entries, _ := os.ReadDir(foreign); len(entries) != 1 {
+		t.Fatalf("Open of a foreign directory changed it: %d entries", len(entries))
+	}
 	file := filepath.Join(t.TempDir(), "plain")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
