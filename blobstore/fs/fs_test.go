@@ -489,3 +489,50 @@ func countFiles(t *testing.T, dir string) int {
 	}
 	return len(entries)
 }
+
+// Deleting a key removes its lock file while another holder may be waiting
+// on it; that waiter must end up holding the lock file now at the path, so a
+// third caller still has to wait for it.
+func TestKeyLockSurvivesLockFileRemoval(t *testing.T) {
+	dir := t.TempDir()
+	var cs []*Container
+	for range 3 {
+		c, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	unlockA, err := cs[0].lockKey(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan func(bool), 1)
+	go func() {
+		u, err := cs[1].lockKey(t.Context(), "k")
+		if err != nil {
+			t.Error(err)
+			got <- nil
+			return
+		}
+		got <- u
+	}()
+	// Give the waiter time to open the lock file that is about to go.
+	time.Sleep(20 * time.Millisecond)
+	unlockA(true)
+	unlockB := <-got
+	if unlockB == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := cs[2].lockKey(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a third caller took the key's lock while it was held: %v", err)
+	}
+	unlockB(false)
+	unlockC, err := cs[2].lockKey(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlockC(false)
+}
