@@ -20,6 +20,7 @@ type benchTarget struct {
 func benchTargets() []benchTarget {
 	return []benchTarget{
 		{"translog", benchTranslogSummary, runBenchTranslog},
+		{"master", benchMasterSummary, runBenchMaster},
 	}
 }
 
