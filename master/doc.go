@@ -10,6 +10,13 @@
 // unreadable until their segment is remounted, and an unreadable replica is
 // never evicted (see evictableReplica).
 //
-// Every durable state change is an Op applied through Master.apply, which
-// hands it to a Journal: that is where the fenced operation log plugs in.
+// Every durable state change (mount, unmount, remount, put start/end/revoke,
+// remove, evict, restore) is described as an Op, in the standby wire model,
+// and handed to the Journal inside the critical section that made it, so
+// records of one key arrive in the order they were applied. Lease grants are
+// never logged. A standby applies the same records with ReplayStandby. The
+// fenced operation log plugs in as the Journal.
+//
+// Client liveness plugs in through ServingEligibility, which placement
+// consults; until the liveness state machine lands every client is Active.
 package master

@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
@@ -178,4 +179,94 @@ func (m *Master) Ping(ctx context.Context, clientID string) (PingStatus, error) 
 		return PingNeedRemount, nil
 	}
 	return PingOK, nil
+}
+
+// ReplayStandby applies one operation of the primary's log to a standby.
+// The standby keeps the primary's durable state in the unreadable form a
+// promotion needs: segments await remount and memory replicas stay invalid,
+// so a promoted standby serves nothing until clients remount. Each object
+// record replaces the object whole, with no deadline, so a replay never
+// inherits a lease from an older entry. PutStart records are skipped: a put
+// that has not ended cannot be recovered, and its client puts again.
+func (m *Master) ReplayStandby(ctx context.Context, op *Op) error {
+	fail := func(err error) error {
+		return &Error{Op: "ReplayStandby", Tenant: op.Tenant, Key: op.Key, Err: err, Hint: "the log record is malformed or out of order; rebuild the standby from a snapshot"}
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	switch op.Kind {
+	case OpPutStart, OpRemountSegment:
+		return nil
+	case OpMountSegment, OpRestoreSegment:
+		if op.Segment == nil {
+			return fail(fmt.Errorf("%w: %v record without a segment", ErrInvalidArgument, op.Kind))
+		}
+		m.topo.Lock()
+		defer m.topo.Unlock()
+		if m.segments[op.Segment.GetId()] != nil {
+			return nil
+		}
+		s := op.Segment
+		m.segments[s.GetId()] = &segment{id: s.GetId(), name: s.GetName(), client: m.clientFor(s.GetClientId()), base: s.GetBase(), size: s.GetSize(), state: segmentAwaitingRemount}
+		return nil
+	case OpUnmountSegment:
+		if op.Segment == nil {
+			return fail(fmt.Errorf("%w: %v record without a segment", ErrInvalidArgument, op.Kind))
+		}
+		_, err := m.UnmountSegment(ctx, op.Segment.GetClientId(), op.Segment.GetId())
+		if errors.Is(err, ErrSegmentNotFound) {
+			return nil
+		}
+		return err
+	case OpPutRevoke, OpRemove:
+		m.topo.RLock()
+		defer m.topo.RUnlock()
+		sh := m.shardFor(op.Tenant, op.Key)
+		sh.mu.Lock()
+		o := sh.objects[objectKey{op.Tenant, op.Key}]
+		if o != nil {
+			m.freeReplicasLocked(o.replicas)
+			m.deleteLocked(sh, o)
+		}
+		sh.mu.Unlock()
+		if o != nil {
+			m.leave(o)
+		}
+		return nil
+	case OpPutEnd, OpRestoreObject, OpEvict:
+		if op.Object == nil {
+			return fail(fmt.Errorf("%w: %v record without an object", ErrInvalidArgument, op.Kind))
+		}
+		m.topo.RLock()
+		defer m.topo.RUnlock()
+		for _, r := range op.Object.GetReplicas() {
+			if r.GetKind() == masterv1.ReplicaKind_REPLICA_KIND_MEMORY && m.segments[r.GetSegmentId()] == nil {
+				return &Error{Op: "ReplayStandby", Tenant: op.Tenant, Key: op.Key, Segment: r.GetSegmentId(), Err: ErrSegmentNotFound, Hint: "the log names a segment before mounting it; rebuild the standby from a snapshot"}
+			}
+		}
+		fresh := m.restoredObject(op.Object)
+		k := objectKey{op.Object.GetTenant(), op.Object.GetKey()}
+		sh := m.shardFor(k.tenant, k.key)
+		sh.mu.Lock()
+		old := sh.objects[k]
+		if old != nil {
+			m.freeReplicasLocked(old.replicas)
+			m.deleteLocked(sh, old)
+		}
+		if fresh != nil {
+			sh.objects[k] = fresh
+			fresh.tenant.used.Add(fresh.memoryBytes())
+			fresh.tenant.objects.Add(1)
+		}
+		sh.mu.Unlock()
+		if old != nil {
+			m.leave(old)
+		}
+		if fresh != nil && fresh.group != nil {
+			m.join(fresh.group, fresh)
+		}
+		return nil
+	}
+	return fail(fmt.Errorf("%w: unknown operation %v", ErrInvalidArgument, op.Kind))
 }
