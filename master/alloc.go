@@ -1,9 +1,10 @@
 package master
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
-	"sort"
+	"slices"
 )
 
 // allocator hands out byte ranges of one segment. It is a two-level
@@ -65,7 +66,7 @@ func rebuildAllocator(size uint64, extents []extent) (a *allocator, handles []ui
 	for i := range order {
 		order[i] = int32(i)
 	}
-	sort.Slice(order, func(i, j int) bool { return extents[order[i]].offset < extents[order[j]].offset })
+	slices.SortFunc(order, func(a, b int32) int { return cmp.Compare(extents[a].offset, extents[b].offset) })
 	a = &allocator{size: size, nodes: make([]allocNode, 0, 2*len(extents)+1)}
 	for i := range a.head {
 		a.head[i] = noNode
