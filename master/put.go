@@ -80,7 +80,7 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, e
 	if need/uint64(n) != req.Size {
 		return nil, fail(fmt.Errorf("%w: size %d times %d replicas overflows", ErrInvalidArgument, req.Size, n), "")
 	}
-	if err := m.checkQuotaLocked(t, need); err != nil {
+	if err := m.reserveQuotaLocked(t, need); err != nil {
 		return nil, fail(err, fmt.Sprintf("tenant quota is %d bytes; remove objects or raise the quota", t.quota))
 	}
 	reps, err := m.placeLocked(req.Size, n)
@@ -90,6 +90,7 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, e
 		reps, err = m.placeLocked(req.Size, n)
 	}
 	if err != nil {
+		t.release(need)
 		return nil, fail(err, placementHint(err))
 	}
 
@@ -111,12 +112,11 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, e
 	if _, exists := sh.objects[k]; exists {
 		sh.mu.Unlock()
 		m.freeReplicasLocked(reps)
+		t.release(need)
 		return nil, fail(ErrObjectExists, "another PutStart for this key won the race; read it or remove it first")
 	}
-	o.key = req.Key
 	sh.objects[k] = o
-	t.used.Add(o.memoryBytes())
-	t.objects.Add(1)
+	t.objects.Add(1) // its bytes were charged by reserveQuotaLocked
 	infos := make([]ReplicaInfo, len(o.replicas))
 	for i := range o.replicas {
 		infos[i] = o.replicas[i].info()
@@ -142,20 +142,31 @@ func placementHint(err error) string {
 	}
 }
 
-func (m *Master) checkQuotaLocked(t *tenant, need uint64) error {
+// reserveQuotaLocked charges need bytes to t before placement, evicting the
+// tenant's own objects if that is what it takes. The charge is a
+// compare-and-swap against the quota, so concurrent puts cannot overshoot
+// it; the caller releases it if the put fails.
+func (m *Master) reserveQuotaLocked(t *tenant, need uint64) error {
 	if t.quota == 0 {
+		t.used.Add(need)
 		return nil
 	}
 	if need > t.quota {
 		return fmt.Errorf("%w: %d bytes requested, quota %d", ErrQuotaExceeded, need, t.quota)
 	}
-	if used := t.used.Load(); used+need > t.quota {
+	for attempt := 0; ; attempt++ {
+		used := t.used.Load()
+		if used+need <= t.quota {
+			if t.used.CompareAndSwap(used, used+need) {
+				return nil
+			}
+			continue
+		}
+		if attempt > 0 {
+			return fmt.Errorf("%w: %d bytes used of %d, %d more requested and nothing evictable", ErrQuotaExceeded, used, t.quota, need)
+		}
 		m.evictLocked(m.clock.Steady(), used+need-t.quota, t)
 	}
-	if used := t.used.Load(); used+need > t.quota {
-		return fmt.Errorf("%w: %d bytes used of %d, %d more requested and nothing evictable", ErrQuotaExceeded, used, t.quota, need)
-	}
-	return nil
 }
 
 // placeLocked allocates n replicas of size bytes on distinct segments that

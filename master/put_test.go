@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -243,5 +244,34 @@ func TestConcurrentOperations(t *testing.T) {
 	}
 	if st := m.Stats(); st.Used != used || st.Tenants[0].Used != used {
 		t.Fatalf("segments say %d used, tenant %d, objects %d", st.Used, st.Tenants[0].Used, used)
+	}
+}
+
+// Concurrent puts cannot overshoot a tenant quota.
+func TestQuotaUnderConcurrency(t *testing.T) {
+	m, _ := newTestMaster(t, Config{TenantQuotas: map[string]uint64{"q": 1000}}, Options{})
+	mount(t, m, "c1", 1, 1<<20)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok := 0
+	for i := 0; i < 20; i++ {
+		wg.Go(func() {
+			_, err := m.PutStart(ctx, PutRequest{Client: "c1", Tenant: "q", Key: fmt.Sprint(i), Size: 100, PutOptions: PutOptions{HardPin: true}})
+			if err == nil {
+				mu.Lock()
+				ok++
+				mu.Unlock()
+			} else if !errors.Is(err, ErrQuotaExceeded) {
+				t.Errorf("put %d: %v, want ErrQuotaExceeded", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if ok != 10 {
+		t.Fatalf("%d puts of 100 bytes fit a 1000-byte quota, want 10", ok)
+	}
+	if st := m.Stats(); st.Tenants[0].Used != 1000 || st.Used != 1000 {
+		t.Fatalf("stats %+v", st)
 	}
 }
