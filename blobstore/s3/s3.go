@@ -187,6 +187,9 @@ func New(ctx context.Context, cfg Config) (*Container, error) {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
 		o.UsePathStyle = cfg.PathStyle
+		// Objects written without a checksum (by another client, or
+		// stores that keep none) are normal here, not worth a log line.
+		o.DisableLogOutputChecksumValidationSkipped = true
 	})
 	return &Container{
 		client: client,

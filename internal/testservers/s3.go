@@ -95,6 +95,12 @@ func StartMinIO(t testing.TB) (*S3Server, error) {
 // StartVersityGW starts versitygw on its posix backend with a fresh bucket.
 // versitygw has no Docker image pinned here, so it always runs from the
 // local binary built by `make tools`.
+//
+// Metadata is kept in extended attributes of the data files, not in a
+// --sidecar directory: with a sidecar, a GET racing a PUT of the same key
+// returns the new body with the old checksum (and ETag), so a reader can
+// pair a body with the wrong version. The temporary directory must support
+// user xattrs (ext4, xfs, btrfs and tmpfs on Linux 6.6+ do).
 func StartVersityGW(t testing.TB) (*S3Server, error) {
 	t.Helper()
 	bin, err := Tool("versitygw")
@@ -108,8 +114,8 @@ func StartVersityGW(t testing.TB) (*S3Server, error) {
 	dir := t.TempDir()
 	s := &S3Server{Kind: "versitygw", Host: "127.0.0.1:" + strconv.Itoa(port), AccessKey: "versity-" + randomHex(6), SecretKey: randomHex(16), Bucket: "shardfence-test", Region: "us-east-1"}
 	args := []string{"--quiet", "--access", s.AccessKey, "--secret", s.SecretKey, "--region", s.Region, "--port", s.Host,
-		"posix", "--sidecar", filepath.Join(dir, "meta"), filepath.Join(dir, "data")}
-	if err := mkdirs(filepath.Join(dir, "meta"), filepath.Join(dir, "data")); err != nil {
+		"posix", filepath.Join(dir, "data")}
+	if err := mkdirs(filepath.Join(dir, "data")); err != nil {
 		return nil, err
 	}
 	if _, err := Start(t, "versitygw", bin, args, nil, HTTPReady(s.Endpoint()+"/"), 60*time.Second); err != nil {

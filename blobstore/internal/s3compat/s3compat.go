@@ -52,8 +52,9 @@ type Answer struct {
 //
 // The rules: 412 is ErrAlreadyExists for a create and ErrPreconditionFailed
 // otherwise; 404 is ErrPreconditionFailed for If-Match requests and
-// ErrNotFound for the rest; 409 (ConditionalRequestConflict) is the
-// retryable ErrConflict; 429 and a read's SlowDown are ErrUnavailable; a 5xx
+// ErrNotFound for the rest; 409 ConditionalRequestConflict is the retryable
+// ErrConflict, while other 409 codes (a file-backed store's name clash) are
+// definite refusals; 429 and a read's SlowDown are ErrUnavailable; a 5xx
 // is ErrAmbiguous for a write (the store may have applied it) and
 // ErrUnavailable for a read; other 4xx are definite refusals.
 func Map(op Op, bucket, credentialHint string, a Answer, cause error) error {
@@ -78,8 +79,11 @@ func Map(op Op, bucket, credentialHint string, a Answer, cause error) error {
 			return fmt.Errorf("%w: object is missing (%s)", blobstore.ErrPreconditionFailed, detail)
 		}
 		return fmt.Errorf("%w (%s)", blobstore.ErrNotFound, detail)
-	case a.Status == http.StatusConflict || a.Code == "ConditionalRequestConflict" || a.Code == "OperationAborted":
+	case a.Code == "ConditionalRequestConflict" || a.Code == "OperationAborted" || (a.Status == http.StatusConflict && a.Code == ""):
 		return fmt.Errorf("%w (%s)", blobstore.ErrConflict, detail)
+	case a.Code == "ExistingObjectIsDirectory" || a.Code == "ObjectParentIsFile" || a.Code == "XMinioParentIsObject" || a.Code == "XMinioObjectExistsAsDirectory":
+		// A file-backed store cannot hold both "a" and "a/b".
+		return fmt.Errorf("store refused the key: on this store a name cannot be both an object and a prefix of other keys (%s)", detail)
 	case a.Status == http.StatusNotImplemented:
 		return fmt.Errorf("%w: the store does not implement this request, likely its conditional headers (%s)", blobstore.ErrUnsupported, detail)
 	case a.Code == "KeyTooLongError":

@@ -79,6 +79,11 @@ func TestMapRetryClasses(t *testing.T) {
 	if err := Map(CAS, "b", "h", Answer{409, "ConditionalRequestConflict", ""}, cause); !blobstore.IsRetryable(err) || blobstore.IsDefinite(err) {
 		t.Errorf("409 is not retryable or is definite: %v", err)
 	}
+	// A file-backed store's name clash is answered 409 too, but retrying
+	// it can never succeed.
+	if err := Map(Write, "b", "h", Answer{409, "ExistingObjectIsDirectory", "Existing Object is a directory."}, cause); blobstore.IsRetryable(err) || errors.Is(err, blobstore.ErrConflict) {
+		t.Errorf("409 ExistingObjectIsDirectory is a retryable conflict: %v", err)
+	}
 	if err := Map(CAS, "b", "h", Answer{503, "", ""}, cause); !blobstore.IsAmbiguous(err) || !errors.Is(err, cause) {
 		t.Errorf("503 on CAS is not ambiguous or lost its cause: %v", err)
 	}
