@@ -98,8 +98,8 @@ func StartMinIO(t testing.TB) (*S3Server, error) {
 //
 // Metadata is kept in extended attributes of the data files, not in a
 // --sidecar directory: with a sidecar, a GET racing a PUT of the same key
-// returns the new body with the old checksum (and ETag), so a reader can
-// pair a body with the wrong version. The temporary directory must support
+// can return a body with another version's checksum: data and metadata are
+// not published together. The temporary directory must support
 // user xattrs (ext4, xfs, btrfs and tmpfs on Linux 6.6+ do).
 func StartVersityGW(t testing.TB) (*S3Server, error) {
 	t.Helper()
