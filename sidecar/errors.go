@@ -1,0 +1,154 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/translog"
+)
+
+// Errors of the service itself, each wrapped in an *Error naming the
+// operation and shard. Match them with errors.Is.
+var (
+	// ErrInvalidArgument: a request the service cannot use (bad shard id,
+	// term < 1, an op or request over the limits).
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrShardNotOpen: the shard is not open on this sidecar.
+	ErrShardNotOpen = errors.New("shard not open on this sidecar")
+	// ErrShardBusy: another Open or Close of the shard is in progress.
+	ErrShardBusy = errors.New("shard is being opened or closed")
+	// ErrWrongTerm: the shard is open at another term than the caller
+	// expects.
+	ErrWrongTerm = errors.New("shard open at another term")
+	// ErrShuttingDown: the sidecar is draining for shutdown and takes no
+	// new appends or opens.
+	ErrShuttingDown = errors.New("sidecar shutting down")
+	// ErrNotAvailable: the operation needs a part of the protocol this
+	// build does not wire in.
+	ErrNotAvailable = errors.New("operation not available in this build")
+	// ErrUnfencedRefused: fencing was disabled for a shard without the
+	// sidecar allowing unfenced shards.
+	ErrUnfencedRefused = errors.New("unfenced shards are not allowed on this sidecar")
+)
+
+// Error is what every service operation returns on failure.
+type Error struct {
+	Op    string // Open, Append, Read, Status, Close, Inspect, ...
+	Shard string
+	Err   error
+	Hint  string // what the caller should do next
+}
+
+func (e *Error) Error() string {
+	msg := fmt.Sprintf("sidecar %s shard %q: %v", e.Op, e.Shard, e.Err)
+	if e.Hint != "" {
+		msg += " (" + e.Hint + ")"
+	}
+	return msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func opErr(op, shard string, err error, hint string) error {
+	return &Error{Op: op, Shard: shard, Err: err, Hint: hint}
+}
+
+// reasons are the stable names the API carries in ErrorDetail.reason, in
+// the order they are tested (the most specific first).
+var reasons = []struct {
+	name string
+	err  error
+	code connect.Code
+}{
+	{"fenced", fence.ErrFenced, connect.CodeFailedPrecondition},
+	{"handed_off", fence.ErrHandedOff, connect.CodeFailedPrecondition},
+	{"wrong_term", ErrWrongTerm, connect.CodeFailedPrecondition},
+	{"preconditions_not_enforced", blobstore.ErrPreconditionsNotEnforced, connect.CodeFailedPrecondition},
+	{"unfenced_refused", ErrUnfencedRefused, connect.CodeFailedPrecondition},
+	{"not_open", ErrShardNotOpen, connect.CodeNotFound},
+	{"busy", ErrShardBusy, connect.CodeAborted},
+	{"shutting_down", ErrShuttingDown, connect.CodeUnavailable},
+	{"not_available", ErrNotAvailable, connect.CodeUnimplemented},
+	{"backpressure", translog.ErrBackpressure, connect.CodeResourceExhausted},
+	{"closed", translog.ErrClosed, connect.CodeUnavailable},
+	{"too_large", blobstore.ErrTooLarge, connect.CodeInvalidArgument},
+	{"invalid_argument", ErrInvalidArgument, connect.CodeInvalidArgument},
+	{"invalid_argument", fence.ErrInvalidArgument, connect.CodeInvalidArgument},
+	{"invalid_argument", blobstore.ErrInvalidKey, connect.CodeInvalidArgument},
+	{"corrupt", fence.ErrCorruptBody, connect.CodeDataLoss},
+	{"corrupt", fence.ErrForeignShard, connect.CodeDataLoss},
+	{"corrupt", fence.ErrUnknownVersion, connect.CodeDataLoss},
+	{"missing_generation", translog.ErrMissingGen, connect.CodeDataLoss},
+	{"ambiguous", blobstore.ErrAmbiguous, connect.CodeUnavailable},
+	{"unavailable", blobstore.ErrUnavailable, connect.CodeUnavailable},
+	{"unavailable", blobstore.ErrConflict, connect.CodeUnavailable},
+	{"unavailable", fence.ErrSweepIncomplete, connect.CodeUnavailable},
+}
+
+// Reason is the stable name of the error class inside err ("" if none).
+func Reason(err error) string {
+	for _, r := range reasons {
+		if errors.Is(err, r.err) {
+			return r.name
+		}
+	}
+	return ""
+}
+
+// ErrorForReason returns the sentinel error a Reason names, or nil.
+func ErrorForReason(reason string) error {
+	for _, r := range reasons {
+		if r.name == reason {
+			return r.err
+		}
+	}
+	return nil
+}
+
+// connectError maps err to an API code and attaches an ErrorDetail, so a
+// client can tell fenced (with the successor term) from an outage without
+// parsing the message.
+func connectError(shard string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	code := connect.CodeInternal
+	reason := ""
+	switch {
+	case errors.Is(err, context.Canceled):
+		code, reason = connect.CodeCanceled, "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		code, reason = connect.CodeDeadlineExceeded, "deadline_exceeded"
+	default:
+		for _, r := range reasons {
+			if errors.Is(err, r.err) {
+				code, reason = r.code, r.name
+				break
+			}
+		}
+	}
+	out := connect.NewError(code, err)
+	d := &sidecarv1.ErrorDetail{Reason: reason, Shard: shard}
+	var fe *fence.FencedError
+	if errors.As(err, &fe) {
+		d.Term, d.SuccessorTerm, d.Key = fe.Term, fe.Successor, fe.Key
+	}
+	var be *fence.BodyError
+	if errors.As(err, &be) {
+		d.Key = be.Key
+	}
+	if detail, derr := connect.NewErrorDetail(d); derr == nil {
+		out.AddDetail(detail)
+	}
+	return out
+}

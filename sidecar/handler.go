@@ -1,0 +1,281 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
+	"github.com/shardfence/shardfence/translog"
+)
+
+// HandlerOptions configure the HTTP side of a server.
+type HandlerOptions struct {
+	// AuthToken, when set, is the bearer token every API and /metrics
+	// request must carry; /healthz and /readyz stay open for probes.
+	AuthToken string
+	// Metrics serves /metrics; nil serves none.
+	Metrics http.Handler
+}
+
+// Handler serves the API (ConnectRPC: gRPC, gRPC-Web, JSON), /metrics,
+// /healthz and /readyz.
+func (s *Server) Handler(o HandlerOptions) http.Handler {
+	mux := http.NewServeMux()
+	path, h := sidecarv1connect.NewSidecarServiceHandler(&service{s: s},
+		connect.WithReadMaxBytes(s.opts.Limits.MaxRequestBytes))
+	mux.Handle(path, h)
+	if o.Metrics != nil {
+		mux.Handle("/metrics", o.Metrics)
+	}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.Ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	if o.AuthToken == "" {
+		return mux
+	}
+	want := sha256.Sum256([]byte(o.AuthToken))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		// Comparing digests keeps the comparison constant-time whatever
+		// the lengths.
+		sum := sha256.Sum256([]byte(got))
+		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="shardfence"`)
+			http.Error(w, "missing or wrong bearer token (pass the sidecar's auth token)", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+type service struct {
+	sidecarv1connect.UnimplementedSidecarServiceHandler
+	s *Server
+}
+
+func (sv *service) fail(method, shard string, err error) error {
+	ce := connectError(shard, err)
+	sv.s.metrics.errors.WithLabelValues(method, reasonLabel(err)).Inc()
+	return ce
+}
+
+func settingsFromProto(p *sidecarv1.ShardSettings) (Settings, error) {
+	var s Settings
+	if p == nil {
+		return s, nil
+	}
+	s.FencingDisabled = p.GetFencingDisabled()
+	switch p.GetMode() {
+	case sidecarv1.FencingMode_FENCING_MODE_UNSPECIFIED, sidecarv1.FencingMode_FENCING_MODE_PER_SYNC:
+		s.Mode = translog.PerSync
+	case sidecarv1.FencingMode_FENCING_MODE_LEASE:
+		s.Mode = translog.Lease
+	default:
+		return s, fmt.Errorf("%w: fencing mode %d", ErrInvalidArgument, p.GetMode())
+	}
+	switch p.GetAckOrder() {
+	case sidecarv1.AckOrder_ACK_ORDER_UNSPECIFIED, sidecarv1.AckOrder_ACK_ORDER_CONCURRENT:
+		s.AckOrder = translog.Concurrent
+	case sidecarv1.AckOrder_ACK_ORDER_SEQUENCED:
+		s.AckOrder = translog.Sequenced
+	default:
+		return s, fmt.Errorf("%w: ack order %d", ErrInvalidArgument, p.GetAckOrder())
+	}
+	if p.GetInlineLimitBytes() > 1<<30 {
+		return s, fmt.Errorf("%w: inline limit %d bytes", ErrInvalidArgument, p.GetInlineLimitBytes())
+	}
+	s.InlineLimit = int(p.GetInlineLimitBytes())
+	s.MaxSyncBytes = p.GetMaxSyncBytes()
+	s.MaxInFlightBytes = p.GetMaxInFlightBytes()
+	s.MaxPipeline = int(p.GetMaxPipeline())
+	s.MaxGatherDelay = time.Duration(p.GetMaxGatherDelayUs()) * time.Microsecond
+	s.LeaseInterval = time.Duration(p.GetLeaseIntervalMs()) * time.Millisecond
+	s.FreshnessInterval = time.Duration(p.GetFreshnessIntervalMs()) * time.Millisecond
+	s.RetentionGens = p.GetRetentionGens()
+	if p.GetMaxGatherDelayUs() < 0 {
+		return s, fmt.Errorf("%w: max gather delay %dus", ErrInvalidArgument, p.GetMaxGatherDelayUs())
+	}
+	return s, nil
+}
+
+func settingsProto(s Settings) *sidecarv1.ShardSettings {
+	p := &sidecarv1.ShardSettings{
+		FencingDisabled: s.FencingDisabled, Mode: sidecarv1.FencingMode_FENCING_MODE_PER_SYNC, AckOrder: sidecarv1.AckOrder_ACK_ORDER_CONCURRENT,
+		InlineLimitBytes: int64(s.InlineLimit), MaxSyncBytes: s.MaxSyncBytes, MaxInFlightBytes: s.MaxInFlightBytes,
+		MaxPipeline: int32(s.MaxPipeline), MaxGatherDelayUs: s.MaxGatherDelay.Microseconds(),
+		LeaseIntervalMs: s.LeaseInterval.Milliseconds(), FreshnessIntervalMs: s.FreshnessInterval.Milliseconds(), RetentionGens: s.RetentionGens,
+	}
+	if s.Mode == translog.Lease {
+		p.Mode = sidecarv1.FencingMode_FENCING_MODE_LEASE
+	}
+	if s.AckOrder == translog.Sequenced {
+		p.AckOrder = sidecarv1.AckOrder_ACK_ORDER_SEQUENCED
+	}
+	return p
+}
+
+func statusProto(st ShardStatus) *sidecarv1.ShardStatus {
+	age := int64(-1)
+	if st.LastCASAge >= 0 {
+		age = st.LastCASAge.Milliseconds()
+	}
+	return &sidecarv1.ShardStatus{
+		Shard: st.Shard, Term: st.Term, AllocationId: st.Allocation, Owner: st.Owner, Gen: st.Gen, NextSeqNo: st.NextSeqNo,
+		LastCasAgeMs: age, Fenced: st.Fenced, SuccessorTerm: st.SuccessorTerm, State: st.State, Error: st.Err,
+		Settings: settingsProto(st.Settings), Syncs: st.Stats.Syncs, Ops: st.Stats.Ops, Bytes: st.Stats.Bytes,
+	}
+}
+
+func batchProto(b translog.Batch) *sidecarv1.OpBatch {
+	return &sidecarv1.OpBatch{Term: b.Term, Gen: b.Gen, FirstSeqNo: b.FirstSeqNo, Ops: b.Ops}
+}
+
+func (sv *service) Open(ctx context.Context, req *connect.Request[sidecarv1.OpenRequest], stream *connect.ServerStream[sidecarv1.OpenResponse]) error {
+	m := req.Msg
+	settings, err := settingsFromProto(m.GetSettings())
+	if err != nil {
+		return sv.fail("Open", m.GetShard(), opErr("Open", m.GetShard(), err, ""))
+	}
+	st, err := sv.s.Open(ctx, m.GetShard(), m.GetTerm(), m.GetAllocationId(), settings, func(ev openEvent) error {
+		out := &sidecarv1.OpenResponse{}
+		switch {
+		case ev.Progress != nil:
+			p := ev.Progress
+			out.Event = &sidecarv1.OpenResponse_Progress{Progress: &sidecarv1.OpenProgress{Step: p.Step, Done: p.Done, Total: p.Total, Bytes: p.Bytes}}
+		case ev.File != nil:
+			f := ev.File
+			out.Event = &sidecarv1.OpenResponse_CheckpointFile{CheckpointFile: &sidecarv1.CheckpointFile{Name: f.Name, Offset: f.Offset, Data: f.Data, Last: f.Last}}
+		case ev.Ops != nil:
+			out.Event = &sidecarv1.OpenResponse_Ops{Ops: batchProto(*ev.Ops)}
+		default:
+			return nil
+		}
+		return stream.Send(out)
+	})
+	if err != nil {
+		return sv.fail("Open", m.GetShard(), err)
+	}
+	r := st.Restore
+	return stream.Send(&sidecarv1.OpenResponse{Event: &sidecarv1.OpenResponse_Opened{Opened: &sidecarv1.Opened{
+		RestorePoint: &sidecarv1.RestorePoint{Term: r.Term, Gen: r.Gen, NextSeqNo: r.NextSeqNo, CheckpointGen: r.CheckpointGen},
+		Status:       statusProto(st),
+	}}})
+}
+
+func (sv *service) Append(ctx context.Context, req *connect.Request[sidecarv1.AppendRequest]) (*connect.Response[sidecarv1.AppendResponse], error) {
+	m := req.Msg
+	ack, err := sv.s.Append(ctx, m.GetShard(), m.GetOps(), m.GetExpectedTerm())
+	if err != nil {
+		return nil, sv.fail("Append", m.GetShard(), err)
+	}
+	return connect.NewResponse(&sidecarv1.AppendResponse{Term: ack.Term, Gen: ack.Gen, FirstSeqNo: ack.FirstSeqNo, Count: int64(ack.Count)}), nil
+}
+
+func (sv *service) Read(ctx context.Context, req *connect.Request[sidecarv1.ReadRequest], stream *connect.ServerStream[sidecarv1.ReadResponse]) error {
+	m := req.Msg
+	err := sv.s.Read(ctx, m.GetShard(), m.GetFromSeq(), m.GetMaxOps(), func(b translog.Batch) error {
+		return stream.Send(&sidecarv1.ReadResponse{Batch: batchProto(b)})
+	})
+	if err != nil {
+		return sv.fail("Read", m.GetShard(), err)
+	}
+	return nil
+}
+
+func (sv *service) Status(_ context.Context, req *connect.Request[sidecarv1.StatusRequest]) (*connect.Response[sidecarv1.StatusResponse], error) {
+	st, err := sv.s.Status(req.Msg.GetShard())
+	if err != nil {
+		return nil, sv.fail("Status", req.Msg.GetShard(), err)
+	}
+	return connect.NewResponse(&sidecarv1.StatusResponse{Status: statusProto(st)}), nil
+}
+
+func (sv *service) Close(ctx context.Context, req *connect.Request[sidecarv1.CloseRequest]) (*connect.Response[sidecarv1.CloseResponse], error) {
+	st, err := sv.s.Close(ctx, req.Msg.GetShard())
+	if err != nil {
+		return nil, sv.fail("Close", req.Msg.GetShard(), err)
+	}
+	return connect.NewResponse(&sidecarv1.CloseResponse{Status: statusProto(st)}), nil
+}
+
+func (sv *service) Inspect(ctx context.Context, req *connect.Request[sidecarv1.InspectRequest]) (*connect.Response[sidecarv1.InspectResponse], error) {
+	name := req.Msg.GetShard()
+	if err := ValidateShardID(name); err != nil {
+		return nil, sv.fail("Inspect", name, opErr("Inspect", name, err, ""))
+	}
+	out, err := Inspect(ctx, sv.s.store, name)
+	if err != nil {
+		return nil, sv.fail("Inspect", name, err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (sv *service) unwired(method, shard, what string) error {
+	return sv.fail(method, shard, opErr(method, shard, fmt.Errorf("%w: %s", ErrNotAvailable, what), "use a build with the relocation and seal packages"))
+}
+
+func (sv *service) PublishCheckpoint(_ context.Context, req *connect.Request[sidecarv1.PublishCheckpointRequest]) (*connect.Response[sidecarv1.PublishCheckpointResponse], error) {
+	return nil, sv.unwired("PublishCheckpoint", req.Msg.GetShard(), "checkpoints need the checkpoint package")
+}
+
+func (sv *service) StartHandoff(_ context.Context, req *connect.Request[sidecarv1.StartHandoffRequest]) (*connect.Response[sidecarv1.StartHandoffResponse], error) {
+	return nil, sv.unwired("StartHandoff", req.Msg.GetShard(), "handoff needs the relocation package")
+}
+
+func (sv *service) AdoptHandoff(_ context.Context, _ *connect.Request[sidecarv1.AdoptHandoffRequest]) (*connect.Response[sidecarv1.AdoptHandoffResponse], error) {
+	return nil, sv.unwired("AdoptHandoff", "", "handoff needs the relocation package")
+}
+
+func (sv *service) AbortHandoff(_ context.Context, _ *connect.Request[sidecarv1.AbortHandoffRequest]) (*connect.Response[sidecarv1.AbortHandoffResponse], error) {
+	return nil, sv.unwired("AbortHandoff", "", "handoff needs the relocation package")
+}
+
+func (sv *service) GC(_ context.Context, req *connect.Request[sidecarv1.GCRequest]) (*connect.Response[sidecarv1.GCResponse], error) {
+	return nil, sv.unwired("GC", req.Msg.GetShard(), "GC needs the seal package's lineage and orphan rules")
+}
+
+// BearerToken is a client interceptor that sends token as the bearer
+// token of every call.
+func BearerToken(token string) connect.Interceptor {
+	return bearer(token)
+}
+
+type bearer string
+
+func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(b))
+		return next(ctx, req)
+	}
+}
+
+func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		return conn
+	}
+}
+
+func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}

@@ -1,0 +1,72 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+
+	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/translog"
+)
+
+// Inspect reads a shard's fence keys and translog layout straight from
+// root (the store all shards live under), without opening the shard. It
+// writes nothing, so it is safe next to a live primary.
+func Inspect(ctx context.Context, root blobstore.Container, shard string) (*sidecarv1.InspectResponse, error) {
+	const op = "Inspect"
+	if err := ValidateShardID(shard); err != nil {
+		return nil, opErr(op, shard, err, "")
+	}
+	store, err := blobstore.Sub(root, shard)
+	if err != nil {
+		return nil, opErr(op, shard, fmt.Errorf("%w: %w", ErrInvalidArgument, err), "")
+	}
+	out := &sidecarv1.InspectResponse{Shard: shard}
+	keys, err := blobstore.ListAll(ctx, store, fence.KeyPrefix)
+	if err != nil {
+		return nil, opErr(op, shard, err, "check that the store is reachable")
+	}
+	for _, a := range keys {
+		fk := &sidecarv1.FenceKey{Key: a.Key}
+		fk.Term, _ = fence.ParseKey(a.Key)
+		obj, err := store.Get(ctx, a.Key)
+		if err == nil {
+			var rec fence.Record
+			if rec, err = fence.DecodeRecord(shard, a.Key, obj.Body); err == nil {
+				fk.Owner, fk.Seq, fk.Gen = rec.Allocation, rec.Seq, rec.Gen
+			}
+		}
+		if err != nil {
+			fk.Error = err.Error()
+		}
+		out.FenceKeys = append(out.FenceKeys, fk)
+	}
+	mds, err := blobstore.ListAll(ctx, store, translog.MDPrefix)
+	if err != nil {
+		return nil, opErr(op, shard, err, "check that the store is reachable")
+	}
+	var cur *sidecarv1.TermGens
+	// Inverted names list the newest term first, its newest generation
+	// first.
+	for _, a := range mds {
+		term, gen, ok := translog.ParseMDKey(a.Key)
+		if !ok {
+			out.Lines = append(out.Lines, fmt.Sprintf("unexpected key %q under %s", a.Key, translog.MDPrefix))
+			continue
+		}
+		if cur == nil || cur.Term != term {
+			cur = &sidecarv1.TermGens{Term: term, LastGen: gen}
+			out.Translog = append(out.Translog, cur)
+			// A poison, if any, is the newest generation of its term.
+			if md, err := translog.NewReader(store, shard).ReadMD(ctx, term, gen); err != nil {
+				out.Lines = append(out.Lines, fmt.Sprintf("term %d generation %d: %v", term, gen, err))
+			} else if md.Kind == translog.KindPoison {
+				cur.Poisoned = append(cur.Poisoned, gen)
+			}
+		}
+		cur.FirstGen = gen
+		cur.Count++
+	}
+	return out, nil
+}

@@ -1,0 +1,163 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/translog"
+)
+
+// openParams is what Open hands the lifecycle: who claims which term, and
+// the settings the writer is fixed with.
+type openParams struct {
+	Shard      string
+	Term       int64
+	Allocation string
+	Node       string
+	Settings   Settings
+}
+
+// RestorePoint is where a shard's lineage ended when its term opened.
+type RestorePoint struct {
+	Term          int64
+	Gen           int64
+	NextSeqNo     int64
+	CheckpointGen int64
+}
+
+// openEvent is one step of an open the caller sees: progress, a restored
+// checkpoint file chunk, or a batch of replayed ops. Exactly one is set.
+type openEvent struct {
+	Progress *Progress
+	File     *FileChunk
+	Ops      *translog.Batch
+}
+
+// Progress reports how far an open got.
+type Progress struct {
+	Step  string // claim, seal, hydrate, replay, open
+	Done  int64
+	Total int64
+	Bytes int64
+}
+
+// FileChunk is part of a restored checkpoint file.
+type FileChunk struct {
+	Name   string
+	Offset int64
+	Data   []byte
+	Last   bool
+}
+
+// opened is a shard the lifecycle opened for appends.
+type opened struct {
+	Writer  *translog.Writer
+	Chain   *fence.Chain // nil when fencing is disabled
+	Restore RestorePoint
+	// StartGen is the first generation this writer writes.
+	StartGen int64
+}
+
+// shardOpener is the one seam between the service and the protocol
+// packages: everything that claims, seals, restores or reads across terms
+// goes through it, so the service holds no protocol decisions of its own.
+type shardOpener interface {
+	// Open claims p.Term for p.Allocation, seals the predecessors, restores
+	// the lineage (emitting it through events) and opens a writer at the
+	// restore point's generation + 1. An error from events aborts the open.
+	Open(ctx context.Context, store blobstore.Container, p openParams, events func(openEvent) error) (*opened, error)
+	// ReadLineage calls fn, in order, with the batches of the shard's
+	// lineage up to and including the restore point.
+	ReadLineage(ctx context.Context, store blobstore.Container, shard string, upTo RestorePoint, fn func(translog.Batch) error) error
+}
+
+// defaultOpener is the production lifecycle of this build.
+func defaultOpener() shardOpener { return unwiredOpener{} }
+
+// unwiredOpener is the opener of a build without the recovery path: it
+// refuses rather than open a shard without sealing its predecessors, which
+// could lose their acknowledged writes.
+type unwiredOpener struct{}
+
+func (unwiredOpener) Open(context.Context, blobstore.Container, openParams, func(openEvent) error) (*opened, error) {
+	return nil, fmt.Errorf("%w: opening a shard needs the recovery path (claim, seal, restore)", ErrNotAvailable)
+}
+
+func (unwiredOpener) ReadLineage(_ context.Context, _ blobstore.Container, _ string, upTo RestorePoint, _ func(translog.Batch) error) error {
+	if upTo.Gen == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: reading the lineage before this term needs the seal chain", ErrNotAvailable)
+}
+
+// Settings are fixed when a shard opens: a live shard never switches its
+// write witness.
+type Settings struct {
+	FencingDisabled   bool                 `json:"fencing_disabled,omitempty"`
+	Mode              translog.FencingMode `json:"mode"`
+	AckOrder          translog.AckOrder    `json:"ack_order"`
+	InlineLimit       int                  `json:"inline_limit_bytes"`
+	MaxSyncBytes      int64                `json:"max_sync_bytes"`
+	MaxInFlightBytes  int64                `json:"max_in_flight_bytes"`
+	MaxPipeline       int                  `json:"max_pipeline"`
+	MaxGatherDelay    time.Duration        `json:"max_gather_delay"`
+	LeaseInterval     time.Duration        `json:"lease_interval"`
+	FreshnessInterval time.Duration        `json:"freshness_interval"`
+	RetentionGens     int64                `json:"retention_gens"`
+}
+
+// DefaultSettings are the settings of a shard whose Open leaves them zero.
+func DefaultSettings() Settings {
+	return Settings{
+		Mode:              translog.PerSync,
+		AckOrder:          translog.Concurrent,
+		InlineLimit:       1 << 20,
+		MaxSyncBytes:      16 << 20,
+		MaxInFlightBytes:  64 << 20,
+		MaxPipeline:       4,
+		MaxGatherDelay:    2 * time.Millisecond,
+		LeaseInterval:     10 * time.Second,
+		FreshnessInterval: 5 * time.Second,
+		RetentionGens:     0,
+	}
+}
+
+// Validate reports the first setting the translog cannot use.
+func (s Settings) Validate() error {
+	for _, c := range []struct {
+		what string
+		bad  bool
+	}{
+		{"inline limit", s.InlineLimit < 0},
+		{"max sync bytes", s.MaxSyncBytes < 0},
+		{"max in-flight bytes", s.MaxInFlightBytes < 0},
+		{"max pipeline", s.MaxPipeline < 0 || s.MaxPipeline > 64},
+		{"lease interval", s.LeaseInterval < 0},
+		{"freshness interval", s.FreshnessInterval < 0},
+		{"retention generations", s.RetentionGens < 0},
+		{"fencing mode", s.Mode != translog.PerSync && s.Mode != translog.Lease},
+		{"ack order", s.AckOrder != translog.Concurrent && s.AckOrder != translog.Sequenced},
+	} {
+		if c.bad {
+			return fmt.Errorf("%w: %s out of range", ErrInvalidArgument, c.what)
+		}
+	}
+	if s.MaxSyncBytes > 0 && s.MaxInFlightBytes > 0 && s.MaxSyncBytes > s.MaxInFlightBytes {
+		return fmt.Errorf("%w: max sync bytes %d above max in-flight bytes %d", ErrInvalidArgument, s.MaxSyncBytes, s.MaxInFlightBytes)
+	}
+	return nil
+}
+
+// writerOptions are the translog options of a shard opened with s.
+func (s Settings) writerOptions(p openParams, startGen, startSeq int64) translog.Options {
+	return translog.Options{
+		Shard: p.Shard, Term: p.Term, Allocation: p.Allocation,
+		StartGen: startGen, StartSeqNo: startSeq,
+		AckOrder: s.AckOrder, FencingDisabled: s.FencingDisabled, FencingMode: s.Mode, LeaseInterval: s.LeaseInterval,
+		InlineLimit: s.InlineLimit, MaxSyncBytes: s.MaxSyncBytes, MaxInFlightBytes: s.MaxInFlightBytes,
+		MaxPipeline: s.MaxPipeline, MaxGatherDelay: s.MaxGatherDelay,
+	}
+}

@@ -1,0 +1,670 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/metered"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/translog"
+)
+
+// Limits bound what one request may carry, so a bad client cannot make the
+// sidecar buffer without bound.
+type Limits struct {
+	// MaxOpBytes bounds one op. Default 1 MiB.
+	MaxOpBytes int
+	// MaxOpsPerAppend bounds the ops of one Append. Default 10,000.
+	MaxOpsPerAppend int
+	// MaxRequestBytes bounds a request message on the wire. Default 32 MiB.
+	MaxRequestBytes int
+}
+
+func (l *Limits) setDefaults() {
+	if l.MaxOpBytes <= 0 {
+		l.MaxOpBytes = 1 << 20
+	}
+	if l.MaxOpsPerAppend <= 0 {
+		l.MaxOpsPerAppend = 10000
+	}
+	if l.MaxRequestBytes <= 0 {
+		l.MaxRequestBytes = 32 << 20
+	}
+}
+
+// Options configure a Server.
+type Options struct {
+	// Node names this sidecar in fence records, for operators.
+	Node string
+	// Defaults are the settings of a shard whose Open leaves them zero;
+	// zero fields take DefaultSettings.
+	Defaults Settings
+	Limits   Limits
+	// AllowUnfenced lets Open disable fencing (benchmarks), and lets the
+	// sidecar start on a store that does not enforce preconditions, where
+	// it then serves unfenced shards only.
+	AllowUnfenced bool
+	Logger        *slog.Logger
+	// Registerer receives the service's and the store's metrics; nil
+	// registers nothing.
+	Registerer prometheus.Registerer
+	// StoreLabel is the store label of the store request metrics.
+	// Default "shards".
+	StoreLabel string
+}
+
+// Server holds the shards open on one sidecar. Its methods are the API;
+// Handler serves them.
+type Server struct {
+	store   blobstore.Container
+	opts    Options
+	opener  shardOpener
+	log     *slog.Logger
+	metrics *Metrics
+	// probeErr is why the store cannot take fenced writes (nil: it can).
+	probeErr error
+
+	mu       sync.Mutex
+	shards   map[string]*shard
+	draining bool
+}
+
+// New probes store for enforced preconditions and returns a server for
+// it. A store that ignores preconditions is refused unless AllowUnfenced,
+// and then only unfenced shards open on it.
+func New(ctx context.Context, store blobstore.Container, opts Options) (*Server, error) {
+	return newServer(ctx, store, opts, defaultOpener())
+}
+
+func newServer(ctx context.Context, store blobstore.Container, opts Options, op shardOpener) (*Server, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: no store", ErrInvalidArgument)
+	}
+	if err := fence.ValidateID("node", opts.Node, true); err != nil {
+		return nil, err
+	}
+	opts.Limits.setDefaults()
+	opts.Defaults = mergeSettings(DefaultSettings(), opts.Defaults)
+	if err := opts.Defaults.Validate(); err != nil {
+		return nil, fmt.Errorf("default shard settings: %w", err)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.StoreLabel == "" {
+		opts.StoreLabel = "shards"
+	}
+	s := &Server{opts: opts, opener: op, log: opts.Logger, shards: map[string]*shard{}}
+	if opts.Registerer != nil {
+		m := metered.New(store, opts.StoreLabel)
+		opts.Registerer.MustRegister(m)
+		store = m
+	}
+	s.store = store
+	if err := blobstore.ProbePreconditions(ctx, store); err != nil {
+		if !errors.Is(err, blobstore.ErrPreconditionsNotEnforced) {
+			return nil, fmt.Errorf("sidecar start-up: the precondition probe could not run on %s: %w (check the store URL and that the store is reachable)", store, err)
+		}
+		if !opts.AllowUnfenced {
+			return nil, fmt.Errorf("sidecar start-up: %w (refusing to serve fenced shards; only --allow-unfenced runs on such a store, without any fencing)", err)
+		}
+		s.probeErr = err
+		s.log.Warn("store does not enforce preconditions: serving unfenced shards only", "store", store.String(), "error", err.Error())
+	}
+	s.metrics = newMetrics(opts.Registerer, s)
+	return s, nil
+}
+
+// mergeSettings fills the zero fields of req from def.
+func mergeSettings(def, req Settings) Settings {
+	out := req
+	if out.InlineLimit == 0 {
+		out.InlineLimit = def.InlineLimit
+	}
+	if out.MaxSyncBytes == 0 {
+		out.MaxSyncBytes = def.MaxSyncBytes
+	}
+	if out.MaxInFlightBytes == 0 {
+		out.MaxInFlightBytes = def.MaxInFlightBytes
+	}
+	if out.MaxPipeline == 0 {
+		out.MaxPipeline = def.MaxPipeline
+	}
+	if out.MaxGatherDelay == 0 {
+		out.MaxGatherDelay = def.MaxGatherDelay
+	}
+	if out.LeaseInterval == 0 {
+		out.LeaseInterval = def.LeaseInterval
+	}
+	if out.FreshnessInterval == 0 {
+		out.FreshnessInterval = def.FreshnessInterval
+	}
+	if out.RetentionGens == 0 {
+		out.RetentionGens = def.RetentionGens
+	}
+	return out
+}
+
+// Store is the container the server writes to (metered when a Registerer
+// was given).
+func (s *Server) Store() blobstore.Container { return s.store }
+
+// Ready reports whether the server takes opens and appends.
+func (s *Server) Ready() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return ErrShuttingDown
+	}
+	return nil
+}
+
+// Shard states, as Status reports them.
+const (
+	stateOpening = "opening"
+	stateOpen    = "open"
+	stateFenced  = "fenced"
+	stateFailed  = "failed"
+	stateClosing = "closing"
+)
+
+// shard is one shard open (or opening) on this sidecar.
+type shard struct {
+	name     string
+	store    blobstore.Container
+	term     int64
+	alloc    string
+	settings Settings
+	w        *translog.Writer
+	chain    *fence.Chain
+	restore  RestorePoint
+	startGen int64
+	opened   time.Time
+
+	mu       sync.Mutex
+	state    string
+	ackedGen int64 // last generation whose ops were acknowledged
+	nextSeq  int64 // sequence number after the last acknowledged op
+	casSeq   int64 // fence record seq seen at the last acknowledgement
+	lastCAS  time.Time
+	fenceErr error
+}
+
+// ShardStatus is what Status reports of a shard.
+type ShardStatus struct {
+	Shard         string
+	Term          int64
+	Allocation    string
+	Owner         string
+	Gen           int64
+	NextSeqNo     int64
+	LastCASAge    time.Duration // -1 when no CAS was seen yet
+	Fenced        bool
+	SuccessorTerm int64
+	State         string
+	Err           string
+	Settings      Settings
+	Stats         translog.Stats
+	Restore       RestorePoint
+}
+
+func (sh *shard) status() ShardStatus {
+	sh.mu.Lock()
+	st := ShardStatus{
+		Shard: sh.name, Term: sh.term, Allocation: sh.alloc, Gen: sh.ackedGen, NextSeqNo: sh.nextSeq,
+		LastCASAge: -1, State: sh.state, Settings: sh.settings, Restore: sh.restore,
+	}
+	if !sh.lastCAS.IsZero() {
+		st.LastCASAge = time.Since(sh.lastCAS)
+	}
+	fenceErr := sh.fenceErr
+	sh.mu.Unlock()
+	if sh.chain != nil {
+		st.Owner = sh.chain.State().Record.Allocation
+	} else if sh.w != nil {
+		st.Owner = sh.alloc
+	}
+	if sh.w != nil {
+		st.Stats = sh.w.Stats()
+		if err := sh.w.Err(); err != nil && fenceErr == nil {
+			fenceErr = err
+		}
+	}
+	if fenceErr != nil {
+		st.Err = fenceErr.Error()
+		if errors.Is(fenceErr, fence.ErrFenced) {
+			st.Fenced = true
+			st.SuccessorTerm, _ = fence.SuccessorTerm(fenceErr)
+			if st.State == stateOpen {
+				st.State = stateFenced
+			}
+		} else if st.State == stateOpen {
+			st.State = stateFailed
+		}
+	}
+	return st
+}
+
+// acked records an acknowledgement: acks come in generation order, so the
+// highest acked generation says every lower one of the term is durable.
+func (sh *shard) acked(ack translog.Ack) {
+	var seq int64
+	if sh.chain != nil {
+		seq = sh.chain.State().Record.Seq
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.ackedGen = max(sh.ackedGen, ack.Gen)
+	sh.nextSeq = max(sh.nextSeq, ack.FirstSeqNo+int64(ack.Count))
+	if seq > sh.casSeq || sh.lastCAS.IsZero() {
+		sh.casSeq = seq
+		sh.lastCAS = time.Now()
+	}
+}
+
+// failed records a writer failure once; it reports whether this call was
+// the first to see it.
+func (sh *shard) failed(err error) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.fenceErr != nil {
+		return false
+	}
+	sh.fenceErr = err
+	return true
+}
+
+func (sh *shard) logAttrs() []any {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return []any{"shard", sh.name, "term", sh.term, "allocation", sh.alloc, "gen", sh.ackedGen}
+}
+
+func (s *Server) snapshot() []*shard {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*shard, 0, len(s.shards))
+	for _, sh := range s.shards {
+		out = append(out, sh)
+	}
+	return out
+}
+
+// get returns the open shard name.
+func (s *Server) get(op, name string) (*shard, error) {
+	if err := ValidateShardID(name); err != nil {
+		return nil, opErr(op, name, err, "")
+	}
+	s.mu.Lock()
+	sh := s.shards[name]
+	s.mu.Unlock()
+	if sh == nil {
+		return nil, opErr(op, name, ErrShardNotOpen, "open it first with Open(shard, term, allocation)")
+	}
+	sh.mu.Lock()
+	state := sh.state
+	sh.mu.Unlock()
+	if state == stateOpening || state == stateClosing {
+		return nil, opErr(op, name, ErrShardBusy, "retry when Open or Close returned")
+	}
+	return sh, nil
+}
+
+// shardStore is the shard's view of the store: every key under <shard>/.
+func (s *Server) shardStore(name string) (blobstore.Container, error) {
+	return blobstore.Sub(s.store, name)
+}
+
+// Open claims, seals and restores the shard and opens it for appends;
+// events receive the restore as it happens.
+func (s *Server) Open(ctx context.Context, name string, term int64, alloc string, req Settings, events func(openEvent) error) (ShardStatus, error) {
+	const op = "Open"
+	res, err := s.open(ctx, name, term, alloc, req, events)
+	if err != nil {
+		s.metrics.opens.WithLabelValues(reasonLabel(err)).Inc()
+		s.log.Warn("open failed", "shard", name, "term", term, "allocation", alloc, "error", err.Error())
+		var e *Error
+		if !errors.As(err, &e) {
+			err = opErr(op, name, err, hintFor(err))
+		}
+		return ShardStatus{}, err
+	}
+	s.metrics.opens.WithLabelValues("ok").Inc()
+	return res, nil
+}
+
+func (s *Server) open(ctx context.Context, name string, term int64, alloc string, req Settings, events func(openEvent) error) (ShardStatus, error) {
+	const op = "Open"
+	if err := ValidateShardID(name); err != nil {
+		return ShardStatus{}, opErr(op, name, err, "")
+	}
+	if term < 1 {
+		return ShardStatus{}, opErr(op, name, fmt.Errorf("%w: term %d (terms start at 1)", ErrInvalidArgument, term), "")
+	}
+	if err := fence.ValidateID("allocation", alloc, false); err != nil {
+		return ShardStatus{}, opErr(op, name, fmt.Errorf("%w: %w", ErrInvalidArgument, err), "")
+	}
+	settings := mergeSettings(s.opts.Defaults, req)
+	if err := settings.Validate(); err != nil {
+		return ShardStatus{}, opErr(op, name, err, "")
+	}
+	if settings.FencingDisabled && !s.opts.AllowUnfenced {
+		return ShardStatus{}, opErr(op, name, ErrUnfencedRefused, "start the sidecar with --allow-unfenced, for benchmarks only")
+	}
+	if !settings.FencingDisabled && s.probeErr != nil {
+		return ShardStatus{}, opErr(op, name, s.probeErr, "use a store that enforces conditional writes")
+	}
+	store, err := s.shardStore(name)
+	if err != nil {
+		return ShardStatus{}, opErr(op, name, fmt.Errorf("%w: %w", ErrInvalidArgument, err), "")
+	}
+
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		return ShardStatus{}, opErr(op, name, ErrShuttingDown, "open the shard on another sidecar")
+	}
+	prev := s.shards[name]
+	if prev != nil {
+		st := prev.status()
+		switch {
+		case st.State == stateOpening || st.State == stateClosing:
+			s.mu.Unlock()
+			return ShardStatus{}, opErr(op, name, ErrShardBusy, "retry when the other Open or Close returned")
+		case st.State == stateOpen && prev.term == term && prev.alloc == alloc:
+			// A retried Open of what is already open: answer it again.
+			s.mu.Unlock()
+			return st, nil
+		case prev.term > term:
+			s.mu.Unlock()
+			return ShardStatus{}, opErr(op, name, fmt.Errorf("%w: open here at term %d, above %d", ErrWrongTerm, prev.term, term), "a lower term cannot take the shard back")
+		}
+	}
+	sh := &shard{name: name, store: store, term: term, alloc: alloc, settings: settings, state: stateOpening}
+	s.shards[name] = sh
+	s.mu.Unlock()
+
+	restoreFail := func(err error) (ShardStatus, error) {
+		s.mu.Lock()
+		if s.shards[name] == sh {
+			if prev != nil {
+				s.shards[name] = prev
+			} else {
+				delete(s.shards, name)
+			}
+		}
+		s.mu.Unlock()
+		return ShardStatus{}, err
+	}
+	start := time.Now()
+	s.log.Info("opening shard", "shard", name, "term", term, "allocation", alloc, "mode", settings.Mode.String(),
+		"ack_order", settings.AckOrder.String(), "fencing", !settings.FencingDisabled)
+	o, err := s.opener.Open(ctx, store, openParams{Shard: name, Term: term, Allocation: alloc, Node: s.opts.Node, Settings: settings},
+		func(ev openEvent) error {
+			switch {
+			case ev.File != nil:
+				s.metrics.hydration.Add(float64(len(ev.File.Data)))
+			case ev.Ops != nil:
+				for _, o := range ev.Ops.Ops {
+					s.metrics.hydration.Add(float64(len(o)))
+				}
+			}
+			if events == nil {
+				return nil
+			}
+			return events(ev)
+		})
+	if err != nil {
+		return restoreFail(err)
+	}
+	sh.w, sh.chain, sh.restore, sh.startGen = o.Writer, o.Chain, o.Restore, o.StartGen
+	sh.opened = time.Now()
+	sh.mu.Lock()
+	sh.ackedGen, sh.nextSeq = o.Restore.Gen, o.Restore.NextSeqNo
+	sh.state = stateOpen
+	sh.mu.Unlock()
+
+	s.mu.Lock()
+	draining := s.draining
+	s.mu.Unlock()
+	if draining {
+		_ = sh.w.Close(context.WithoutCancel(ctx))
+		return restoreFail(opErr(op, name, ErrShuttingDown, "open the shard on another sidecar"))
+	}
+	if prev != nil && prev.w != nil {
+		// The claim fenced the previous term's writer; close it so its
+		// pending appends are answered.
+		go func() { _ = prev.w.Close(context.Background()) }()
+	}
+	s.log.Info("shard open", append(sh.logAttrs(), "restore_term", o.Restore.Term, "restore_gen", o.Restore.Gen,
+		"start_gen", o.StartGen, "duration_ms", time.Since(start).Milliseconds())...)
+	return sh.status(), nil
+}
+
+// Append appends ops and returns once they are durable and fenced.
+func (s *Server) Append(ctx context.Context, name string, ops [][]byte, expectedTerm int64) (translog.Ack, error) {
+	const op = "Append"
+	ack, err := s.append(ctx, name, ops, expectedTerm)
+	if err != nil {
+		s.metrics.appends.WithLabelValues(reasonLabel(err)).Inc()
+		return ack, err
+	}
+	s.metrics.appends.WithLabelValues("ok").Inc()
+	s.metrics.ackedOps.Add(float64(ack.Count))
+	_ = op
+	return ack, nil
+}
+
+func (s *Server) append(ctx context.Context, name string, ops [][]byte, expectedTerm int64) (translog.Ack, error) {
+	const op = "Append"
+	sh, err := s.get(op, name)
+	if err != nil {
+		return translog.Ack{}, err
+	}
+	if len(ops) == 0 {
+		return translog.Ack{}, opErr(op, name, fmt.Errorf("%w: no ops", ErrInvalidArgument), "send at least one op")
+	}
+	if len(ops) > s.opts.Limits.MaxOpsPerAppend {
+		return translog.Ack{}, opErr(op, name, fmt.Errorf("%w: %d ops in one append, the limit is %d", ErrInvalidArgument, len(ops), s.opts.Limits.MaxOpsPerAppend), "split the append")
+	}
+	for i, o := range ops {
+		if len(o) > s.opts.Limits.MaxOpBytes {
+			return translog.Ack{}, opErr(op, name, fmt.Errorf("%w: op %d is %d bytes, the limit is %d", blobstore.ErrTooLarge, i, len(o), s.opts.Limits.MaxOpBytes), "split the op or raise --max-op-bytes")
+		}
+	}
+	if expectedTerm != 0 && expectedTerm != sh.term {
+		return translog.Ack{}, opErr(op, name, fmt.Errorf("%w: open at term %d, the caller expects %d", ErrWrongTerm, sh.term, expectedTerm), "reopen the shard at the caller's term")
+	}
+	if err := s.Ready(); err != nil {
+		return translog.Ack{}, opErr(op, name, err, "nothing was written; append on the shard's next primary")
+	}
+	start := time.Now()
+	ack, err := sh.w.Append(ctx, ops)
+	if err != nil {
+		s.noteFailure(sh, err)
+		return translog.Ack{}, opErr(op, name, err, hintFor(err))
+	}
+	s.metrics.ackLatency.Observe(time.Since(start).Seconds())
+	sh.acked(ack)
+	return ack, nil
+}
+
+// noteFailure logs and counts a writer's terminal failure once.
+func (s *Server) noteFailure(sh *shard, err error) {
+	werr := sh.w.Err()
+	if werr == nil || !sh.failed(werr) {
+		return
+	}
+	if errors.Is(werr, fence.ErrFenced) {
+		s.metrics.fenced.Inc()
+		succ, _ := fence.SuccessorTerm(werr)
+		s.log.Warn("shard fenced", append(sh.logAttrs(), "successor_term", succ, "error", werr.Error())...)
+		return
+	}
+	s.log.Error("shard writer failed", append(sh.logAttrs(), "error", werr.Error())...)
+}
+
+// Read calls fn with the batches of the shard's lineage from fromSeq on, up
+// to the last acknowledged generation when Read started; batches are
+// trimmed to fromSeq and to maxOps ops in all (0: no bound).
+func (s *Server) Read(ctx context.Context, name string, fromSeq, maxOps int64, fn func(translog.Batch) error) error {
+	const op = "Read"
+	if fromSeq < 0 || maxOps < 0 {
+		return opErr(op, name, fmt.Errorf("%w: from_seq %d, max_ops %d", ErrInvalidArgument, fromSeq, maxOps), "")
+	}
+	sh, err := s.get(op, name)
+	if err != nil {
+		return err
+	}
+	sh.mu.Lock()
+	upTo := sh.ackedGen
+	sh.mu.Unlock()
+	sent := int64(0)
+	errEnough := errors.New("enough")
+	emit := func(b translog.Batch) error {
+		end := b.FirstSeqNo + int64(len(b.Ops))
+		if end <= fromSeq {
+			return nil
+		}
+		if skip := fromSeq - b.FirstSeqNo; skip > 0 {
+			b.Ops, b.FirstSeqNo = b.Ops[skip:], fromSeq
+		}
+		if maxOps > 0 && sent+int64(len(b.Ops)) > maxOps {
+			b.Ops = b.Ops[:maxOps-sent]
+		}
+		sent += int64(len(b.Ops))
+		if err := fn(b); err != nil {
+			return err
+		}
+		if maxOps > 0 && sent >= maxOps {
+			return errEnough
+		}
+		return nil
+	}
+	if fromSeq < sh.restore.NextSeqNo {
+		if err := s.opener.ReadLineage(ctx, sh.store, name, sh.restore, emit); err != nil {
+			if errors.Is(err, errEnough) {
+				return nil
+			}
+			return opErr(op, name, err, hintFor(err))
+		}
+	}
+	if upTo >= sh.startGen {
+		err := translog.NewReader(sh.store, name).Iterate(ctx, sh.term, sh.startGen, upTo, emit)
+		if err != nil && !errors.Is(err, errEnough) {
+			return opErr(op, name, err, hintFor(err))
+		}
+	}
+	return nil
+}
+
+// Status reports the shard's term, owner, generation and fencing state.
+func (s *Server) Status(name string) (ShardStatus, error) {
+	if err := ValidateShardID(name); err != nil {
+		return ShardStatus{}, opErr("Status", name, err, "")
+	}
+	s.mu.Lock()
+	sh := s.shards[name]
+	s.mu.Unlock()
+	if sh == nil {
+		return ShardStatus{}, opErr("Status", name, ErrShardNotOpen, "open it first with Open(shard, term, allocation)")
+	}
+	return sh.status(), nil
+}
+
+// Shards lists the status of every shard on this sidecar.
+func (s *Server) Shards() []ShardStatus {
+	var out []ShardStatus
+	for _, sh := range s.snapshot() {
+		out = append(out, sh.status())
+	}
+	return out
+}
+
+// Close drains the shard's in-flight syncs, answers its pending appends
+// and releases it on this sidecar. The term stays claimed: reopening the
+// same term and allocation adopts it again.
+func (s *Server) Close(ctx context.Context, name string) (ShardStatus, error) {
+	const op = "Close"
+	sh, err := s.get(op, name)
+	if err != nil {
+		return ShardStatus{}, err
+	}
+	sh.mu.Lock()
+	sh.state = stateClosing
+	sh.mu.Unlock()
+	cerr := sh.w.Close(ctx)
+	st := sh.status()
+	s.mu.Lock()
+	if s.shards[name] == sh {
+		delete(s.shards, name)
+	}
+	s.mu.Unlock()
+	st.State = "closed"
+	s.log.Info("shard closed", sh.logAttrs()...)
+	if cerr != nil {
+		return st, opErr(op, name, cerr, "syncs in progress were abandoned; their appends were not acknowledged")
+	}
+	return st, nil
+}
+
+// Shutdown stops taking opens and appends, syncs what every writer has
+// queued, answers every pending caller and closes the writers. Nothing
+// acknowledged is lost: an ack is only ever sent after its sync landed.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	shards := make([]*shard, 0, len(s.shards))
+	for _, sh := range s.shards {
+		shards = append(shards, sh)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	errs := make([]error, len(shards))
+	for i, sh := range shards {
+		if sh.w == nil {
+			continue
+		}
+		wg.Go(func() {
+			if err := sh.w.Close(ctx); err != nil {
+				errs[i] = fmt.Errorf("shard %q: %w", sh.name, err)
+			}
+		})
+	}
+	wg.Wait()
+	s.log.Info("sidecar drained", "shards", len(shards))
+	return errors.Join(errs...)
+}
+
+func reasonLabel(err error) string {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline_exceeded"
+	}
+	if r := Reason(err); r != "" {
+		return r
+	}
+	return "internal"
+}
+
+// hintFor says what a caller does next about an error from below.
+func hintFor(err error) string {
+	switch {
+	case errors.Is(err, fence.ErrFenced):
+		return "a successor holds the shard: stop writing here and send appends to the new primary"
+	case errors.Is(err, translog.ErrClosed):
+		return "not acknowledged; open the shard again or use its new primary"
+	case errors.Is(err, ErrNotAvailable):
+		return "use a build with the recovery path"
+	}
+	return ""
+}
