@@ -21,6 +21,7 @@ func benchTargets() []benchTarget {
 	return []benchTarget{
 		{"translog", benchTranslogSummary, runBenchTranslog},
 		{"master", benchMasterSummary, runBenchMaster},
+		{"store", benchStoreSummary, runBenchStore},
 	}
 }
 
