@@ -84,8 +84,8 @@ func TestEvictionRevalidates(t *testing.T) {
 	}
 	sh.mu.Lock()
 	o.replicas[0].refcnt = 0
-	o.replicas[0].valid = false
 	sh.mu.Unlock()
+	o.replicas[0].seg.endpoint.Store(nil) // its segment lost its endpoint
 	if m.evictObjectLocked(o, clk.Steady(), &res) || res.Objects != 0 {
 		t.Fatal("mutation dropped an unreadable replica")
 	}

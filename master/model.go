@@ -37,16 +37,19 @@ type replica struct {
 	refcnt int32  // in-flight copy/move/offload readers
 	kind   ReplicaKind
 	status ReplicaStatus
-	// valid is the memory handle and endpoint validity. A replica restored
-	// from the standby model is invalid until its segment is remounted.
-	valid bool
 }
 
-// readable is the serving rule: complete and with a valid handle and
-// endpoint. It reads only the replica itself, never segment or recovery
-// state, so the read path stays a map lookup and a lease grant.
+// readable is the serving rule: complete and, for memory, with a valid
+// endpoint. A segment restored from the standby model has no endpoint (nil)
+// until ReMountSegment publishes the one its client just proved, so this is
+// the invalid-endpoint check: one atomic load through the pointer the
+// replica holds, which the read path loads anyway to return the endpoint.
+// There is no recovery flag and no segment lookup.
 func (r *replica) readable() bool {
-	return r.status == ReplicaComplete && r.valid
+	if r.status != ReplicaComplete {
+		return false
+	}
+	return r.kind != MemoryReplica || (r.seg != nil && r.seg.endpoint.Load() != nil)
 }
 
 // evictableReplica is the one rule for whether memory pressure may drop a

@@ -206,7 +206,7 @@ func (m *Master) placeLocked(size uint64, n int) ([]replica, error) {
 		}
 		reps = append(reps, replica{
 			id: m.nextReplicaID.Add(1), seg: s, offset: off, size: size, handle: h,
-			kind: MemoryReplica, status: ReplicaProcessing, valid: true,
+			kind: MemoryReplica, status: ReplicaProcessing,
 		})
 	}
 	if len(reps) < n {

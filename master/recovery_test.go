@@ -176,8 +176,8 @@ func TestFailedRemountChangesNothing(t *testing.T) {
 	wantErr(t, err, ErrSegmentMismatch)
 	for _, k := range []string{"a", "b", "c"} {
 		o := lookup(m, "t", k)
-		if o.leaseDeadline() != 0 || o.replicas[0].valid {
-			t.Errorf("%s: lease %d valid %v after a failed remount", k, o.leaseDeadline(), o.replicas[0].valid)
+		if o.leaseDeadline() != 0 || o.replicas[0].readable() {
+			t.Errorf("%s: lease %d valid %v after a failed remount", k, o.leaseDeadline(), o.replicas[0].readable())
 		}
 	}
 	st := m.Stats()
@@ -196,7 +196,7 @@ func TestFailedRemountChangesNothing(t *testing.T) {
 	wantErr(t, err, ErrWrongClient)
 	// Segment 2 alone is consistent and remounts.
 	res := remount(t, m, 2)
-	if res.MatchedObjects != 1 || !lookup(m, "t", "c").replicas[0].valid {
+	if res.MatchedObjects != 1 || !lookup(m, "t", "c").replicas[0].readable() {
 		t.Fatalf("remount of the consistent segment: %+v", res)
 	}
 }
@@ -212,7 +212,7 @@ func TestRemountCollectsObjectOnce(t *testing.T) {
 		t.Fatalf("matched %d, want 1", res.MatchedObjects)
 	}
 	for _, r := range lookup(m, "t", "x").replicas {
-		if !r.valid {
+		if !r.readable() {
 			t.Fatal("a replica stayed invalid")
 		}
 	}
@@ -264,6 +264,14 @@ func TestRestoreRejectsBadPayloadWhole(t *testing.T) {
 	wantErr(t, err, ErrSegmentNotFound)
 	if st := m.Stats(); st.Objects != 0 || st.Segments != 0 {
 		t.Fatalf("partial restore: %+v", st)
+	}
+	// A replica restored onto a serving segment would share bytes its
+	// allocator hands out again: refused.
+	mount(t, m, "c1", 5, 1000)
+	_, err = m.RestoreStandby(context.Background(), nil, []*masterv1.StandbyObject{sobj("s", 10, mem(5, 0, 10))})
+	wantErr(t, err, ErrSegmentExists)
+	if lookup(m, "t", "s") != nil {
+		t.Fatal("object restored onto a serving segment")
 	}
 	// An in-progress put is dropped, not restored.
 	p := sobj("p", 10, mem(1, 0, 10))

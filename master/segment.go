@@ -1,11 +1,14 @@
 package master
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // SegmentSpec describes a client's memory segment.
@@ -144,6 +147,10 @@ type RemountResult struct {
 	AssignDuration time.Duration
 	TotalDuration  time.Duration
 	VisibleTTL     time.Duration
+	// CollectDuration is the metadata scan, RebuildDuration the allocator
+	// rebuild and verification; neither consumes the recovery lease.
+	CollectDuration time.Duration
+	RebuildDuration time.Duration
 }
 
 // ReMountSegment makes segments known from before a failover serviceable
@@ -213,6 +220,7 @@ func (m *Master) ReMountSegment(ctx context.Context, clientID string, specs []Se
 	// replica, a pointer into its object's replica slice, stable while topo
 	// is held exclusively. Shards are visited in order, so runs mark where
 	// each shard's replicas end for the publication step.
+	collectStart := time.Now()
 	var objs []*object
 	var matches []remountMatch
 	ext := make([][]extent, len(segs))
@@ -243,7 +251,10 @@ func (m *Master) ReMountSegment(ctx context.Context, clientID string, specs []Se
 		}
 	}
 
+	collectDur := time.Since(collectStart)
+
 	// 3. Rebuild and verify every allocator before touching anything.
+	rebuildStart := time.Now()
 	allocs := make([]*allocator, len(segs))
 	handles := make([][]uint32, len(segs))
 	for i, s := range segs {
@@ -255,6 +266,28 @@ func (m *Master) ReMountSegment(ctx context.Context, clientID string, specs []Se
 		ext[i] = nil
 	}
 
+	// Install the rebuilt handles while the replicas are still unreadable
+	// (one shard lock at a time, so reads elsewhere go on): this is O(N)
+	// random writes and must not eat the recovery lease.
+	k := 0
+	for _, run := range runs {
+		run.shard.mu.Lock()
+		for ; k < run.end; k++ {
+			mt := matches[k]
+			mt.r.handle = handles[mt.slot][mt.idx]
+		}
+		run.shard.mu.Unlock()
+	}
+	// Visit objects in address order for the assignment below: the scan
+	// found them in hash order, scattered over the heap, and in address
+	// order the one O(N) step inside the lease window streams through
+	// memory instead of missing the cache on every object. The heap does
+	// not move objects, so the order is stable.
+	slices.SortFunc(objs, func(a, b *object) int {
+		return cmp.Compare(uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b)))
+	})
+	rebuildDur := time.Since(rebuildStart)
+
 	// 4. One deadline for the whole batch, computed after the rebuild so
 	// reconstruction time does not eat the recovery window.
 	recoveryTTL := m.cfg.RecoveryTTL()
@@ -263,27 +296,13 @@ func (m *Master) ReMountSegment(ctx context.Context, clientID string, specs []Se
 	assignStart := time.Now()
 	assignLeases(objs, deadline, softDeadline)
 	assignDur := time.Since(assignStart)
+	matched := len(objs)
 
-	// 5. Publish: endpoints first, then the replicas shard by shard (one
-	// shard lock at a time, so reads elsewhere go on), then the segments.
+	// 5. Publish: storing the endpoint clears the invalid endpoint of every
+	// replica on the segment at once; then the segment joins placement.
 	for i, s := range segs {
 		ep := specs[i].Endpoint
 		s.endpoint.Store(&ep)
-	}
-	k := 0
-	for _, run := range runs {
-		run.shard.mu.Lock()
-		for ; k < run.end; k++ {
-			mt := matches[k]
-			mt.r.handle = handles[mt.slot][mt.idx]
-			mt.r.valid = true
-		}
-		run.shard.mu.Unlock()
-	}
-	// The vectors are dead from here on, so the collector may reclaim the
-	// remount's memory peak before the function returns.
-	matched := len(objs)
-	for i, s := range segs {
 		s.mu.Lock()
 		s.alloc = allocs[i]
 		s.mu.Unlock()
@@ -297,6 +316,7 @@ func (m *Master) ReMountSegment(ctx context.Context, clientID string, specs []Se
 	res := RemountResult{
 		Segments: len(segs), MatchedObjects: matched, RecoveryTTL: recoveryTTL,
 		AssignDuration: assignDur, TotalDuration: time.Since(start), VisibleTTL: visible,
+		CollectDuration: collectDur, RebuildDuration: rebuildDur,
 	}
 	m.remounts.Add(1)
 	m.lastRemount.Store(&res)

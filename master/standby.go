@@ -67,9 +67,8 @@ func (m *Master) RestoreStandby(ctx context.Context, segs []*masterv1.StandbySeg
 			if r.GetKind() != masterv1.ReplicaKind_REPLICA_KIND_MEMORY {
 				continue
 			}
-			s := fresh[r.GetSegmentId()]
-			if s == nil && m.segments[r.GetSegmentId()] == nil {
-				return fail(k.tenant, k.key, r.GetSegmentId(), ErrSegmentNotFound, "the standby payload names a segment it does not describe")
+			if err := m.checkRestoredSegment(fresh[r.GetSegmentId()] != nil, r.GetSegmentId()); err != nil {
+				return fail(k.tenant, k.key, r.GetSegmentId(), err, "the standby payload must describe every segment it places replicas on, and they must await remount")
 			}
 			if r.GetSize() == 0 || r.GetOffset()+r.GetSize() < r.GetOffset() {
 				return fail(k.tenant, k.key, r.GetSegmentId(), fmt.Errorf("%w: replica range %d+%d", ErrInvalidArgument, r.GetOffset(), r.GetSize()), "the standby payload is malformed")
@@ -104,6 +103,24 @@ func (m *Master) RestoreStandby(ctx context.Context, segs []*masterv1.StandbySeg
 	return res, nil
 }
 
+// checkRestoredSegment accepts a memory replica's segment if it is being
+// restored in the same call (fresh) or already awaits remount. A serving
+// segment is refused: its allocator does not know the replica's bytes and
+// would hand them out again. The caller holds topo.
+func (m *Master) checkRestoredSegment(fresh bool, id uint64) error {
+	if fresh {
+		return nil
+	}
+	s := m.segments[id]
+	switch {
+	case s == nil:
+		return fmt.Errorf("%w: replica on unknown segment", ErrSegmentNotFound)
+	case s.state == segmentServing:
+		return fmt.Errorf("%w: replica restored onto a serving segment", ErrSegmentExists)
+	}
+	return nil
+}
+
 // restoredObject builds an object from its standby description, keeping
 // only complete replicas; nil if none is complete. The caller holds topo.
 func (m *Master) restoredObject(so *masterv1.StandbyObject) *object {
@@ -123,12 +140,10 @@ func (m *Master) restoredObject(so *masterv1.StandbyObject) *object {
 		}
 		rep := replica{id: r.GetId(), offset: r.GetOffset(), size: r.GetSize(), handle: noNode, kind: ReplicaKind(r.GetKind()), status: ReplicaComplete}
 		if rep.kind == MemoryReplica {
+			// The segment awaits remount: no endpoint, no allocator. A
+			// handle from the old primary means nothing here until the
+			// client proves the memory is there by remounting.
 			rep.seg = m.segments[r.GetSegmentId()]
-			// A memory handle from the old primary is meaningless here
-			// until the client proves the memory is there by remounting.
-			rep.valid = false
-		} else {
-			rep.valid = true
 		}
 		if id := r.GetId(); id > m.nextReplicaID.Load() {
 			m.nextReplicaID.Store(id)
@@ -241,8 +256,11 @@ func (m *Master) ReplayStandby(ctx context.Context, op *Op) error {
 		m.topo.RLock()
 		defer m.topo.RUnlock()
 		for _, r := range op.Object.GetReplicas() {
-			if r.GetKind() == masterv1.ReplicaKind_REPLICA_KIND_MEMORY && m.segments[r.GetSegmentId()] == nil {
-				return &Error{Op: "ReplayStandby", Tenant: op.Tenant, Key: op.Key, Segment: r.GetSegmentId(), Err: ErrSegmentNotFound, Hint: "the log names a segment before mounting it; rebuild the standby from a snapshot"}
+			if r.GetKind() != masterv1.ReplicaKind_REPLICA_KIND_MEMORY {
+				continue
+			}
+			if err := m.checkRestoredSegment(false, r.GetSegmentId()); err != nil {
+				return &Error{Op: "ReplayStandby", Tenant: op.Tenant, Key: op.Key, Segment: r.GetSegmentId(), Err: err, Hint: "the log names a segment before mounting it, or the standby serves it; rebuild the standby from a snapshot"}
 			}
 		}
 		fresh := m.restoredObject(op.Object)

@@ -235,15 +235,16 @@ type Options struct {
 func Run(ctx context.Context, w io.Writer, o Options) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "Remount recovery lease (one replica per object, default 10 s recovery TTL, GOMAXPROCS=%d)\n", runtime.GOMAXPROCS(0))
-	fmt.Fprintln(tw, "objects\theap B/object\tpopulate\tassign\tremount total\tvisible TTL at publish\t")
+	fmt.Fprintln(tw, "objects\theap B/object\tpopulate\tcollect\trebuild\tassign\tremount total\tvisible TTL at publish\t")
 	for _, n := range o.RemountSizes {
 		row, err := BenchRemount(ctx, n)
 		if err != nil {
 			return err
 		}
 		r := row.Result
-		fmt.Fprintf(tw, "%d\t%.0f\t%v\t%v\t%v\t%v\t\n", n, row.HeapPerObject, row.Populate.Round(time.Millisecond),
-			r.AssignDuration.Round(time.Microsecond), r.TotalDuration.Round(time.Millisecond), r.VisibleTTL.Round(time.Millisecond))
+		fmt.Fprintf(tw, "%d\t%.0f\t%v\t%v\t%v\t%v\t%v\t%v\t\n", n, row.HeapPerObject, row.Populate.Round(time.Millisecond),
+			r.CollectDuration.Round(time.Millisecond), r.RebuildDuration.Round(time.Millisecond),
+			r.AssignDuration.Round(time.Millisecond), r.TotalDuration.Round(time.Millisecond), r.VisibleTTL.Round(time.Millisecond))
 		runtime.GC()
 	}
 	tw.Flush()
