@@ -1,0 +1,174 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/translog"
+)
+
+// sealDirect is a successor's section-5 step reduced to one lineage term
+// (term 1): take the contiguous md prefix, poison the first missing
+// generation unless poison is off, and return the restore point. It is the
+// stand-in the write-path scenarios use where a full recovery would only
+// add steps; the recovery scenarios run the real seal.
+func sealDirect(ctx context.Context, store blobstore.Container, sealedBy int64, poison bool) (int64, []string, error) {
+	rd := translog.NewReader(store, Shard)
+	clock := fence.NewAutoClock()
+	m := int64(0)
+	for {
+		var md translog.MD
+		found := false
+		err := fence.Retry(ctx, clock, backoff, func(ctx context.Context) error {
+			var err error
+			md, err = rd.ReadMD(ctx, 1, m+1)
+			if errors.Is(err, translog.ErrMissingGen) {
+				return nil
+			}
+			found = err == nil
+			return err
+		})
+		if err != nil {
+			return 0, nil, err
+		}
+		if found && md.Kind == translog.KindSync {
+			m++
+			continue
+		}
+		if found || !poison {
+			break
+		}
+		body, err := translog.EncodePoison(Shard, 1, m+1, sealedBy)
+		if err != nil {
+			return 0, nil, err
+		}
+		err = fence.Retry(ctx, clock, backoff, func(ctx context.Context) error {
+			_, err := store.CreateIfAbsent(ctx, translog.MDKey(1, m+1), body)
+			return err
+		})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, blobstore.ErrAlreadyExists) && !blobstore.IsAmbiguous(err) {
+			return 0, nil, err
+		}
+		// Someone's md, or our own poison whose answer was lost: read again.
+	}
+	var ops []string
+	err := fence.Retry(ctx, clock, backoff, func(ctx context.Context) error {
+		ops = ops[:0]
+		return rd.Iterate(ctx, 1, 1, m, func(b translog.Batch) error {
+			for _, op := range b.Ops {
+				ops = append(ops, string(op))
+			}
+			return nil
+		})
+	})
+	return m, ops, err
+}
+
+// successorDirect claims term, seals with sealDirect, then appends n ops.
+// gcPoison deletes every poison once the restore point is fixed (wrong
+// design 3).
+func successorDirect(r *Run, w *world, actor string, term int64, n int, poison, gcPoison bool) {
+	w.terms[actor] = term
+	r.Go(actor, func(ctx context.Context, store blobstore.Container) {
+		chain, err := fence.Claim(ctx, store, Shard, term, actor, claimOpts()...)
+		w.claimResult(r, actor, term, err)
+		if err != nil {
+			return
+		}
+		m, ops, err := sealDirect(ctx, store, term, poison)
+		if err != nil {
+			w.fail(r, "%s: seal: %v", actor, err)
+			return
+		}
+		w.restored(r, actor, term, ops)
+		if gcPoison {
+			err := fence.Retry(ctx, fence.NewAutoClock(), backoff, func(ctx context.Context) error {
+				return store.Delete(ctx, translog.MDKey(1, m+1))
+			})
+			if err != nil {
+				w.fail(r, "%s: gc: %v", actor, err)
+				return
+			}
+			r.Note("%s deleted the poison at term 1 gen %d", actor, m+1)
+		}
+		if n == 0 {
+			return
+		}
+		opts := writerOpts(translog.Concurrent)
+		opts.StartGen = m + 1
+		wr, err := translog.Open(ctx, store, chain, opts)
+		if err != nil {
+			w.fail(r, "%s: open writer: %v", actor, err)
+			return
+		}
+		w.mu.Lock()
+		w.writers[actor], w.startGen[actor] = wr, wr.NextGen()
+		w.mu.Unlock()
+		appender(ctx, r, w, actor, term, wr, n)
+	})
+}
+
+// plainMD is wrong design 1's store: the writer's md create becomes a plain
+// overwriting PUT.
+type plainMD struct{ blobstore.Container }
+
+func (p plainMD) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
+	return p.Put(ctx, key, body)
+}
+
+func plainMDStore(c blobstore.Container) blobstore.Container { return plainMD{c} }
+
+// writeScenario is a term-1 primary appending syncs ops, optionally raced by
+// a term-2 successor.
+func writeScenario(name string, syncs int, order translog.AckOrder, successor bool, variant string, faults int) Scenario {
+	return Scenario{
+		Name:   name,
+		Faults: faults,
+		Start: func(r *Run) Checker {
+			w := newWorld(successor)
+			var wrap func(blobstore.Container) blobstore.Container
+			poison, gc := true, false
+			switch variant {
+			case "plain-md":
+				wrap, poison = plainMDStore, false
+			case "no-poison":
+				poison = false
+			case "gc-poison":
+				gc = true
+			}
+			primary(r, w, "w1", syncs, order, wrap)
+			if successor {
+				successorDirect(r, w, "c2", 2, 0, poison, gc)
+			}
+			return w
+		},
+	}
+}
+
+func init() {
+	for _, sc := range []Scenario{
+		writeScenario("solo-faults", 2, translog.Concurrent, false, "", 2),
+		writeScenario("takeover", 2, translog.Concurrent, true, "", 1),
+		writeScenario("takeover-sequenced", 2, translog.Sequenced, true, "", 1),
+		writeScenario("sequenced-no-poison", 2, translog.Sequenced, true, "no-poison", 1),
+		writeScenario("wrong-plain-md", 2, translog.Concurrent, true, "plain-md", 0),
+		writeScenario("wrong-gc-poison", 2, translog.Concurrent, true, "gc-poison", 1),
+	} {
+		register(sc)
+	}
+}
+
+var scenarios = map[string]Scenario{}
+
+func register(sc Scenario) {
+	if _, dup := scenarios[sc.Name]; dup {
+		panic(fmt.Sprintf("scenario %s registered twice", sc.Name))
+	}
+	scenarios[sc.Name] = sc
+}
