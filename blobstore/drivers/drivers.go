@@ -4,6 +4,7 @@ package drivers
 
 import (
 	_ "github.com/shardfence/shardfence/blobstore/fs"
+	_ "github.com/shardfence/shardfence/blobstore/gcs"
 	_ "github.com/shardfence/shardfence/blobstore/mem"
 	_ "github.com/shardfence/shardfence/blobstore/minio"
 	_ "github.com/shardfence/shardfence/blobstore/s3"

@@ -1,0 +1,111 @@
+package gcs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+
+	"cloud.google.com/go/storage"
+	"google.golang.org/api/googleapi"
+
+	"github.com/shardfence/shardfence/blobstore"
+)
+
+// mutates reports whether op can change the store, so that a failure after
+// the request left must be reported as ambiguous rather than as a clean miss.
+func mutates(op string) bool {
+	switch op {
+	case "Put", "CreateIfAbsent", "CompareAndSwap", "Delete", "DeleteIfMatch":
+		return true
+	}
+	return false
+}
+
+// mapError turns an error of the GCS client for op into the blobstore
+// vocabulary. The result wraps the original error, so its text (status,
+// reason) stays in the message.
+func mapError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, storage.ErrBucketNotExist) {
+		return fmt.Errorf("bucket does not exist or is not visible to these credentials; create it or fix the store URL: %w", err)
+	}
+	var gerr *googleapi.Error
+	if errors.As(err, &gerr) {
+		return mapStatus(op, gerr.Code, err)
+	}
+	if errors.Is(err, storage.ErrObjectNotExist) {
+		return mapStatus(op, http.StatusNotFound, err)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if mutates(op) {
+			// The request may have reached the store before the caller
+			// gave up on it.
+			return blobstore.Ambiguous(err)
+		}
+		return err
+	}
+	if isDial(err) {
+		return blobstore.Unavailable(err)
+	}
+	if mutates(op) {
+		// Anything else (a reset connection, a truncated response, an error
+		// this driver does not recognise) leaves the write's outcome open.
+		return blobstore.Ambiguous(err)
+	}
+	if isTransport(err) {
+		return blobstore.Unavailable(err)
+	}
+	return err
+}
+
+// mapStatus maps an HTTP status the store answered with.
+func mapStatus(op string, code int, err error) error {
+	switch {
+	case code == http.StatusPreconditionFailed:
+		if op == "CreateIfAbsent" {
+			return fmt.Errorf("%w: %w", blobstore.ErrAlreadyExists, err)
+		}
+		return fmt.Errorf("%w: %w", blobstore.ErrPreconditionFailed, err)
+	case code == http.StatusNotFound:
+		switch op {
+		case "CompareAndSwap", "DeleteIfMatch":
+			// No object, so no object with the expected generation.
+			return fmt.Errorf("%w: no object at the key: %w", blobstore.ErrPreconditionFailed, err)
+		case "Put", "CreateIfAbsent":
+			// A write that finds nothing is missing its bucket.
+			return fmt.Errorf("bucket does not exist or is not visible to these credentials; create it or fix the store URL: %w", err)
+		}
+		return fmt.Errorf("%w: %w", blobstore.ErrNotFound, err)
+	case code == http.StatusConflict:
+		return fmt.Errorf("%w: %w", blobstore.ErrConflict, err)
+	case code == http.StatusTooManyRequests:
+		// Rate limiting refuses a request before it is processed.
+		return blobstore.Unavailable(err)
+	case code == http.StatusRequestEntityTooLarge:
+		return fmt.Errorf("%w: %w", blobstore.ErrTooLarge, err)
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		return fmt.Errorf("access denied; check the credentials (GOOGLE_APPLICATION_CREDENTIALS, application-default login) and the bucket's IAM permissions: %w", err)
+	case code == http.StatusRequestTimeout || code >= 500:
+		if mutates(op) {
+			return blobstore.Ambiguous(err)
+		}
+		return blobstore.Unavailable(err)
+	}
+	return err
+}
+
+// isDial reports a failure to connect: nothing was sent.
+func isDial(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
+}
+
+func isTransport(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}

@@ -1,0 +1,383 @@
+// Package gcs is the Google Cloud Storage driver: gs://bucket/prefix.
+//
+// The version token is the object generation as a decimal string. Create-if-
+// absent sends ifGenerationMatch=0 (Conditions{DoesNotExist}); compare-and-swap
+// sends ifGenerationMatch=<token>. GCS answers 412 when the condition does not
+// hold, which becomes ErrAlreadyExists or ErrPreconditionFailed.
+//
+// Conditional writes go out as one request with the client's retries turned
+// off. A retried conditional write whose first response was lost would meet
+// its own object and come back 412, and the driver would report a definite
+// failure for a write that took effect. With one attempt, a timeout, a 5xx or
+// a broken connection after the request left is reported as
+// blobstore.ErrAmbiguous instead, and the caller settles it by reading the key.
+// Reads, listings and unconditional deletes keep the client's retries, since
+// repeating them cannot change what they report.
+//
+// Conditional delete (DeleteIfMatch) is off unless the URL says
+// conditional_delete=true. Real GCS enforces ifGenerationMatch on delete;
+// fake-gcs-server v1.56.1 deletes anyway, so a driver that advertised the
+// capability unconditionally would lie on that emulator.
+//
+// URL options:
+//
+//	endpoint=URL                 JSON API host of an emulator, e.g. http://127.0.0.1:4443;
+//	                             requests then go without credentials
+//	conditional_delete=true      advertise and use DeleteIfMatch (only for stores that enforce it)
+//	max_conditional_body=BYTES   refuse conditional writes above this size (default 5 GiB)
+//
+// Without endpoint, the client finds credentials the standard way
+// (GOOGLE_APPLICATION_CREDENTIALS, gcloud application-default credentials,
+// workload identity) and honours STORAGE_EMULATOR_HOST.
+package gcs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"cloud.google.com/go/storage"
+	"google.golang.org/api/iterator"
+	"google.golang.org/api/option"
+
+	"github.com/shardfence/shardfence/blobstore"
+)
+
+// Scheme is the URL scheme this driver registers.
+const Scheme = "gs"
+
+// DefaultMaxConditionalBody bounds a conditional write. GCS itself takes far
+// larger single-request uploads; the bound keeps a fenced write from holding
+// gigabytes in one request that cannot be resumed.
+const DefaultMaxConditionalBody = 5 << 30
+
+// maxObjectName is GCS's limit on an object name, in UTF-8 bytes, which the
+// container prefix counts towards.
+const maxObjectName = 1024
+
+func init() {
+	blobstore.Register(Scheme, open)
+}
+
+// Options tune a container beyond what the bucket and prefix say.
+type Options struct {
+	// ConditionalDelete makes DeleteIfMatch send ifGenerationMatch and
+	// advertises the capability. Turn it on only for a store that enforces
+	// preconditions on delete (real GCS does; fake-gcs-server does not).
+	ConditionalDelete bool
+	// MaxConditionalBody refuses larger conditional writes before sending
+	// them; 0 means DefaultMaxConditionalBody.
+	MaxConditionalBody int64
+}
+
+// Container is one bucket and prefix of Google Cloud Storage.
+type Container struct {
+	client    *storage.Client
+	ownClient bool
+	bucket    *storage.BucketHandle
+	name      string // bucket name
+	prefix    string // "" or ending in '/'
+	opts      Options
+}
+
+var _ blobstore.Container = (*Container)(nil)
+
+// New returns a container over an existing client, for callers that build
+// the client themselves (tests against an in-process server, custom
+// transports). The client stays the caller's: Close does not close it.
+func New(client *storage.Client, bucket, prefix string, opts Options) (*Container, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: gcs.New needs a storage client", blobstore.ErrBadURL)
+	}
+	if bucket == "" {
+		return nil, fmt.Errorf("%w: gcs.New needs a bucket name", blobstore.ErrBadURL)
+	}
+	prefix = strings.Trim(prefix, "/")
+	if prefix != "" {
+		if err := blobstore.ValidateKey(prefix); err != nil {
+			return nil, fmt.Errorf("%w gs://%s/%s: prefix: %v", blobstore.ErrBadURL, bucket, prefix, err)
+		}
+		prefix += "/"
+	}
+	if opts.MaxConditionalBody < 0 {
+		return nil, fmt.Errorf("%w gs://%s/%s: negative max conditional body %d", blobstore.ErrBadURL, bucket, prefix, opts.MaxConditionalBody)
+	}
+	if opts.MaxConditionalBody == 0 {
+		opts.MaxConditionalBody = DefaultMaxConditionalBody
+	}
+	return &Container{client: client, bucket: client.Bucket(bucket), name: bucket, prefix: prefix, opts: opts}, nil
+}
+
+// open is the registered opener for gs:// URLs.
+func open(ctx context.Context, u *url.URL) (blobstore.Container, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w %q: %s", blobstore.ErrBadURL, blobstore.RedactURL(u), fmt.Sprintf(format, args...))
+	}
+	if u.Host == "" {
+		return nil, bad("no bucket (want gs://bucket[/prefix][?endpoint=URL])")
+	}
+	if u.User != nil {
+		return nil, bad("credentials do not belong in a gs:// URL; use GOOGLE_APPLICATION_CREDENTIALS or application-default credentials")
+	}
+	var opts Options
+	var clientOpts []option.ClientOption
+	for k, vs := range u.Query() {
+		v := vs[len(vs)-1]
+		switch k {
+		case "endpoint":
+			ep, err := url.Parse(v)
+			if err != nil || (ep.Scheme != "http" && ep.Scheme != "https") || ep.Host == "" {
+				return nil, bad("endpoint %q is not an http(s) URL", v)
+			}
+			clientOpts = append(clientOpts,
+				option.WithEndpoint(strings.TrimRight(v, "/")+"/storage/v1/"),
+				option.WithoutAuthentication(),
+				storage.WithJSONReads())
+		case "conditional_delete":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return nil, bad("conditional_delete=%q is not true or false", v)
+			}
+			opts.ConditionalDelete = b
+		case "max_conditional_body":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				return nil, bad("max_conditional_body=%q is not a positive byte count", v)
+			}
+			opts.MaxConditionalBody = n
+		default:
+			return nil, bad("unknown option %q (known: endpoint, conditional_delete, max_conditional_body)", k)
+		}
+	}
+	client, err := storage.NewClient(ctx, clientOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: GCS client: %w (set GOOGLE_APPLICATION_CREDENTIALS or run `gcloud auth application-default login`; for an emulator add ?endpoint=URL)", blobstore.RedactURL(u), err)
+	}
+	c, err := New(client, u.Host, u.Path, opts)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	c.ownClient = true
+	return c, nil
+}
+
+func (c *Container) String() string { return "gs://" + c.name + "/" + c.prefix }
+
+// Capabilities: GCS enforces generation preconditions on writes;
+// ConditionalDelete only as configured.
+func (c *Container) Capabilities() blobstore.Capabilities {
+	return blobstore.Capabilities{
+		ConditionalCreate:  true,
+		ConditionalUpdate:  true,
+		ConditionalDelete:  c.opts.ConditionalDelete,
+		MaxConditionalBody: c.opts.MaxConditionalBody,
+	}
+}
+
+// Close closes the client if the container opened it from a URL.
+func (c *Container) Close() error {
+	if c.ownClient {
+		return c.client.Close()
+	}
+	return nil
+}
+
+// check validates key and returns the full object name.
+func (c *Container) check(ctx context.Context, op, key string) (string, error) {
+	if err := blobstore.ValidateKey(key); err != nil {
+		return "", c.fail(op, key, err)
+	}
+	name := c.prefix + key
+	if len(name) > maxObjectName {
+		return "", c.fail(op, key, fmt.Errorf("%w: with the prefix %q the object name is %d bytes, more than the %d GCS allows", blobstore.ErrInvalidKey, c.prefix, len(name), maxObjectName))
+	}
+	if err := ctx.Err(); err != nil {
+		return "", c.fail(op, key, err)
+	}
+	return name, nil
+}
+
+func (c *Container) fail(op, key string, err error) error {
+	return blobstore.Wrap(op, c.String(), key, err)
+}
+
+// generation parses a token back into the generation it names. A token that
+// is not a positive decimal number cannot match any object here.
+func generation(op string, t blobstore.Token) (int64, error) {
+	g, err := strconv.ParseInt(string(t), 10, 64)
+	if err != nil || g <= 0 {
+		return 0, fmt.Errorf("%w: token %q is not a GCS generation (it was not read from this store)", blobstore.ErrPreconditionFailed, string(t))
+	}
+	return g, nil
+}
+
+func token(gen int64) blobstore.Token { return blobstore.Token(strconv.FormatInt(gen, 10)) }
+
+func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, error) {
+	name, err := c.check(ctx, "Get", key)
+	if err != nil {
+		return blobstore.Object{}, err
+	}
+	r, err := c.bucket.Object(name).NewReader(ctx)
+	if err != nil {
+		return blobstore.Object{}, c.fail("Get", key, mapError("Get", err))
+	}
+	defer r.Close()
+	body, err := io.ReadAll(r)
+	if err != nil {
+		return blobstore.Object{}, c.fail("Get", key, mapError("Get", err))
+	}
+	return blobstore.Object{Key: key, Body: body, Token: token(r.Attrs.Generation)}, nil
+}
+
+func (c *Container) Stat(ctx context.Context, key string) (blobstore.Attrs, error) {
+	name, err := c.check(ctx, "Stat", key)
+	if err != nil {
+		return blobstore.Attrs{}, err
+	}
+	a, err := c.bucket.Object(name).Attrs(ctx)
+	if err != nil {
+		return blobstore.Attrs{}, c.fail("Stat", key, mapError("Stat", err))
+	}
+	return blobstore.Attrs{Key: key, Size: a.Size, Token: token(a.Generation)}, nil
+}
+
+func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
+	name, err := c.check(ctx, "Put", key)
+	if err != nil {
+		return "", err
+	}
+	return c.write(ctx, "Put", key, c.bucket.Object(name), body)
+}
+
+func (c *Container) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
+	const op = "CreateIfAbsent"
+	name, err := c.check(ctx, op, key)
+	if err != nil {
+		return "", err
+	}
+	if err := blobstore.CheckConditionalBody(op, c.String(), key, len(body), c.Capabilities()); err != nil {
+		return "", err
+	}
+	return c.write(ctx, op, key, c.bucket.Object(name).If(storage.Conditions{DoesNotExist: true}), body)
+}
+
+func (c *Container) CompareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
+	const op = "CompareAndSwap"
+	name, err := c.check(ctx, op, key)
+	if err != nil {
+		return "", err
+	}
+	gen, err := generation(op, expected)
+	if err != nil {
+		return "", c.fail(op, key, err)
+	}
+	if err := blobstore.CheckConditionalBody(op, c.String(), key, len(body), c.Capabilities()); err != nil {
+		return "", err
+	}
+	return c.write(ctx, op, key, c.bucket.Object(name).If(storage.Conditions{GenerationMatch: gen}), body)
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// write sends body in a single request with retries off (see the package
+// doc) and a CRC32C the store checks, so a corrupted upload is refused
+// rather than stored.
+func (c *Container) write(ctx context.Context, op, key string, obj *storage.ObjectHandle, body []byte) (blobstore.Token, error) {
+	w := obj.Retryer(storage.WithPolicy(storage.RetryNever)).NewWriter(ctx)
+	w.ChunkSize = 0 // one request, no resumable session
+	w.ContentType = "application/octet-stream"
+	w.CRC32C = crc32.Checksum(body, castagnoli)
+	w.SendCRC32C = true
+	if _, err := w.Write(body); err != nil {
+		_ = w.Close()
+		return "", c.fail(op, key, mapError(op, err))
+	}
+	if err := w.Close(); err != nil {
+		return "", c.fail(op, key, mapError(op, err))
+	}
+	return token(w.Attrs().Generation), nil
+}
+
+func (c *Container) Delete(ctx context.Context, key string) error {
+	name, err := c.check(ctx, "Delete", key)
+	if err != nil {
+		return err
+	}
+	// Repeating an unconditional delete is harmless: a second attempt that
+	// finds nothing is the success it would have reported.
+	err = c.bucket.Object(name).Retryer(storage.WithPolicy(storage.RetryAlways)).Delete(ctx)
+	if err != nil && !errors.Is(err, storage.ErrObjectNotExist) {
+		return c.fail("Delete", key, mapError("Delete", err))
+	}
+	return nil
+}
+
+func (c *Container) DeleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
+	const op = "DeleteIfMatch"
+	name, err := c.check(ctx, op, key)
+	if err != nil {
+		return err
+	}
+	if !c.opts.ConditionalDelete {
+		return c.fail(op, key, fmt.Errorf("%w: conditional delete is off for this GCS container; add ?conditional_delete=true to the store URL only if the store enforces ifGenerationMatch on delete (real GCS does, fake-gcs-server does not)", blobstore.ErrUnsupported))
+	}
+	gen, err := generation(op, expected)
+	if err != nil {
+		return c.fail(op, key, err)
+	}
+	err = c.bucket.Object(name).If(storage.Conditions{GenerationMatch: gen}).Retryer(storage.WithPolicy(storage.RetryNever)).Delete(ctx)
+	if err != nil {
+		return c.fail(op, key, mapError(op, err))
+	}
+	return nil
+}
+
+func (c *Container) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
+	if err := blobstore.ValidatePrefix(prefix); err != nil {
+		return blobstore.ListPage{}, c.fail("List", prefix, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return blobstore.ListPage{}, c.fail("List", prefix, err)
+	}
+	if limit <= 0 || limit > blobstore.DefaultListLimit {
+		limit = blobstore.DefaultListLimit
+	}
+	q := &storage.Query{Prefix: c.prefix + prefix}
+	after := ""
+	if startAfter != "" {
+		// StartOffset is inclusive; the key equal to it is skipped below.
+		after = c.prefix + startAfter
+		q.StartOffset = after
+	}
+	if err := q.SetAttrSelection([]string{"Name", "Size", "Generation"}); err != nil {
+		return blobstore.ListPage{}, c.fail("List", prefix, err)
+	}
+	it := c.bucket.Objects(ctx, q)
+	// One more than the page, so More is exact rather than "maybe".
+	it.PageInfo().MaxSize = limit + 1
+	var page blobstore.ListPage
+	for {
+		a, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return page, nil
+		}
+		if err != nil {
+			return blobstore.ListPage{}, c.fail("List", prefix, mapError("List", err))
+		}
+		if a.Name <= after || !strings.HasPrefix(a.Name, c.prefix) {
+			continue
+		}
+		if len(page.Items) == limit {
+			page.More = true
+			return page, nil
+		}
+		page.Items = append(page.Items, blobstore.Attrs{Key: a.Name[len(c.prefix):], Size: a.Size, Token: token(a.Generation)})
+	}
+}
