@@ -326,3 +326,37 @@ func TestHigherTermPrevailsOverRacingLowerClaim(t *testing.T) {
 		}
 	}
 }
+
+func TestLeaseWaitCountsFromTheSweep(t *testing.T) {
+	clk := NewFakeClock()
+	store := mem.New()
+	if _, err := Claim(context.Background(), store, shard, 1, "old", WithClock(clk)); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		c   *Chain
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := Claim(context.Background(), store, shard, 2, "new", WithClock(clk), WithLeaseWait(12*time.Second))
+		done <- result{c, err}
+	}()
+	for clk.Waiters() == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	clk.Advance(12*time.Second - 1)
+	select {
+	case r := <-done:
+		t.Fatalf("claim returned before the lease wait ran out: %v", r.err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	clk.Advance(1)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if clk.Now()-r.c.SweptAt() < int64(12*time.Second) {
+		t.Fatalf("returned %v after the sweep", time.Duration(clk.Now()-r.c.SweptAt()))
+	}
+}

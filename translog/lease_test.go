@@ -88,3 +88,37 @@ func TestPerSyncModeFencesOnTheFirstSyncAfterTheClaim(t *testing.T) {
 		t.Fatalf("append right after the claim: %v", err)
 	}
 }
+
+// The successor's lease wait covers every ack the deposed lease-mode writer
+// makes without a CAS: such acks happen before the claim returns (so the
+// lineage read after it sees their md), and none after.
+func TestSuccessorLeaseWaitOutlastsZombieAcks(t *testing.T) {
+	clk := fence.NewFakeClock()
+	lease := 10 * time.Second
+	r := newRig(t, 1, Options{FencingMode: Lease, LeaseInterval: lease, Clock: clk})
+	r.mustAppend("with CAS") // lease from t=0
+	done := make(chan error, 1)
+	go func() {
+		_, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor",
+			fence.WithClock(clk), fence.WithLeaseWait(lease+time.Second))
+		done <- err
+	}()
+	waitFor(t, func() bool { return clk.Waiters() == 1 }) // the successor is waiting
+	clk.Advance(9 * time.Second)
+	a := r.mustAppend("inside the lease, after the sweep") // acked without a CAS
+	select {
+	case err := <-done:
+		t.Fatalf("the successor's claim returned inside the zombie's lease: %v", err)
+	default:
+	}
+	clk.Advance(2 * time.Second)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.inner.Stat(context.Background(), MDKey(1, a.Gen)); err != nil {
+		t.Fatalf("the zombie's lease-covered ack has no md when the claim returns: %v", err)
+	}
+	if _, err := r.append("after the wait"); !errors.Is(err, ErrFenced) {
+		t.Fatalf("zombie append after the successor's wait: %v", err)
+	}
+}
