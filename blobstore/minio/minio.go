@@ -328,14 +328,12 @@ func (c *Container) List(ctx context.Context, prefix, startAfter string, limit i
 	if startAfter != "" {
 		opts.StartAfter = c.prefix + startAfter
 	}
-	// The client's iterator pages on by itself; stop it once the page is
-	// full. Asking for limit+1 keys would tell whether more remain, but a
-	// limit of 1000 would then take two requests; a full page reports More
-	// instead, which the contract allows ("may remain").
-	lctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The iterator would page on by itself; stopping at a full page keeps
+	// this to one request. Asking for limit+1 keys would tell whether more
+	// remain, but a limit of 1000 would then take two requests; a full page
+	// reports More instead, which the contract allows ("may remain").
 	var page blobstore.ListPage
-	for o := range c.retrying.Client.ListObjects(lctx, c.bucket, opts) {
+	for o := range c.retrying.Client.ListObjectsIter(ctx, c.bucket, opts) {
 		if o.Err != nil {
 			return blobstore.ListPage{}, c.fail("List", prefix, s3compat.Read, o.Err)
 		}

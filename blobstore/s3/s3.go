@@ -31,11 +31,13 @@
 // otherwise, a 404 answering If-Match is ErrPreconditionFailed, and 409
 // (ConditionalRequestConflict) is the retryable ErrConflict.
 //
-// Conditional delete. AWS S3 and versitygw enforce If-Match on DELETE; MinIO
-// accepts the header and deletes anyway. ConditionalDelete is therefore
-// advertised only when the URL says conditional_delete=true, which an
-// operator sets only for a store known to enforce it (the conformance suite
-// proves it).
+// Conditional delete. AWS S3 and versitygw refuse a DELETE whose If-Match
+// names a stale version; MinIO accepts the header and deletes anyway.
+// ConditionalDelete is therefore advertised only when the URL says
+// conditional_delete=true, which an operator sets only for a store known to
+// enforce it (`shardfence conformance` shows it). versitygw v1.8.0 answers a
+// conditional DELETE of a missing key with success rather than 404/412: no
+// object is removed, but the caller is not told the key was gone.
 package s3
 
 import (
