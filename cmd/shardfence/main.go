@@ -27,6 +27,15 @@ func commands() []command {
 		{"bench", benchSummary, runBench},
 		{"conformance", conformanceSummary, runConformance},
 		{"master", masterSummary, runMaster},
+		{"serve", serveSummary, runServe},
+		{"open", openSummary, runOpen},
+		{"append", appendSummary, runAppend},
+		{"read", readSummary, runRead},
+		{"status", statusSummary, runStatus},
+		{"close", closeSummary, runClose},
+		{"gc", gcSummary, runGC},
+		{"handoff", handoffSummary, runHandoff},
+		{"inspect", inspectSummary, runInspect},
 	}
 }
 

@@ -1,0 +1,349 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/sidecar"
+	"github.com/shardfence/shardfence/translog"
+)
+
+const serveSummary = "run the sidecar: open shards, fenced appends, reads (ConnectRPC: gRPC and JSON)"
+
+// envPrefix names the environment variables that set serve's flags:
+// --auth-token-file is SHARDFENCE_AUTH_TOKEN_FILE.
+const envPrefix = "SHARDFENCE_"
+
+type serveFlags struct {
+	store, listen, config, node, logLevel string
+	authTokenFile, tlsCert, tlsKey, tlsCA string
+	insecureListen, allowUnfenced         bool
+	shutdownTimeout                       time.Duration
+	limits                                sidecar.Limits
+	defaults                              sidecar.Settings
+	mode, ackOrder                        string
+}
+
+func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
+	fs := newFlags("serve", stderr)
+	f := &serveFlags{}
+	d := sidecar.DefaultSettings()
+	fs.StringVar(&f.store, "store", "", "store URL all shards live under, e.g. file://./data, s3://bucket/prefix (required)")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:7400", "address to serve on: HOST:PORT or unix:///path/to.sock")
+	fs.StringVar(&f.config, "config", "", "YAML file of flag values (keys are flag names); flags and SHARDFENCE_* variables win over it")
+	fs.StringVar(&f.node, "node", "", "name of this node, recorded in fence keys for operators")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "file holding the bearer token every API and /metrics call must carry (required off loopback)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key serves HTTPS")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS private key file (PEM)")
+	fs.StringVar(&f.tlsCA, "tls-client-ca", "", "CA bundle (PEM) client certificates must chain to (mutual TLS)")
+	fs.BoolVar(&f.insecureListen, "insecure-listen", false, "allow a non-loopback --listen without --auth-token-file")
+	fs.BoolVar(&f.allowUnfenced, "allow-unfenced", false, "allow shards opened with fencing disabled (benchmarks only: a zombie can lose acknowledged writes)")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight syncs before abandoning them")
+	fs.IntVar(&f.limits.MaxOpBytes, "max-op-bytes", 1<<20, "largest op an Append may carry")
+	fs.IntVar(&f.limits.MaxOpsPerAppend, "max-ops-per-append", 10000, "most ops one Append may carry")
+	fs.IntVar(&f.limits.MaxRequestBytes, "max-request-bytes", 32<<20, "largest request message")
+	fs.StringVar(&f.mode, "fencing-mode", "per_sync", "default fencing mode of a shard: per_sync or lease")
+	fs.StringVar(&f.ackOrder, "ack-order", "concurrent", "default ack order of a shard: concurrent or sequenced")
+	fs.IntVar(&f.defaults.InlineLimit, "inline-limit", d.InlineLimit, "default: payloads up to this many bytes go inside the md object")
+	fs.Int64Var(&f.defaults.MaxSyncBytes, "max-sync-bytes", d.MaxSyncBytes, "default: payload cap of one sync")
+	fs.Int64Var(&f.defaults.MaxInFlightBytes, "max-in-flight-bytes", d.MaxInFlightBytes, "default: bytes appended but not yet acknowledged before appends wait")
+	fs.IntVar(&f.defaults.MaxPipeline, "max-pipeline", d.MaxPipeline, "default: md creates in flight per shard")
+	fs.DurationVar(&f.defaults.MaxGatherDelay, "max-gather-delay", d.MaxGatherDelay, "default: longest wait to fill a sync")
+	fs.DurationVar(&f.defaults.LeaseInterval, "lease-interval", d.LeaseInterval, "default lease of lease mode (failover waits this long)")
+	fs.DurationVar(&f.defaults.FreshnessInterval, "freshness-interval", d.FreshnessInterval, "default: how recent a CAS lets a checkpoint or GC skip listing the fence keys")
+	fs.Int64Var(&f.defaults.RetentionGens, "retention-gens", d.RetentionGens, "default: generations GC keeps below the latest checkpoint")
+	return fs, f
+}
+
+// loadConfig applies the YAML file, then SHARDFENCE_* variables, then the
+// flags given on the command line, so flags win and the file loses.
+func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	given := map[string]string{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = f.Value.String() })
+	set := func(name, value, from string) error {
+		if err := fs.Set(name, value); err != nil {
+			return fmt.Errorf("%w: %s: %s: %v", errUsage, from, name, err)
+		}
+		return nil
+	}
+	path := given["config"]
+	if path == "" {
+		path = getenv(envPrefix + "CONFIG")
+	}
+	if path != "" {
+		body, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("%w: config file: %v", errUsage, err)
+		}
+		var doc map[string]any
+		if err := yaml.Unmarshal(body, &doc); err != nil {
+			return fmt.Errorf("%w: config file %s: %v", errUsage, path, err)
+		}
+		for k, v := range doc {
+			if k == "config" || fs.Lookup(k) == nil {
+				return fmt.Errorf("%w: config file %s: unknown key %q (keys are serve's flag names)", errUsage, path, k)
+			}
+			if err := set(k, fmt.Sprint(v), "config file "+path); err != nil {
+				return err
+			}
+		}
+	}
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" && envErr == nil && f.Name != "config" {
+			envErr = set(f.Name, v, "environment "+name)
+		}
+	})
+	if envErr != nil {
+		return envErr
+	}
+	for k, v := range given {
+		if err := set(k, v, "flag"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func parseMode(s string) (translog.FencingMode, error) {
+	switch s {
+	case "per_sync", "per-sync":
+		return translog.PerSync, nil
+	case "lease":
+		return translog.Lease, nil
+	}
+	return 0, fmt.Errorf("%w: fencing mode %q (per_sync or lease)", errUsage, s)
+}
+
+func parseAckOrder(s string) (translog.AckOrder, error) {
+	switch s {
+	case "concurrent":
+		return translog.Concurrent, nil
+	case "sequenced":
+		return translog.Sequenced, nil
+	}
+	return 0, fmt.Errorf("%w: ack order %q (concurrent or sequenced)", errUsage, s)
+}
+
+// isLoopback reports whether host names only this machine.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// listenOn opens the listener and says whether it is reachable from other
+// machines.
+func listenOn(addr string) (net.Listener, bool, error) {
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		if path == "" {
+			return nil, false, fmt.Errorf("%w: --listen unix:// needs a path", errUsage)
+		}
+		// A socket file left by a crashed sidecar would make Listen fail;
+		// remove it only if nothing answers on it.
+		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			if c, err := net.Dial("unix", path); err == nil {
+				c.Close()
+				return nil, false, fmt.Errorf("listen on %s: another process serves this socket", addr)
+			}
+			_ = os.Remove(path)
+		}
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			return nil, false, fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		// Only this user may talk to the sidecar through the socket.
+		if err := os.Chmod(path, 0o600); err != nil {
+			ln.Close()
+			return nil, false, fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		return ln, false, nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: --listen %q: %v (use HOST:PORT or unix:///path)", errUsage, addr, err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, false, fmt.Errorf("listen on %s: %w (is another sidecar running there? pick another --listen)", addr, err)
+	}
+	return ln, !isLoopback(host), nil
+}
+
+func readToken(path string) (string, error) {
+	body, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%w: --auth-token-file: %v", errUsage, err)
+	}
+	tok := strings.TrimSpace(string(body))
+	if len(tok) < 16 {
+		return "", fmt.Errorf("%w: --auth-token-file %s holds %d characters; use a random token of at least 16", errUsage, path, len(tok))
+	}
+	return tok, nil
+}
+
+func tlsConfig(f *serveFlags) (*tls.Config, error) {
+	if f.tlsCert == "" && f.tlsKey == "" {
+		if f.tlsCA != "" {
+			return nil, fmt.Errorf("%w: --tls-client-ca needs --tls-cert and --tls-key", errUsage)
+		}
+		return nil, nil
+	}
+	if f.tlsCert == "" || f.tlsKey == "" {
+		return nil, fmt.Errorf("%w: --tls-cert and --tls-key go together", errUsage)
+	}
+	cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: TLS key pair: %v", errUsage, err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	if f.tlsCA != "" {
+		pem, err := os.ReadFile(f.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --tls-client-ca: %v", errUsage, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: --tls-client-ca %s holds no PEM certificate", errUsage, f.tlsCA)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, f := serveFlagSet(stderr)
+	if err := loadConfig(fs, args, os.Getenv); err != nil {
+		return err
+	}
+	if f.store == "" {
+		return fmt.Errorf("%w: --store is required (e.g. --store file://./data)", errUsage)
+	}
+	var err error
+	if f.defaults.Mode, err = parseMode(f.mode); err != nil {
+		return err
+	}
+	if f.defaults.AckOrder, err = parseAckOrder(f.ackOrder); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return fmt.Errorf("%w: --log-level %q", errUsage, f.logLevel)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	tlsCfg, err := tlsConfig(f)
+	if err != nil {
+		return err
+	}
+	token := ""
+	if f.authTokenFile != "" {
+		if token, err = readToken(f.authTokenFile); err != nil {
+			return err
+		}
+	}
+
+	store, err := blobstore.Open(ctx, f.store)
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", blobstore.Redact(f.store), err)
+	}
+	defer store.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := sidecar.New(ctx, store, sidecar.Options{
+		Node: f.node, Defaults: f.defaults, Limits: f.limits, AllowUnfenced: f.allowUnfenced, Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, public, err := listenOn(f.listen)
+	if err != nil {
+		return err
+	}
+	if public && token == "" && !f.insecureListen {
+		ln.Close()
+		return fmt.Errorf("%w: --listen %s is reachable from other machines: give --auth-token-file (and TLS flags), or --insecure-listen to serve it unauthenticated", errUsage, f.listen)
+	}
+	if public && tlsCfg == nil {
+		log.Warn("serving off loopback without TLS: the bearer token and ops cross the network in clear text", "listen", f.listen)
+	}
+	hs := &http.Server{
+		Handler:           srv.Handler(sidecar.HandlerOptions{AuthToken: token, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}),
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         tlsCfg,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	// gRPC clients speak HTTP/2; without TLS that is h2c on loopback.
+	hs.Protocols = new(http.Protocols)
+	hs.Protocols.SetHTTP1(true)
+	hs.Protocols.SetHTTP2(true)
+	hs.Protocols.SetUnencryptedHTTP2(true)
+
+	log.Info("sidecar serving", "listen", ln.Addr().String(), "store", blobstore.Redact(f.store), "tls", tlsCfg != nil,
+		"auth", token != "", "fencing_mode", f.defaults.Mode.String(), "ack_order", f.defaults.AckOrder.String())
+	fmt.Fprintf(stdout, "sidecar listening on %s\n", displayAddr(f.listen, ln))
+
+	errc := make(chan error, 1)
+	go func() {
+		if tlsCfg != nil {
+			errc <- hs.ServeTLS(ln, "", "")
+		} else {
+			errc <- hs.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-errc:
+		_ = srv.Shutdown(context.Background())
+		return fmt.Errorf("sidecar: serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: draining appends")
+	shutCtx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
+	defer cancel()
+	// Drain the writers first, so every pending Append gets its answer,
+	// then let the HTTP server deliver those answers and exit.
+	derr := srv.Shutdown(shutCtx)
+	herr := hs.Shutdown(shutCtx)
+	if errors.Is(herr, http.ErrServerClosed) {
+		herr = nil
+	}
+	if err := errors.Join(derr, herr); err != nil {
+		return fmt.Errorf("sidecar: shutdown: %w", err)
+	}
+	log.Info("sidecar stopped")
+	return nil
+}
+
+func displayAddr(listen string, ln net.Listener) string {
+	if strings.HasPrefix(listen, "unix://") {
+		return listen
+	}
+	return ln.Addr().String()
+}
