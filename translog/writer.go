@@ -134,7 +134,8 @@ type syncState struct {
 }
 
 // Writer appends ops to one term of a shard's translog. Append is safe for
-// concurrent use. One committer goroutine runs the syncs; Close drains it.
+// concurrent use. One committer goroutine runs the syncs; Close drains it
+// and must be called to release it.
 type Writer struct {
 	store    blobstore.Container
 	chain    *fence.Chain
