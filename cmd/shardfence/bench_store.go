@@ -100,7 +100,7 @@ func storeOps() []storeOp {
 			run: func(ctx context.Context, c blobstore.Container, _, _ int, _ any, _ []byte) error {
 				page, err := c.List(ctx, "list/", "", benchListKeys)
 				if err == nil && len(page.Items) != benchListKeys {
-					return fmt.Errorf("List returned %d keys, want %d", len(page.Items), benchListKeys)
+					return fmt.Errorf("listing list/ returned %d keys, want %d", len(page.Items), benchListKeys)
 				}
 				return err
 			},
