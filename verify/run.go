@@ -39,6 +39,10 @@ type Scenario struct {
 	// Faulty says whether a request may get a fault outcome; nil allows
 	// every fault the operation admits.
 	Faulty func(req *Request, o Outcome) bool
+	// UniqueTokens gives every write a new token, as GCS generations and
+	// Azure ETags are; by default a token is the body's hash, as S3's ETag
+	// of a single PUT is (a body written again gets its old token back).
+	UniqueTokens bool
 	// MaxSteps bounds one schedule; a schedule still running after it is a
 	// liveness violation. Default 500.
 	MaxSteps int
@@ -60,7 +64,7 @@ type Run struct {
 }
 
 func newRun(sc *Scenario) *Run {
-	return &Run{Store: newStore(), sc: sc, actors: map[string]bool{}, history: map[string][32]byte{}}
+	return &Run{Store: newStore(sc.UniqueTokens), sc: sc, actors: map[string]bool{}, history: map[string][32]byte{}}
 }
 
 // Go starts an actor. Its store view sends every request through the

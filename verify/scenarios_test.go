@@ -76,6 +76,7 @@ func sealDirect(ctx context.Context, store blobstore.Container, sealedBy int64, 
 func successorDirect(r *Run, w *world, actor string, term int64, n int, poison, gcPoison bool) {
 	w.terms[actor] = term
 	r.Go(actor, func(ctx context.Context, store blobstore.Container) {
+		<-w.opened
 		chain, err := fence.Claim(ctx, store, Shard, term, actor, claimOpts()...)
 		w.claimResult(r, actor, term, err)
 		if err != nil {
@@ -124,17 +125,28 @@ func (p plainMD) CreateIfAbsent(ctx context.Context, key string, body []byte) (b
 
 func plainMDStore(c blobstore.Container) blobstore.Container { return plainMD{c} }
 
-// writeScenario is a term-1 primary appending syncs ops, optionally raced by
-// a term-2 successor.
-func writeScenario(name string, syncs int, order translog.AckOrder, successor bool, variant string, faults int) Scenario {
+// writeCase is a term-1 primary appending syncs ops, optionally raced by a
+// term-2 successor.
+type writeCase struct {
+	name      string
+	syncs     int
+	order     translog.AckOrder
+	successor bool
+	variant   string // "", "plain-md", "no-poison", "gc-poison"
+	faults    int
+	unique    bool // tokens new on every write (GCS, Azure) instead of S3's body hashes
+}
+
+func (c writeCase) scenario() Scenario {
 	return Scenario{
-		Name:   name,
-		Faults: faults,
+		Name:         c.name,
+		Faults:       c.faults,
+		UniqueTokens: c.unique,
 		Start: func(r *Run) Checker {
-			w := newWorld(successor)
+			w := newWorld(c.successor)
 			var wrap func(blobstore.Container) blobstore.Container
 			poison, gc := true, false
-			switch variant {
+			switch c.variant {
 			case "plain-md":
 				wrap, poison = plainMDStore, false
 			case "no-poison":
@@ -142,8 +154,8 @@ func writeScenario(name string, syncs int, order translog.AckOrder, successor bo
 			case "gc-poison":
 				gc = true
 			}
-			primary(r, w, "w1", syncs, order, wrap)
-			if successor {
+			primary(r, w, "w1", c.syncs, c.order, wrap)
+			if c.successor {
 				successorDirect(r, w, "c2", 2, 0, poison, gc)
 			}
 			return w
@@ -152,15 +164,23 @@ func writeScenario(name string, syncs int, order translog.AckOrder, successor bo
 }
 
 func init() {
-	for _, sc := range []Scenario{
-		writeScenario("solo-faults", 2, translog.Concurrent, false, "", 2),
-		writeScenario("takeover", 2, translog.Concurrent, true, "", 1),
-		writeScenario("takeover-sequenced", 2, translog.Sequenced, true, "", 1),
-		writeScenario("sequenced-no-poison", 2, translog.Sequenced, true, "no-poison", 1),
-		writeScenario("wrong-plain-md", 2, translog.Concurrent, true, "plain-md", 0),
-		writeScenario("wrong-gc-poison", 2, translog.Concurrent, true, "gc-poison", 1),
+	seq, con := translog.Sequenced, translog.Concurrent
+	for _, c := range []writeCase{
+		{name: "solo-faults", syncs: 2, order: con, faults: 1},
+		{name: "solo-faults-deep", syncs: 3, order: con, faults: 2},
+		{name: "takeover", syncs: 2, order: con, successor: true},
+		{name: "takeover-deep", syncs: 3, order: con, successor: true},
+		{name: "takeover-faults", syncs: 1, order: con, successor: true, faults: 1},
+		{name: "takeover-faults-deep", syncs: 2, order: con, successor: true, faults: 1},
+		{name: "takeover-sequenced", syncs: 2, order: seq, successor: true},
+		{name: "takeover-sequenced-deep", syncs: 2, order: seq, successor: true, faults: 1},
+		{name: "sequenced-no-poison", syncs: 1, order: seq, successor: true, variant: "no-poison", faults: 1, unique: true},
+		{name: "sequenced-no-poison-deep", syncs: 2, order: seq, successor: true, variant: "no-poison", faults: 1, unique: true},
+		{name: "sequenced-no-poison-s3", syncs: 1, order: seq, successor: true, variant: "no-poison", faults: 1},
+		{name: "wrong-plain-md", syncs: 2, order: con, successor: true, variant: "plain-md"},
+		{name: "wrong-gc-poison", syncs: 1, order: con, successor: true, variant: "gc-poison"},
 	} {
-		register(sc)
+		register(c.scenario())
 	}
 }
 

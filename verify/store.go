@@ -150,12 +150,15 @@ type Store struct {
 	pending []*Request
 	delayed []*Request
 	ended   bool
-	arrived chan struct{}
 	step    int
+	// unique makes every write's token new (GCS generations, Azure
+	// ETags) instead of the body's hash (S3 ETags of single PUTs).
+	unique bool
+	writes int
 }
 
-func newStore() *Store {
-	return &Store{objects: map[string]object{}, arrived: make(chan struct{}, 1)}
+func newStore(unique bool) *Store {
+	return &Store{objects: map[string]object{}, unique: unique}
 }
 
 func tokenOf(body []byte) blobstore.Token {
@@ -301,6 +304,10 @@ func (s *Store) apply(r *Request) reply {
 
 func (s *Store) set(key string, body []byte) blobstore.Token {
 	t := tokenOf(body)
+	if s.unique {
+		s.writes++
+		t += blobstore.Token(fmt.Sprintf("-%d", s.writes))
+	}
 	s.objects[key] = object{body: append([]byte(nil), body...), token: t}
 	return t
 }

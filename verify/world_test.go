@@ -59,15 +59,19 @@ type world struct {
 	terms     map[string]int64 // actor -> term it claims
 	writers   map[string]*translog.Writer
 	startGen  map[string]int64
-	appends   map[string]int // appends started per actor
-	finished  map[string]int // appends answered per actor
+	appends   map[string]int   // appends started per actor
+	finished  map[string]int   // appends answered per actor
 	sentGen   map[string]int64 // highest generation written before the fencing
+	// opened is closed once the primary's claim returned: successors are
+	// appointed after a primary is live, which keeps the primary's own
+	// claim out of the interleavings.
+	opened chan struct{}
 }
 
 func newWorld(successors bool) *world {
 	return &world{successors: successors, fenced: map[string]int{}, claimed: map[string]int64{}, claimStep: map[string]int{},
 		terms: map[string]int64{}, writers: map[string]*translog.Writer{}, startGen: map[string]int64{},
-		appends: map[string]int{}, finished: map[string]int{}, sentGen: map[string]int64{}}
+		appends: map[string]int{}, finished: map[string]int{}, sentGen: map[string]int64{}, opened: make(chan struct{})}
 }
 
 func (w *world) fail(r *Run, format string, args ...any) {
@@ -348,6 +352,7 @@ func primary(r *Run, w *world, actor string, n int, order translog.AckOrder, wra
 		}
 		chain, err := fence.Claim(ctx, store, Shard, 1, actor, claimOpts()...)
 		w.claimResult(r, actor, 1, err)
+		close(w.opened)
 		if err != nil {
 			return
 		}
