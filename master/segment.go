@@ -160,12 +160,14 @@ type RemountResult struct {
 //  2. collect, in one pass, one entry per object with a replica on the
 //     segments (a vector, no hash map) and the replicas' ranges;
 //  3. rebuild each segment's allocator from those ranges and verify them
-//     (no overlap, inside the segment);
+//     (no overlap, inside the segment), then install the new handles on
+//     the still unreadable replicas;
 //  4. compute one deadline, now + the recovery TTL, and assign it to every
 //     collected object (max-update), even one that had another readable
 //     replica, and the full soft-pin TTL to soft-pin-enabled objects;
-//  5. install the allocators, mark the replicas valid (clearing the invalid
-//     endpoint) and publish the segments as serving.
+//  5. install the allocators and store the endpoints, which clears the
+//     invalid endpoint of every replica on the segments at once, and
+//     publish the segments for placement.
 //
 // A failure in 1-3 changes nothing: no lease, no allocator, no endpoint.
 // Remounting an already serving segment repeats the procedure, so a client

@@ -160,6 +160,9 @@ func BenchReads(ctx context.Context, keys int, clientCounts []int, d time.Durati
 	path, h := master.NewHandler(m)
 	mux.Handle(path, h)
 	srv := &http.Server{Handler: mux}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 
@@ -181,18 +184,26 @@ func BenchReads(ctx context.Context, keys int, clientCounts []int, d time.Durati
 		}
 		rows = append(rows, ReadRow{Path: "in process", Clients: n, Ops: ops, Elapsed: el})
 	}
-	for _, n := range clientCounts {
-		tr := &http.Transport{MaxIdleConnsPerHost: n, MaxConnsPerHost: n}
-		c := client.New(&http.Client{Transport: tr}, "http://"+ln.Addr().String())
-		ops, el, err := runReaders(ctx, n, d, keys, func(ctx context.Context, key string) error {
-			_, _, err := c.GetReplicaList(ctx, "bench", key)
-			return err
-		})
-		tr.CloseIdleConnections()
-		if err != nil {
-			return nil, err
+	for _, h2 := range []bool{false, true} {
+		for _, n := range clientCounts {
+			tr := &http.Transport{MaxIdleConnsPerHost: n}
+			path := "API (connect, HTTP/1.1)"
+			if h2 {
+				tr.Protocols = new(http.Protocols)
+				tr.Protocols.SetUnencryptedHTTP2(true)
+				path = "API (connect, h2c)"
+			}
+			c := client.New(&http.Client{Transport: tr}, "http://"+ln.Addr().String())
+			ops, el, err := runReaders(ctx, n, d, keys, func(ctx context.Context, key string) error {
+				_, _, err := c.GetReplicaList(ctx, "bench", key)
+				return err
+			})
+			tr.CloseIdleConnections()
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, ReadRow{Path: path, Clients: n, Ops: ops, Elapsed: el})
 		}
-		rows = append(rows, ReadRow{Path: "API (connect, HTTP/1.1)", Clients: n, Ops: ops, Elapsed: el})
 	}
 	return rows, nil
 }
@@ -234,9 +245,36 @@ type Options struct {
 // Run prints every table.
 func Run(ctx context.Context, w io.Writer, o Options) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if len(o.RemountSizes) > 0 {
+		if err := remountTable(ctx, w, tw, o.RemountSizes); err != nil {
+			return err
+		}
+	}
+	if len(o.ReadClients) > 0 {
+		rows, err := BenchReads(ctx, o.ReadKeys, o.ReadClients, o.ReadDuration)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "GetReplicaList throughput (%d objects, %v per row, GOMAXPROCS=%d)\n", o.ReadKeys, o.ReadDuration, runtime.GOMAXPROCS(0))
+		fmt.Fprintln(tw, "path\tclients\tops/s\t")
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t\n", r.Path, r.Clients, r.OpsPerSec())
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+	}
+	allocs, err := AllocsPerLeaseGrant(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "allocations per lease grant (Exist path): %.2f\n", allocs)
+	return nil
+}
+
+func remountTable(ctx context.Context, w io.Writer, tw *tabwriter.Writer, sizes []int) error {
 	fmt.Fprintf(w, "Remount recovery lease (one replica per object, default 10 s recovery TTL, GOMAXPROCS=%d)\n", runtime.GOMAXPROCS(0))
 	fmt.Fprintln(tw, "objects\theap B/object\tpopulate\tcollect\trebuild\tassign\tremount total\tvisible TTL at publish\t")
-	for _, n := range o.RemountSizes {
+	for _, n := range sizes {
 		row, err := BenchRemount(ctx, n)
 		if err != nil {
 			return err
@@ -249,25 +287,5 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-
-	if len(o.ReadClients) > 0 {
-		rows, err := BenchReads(ctx, o.ReadKeys, o.ReadClients, o.ReadDuration)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "GetReplicaList throughput (%d objects, %v per row)\n", o.ReadKeys, o.ReadDuration)
-		fmt.Fprintln(tw, "path\tclients\tops/s\t")
-		for _, r := range rows {
-			fmt.Fprintf(tw, "%s\t%d\t%.0f\t\n", r.Path, r.Clients, r.OpsPerSec())
-		}
-		tw.Flush()
-		fmt.Fprintln(w)
-	}
-
-	allocs, err := AllocsPerLeaseGrant(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "allocations per lease grant (Exist path): %.2f\n", allocs)
 	return nil
 }
