@@ -1,0 +1,194 @@
+// Package recovery opens a shard for writes under a new term (the fencing
+// protocol, section 4): claim the term's fence key, wait out a lease-mode
+// predecessor, seal (lineage, poison, marker), hydrate the newest lineage
+// checkpoint at or below the restore point, replay the translog after it in
+// order, and open the writer at restore.gen + 1.
+//
+// A term never opens before its seal marker is stored, and the restore
+// point is never read before every lower fence key is gone: after that no
+// lower term can acknowledge a generation the restore point lacks. Every
+// step before the writer opens only reads or writes create-if-absent
+// objects the same term and allocation settle on retry, so a failed Open
+// can be called again with the same term and allocation.
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/seal"
+	"github.com/shardfence/shardfence/translog"
+)
+
+// Options configure Open.
+type Options struct {
+	// Node is where this allocation runs, recorded in the fence key.
+	Node string
+	// Clock is the steady clock for the lease wait and backoff. Default:
+	// the system's.
+	Clock fence.Clock
+	// Backoff bounds retries of requests without a definite answer.
+	Backoff fence.Backoff
+	// Parallelism caps concurrent downloads. Default 16.
+	Parallelism int
+
+	// LeaseMargin is added to the lease interval a lease-mode successor
+	// waits after its sweep (clock drift between steady clocks). Default
+	// 1s. The wait applies when Writer.FencingMode is Lease: the mode is a
+	// property of the shard, so the predecessor ran it too.
+	LeaseMargin time.Duration
+
+	// Dir receives the checkpoint's files. Empty: no checkpoint is
+	// hydrated and the whole lineage is replayed.
+	Dir string
+	// Apply receives the replayed generations in order. Nil: the
+	// translog is read and verified but its ops are dropped.
+	Apply func(ctx context.Context, b translog.Batch) error
+	// Progress, when set, reports hydration and replay (serialized calls).
+	Progress func(Progress)
+
+	// Writer configures the writer Open returns; Shard, Term,
+	// Allocation, StartGen and StartSeqNo are set by Open.
+	Writer translog.Options
+}
+
+// Progress reports how far a recovery got.
+type Progress struct {
+	Phase string // "hydrate" or "replay"
+	seal.Progress
+	Gens      int64 // generations replayed
+	GensTotal int64
+}
+
+// Replay sums what was replayed.
+type Replay struct {
+	From, To int64 // generations replayed, From..To (none when To < From)
+	Ops      int64
+	Bytes    int64
+}
+
+// Shard is an opened shard: the writer and the state it continues from.
+type Shard struct {
+	Writer *translog.Writer
+	Chain  *fence.Chain
+	Seal   *seal.Result
+	// Checkpoint is the hydrated checkpoint, nil when none was used.
+	Checkpoint *seal.Manifest
+	// Files are the checkpoint's local files.
+	Files []string
+	// Refused lists checkpoints passed over and why.
+	Refused   []seal.Refusal
+	Replay    Replay
+	NextSeqNo int64
+}
+
+// Restore is the restore point the shard opened at.
+func (s *Shard) Restore() seal.RestorePoint { return s.Seal.Marker.Restore }
+
+// Error names the shard, term and step of a failed recovery.
+type Error struct {
+	Step  string // Claim, LeaseWait, Seal, Hydrate, Replay, OpenWriter
+	Shard string
+	Term  int64
+	Err   error
+}
+
+func (e *Error) Error() string {
+	hint := ""
+	if blobstore.IsRetryable(e.Err) {
+		hint = "; retry Open with the same term and allocation"
+	}
+	return fmt.Sprintf("recovery of shard %q at term %d failed at %s: %v%s", e.Shard, e.Term, e.Step, e.Err, hint)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Open claims term for allocation and opens the shard for writes. See the
+// package comment for the steps. A *fence.FencedError means the grant is
+// stale or another allocation holds the term; any other error leaves the
+// store ready for a retry of the same call.
+func Open(ctx context.Context, store blobstore.Container, shard string, term int64, allocation string, opts Options) (*Shard, error) {
+	if opts.Clock == nil {
+		opts.Clock = fence.SystemClock()
+	}
+	if opts.Backoff == (fence.Backoff{}) {
+		opts.Backoff = fence.DefaultBackoff()
+	}
+	if opts.LeaseMargin <= 0 {
+		opts.LeaseMargin = time.Second
+	}
+	fail := func(step string, err error) (*Shard, error) {
+		var fe *fence.FencedError
+		if errors.As(err, &fe) {
+			return nil, err
+		}
+		return nil, &Error{Step: step, Shard: shard, Term: term, Err: err}
+	}
+	chain, err := fence.Claim(ctx, store, shard, term, allocation,
+		fence.WithClock(opts.Clock), fence.WithBackoff(opts.Backoff), fence.WithNode(opts.Node))
+	if err != nil {
+		return fail("Claim", err)
+	}
+	if opts.Writer.FencingMode == translog.Lease {
+		lease := opts.Writer.LeaseInterval
+		if lease <= 0 {
+			lease = 10 * time.Second
+		}
+		// The incumbent acks without a CAS only while its lease, started
+		// before our delete, runs: wait it out from the sweep.
+		until := chain.SweptAt() + int64(lease+opts.LeaseMargin)
+		if err := fence.Sleep(ctx, opts.Clock, time.Duration(until-opts.Clock.Now())); err != nil {
+			return fail("LeaseWait", err)
+		}
+	}
+	so := seal.Options{Clock: opts.Clock, Backoff: opts.Backoff, Parallelism: opts.Parallelism}
+	res, err := seal.Seal(ctx, store, chain, so)
+	if err != nil {
+		return fail("Seal", err)
+	}
+	sh := &Shard{Chain: chain, Seal: res}
+	restore := res.Marker.Restore
+	lin := res.Lineage
+	base, next := int64(0), int64(0)
+	if opts.Dir != "" && restore.Gen > 0 {
+		ho := seal.HydrateOptions{Options: so}
+		if opts.Progress != nil {
+			ho.Progress = func(p seal.Progress) { opts.Progress(Progress{Phase: "hydrate", Progress: p}) }
+		}
+		h, err := seal.Hydrate(ctx, store, shard, lin, restore.Gen, opts.Dir, ho)
+		if err != nil {
+			return fail("Hydrate", err)
+		}
+		sh.Refused = h.Refused
+		if h.Manifest != nil {
+			sh.Checkpoint, sh.Files = h.Manifest, h.Paths
+			base, next = h.Manifest.Gen, h.Manifest.NextSeqNo
+		}
+	}
+	if base < restore.Gen && base < lin.Base() {
+		// Generations below the oldest marker still stored have no term
+		// to read them from, and no checkpoint covers them.
+		return fail("Replay", fmt.Errorf("%w: generations %d..%d lie below the oldest seal marker still stored and no lineage checkpoint covers them (%d refused)", seal.ErrLineageTruncated, base+1, lin.Base(), len(sh.Refused)))
+	}
+	sh.Replay, next, err = replay(ctx, store, shard, lin, base+1, restore.Gen, next, opts)
+	if err != nil {
+		return fail("Replay", err)
+	}
+	sh.NextSeqNo = next
+	wo := opts.Writer
+	wo.Shard, wo.Term, wo.Allocation = "", 0, ""
+	wo.StartGen, wo.StartSeqNo = restore.Gen+1, next
+	if wo.Clock == nil {
+		wo.Clock = opts.Clock
+	}
+	w, err := translog.Open(ctx, store, chain, wo)
+	if err != nil {
+		return fail("OpenWriter", err)
+	}
+	sh.Writer = w
+	return sh, nil
+}

@@ -1,0 +1,353 @@
+package seal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/translog"
+)
+
+// Manifest lists one checkpoint: the shard's state up to Gen, as files.
+type Manifest struct {
+	Format    string         `json:"format"`
+	Version   int            `json:"version"`
+	Shard     string         `json:"shard"`
+	Term      int64          `json:"term"`
+	Gen       int64          `json:"gen"`
+	NextSeqNo int64          `json:"next_seq_no"` // the first op after the checkpoint
+	Files     []ManifestFile `json:"files"`
+}
+
+// ManifestFile is one immutable file of a checkpoint.
+type ManifestFile struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	CRC32C uint32 `json:"crc32c"`
+}
+
+// Bytes is the total size of the checkpoint's files.
+func (m Manifest) Bytes() int64 {
+	var n int64
+	for _, f := range m.Files {
+		n += f.Size
+	}
+	return n
+}
+
+const (
+	manifestFormat  = "shardfence.checkpoint"
+	manifestVersion = 1
+)
+
+// Key is the manifest's key.
+func (m Manifest) Key() string { return ManifestKey(m.Term, m.Gen) }
+
+func (m Manifest) validate() error {
+	if err := fence.ValidateID("shard", m.Shard, false); err != nil {
+		return err
+	}
+	if m.Term < 1 || m.Gen < 0 || m.NextSeqNo < 0 {
+		return fmt.Errorf("%w: checkpoint term %d gen %d next seq no %d", fence.ErrInvalidArgument, m.Term, m.Gen, m.NextSeqNo)
+	}
+	seen := map[string]bool{}
+	for _, f := range m.Files {
+		if !filepath.IsLocal(f.Name) || filepath.ToSlash(filepath.Clean(f.Name)) != f.Name || blobstore.ValidateKey(FilePrefix(m.Term, m.Gen)+f.Name) != nil {
+			return fmt.Errorf("%w: checkpoint file name %q (a relative path without . or .. segments)", fence.ErrInvalidArgument, f.Name)
+		}
+		if seen[f.Name] || f.Size < 0 {
+			return fmt.Errorf("%w: checkpoint file %q listed twice or with a negative size", fence.ErrInvalidArgument, f.Name)
+		}
+		seen[f.Name] = true
+	}
+	return nil
+}
+
+// EncodeManifest returns the manifest body (JSON with a format tag and
+// version, readable with any store client).
+func EncodeManifest(m Manifest) ([]byte, error) {
+	m.Format, m.Version = manifestFormat, manifestVersion
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(m)
+}
+
+// DecodeManifest parses the manifest stored at key and checks it is
+// shard's and the checkpoint the key names. Errors are *fence.BodyError.
+func DecodeManifest(shard, key string, body []byte) (Manifest, error) {
+	bad := func(err error, format string, args ...any) (Manifest, error) {
+		return Manifest{}, &fence.BodyError{Shard: shard, Key: key, Err: err, Detail: fmt.Sprintf(format, args...)}
+	}
+	var m Manifest
+	if err := json.Unmarshal(body, &m); err != nil || m.Format != manifestFormat {
+		return bad(fence.ErrCorruptBody, "not a checkpoint manifest (%d bytes)", len(body))
+	}
+	if m.Version != manifestVersion {
+		return bad(fence.ErrUnknownVersion, "checkpoint manifest version %d, this build reads %d", m.Version, manifestVersion)
+	}
+	if err := m.validate(); err != nil {
+		return bad(fence.ErrCorruptBody, "%v", err)
+	}
+	if m.Shard != shard {
+		return bad(fence.ErrForeignShard, "checkpoint manifest names shard %q", m.Shard)
+	}
+	if t, g, ok := ParseManifestKey(key); ok && (t != m.Term || g != m.Gen) {
+		return bad(fence.ErrForeignShard, "checkpoint of term %d gen %d under the key of term %d gen %d", m.Term, m.Gen, t, g)
+	}
+	return m, nil
+}
+
+// LocalFile is a file to publish in a checkpoint: Name in the checkpoint,
+// read from Path.
+type LocalFile struct {
+	Name string
+	Path string
+}
+
+// Proof is the last time the caller's term proved it owns the shard: the
+// steady time a successful fence CAS was sent.
+type Proof struct {
+	At    int64
+	Valid bool
+}
+
+// PublishOptions configure PublishCheckpoint.
+type PublishOptions struct {
+	Options
+	// Freshness is how long a successful CAS proves the term is not
+	// superseded. Default 10s.
+	Freshness time.Duration
+	// LastCAS is the term's last successful CAS, when known.
+	LastCAS Proof
+	// NextSeqNo is the sequence number of the first op after gen.
+	NextSeqNo int64
+}
+
+// PublishCheckpoint uploads files as the checkpoint of the chain's term at
+// gen (every op up to gen must be in them, and gen must be acknowledged),
+// then creates its manifest. The gate: a successful CAS within the
+// freshness interval, else a LIST of fence/ for a higher term (refused with
+// ErrSuperseded); an unreadable fence publishes anyway, because a
+// checkpoint off the lineage is never used and GC removes it.
+func PublishCheckpoint(ctx context.Context, store blobstore.Container, chain *fence.Chain, gen int64, files []LocalFile, opts PublishOptions) (Manifest, error) {
+	o := opts.Options.withDefaults()
+	if opts.Freshness <= 0 {
+		opts.Freshness = 10 * time.Second
+	}
+	s := io{store: store, shard: chain.Shard(), opts: o}
+	term := chain.Term()
+	key := ManifestKey(term, max(gen, 0))
+	fail := func(k string, err error) (Manifest, error) { return Manifest{}, wrapErr("Publish", s.shard, k, term, err) }
+	if err := chain.Err(); err != nil {
+		return Manifest{}, err
+	}
+	if !fresh(o.Clock.Now(), opts.LastCAS, opts.Freshness) {
+		if h, err := chain.Superseded(ctx); err == nil && h > 0 {
+			return fail(key, fmt.Errorf("%w: term %d claimed the shard; this checkpoint would never be used", ErrSuperseded, h))
+		}
+	}
+	m := Manifest{Shard: s.shard, Term: term, Gen: gen, NextSeqNo: opts.NextSeqNo, Files: make([]ManifestFile, len(files))}
+	for i, f := range files {
+		m.Files[i].Name = filepath.ToSlash(f.Name)
+	}
+	if err := m.validate(); err != nil {
+		return fail(key, err)
+	}
+	err := parallel(ctx, o.Parallelism, len(files), func(ctx context.Context, i int) error {
+		body, err := os.ReadFile(files[i].Path)
+		if err != nil {
+			return fmt.Errorf("checkpoint file %q: %w", files[i].Name, err)
+		}
+		m.Files[i].Size, m.Files[i].CRC32C = int64(len(body)), translog.Checksum(body)
+		fk := FilePrefix(term, gen) + m.Files[i].Name
+		return s.retry(ctx, func(ctx context.Context) error {
+			_, err := store.Put(ctx, fk, body)
+			return err
+		})
+	})
+	if err != nil {
+		return fail(FilePrefix(term, gen), err)
+	}
+	body, err := EncodeManifest(m)
+	if err != nil {
+		return fail(key, err)
+	}
+	err = s.retry(ctx, func(ctx context.Context) error {
+		_, err := store.CreateIfAbsent(ctx, key, body)
+		if err == nil || (!errors.Is(err, blobstore.ErrAlreadyExists) && !blobstore.IsAmbiguous(err)) {
+			return err
+		}
+		obj, found, err := s.get(ctx, key)
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			return blobstore.Unavailable(errors.New("manifest create did not land; sending it again"))
+		case string(obj.Body) != string(body):
+			return fmt.Errorf("%w: a different checkpoint of term %d at generation %d exists; checkpoints are immutable", blobstore.ErrAlreadyExists, term, gen)
+		}
+		return nil
+	})
+	if err != nil {
+		return fail(key, err)
+	}
+	m.Format, m.Version = manifestFormat, manifestVersion
+	return m, nil
+}
+
+// Progress reports a hydration: files and bytes downloaded and verified
+// out of the checkpoint's totals.
+type Progress struct {
+	Checkpoint string
+	Files      int
+	FilesTotal int
+	Bytes      int64
+	BytesTotal int64
+}
+
+// Refusal is a checkpoint hydration passed over, and why.
+type Refusal struct {
+	Key    string
+	Reason string
+}
+
+// HydrateOptions configure Hydrate.
+type HydrateOptions struct {
+	Options
+	// Progress, when set, is called after every verified file (calls are
+	// serialized).
+	Progress func(Progress)
+}
+
+// Hydrated is the outcome of Hydrate.
+type Hydrated struct {
+	// Manifest is the checkpoint hydrated; nil when none was usable.
+	Manifest *Manifest
+	// Paths are the local files written, in manifest order.
+	Paths   []string
+	Refused []Refusal
+}
+
+// Hydrate downloads into dir the newest checkpoint on lin at or below gen,
+// verifying every file's size and checksum. A checkpoint with a missing,
+// short or corrupt file (or a corrupt manifest) is refused, its partial
+// files removed, and the previous lineage checkpoint tried. Store trouble is
+// an error, not a refusal: an older checkpoint would hide it and cost a
+// longer replay.
+func Hydrate(ctx context.Context, store blobstore.Container, shard string, lin Lineage, gen int64, dir string, opts HydrateOptions) (*Hydrated, error) {
+	s := io{store: store, shard: shard, opts: opts.Options.withDefaults()}
+	items, err := s.list(ctx, ManifestPrefix)
+	if err != nil {
+		return nil, wrapErr("Hydrate", shard, ManifestPrefix, 0, err)
+	}
+	type cand struct{ term, gen int64 }
+	var cands []cand
+	for _, it := range items {
+		if t, g, ok := ParseManifestKey(it.Key); ok && g <= gen && lin.HasCheckpoint(t, g) {
+			cands = append(cands, cand{t, g})
+		}
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		if cands[i].gen != cands[j].gen {
+			return cands[i].gen > cands[j].gen
+		}
+		return cands[i].term > cands[j].term
+	})
+	out := &Hydrated{}
+	for _, c := range cands {
+		key := ManifestKey(c.term, c.gen)
+		obj, found, err := s.get(ctx, key)
+		if err != nil {
+			return nil, wrapErr("Hydrate", shard, key, c.term, err)
+		}
+		if !found {
+			out.Refused = append(out.Refused, Refusal{Key: key, Reason: "manifest vanished (collected)"})
+			continue
+		}
+		m, err := DecodeManifest(shard, key, obj.Body)
+		if err != nil {
+			out.Refused = append(out.Refused, Refusal{Key: key, Reason: err.Error()})
+			continue
+		}
+		paths, reason, err := s.download(ctx, m, dir, opts.Progress)
+		if err != nil {
+			return nil, wrapErr("Hydrate", shard, key, c.term, err)
+		}
+		if reason != "" {
+			out.Refused = append(out.Refused, Refusal{Key: key, Reason: reason})
+			continue
+		}
+		out.Manifest, out.Paths = &m, paths
+		return out, nil
+	}
+	return out, nil
+}
+
+// download fetches m's files into dir in parallel. A definite problem with
+// the checkpoint is returned as a reason (and its files removed); store
+// trouble as an error.
+func (s io) download(ctx context.Context, m Manifest, dir string, progress func(Progress)) ([]string, string, error) {
+	paths := make([]string, len(m.Files))
+	var mu sync.Mutex
+	p := Progress{Checkpoint: m.Key(), FilesTotal: len(m.Files), BytesTotal: m.Bytes()}
+	var reason string
+	errBad := errors.New("checkpoint refused")
+	err := parallel(ctx, s.opts.Parallelism, len(m.Files), func(ctx context.Context, i int) error {
+		f := m.Files[i]
+		key := FilePrefix(m.Term, m.Gen) + f.Name
+		obj, found, err := s.get(ctx, key)
+		if err != nil {
+			return err
+		}
+		bad := func(format string, args ...any) error {
+			mu.Lock()
+			if reason == "" {
+				reason = fmt.Sprintf("file %q: ", key) + fmt.Sprintf(format, args...)
+			}
+			mu.Unlock()
+			return errBad
+		}
+		switch {
+		case !found:
+			return bad("missing")
+		case int64(len(obj.Body)) != f.Size:
+			return bad("%d bytes, manifest says %d", len(obj.Body), f.Size)
+		case translog.Checksum(obj.Body) != f.CRC32C:
+			return bad("checksum %08x, manifest says %08x", translog.Checksum(obj.Body), f.CRC32C)
+		}
+		path := filepath.Join(dir, filepath.FromSlash(f.Name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, obj.Body, 0o644); err != nil {
+			return err
+		}
+		paths[i] = path
+		mu.Lock()
+		p.Files++
+		p.Bytes += f.Size
+		if progress != nil {
+			progress(p)
+		}
+		mu.Unlock()
+		return nil
+	})
+	if errors.Is(err, errBad) {
+		for _, path := range paths {
+			if path != "" {
+				_ = os.Remove(path)
+			}
+		}
+		return nil, reason, nil
+	}
+	return paths, "", err
+}

@@ -1,0 +1,249 @@
+package seal
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/translog"
+)
+
+// GCPolicy says how much history GC keeps.
+type GCPolicy struct {
+	// RetainCheckpoints is how many lineage checkpoints to keep, newest
+	// first. Default 2; at least 1.
+	RetainCheckpoints int
+	// RetainGens keeps this many generations of translog below the
+	// newest complete checkpoint. Default 0.
+	RetainGens int64
+	// RetainMarkers keeps this many chain markers beyond those the kept
+	// checkpoints and translog need. Default 1.
+	RetainMarkers int
+}
+
+func (p GCPolicy) withDefaults() GCPolicy {
+	if p.RetainCheckpoints < 1 {
+		p.RetainCheckpoints = 2
+	}
+	if p.RetainGens < 0 {
+		p.RetainGens = 0
+	}
+	if p.RetainMarkers < 1 {
+		p.RetainMarkers = 1
+	}
+	return p
+}
+
+// GCInput is what PlanGC decides on: the owner's lineage and every key read.
+type GCInput struct {
+	Owner   int64 // the term collecting; its own newest history stays
+	Lineage Lineage
+	MDs     []MDInfo
+	Data    [][2]int64 // (term, gen) of every data object
+	// Checkpoints are the manifests, newest gen first; Complete marks
+	// those whose files were all listed with the manifest's sizes.
+	Checkpoints []CheckpointInfo
+	Complete    map[string]bool
+	Files       map[[2]int64][]string
+	Markers     []int64 // every readable marker's term
+	Policy      GCPolicy
+}
+
+// PlanGC decides what GC deletes. It never deletes a poison, an md or
+// checkpoint it could not read, anything of the owner's term or above that
+// is not below the translog cut, a marker the kept history needs, or
+// anything at or above the newest complete checkpoint on the lineage.
+func PlanGC(in GCInput) []Object {
+	var out []Object
+	lin, owner := in.Lineage, in.Owner
+	// The base: the newest complete lineage checkpoint. Translog at or
+	// below base-RetainGens goes; checkpoints past the retention go.
+	var kept []CheckpointInfo
+	for _, c := range in.Checkpoints {
+		if c.Err == "" && c.OnLineage && in.Complete[c.Key] && len(kept) < in.Policy.RetainCheckpoints {
+			kept = append(kept, c)
+		}
+	}
+	cut := int64(0) // md with gen <= cut on the lineage are deleted
+	oldest := int64(0)
+	if len(kept) > 0 {
+		cut = kept[0].Gen - in.Policy.RetainGens
+		oldest = kept[len(kept)-1].Gen
+	}
+	keptKey := map[string]bool{}
+	for _, c := range kept {
+		keptKey[c.Key] = true
+	}
+	isOrphan := func(term, gen int64) bool { return term < owner && !lin.Contains(term, gen) }
+	for _, md := range in.MDs {
+		switch {
+		case md.Err != "" || md.Poison:
+			// Never a poison: a zombie's retried md create could then
+			// land and complete an ack no restore point holds.
+		case isOrphan(md.Term, md.Gen):
+			out = append(out, Object{Key: md.Key, Reason: "orphan md (" + orphanReason(lin, md.Term) + ")"})
+		case lin.Contains(md.Term, md.Gen) && md.Gen <= cut:
+			out = append(out, Object{Key: md.Key, Reason: fmt.Sprintf("translog at or below generation %d, covered by a checkpoint", cut)})
+		}
+	}
+	mdKind := map[[2]int64]MDInfo{}
+	for _, md := range in.MDs {
+		mdKind[[2]int64{md.Term, md.Gen}] = md
+	}
+	for _, d := range in.Data {
+		md, hasMD := mdKind[d]
+		key := translog.DataKey(d[0], d[1])
+		switch {
+		case hasMD && (md.Err != "" || md.Poison):
+			// Its md is unreadable, or a poison sits there: keep.
+		case isOrphan(d[0], d[1]):
+			out = append(out, Object{Key: key, Reason: "payload of an orphan generation"})
+		case lin.Contains(d[0], d[1]) && d[1] <= cut:
+			out = append(out, Object{Key: key, Reason: fmt.Sprintf("translog payload at or below generation %d", cut)})
+		}
+	}
+	dropCkpt := func(c CheckpointInfo, reason string) {
+		out = append(out, Object{Key: c.Key, Reason: reason})
+		for _, f := range in.Files[[2]int64{c.Term, c.Gen}] {
+			out = append(out, Object{Key: f, Reason: "file of " + c.Key})
+		}
+	}
+	hasManifest := map[[2]int64]bool{}
+	for _, c := range in.Checkpoints {
+		hasManifest[[2]int64{c.Term, c.Gen}] = true
+		switch {
+		case c.Err != "" || keptKey[c.Key] || c.Term >= owner && !c.OnLineage:
+		case !c.OnLineage:
+			dropCkpt(c, "orphan checkpoint ("+orphanReason(lin, c.Term)+")")
+		case len(kept) > 0 && c.Gen < kept[len(kept)-1].Gen:
+			dropCkpt(c, fmt.Sprintf("beyond the %d retained checkpoints", len(kept)))
+		}
+	}
+	var strays [][2]int64
+	for k := range in.Files {
+		if !hasManifest[k] && k[0] < owner && !lin.HasCheckpoint(k[0], k[1]) {
+			strays = append(strays, k)
+		}
+	}
+	sort.Slice(strays, func(i, j int) bool { return strays[i][0] < strays[j][0] || strays[i][0] == strays[j][0] && strays[i][1] < strays[j][1] })
+	for _, k := range strays {
+		for _, f := range in.Files[k] {
+			out = append(out, Object{Key: f, Reason: "file of a checkpoint whose manifest never landed"})
+		}
+	}
+	// Markers: keep every chain marker whose term's history reaches the
+	// oldest kept checkpoint or the translog kept (all when no checkpoint
+	// is kept), plus RetainMarkers more.
+	need := 0
+	for i, m := range lin.Chain {
+		r := lin.Ranges[len(lin.Ranges)-1-i]
+		if len(kept) == 0 || r.To > cut || r.To >= oldest || m.Term >= owner {
+			need = i + 1
+		}
+	}
+	need += in.Policy.RetainMarkers
+	onChain := map[int64]bool{}
+	for i, m := range lin.Chain {
+		onChain[m.Term] = true
+		if i >= need {
+			out = append(out, Object{Key: MarkerKey(m.Term), Reason: "seal marker older than every kept checkpoint"})
+		}
+	}
+	for _, t := range in.Markers {
+		if t < owner && !onChain[t] {
+			out = append(out, Object{Key: MarkerKey(t), Reason: "seal marker off the chain (a successor that lost the race)"})
+		}
+	}
+	return out
+}
+
+func (st *shardState) planInput(owner int64, p GCPolicy) GCInput {
+	in := GCInput{Owner: owner, Lineage: st.lin, MDs: st.mds, Data: st.data, Checkpoints: st.ckpts, Files: st.files, Policy: p, Complete: map[string]bool{}}
+	for t := range st.markers {
+		in.Markers = append(in.Markers, t)
+	}
+	sort.Slice(in.Markers, func(i, j int) bool { return in.Markers[i] > in.Markers[j] })
+	for _, c := range st.ckpts {
+		// Complete: the manifest read and as many files listed as it
+		// names. Sizes are checked by Hydrate; a shorter listing means a
+		// file is gone and the checkpoint cannot be a base.
+		if c.Err == "" && len(st.files[[2]int64{c.Term, c.Gen}]) == c.Files {
+			in.Complete[c.Key] = true
+		}
+	}
+	return in
+}
+
+// GCOptions configure GC.
+type GCOptions struct {
+	Options
+	Policy GCPolicy
+	// Freshness is how long a successful CAS proves ownership. Default
+	// 10s. Deletions stop once it has run out.
+	Freshness time.Duration
+	// LastCAS is the owner's last successful CAS, when known; otherwise GC
+	// proves ownership with a CAS of its own.
+	LastCAS Proof
+	// DryRun plans and reports without deleting (and without a CAS).
+	DryRun bool
+}
+
+// GCResult is what GC planned and deleted.
+type GCResult struct {
+	Planned []Object
+	Deleted []string
+}
+
+// GC deletes what PlanGC selects on behalf of the chain's term: orphans,
+// translog below the newest complete checkpoint minus retention, and
+// markers and checkpoints beyond retention. It runs only on the current
+// owner after a successful CAS within the freshness interval; an
+// unreadable fence skips GC (fail closed), and deletions stop when the
+// interval runs out. Poisons are never deleted.
+func GC(ctx context.Context, store blobstore.Container, chain *fence.Chain, opts GCOptions) (*GCResult, error) {
+	o := opts.Options.withDefaults()
+	if opts.Freshness <= 0 {
+		opts.Freshness = 10 * time.Second
+	}
+	s := io{store: store, shard: chain.Shard(), opts: o}
+	term := chain.Term()
+	fail := func(key string, err error) (*GCResult, error) { return nil, wrapErr("GC", s.shard, key, term, err) }
+	if err := chain.Err(); err != nil {
+		return nil, err
+	}
+	proof := opts.LastCAS
+	if !opts.DryRun && !fresh(o.Clock.Now(), proof, opts.Freshness) {
+		sent := o.Clock.Now()
+		if _, err := chain.Advance(ctx, chain.State().Record.Gen); err != nil {
+			return fail(chain.Key(), fmt.Errorf("%w: the ownership CAS failed, nothing deleted: %w", ErrNotFresh, err))
+		}
+		proof = Proof{At: sent, Valid: true}
+	}
+	st, err := s.gather(ctx, false)
+	if err != nil {
+		return fail("", err)
+	}
+	if st.top != term {
+		if st.top > term {
+			return fail(MarkerKey(st.top), fmt.Errorf("%w: term %d sealed the shard", ErrSuperseded, st.top))
+		}
+		return fail(MarkerKey(term), fmt.Errorf("%w: this term has no seal marker; seal before collecting", fence.ErrInvalidArgument))
+	}
+	res := &GCResult{Planned: PlanGC(st.planInput(term, opts.Policy.withDefaults()))}
+	if opts.DryRun {
+		return res, nil
+	}
+	for _, ob := range res.Planned {
+		if !fresh(o.Clock.Now(), proof, opts.Freshness) {
+			return res, wrapErr("GC", s.shard, ob.Key, term, fmt.Errorf("%w: stopped after %d of %d deletions; run GC again", ErrNotFresh, len(res.Deleted), len(res.Planned)))
+		}
+		if err := s.delete(ctx, ob.Key); err != nil {
+			return res, wrapErr("GC", s.shard, ob.Key, term, err)
+		}
+		res.Deleted = append(res.Deleted, ob.Key)
+	}
+	return res, nil
+}

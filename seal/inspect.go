@@ -1,0 +1,297 @@
+package seal
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/translog"
+)
+
+// FenceKey is one fence key as read.
+type FenceKey struct {
+	Key    string
+	Term   int64
+	Record fence.Record // zero when unreadable
+	Token  blobstore.Token
+	Err    string // why the body could not be read, if so
+}
+
+// MDInfo is one md key.
+type MDInfo struct {
+	Key    string
+	Term   int64
+	Gen    int64
+	Poison bool   // read and found to be a poison
+	Sealed int64  // for a poison: the successor term that wrote it
+	Err    string // set when the body could not be read or decoded
+}
+
+// CheckpointInfo is one checkpoint manifest.
+type CheckpointInfo struct {
+	Key       string
+	Term      int64
+	Gen       int64
+	OnLineage bool
+	Files     int
+	Bytes     int64
+	Err       string
+}
+
+// Object is a key with the reason it is reported.
+type Object struct {
+	Key    string
+	Reason string
+}
+
+// Report is what Inspect saw. The lineage is the one the newest marker
+// heads, its newest term still open.
+type Report struct {
+	Shard       string
+	Fence       []FenceKey // highest term first
+	Markers     []Marker   // every readable marker, newest first
+	Lineage     Lineage
+	OffChain    []string // markers below the newest one and not on its chain
+	Checkpoints []CheckpointInfo
+	Poisons     []MDInfo
+	Orphans     []Object // never acknowledged: GC deletes them
+	MDs         int      // md keys listed
+	DataObjects int
+	// GC is what a GC by the newest marker's term with default retention
+	// would delete.
+	GC []Object
+	// Problems are bodies that could not be read; nothing they hold is
+	// ever deleted.
+	Problems []Object
+}
+
+// Inspect reads a shard's fence keys, marker chain, lineage, checkpoints,
+// poisons and orphans, and what GC would delete. It only reads.
+func Inspect(ctx context.Context, store blobstore.Container, shard string, opts Options) (*Report, error) {
+	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	st, err := s.gather(ctx, true)
+	if err != nil {
+		return nil, wrapErr("Inspect", shard, "", 0, err)
+	}
+	rep := st.report()
+	rep.GC = PlanGC(st.planInput(st.top, GCPolicy{}.withDefaults()))
+	return rep, nil
+}
+
+// shardState is everything read from a shard's keys.
+type shardState struct {
+	shard     string
+	fence     []FenceKey
+	markers   map[int64]Marker
+	badMarker []Object
+	top       int64
+	lin       Lineage
+	mds       []MDInfo
+	data      [][2]int64
+	dataKeys  []string
+	ckpts     []CheckpointInfo
+	manifests map[[2]int64]Manifest
+	files     map[[2]int64][]string // file keys by checkpoint
+}
+
+// gather reads the shard. md bodies are read only where it matters: off
+// the lineage (to keep poisons and unreadable bodies) when readOffLineage.
+func (s io) gather(ctx context.Context, readFence bool) (*shardState, error) {
+	st := &shardState{shard: s.shard, markers: map[int64]Marker{}, manifests: map[[2]int64]Manifest{}, files: map[[2]int64][]string{}}
+	var fenceItems, markerItems, tlItems, ckItems []blobstore.Attrs
+	prefixes := []string{fence.Dir, Dir, translog.Dir, CheckpointDir}
+	outs := []*[]blobstore.Attrs{&fenceItems, &markerItems, &tlItems, &ckItems}
+	if err := parallel(ctx, s.opts.Parallelism, len(prefixes), func(ctx context.Context, i int) error {
+		if i == 0 && !readFence {
+			return nil
+		}
+		items, err := s.list(ctx, prefixes[i])
+		*outs[i] = items
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	// Fence keys.
+	for _, it := range fenceItems {
+		if t, ok := fence.ParseKey(it.Key); ok {
+			st.fence = append(st.fence, FenceKey{Key: it.Key, Term: t})
+		}
+	}
+	if err := parallel(ctx, s.opts.Parallelism, len(st.fence), func(ctx context.Context, i int) error {
+		fk := &st.fence[i]
+		obj, found, err := s.get(ctx, fk.Key)
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			fk.Err = "deleted while inspecting"
+		default:
+			rec, err := fence.DecodeRecord(s.shard, fk.Key, obj.Body)
+			if err != nil {
+				fk.Err = err.Error()
+			}
+			fk.Record, fk.Token = rec, obj.Token
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	sort.Slice(st.fence, func(i, j int) bool { return st.fence[i].Term > st.fence[j].Term })
+	// Markers: a marker that does not decode is reported, never trusted.
+	var terms []int64
+	for _, it := range markerItems {
+		if t, ok := ParseMarkerKey(it.Key); ok {
+			terms = append(terms, t)
+		}
+	}
+	ms := make([]*Marker, len(terms))
+	bad := make([]string, len(terms))
+	if err := parallel(ctx, s.opts.Parallelism, len(terms), func(ctx context.Context, i int) error {
+		key := MarkerKey(terms[i])
+		obj, found, err := s.get(ctx, key)
+		if err != nil || !found {
+			return err
+		}
+		m, err := DecodeMarker(s.shard, key, obj.Body)
+		if err != nil {
+			bad[i] = err.Error()
+			return nil
+		}
+		ms[i] = &m
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	for i, m := range ms {
+		if m != nil {
+			st.markers[m.Term] = *m
+			st.top = max(st.top, m.Term)
+		} else if bad[i] != "" {
+			st.badMarker = append(st.badMarker, Object{Key: MarkerKey(terms[i]), Reason: bad[i]})
+		}
+	}
+	if st.top > 0 {
+		chain, complete := ChainFrom(st.markers, st.top)
+		lin, err := LineageOf(s.shard, chain, complete, OpenTip)
+		if err != nil {
+			return nil, err
+		}
+		st.lin = lin
+	}
+	// Translog.
+	for _, it := range tlItems {
+		if t, g, ok := translog.ParseMDKey(it.Key); ok {
+			st.mds = append(st.mds, MDInfo{Key: it.Key, Term: t, Gen: g})
+		} else if t, g, ok := parseDataKey(it.Key); ok {
+			st.data = append(st.data, [2]int64{t, g})
+			st.dataKeys = append(st.dataKeys, it.Key)
+		}
+	}
+	var offIdx []int
+	for i, md := range st.mds {
+		if md.Term < st.top && !st.lin.Contains(md.Term, md.Gen) {
+			offIdx = append(offIdx, i)
+		}
+	}
+	if err := parallel(ctx, s.opts.Parallelism, len(offIdx), func(ctx context.Context, j int) error {
+		md := &st.mds[offIdx[j]]
+		obj, found, err := s.get(ctx, md.Key)
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			md.Err = "deleted while inspecting"
+			return nil
+		}
+		m, err := translog.DecodeMD(s.shard, md.Key, obj.Body)
+		if err != nil {
+			md.Err = err.Error()
+			return nil
+		}
+		md.Poison, md.Sealed = m.Kind == translog.KindPoison, m.SealedBy
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	// Checkpoints.
+	for _, it := range ckItems {
+		if t, g, ok := ParseManifestKey(it.Key); ok {
+			st.ckpts = append(st.ckpts, CheckpointInfo{Key: it.Key, Term: t, Gen: g, OnLineage: st.lin.HasCheckpoint(t, g)})
+		} else if t, g, ok := parseFileKey(it.Key); ok {
+			st.files[[2]int64{t, g}] = append(st.files[[2]int64{t, g}], it.Key)
+		}
+	}
+	if err := parallel(ctx, s.opts.Parallelism, len(st.ckpts), func(ctx context.Context, i int) error {
+		c := &st.ckpts[i]
+		obj, found, err := s.get(ctx, c.Key)
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			c.Err = "deleted while inspecting"
+			return nil
+		}
+		m, err := DecodeManifest(s.shard, c.Key, obj.Body)
+		if err != nil {
+			c.Err = err.Error()
+			return nil
+		}
+		c.Files, c.Bytes = len(m.Files), m.Bytes()
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	// Manifests are kept for the completeness check of GC's base.
+	for _, c := range st.ckpts {
+		if c.Err == "" {
+			st.manifests[[2]int64{c.Term, c.Gen}] = Manifest{Term: c.Term, Gen: c.Gen}
+		}
+	}
+	sort.Slice(st.ckpts, func(i, j int) bool {
+		if st.ckpts[i].Gen != st.ckpts[j].Gen {
+			return st.ckpts[i].Gen > st.ckpts[j].Gen
+		}
+		return st.ckpts[i].Term > st.ckpts[j].Term
+	})
+	return st, nil
+}
+
+func (st *shardState) report() *Report {
+	rep := &Report{Shard: st.shard, Fence: st.fence, Lineage: st.lin, Checkpoints: st.ckpts, MDs: len(st.mds), DataObjects: len(st.data)}
+	for _, m := range st.markers {
+		rep.Markers = append(rep.Markers, m)
+		if m.Term < st.top && !st.lin.OnChain(m.Term) {
+			rep.OffChain = append(rep.OffChain, MarkerKey(m.Term))
+		}
+	}
+	sort.Slice(rep.Markers, func(i, j int) bool { return rep.Markers[i].Term > rep.Markers[j].Term })
+	sort.Strings(rep.OffChain)
+	rep.Problems = append(rep.Problems, st.badMarker...)
+	for _, md := range st.mds {
+		switch {
+		case md.Err != "":
+			rep.Problems = append(rep.Problems, Object{Key: md.Key, Reason: md.Err})
+		case md.Poison:
+			rep.Poisons = append(rep.Poisons, md)
+		case md.Term < st.top && !st.lin.Contains(md.Term, md.Gen):
+			rep.Orphans = append(rep.Orphans, Object{Key: md.Key, Reason: orphanReason(st.lin, md.Term)})
+		}
+	}
+	for _, c := range st.ckpts {
+		if c.Err != "" {
+			rep.Problems = append(rep.Problems, Object{Key: c.Key, Reason: c.Err})
+		} else if c.Term < st.top && !c.OnLineage {
+			rep.Orphans = append(rep.Orphans, Object{Key: c.Key, Reason: "checkpoint " + orphanReason(st.lin, c.Term)})
+		}
+	}
+	return rep
+}
+
+func orphanReason(lin Lineage, term int64) string {
+	if lin.OnChain(term) {
+		return fmt.Sprintf("past the cut of term %d on the lineage (never acknowledged)", term)
+	}
+	return fmt.Sprintf("term %d is not on the marker chain (never acknowledged)", term)
+}

@@ -1,0 +1,118 @@
+package seal
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/fence"
+)
+
+// Options configure the store access of seal, checkpoint, inspect and GC
+// calls.
+type Options struct {
+	// Clock measures backoff and freshness. Default: the system's steady
+	// clock.
+	Clock fence.Clock
+	// Backoff bounds retries of requests without a definite answer.
+	Backoff fence.Backoff
+	// Parallelism caps concurrent requests of one call. Default 16.
+	Parallelism int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Clock == nil {
+		o.Clock = fence.SystemClock()
+	}
+	if o.Backoff == (fence.Backoff{}) {
+		o.Backoff = fence.DefaultBackoff()
+	}
+	if o.Parallelism <= 0 {
+		o.Parallelism = 16
+	}
+	return o
+}
+
+// io is the store access shared by the package's calls.
+type io struct {
+	store blobstore.Container
+	shard string
+	opts  Options
+}
+
+func (s io) retry(ctx context.Context, op func(ctx context.Context) error) error {
+	return fence.Retry(ctx, s.opts.Clock, s.opts.Backoff, op)
+}
+
+func (s io) list(ctx context.Context, prefix string) ([]blobstore.Attrs, error) {
+	var items []blobstore.Attrs
+	err := s.retry(ctx, func(ctx context.Context) error {
+		var err error
+		items, err = blobstore.ListAll(ctx, s.store, prefix)
+		return err
+	})
+	return items, err
+}
+
+// get reads key; found is false for a missing key.
+func (s io) get(ctx context.Context, key string) (obj blobstore.Object, found bool, err error) {
+	err = s.retry(ctx, func(ctx context.Context) error {
+		o, err := s.store.Get(ctx, key)
+		if errors.Is(err, blobstore.ErrNotFound) {
+			found = false
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		obj, found = o, true
+		return nil
+	})
+	return obj, found, err
+}
+
+func (s io) delete(ctx context.Context, key string) error {
+	return s.retry(ctx, func(ctx context.Context) error { return s.store.Delete(ctx, key) })
+}
+
+// parallel runs fn for 0..n-1 with at most limit at a time and returns the
+// first error. Every goroutine has ended when it returns.
+func parallel(ctx context.Context, limit, n int, fn func(ctx context.Context, i int) error) error {
+	if n == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, max(1, limit))
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for i := 0; i < n; i++ {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := fn(ctx, i); err != nil {
+				once.Do(func() { first = err; cancel() })
+			}
+		})
+	}
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		// The caller's context ended: report it, not a partial success.
+		return ctx.Err()
+	}
+	return first
+}
+
+// fresh reports whether a successful CAS still proves ownership at now.
+func fresh(now int64, last Proof, interval time.Duration) bool {
+	return last.Valid && interval > 0 && now < last.At+int64(interval)
+}
