@@ -146,7 +146,9 @@ func PublishCheckpoint(ctx context.Context, store blobstore.Container, chain *fe
 	s := io{store: store, shard: chain.Shard(), opts: o}
 	term := chain.Term()
 	key := ManifestKey(term, max(gen, 0))
-	fail := func(k string, err error) (Manifest, error) { return Manifest{}, wrapErr("Publish", s.shard, k, term, err) }
+	fail := func(k string, err error) (Manifest, error) {
+		return Manifest{}, wrapErr("Publish", s.shard, k, term, err)
+	}
 	if err := chain.Err(); err != nil {
 		return Manifest{}, err
 	}

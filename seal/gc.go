@@ -128,7 +128,9 @@ func PlanGC(in GCInput) []Object {
 			strays = append(strays, k)
 		}
 	}
-	sort.Slice(strays, func(i, j int) bool { return strays[i][0] < strays[j][0] || strays[i][0] == strays[j][0] && strays[i][1] < strays[j][1] })
+	sort.Slice(strays, func(i, j int) bool {
+		return strays[i][0] < strays[j][0] || strays[i][0] == strays[j][0] && strays[i][1] < strays[j][1]
+	})
 	for _, k := range strays {
 		for _, f := range in.Files[k] {
 			out = append(out, Object{Key: f, Reason: "file of a checkpoint whose manifest never landed"})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
@@ -284,6 +283,3 @@ func (s io) reopen(ctx context.Context, chain *fence.Chain, own Marker, markers 
 	}
 	return &Result{Marker: own, Lineage: lin, Reused: true}, nil
 }
-
-// sortDesc sorts terms or generations newest first.
-func sortDesc(v []int64) { sort.Slice(v, func(i, j int) bool { return v[i] > v[j] }) }
