@@ -75,6 +75,7 @@ func BenchmarkGetReplicaListParallel(b *testing.B) {
 		names[i] = Key(i)
 	}
 	b.ReportAllocs()
+	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		var buf []master.ReplicaInfo
 		var err error
