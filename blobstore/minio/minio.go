@@ -332,6 +332,9 @@ func (c *Container) List(ctx context.Context, prefix, startAfter string, limit i
 	// this to one request. Asking for limit+1 keys would tell whether more
 	// remain, but a limit of 1000 would then take two requests; a full page
 	// reports More instead, which the contract allows ("may remain").
+	if err := ctx.Err(); err != nil {
+		return blobstore.ListPage{}, blobstore.Wrap("List", c.name, prefix, err)
+	}
 	var page blobstore.ListPage
 	for o := range c.retrying.Client.ListObjectsIter(ctx, c.bucket, opts) {
 		if o.Err != nil {
@@ -345,6 +348,10 @@ func (c *Container) List(ctx context.Context, prefix, startAfter string, limit i
 			page.More = true
 			break
 		}
+	}
+	// The iterator ends without an error when the context ends.
+	if err := ctx.Err(); err != nil {
+		return blobstore.ListPage{}, c.fail("List", prefix, s3compat.Read, err)
 	}
 	return page, nil
 }
