@@ -1,0 +1,319 @@
+package relocation_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore/faulty"
+	"github.com/shardfence/shardfence/blobstore/fs"
+	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/recovery"
+	"github.com/shardfence/shardfence/relocation"
+	"github.com/shardfence/shardfence/translog"
+)
+
+const shard = "s1"
+
+var fastRetry = fence.Backoff{Initial: 100 * time.Microsecond, Max: 2 * time.Millisecond, Attempts: 8}
+
+func backends() map[string]func(t *testing.T) *faulty.Container {
+	return map[string]func(t *testing.T) *faulty.Container{
+		"mem": func(t *testing.T) *faulty.Container { return faulty.New(mem.New(), 1) },
+		"fs": func(t *testing.T) *faulty.Container {
+			c, err := fs.Open(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			return faulty.New(c, 1)
+		},
+		"faulty": func(t *testing.T) *faulty.Container {
+			f := faulty.New(mem.New(), 5)
+			f.MustAdd(faulty.Rule{Latency: faulty.Uniform(0, 200*time.Microsecond)})
+			f.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap, faulty.CreateIfAbsent), Fault: faulty.LostResponse, Probability: 0.1})
+			f.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap), Fault: faulty.Conflict, Probability: 0.05})
+			return f
+		},
+	}
+}
+
+func forEach(t *testing.T, fn func(t *testing.T, store *faulty.Container)) {
+	for _, name := range []string{"mem", "fs", "faulty"} {
+		t.Run(name, func(t *testing.T) { fn(t, backends()[name](t)) })
+	}
+}
+
+func writerOpts() translog.Options { return translog.Options{Backoff: fastRetry} }
+
+// source opens term 1 for allocation "src" through recovery and wraps it.
+func source(t *testing.T, store *faulty.Container) *relocation.Source {
+	t.Helper()
+	o := recovery.Options{Clock: fence.NewAutoClock(), Backoff: fastRetry, Writer: writerOpts()}
+	sh, err := recovery.Open(context.Background(), store, shard, 1, "src", o)
+	if err != nil {
+		t.Fatalf("open source: %v", err)
+	}
+	src := relocation.NewSource(store, sh.Chain, sh.Writer, o.Writer)
+	t.Cleanup(func() { _ = src.Writer().Close(context.Background()) })
+	return src
+}
+
+func app(w *translog.Writer, op string) (translog.Ack, error) {
+	return w.Append(context.Background(), [][]byte{[]byte(op)})
+}
+
+func mustApp(t *testing.T, w *translog.Writer, op string) translog.Ack {
+	t.Helper()
+	a, err := app(w, op)
+	if err != nil {
+		t.Fatalf("append %q: %v", op, err)
+	}
+	return a
+}
+
+func adopt(t *testing.T, store *faulty.Container, hc relocation.HandoffContext) (*fence.Chain, *translog.Writer, error) {
+	return adoptWith(t, store, hc, writerOpts())
+}
+
+func adoptWith(t *testing.T, store *faulty.Container, hc relocation.HandoffContext, wo translog.Options) (*fence.Chain, *translog.Writer, error) {
+	t.Helper()
+	b, err := hc.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := relocation.Unmarshal(b)
+	if err != nil || got != hc {
+		t.Fatalf("context round trip: %+v (%v), want %+v", got, err, hc)
+	}
+	c, w, err := relocation.Adopt(context.Background(), store, "dst", got, relocation.AdoptOptions{Backoff: fastRetry, Writer: wo})
+	if w != nil {
+		t.Cleanup(func() { _ = w.Close(context.Background()) })
+	}
+	return c, w, err
+}
+
+// restored recovers the shard under term and returns its ops in order.
+func restored(t *testing.T, store *faulty.Container, term int64) []string {
+	t.Helper()
+	var ops []string
+	o := recovery.Options{Clock: fence.NewAutoClock(), Backoff: fastRetry, Writer: writerOpts(),
+		Apply: func(_ context.Context, b translog.Batch) error {
+			for _, op := range b.Ops {
+				ops = append(ops, string(op))
+			}
+			return nil
+		}}
+	sh, err := recovery.Open(context.Background(), store, shard, term, fmt.Sprintf("r%d", term), o)
+	if err != nil {
+		t.Fatalf("recover at term %d: %v", term, err)
+	}
+	_ = sh.Writer.Close(context.Background())
+	return ops
+}
+
+func TestTransferContinuesTheChainAtTheTarget(t *testing.T) {
+	forEach(t, func(t *testing.T, store *faulty.Container) {
+		src := source(t, store)
+		old := src.Writer()
+		mustApp(t, old, "a")
+		mustApp(t, old, "b")
+		hc, err := src.Handoff(context.Background(), "dst", "node-2")
+		if err != nil {
+			t.Fatalf("handoff: %v", err)
+		}
+		if hc.Gen != 2 || hc.NextSeqNo != 2 || hc.Term != 1 || hc.Source != "src" {
+			t.Fatalf("handoff context %+v", hc)
+		}
+		if _, err := app(old, "late"); !errors.Is(err, translog.ErrClosed) {
+			t.Fatalf("source append after handoff: %v, want closed", err)
+		}
+		_, w, err := adopt(t, store, hc)
+		if err != nil {
+			t.Fatalf("adopt: %v", err)
+		}
+		if ack := mustApp(t, w, "c"); ack.Gen != 3 || ack.FirstSeqNo != 2 || ack.Term != 1 {
+			t.Fatalf("target's first ack %+v, want term 1 gen 3 seq 2", ack)
+		}
+		_ = w.Close(context.Background())
+		if got := fmt.Sprint(restored(t, store, 2)); got != "[a b c]" {
+			t.Fatalf("restored %s", got)
+		}
+	})
+}
+
+func TestAbortThenResume(t *testing.T) {
+	forEach(t, func(t *testing.T, store *faulty.Container) {
+		src := source(t, store)
+		mustApp(t, src.Writer(), "a")
+		hc, err := src.Handoff(context.Background(), "dst", "")
+		if err != nil {
+			t.Fatalf("handoff: %v", err)
+		}
+		out, err := src.Abort(context.Background())
+		if err != nil || out != relocation.Resumed {
+			t.Fatalf("abort: %v %v, want resumed", out, err)
+		}
+		if ack := mustApp(t, src.Writer(), "b"); ack.Gen != 2 || ack.FirstSeqNo != 1 {
+			t.Fatalf("resumed ack %+v", ack)
+		}
+		// The context is stale now: the target must not write.
+		if _, _, err := adopt(t, store, hc); !errors.Is(err, fence.ErrFenced) {
+			t.Fatalf("adopt after revert: %v, want fenced", err)
+		}
+		_ = src.Writer().Close(context.Background())
+		if got := fmt.Sprint(restored(t, store, 2)); got != "[a b]" {
+			t.Fatalf("restored %s", got)
+		}
+	})
+}
+
+func TestAbortAfterTargetAdoptedButBeforeItWroteResumesTheSource(t *testing.T) {
+	forEach(t, func(t *testing.T, store *faulty.Container) {
+		src := source(t, store)
+		mustApp(t, src.Writer(), "a")
+		hc, err := src.Handoff(context.Background(), "dst", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, w, err := adopt(t, store, hc)
+		if err != nil {
+			t.Fatalf("adopt: %v", err)
+		}
+		if out, err := src.Abort(context.Background()); err != nil || out != relocation.Resumed {
+			t.Fatalf("abort: %v %v", out, err)
+		}
+		mustApp(t, src.Writer(), "b")
+		if _, err := app(w, "t"); !errors.Is(err, fence.ErrFenced) {
+			t.Fatalf("target append after the revert: %v, want fenced (one acker)", err)
+		}
+		mustApp(t, src.Writer(), "c")
+	})
+}
+
+// The target's first sync races the revert: its md lands but its CAS
+// fails. That generation is taken in the term's create-only log, so the
+// resumed source is fenced when it reaches it. Nobody acknowledged the
+// target's op, nothing acknowledged is lost, and the shard continues under
+// a new term, whose restore point holds every acknowledged op.
+func TestTargetMDRacingTheRevertFencesBothWithoutLoss(t *testing.T) {
+	forEach(t, func(t *testing.T, store *faulty.Container) {
+		src := source(t, store)
+		mustApp(t, src.Writer(), "a")
+		hc, err := src.Handoff(context.Background(), "dst", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Sequenced: the target's md lands before its CAS is refused, the
+		// interleaving the concurrent order reaches only sometimes.
+		wo := writerOpts()
+		wo.AckOrder = translog.Sequenced
+		_, w, err := adoptWith(t, store, hc, wo)
+		if err != nil {
+			t.Fatalf("adopt: %v", err)
+		}
+		if out, err := src.Abort(context.Background()); err != nil || out != relocation.Resumed {
+			t.Fatalf("abort: %v %v", out, err)
+		}
+		if _, err := app(w, "t"); !errors.Is(err, fence.ErrFenced) {
+			t.Fatalf("target append after the revert: %v, want fenced", err)
+		}
+		if _, err := app(src.Writer(), "b"); !errors.Is(err, fence.ErrFenced) {
+			t.Fatalf("source append over the target's md: %v, want fenced", err)
+		}
+		got := restored(t, store, 2)
+		if len(got) == 0 || got[0] != "a" {
+			t.Fatalf("restored %q, want the acknowledged op a first", got)
+		}
+	})
+}
+
+func TestAbortAfterTargetWroteStandsDown(t *testing.T) {
+	forEach(t, func(t *testing.T, store *faulty.Container) {
+		src := source(t, store)
+		mustApp(t, src.Writer(), "a")
+		hc, err := src.Handoff(context.Background(), "dst", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, w, err := adopt(t, store, hc)
+		if err != nil {
+			t.Fatalf("adopt: %v", err)
+		}
+		mustApp(t, w, "b")
+		out, err := src.Abort(context.Background())
+		if err != nil || out != relocation.StoodDown {
+			t.Fatalf("abort after the target wrote: %v %v, want stood down without error", out, err)
+		}
+		mustApp(t, w, "c")
+		_ = w.Close(context.Background())
+		if got := fmt.Sprint(restored(t, store, 2)); got != "[a b c]" {
+			t.Fatalf("restored %s", got)
+		}
+	})
+}
+
+func TestLostResponsesOnTransferAndRevertAreSettledByContent(t *testing.T) {
+	for _, name := range []string{"mem", "fs"} {
+		t.Run(name, func(t *testing.T) {
+			store := backends()[name](t)
+			src := source(t, store)
+			mustApp(t, src.Writer(), "a")
+			lost := store.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap), Prefix: fence.Dir, Fault: faulty.LostResponse, Times: 1})
+			hc, err := src.Handoff(context.Background(), "dst", "")
+			if err != nil {
+				t.Fatalf("handoff with a lost response: %v", err)
+			}
+			if store.Fired(lost) != 1 {
+				t.Fatal("the transfer's response was not lost: the test checked nothing")
+			}
+			lost = store.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap), Prefix: fence.Dir, Fault: faulty.LostResponse, Times: 1})
+			if out, err := src.Abort(context.Background()); err != nil || out != relocation.Resumed {
+				t.Fatalf("abort with a lost revert response: %v %v", out, err)
+			}
+			if store.Fired(lost) != 1 {
+				t.Fatal("the revert's response was not lost")
+			}
+			mustApp(t, src.Writer(), "b")
+			if _, _, err := adopt(t, store, hc); !errors.Is(err, fence.ErrFenced) {
+				t.Fatalf("adopt after the revert: %v", err)
+			}
+			// A lost transfer response, then a target that already wrote:
+			// the revert stands down.
+			lost = store.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap), Prefix: fence.Dir, Fault: faulty.LostResponse, Times: 1})
+			hc, err = src.Handoff(context.Background(), "dst", "")
+			if err != nil {
+				t.Fatalf("second handoff: %v", err)
+			}
+			if store.Fired(lost) != 1 {
+				t.Fatal("the second transfer's response was not lost")
+			}
+			_, w, err := adopt(t, store, hc)
+			if err != nil {
+				t.Fatalf("adopt: %v", err)
+			}
+			mustApp(t, w, "c")
+			if out, err := src.Abort(context.Background()); err != nil || out != relocation.StoodDown {
+				t.Fatalf("abort: %v %v, want stood down", out, err)
+			}
+			_ = w.Close(context.Background())
+			if got := fmt.Sprint(restored(t, store, 2)); got != "[a b c]" {
+				t.Fatalf("restored %s", got)
+			}
+		})
+	}
+}
+
+func TestHandoffContextRejectsBadBytes(t *testing.T) {
+	for _, b := range []string{"", "{}", `{"format":"shardfence.handoff","version":9}`, `{"format":"shardfence.handoff","version":1,"shard":"s","term":0}`} {
+		if _, err := relocation.Unmarshal([]byte(b)); err == nil {
+			t.Errorf("Unmarshal(%q) accepted", b)
+		}
+	}
+	if _, _, err := relocation.Adopt(context.Background(), mem.New(), "other", relocation.HandoffContext{Shard: shard, Term: 1, Source: "a", Target: "b", Token: "x"}, relocation.AdoptOptions{}); !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Errorf("adopt by the wrong allocation: %v", err)
+	}
+}
