@@ -15,7 +15,6 @@ var (
 	ErrWrongClient          = errors.New("object belongs to another client")
 	ErrObjectNotComplete    = errors.New("object is still being written")
 	ErrObjectLeased         = errors.New("object is leased")
-	ErrObjectPinned         = errors.New("object is pinned")
 	ErrNoReadableReplica    = errors.New("object has no readable replica")
 	ErrObjectTooLarge       = errors.New("object larger than any mounted segment")
 	ErrNoSpace              = errors.New("not enough free memory")
@@ -23,7 +22,6 @@ var (
 	ErrSegmentNotFound      = errors.New("segment not found")
 	ErrSegmentExists        = errors.New("segment already mounted")
 	ErrSegmentMismatch      = errors.New("segment does not match the restored metadata")
-	ErrClientNotFound       = errors.New("client not found")
 	ErrNotEnoughSegments    = errors.New("not enough segments for the requested replicas")
 	ErrDuplicateBatchObject = errors.New("object appears twice in one batch")
 )
@@ -90,7 +88,6 @@ var reasons = [...]struct {
 	{"WRONG_CLIENT", ErrWrongClient},
 	{"OBJECT_NOT_COMPLETE", ErrObjectNotComplete},
 	{"OBJECT_LEASED", ErrObjectLeased},
-	{"OBJECT_PINNED", ErrObjectPinned},
 	{"NO_READABLE_REPLICA", ErrNoReadableReplica},
 	{"OBJECT_TOO_LARGE", ErrObjectTooLarge},
 	{"NO_SPACE", ErrNoSpace},
@@ -98,7 +95,6 @@ var reasons = [...]struct {
 	{"SEGMENT_NOT_FOUND", ErrSegmentNotFound},
 	{"SEGMENT_EXISTS", ErrSegmentExists},
 	{"SEGMENT_MISMATCH", ErrSegmentMismatch},
-	{"CLIENT_NOT_FOUND", ErrClientNotFound},
 	{"NOT_ENOUGH_SEGMENTS", ErrNotEnoughSegments},
 	{"DUPLICATE_BATCH_OBJECT", ErrDuplicateBatchObject},
 }

@@ -60,7 +60,9 @@ type Journal interface {
 }
 
 // Offloader receives an object's memory replica to copy elsewhere before
-// memory pressure drops the object's last memory replica.
+// memory pressure drops the object's last memory replica. It is called with
+// the object's shard lock held: it must queue the work and return, and must
+// not call back into the Master.
 type Offloader interface {
 	Offload(tenant, key string, source ReplicaInfo)
 }

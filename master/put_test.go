@@ -275,3 +275,35 @@ func TestQuotaUnderConcurrency(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+type suspects map[string]bool
+
+func (s suspects) ClientState(id string) ClientState {
+	if s[id] {
+		return ClientSuspected
+	}
+	return ClientActive
+}
+
+// Placement asks the serving-eligibility seam: a Suspected client's segment
+// takes no new replicas, though its existing objects stay readable.
+func TestPlacementAsksServingEligibility(t *testing.T) {
+	sus := suspects{}
+	m, _ := newTestMaster(t, Config{}, Options{Eligibility: sus})
+	mount(t, m, "c1", 1, 1000)
+	mount(t, m, "c2", 2, 1000)
+	put(t, m, "c1", "t", "old", 10, PutOptions{Replicas: 2})
+	sus["c2"] = true
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		reps, err := m.PutStart(ctx, PutRequest{Client: "c1", Tenant: "t", Key: fmt.Sprint(i), Size: 10})
+		if err != nil || reps[0].SegmentID != 1 {
+			t.Fatalf("put %d placed on %+v (%v), want segment 1 only", i, reps, err)
+		}
+	}
+	_, err := m.PutStart(ctx, PutRequest{Client: "c1", Tenant: "t", Key: "two", Size: 10, PutOptions: PutOptions{Replicas: 2}})
+	wantErr(t, err, ErrNotEnoughSegments)
+	if reps, err := m.GetReplicaList(ctx, "t", "old"); err != nil || len(reps) != 2 {
+		t.Fatalf("existing object on the suspected client's segment: %+v %v", reps, err)
+	}
+}

@@ -36,7 +36,7 @@ func connectError(err error) error {
 		code = connect.CodeDeadlineExceeded
 	case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrObjectTooLarge), errors.Is(err, ErrDuplicateBatchObject):
 		code = connect.CodeInvalidArgument
-	case errors.Is(err, ErrObjectNotFound), errors.Is(err, ErrSegmentNotFound), errors.Is(err, ErrClientNotFound):
+	case errors.Is(err, ErrObjectNotFound), errors.Is(err, ErrSegmentNotFound):
 		code = connect.CodeNotFound
 	case errors.Is(err, ErrObjectExists), errors.Is(err, ErrSegmentExists):
 		code = connect.CodeAlreadyExists
@@ -44,7 +44,7 @@ func connectError(err error) error {
 		code = connect.CodePermissionDenied
 	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrQuotaExceeded):
 		code = connect.CodeResourceExhausted
-	case errors.Is(err, ErrObjectLeased), errors.Is(err, ErrObjectNotComplete), errors.Is(err, ErrObjectPinned),
+	case errors.Is(err, ErrObjectLeased), errors.Is(err, ErrObjectNotComplete),
 		errors.Is(err, ErrNoReadableReplica), errors.Is(err, ErrSegmentMismatch), errors.Is(err, ErrNotEnoughSegments):
 		code = connect.CodeFailedPrecondition
 	}
