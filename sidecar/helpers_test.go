@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -55,13 +54,6 @@ func (freshOpener) Open(ctx context.Context, store blobstore.Container, p openPa
 		return nil, err
 	}
 	return &opened{Writer: w, Chain: chain, StartGen: 1}, nil
-}
-
-func (freshOpener) ReadLineage(_ context.Context, _ blobstore.Container, _ string, upTo RestorePoint, _ func(translog.Batch) error) error {
-	if upTo.Gen != 0 {
-		return errors.New("test opener: a fresh shard has no lineage")
-	}
-	return nil
 }
 
 type env struct {

@@ -59,6 +59,10 @@ type opened struct {
 	Restore RestorePoint
 	// StartGen is the first generation this writer writes.
 	StartGen int64
+	// ReadLineage calls fn, in order, with the batches of the lineage the
+	// term inherited, up to and including the restore point; nil when the
+	// shard had no history.
+	ReadLineage func(ctx context.Context, fn func(translog.Batch) error) error
 }
 
 // shardOpener is the one seam between the service and the protocol
@@ -69,29 +73,10 @@ type shardOpener interface {
 	// the lineage (emitting it through events) and opens a writer at the
 	// restore point's generation + 1. An error from events aborts the open.
 	Open(ctx context.Context, store blobstore.Container, p openParams, events func(openEvent) error) (*opened, error)
-	// ReadLineage calls fn, in order, with the batches of the shard's
-	// lineage up to and including the restore point.
-	ReadLineage(ctx context.Context, store blobstore.Container, shard string, upTo RestorePoint, fn func(translog.Batch) error) error
 }
 
-// defaultOpener is the production lifecycle of this build.
-func defaultOpener() shardOpener { return unwiredOpener{} }
-
-// unwiredOpener is the opener of a build without the recovery path: it
-// refuses rather than open a shard without sealing its predecessors, which
-// could lose their acknowledged writes.
-type unwiredOpener struct{}
-
-func (unwiredOpener) Open(context.Context, blobstore.Container, openParams, func(openEvent) error) (*opened, error) {
-	return nil, fmt.Errorf("%w: opening a shard needs the recovery path (claim, seal, restore)", ErrNotAvailable)
-}
-
-func (unwiredOpener) ReadLineage(_ context.Context, _ blobstore.Container, _ string, upTo RestorePoint, _ func(translog.Batch) error) error {
-	if upTo.Gen == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: reading the lineage before this term needs the seal chain", ErrNotAvailable)
-}
+// defaultOpener is the production lifecycle: the recovery path.
+func defaultOpener() shardOpener { return recoveryOpener{} }
 
 // Settings are fixed when a shard opens: a live shard never switches its
 // write witness.

@@ -186,6 +186,7 @@ type shard struct {
 	chain    *fence.Chain
 	restore  RestorePoint
 	startGen int64
+	lineage  func(ctx context.Context, fn func(translog.Batch) error) error
 	opened   time.Time
 
 	mu       sync.Mutex
@@ -424,7 +425,7 @@ func (s *Server) open(ctx context.Context, name string, term int64, alloc string
 	if err != nil {
 		return restoreFail(err)
 	}
-	sh.w, sh.chain, sh.restore, sh.startGen = o.Writer, o.Chain, o.Restore, o.StartGen
+	sh.w, sh.chain, sh.restore, sh.startGen, sh.lineage = o.Writer, o.Chain, o.Restore, o.StartGen, o.ReadLineage
 	sh.opened = time.Now()
 	sh.mu.Lock()
 	sh.ackedGen, sh.nextSeq = o.Restore.Gen, o.Restore.NextSeqNo
@@ -548,8 +549,8 @@ func (s *Server) Read(ctx context.Context, name string, fromSeq, maxOps int64, f
 		}
 		return nil
 	}
-	if fromSeq < sh.restore.NextSeqNo {
-		if err := s.opener.ReadLineage(ctx, sh.store, name, sh.restore, emit); err != nil {
+	if fromSeq < sh.restore.NextSeqNo && sh.lineage != nil {
+		if err := sh.lineage(ctx, emit); err != nil {
 			if errors.Is(err, errEnough) {
 				return nil
 			}

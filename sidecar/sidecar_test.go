@@ -314,16 +314,27 @@ func TestRequestSizeLimit(t *testing.T) {
 	}
 }
 
-func TestProductionOpenerRefusesWithoutRecovery(t *testing.T) {
+func TestFailedOpenLeavesNothingBehind(t *testing.T) {
 	srv, err := New(t.Context(), mem.New(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = srv.Open(t.Context(), "s", 1, "a", Settings{}, nil)
-	if !errors.Is(err, ErrNotAvailable) {
-		t.Fatalf("open without the recovery path: %v", err)
+	defer srv.Shutdown(context.Background())
+	if _, err := srv.Open(t.Context(), "s", 2, "a", Settings{}, nil); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := srv.Status("s"); !errors.Is(err, ErrShardNotOpen) {
+	// A lower term is refused by the store's fence keys, not only by the
+	// shard open here: a second sidecar on the same store says the same.
+	other, err := New(t.Context(), srv.store, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Shutdown(context.Background())
+	_, err = other.Open(t.Context(), "s", 1, "b", Settings{}, nil)
+	if !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("open of a lower term on another sidecar: %v", err)
+	}
+	if _, err := other.Status("s"); !errors.Is(err, ErrShardNotOpen) {
 		t.Fatalf("a failed open left the shard behind: %v", err)
 	}
 }
