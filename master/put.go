@@ -113,6 +113,7 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, e
 		sh.mu.Unlock()
 		m.freeReplicasLocked(reps)
 		t.release(need)
+		m.leave(o) // drops the group again if this put created it
 		return nil, fail(ErrObjectExists, "another PutStart for this key won the race; read it or remove it first")
 	}
 	sh.objects[k] = o
