@@ -8,8 +8,9 @@ import (
 
 // GetReplicaList grants the object a read lease (and its group, with the same
 // now) and returns its readable replicas. The read path is a shard read lock,
-// a map lookup and an atomic lease extension: no segment, recovery or
-// liveness state is consulted, so a failover costs reads nothing. A replica
+// a map lookup and an atomic lease extension. There is no recovery flag, no
+// segment lookup and no liveness check: readability is the replica's status
+// and the endpoint it points at, which the reply carries anyway. A replica
 // that is not readable (still being written, or restored and awaiting its
 // segment's remount) is left out; an object with none fails with
 // ErrNoReadableReplica.
