@@ -36,6 +36,7 @@ func commands() []command {
 		{"gc", gcSummary, runGC},
 		{"handoff", handoffSummary, runHandoff},
 		{"inspect", inspectSummary, runInspect},
+		{"demo", demoSummary, runDemo},
 	}
 }
 

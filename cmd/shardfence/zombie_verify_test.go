@@ -1,0 +1,7 @@
+//go:build verify
+
+package main
+
+import "time"
+
+const zombiePhase = 10 * time.Second
