@@ -152,17 +152,17 @@ func PublishCheckpoint(ctx context.Context, store blobstore.Container, chain *fe
 	if err := chain.Err(); err != nil {
 		return Manifest{}, err
 	}
-	if !fresh(o.Clock.Now(), opts.LastCAS, opts.Freshness) {
-		if h, err := chain.Superseded(ctx); err == nil && h > 0 {
-			return fail(key, fmt.Errorf("%w: term %d claimed the shard; this checkpoint would never be used", ErrSuperseded, h))
-		}
-	}
 	m := Manifest{Shard: s.shard, Term: term, Gen: gen, NextSeqNo: opts.NextSeqNo, Files: make([]ManifestFile, len(files))}
 	for i, f := range files {
 		m.Files[i].Name = filepath.ToSlash(f.Name)
 	}
 	if err := m.validate(); err != nil {
 		return fail(key, err)
+	}
+	if !fresh(o.Clock.Now(), opts.LastCAS, opts.Freshness) {
+		if h, err := chain.Superseded(ctx); err == nil && h > 0 {
+			return fail(key, fmt.Errorf("%w: term %d claimed the shard; this checkpoint would never be used", ErrSuperseded, h))
+		}
 	}
 	err := parallel(ctx, o.Parallelism, len(files), func(ctx context.Context, i int) error {
 		body, err := os.ReadFile(files[i].Path)

@@ -138,10 +138,34 @@ func (s io) readMarkers(ctx context.Context, terms []int64) (map[int64]Marker, e
 // from are read in order; the first missing generation is poisoned, a real
 // md found there is included and the next one tried, and a poison (ours
 // from a lost response, or another successor's) ends the walk.
+//
+// GC deletes translog at or below a complete checkpoint, so the walk starts
+// at the newest checkpoint of tl when it is past from: a checkpoint is
+// published only for acknowledged generations, which every successor's
+// restore point holds, so nothing at or below it can be a gap.
 func (s io) cut(ctx context.Context, tl, from, term int64) (cut int64, poisoned, how string, err error) {
-	gens, err := translog.NewReader(s.store, s.shard).Gens(ctx, tl)
+	var gens []int64
+	var ckpts []blobstore.Attrs
+	err = parallel(ctx, 2, 2, func(ctx context.Context, i int) error {
+		var err error
+		if i == 0 {
+			err = s.retry(ctx, func(ctx context.Context) error {
+				var err error
+				gens, err = translog.NewReader(s.store, s.shard).Gens(ctx, tl)
+				return err
+			})
+		} else {
+			ckpts, err = s.list(ctx, ManifestPrefix+fence.Inv(tl)+"__")
+		}
+		return err
+	})
 	if err != nil {
 		return 0, "", "", err
+	}
+	for _, it := range ckpts {
+		if t, g, ok := ParseManifestKey(it.Key); ok && t == tl {
+			from = max(from, g)
+		}
 	}
 	k := ContiguousAfter(gens, from)
 	mds := make([]translog.MD, k-from)
@@ -269,7 +293,12 @@ func (s io) reopen(ctx context.Context, chain *fence.Chain, own Marker, markers 
 	if g := chain.State().Record.Gen; g > own.Restore.Gen {
 		return nil, wrapErr("Seal", s.shard, chain.Key(), term, fmt.Errorf("%w: the fence key commits generation %d, past the restore point %d", ErrTermAlreadyOpen, g, own.Restore.Gen))
 	}
-	gens, err := translog.NewReader(s.store, s.shard).Gens(ctx, term)
+	var gens []int64
+	err := s.retry(ctx, func(ctx context.Context) error {
+		var err error
+		gens, err = translog.NewReader(s.store, s.shard).Gens(ctx, term)
+		return err
+	})
 	if err != nil {
 		return nil, wrapErr("Seal", s.shard, translog.MDTermPrefix(term), term, err)
 	}
