@@ -212,6 +212,7 @@ func (m *Master) evictObjectLocked(o *object, now SteadyTime, res *EvictResult) 
 		}
 	}
 	m.freeReplicasLocked(drop)
+	countReplicas(drop, -1)
 	o.replicas = kept
 	freed := before - o.memoryBytes()
 	o.tenant.release(freed)

@@ -193,9 +193,23 @@ type segment struct {
 	// remountSlot is 1+index of the segment in the remount in progress, 0
 	// otherwise; it lets the remount scan match replicas without a map.
 	remountSlot int
+	// replicas counts the memory replicas on the segment, so a remount can
+	// size its vectors once instead of growing them over millions of
+	// appends.
+	replicas atomic.Int64
 
 	mu    sync.Mutex
 	alloc *allocator
+}
+
+// countReplicas adds delta to the replica count of each memory replica's
+// segment. Called where replicas enter or leave the object table.
+func countReplicas(reps []replica, delta int64) {
+	for i := range reps {
+		if reps[i].kind == MemoryReplica && reps[i].seg != nil {
+			reps[i].seg.replicas.Add(delta)
+		}
+	}
 }
 
 func (s *segment) endpointString() string {

@@ -117,6 +117,7 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, e
 		return nil, fail(ErrObjectExists, "another PutStart for this key won the race; read it or remove it first")
 	}
 	sh.objects[k] = o
+	countReplicas(o.replicas, 1)
 	t.objects.Add(1) // its bytes were charged by reserveQuotaLocked
 	infos := make([]ReplicaInfo, len(o.replicas))
 	for i := range o.replicas {
@@ -312,6 +313,7 @@ func (m *Master) PutRevoke(ctx context.Context, clientID, tenant, key string) er
 		return fail(fmt.Errorf("%w: the put already ended", ErrInvalidArgument), "use Remove to delete a complete object")
 	}
 	m.freeReplicasLocked(drop)
+	countReplicas(drop, -1)
 	before := o.memoryBytes()
 	o.replicas = keep
 	o.tenant.release(before - o.memoryBytes())
@@ -336,6 +338,7 @@ func (m *Master) deleteLocked(sh *shard, o *object) {
 	delete(sh.objects, objectKey{o.tenant.name, o.key})
 	o.tenant.release(o.memoryBytes())
 	o.tenant.objects.Add(-1)
+	countReplicas(o.replicas, -1)
 	o.replicas = nil
 }
 

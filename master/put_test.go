@@ -237,9 +237,18 @@ func TestConcurrentOperations(t *testing.T) {
 	wg.Wait()
 	// Usage accounting stayed consistent.
 	var used uint64
+	onSeg := map[*segment]int64{}
 	for i := range m.shards {
 		for _, o := range m.shards[i].objects {
 			used += o.memoryBytes()
+			for _, r := range o.replicas {
+				onSeg[r.seg]++
+			}
+		}
+	}
+	for _, s := range m.segments {
+		if got := s.replicas.Load(); got != onSeg[s] {
+			t.Errorf("segment %d counts %d replicas, holds %d", s.id, got, onSeg[s])
 		}
 	}
 	if st := m.Stats(); st.Used != used || st.Tenants[0].Used != used {

@@ -223,9 +223,17 @@ func (m *Master) ReMountSegment(ctx context.Context, clientID string, specs []Se
 	// is held exclusively. Shards are visited in order, so runs mark where
 	// each shard's replicas end for the publication step.
 	collectStart := time.Now()
-	var objs []*object
-	var matches []remountMatch
+	var total int64
 	ext := make([][]extent, len(segs))
+	for i, s := range segs {
+		n := max(s.replicas.Load(), 0)
+		ext[i] = make([]extent, 0, n)
+		total += n
+	}
+	// Sized once: at tens of millions of objects, growing by appends would
+	// copy the vectors repeatedly and keep the collector busy.
+	objs := make([]*object, 0, total)
+	matches := make([]remountMatch, 0, total)
 	var runs []shardRun
 	for i := range m.shards {
 		sh := &m.shards[i]

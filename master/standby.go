@@ -91,6 +91,7 @@ func (m *Master) RestoreStandby(ctx context.Context, segs []*masterv1.StandbySeg
 		sh := m.shardFor(so.GetTenant(), so.GetKey())
 		sh.mu.Lock()
 		sh.objects[objectKey{so.GetTenant(), so.GetKey()}] = o
+		countReplicas(o.replicas, 1)
 		o.tenant.used.Add(o.memoryBytes())
 		o.tenant.objects.Add(1)
 		m.record(&Op{Kind: OpRestoreObject, Tenant: so.GetTenant(), Key: so.GetKey(), Client: so.GetClientId(), Object: so})
@@ -274,6 +275,7 @@ func (m *Master) ReplayStandby(ctx context.Context, op *Op) error {
 		}
 		if fresh != nil {
 			sh.objects[k] = fresh
+			countReplicas(fresh.replicas, 1)
 			fresh.tenant.used.Add(fresh.memoryBytes())
 			fresh.tenant.objects.Add(1)
 		}
