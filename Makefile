@@ -27,7 +27,16 @@ build:
 	$(GO) build -o bin/shardfence ./cmd/shardfence
 
 run: build
-	./bin/shardfence conformance --store file://./data
+	@echo "Starting the sidecar on 127.0.0.1:7400 with its store in ./data (Ctrl-C stops it)."
+	@echo "In another shell, open a shard, append and read:"
+	@echo "  ./bin/shardfence open --shard demo --term 1 --allocation a1"
+	@echo "  ./bin/shardfence append --shard demo --op hello --op world"
+	@echo "  ./bin/shardfence read --shard demo"
+	@echo "The same over plain JSON (ops are base64):"
+	@echo "  curl -s -H 'Content-Type: application/json' -d '{\"shard\":\"demo\",\"ops\":[\"aGk=\"]}' http://127.0.0.1:7400/shardfence.sidecar.v1.SidecarService/Append"
+	@echo "  curl -s -H 'Content-Type: application/json' -d '{\"shard\":\"demo\"}' http://127.0.0.1:7400/shardfence.sidecar.v1.SidecarService/Status"
+	@echo
+	./bin/shardfence serve --store file://./data --listen 127.0.0.1:7400
 
 test: tools lint test-go
 

@@ -145,7 +145,8 @@ func printStatus(w io.Writer, s *sidecarv1.ShardStatus) {
 		{"allocation", s.GetAllocationId()}, {"owner", s.GetOwner()}, {"gen", fmt.Sprint(s.GetGen())},
 		{"next seq", fmt.Sprint(s.GetNextSeqNo())}, {"last CAS", cas}, {"fenced", fenced},
 		{"syncs", fmt.Sprint(s.GetSyncs())}, {"ops", fmt.Sprint(s.GetOps())}, {"bytes", fmt.Sprint(s.GetBytes())},
-		{"mode", s.GetSettings().GetMode().String()}, {"ack order", s.GetSettings().GetAckOrder().String()},
+		{"mode", strings.ToLower(strings.TrimPrefix(s.GetSettings().GetMode().String(), "FENCING_MODE_"))},
+		{"ack order", strings.ToLower(strings.TrimPrefix(s.GetSettings().GetAckOrder().String(), "ACK_ORDER_"))},
 	}
 	if s.GetError() != "" {
 		rows = append(rows, [2]string{"error", s.GetError()})
