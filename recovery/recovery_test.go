@@ -57,13 +57,37 @@ func backends() []backend {
 	}
 }
 
-// forEach runs a scenario against every backend.
-func forEach(t *testing.T, fn func(t *testing.T, store *faulty.Container)) {
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) { fn(t, b.open(t)) })
+// scenarios are the recovery scenarios every backend runs.
+func scenarios() []struct {
+	name string
+	run  func(t *testing.T, store *faulty.Container)
+} {
+	return []struct {
+		name string
+		run  func(t *testing.T, store *faulty.Container)
+	}{
+		{"FreshShardThenTakeoverRestoresEverything", scenarioFreshShardThenTakeoverRestoresEverything},
+		{"SuccessorPoisonsTheGapAndZombieMDCreateFails", scenarioSuccessorPoisonsTheGapAndZombieMDCreateFails},
+		{"RacingSuccessorsLateMarkerOrphansTheLoser", scenarioRacingSuccessorsLateMarkerOrphansTheLoser},
+		{"LeaseModeWaitsBeforeReadingTheLineage", scenarioLeaseModeWaitsBeforeReadingTheLineage},
+		{"StaleTermFailsAtTheSeal", scenarioStaleTermFailsAtTheSeal},
+		{"CorruptMDStopsRecoveryNamingTheKey", scenarioCorruptMDStopsRecoveryNamingTheKey},
+		{"CorruptDataObjectStopsReplay", scenarioCorruptDataObjectStopsReplay},
+		{"RetryOfFailedOpenIsIdempotent", scenarioRetryOfFailedOpenIsIdempotent},
+		{"RestartOfAnOpenedTermIsRefused", scenarioRestartOfAnOpenedTermIsRefused},
+		{"CheckpointWithMissingFileFallsBackToThePreviousOne", scenarioCheckpointWithMissingFileFallsBackToThePreviousOne},
+		{"CheckpointOffTheLineageIsNeverUsed", scenarioCheckpointOffTheLineageIsNeverUsed},
+		{"NoAckedWriteLossAcrossTakeovers", scenarioNoAckedWriteLossAcrossTakeovers},
 	}
-	if extra := extraBackend(t); extra != nil {
-		t.Run(extra.name, func(t *testing.T) { fn(t, extra.open(t)) })
+}
+
+func TestScenarios(t *testing.T) {
+	for _, sc := range scenarios() {
+		t.Run(sc.name, func(t *testing.T) {
+			for _, b := range backends() {
+				t.Run(b.name, func(t *testing.T) { sc.run(t, b.open(t)) })
+			}
+		})
 	}
 }
 
@@ -132,47 +156,45 @@ func closeW(t *testing.T, w *translog.Writer) {
 	}
 }
 
-func TestFreshShardThenTakeoverRestoresEverything(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		sh1 := open(t, store, 1, "a1", options(nil))
-		if r := sh1.Restore(); r != (seal.RestorePoint{}) {
-			t.Fatalf("a new shard restores from %+v, want the empty restore point", r)
-		}
-		var want []string
-		for i := range 5 {
-			op := fmt.Sprintf("op-%d-%s", i, strings.Repeat("x", i*30))
-			appendOps(t, sh1.Writer, op)
-			want = append(want, op)
-		}
-		closeW(t, sh1.Writer)
+func scenarioFreshShardThenTakeoverRestoresEverything(t *testing.T, store *faulty.Container) {
+	sh1 := open(t, store, 1, "a1", options(nil))
+	if r := sh1.Restore(); r != (seal.RestorePoint{}) {
+		t.Fatalf("a new shard restores from %+v, want the empty restore point", r)
+	}
+	var want []string
+	for i := range 5 {
+		op := fmt.Sprintf("op-%d-%s", i, strings.Repeat("x", i*30))
+		appendOps(t, sh1.Writer, op)
+		want = append(want, op)
+	}
+	closeW(t, sh1.Writer)
 
-		var l log
-		sh2 := open(t, store, 2, "a2", options(&l))
-		if got := sh2.Restore(); got.Term != 1 || got.Gen != 5 || got.MDKey != translog.MDKey(1, 5) {
-			t.Fatalf("restore point %+v, want term 1 gen 5", got)
-		}
-		if fmt.Sprint(l.ops) != fmt.Sprint(want) {
-			t.Fatalf("replayed %q, want %q", l.ops, want)
-		}
-		if sh2.NextSeqNo != 5 || sh2.Writer.NextGen() != 6 {
-			t.Fatalf("writer opens at gen %d seq %d, want gen 6 seq 5", sh2.Writer.NextGen(), sh2.NextSeqNo)
-		}
-		ack := appendOps(t, sh2.Writer, "after")
-		if ack.Gen != 6 || ack.FirstSeqNo != 5 || ack.Term != 2 {
-			t.Fatalf("first ack of term 2: %+v", ack)
-		}
-		closeW(t, sh2.Writer)
+	var l log
+	sh2 := open(t, store, 2, "a2", options(&l))
+	if got := sh2.Restore(); got.Term != 1 || got.Gen != 5 || got.MDKey != translog.MDKey(1, 5) {
+		t.Fatalf("restore point %+v, want term 1 gen 5", got)
+	}
+	if fmt.Sprint(l.ops) != fmt.Sprint(want) {
+		t.Fatalf("replayed %q, want %q", l.ops, want)
+	}
+	if sh2.NextSeqNo != 5 || sh2.Writer.NextGen() != 6 {
+		t.Fatalf("writer opens at gen %d seq %d, want gen 6 seq 5", sh2.Writer.NextGen(), sh2.NextSeqNo)
+	}
+	ack := appendOps(t, sh2.Writer, "after")
+	if ack.Gen != 6 || ack.FirstSeqNo != 5 || ack.Term != 2 {
+		t.Fatalf("first ack of term 2: %+v", ack)
+	}
+	closeW(t, sh2.Writer)
 
-		// A third term follows the chain 3 -> 2 -> 1 across terms.
-		var l3 log
-		sh3 := open(t, store, 3, "a3", options(&l3))
-		if fmt.Sprint(l3.ops) != fmt.Sprint(append(want, "after")) {
-			t.Fatalf("term 3 replayed %q", l3.ops)
-		}
-		if n := len(sh3.Seal.Lineage.Chain); n != 2 {
-			t.Fatalf("term 3 followed %d markers, want 2", n)
-		}
-	})
+	// A third term follows the chain 3 -> 2 -> 1 across terms.
+	var l3 log
+	sh3 := open(t, store, 3, "a3", options(&l3))
+	if fmt.Sprint(l3.ops) != fmt.Sprint(append(want, "after")) {
+		t.Fatalf("term 3 replayed %q", l3.ops)
+	}
+	if n := len(sh3.Seal.Lineage.Chain); n != 2 {
+		t.Fatalf("term 3 followed %d markers, want 2", n)
+	}
 }
 
 // holdRequests blocks the first request matching match until release is
@@ -203,47 +225,45 @@ func holdRequests(store *faulty.Container, match func(faulty.Request) bool) (hel
 	return held, func() { once.Do(func() { close(gate) }) }
 }
 
-func TestSuccessorPoisonsTheGapAndZombieMDCreateFails(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		sh1 := open(t, store, 1, "a1", options(nil))
-		appendOps(t, sh1.Writer, "g1")
-		appendOps(t, sh1.Writer, "g2")
-		gap := translog.MDKey(1, 3)
-		held, release := holdRequests(store, func(r faulty.Request) bool { return r.Op == faulty.CreateIfAbsent && r.Key == gap })
-		defer release()
-		type result struct {
-			ack translog.Ack
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			ack, err := sh1.Writer.Append(context.Background(), [][]byte{[]byte("g3")})
-			done <- result{ack, err}
-		}()
-		<-held // the zombie's md create for gen 3 is on the wire; its CAS is not held
-		waitFenceGen(t, store, 1, 3)
+func scenarioSuccessorPoisonsTheGapAndZombieMDCreateFails(t *testing.T, store *faulty.Container) {
+	sh1 := open(t, store, 1, "a1", options(nil))
+	appendOps(t, sh1.Writer, "g1")
+	appendOps(t, sh1.Writer, "g2")
+	gap := translog.MDKey(1, 3)
+	held, release := holdRequests(store, func(r faulty.Request) bool { return r.Op == faulty.CreateIfAbsent && r.Key == gap })
+	defer release()
+	type result struct {
+		ack translog.Ack
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ack, err := sh1.Writer.Append(context.Background(), [][]byte{[]byte("g3")})
+		done <- result{ack, err}
+	}()
+	<-held // the zombie's md create for gen 3 is on the wire; its CAS is not held
+	waitFenceGen(t, store, 1, 3)
 
-		var l log
-		sh2 := open(t, store, 2, "a2", options(&l))
-		release()
-		r := <-done
-		if !errors.Is(r.err, fence.ErrFenced) {
-			t.Fatalf("zombie append of gen 3: ack %+v err %v, want fenced", r.ack, r.err)
-		}
-		if succ, ok := fence.SuccessorTerm(r.err); !ok || succ != 2 {
-			t.Fatalf("fencing error names successor %d (%v), want 2: %v", succ, ok, r.err)
-		}
-		if got := sh2.Restore(); got.Gen != 2 || sh2.Seal.Marker.Poisoned != gap || sh2.Seal.Found != "created" {
-			t.Fatalf("restore %+v poisoned %q (%s), want gen 2 and poison at %q", got, sh2.Seal.Marker.Poisoned, sh2.Seal.Found, gap)
-		}
-		md, err := translog.NewReader(store.Inner(), shard).ReadMD(context.Background(), 1, 3)
-		if err != nil || md.Kind != translog.KindPoison || md.SealedBy != 2 {
-			t.Fatalf("gen 3 of term 1 holds %+v (%v), want term 2's poison", md, err)
-		}
-		if fmt.Sprint(l.ops) != "[g1 g2]" {
-			t.Fatalf("restored %q", l.ops)
-		}
-	})
+	var l log
+	sh2 := open(t, store, 2, "a2", options(&l))
+	release()
+	r := <-done
+	if !errors.Is(r.err, fence.ErrFenced) {
+		t.Fatalf("zombie append of gen 3: ack %+v err %v, want fenced", r.ack, r.err)
+	}
+	if succ, ok := fence.SuccessorTerm(r.err); !ok || succ != 2 {
+		t.Fatalf("fencing error names successor %d (%v), want 2: %v", succ, ok, r.err)
+	}
+	if got := sh2.Restore(); got.Gen != 2 || sh2.Seal.Marker.Poisoned != gap || sh2.Seal.Found != "created" {
+		t.Fatalf("restore %+v poisoned %q (%s), want gen 2 and poison at %q", got, sh2.Seal.Marker.Poisoned, sh2.Seal.Found, gap)
+	}
+	md, err := translog.NewReader(store.Inner(), shard).ReadMD(context.Background(), 1, 3)
+	if err != nil || md.Kind != translog.KindPoison || md.SealedBy != 2 {
+		t.Fatalf("gen 3 of term 1 holds %+v (%v), want term 2's poison", md, err)
+	}
+	if fmt.Sprint(l.ops) != "[g1 g2]" {
+		t.Fatalf("restored %q", l.ops)
+	}
 }
 
 // waitFenceGen waits until term's fence key commits gen: the zombie's CAS
@@ -263,70 +283,68 @@ func waitFenceGen(t *testing.T, store *faulty.Container, term, gen int64) {
 	t.Fatalf("fence key of term %d never committed gen %d", term, gen)
 }
 
-func TestRacingSuccessorsLateMarkerOrphansTheLoser(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		ctx := context.Background()
-		sh4 := open(t, store, 4, "a4", options(nil))
-		for i := 1; i <= 3; i++ {
-			appendOps(t, sh4.Writer, fmt.Sprintf("t4-%d", i))
-		}
-		marker5 := seal.MarkerKey(5)
-		held, release := holdRequests(store, func(r faulty.Request) bool { return r.Op == faulty.CreateIfAbsent && r.Key == marker5 })
-		defer release()
-		type result struct {
-			sh  *recovery.Shard
-			err error
-		}
-		done5 := make(chan result, 1)
-		go func() {
-			sh, err := recovery.Open(ctx, store, shard, 5, "a5", options(nil))
-			done5 <- result{sh, err}
-		}()
-		<-held // 5 has poisoned term 4 and its marker is on the wire
+func scenarioRacingSuccessorsLateMarkerOrphansTheLoser(t *testing.T, store *faulty.Container) {
+	ctx := context.Background()
+	sh4 := open(t, store, 4, "a4", options(nil))
+	for i := 1; i <= 3; i++ {
+		appendOps(t, sh4.Writer, fmt.Sprintf("t4-%d", i))
+	}
+	marker5 := seal.MarkerKey(5)
+	held, release := holdRequests(store, func(r faulty.Request) bool { return r.Op == faulty.CreateIfAbsent && r.Key == marker5 })
+	defer release()
+	type result struct {
+		sh  *recovery.Shard
+		err error
+	}
+	done5 := make(chan result, 1)
+	go func() {
+		sh, err := recovery.Open(ctx, store, shard, 5, "a5", options(nil))
+		done5 <- result{sh, err}
+	}()
+	<-held // 5 has poisoned term 4 and its marker is on the wire
 
-		var l6 log
-		sh6 := open(t, store, 6, "a6", options(&l6))
-		if got := sh6.Restore(); got.Term != 4 || got.Gen != 3 || sh6.Seal.Found != "found" {
-			t.Fatalf("term 6 restore %+v (%s), want term 4 gen 3 cut at 5's poison", got, sh6.Seal.Found)
-		}
-		appendOps(t, sh6.Writer, "t6-a")
-		appendOps(t, sh6.Writer, "t6-b")
+	var l6 log
+	sh6 := open(t, store, 6, "a6", options(&l6))
+	if got := sh6.Restore(); got.Term != 4 || got.Gen != 3 || sh6.Seal.Found != "found" {
+		t.Fatalf("term 6 restore %+v (%s), want term 4 gen 3 cut at 5's poison", got, sh6.Seal.Found)
+	}
+	appendOps(t, sh6.Writer, "t6-a")
+	appendOps(t, sh6.Writer, "t6-b")
 
-		release() // 5's marker lands late
-		r5 := <-done5
-		if r5.err == nil {
-			// 5 opened behind a fence key 6 deleted: it can write an
-			// md (an orphan) but never acknowledge.
-			_, err := r5.sh.Writer.Append(ctx, [][]byte{[]byte("t5-never")})
-			if !errors.Is(err, fence.ErrFenced) {
-				t.Fatalf("term 5 append after term 6 opened: %v, want fenced", err)
-			}
-			_ = r5.sh.Writer.Close(ctx)
-		} else if !errors.Is(r5.err, fence.ErrFenced) {
-			t.Fatalf("term 5 open: %v, want success-then-fenced or fenced", r5.err)
+	release() // 5's marker lands late
+	r5 := <-done5
+	if r5.err == nil {
+		// 5 opened behind a fence key 6 deleted: it can write an
+		// md (an orphan) but never acknowledge.
+		_, err := r5.sh.Writer.Append(ctx, [][]byte{[]byte("t5-never")})
+		if !errors.Is(err, fence.ErrFenced) {
+			t.Fatalf("term 5 append after term 6 opened: %v, want fenced", err)
 		}
-		closeW(t, sh6.Writer)
+		_ = r5.sh.Writer.Close(ctx)
+	} else if !errors.Is(r5.err, fence.ErrFenced) {
+		t.Fatalf("term 5 open: %v, want success-then-fenced or fenced", r5.err)
+	}
+	closeW(t, sh6.Writer)
 
-		var l7 log
-		sh7 := open(t, store, 7, "a7", options(&l7))
-		want := "[t4-1 t4-2 t4-3 t6-a t6-b]"
-		if fmt.Sprint(l7.ops) != want {
-			t.Fatalf("term 7 restored %q, want %s", l7.ops, want)
+	var l7 log
+	sh7 := open(t, store, 7, "a7", options(&l7))
+	want := "[t4-1 t4-2 t4-3 t6-a t6-b]"
+	if fmt.Sprint(l7.ops) != want {
+		t.Fatalf("term 7 restored %q, want %s", l7.ops, want)
+	}
+	rep, err := seal.Inspect(ctx, store, shard, seal.Options{Backoff: fastRetry})
+	if err != nil {
+		t.Fatalf("inspect: %v", err)
+	}
+	for _, o := range rep.Orphans {
+		if t5, _, ok := translog.ParseMDKey(o.Key); ok && t5 != 5 {
+			t.Fatalf("orphan %q is not term 5's", o.Key)
 		}
-		rep, err := seal.Inspect(ctx, store, shard, seal.Options{Backoff: fastRetry})
-		if err != nil {
-			t.Fatalf("inspect: %v", err)
-		}
-		for _, o := range rep.Orphans {
-			if t5, _, ok := translog.ParseMDKey(o.Key); ok && t5 != 5 {
-				t.Fatalf("orphan %q is not term 5's", o.Key)
-			}
-		}
-		if rep.OffChain == nil || !contains(rep.OffChain, marker5) {
-			t.Fatalf("term 5's late marker is not reported off the chain: %+v", rep.OffChain)
-		}
-		_ = sh7
-	})
+	}
+	if rep.OffChain == nil || !contains(rep.OffChain, marker5) {
+		t.Fatalf("term 5's late marker is not reported off the chain: %+v", rep.OffChain)
+	}
+	_ = sh7
 }
 
 func contains(s []string, v string) bool {
@@ -338,163 +356,151 @@ func contains(s []string, v string) bool {
 	return false
 }
 
-func TestLeaseModeWaitsBeforeReadingTheLineage(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		ctx := context.Background()
-		sh1 := open(t, store, 1, "a1", options(nil))
-		appendOps(t, sh1.Writer, "x")
-		clock := fence.NewFakeClock()
-		o := options(nil)
-		o.Clock = clock
-		o.Backoff = fence.Backoff{Attempts: 1}
-		o.Writer.FencingMode = translog.Lease
-		o.Writer.LeaseInterval = 5 * time.Second
-		o.LeaseMargin = time.Second
-		done := make(chan error, 1)
-		go func() {
-			sh, err := recovery.Open(ctx, store, shard, 2, "a2", o)
-			if err == nil {
-				err = sh.Writer.Close(ctx)
-			}
-			done <- err
-		}()
-		for clock.Waiters() == 0 {
-			select {
-			case err := <-done:
-				t.Fatalf("Open returned before the lease wait: %v", err)
-			case <-time.After(time.Millisecond):
-			}
+func scenarioLeaseModeWaitsBeforeReadingTheLineage(t *testing.T, store *faulty.Container) {
+	ctx := context.Background()
+	sh1 := open(t, store, 1, "a1", options(nil))
+	appendOps(t, sh1.Writer, "x")
+	clock := fence.NewFakeClock()
+	o := options(nil)
+	o.Clock = clock
+	o.Backoff = fence.Backoff{Attempts: 1}
+	o.Writer.FencingMode = translog.Lease
+	o.Writer.LeaseInterval = 5 * time.Second
+	o.LeaseMargin = time.Second
+	done := make(chan error, 1)
+	go func() {
+		sh, err := recovery.Open(ctx, store, shard, 2, "a2", o)
+		if err == nil {
+			err = sh.Writer.Close(ctx)
 		}
-		clock.Advance(5*time.Second + 900*time.Millisecond)
-		time.Sleep(20 * time.Millisecond)
-		if _, err := store.Inner().Stat(ctx, seal.MarkerKey(2)); !errors.Is(err, blobstore.ErrNotFound) {
-			t.Fatalf("marker of term 2 written %v before lease + margin elapsed (stat: %v)", time.Duration(clock.Now()), err)
+		done <- err
+	}()
+	for clock.Waiters() == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("Open returned before the lease wait: %v", err)
+		case <-time.After(time.Millisecond):
 		}
-		if _, err := store.Inner().Stat(ctx, translog.MDKey(1, 2)); !errors.Is(err, blobstore.ErrNotFound) {
-			t.Fatalf("the lineage was poisoned before the lease ran out (stat: %v)", err)
-		}
-		clock.Advance(200 * time.Millisecond)
-		if err := <-done; err != nil {
-			t.Fatalf("open after the lease wait: %v", err)
-		}
-	})
+	}
+	clock.Advance(5*time.Second + 900*time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	if _, err := store.Inner().Stat(ctx, seal.MarkerKey(2)); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Fatalf("marker of term 2 written %v before lease + margin elapsed (stat: %v)", time.Duration(clock.Now()), err)
+	}
+	if _, err := store.Inner().Stat(ctx, translog.MDKey(1, 2)); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Fatalf("the lineage was poisoned before the lease ran out (stat: %v)", err)
+	}
+	clock.Advance(200 * time.Millisecond)
+	if err := <-done; err != nil {
+		t.Fatalf("open after the lease wait: %v", err)
+	}
 }
 
-func TestStaleTermFailsAtTheSeal(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		ctx := context.Background()
-		sh1 := open(t, store, 1, "a1", options(nil))
-		appendOps(t, sh1.Writer, "x")
-		closeW(t, sh1.Writer)
-		// A replica claimed term 5 and stalled before its seal; term 6
-		// then claimed and sealed.
-		chain5, err := fence.Claim(ctx, store, shard, 5, "a5", fence.WithBackoff(fastRetry))
-		if err != nil {
-			t.Fatal(err)
-		}
-		sh6 := open(t, store, 6, "a6", options(nil))
-		_, err = seal.Seal(ctx, store, chain5, seal.Options{Backoff: fastRetry})
-		if !errors.Is(err, fence.ErrFenced) {
-			t.Fatalf("stale term 5 sealed: %v, want fenced", err)
-		}
-		if succ, _ := fence.SuccessorTerm(err); succ != 6 {
-			t.Fatalf("fencing error names successor %d, want 6: %v", succ, err)
-		}
-		if _, err := store.Inner().Stat(ctx, seal.MarkerKey(5)); !errors.Is(err, blobstore.ErrNotFound) {
-			t.Fatalf("the stale term wrote a marker (stat: %v)", err)
-		}
-		if _, err := store.Inner().Stat(ctx, translog.MDKey(6, 2)); !errors.Is(err, blobstore.ErrNotFound) {
-			t.Fatalf("the stale term poisoned the live term (stat: %v)", err)
-		}
-		appendOps(t, sh6.Writer, "still-open")
-	})
+func scenarioStaleTermFailsAtTheSeal(t *testing.T, store *faulty.Container) {
+	ctx := context.Background()
+	sh1 := open(t, store, 1, "a1", options(nil))
+	appendOps(t, sh1.Writer, "x")
+	closeW(t, sh1.Writer)
+	// A replica claimed term 5 and stalled before its seal; term 6
+	// then claimed and sealed.
+	chain5, err := fence.Claim(ctx, store, shard, 5, "a5", fence.WithBackoff(fastRetry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh6 := open(t, store, 6, "a6", options(nil))
+	_, err = seal.Seal(ctx, store, chain5, seal.Options{Backoff: fastRetry})
+	if !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("stale term 5 sealed: %v, want fenced", err)
+	}
+	if succ, _ := fence.SuccessorTerm(err); succ != 6 {
+		t.Fatalf("fencing error names successor %d, want 6: %v", succ, err)
+	}
+	if _, err := store.Inner().Stat(ctx, seal.MarkerKey(5)); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Fatalf("the stale term wrote a marker (stat: %v)", err)
+	}
+	if _, err := store.Inner().Stat(ctx, translog.MDKey(6, 2)); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Fatalf("the stale term poisoned the live term (stat: %v)", err)
+	}
+	appendOps(t, sh6.Writer, "still-open")
 }
 
-func TestCorruptMDStopsRecoveryNamingTheKey(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		ctx := context.Background()
-		sh1 := open(t, store, 1, "a1", options(nil))
-		for i := range 4 {
-			appendOps(t, sh1.Writer, fmt.Sprintf("op%d", i))
-		}
-		closeW(t, sh1.Writer)
-		bad := translog.MDKey(1, 2)
-		if _, err := store.Inner().Put(ctx, bad, []byte("garbage")); err != nil {
-			t.Fatal(err)
-		}
-		_, err := recovery.Open(ctx, store, shard, 2, "a2", options(&log{}))
-		var be *fence.BodyError
-		if !errors.As(err, &be) || be.Key != bad || !strings.Contains(err.Error(), bad) {
-			t.Fatalf("open over a corrupt md: %v, want an error naming %q", err, bad)
-		}
-		if _, err := store.Inner().Stat(ctx, seal.MarkerKey(2)); !errors.Is(err, blobstore.ErrNotFound) {
-			t.Fatalf("a marker was written past a corrupt lineage (stat: %v)", err)
-		}
-	})
+func scenarioCorruptMDStopsRecoveryNamingTheKey(t *testing.T, store *faulty.Container) {
+	ctx := context.Background()
+	sh1 := open(t, store, 1, "a1", options(nil))
+	for i := range 4 {
+		appendOps(t, sh1.Writer, fmt.Sprintf("op%d", i))
+	}
+	closeW(t, sh1.Writer)
+	bad := translog.MDKey(1, 2)
+	if _, err := store.Inner().Put(ctx, bad, []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := recovery.Open(ctx, store, shard, 2, "a2", options(&log{}))
+	var be *fence.BodyError
+	if !errors.As(err, &be) || be.Key != bad || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("open over a corrupt md: %v, want an error naming %q", err, bad)
+	}
+	if _, err := store.Inner().Stat(ctx, seal.MarkerKey(2)); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Fatalf("a marker was written past a corrupt lineage (stat: %v)", err)
+	}
 }
 
-func TestCorruptDataObjectStopsReplay(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		ctx := context.Background()
-		sh1 := open(t, store, 1, "a1", options(nil))
-		appendOps(t, sh1.Writer, strings.Repeat("a", 200)) // over the inline limit
-		appendOps(t, sh1.Writer, "b")
-		closeW(t, sh1.Writer)
-		bad := translog.DataKey(1, 1)
-		if _, err := store.Inner().Put(ctx, bad, []byte("garbage")); err != nil {
-			t.Fatal(err)
-		}
-		_, err := recovery.Open(ctx, store, shard, 2, "a2", options(&log{}))
-		if err == nil || !strings.Contains(err.Error(), bad) {
-			t.Fatalf("replay over a corrupt data object: %v, want an error naming %q", err, bad)
-		}
-		// The failure came after the seal: a retry is idempotent and
-		// fails the same way, never skipping the generation.
-		_, err = recovery.Open(ctx, store, shard, 2, "a2", options(&log{}))
-		if err == nil || !strings.Contains(err.Error(), bad) {
-			t.Fatalf("retried open: %v", err)
-		}
-	})
+func scenarioCorruptDataObjectStopsReplay(t *testing.T, store *faulty.Container) {
+	ctx := context.Background()
+	sh1 := open(t, store, 1, "a1", options(nil))
+	appendOps(t, sh1.Writer, strings.Repeat("a", 200)) // over the inline limit
+	appendOps(t, sh1.Writer, "b")
+	closeW(t, sh1.Writer)
+	bad := translog.DataKey(1, 1)
+	if _, err := store.Inner().Put(ctx, bad, []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := recovery.Open(ctx, store, shard, 2, "a2", options(&log{}))
+	if err == nil || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("replay over a corrupt data object: %v, want an error naming %q", err, bad)
+	}
+	// The failure came after the seal: a retry is idempotent and
+	// fails the same way, never skipping the generation.
+	_, err = recovery.Open(ctx, store, shard, 2, "a2", options(&log{}))
+	if err == nil || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("retried open: %v", err)
+	}
 }
 
-func TestRetryOfFailedOpenIsIdempotent(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		ctx := context.Background()
-		sh1 := open(t, store, 1, "a1", options(nil))
-		appendOps(t, sh1.Writer, "a")
-		appendOps(t, sh1.Writer, "b")
-		o := options(nil)
-		boom := errors.New("disk full")
-		o.Apply = func(context.Context, translog.Batch) error { return boom }
-		if _, err := recovery.Open(ctx, store, shard, 2, "a2", o); !errors.Is(err, boom) {
-			t.Fatalf("open with a failing apply: %v", err)
-		}
-		// The zombie keeps writing: its next generation was poisoned.
-		if _, err := sh1.Writer.Append(ctx, [][]byte{[]byte("c")}); !errors.Is(err, fence.ErrFenced) {
-			t.Fatalf("term 1 after term 2's seal: %v, want fenced", err)
-		}
-		var l log
-		sh2 := open(t, store, 2, "a2", options(&l))
-		if !sh2.Seal.Reused || sh2.Restore().Gen != 2 || fmt.Sprint(l.ops) != "[a b]" {
-			t.Fatalf("retry: reused %v restore %+v ops %q", sh2.Seal.Reused, sh2.Restore(), l.ops)
-		}
-		if _, err := recovery.Open(ctx, store, shard, 2, "other", options(nil)); !errors.Is(err, fence.ErrFenced) {
-			t.Fatalf("another allocation opening the same term: %v, want fenced", err)
-		}
-	})
+func scenarioRetryOfFailedOpenIsIdempotent(t *testing.T, store *faulty.Container) {
+	ctx := context.Background()
+	sh1 := open(t, store, 1, "a1", options(nil))
+	appendOps(t, sh1.Writer, "a")
+	appendOps(t, sh1.Writer, "b")
+	o := options(nil)
+	boom := errors.New("disk full")
+	o.Apply = func(context.Context, translog.Batch) error { return boom }
+	if _, err := recovery.Open(ctx, store, shard, 2, "a2", o); !errors.Is(err, boom) {
+		t.Fatalf("open with a failing apply: %v", err)
+	}
+	// The zombie keeps writing: its next generation was poisoned.
+	if _, err := sh1.Writer.Append(ctx, [][]byte{[]byte("c")}); !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("term 1 after term 2's seal: %v, want fenced", err)
+	}
+	var l log
+	sh2 := open(t, store, 2, "a2", options(&l))
+	if !sh2.Seal.Reused || sh2.Restore().Gen != 2 || fmt.Sprint(l.ops) != "[a b]" {
+		t.Fatalf("retry: reused %v restore %+v ops %q", sh2.Seal.Reused, sh2.Restore(), l.ops)
+	}
+	if _, err := recovery.Open(ctx, store, shard, 2, "other", options(nil)); !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("another allocation opening the same term: %v, want fenced", err)
+	}
 }
 
-func TestRestartOfAnOpenedTermIsRefused(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		ctx := context.Background()
-		sh1 := open(t, store, 1, "a1", options(nil))
-		appendOps(t, sh1.Writer, "a")
-		closeW(t, sh1.Writer)
-		_, err := recovery.Open(ctx, store, shard, 1, "a1", options(nil))
-		if !errors.Is(err, seal.ErrTermAlreadyOpen) || !strings.Contains(err.Error(), "new, higher term") {
-			t.Fatalf("reopening a term that wrote: %v, want ErrTermAlreadyOpen", err)
-		}
-	})
+func scenarioRestartOfAnOpenedTermIsRefused(t *testing.T, store *faulty.Container) {
+	ctx := context.Background()
+	sh1 := open(t, store, 1, "a1", options(nil))
+	appendOps(t, sh1.Writer, "a")
+	closeW(t, sh1.Writer)
+	_, err := recovery.Open(ctx, store, shard, 1, "a1", options(nil))
+	if !errors.Is(err, seal.ErrTermAlreadyOpen) || !strings.Contains(err.Error(), "new, higher term") {
+		t.Fatalf("reopening a term that wrote: %v, want ErrTermAlreadyOpen", err)
+	}
 }
 
 func writeFiles(t *testing.T, dir string, files map[string]string) []seal.LocalFile {
@@ -515,142 +521,136 @@ func writeFiles(t *testing.T, dir string, files map[string]string) []seal.LocalF
 	return out
 }
 
-func TestCheckpointWithMissingFileFallsBackToThePreviousOne(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		ctx := context.Background()
-		sh1 := open(t, store, 1, "a1", options(nil))
-		src := t.TempDir()
-		appendOps(t, sh1.Writer, "a")
-		appendOps(t, sh1.Writer, "b")
-		po := seal.PublishOptions{Options: seal.Options{Backoff: fastRetry}, NextSeqNo: 2}
-		if _, err := seal.PublishCheckpoint(ctx, store, sh1.Chain, 2, writeFiles(t, src, map[string]string{"state": "a,b", "meta/info": "v1"}), po); err != nil {
-			t.Fatalf("publish at gen 2: %v", err)
-		}
-		appendOps(t, sh1.Writer, "c")
-		appendOps(t, sh1.Writer, "d")
-		po.NextSeqNo = 4
-		m4, err := seal.PublishCheckpoint(ctx, store, sh1.Chain, 4, writeFiles(t, src, map[string]string{"state": "a,b,c,d", "meta/info": "v1"}), po)
-		if err != nil {
-			t.Fatalf("publish at gen 4: %v", err)
-		}
-		appendOps(t, sh1.Writer, "e")
-		closeW(t, sh1.Writer)
-		missing := seal.FilePrefix(1, 4) + "state"
-		if err := store.Inner().Delete(ctx, missing); err != nil {
-			t.Fatal(err)
-		}
+func scenarioCheckpointWithMissingFileFallsBackToThePreviousOne(t *testing.T, store *faulty.Container) {
+	ctx := context.Background()
+	sh1 := open(t, store, 1, "a1", options(nil))
+	src := t.TempDir()
+	appendOps(t, sh1.Writer, "a")
+	appendOps(t, sh1.Writer, "b")
+	po := seal.PublishOptions{Options: seal.Options{Backoff: fastRetry}, NextSeqNo: 2}
+	if _, err := seal.PublishCheckpoint(ctx, store, sh1.Chain, 2, writeFiles(t, src, map[string]string{"state": "a,b", "meta/info": "v1"}), po); err != nil {
+		t.Fatalf("publish at gen 2: %v", err)
+	}
+	appendOps(t, sh1.Writer, "c")
+	appendOps(t, sh1.Writer, "d")
+	po.NextSeqNo = 4
+	m4, err := seal.PublishCheckpoint(ctx, store, sh1.Chain, 4, writeFiles(t, src, map[string]string{"state": "a,b,c,d", "meta/info": "v1"}), po)
+	if err != nil {
+		t.Fatalf("publish at gen 4: %v", err)
+	}
+	appendOps(t, sh1.Writer, "e")
+	closeW(t, sh1.Writer)
+	missing := seal.FilePrefix(1, 4) + "state"
+	if err := store.Inner().Delete(ctx, missing); err != nil {
+		t.Fatal(err)
+	}
 
-		var l log
-		o := options(&l)
-		o.Dir = t.TempDir()
-		var progress []recovery.Progress
-		var pmu sync.Mutex
-		o.Progress = func(p recovery.Progress) { pmu.Lock(); progress = append(progress, p); pmu.Unlock() }
-		sh2 := open(t, store, 2, "a2", o)
-		if sh2.Checkpoint == nil || sh2.Checkpoint.Gen != 2 {
-			t.Fatalf("hydrated %+v, want the checkpoint at gen 2", sh2.Checkpoint)
+	var l log
+	o := options(&l)
+	o.Dir = t.TempDir()
+	var progress []recovery.Progress
+	var pmu sync.Mutex
+	o.Progress = func(p recovery.Progress) { pmu.Lock(); progress = append(progress, p); pmu.Unlock() }
+	sh2 := open(t, store, 2, "a2", o)
+	if sh2.Checkpoint == nil || sh2.Checkpoint.Gen != 2 {
+		t.Fatalf("hydrated %+v, want the checkpoint at gen 2", sh2.Checkpoint)
+	}
+	if len(sh2.Refused) != 1 || sh2.Refused[0].Key != m4.Key() || !strings.Contains(sh2.Refused[0].Reason, missing) {
+		t.Fatalf("refused %+v, want the gen-4 checkpoint refused for %q", sh2.Refused, missing)
+	}
+	state, err := os.ReadFile(filepath.Join(o.Dir, "state"))
+	if err != nil || string(state) != "a,b" {
+		t.Fatalf("hydrated state %q (%v)", state, err)
+	}
+	if fmt.Sprint(l.ops) != "[c d e]" || sh2.Replay.From != 3 || sh2.Replay.To != 5 {
+		t.Fatalf("replayed %q (gens %d..%d), want c d e from gen 3", l.ops, sh2.Replay.From, sh2.Replay.To)
+	}
+	var sawFiles bool
+	for _, p := range progress {
+		if p.Phase == "hydrate" && p.Files == 2 && p.FilesTotal == 2 && p.Bytes == p.BytesTotal {
+			sawFiles = true
 		}
-		if len(sh2.Refused) != 1 || sh2.Refused[0].Key != m4.Key() || !strings.Contains(sh2.Refused[0].Reason, missing) {
-			t.Fatalf("refused %+v, want the gen-4 checkpoint refused for %q", sh2.Refused, missing)
-		}
-		state, err := os.ReadFile(filepath.Join(o.Dir, "state"))
-		if err != nil || string(state) != "a,b" {
-			t.Fatalf("hydrated state %q (%v)", state, err)
-		}
-		if fmt.Sprint(l.ops) != "[c d e]" || sh2.Replay.From != 3 || sh2.Replay.To != 5 {
-			t.Fatalf("replayed %q (gens %d..%d), want c d e from gen 3", l.ops, sh2.Replay.From, sh2.Replay.To)
-		}
-		var sawFiles bool
-		for _, p := range progress {
-			if p.Phase == "hydrate" && p.Files == 2 && p.FilesTotal == 2 && p.Bytes == p.BytesTotal {
-				sawFiles = true
-			}
-		}
-		if !sawFiles {
-			t.Fatalf("progress never reported the whole checkpoint: %+v", progress)
-		}
-	})
+	}
+	if !sawFiles {
+		t.Fatalf("progress never reported the whole checkpoint: %+v", progress)
+	}
 }
 
-func TestCheckpointOffTheLineageIsNeverUsed(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		ctx := context.Background()
-		sh1 := open(t, store, 1, "a1", options(nil))
-		appendOps(t, sh1.Writer, "a")
-		closeW(t, sh1.Writer)
-		// A zombie of term 1 publishes a checkpoint at a generation its
-		// lineage never reached (gen 3 while the cut is at 1).
-		src := t.TempDir()
-		po := seal.PublishOptions{Options: seal.Options{Backoff: fastRetry}, NextSeqNo: 9}
-		sh2 := open(t, store, 2, "a2", options(nil))
-		appendOps(t, sh2.Writer, "b")
-		appendOps(t, sh2.Writer, "c")
-		if _, err := seal.PublishCheckpoint(ctx, store, sh1.Chain, 3, writeFiles(t, src, map[string]string{"state": "zombie"}), po); !errors.Is(err, seal.ErrSuperseded) && !errors.Is(err, fence.ErrFenced) {
-			t.Fatalf("a superseded term published: %v", err)
-		}
-		// Even if it lands (the fence was unreadable), it is off the
-		// lineage: put it there by hand.
-		body, _ := seal.EncodeManifest(seal.Manifest{Shard: shard, Term: 1, Gen: 3, NextSeqNo: 9, Files: []seal.ManifestFile{}})
-		if _, err := store.Inner().CreateIfAbsent(ctx, seal.ManifestKey(1, 3), body); err != nil {
-			t.Fatal(err)
-		}
-		closeW(t, sh2.Writer)
-		var l log
-		o := options(&l)
-		o.Dir = t.TempDir()
-		sh3 := open(t, store, 3, "a3", o)
-		if sh3.Checkpoint != nil || fmt.Sprint(l.ops) != "[a b c]" {
-			t.Fatalf("used checkpoint %+v and replayed %q", sh3.Checkpoint, l.ops)
-		}
-	})
+func scenarioCheckpointOffTheLineageIsNeverUsed(t *testing.T, store *faulty.Container) {
+	ctx := context.Background()
+	sh1 := open(t, store, 1, "a1", options(nil))
+	appendOps(t, sh1.Writer, "a")
+	closeW(t, sh1.Writer)
+	// A zombie of term 1 publishes a checkpoint at a generation its
+	// lineage never reached (gen 3 while the cut is at 1).
+	src := t.TempDir()
+	po := seal.PublishOptions{Options: seal.Options{Backoff: fastRetry}, NextSeqNo: 9}
+	sh2 := open(t, store, 2, "a2", options(nil))
+	appendOps(t, sh2.Writer, "b")
+	appendOps(t, sh2.Writer, "c")
+	if _, err := seal.PublishCheckpoint(ctx, store, sh1.Chain, 3, writeFiles(t, src, map[string]string{"state": "zombie"}), po); !errors.Is(err, seal.ErrSuperseded) && !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("a superseded term published: %v", err)
+	}
+	// Even if it lands (the fence was unreadable), it is off the
+	// lineage: put it there by hand.
+	body, _ := seal.EncodeManifest(seal.Manifest{Shard: shard, Term: 1, Gen: 3, NextSeqNo: 9, Files: []seal.ManifestFile{}})
+	if _, err := store.Inner().CreateIfAbsent(ctx, seal.ManifestKey(1, 3), body); err != nil {
+		t.Fatal(err)
+	}
+	closeW(t, sh2.Writer)
+	var l log
+	o := options(&l)
+	o.Dir = t.TempDir()
+	sh3 := open(t, store, 3, "a3", o)
+	if sh3.Checkpoint != nil || fmt.Sprint(l.ops) != "[a b c]" {
+		t.Fatalf("used checkpoint %+v and replayed %q", sh3.Checkpoint, l.ops)
+	}
 }
 
 // NoAckedWriteLoss through recovery.Open: a primary keeps appending through
 // a jittery store while successors claim and seal; every op it acknowledged
 // must be restored by the successor.
-func TestNoAckedWriteLossAcrossTakeovers(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		ctx := context.Background()
-		store.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CreateIfAbsent), Prefix: translog.MDPrefix, Latency: faulty.Uniform(0, 2*time.Millisecond)})
-		var acked []string
-		var mu sync.Mutex
-		prev := open(t, store, 1, "a1", options(nil))
-		total := 0
-		for term := int64(2); term <= 6; term++ {
-			var wg sync.WaitGroup
-			for a := range 4 {
-				wg.Go(func() {
-					for i := 0; ; i++ {
-						op := fmt.Sprintf("t%d-a%d-%d", term-1, a, i)
-						if _, err := prev.Writer.Append(ctx, [][]byte{[]byte(op)}); err != nil {
-							if !errors.Is(err, fence.ErrFenced) {
-								t.Errorf("append: %v", err)
-							}
-							return
+func scenarioNoAckedWriteLossAcrossTakeovers(t *testing.T, store *faulty.Container) {
+	ctx := context.Background()
+	store.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CreateIfAbsent), Prefix: translog.MDPrefix, Latency: faulty.Uniform(0, 2*time.Millisecond)})
+	var acked []string
+	var mu sync.Mutex
+	prev := open(t, store, 1, "a1", options(nil))
+	total := 0
+	for term := int64(2); term <= 6; term++ {
+		var wg sync.WaitGroup
+		for a := range 4 {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					op := fmt.Sprintf("t%d-a%d-%d", term-1, a, i)
+					if _, err := prev.Writer.Append(ctx, [][]byte{[]byte(op)}); err != nil {
+						if !errors.Is(err, fence.ErrFenced) {
+							t.Errorf("append: %v", err)
 						}
-						mu.Lock()
-						acked = append(acked, op)
-						mu.Unlock()
+						return
 					}
-				})
-			}
-			time.Sleep(time.Duration(2+term%3) * time.Millisecond)
-			var l log
-			next := open(t, store, term, fmt.Sprintf("a%d", term), options(&l))
-			wg.Wait()
-			restored := l.set()
-			mu.Lock()
-			for _, op := range acked {
-				if !restored[op] {
-					t.Fatalf("term %d: acknowledged op %q is not in the restore point", term, op)
+					mu.Lock()
+					acked = append(acked, op)
+					mu.Unlock()
 				}
+			})
+		}
+		time.Sleep(time.Duration(2+term%3) * time.Millisecond)
+		var l log
+		next := open(t, store, term, fmt.Sprintf("a%d", term), options(&l))
+		wg.Wait()
+		restored := l.set()
+		mu.Lock()
+		for _, op := range acked {
+			if !restored[op] {
+				t.Fatalf("term %d: acknowledged op %q is not in the restore point", term, op)
 			}
-			total += len(acked)
-			mu.Unlock()
-			prev = next
 		}
-		if total == 0 {
-			t.Fatal("no op was ever acknowledged: the test checked nothing")
-		}
-	})
+		total += len(acked)
+		mu.Unlock()
+		prev = next
+	}
+	if total == 0 {
+		t.Fatal("no op was ever acknowledged: the test checked nothing")
+	}
 }
