@@ -77,6 +77,34 @@ func TestMinIO(t *testing.T) {
 			t.Fatalf("List token %s, Stat token %s (%v)", page.Items[0].Token, cur.Token, err)
 		}
 	})
+	t.Run("lost-response-is-ambiguous", func(t *testing.T) {
+		// A retry of a conditional PUT whose response was lost would meet
+		// the driver's own write and come back 412.
+		proxy := testservers.NewS3Proxy(t, srv.Endpoint())
+		via := *srv
+		via.Host = strings.TrimPrefix(proxy.URL, "http://")
+		c := open(t, via.MinioURL(fmt.Sprintf("t%d", n.Add(1))))
+		ctx := t.Context()
+		proxy.LoseResponse(1)
+		_, err := c.CreateIfAbsent(ctx, "k", []byte("mine"))
+		if !blobstore.IsAmbiguous(err) || errors.Is(err, blobstore.ErrAlreadyExists) {
+			t.Fatalf("create whose response was lost: %v; want ErrAmbiguous, never ErrAlreadyExists", err)
+		}
+		if got := proxy.Conditional(); got != 1 {
+			t.Errorf("%d conditional PUTs for one create; want exactly 1", got)
+		}
+		obj, err := c.Get(ctx, "k")
+		if err != nil || string(obj.Body) != "mine" {
+			t.Fatalf("after the lost create: %q %v; the write landed and must read back", obj.Body, err)
+		}
+		proxy.Conflict(1)
+		if _, err := c.CompareAndSwap(ctx, "k", obj.Token, []byte("next")); !errors.Is(err, blobstore.ErrConflict) || !blobstore.IsRetryable(err) {
+			t.Fatalf("CAS answered 409: %v; want a retryable ErrConflict", err)
+		}
+		if got := proxy.Conditional(); got != 2 {
+			t.Errorf("%d conditional PUTs after one create and one CAS; want exactly 2", got)
+		}
+	})
 	t.Run("wrong-credentials", func(t *testing.T) {
 		u, _ := url.Parse(srv.MinioURL("p"))
 		u.User = url.UserPassword(srv.AccessKey, "wrong-secret-value")

@@ -4,11 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -100,6 +95,7 @@ func TestMinIO(t *testing.T) {
 		}
 	})
 	t.Run("409-on-the-wire", func(t *testing.T) { testWire409(t, srv) })
+	t.Run("lost-response-is-ambiguous", func(t *testing.T) { testLostResponse(t, srv) })
 	t.Run("409-through-faulty", func(t *testing.T) { testFaulty409(t, newContainer(t)) })
 }
 
@@ -243,43 +239,22 @@ func testNameCollision(t *testing.T, c blobstore.Container) {
 	}
 }
 
-// testWire409 puts a proxy in front of the server that answers the first
-// conditional PUT with S3's real 409 ConditionalRequestConflict response (no
-// local server produces one), so the SDK's own decoding is exercised.
-func testWire409(t *testing.T, srv *testservers.S3Server) {
-	target, err := url.Parse(srv.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	var mu sync.Mutex
-	conflicts, conditional := 1, 0
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		isCond := r.Method == http.MethodPut && (r.Header.Get("If-Match") != "" || r.Header.Get("If-None-Match") != "")
-		mu.Lock()
-		inject := isCond && conflicts > 0
-		if isCond {
-			conditional++
-		}
-		if inject {
-			conflicts--
-		}
-		mu.Unlock()
-		if inject {
-			_, _ = io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "application/xml")
-			w.WriteHeader(http.StatusConflict)
-			_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>ConditionalRequestConflict</Code><Message>A conflicting conditional operation is currently in progress against this resource. Please try again.</Message><Key>k</Key><RequestId>r1</RequestId></Error>`)
-			return
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(front.Close)
-	u := strings.Replace(srv.S3URL("wire409"), url.QueryEscape(srv.Endpoint()), url.QueryEscape(front.URL), 1)
-	c := open(t, u)
-	ctx := t.Context()
+// throughProxy returns a container whose requests pass a disturbing proxy.
+func throughProxy(t *testing.T, srv *testservers.S3Server, prefix string) (blobstore.Container, *testservers.S3Proxy) {
+	proxy := testservers.NewS3Proxy(t, srv.Endpoint())
+	via := *srv
+	via.Host = strings.TrimPrefix(proxy.URL, "http://")
+	return open(t, via.S3URL(prefix)), proxy
+}
 
-	_, err = c.CreateIfAbsent(ctx, "k", []byte("first"))
+// testWire409 answers a conditional PUT with S3's real 409
+// ConditionalRequestConflict response (no local server produces one), so the
+// SDK's own decoding is exercised.
+func testWire409(t *testing.T, srv *testservers.S3Server) {
+	c, proxy := throughProxy(t, srv, "wire409")
+	ctx := t.Context()
+	proxy.Conflict(1)
+	_, err := c.CreateIfAbsent(ctx, "k", []byte("first"))
 	if !errors.Is(err, blobstore.ErrConflict) || !blobstore.IsRetryable(err) || blobstore.IsDefinite(err) || blobstore.IsAmbiguous(err) {
 		t.Fatalf("create answered 409: %v; want a retryable ErrConflict", err)
 	}
@@ -287,11 +262,8 @@ func testWire409(t *testing.T, srv *testservers.S3Server) {
 	if !errors.As(err, &oe) || oe.Op != "CreateIfAbsent" || oe.Key != "k" {
 		t.Errorf("409 error does not name op and key: %v", err)
 	}
-	mu.Lock()
-	sent := conditional
-	mu.Unlock()
-	if sent != 1 {
-		t.Errorf("the 409 was answered %d times: a conditional write must be sent once, never retried by the SDK", sent)
+	if n := proxy.Conditional(); n != 1 {
+		t.Errorf("%d conditional PUTs for one create: a conditional write must be sent once, never retried by the SDK", n)
 	}
 	// The refused create had no effect; the retry succeeds.
 	tok, err := c.CreateIfAbsent(ctx, "k", []byte("first"))
@@ -301,6 +273,39 @@ func testWire409(t *testing.T, srv *testservers.S3Server) {
 	obj, err := c.Get(ctx, "k")
 	if err != nil || string(obj.Body) != "first" || obj.Token != tok {
 		t.Fatalf("after the retried create: %q %s %v", obj.Body, obj.Token, err)
+	}
+	_ = c.Delete(context.WithoutCancel(ctx), "k")
+}
+
+// testLostResponse cuts the connection after the server applied a
+// conditional PUT. A retry would meet the driver's own write and come back
+// 412, a false "someone else won"; the driver must send once and report the
+// outcome as unknown.
+func testLostResponse(t *testing.T, srv *testservers.S3Server) {
+	c, proxy := throughProxy(t, srv, "lost")
+	ctx := t.Context()
+	proxy.LoseResponse(1)
+	_, err := c.CreateIfAbsent(ctx, "k", []byte("mine"))
+	if !blobstore.IsAmbiguous(err) || errors.Is(err, blobstore.ErrAlreadyExists) {
+		t.Fatalf("create whose response was lost: %v; want ErrAmbiguous, never ErrAlreadyExists", err)
+	}
+	if n := proxy.Conditional(); n != 1 {
+		t.Errorf("%d conditional PUTs for one create; want exactly 1", n)
+	}
+	obj, err := c.Get(ctx, "k")
+	if err != nil || string(obj.Body) != "mine" {
+		t.Fatalf("after the lost create: %q %v; the write landed and must read back", obj.Body, err)
+	}
+	proxy.LoseResponse(1)
+	_, err = c.CompareAndSwap(ctx, "k", obj.Token, []byte("mine, next"))
+	if !blobstore.IsAmbiguous(err) || errors.Is(err, blobstore.ErrPreconditionFailed) {
+		t.Fatalf("CAS whose response was lost: %v; want ErrAmbiguous, never ErrPreconditionFailed", err)
+	}
+	if n := proxy.Conditional(); n != 2 {
+		t.Errorf("%d conditional PUTs for one create and one CAS; want exactly 2", n)
+	}
+	if obj, err := c.Get(ctx, "k"); err != nil || string(obj.Body) != "mine, next" {
+		t.Fatalf("after the lost CAS: %q %v; the write landed and must read back", obj.Body, err)
 	}
 	_ = c.Delete(context.WithoutCancel(ctx), "k")
 }
