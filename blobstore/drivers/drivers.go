@@ -3,6 +3,7 @@
 package drivers
 
 import (
+	_ "github.com/shardfence/shardfence/blobstore/azure"
 	_ "github.com/shardfence/shardfence/blobstore/fs"
 	_ "github.com/shardfence/shardfence/blobstore/gcs"
 	_ "github.com/shardfence/shardfence/blobstore/mem"

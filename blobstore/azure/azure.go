@@ -1,0 +1,487 @@
+// Package azure is the Azure Blob Storage driver:
+// azblob://account/container/prefix.
+//
+// The version token is the blob's ETag exactly as the service returns it.
+// Create-if-absent sends If-None-Match: * and compare-and-swap sends
+// If-Match: <token>, each as one Put Blob request. Azure answers 409
+// BlobAlreadyExists (or 412 ConditionNotMet) to a create over an existing
+// blob and 412 ConditionNotMet to a stale If-Match; they become
+// ErrAlreadyExists and ErrPreconditionFailed. Delete honours If-Match too, so
+// the driver advertises ConditionalDelete.
+//
+// Conditional writes and conditional deletes are sent once, with the
+// pipeline's retries turned off for that call. A retried conditional request
+// whose first response was lost would meet its own effect and come back
+// 409/412, reporting a definite failure for a write that took effect. With
+// one attempt, a timeout, a 5xx or a broken connection after the request left
+// is reported as blobstore.ErrAmbiguous, and the caller settles it by reading
+// the key. Reads, listings and unconditional deletes keep the pipeline's
+// retries.
+//
+// Credentials, first match wins (never logged):
+//
+//	AZURE_STORAGE_KEY                  shared key of the URL's account (AZURE_STORAGE_ACCOUNT,
+//	                                   if set, must name the same account)
+//	AZURE_STORAGE_CONNECTION_STRING    a connection string (its endpoint and credential)
+//	AZURE_STORAGE_SAS_TOKEN            a SAS token for the container
+//
+// URL options:
+//
+//	endpoint=URL                 blob service URL, e.g. http://127.0.0.1:10000/devstoreaccount1
+//	                             for Azurite; an IP or localhost endpoint without a path gets
+//	                             the account appended (path-style, as emulators expect)
+//	max_conditional_body=BYTES   refuse conditional writes above this size (default: Azure's
+//	                             single Put Blob limit, 5000 MiB)
+package azure
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+
+	"github.com/shardfence/shardfence/blobstore"
+)
+
+// Scheme is the URL scheme this driver registers.
+const Scheme = "azblob"
+
+// MaxPutBlob is the largest body one Put Blob request takes (service
+// versions 2019-12-12 and later). A conditional write must be one request,
+// so it is also the default MaxConditionalBody.
+const MaxPutBlob = 5000 << 20
+
+// Azure's limits on a blob name, which the container prefix counts towards.
+const (
+	maxBlobNameChars = 1024
+	maxBlobSegments  = 254
+)
+
+func init() {
+	blobstore.Register(Scheme, open)
+}
+
+// Options tune a container beyond what the URL path says.
+type Options struct {
+	// MaxConditionalBody refuses larger conditional writes before sending
+	// them; 0 means MaxPutBlob.
+	MaxConditionalBody int64
+}
+
+// Container is one container and prefix of Azure Blob Storage.
+type Container struct {
+	client  *container.Client
+	account string
+	name    string // container name
+	prefix  string // "" or ending in '/'
+	opts    Options
+}
+
+var _ blobstore.Container = (*Container)(nil)
+
+// New returns a container over an existing container client, for callers
+// that build the client themselves. account only names the store in
+// messages.
+func New(client *container.Client, account, containerName, prefix string, opts Options) (*Container, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: azure.New needs a container client", blobstore.ErrBadURL)
+	}
+	prefix = strings.Trim(prefix, "/")
+	if prefix != "" {
+		if err := blobstore.ValidateKey(prefix); err != nil {
+			return nil, fmt.Errorf("%w azblob://%s/%s/%s: prefix: %v", blobstore.ErrBadURL, account, containerName, prefix, err)
+		}
+		prefix += "/"
+	}
+	switch {
+	case opts.MaxConditionalBody < 0 || opts.MaxConditionalBody > MaxPutBlob:
+		return nil, fmt.Errorf("%w azblob://%s/%s/%s: max conditional body %d is outside 1..%d (one Put Blob)", blobstore.ErrBadURL, account, containerName, prefix, opts.MaxConditionalBody, int64(MaxPutBlob))
+	case opts.MaxConditionalBody == 0:
+		opts.MaxConditionalBody = MaxPutBlob
+	}
+	return &Container{client: client, account: account, name: containerName, prefix: prefix, opts: opts}, nil
+}
+
+// open is the registered opener for azblob:// URLs.
+func open(_ context.Context, u *url.URL) (blobstore.Container, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w %q: %s", blobstore.ErrBadURL, blobstore.RedactURL(u), fmt.Sprintf(format, args...))
+	}
+	if u.User != nil {
+		return nil, bad("credentials do not belong in an azblob:// URL; set AZURE_STORAGE_KEY, AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_SAS_TOKEN")
+	}
+	account := u.Host
+	containerName, prefix, _ := strings.Cut(strings.TrimPrefix(u.Path, "/"), "/")
+	if account == "" || containerName == "" {
+		return nil, bad("want azblob://account/container[/prefix][?endpoint=URL]")
+	}
+	if err := checkContainerName(containerName); err != nil {
+		return nil, bad("%v", err)
+	}
+	var opts Options
+	endpoint := ""
+	for k, vs := range u.Query() {
+		v := vs[len(vs)-1]
+		switch k {
+		case "endpoint":
+			ep, err := url.Parse(v)
+			if err != nil || (ep.Scheme != "http" && ep.Scheme != "https") || ep.Host == "" {
+				return nil, bad("endpoint %q is not an http(s) URL", v)
+			}
+			if strings.Trim(ep.Path, "/") == "" && isLocal(ep.Hostname()) {
+				ep.Path = "/" + account
+			}
+			endpoint = strings.TrimRight(ep.String(), "/")
+		case "max_conditional_body":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 || n > MaxPutBlob {
+				return nil, bad("max_conditional_body=%q is not a byte count in 1..%d", v, int64(MaxPutBlob))
+			}
+			opts.MaxConditionalBody = n
+		default:
+			return nil, bad("unknown option %q (known: endpoint, max_conditional_body)", k)
+		}
+	}
+	if endpoint == "" {
+		endpoint = "https://" + account + ".blob.core.windows.net"
+	}
+	client, err := newClient(account, endpoint, containerName)
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	return New(client, account, containerName, prefix, opts)
+}
+
+// newClient builds the container client from the first credential the
+// environment offers.
+func newClient(account, endpoint, containerName string) (*container.Client, error) {
+	containerURL := endpoint + "/" + containerName
+	if key := os.Getenv("AZURE_STORAGE_KEY"); key != "" {
+		if envAccount := os.Getenv("AZURE_STORAGE_ACCOUNT"); envAccount != "" && envAccount != account {
+			return nil, fmt.Errorf("AZURE_STORAGE_KEY belongs to account %q (AZURE_STORAGE_ACCOUNT) but the URL names account %q", envAccount, account)
+		}
+		cred, err := container.NewSharedKeyCredential(account, key)
+		if err != nil {
+			// The SDK's message would not show the key, but say only what
+			// is wrong to be sure.
+			return nil, errors.New("AZURE_STORAGE_KEY is not a valid base64 account key")
+		}
+		return container.NewClientWithSharedKeyCredential(containerURL, cred, nil)
+	}
+	if cs := os.Getenv("AZURE_STORAGE_CONNECTION_STRING"); cs != "" {
+		c, err := container.NewClientFromConnectionString(cs, containerName, nil)
+		if err != nil {
+			return nil, errors.New("AZURE_STORAGE_CONNECTION_STRING cannot be parsed")
+		}
+		return c, nil
+	}
+	if sas := os.Getenv("AZURE_STORAGE_SAS_TOKEN"); sas != "" {
+		return container.NewClientWithNoCredential(containerURL+"?"+strings.TrimPrefix(sas, "?"), nil)
+	}
+	return nil, errors.New("no Azure credentials: set AZURE_STORAGE_KEY (with the account in the URL), AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_SAS_TOKEN")
+}
+
+func isLocal(host string) bool {
+	return host == "localhost" || net.ParseIP(host) != nil
+}
+
+// checkContainerName applies Azure's container naming rules up front, so a
+// typo is reported as such rather than as an opaque 400 on first use.
+func checkContainerName(name string) error {
+	if len(name) < 3 || len(name) > 63 {
+		return fmt.Errorf("container name %q must be 3 to 63 characters", name)
+	}
+	for i, r := range name {
+		ok := (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || (r == '-' && i > 0 && i < len(name)-1 && name[i-1] != '-')
+		if !ok {
+			return fmt.Errorf("container name %q may hold only lower-case letters, digits and single inner hyphens", name)
+		}
+	}
+	return nil
+}
+
+func (c *Container) String() string {
+	return "azblob://" + c.account + "/" + c.name + "/" + c.prefix
+}
+
+// Capabilities: Azure enforces If-None-Match and If-Match on Put Blob and
+// If-Match on Delete Blob.
+func (c *Container) Capabilities() blobstore.Capabilities {
+	return blobstore.Capabilities{
+		ConditionalCreate:  true,
+		ConditionalUpdate:  true,
+		ConditionalDelete:  true,
+		MaxConditionalBody: c.opts.MaxConditionalBody,
+	}
+}
+
+// Close has nothing to release: the pipeline holds no connections of its
+// own beyond the shared HTTP transport.
+func (c *Container) Close() error { return nil }
+
+// check validates key and returns the full blob name.
+func (c *Container) check(ctx context.Context, op, key string) (string, error) {
+	if err := blobstore.ValidateKey(key); err != nil {
+		return "", c.fail(op, key, err)
+	}
+	name := c.prefix + key
+	if n := utf8.RuneCountInString(name); n > maxBlobNameChars {
+		return "", c.fail(op, key, fmt.Errorf("%w: with the prefix %q the blob name is %d characters, more than the %d Azure allows", blobstore.ErrInvalidKey, c.prefix, n, maxBlobNameChars))
+	}
+	if n := strings.Count(name, "/") + 1; n > maxBlobSegments {
+		return "", c.fail(op, key, fmt.Errorf("%w: with the prefix %q the blob name has %d path segments, more than the %d Azure allows", blobstore.ErrInvalidKey, c.prefix, n, maxBlobSegments))
+	}
+	if err := ctx.Err(); err != nil {
+		return "", c.fail(op, key, err)
+	}
+	return name, nil
+}
+
+func (c *Container) fail(op, key string, err error) error {
+	return blobstore.Wrap(op, c.String(), key, err)
+}
+
+// once marks ctx so the pipeline sends the request a single time.
+func once(ctx context.Context) context.Context {
+	return policy.WithRetryOptions(ctx, policy.RetryOptions{MaxRetries: -1})
+}
+
+func token(etag *azcore.ETag) blobstore.Token {
+	if etag == nil {
+		return ""
+	}
+	return blobstore.Token(*etag)
+}
+
+func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, error) {
+	name, err := c.check(ctx, "Get", key)
+	if err != nil {
+		return blobstore.Object{}, err
+	}
+	resp, err := c.client.NewBlobClient(name).DownloadStream(ctx, nil)
+	if err != nil {
+		return blobstore.Object{}, c.fail("Get", key, mapError("Get", err))
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return blobstore.Object{}, c.fail("Get", key, mapError("Get", err))
+	}
+	if resp.ContentLength != nil && int64(len(body)) != *resp.ContentLength {
+		return blobstore.Object{}, c.fail("Get", key, blobstore.Unavailable(fmt.Errorf("read %d of %d bytes", len(body), *resp.ContentLength)))
+	}
+	return blobstore.Object{Key: key, Body: body, Token: token(resp.ETag)}, nil
+}
+
+func (c *Container) Stat(ctx context.Context, key string) (blobstore.Attrs, error) {
+	name, err := c.check(ctx, "Stat", key)
+	if err != nil {
+		return blobstore.Attrs{}, err
+	}
+	resp, err := c.client.NewBlobClient(name).GetProperties(ctx, nil)
+	if err != nil {
+		return blobstore.Attrs{}, c.fail("Stat", key, mapError("Stat", err))
+	}
+	a := blobstore.Attrs{Key: key, Token: token(resp.ETag)}
+	if resp.ContentLength != nil {
+		a.Size = *resp.ContentLength
+	}
+	return a, nil
+}
+
+func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
+	name, err := c.check(ctx, "Put", key)
+	if err != nil {
+		return "", err
+	}
+	if len(body) > MaxPutBlob {
+		return "", c.fail("Put", key, fmt.Errorf("%w: %d bytes exceed the %d of one Put Blob", blobstore.ErrTooLarge, len(body), int64(MaxPutBlob)))
+	}
+	return c.upload(once(ctx), "Put", key, name, body, nil)
+}
+
+func (c *Container) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
+	const op = "CreateIfAbsent"
+	name, err := c.check(ctx, op, key)
+	if err != nil {
+		return "", err
+	}
+	if err := blobstore.CheckConditionalBody(op, c.String(), key, len(body), c.Capabilities()); err != nil {
+		return "", err
+	}
+	return c.upload(once(ctx), op, key, name, body, &blob.ModifiedAccessConditions{IfNoneMatch: to.Ptr(azcore.ETagAny)})
+}
+
+func (c *Container) CompareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
+	const op = "CompareAndSwap"
+	name, err := c.check(ctx, op, key)
+	if err != nil {
+		return "", err
+	}
+	if err := checkToken(expected); err != nil {
+		return "", c.fail(op, key, err)
+	}
+	if err := blobstore.CheckConditionalBody(op, c.String(), key, len(body), c.Capabilities()); err != nil {
+		return "", err
+	}
+	return c.upload(once(ctx), op, key, name, body, &blob.ModifiedAccessConditions{IfMatch: to.Ptr(azcore.ETag(expected))})
+}
+
+// checkToken refuses a token that could not have come from a read: the empty
+// one, and "*", which If-Match would take as "any version".
+func checkToken(t blobstore.Token) error {
+	if t == "" || strings.TrimSpace(string(t)) == "*" {
+		return fmt.Errorf("%w: token %q names no version", blobstore.ErrPreconditionFailed, string(t))
+	}
+	return nil
+}
+
+// upload sends body as one Put Blob with an MD5 the service checks, so a
+// body damaged on the way is refused rather than stored.
+func (c *Container) upload(ctx context.Context, op, key, name string, body []byte, cond *blob.ModifiedAccessConditions) (blobstore.Token, error) {
+	sum := md5.Sum(body)
+	opts := &blockblob.UploadOptions{
+		TransactionalValidation: blob.TransferValidationTypeMD5(sum[:]),
+		HTTPHeaders:             &blob.HTTPHeaders{BlobContentType: to.Ptr("application/octet-stream")},
+	}
+	if cond != nil {
+		opts.AccessConditions = &blob.AccessConditions{ModifiedAccessConditions: cond}
+	}
+	resp, err := c.client.NewBlockBlobClient(name).Upload(ctx, streaming.NopCloser(bytes.NewReader(body)), opts)
+	if err != nil {
+		return "", c.fail(op, key, mapError(op, err))
+	}
+	return token(resp.ETag), nil
+}
+
+func (c *Container) Delete(ctx context.Context, key string) error {
+	name, err := c.check(ctx, "Delete", key)
+	if err != nil {
+		return err
+	}
+	// Retrying an unconditional delete is harmless: a later attempt that
+	// finds nothing is the success the first would have reported.
+	_, err = c.client.NewBlobClient(name).Delete(ctx, nil)
+	if err != nil && !isCode(err, 404, "BlobNotFound") {
+		return c.fail("Delete", key, mapError("Delete", err))
+	}
+	return nil
+}
+
+func (c *Container) DeleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
+	const op = "DeleteIfMatch"
+	name, err := c.check(ctx, op, key)
+	if err != nil {
+		return err
+	}
+	if err := checkToken(expected); err != nil {
+		return c.fail(op, key, err)
+	}
+	_, err = c.client.NewBlobClient(name).Delete(once(ctx), &blob.DeleteOptions{
+		AccessConditions: &blob.AccessConditions{ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: to.Ptr(azcore.ETag(expected))}},
+	})
+	if err != nil {
+		return c.fail(op, key, mapError(op, err))
+	}
+	return nil
+}
+
+func (c *Container) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
+	if err := blobstore.ValidatePrefix(prefix); err != nil {
+		return blobstore.ListPage{}, c.fail("List", prefix, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return blobstore.ListPage{}, c.fail("List", prefix, err)
+	}
+	if limit <= 0 || limit > blobstore.DefaultListLimit {
+		limit = blobstore.DefaultListLimit
+	}
+	full := c.prefix + prefix
+	// Two more than the page: startAfter itself (startFrom is inclusive)
+	// and one beyond the page, so More is exact.
+	opts := &container.ListBlobsFlatOptions{Prefix: to.Ptr(full), MaxResults: to.Ptr(int32(limit + 2))}
+	after := ""
+	if startAfter != "" {
+		after = c.prefix + startAfter
+		// startFrom is a hint in the service's order: a service that
+		// ignores it lists from the prefix, and take below skips what is
+		// not strictly after startAfter either way.
+		if from := lowerBoundUTF16(after); from > full {
+			opts.StartFrom = to.Ptr(from)
+		}
+	}
+	var page blobstore.ListPage
+	// take adds items in byte order and reports whether the page is full.
+	take := func(items []blobstore.Attrs) bool {
+		for _, a := range items {
+			if a.Key <= after {
+				continue
+			}
+			if len(page.Items) == limit {
+				page.More = true
+				return true
+			}
+			page.Items = append(page.Items, a)
+		}
+		return false
+	}
+	order := byteOrder[blobstore.Attrs]{name: func(a blobstore.Attrs) string { return a.Key }}
+	pager := c.client.NewListBlobsFlatPager(opts)
+	for pager.More() {
+		resp, err := pager.NextPage(ctx)
+		if err != nil {
+			return blobstore.ListPage{}, c.fail("List", prefix, mapError("List", err))
+		}
+		for _, it := range resp.Segment.BlobItems {
+			if it.Name == nil || !strings.HasPrefix(*it.Name, full) {
+				continue
+			}
+			a := blobstore.Attrs{Key: *it.Name}
+			if it.Properties != nil {
+				a.Token = listToken(it.Properties.ETag)
+				if it.Properties.ContentLength != nil {
+					a.Size = *it.Properties.ContentLength
+				}
+			}
+			if take(order.push(a)) {
+				return c.relative(page), nil
+			}
+		}
+	}
+	take(order.flush())
+	return c.relative(page), nil
+}
+
+// relative strips the container prefix from listed names.
+func (c *Container) relative(p blobstore.ListPage) blobstore.ListPage {
+	for i := range p.Items {
+		p.Items[i].Key = p.Items[i].Key[len(c.prefix):]
+	}
+	return p
+}
+
+// listToken gives a listed ETag the form Get and Put return: listings carry
+// it without the quotes the response headers have.
+func listToken(etag *azcore.ETag) blobstore.Token {
+	t := token(etag)
+	if t != "" && !strings.HasPrefix(string(t), `"`) && !strings.HasPrefix(string(t), "W/") {
+		t = `"` + t + `"`
+	}
+	return t
+}

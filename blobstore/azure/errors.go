@@ -1,0 +1,125 @@
+package azure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+
+	"github.com/shardfence/shardfence/blobstore"
+)
+
+// serviceError is a one-line form of the service's answer. The SDK's own
+// message is a multi-line dump of the whole response; the original stays
+// reachable with errors.As.
+type serviceError struct {
+	status int
+	code   string
+	err    *azcore.ResponseError
+}
+
+func (e *serviceError) Error() string {
+	if e.code == "" {
+		return fmt.Sprintf("Azure answered HTTP %d", e.status)
+	}
+	return fmt.Sprintf("Azure answered HTTP %d %s", e.status, e.code)
+}
+
+func (e *serviceError) Unwrap() error { return e.err }
+
+// mutates reports whether op can change the store, so that a failure after
+// the request left must be reported as ambiguous rather than as a clean miss.
+func mutates(op string) bool {
+	switch op {
+	case "Put", "CreateIfAbsent", "CompareAndSwap", "Delete", "DeleteIfMatch":
+		return true
+	}
+	return false
+}
+
+func isCode(err error, status int, code string) bool {
+	var re *azcore.ResponseError
+	return errors.As(err, &re) && re.StatusCode == status && re.ErrorCode == code
+}
+
+// mapError turns an error of the Azure SDK for op into the blobstore
+// vocabulary.
+func mapError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var re *azcore.ResponseError
+	if errors.As(err, &re) {
+		return mapStatus(op, re.StatusCode, re.ErrorCode, &serviceError{status: re.StatusCode, code: re.ErrorCode, err: re})
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if mutates(op) {
+			// The request may have reached the store before the caller
+			// gave up on it.
+			return blobstore.Ambiguous(err)
+		}
+		return err
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return blobstore.Unavailable(err)
+	}
+	if mutates(op) {
+		// A reset connection, a truncated response, or an error this
+		// driver does not recognise leaves the write's outcome open.
+		return blobstore.Ambiguous(err)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return blobstore.Unavailable(err)
+	}
+	return err
+}
+
+func mapStatus(op string, status int, code string, err error) error {
+	switch {
+	case code == "ContainerNotFound":
+		return fmt.Errorf("container does not exist; create it or fix the store URL: %w", err)
+	case status == http.StatusConflict && code == "BlobAlreadyExists",
+		status == http.StatusPreconditionFailed && code == "ConditionNotMet" && op == "CreateIfAbsent":
+		if op == "CreateIfAbsent" {
+			return fmt.Errorf("%w: %w", blobstore.ErrAlreadyExists, err)
+		}
+		return fmt.Errorf("unexpected answer to %s: %w", op, err)
+	case status == http.StatusPreconditionFailed && code == "ConditionNotMet":
+		return fmt.Errorf("%w: %w", blobstore.ErrPreconditionFailed, err)
+	case status == http.StatusPreconditionFailed || status == http.StatusConflict:
+		// Other refusals (a lease on the blob, an archived blob, ...) are
+		// definite but say nothing about the token; reporting them as a
+		// precondition failure would send a fencing caller after a
+		// version change that never happened.
+		return fmt.Errorf("the store refused the request for a reason other than its condition (is the blob leased or archived?): %w", err)
+	case status == http.StatusNotFound:
+		switch op {
+		case "CompareAndSwap", "DeleteIfMatch":
+			return fmt.Errorf("%w: no object at the key: %w", blobstore.ErrPreconditionFailed, err)
+		}
+		return fmt.Errorf("%w: %w", blobstore.ErrNotFound, err)
+	case status == http.StatusRequestEntityTooLarge:
+		return fmt.Errorf("%w: %w", blobstore.ErrTooLarge, err)
+	case status == http.StatusBadRequest && (code == "InvalidResourceName" || code == "InvalidUri"):
+		return fmt.Errorf("%w: the store refused the blob name: %w", blobstore.ErrInvalidKey, err)
+	case status == http.StatusForbidden || status == http.StatusUnauthorized:
+		return fmt.Errorf("access denied; check the account key, connection string or SAS token and its permissions: %w", err)
+	case status == http.StatusTooManyRequests:
+		return blobstore.Unavailable(err)
+	case status == http.StatusRequestTimeout || status >= 500:
+		// 503 ServerBusy is documented as "not processed", but a write
+		// treats every 5xx as possibly applied: the cost of being wrong
+		// the other way is a lost acknowledged write.
+		if mutates(op) {
+			return blobstore.Ambiguous(err)
+		}
+		return blobstore.Unavailable(err)
+	}
+	return err
+}
