@@ -245,9 +245,9 @@ func TestOpenURLErrors(t *testing.T) {
 func TestCredentialsFromEnvironment(t *testing.T) {
 	raw := "azblob://acct/container/p?" + url.Values{"endpoint": {"http://127.0.0.1:1"}}.Encode()
 	for _, tc := range []struct {
-		name                   string
+		name                    string
 		account, key, conn, sas string
-		wantErr                string
+		wantErr                 string
 	}{
 		{name: "none", wantErr: "no Azure credentials"},
 		{name: "key for another account", account: "other", key: testservers.AzuriteKey, wantErr: `belongs to account "other"`},
