@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +32,18 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Float64Var(&cfg.EvictionRatio, "eviction-ratio", 0.05, "how far below the high watermark one eviction pass frees, as a fraction of capacity")
 	fs.BoolVar(&cfg.AllowEvictSoftPinned, "allow-evict-soft-pinned", false, "let memory pressure evict soft-pinned objects (allow_evict_soft_pinned_objects)")
 	fs.IntVar(&cfg.Shards, "shards", 1024, "metadata shards, each with its own lock")
+	fs.Func("tenant-quota", "cap a tenant's memory bytes, as TENANT=BYTES (repeatable)", func(v string) error {
+		name, n, ok := strings.Cut(v, "=")
+		bytes, err := strconv.ParseUint(n, 10, 64)
+		if !ok || err != nil || bytes == 0 {
+			return fmt.Errorf("want TENANT=BYTES with BYTES > 0, got %q", v)
+		}
+		if cfg.TenantQuotas == nil {
+			cfg.TenantQuotas = map[string]uint64{}
+		}
+		cfg.TenantQuotas[name] = bytes
+		return nil
+	})
 	evictEvery := fs.Duration("eviction-interval", 100*time.Millisecond, "how often to check the high watermark")
 	if err := fs.Parse(args); err != nil {
 		return err

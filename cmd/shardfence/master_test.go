@@ -37,7 +37,7 @@ func TestMasterCommandServes(t *testing.T) {
 	var out, errOut syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- runMaster(ctx, []string{"--listen", "127.0.0.1:0", "--lease-ttl", "3s"}, &out, &errOut)
+		done <- runMaster(ctx, []string{"--listen", "127.0.0.1:0", "--lease-ttl", "3s", "--tenant-quota", "small=100"}, &out, &errOut)
 	}()
 	re := regexp.MustCompile(`listening on (\S+)`)
 	var addr string
@@ -62,6 +62,10 @@ func TestMasterCommandServes(t *testing.T) {
 	if _, ttl, err := c.GetReplicaList(ctx, "t", "k"); err != nil || ttl != 3*time.Second {
 		t.Fatalf("GetReplicaList: ttl %v, %v", ttl, err)
 	}
+	_, err := c.PutStart(ctx, master.PutRequest{Client: "c1", Tenant: "small", Key: "k", Size: 101})
+	if !errors.Is(err, master.ErrQuotaExceeded) {
+		t.Fatalf("put over the configured tenant quota: %v", err)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("master exited with %v", err)
@@ -73,5 +77,8 @@ func TestMasterCommandRejectsBadFlags(t *testing.T) {
 	err := runMaster(context.Background(), []string{"--high-watermark", "3"}, &out, &errOut)
 	if !errors.Is(err, errUsage) {
 		t.Fatalf("bad watermark: %v", err)
+	}
+	if err := runMaster(context.Background(), []string{"--tenant-quota", "t=lots"}, &out, &errOut); err == nil {
+		t.Fatal("a quota that is not a byte count was accepted")
 	}
 }
