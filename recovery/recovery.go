@@ -174,7 +174,7 @@ func Open(ctx context.Context, store blobstore.Container, shard string, term int
 		// to read them from, and no checkpoint covers them.
 		return fail("Replay", fmt.Errorf("%w: generations %d..%d lie below the oldest seal marker still stored and no lineage checkpoint covers them (%d refused)", seal.ErrLineageTruncated, base+1, lin.Base(), len(sh.Refused)))
 	}
-	sh.Replay, next, err = replay(ctx, store, shard, lin, base+1, restore.Gen, next, opts)
+	sh.Replay, next, err = replay(ctx, store, shard, lin, restore.Term, res.MDs, base+1, restore.Gen, next, opts)
 	if err != nil {
 		return fail("Replay", err)
 	}

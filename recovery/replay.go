@@ -22,7 +22,10 @@ type fetched struct {
 // numbers must run on without gaps from next: a break means an md of
 // another history. The first error stops the replay; a corrupt md is never
 // skipped.
-func replay(ctx context.Context, store blobstore.Container, shard string, lin seal.Lineage, from, to, next int64, opts Options) (Replay, int64, error) {
+//
+// cached holds md of term cachedTerm the seal already read: inline ones are
+// replayed from it without another request.
+func replay(ctx context.Context, store blobstore.Container, shard string, lin seal.Lineage, cachedTerm int64, cached map[int64]translog.MD, from, to, next int64, opts Options) (Replay, int64, error) {
 	rep := Replay{From: from, To: to}
 	if to < from {
 		return rep, next, nil
@@ -51,7 +54,7 @@ func replay(ctx context.Context, store blobstore.Container, shard string, lin se
 				return
 			}
 			wg.Go(func() {
-				slots[i] <- fetch(ctx, r, lin, from+i, opts)
+				slots[i] <- fetch(ctx, r, shard, lin, cachedTerm, cached, from+i, opts)
 			})
 		}
 	})
@@ -85,18 +88,23 @@ func replay(ctx context.Context, store blobstore.Container, shard string, lin se
 	return rep, next, nil
 }
 
-func fetch(ctx context.Context, r *translog.Reader, lin seal.Lineage, gen int64, opts Options) fetched {
+func fetch(ctx context.Context, r *translog.Reader, shard string, lin seal.Lineage, cachedTerm int64, cached map[int64]translog.MD, gen int64, opts Options) fetched {
 	term, ok := lin.TermOf(gen)
 	if !ok {
 		return fetched{err: fmt.Errorf("%w: no term on the lineage holds generation %d", seal.ErrLineageTruncated, gen)}
 	}
 	var b translog.Batch
-	err := fence.Retry(ctx, opts.Clock, opts.Backoff, func(ctx context.Context) error {
+	if md, ok := cached[gen]; ok && term == cachedTerm && md.Kind == translog.KindSync && md.Inline {
+		ops, err := translog.DecodeOps(md.Payload, md.OpCount)
+		if err != nil {
+			return fetched{err: &fence.BodyError{Shard: shard, Key: translog.MDKey(term, gen), Err: fence.ErrCorruptBody, Detail: err.Error()}}
+		}
+		b = translog.Batch{Term: term, Gen: gen, FirstSeqNo: md.FirstSeqNo, Ops: ops}
+	} else if err := fence.Retry(ctx, opts.Clock, opts.Backoff, func(ctx context.Context) error {
 		var err error
 		b, err = r.ReadBatch(ctx, term, gen)
 		return err
-	})
-	if err != nil {
+	}); err != nil {
 		return fetched{err: err}
 	}
 	var size int64

@@ -24,6 +24,9 @@ type Result struct {
 	// lineage), "found" (another successor had cut it there), "" for a
 	// new shard or a reused marker.
 	Found string
+	// MDs are the lineage term's md read by the walk, by generation, so
+	// the replay need not read them again.
+	MDs map[int64]translog.MD
 }
 
 // Restore is the restore point the term opens at.
@@ -51,46 +54,75 @@ func Seal(ctx context.Context, store blobstore.Container, chain *fence.Chain, op
 		return fail(Dir, err)
 	}
 	var terms []int64
+	top := int64(0)
 	for _, it := range items {
 		if t, ok := ParseMarkerKey(it.Key); ok {
 			if t > term {
 				return nil, chain.Fence(t, fmt.Sprintf("stale term: term %d already sealed the shard (marker %q)", t, it.Key))
 			}
 			terms = append(terms, t)
+			if t < term {
+				top = max(top, t)
+			}
 		}
 	}
-	markers, err := s.readMarkers(ctx, terms)
+	// The markers, the lineage term's md and its checkpoints are read
+	// together: the LIST names the lineage term, the marker only where its
+	// history begins.
+	var markers map[int64]Marker
+	var gens []int64
+	var ckpts []blobstore.Attrs
+	err = parallel(ctx, 3, 3, func(ctx context.Context, i int) error {
+		var err error
+		switch {
+		case i == 0:
+			markers, err = s.readMarkers(ctx, terms)
+		case top == 0:
+		case i == 1:
+			err = s.retry(ctx, func(ctx context.Context) error {
+				var err error
+				gens, err = translog.NewReader(s.store, s.shard).Gens(ctx, top)
+				return err
+			})
+		default:
+			ckpts, err = s.list(ctx, ManifestPrefix+fence.Inv(top)+"__")
+		}
+		return err
+	})
 	if err != nil {
 		return fail(Dir, err)
 	}
 	if own, ok := markers[term]; ok {
 		return s.reopen(ctx, chain, own, markers)
 	}
-	top := int64(0)
-	for t := range markers {
-		top = max(top, t)
-	}
 	want := Marker{Shard: s.shard, Term: term, Allocation: chain.Allocation()}
-	found := ""
-	var lin Lineage
+	res := &Result{}
+	lin := Lineage{Complete: true}
 	if top > 0 {
-		prev := markers[top]
-		cut, poisoned, how, err := s.cut(ctx, top, prev.Restore.Gen, term)
+		prev, ok := markers[top]
+		if !ok {
+			return fail(MarkerKey(top), blobstore.Unavailable(errors.New("the newest seal marker vanished between LIST and GET")))
+		}
+		from := prev.Restore.Gen
+		for _, it := range ckpts {
+			if t, g, ok := ParseManifestKey(it.Key); ok && t == top {
+				from = max(from, g)
+			}
+		}
+		c, err := s.cut(ctx, top, from, term, gens)
 		if err != nil {
 			return fail(translog.MDTermPrefix(top), err)
 		}
-		found = how
-		want.Restore = RestorePoint{Term: top, Gen: cut, MDKey: prev.Restore.MDKey}
-		if cut > prev.Restore.Gen {
-			want.Restore.MDKey = translog.MDKey(top, cut)
+		res.Found, res.MDs = c.how, c.mds
+		want.Restore = RestorePoint{Term: top, Gen: c.cut, MDKey: prev.Restore.MDKey}
+		if c.cut > prev.Restore.Gen {
+			want.Restore.MDKey = translog.MDKey(top, c.cut)
 		}
-		want.Poisoned, want.Prev = poisoned, MarkerKey(top)
+		want.Poisoned, want.Prev = c.poisoned, MarkerKey(top)
 		chainMs, complete := ChainFrom(markers, top)
-		if lin, err = LineageOf(s.shard, chainMs, complete, cut); err != nil {
+		if lin, err = LineageOf(s.shard, chainMs, complete, c.cut); err != nil {
 			return fail(MarkerKey(top), err)
 		}
-	} else {
-		lin = Lineage{Complete: true}
 	}
 	stored, err := s.writeMarker(ctx, chain, want)
 	if err != nil {
@@ -102,7 +134,8 @@ func Seal(ctx context.Context, store blobstore.Container, chain *fence.Chain, op
 		markers[term] = stored
 		return s.reopen(ctx, chain, stored, markers)
 	}
-	return &Result{Marker: stored, Lineage: lin, Found: found}, nil
+	res.Marker, res.Lineage = stored, lin
+	return res, nil
 }
 
 // readMarkers GETs the markers of terms in parallel. A marker listed but
@@ -134,94 +167,105 @@ func (s io) readMarkers(ctx context.Context, terms []int64) (map[int64]Marker, e
 	return markers, nil
 }
 
+type cutResult struct {
+	cut      int64
+	poisoned string
+	how      string
+	mds      map[int64]translog.MD
+}
+
 // cut finds where lineage term tl ends for successor term: the md after
-// from are read in order; the first missing generation is poisoned, a real
-// md found there is included and the next one tried, and a poison (ours
-// from a lost response, or another successor's) ends the walk.
+// from (gens lists tl's md) are read, the first missing generation is
+// poisoned, a real md found there is included and the next one tried, and
+// a poison (ours from a lost response, or another successor's) ends the
+// walk. The first poison is sent while the prefix is read: if the prefix
+// holds another successor's poison, the cut is there and our poison
+// further up is one more never-acknowledged md past it.
 //
-// GC deletes translog at or below a complete checkpoint, so the walk starts
-// at the newest checkpoint of tl when it is past from: a checkpoint is
+// GC deletes translog at or below a complete checkpoint, so from is the
+// newest checkpoint of tl when it is past tl's restore gen: a checkpoint is
 // published only for acknowledged generations, which every successor's
 // restore point holds, so nothing at or below it can be a gap.
-func (s io) cut(ctx context.Context, tl, from, term int64) (cut int64, poisoned, how string, err error) {
-	var gens []int64
-	var ckpts []blobstore.Attrs
-	err = parallel(ctx, 2, 2, func(ctx context.Context, i int) error {
-		var err error
-		if i == 0 {
-			err = s.retry(ctx, func(ctx context.Context) error {
-				var err error
-				gens, err = translog.NewReader(s.store, s.shard).Gens(ctx, tl)
-				return err
-			})
-		} else {
-			ckpts, err = s.list(ctx, ManifestPrefix+fence.Inv(tl)+"__")
-		}
-		return err
-	})
-	if err != nil {
-		return 0, "", "", err
-	}
-	for _, it := range ckpts {
-		if t, g, ok := ParseManifestKey(it.Key); ok && t == tl {
-			from = max(from, g)
-		}
-	}
+func (s io) cut(ctx context.Context, tl, from, term int64, gens []int64) (cutResult, error) {
 	k := ContiguousAfter(gens, from)
-	mds := make([]translog.MD, k-from)
-	err = parallel(ctx, s.opts.Parallelism, len(mds), func(ctx context.Context, i int) error {
+	res := cutResult{mds: make(map[int64]translog.MD, k-from+1)}
+	prefix := make([]translog.MD, k-from)
+	var created, settled bool
+	var first translog.MD
+	err := parallel(ctx, s.opts.Parallelism, len(prefix)+1, func(ctx context.Context, i int) error {
+		if i == len(prefix) {
+			var err error
+			created, settled, first, err = s.poison(ctx, tl, k+1, term)
+			return err
+		}
 		md, err := s.readMD(ctx, tl, from+1+int64(i))
-		mds[i] = md
+		prefix[i] = md
 		return err
 	})
 	if err != nil {
-		return 0, "", "", err
+		return cutResult{}, err
 	}
-	for _, md := range mds {
+	for _, md := range prefix {
 		if md.Kind == translog.KindPoison {
-			return md.Gen - 1, translog.MDKey(tl, md.Gen), "found", nil
+			res.cut, res.poisoned, res.how = md.Gen-1, translog.MDKey(tl, md.Gen), "found"
+			return res, nil
 		}
+		res.mds[md.Gen] = md
 	}
 	m := k
 	for {
-		key := translog.MDKey(tl, m+1)
-		body, err := translog.EncodePoison(s.shard, tl, m+1, term)
-		if err != nil {
-			return 0, "", "", err
-		}
-		var created bool
-		err = s.retry(ctx, func(ctx context.Context) error {
-			_, err := s.store.CreateIfAbsent(ctx, key, body)
-			if err == nil {
-				created = true
-				return nil
+		switch {
+		case created:
+			res.cut, res.poisoned, res.how = m, translog.MDKey(tl, m+1), "created"
+			return res, nil
+		case settled && first.Kind == translog.KindPoison:
+			res.cut, res.poisoned, res.how = m, translog.MDKey(tl, m+1), "found"
+			if first.SealedBy == term {
+				res.how = "created"
 			}
-			if errors.Is(err, blobstore.ErrAlreadyExists) || blobstore.IsAmbiguous(err) {
-				return nil // settled by reading below
-			}
-			return err
-		})
-		if err != nil {
-			return 0, "", "", err
+			return res, nil
+		case settled:
+			// The lineage term's md landed first: it is on the lineage.
+			m++
+			res.mds[m] = first
 		}
-		if created {
-			return m, key, "created", nil
+		if created, settled, first, err = s.poison(ctx, tl, m+1, term); err != nil {
+			return cutResult{}, err
 		}
-		md, err := s.readMD(ctx, tl, m+1)
-		if errors.Is(err, translog.ErrMissingGen) {
-			continue // the create did not land: send it again
-		}
-		if err != nil {
-			return 0, "", "", err
-		}
-		if md.Kind == translog.KindPoison {
-			if md.SealedBy == term {
-				return m, key, "created", nil
-			}
-			return m, key, "found", nil
-		}
-		m++ // the lineage term's md landed first: it is on the lineage
 	}
+}
+
+// poison creates the poison of (tl, gen). created: it landed now;
+// otherwise settled with the md found there, or neither when a create with
+// an unknown outcome did not land (send again).
+func (s io) poison(ctx context.Context, tl, gen, term int64) (created, settled bool, found translog.MD, err error) {
+	key := translog.MDKey(tl, gen)
+	body, err := translog.EncodePoison(s.shard, tl, gen, term)
+	if err != nil {
+		return false, false, translog.MD{}, err
+	}
+	err = s.retry(ctx, func(ctx context.Context) error {
+		_, err := s.store.CreateIfAbsent(ctx, key, body)
+		if err == nil {
+			created = true
+			return nil
+		}
+		if errors.Is(err, blobstore.ErrAlreadyExists) || blobstore.IsAmbiguous(err) {
+			return nil // settled by reading below
+		}
+		return err
+	})
+	if err != nil || created {
+		return created, false, translog.MD{}, err
+	}
+	md, err := s.readMD(ctx, tl, gen)
+	if errors.Is(err, translog.ErrMissingGen) {
+		return false, false, translog.MD{}, nil
+	}
+	if err != nil {
+		return false, false, translog.MD{}, err
+	}
+	return false, true, md, nil
 }
 
 // readMD reads and decodes one md, retrying store trouble.
