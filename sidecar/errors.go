@@ -10,6 +10,7 @@ import (
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -68,6 +69,11 @@ var reasons = []struct {
 }{
 	{"fenced", fence.ErrFenced, connect.CodeFailedPrecondition},
 	{"handed_off", fence.ErrHandedOff, connect.CodeFailedPrecondition},
+	{"term_already_open", seal.ErrTermAlreadyOpen, connect.CodeFailedPrecondition},
+	{"superseded", seal.ErrSuperseded, connect.CodeFailedPrecondition},
+	{"lineage_truncated", seal.ErrLineageTruncated, connect.CodeFailedPrecondition},
+	{"no_checkpoint", seal.ErrNoCheckpoint, connect.CodeFailedPrecondition},
+	{"not_fresh", seal.ErrNotFresh, connect.CodeUnavailable},
 	{"wrong_term", ErrWrongTerm, connect.CodeFailedPrecondition},
 	{"preconditions_not_enforced", blobstore.ErrPreconditionsNotEnforced, connect.CodeFailedPrecondition},
 	{"unfenced_refused", ErrUnfencedRefused, connect.CodeFailedPrecondition},

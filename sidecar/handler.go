@@ -233,8 +233,17 @@ func (sv *service) unwired(method, shard, what string) error {
 	return sv.fail(method, shard, opErr(method, shard, fmt.Errorf("%w: %s", ErrNotAvailable, what), "use a build with the relocation and seal packages"))
 }
 
-func (sv *service) PublishCheckpoint(_ context.Context, req *connect.Request[sidecarv1.PublishCheckpointRequest]) (*connect.Response[sidecarv1.PublishCheckpointResponse], error) {
-	return nil, sv.unwired("PublishCheckpoint", req.Msg.GetShard(), "checkpoints need the checkpoint package")
+func (sv *service) PublishCheckpoint(ctx context.Context, req *connect.Request[sidecarv1.PublishCheckpointRequest]) (*connect.Response[sidecarv1.PublishCheckpointResponse], error) {
+	m := req.Msg
+	files := make([]FileChunk, len(m.GetFiles()))
+	for i, f := range m.GetFiles() {
+		files[i] = FileChunk{Name: f.GetName(), Offset: f.GetOffset(), Data: f.GetData(), Last: f.GetLast()}
+	}
+	key, err := sv.s.PublishCheckpoint(ctx, m.GetShard(), m.GetGen(), files)
+	if err != nil {
+		return nil, sv.fail("PublishCheckpoint", m.GetShard(), err)
+	}
+	return connect.NewResponse(&sidecarv1.PublishCheckpointResponse{Key: key}), nil
 }
 
 func (sv *service) StartHandoff(_ context.Context, req *connect.Request[sidecarv1.StartHandoffRequest]) (*connect.Response[sidecarv1.StartHandoffResponse], error) {
@@ -249,8 +258,21 @@ func (sv *service) AbortHandoff(_ context.Context, _ *connect.Request[sidecarv1.
 	return nil, sv.unwired("AbortHandoff", "", "handoff needs the relocation package")
 }
 
-func (sv *service) GC(_ context.Context, req *connect.Request[sidecarv1.GCRequest]) (*connect.Response[sidecarv1.GCResponse], error) {
-	return nil, sv.unwired("GC", req.Msg.GetShard(), "GC needs the seal package's lineage and orphan rules")
+func (sv *service) GC(ctx context.Context, req *connect.Request[sidecarv1.GCRequest]) (*connect.Response[sidecarv1.GCResponse], error) {
+	res, err := sv.s.GC(ctx, req.Msg.GetShard(), req.Msg.GetDryRun())
+	if err != nil {
+		return nil, sv.fail("GC", req.Msg.GetShard(), err)
+	}
+	out := &sidecarv1.GCResponse{}
+	if req.Msg.GetDryRun() {
+		for _, o := range res.Planned {
+			out.Deleted = append(out.Deleted, o.Key+" ("+o.Reason+")")
+		}
+	} else {
+		out.Deleted = res.Deleted
+		out.Kept = int64(len(res.Planned) - len(res.Deleted))
+	}
+	return connect.NewResponse(out), nil
 }
 
 // BearerToken is a client interceptor that sends token as the bearer

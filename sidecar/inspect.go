@@ -3,10 +3,12 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"math"
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -68,5 +70,56 @@ func Inspect(ctx context.Context, root blobstore.Container, shard string) (*side
 		cur.FirstGen = gen
 		cur.Count++
 	}
+	rep, err := seal.Inspect(ctx, store, shard, seal.Options{})
+	if err != nil {
+		return nil, opErr(op, shard, err, "check that the store is reachable")
+	}
+	out.Lines = append(out.Lines, reportLines(rep)...)
 	return out, nil
+}
+
+// reportLines is the seal chain, lineage, checkpoints and what GC would
+// delete, one fact per line.
+func reportLines(rep *seal.Report) []string {
+	var l []string
+	add := func(format string, args ...any) { l = append(l, fmt.Sprintf(format, args...)) }
+	if len(rep.Markers) == 0 {
+		add("seal markers: none (no term has opened yet)")
+	}
+	for _, m := range rep.Markers {
+		add("seal marker of term %d (allocation %s): restores term %d gen %d", m.Term, m.Allocation, m.Restore.Term, m.Restore.Gen)
+	}
+	for _, r := range rep.Lineage.Ranges {
+		to := fmt.Sprint(r.To)
+		if r.To == math.MaxInt64 {
+			to = "open"
+		}
+		add("lineage: term %d gens %d..%s", r.Term, r.From, to)
+	}
+	if len(rep.Markers) > 0 && !rep.Lineage.Complete {
+		add("lineage: the oldest markers were collected; history below gen %d lives in checkpoints", rep.Lineage.Base()+1)
+	}
+	for _, c := range rep.Checkpoints {
+		note := ""
+		if !c.OnLineage {
+			note = " (off the lineage: never used)"
+		}
+		if c.Err != "" {
+			note += " error: " + c.Err
+		}
+		add("checkpoint term %d gen %d: %d files, %d bytes%s", c.Term, c.Gen, c.Files, c.Bytes, note)
+	}
+	for _, p := range rep.Poisons {
+		add("poison %s: generation %d of term %d sealed by term %d", p.Key, p.Gen, p.Term, p.Sealed)
+	}
+	for _, o := range rep.Orphans {
+		add("orphan %s: %s", o.Key, o.Reason)
+	}
+	for _, o := range rep.GC {
+		add("gc would delete %s: %s", o.Key, o.Reason)
+	}
+	for _, o := range rep.Problems {
+		add("problem %s: %s", o.Key, o.Reason)
+	}
+	return l
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/metered"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -70,6 +71,9 @@ type Server struct {
 	metrics *Metrics
 	// probeErr is why the store cannot take fenced writes (nil: it can).
 	probeErr error
+	// clock stamps ownership proofs; GC and checkpoints read it too, so
+	// their freshness checks compare times of one steady clock.
+	clock fence.Clock
 
 	mu       sync.Mutex
 	shards   map[string]*shard
@@ -101,7 +105,7 @@ func newServer(ctx context.Context, store blobstore.Container, opts Options, op 
 	if opts.StoreLabel == "" {
 		opts.StoreLabel = "shards"
 	}
-	s := &Server{opts: opts, opener: op, log: opts.Logger, shards: map[string]*shard{}}
+	s := &Server{opts: opts, opener: op, log: opts.Logger, shards: map[string]*shard{}, clock: fence.SystemClock()}
 	if opts.Registerer != nil {
 		m := metered.New(store, opts.StoreLabel)
 		opts.Registerer.MustRegister(m)
@@ -195,7 +199,14 @@ type shard struct {
 	nextSeq  int64 // sequence number after the last acknowledged op
 	casSeq   int64 // fence record seq seen at the last acknowledgement
 	lastCAS  time.Time
-	fenceErr error
+	// proof is a steady time no later than when the last successful fence
+	// CAS was sent: the start of the Append whose ack first saw it.
+	proof seal.Proof
+	// checkpoints are (gen, next seq) of checkpoints published here: a
+	// Read from at or after one starts after its generation, which GC may
+	// have collected below.
+	checkpoints [][2]int64
+	fenceErr    error
 }
 
 // ShardStatus is what Status reports of a shard.
@@ -255,7 +266,7 @@ func (sh *shard) status() ShardStatus {
 
 // acked records an acknowledgement: acks come in generation order, so the
 // highest acked generation says every lower one of the term is durable.
-func (sh *shard) acked(ack translog.Ack) {
+func (sh *shard) acked(ack translog.Ack, sentBy int64) {
 	var seq int64
 	if sh.chain != nil {
 		seq = sh.chain.State().Record.Seq
@@ -267,6 +278,9 @@ func (sh *shard) acked(ack translog.Ack) {
 	if seq > sh.casSeq || sh.lastCAS.IsZero() {
 		sh.casSeq = seq
 		sh.lastCAS = time.Now()
+		if seq > 0 && (!sh.proof.Valid || sentBy > sh.proof.At) {
+			sh.proof = seal.Proof{At: sentBy, Valid: true}
+		}
 	}
 }
 
@@ -486,14 +500,14 @@ func (s *Server) append(ctx context.Context, name string, ops [][]byte, expected
 	if err := s.Ready(); err != nil {
 		return translog.Ack{}, opErr(op, name, err, "nothing was written; append on the shard's next primary")
 	}
-	start := time.Now()
+	start, sent := time.Now(), s.clock.Now()
 	ack, err := sh.w.Append(ctx, ops)
 	if err != nil {
 		s.noteFailure(sh, err)
 		return translog.Ack{}, opErr(op, name, err, hintFor(err))
 	}
 	s.metrics.ackLatency.Observe(time.Since(start).Seconds())
-	sh.acked(ack)
+	sh.acked(ack, sent)
 	return ack, nil
 }
 
@@ -526,6 +540,12 @@ func (s *Server) Read(ctx context.Context, name string, fromSeq, maxOps int64, f
 	}
 	sh.mu.Lock()
 	upTo := sh.ackedGen
+	first := sh.startGen
+	for _, c := range sh.checkpoints {
+		if c[1] <= fromSeq {
+			first = max(first, c[0]+1)
+		}
+	}
 	sh.mu.Unlock()
 	sent := int64(0)
 	errEnough := errors.New("enough")
@@ -557,8 +577,8 @@ func (s *Server) Read(ctx context.Context, name string, fromSeq, maxOps int64, f
 			return opErr(op, name, err, hintFor(err))
 		}
 	}
-	if upTo >= sh.startGen {
-		err := translog.NewReader(sh.store, name).Iterate(ctx, sh.term, sh.startGen, upTo, emit)
+	if upTo >= first {
+		err := translog.NewReader(sh.store, name).Iterate(ctx, sh.term, first, upTo, emit)
 		if err != nil && !errors.Is(err, errEnough) {
 			return opErr(op, name, err, hintFor(err))
 		}
@@ -590,8 +610,9 @@ func (s *Server) Shards() []ShardStatus {
 }
 
 // Close drains the shard's in-flight syncs, answers its pending appends
-// and releases it on this sidecar. The term stays claimed: reopening the
-// same term and allocation adopts it again.
+// and releases it on this sidecar. The term stays claimed and its writes
+// may be in flight nowhere else, but it cannot be opened again: the next
+// Open of the shard needs a higher term.
 func (s *Server) Close(ctx context.Context, name string) (ShardStatus, error) {
 	const op = "Close"
 	sh, err := s.get(op, name)

@@ -2067,9 +2067,13 @@ func (x *GCRequest) GetDryRun() bool {
 }
 
 type GCResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Deleted       []string               `protobuf:"bytes,1,rep,name=deleted,proto3" json:"deleted,omitempty"`
-	Kept          int64                  `protobuf:"varint,2,opt,name=kept,proto3" json:"kept,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// deleted: the keys deleted, or for a dry run the keys GC would delete
+	// with the reason.
+	Deleted []string `protobuf:"bytes,1,rep,name=deleted,proto3" json:"deleted,omitempty"`
+	// kept: planned deletions left undone because ownership could no longer
+	// be proven within the freshness interval.
+	Kept          int64 `protobuf:"varint,2,opt,name=kept,proto3" json:"kept,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -89,9 +89,9 @@ type SidecarServiceClient interface {
 	// not write yet; otherwise the source stands down.
 	AbortHandoff(context.Context, *connect.Request[v1.AbortHandoffRequest]) (*connect.Response[v1.AbortHandoffResponse], error)
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
-	// Close drains in-flight syncs and releases the shard on this sidecar. It
-	// does not give up the term: a later Open of the same term and allocation
-	// adopts it again.
+	// Close drains in-flight syncs and releases the shard on this sidecar.
+	// The term stays claimed but cannot be opened again: the shard's next
+	// Open needs a higher term.
 	Close(context.Context, *connect.Request[v1.CloseRequest]) (*connect.Response[v1.CloseResponse], error)
 	// Inspect is an admin call: the shard's fence keys, seal chain and
 	// translog as stored.
@@ -274,9 +274,9 @@ type SidecarServiceHandler interface {
 	// not write yet; otherwise the source stands down.
 	AbortHandoff(context.Context, *connect.Request[v1.AbortHandoffRequest]) (*connect.Response[v1.AbortHandoffResponse], error)
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
-	// Close drains in-flight syncs and releases the shard on this sidecar. It
-	// does not give up the term: a later Open of the same term and allocation
-	// adopts it again.
+	// Close drains in-flight syncs and releases the shard on this sidecar.
+	// The term stays claimed but cannot be opened again: the shard's next
+	// Open needs a higher term.
 	Close(context.Context, *connect.Request[v1.CloseRequest]) (*connect.Response[v1.CloseResponse], error)
 	// Inspect is an admin call: the shard's fence keys, seal chain and
 	// translog as stored.

@@ -1,0 +1,141 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/shardfence/shardfence/seal"
+	"github.com/shardfence/shardfence/translog"
+)
+
+// GCResult is what a GC planned and deleted.
+type GCResult struct {
+	Planned []seal.Object
+	Deleted []string
+}
+
+// GC deletes what no restore point of the shard needs, on behalf of the
+// term open here: orphans, translog below the newest checkpoint minus the
+// shard's retention, markers and checkpoints beyond retention. It runs
+// only while this term owns the shard (a fence CAS within the freshness
+// interval), never deletes a poison, and plans without deleting on dryRun.
+func (s *Server) GC(ctx context.Context, name string, dryRun bool) (GCResult, error) {
+	const op = "GC"
+	sh, err := s.get(op, name)
+	if err != nil {
+		return GCResult{}, err
+	}
+	if sh.chain == nil {
+		return GCResult{}, opErr(op, name, fmt.Errorf("%w: GC needs a fenced shard (it proves ownership with the fence key)", ErrInvalidArgument), "")
+	}
+	sh.mu.Lock()
+	proof := sh.proof
+	sh.mu.Unlock()
+	res, err := seal.GC(ctx, sh.store, sh.chain, seal.GCOptions{
+		Options: seal.Options{Clock: s.clock}, Policy: seal.GCPolicy{RetainGens: sh.settings.RetentionGens},
+		Freshness: sh.settings.FreshnessInterval, LastCAS: proof, DryRun: dryRun,
+	})
+	if err != nil {
+		return GCResult{}, opErr(op, name, err, hintFor(err))
+	}
+	s.log.Info("gc", append(sh.logAttrs(), "planned", len(res.Planned), "deleted", len(res.Deleted), "dry_run", dryRun)...)
+	return GCResult{Planned: res.Planned, Deleted: res.Deleted}, nil
+}
+
+// PublishCheckpoint stores files as the checkpoint of the shard's state up
+// to gen: gen must be acknowledged by this term, or be its restore point.
+// It is refused once a higher term exists.
+func (s *Server) PublishCheckpoint(ctx context.Context, name string, gen int64, files []FileChunk) (string, error) {
+	const op = "PublishCheckpoint"
+	sh, err := s.get(op, name)
+	if err != nil {
+		return "", err
+	}
+	if sh.chain == nil {
+		return "", opErr(op, name, fmt.Errorf("%w: checkpoints need a fenced shard", ErrInvalidArgument), "")
+	}
+	sh.mu.Lock()
+	acked, proof := sh.ackedGen, sh.proof
+	sh.mu.Unlock()
+	var next int64
+	switch {
+	case gen == sh.restore.Gen:
+		next = sh.restore.NextSeqNo
+	case gen >= sh.startGen && gen <= acked:
+		md, err := translog.NewReader(sh.store, name).ReadMD(ctx, sh.term, gen)
+		if err != nil {
+			return "", opErr(op, name, err, hintFor(err))
+		}
+		next = md.FirstSeqNo + md.OpCount
+	default:
+		return "", opErr(op, name, fmt.Errorf("%w: generation %d is neither acknowledged by term %d (%d..%d) nor its restore point %d", ErrInvalidArgument, gen, sh.term, sh.startGen, acked, sh.restore.Gen), "checkpoint a generation this term acknowledged")
+	}
+	dir, err := os.MkdirTemp("", "shardfence-checkpoint-")
+	if err != nil {
+		return "", opErr(op, name, err, "")
+	}
+	defer os.RemoveAll(dir)
+	local, err := writeChunks(dir, files)
+	if err != nil {
+		return "", opErr(op, name, err, "")
+	}
+	m, err := seal.PublishCheckpoint(ctx, sh.store, sh.chain, gen, local, seal.PublishOptions{
+		Options: seal.Options{Clock: s.clock}, Freshness: sh.settings.FreshnessInterval, LastCAS: proof, NextSeqNo: next,
+	})
+	if err != nil {
+		return "", opErr(op, name, err, hintFor(err))
+	}
+	sh.mu.Lock()
+	sh.checkpoints = append(sh.checkpoints, [2]int64{gen, next})
+	sh.mu.Unlock()
+	s.log.Info("checkpoint published", append(sh.logAttrs(), "checkpoint_gen", gen, "files", len(local), "key", m.Key())...)
+	return m.Key(), nil
+}
+
+// writeChunks reassembles file chunks under dir. Names are checked like
+// shard ids, segment by segment, so none escapes dir.
+func writeChunks(dir string, chunks []FileChunk) ([]seal.LocalFile, error) {
+	var out []seal.LocalFile
+	open := map[string]*os.File{}
+	size := map[string]int64{}
+	defer func() {
+		for _, f := range open {
+			f.Close()
+		}
+	}()
+	for _, c := range chunks {
+		for _, seg := range strings.Split(c.Name, "/") {
+			if err := ValidateShardID(seg); err != nil {
+				return nil, fmt.Errorf("%w: checkpoint file name %q: each path segment must be a plain name", ErrInvalidArgument, c.Name)
+			}
+		}
+		f := open[c.Name]
+		if f == nil {
+			path := filepath.Join(dir, filepath.FromSlash(c.Name))
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				return nil, err
+			}
+			var err error
+			if f, err = os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); err != nil {
+				if errors.Is(err, os.ErrExist) {
+					return nil, fmt.Errorf("%w: checkpoint file %q appears twice", ErrInvalidArgument, c.Name)
+				}
+				return nil, err
+			}
+			open[c.Name] = f
+			out = append(out, seal.LocalFile{Name: c.Name, Path: path})
+		}
+		if c.Offset != size[c.Name] {
+			return nil, fmt.Errorf("%w: checkpoint file %q: chunk at offset %d, expected %d (send each file's chunks in order)", ErrInvalidArgument, c.Name, c.Offset, size[c.Name])
+		}
+		if _, err := f.Write(c.Data); err != nil {
+			return nil, err
+		}
+		size[c.Name] += int64(len(c.Data))
+	}
+	return out, nil
+}
