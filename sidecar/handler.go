@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"crypto/subtle"
 	"fmt"
 	"net/http"
@@ -229,10 +230,6 @@ func (sv *service) Inspect(ctx context.Context, req *connect.Request[sidecarv1.I
 	return connect.NewResponse(out), nil
 }
 
-func (sv *service) unwired(method, shard, what string) error {
-	return sv.fail(method, shard, opErr(method, shard, fmt.Errorf("%w: %s", ErrNotAvailable, what), "use a build with the relocation and seal packages"))
-}
-
 func (sv *service) PublishCheckpoint(ctx context.Context, req *connect.Request[sidecarv1.PublishCheckpointRequest]) (*connect.Response[sidecarv1.PublishCheckpointResponse], error) {
 	m := req.Msg
 	files := make([]FileChunk, len(m.GetFiles()))
@@ -246,16 +243,43 @@ func (sv *service) PublishCheckpoint(ctx context.Context, req *connect.Request[s
 	return connect.NewResponse(&sidecarv1.PublishCheckpointResponse{Key: key}), nil
 }
 
-func (sv *service) StartHandoff(_ context.Context, req *connect.Request[sidecarv1.StartHandoffRequest]) (*connect.Response[sidecarv1.StartHandoffResponse], error) {
-	return nil, sv.unwired("StartHandoff", req.Msg.GetShard(), "handoff needs the relocation package")
+func (sv *service) StartHandoff(ctx context.Context, req *connect.Request[sidecarv1.StartHandoffRequest]) (*connect.Response[sidecarv1.StartHandoffResponse], error) {
+	m := req.Msg
+	hc, err := sv.s.StartHandoff(ctx, m.GetShard(), m.GetTargetAllocationId(), m.GetTargetNode())
+	if err != nil {
+		return nil, sv.fail("StartHandoff", m.GetShard(), err)
+	}
+	return connect.NewResponse(&sidecarv1.StartHandoffResponse{HandoffContext: hc}), nil
 }
 
-func (sv *service) AdoptHandoff(_ context.Context, _ *connect.Request[sidecarv1.AdoptHandoffRequest]) (*connect.Response[sidecarv1.AdoptHandoffResponse], error) {
-	return nil, sv.unwired("AdoptHandoff", "", "handoff needs the relocation package")
+func (sv *service) AdoptHandoff(ctx context.Context, req *connect.Request[sidecarv1.AdoptHandoffRequest]) (*connect.Response[sidecarv1.AdoptHandoffResponse], error) {
+	settings, err := settingsFromProto(req.Msg.GetSettings())
+	if err != nil {
+		return nil, sv.fail("AdoptHandoff", "", opErr("AdoptHandoff", "", err, ""))
+	}
+	st, err := sv.s.AdoptHandoff(ctx, req.Msg.GetHandoffContext(), settings)
+	if err != nil {
+		return nil, sv.fail("AdoptHandoff", shardOf(err), err)
+	}
+	return connect.NewResponse(&sidecarv1.AdoptHandoffResponse{Status: statusProto(st)}), nil
 }
 
-func (sv *service) AbortHandoff(_ context.Context, _ *connect.Request[sidecarv1.AbortHandoffRequest]) (*connect.Response[sidecarv1.AbortHandoffResponse], error) {
-	return nil, sv.unwired("AbortHandoff", "", "handoff needs the relocation package")
+func (sv *service) AbortHandoff(ctx context.Context, req *connect.Request[sidecarv1.AbortHandoffRequest]) (*connect.Response[sidecarv1.AbortHandoffResponse], error) {
+	resumed, err := sv.s.AbortHandoff(ctx, req.Msg.GetHandoffContext())
+	if err != nil {
+		return nil, sv.fail("AbortHandoff", shardOf(err), err)
+	}
+	return connect.NewResponse(&sidecarv1.AbortHandoffResponse{Resumed: resumed}), nil
+}
+
+// shardOf is the shard an *Error names, for calls whose shard is inside
+// an opaque context.
+func shardOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Shard
+	}
+	return ""
 }
 
 func (sv *service) GC(ctx context.Context, req *connect.Request[sidecarv1.GCRequest]) (*connect.Response[sidecarv1.GCResponse], error) {

@@ -82,10 +82,11 @@ func (c *writerCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, sh := range c.s.snapshot() {
 		st := sh.status()
 		states[st.State]++
-		if sh.w == nil {
+		w := sh.writer()
+		if w == nil {
 			continue
 		}
-		ws := sh.w.Stats()
+		ws := w.Stats()
 		ch <- prometheus.MustNewConstMetric(syncsDesc, prometheus.CounterValue, float64(ws.Syncs), sh.name)
 		ch <- prometheus.MustNewConstMetric(syncedOpsDesc, prometheus.CounterValue, float64(ws.Ops), sh.name)
 		ch <- prometheus.MustNewConstMetric(casDesc, prometheus.CounterValue, float64(ws.CASWrites), sh.name)

@@ -13,6 +13,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/metered"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/relocation"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -186,7 +187,6 @@ type shard struct {
 	term     int64
 	alloc    string
 	settings Settings
-	w        *translog.Writer
 	chain    *fence.Chain
 	restore  RestorePoint
 	startGen int64
@@ -194,6 +194,9 @@ type shard struct {
 	opened   time.Time
 
 	mu       sync.Mutex
+	w        *translog.Writer // replaced when an aborted handoff resumes
+	src      *relocation.Source
+	target   string // allocation the shard was handed off to
 	state    string
 	ackedGen int64 // last generation whose ops were acknowledged
 	nextSeq  int64 // sequence number after the last acknowledged op
@@ -240,12 +243,12 @@ func (sh *shard) status() ShardStatus {
 	sh.mu.Unlock()
 	if sh.chain != nil {
 		st.Owner = sh.chain.State().Record.Allocation
-	} else if sh.w != nil {
+	} else if sh.writer() != nil {
 		st.Owner = sh.alloc
 	}
-	if sh.w != nil {
-		st.Stats = sh.w.Stats()
-		if err := sh.w.Err(); err != nil && fenceErr == nil {
+	if w := sh.writer(); w != nil {
+		st.Stats = w.Stats()
+		if err := w.Err(); err != nil && fenceErr == nil && st.State == stateOpen {
 			fenceErr = err
 		}
 	}
@@ -262,6 +265,19 @@ func (sh *shard) status() ShardStatus {
 		}
 	}
 	return st
+}
+
+func (sh *shard) writer() *translog.Writer {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.w
+}
+
+func (sh *shard) writerOrNil() *translog.Writer {
+	if sh == nil {
+		return nil
+	}
+	return sh.writer()
 }
 
 // acked records an acknowledgement: acks come in generation order, so the
@@ -439,9 +455,10 @@ func (s *Server) open(ctx context.Context, name string, term int64, alloc string
 	if err != nil {
 		return restoreFail(err)
 	}
-	sh.w, sh.chain, sh.restore, sh.startGen, sh.lineage = o.Writer, o.Chain, o.Restore, o.StartGen, o.ReadLineage
+	sh.chain, sh.restore, sh.startGen, sh.lineage = o.Chain, o.Restore, o.StartGen, o.ReadLineage
 	sh.opened = time.Now()
 	sh.mu.Lock()
+	sh.w = o.Writer
 	sh.ackedGen, sh.nextSeq = o.Restore.Gen, o.Restore.NextSeqNo
 	sh.state = stateOpen
 	sh.mu.Unlock()
@@ -450,13 +467,13 @@ func (s *Server) open(ctx context.Context, name string, term int64, alloc string
 	draining := s.draining
 	s.mu.Unlock()
 	if draining {
-		_ = sh.w.Close(context.WithoutCancel(ctx))
+		_ = o.Writer.Close(context.WithoutCancel(ctx))
 		return restoreFail(opErr(op, name, ErrShuttingDown, "open the shard on another sidecar"))
 	}
-	if prev != nil && prev.w != nil {
+	if pw := prev.writerOrNil(); pw != nil {
 		// The claim fenced the previous term's writer; close it so its
 		// pending appends are answered.
-		go func() { _ = prev.w.Close(context.Background()) }()
+		go func() { _ = pw.Close(context.Background()) }()
 	}
 	s.log.Info("shard open", append(sh.logAttrs(), "restore_term", o.Restore.Term, "restore_gen", o.Restore.Gen,
 		"start_gen", o.StartGen, "duration_ms", time.Since(start).Milliseconds())...)
@@ -494,6 +511,12 @@ func (s *Server) append(ctx context.Context, name string, ops [][]byte, expected
 			return translog.Ack{}, opErr(op, name, fmt.Errorf("%w: op %d is %d bytes, the limit is %d", blobstore.ErrTooLarge, i, len(o), s.opts.Limits.MaxOpBytes), "split the op or raise --max-op-bytes")
 		}
 	}
+	sh.mu.Lock()
+	state, target := sh.state, sh.target
+	sh.mu.Unlock()
+	if state == stateHandedOff {
+		return translog.Ack{}, opErr(op, name, fmt.Errorf("%w: the shard moved to allocation %q", fence.ErrHandedOff, target), "append on the relocation target")
+	}
 	if expectedTerm != 0 && expectedTerm != sh.term {
 		return translog.Ack{}, opErr(op, name, fmt.Errorf("%w: open at term %d, the caller expects %d", ErrWrongTerm, sh.term, expectedTerm), "reopen the shard at the caller's term")
 	}
@@ -501,7 +524,7 @@ func (s *Server) append(ctx context.Context, name string, ops [][]byte, expected
 		return translog.Ack{}, opErr(op, name, err, "nothing was written; append on the shard's next primary")
 	}
 	start, sent := time.Now(), s.clock.Now()
-	ack, err := sh.w.Append(ctx, ops)
+	ack, err := sh.writer().Append(ctx, ops)
 	if err != nil {
 		s.noteFailure(sh, err)
 		return translog.Ack{}, opErr(op, name, err, hintFor(err))
@@ -513,7 +536,7 @@ func (s *Server) append(ctx context.Context, name string, ops [][]byte, expected
 
 // noteFailure logs and counts a writer's terminal failure once.
 func (s *Server) noteFailure(sh *shard, err error) {
-	werr := sh.w.Err()
+	werr := sh.writer().Err()
 	if werr == nil || !sh.failed(werr) {
 		return
 	}
@@ -622,7 +645,7 @@ func (s *Server) Close(ctx context.Context, name string) (ShardStatus, error) {
 	sh.mu.Lock()
 	sh.state = stateClosing
 	sh.mu.Unlock()
-	cerr := sh.w.Close(ctx)
+	cerr := sh.writer().Close(ctx)
 	st := sh.status()
 	s.mu.Lock()
 	if s.shards[name] == sh {
@@ -651,11 +674,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(shards))
 	for i, sh := range shards {
-		if sh.w == nil {
+		w := sh.writer()
+		if w == nil {
 			continue
 		}
 		wg.Go(func() {
-			if err := sh.w.Close(ctx); err != nil {
+			if err := w.Close(ctx); err != nil {
 				errs[i] = fmt.Errorf("shard %q: %w", sh.name, err)
 			}
 		})

@@ -297,10 +297,18 @@ func TestBadInputIsInvalidArgumentOrNotFound(t *testing.T) {
 	if code, d := detailOf(t, st.Err()); code != connect.CodeFailedPrecondition || d.GetReason() != "unfenced_refused" {
 		t.Errorf("unfenced open: %v", st.Err())
 	}
-	// Handoff is not wired: a clear Unimplemented, not a silent success.
-	_, err = e.client.StartHandoff(t.Context(), connect.NewRequest(&sidecarv1.StartHandoffRequest{Shard: "s", TargetAllocationId: "b"}))
-	if code, d := detailOf(t, err); code != connect.CodeUnimplemented || d.GetReason() != "not_available" {
-		t.Errorf("handoff: %v", err)
+	// Handoff input.
+	_, err = e.client.StartHandoff(t.Context(), connect.NewRequest(&sidecarv1.StartHandoffRequest{Shard: "nope", TargetAllocationId: "b"}))
+	if code, _ := detailOf(t, err); code != connect.CodeNotFound {
+		t.Errorf("handoff of an unknown shard: %v", err)
+	}
+	_, err = e.client.StartHandoff(t.Context(), connect.NewRequest(&sidecarv1.StartHandoffRequest{Shard: "s", TargetAllocationId: "a"}))
+	if code, _ := detailOf(t, err); code != connect.CodeInvalidArgument {
+		t.Errorf("handoff to itself: %v", err)
+	}
+	_, err = e.client.AdoptHandoff(t.Context(), connect.NewRequest(&sidecarv1.AdoptHandoffRequest{HandoffContext: []byte("{not a context")}))
+	if code, _ := detailOf(t, err); code != connect.CodeInvalidArgument {
+		t.Errorf("adopt of garbage: %v", err)
 	}
 }
 
