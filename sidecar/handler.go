@@ -3,8 +3,8 @@ package sidecar
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
