@@ -33,7 +33,7 @@ type Options struct {
 	Clock fence.Clock
 	// Backoff bounds retries of requests without a definite answer.
 	Backoff fence.Backoff
-	// Parallelism caps concurrent downloads. Default 16.
+	// Parallelism caps concurrent reads and downloads. Default 32.
 	Parallelism int
 
 	// LeaseMargin is added to the lease interval a lease-mode successor

@@ -32,7 +32,7 @@ func replay(ctx context.Context, store blobstore.Container, shard string, lin se
 	}
 	window := opts.Parallelism
 	if window <= 0 {
-		window = 16
+		window = 32
 	}
 	r := translog.NewReader(store, shard)
 	ctx, cancel := context.WithCancel(ctx)

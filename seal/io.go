@@ -18,7 +18,7 @@ type Options struct {
 	Clock fence.Clock
 	// Backoff bounds retries of requests without a definite answer.
 	Backoff fence.Backoff
-	// Parallelism caps concurrent requests of one call. Default 16.
+	// Parallelism caps concurrent requests of one call. Default 32.
 	Parallelism int
 }
 
@@ -30,7 +30,7 @@ func (o Options) withDefaults() Options {
 		o.Backoff = fence.DefaultBackoff()
 	}
 	if o.Parallelism <= 0 {
-		o.Parallelism = 16
+		o.Parallelism = 32
 	}
 	return o
 }

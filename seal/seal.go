@@ -192,14 +192,15 @@ func (s io) cut(ctx context.Context, tl, from, term int64, gens []int64) (cutRes
 	prefix := make([]translog.MD, k-from)
 	var created, settled bool
 	var first translog.MD
+	// The poison goes first so it never waits for a slot behind the reads.
 	err := parallel(ctx, s.opts.Parallelism, len(prefix)+1, func(ctx context.Context, i int) error {
-		if i == len(prefix) {
+		if i == 0 {
 			var err error
 			created, settled, first, err = s.poison(ctx, tl, k+1, term)
 			return err
 		}
-		md, err := s.readMD(ctx, tl, from+1+int64(i))
-		prefix[i] = md
+		md, err := s.readMD(ctx, tl, from+int64(i))
+		prefix[i-1] = md
 		return err
 	})
 	if err != nil {

@@ -21,6 +21,7 @@ func benchTargets() []benchTarget {
 	return []benchTarget{
 		{"translog", benchTranslogSummary, runBenchTranslog},
 		{"master", benchMasterSummary, runBenchMaster},
+		{"seal", benchSealSummary, runBenchSeal},
 		{"store", benchStoreSummary, runBenchStore},
 	}
 }
