@@ -34,6 +34,7 @@ var allChecks = []Check{
 	{Name: "list-pagination", Description: "1,100+ keys list in byte order across pages, startAfter and limits", run: checkListPagination},
 	{Name: "list-prefix", Description: "prefix filtering, including a prefix that ends mid-segment", run: checkListPrefix},
 	{Name: "list-order-unicode", Description: "non-ASCII keys list in UTF-8 byte order", run: checkListOrderUnicode},
+	{Name: "keys-object-and-prefix", Description: "a key and a longer key under it ('a', 'a/b') coexist and both list (advisory)", Advisory: true, run: checkObjectAndPrefix},
 	{Name: "linearizable", Description: "concurrent Get/CreateIfAbsent/CAS/Delete(IfMatch) histories are linearizable", run: checkLinearizable},
 	{Name: "probe-preconditions", Description: "blobstore.ProbePreconditions accepts the store", run: checkProbe},
 }

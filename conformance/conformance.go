@@ -40,7 +40,12 @@ type T interface {
 type Check struct {
 	Name        string
 	Description string
-	run         func(t T, c blobstore.Container)
+	// Advisory marks a property that many stores lack and the fencing
+	// protocol never relies on (its key layout avoids it). A failing
+	// advisory check is reported as Warn: worth knowing for other users of
+	// the bucket, not a reason to refuse the store.
+	Advisory bool
+	run      func(t T, c blobstore.Container)
 }
 
 // Checks returns every check, in the order they run.
@@ -66,6 +71,15 @@ func RunContainer(t *testing.T, newContainer func(t *testing.T) blobstore.Contai
 					t.Logf("removing scratch keys: %v", err)
 				}
 			})
+			if ch.Advisory {
+				// Run through the recorder so a failure becomes a
+				// skip with the reason, not a test failure.
+				res := runOne(t.Context(), c, "", ch, 2*time.Minute)
+				if res.Status == Warn {
+					t.Skipf("advisory check failed (the protocol does not rely on it): %s", strings.Join(res.Details, "; "))
+				}
+				return
+			}
 			ch.run(t, c)
 		})
 	}
@@ -96,6 +110,8 @@ const (
 	Pass Status = "ok"
 	Fail Status = "FAIL"
 	Skip Status = "skip"
+	// Warn is a failed advisory check: reported, not counted as a failure.
+	Warn Status = "warn"
 )
 
 // CheckResult is one row of a Report.
@@ -195,11 +211,14 @@ func Run(ctx context.Context, c blobstore.Container, opts Options) Report {
 
 func runOne(ctx context.Context, c blobstore.Container, prefix string, ch Check, timeout time.Duration) CheckResult {
 	res := CheckResult{Name: ch.Name}
-	sc, err := blobstore.Sub(c, prefix)
-	if err != nil {
-		res.Status = Fail
-		res.Details = []string{fmt.Sprintf("scratch prefix %q: %v", prefix, err)}
-		return res
+	sc := c
+	if prefix != "" {
+		var err error
+		if sc, err = blobstore.Sub(c, prefix); err != nil {
+			res.Status = Fail
+			res.Details = []string{fmt.Sprintf("scratch prefix %q: %v", prefix, err)}
+			return res
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -240,6 +259,8 @@ func runOne(ctx context.Context, c blobstore.Container, prefix string, ch Check,
 	defer rt.mu.Unlock()
 	res.Logs = rt.logs
 	switch {
+	case len(rt.errs) > 0 && ch.Advisory:
+		res.Status, res.Details = Warn, rt.errs
 	case len(rt.errs) > 0:
 		res.Status, res.Details = Fail, rt.errs
 	default:
