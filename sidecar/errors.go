@@ -30,6 +30,10 @@ var (
 	// ErrShuttingDown: the sidecar is draining for shutdown and takes no
 	// new appends or opens.
 	ErrShuttingDown = errors.New("sidecar shutting down")
+	// ErrHandingOff: the shard is being handed off; the append was not
+	// acknowledged. Retry on the target once it adopted, or here if the
+	// handoff is aborted.
+	ErrHandingOff = errors.New("shard is being handed off")
 	// ErrNotAvailable: the operation needs a part of the protocol this
 	// build does not wire in.
 	ErrNotAvailable = errors.New("operation not available in this build")
@@ -79,6 +83,7 @@ var reasons = []struct {
 	{"unfenced_refused", ErrUnfencedRefused, connect.CodeFailedPrecondition},
 	{"not_open", ErrShardNotOpen, connect.CodeNotFound},
 	{"busy", ErrShardBusy, connect.CodeAborted},
+	{"handing_off", ErrHandingOff, connect.CodeUnavailable},
 	{"shutting_down", ErrShuttingDown, connect.CodeUnavailable},
 	{"not_available", ErrNotAvailable, connect.CodeUnimplemented},
 	{"backpressure", translog.ErrBackpressure, connect.CodeResourceExhausted},

@@ -15,6 +15,9 @@ import (
 // no longer acknowledges the shard.
 const stateHandedOff = "handed_off"
 
+// stateHandingOff: the source is draining and transferring the key.
+const stateHandingOff = "handing_off"
+
 // StartHandoff drains the shard's in-flight syncs, stops its appends and
 // transfers the term's fence key to target. The returned context goes to
 // the target's AdoptHandoff, or back to AbortHandoff here.
@@ -42,10 +45,13 @@ func (s *Server) StartHandoff(ctx context.Context, name, target, targetNode stri
 		sh.src = relocation.NewSource(sh.store, sh.chain, sh.w, sh.settings.writerOptions(openParams{}, 0, 0))
 	}
 	src := sh.src
+	sh.state, sh.target = stateHandingOff, target
 	sh.mu.Unlock()
 	start := time.Now()
 	hc, err := src.Handoff(ctx, target, targetNode)
 	if err != nil {
+		// The drain closed the writer: appends stay refused as handing
+		// off until a retried StartHandoff or an AbortHandoff settles it.
 		return nil, opErr(op, name, err, "retry StartHandoff, or AbortHandoff to resume here")
 	}
 	b, err := hc.Marshal()

@@ -514,8 +514,11 @@ func (s *Server) append(ctx context.Context, name string, ops [][]byte, expected
 	sh.mu.Lock()
 	state, target := sh.state, sh.target
 	sh.mu.Unlock()
-	if state == stateHandedOff {
+	switch state {
+	case stateHandedOff:
 		return translog.Ack{}, opErr(op, name, fmt.Errorf("%w: the shard moved to allocation %q", fence.ErrHandedOff, target), "append on the relocation target")
+	case stateHandingOff:
+		return translog.Ack{}, opErr(op, name, fmt.Errorf("%w to allocation %q", ErrHandingOff, target), "not acknowledged; retry on the target once it adopted the shard")
 	}
 	if expectedTerm != 0 && expectedTerm != sh.term {
 		return translog.Ack{}, opErr(op, name, fmt.Errorf("%w: open at term %d, the caller expects %d", ErrWrongTerm, sh.term, expectedTerm), "reopen the shard at the caller's term")
@@ -526,6 +529,13 @@ func (s *Server) append(ctx context.Context, name string, ops [][]byte, expected
 	start, sent := time.Now(), s.clock.Now()
 	ack, err := sh.writer().Append(ctx, ops)
 	if err != nil {
+		sh.mu.Lock()
+		state, target = sh.state, sh.target
+		sh.mu.Unlock()
+		if errors.Is(err, translog.ErrClosed) && (state == stateHandingOff || state == stateHandedOff) {
+			// The handoff drained the writer under this append.
+			return translog.Ack{}, opErr(op, name, fmt.Errorf("%w to allocation %q: %w", ErrHandingOff, target, err), "not acknowledged; retry on the target once it adopted the shard")
+		}
 		s.noteFailure(sh, err)
 		return translog.Ack{}, opErr(op, name, err, hintFor(err))
 	}

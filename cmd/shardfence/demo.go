@@ -21,7 +21,7 @@ import (
 	"github.com/shardfence/shardfence/sidecar"
 )
 
-const demoSummary = "a guided failover: term 2 fences a live term 1, no acknowledged op lost"
+const demoSummary = "a guided failover: term 2 fences a live term 1, a handoff moves it on, no acknowledged op lost"
 
 // demoSidecar is one sidecar of the demo, served over HTTP on loopback.
 type demoSidecar struct {
@@ -94,6 +94,7 @@ type demoWriter struct {
 	acked    sync.Map
 	ackedN   atomic.Int64
 	fenced   atomic.Int64 // successor term seen, 0 if none
+	moved    atomic.Bool  // told the shard was handed off
 	lastAck  atomic.Int64 // unix nanos of the last ack
 	firstErr atomic.Value
 }
@@ -119,6 +120,9 @@ func (w *demoWriter) run(ctx context.Context, c sidecarv1connect.SidecarServiceC
 							if v, derr := d.Value(); derr == nil {
 								if ed, ok := v.(*sidecarv1.ErrorDetail); ok && ed.GetReason() == "fenced" {
 									w.fenced.Store(max(ed.GetSuccessorTerm(), 1))
+									return
+								} else if ok && (ed.GetReason() == "handed_off" || ed.GetReason() == "handing_off") {
+									w.moved.Store(true)
 									return
 								}
 							}
@@ -213,7 +217,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	tl.say("A fenced: its clients were told \"primary fenced, successor term %d\"; A acknowledged %d ops in all", wa.fenced.Load(), wa.ackedN.Load())
 	if last := time.Unix(0, wa.lastAck.Load()); !last.IsZero() {
-		tl.say("A's last acknowledgement reached its client %v after B's open began", last.Sub(claimAt).Round(time.Millisecond))
+		tl.say("A's last acknowledgement reached its client at %+v relative to the start of B's open", last.Sub(claimAt).Round(time.Millisecond))
 	}
 
 	wb := &demoWriter{name: "b"}
@@ -222,17 +226,50 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := sleepCtx(ctx, *phase); err != nil {
 		return err
 	}
+	tl.say("B acknowledged %d ops at term 2; starting sidecar C and handing the shard off B -> C (same term, no seal) while B's clients append", wb.ackedN.Load())
+	c, err := startDemoSidecar(ctx, "C", store)
+	if err != nil {
+		close(stopB)
+		wgB.Wait()
+		return err
+	}
+	defer c.stop()
+	hoAt := time.Now()
+	hc, err := b.client.StartHandoff(ctx, connect.NewRequest(&sidecarv1.StartHandoffRequest{Shard: shard, TargetAllocationId: "alloc-c", TargetNode: "C"}))
+	if err != nil {
+		close(stopB)
+		wgB.Wait()
+		return fmt.Errorf("handoff on B: %w", err)
+	}
+	ad, err := c.client.AdoptHandoff(ctx, connect.NewRequest(&sidecarv1.AdoptHandoffRequest{HandoffContext: hc.Msg.GetHandoffContext()}))
 	close(stopB)
 	wgB.Wait()
+	if err != nil {
+		return fmt.Errorf("adopt on C: %w", err)
+	}
 	if e := wb.firstErr.Load(); e != nil {
 		return fmt.Errorf("the clients of sidecar B failed: %v", e)
 	}
-	tl.say("B acknowledged %d ops at term 2", wb.ackedN.Load())
+	tl.say("C adopted term %d at seq %d in %v; B's clients were told the shard moved (%v); B acknowledged %d ops in all",
+		ad.Msg.GetStatus().GetTerm(), ad.Msg.GetStatus().GetNextSeqNo(), time.Since(hoAt).Round(time.Millisecond), wb.moved.Load(), wb.ackedN.Load())
 
-	// Every acknowledged op of both terms must be in B's lineage.
-	st, err := b.client.Read(ctx, connect.NewRequest(&sidecarv1.ReadRequest{Shard: shard}))
+	wc := &demoWriter{name: "c"}
+	stopC := make(chan struct{})
+	wgC := wc.run(ctx, c.client, shard, *clients, stopC)
+	if err := sleepCtx(ctx, *phase); err != nil {
+		return err
+	}
+	close(stopC)
+	wgC.Wait()
+	if e := wc.firstErr.Load(); e != nil {
+		return fmt.Errorf("the clients of sidecar C failed: %v", e)
+	}
+	tl.say("C acknowledged %d ops at term 2", wc.ackedN.Load())
+
+	// Every acknowledged op of every sidecar must be in C's lineage.
+	st, err := c.client.Read(ctx, connect.NewRequest(&sidecarv1.ReadRequest{Shard: shard}))
 	if err != nil {
-		return fmt.Errorf("read on B: %w", err)
+		return fmt.Errorf("read on C: %w", err)
 	}
 	read := map[string]bool{}
 	for st.Receive() {
@@ -241,10 +278,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 	if err := st.Err(); err != nil {
-		return fmt.Errorf("read on B: %w", err)
+		return fmt.Errorf("read on C: %w", err)
 	}
 	lost := 0
-	for _, w := range []*demoWriter{wa, wb} {
+	for _, w := range []*demoWriter{wa, wb, wc} {
 		w.acked.Range(func(k, _ any) bool {
 			if !read[k.(string)] {
 				lost++
@@ -252,12 +289,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return true
 		})
 	}
-	total := wa.ackedN.Load() + wb.ackedN.Load()
-	tl.say("B's lineage holds %d ops; acknowledged %d (A %d + B %d); lost %d", len(read), total, wa.ackedN.Load(), wb.ackedN.Load(), lost)
+	total := wa.ackedN.Load() + wb.ackedN.Load() + wc.ackedN.Load()
+	tl.say("C's lineage holds %d ops; acknowledged %d (A %d + B %d + C %d); lost %d", len(read), total, wa.ackedN.Load(), wb.ackedN.Load(), wc.ackedN.Load(), lost)
 	if lost > 0 {
 		return fmt.Errorf("%d acknowledged ops are missing from the lineage", lost)
 	}
-	tl.say("ok: every acknowledged op is readable (ops that were in flight when A was fenced were never acknowledged, so a client retries them on B)")
+	tl.say("ok: every acknowledged op is readable (ops in flight when A was fenced or B handed off were never acknowledged; a client retries them on the new primary)")
 	return nil
 }
 

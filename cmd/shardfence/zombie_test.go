@@ -146,13 +146,15 @@ func (z *zombieRun) client(ctx context.Context, g int) {
 	}
 }
 
-// runZombie: clients append to A; B opens term 2 while A lives; B is
-// killed with SIGKILL and D opens term 3. Every acknowledged op must be in
-// D's final read, and A must refuse appends once B's term is open.
+// runZombie: clients append to A; B opens term 2 while A lives; B hands
+// off to C; C is killed with SIGKILL and D opens term 3. Every
+// acknowledged op must be in D's final read, A must refuse appends once
+// B's term is open, and B once it handed off.
 func runZombie(t *testing.T, storeURL, secret string) {
 	z := &zombieRun{acked: map[string]string{}}
 	a := startServeProc(t, "A", storeURL)
 	b := startServeProc(t, "B", storeURL)
+	c := startServeProc(t, "C", storeURL)
 	d := startServeProc(t, "D", storeURL)
 	a.open(t, "z", 1, "alloc-a")
 	z.current.Store(a)
@@ -174,10 +176,24 @@ func runZombie(t *testing.T, storeURL, secret string) {
 	z.current.Store(b)
 
 	time.Sleep(zombiePhase)
-	if err := b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	hc, err := b.client.StartHandoff(t.Context(), connect.NewRequest(&sidecarv1.StartHandoffRequest{Shard: "z", TargetAllocationId: "alloc-c", TargetNode: "C"}))
+	if err != nil {
+		t.Fatalf("handoff on B: %v", err)
+	}
+	if _, err := c.client.AdoptHandoff(t.Context(), connect.NewRequest(&sidecarv1.AdoptHandoffRequest{HandoffContext: hc.Msg.GetHandoffContext()})); err != nil {
+		t.Fatalf("adopt on C: %v", err)
+	}
+	_, err = b.client.Append(t.Context(), connect.NewRequest(&sidecarv1.AppendRequest{Shard: "z", Ops: [][]byte{[]byte("late-b")}}))
+	if reasonOf(err) != "handed_off" {
+		t.Fatalf("B after the handoff: %v, want handed_off", err)
+	}
+	z.current.Store(c)
+
+	time.Sleep(zombiePhase)
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-b.done
+	<-c.done
 	d.open(t, "z", 3, "alloc-d")
 	z.current.Store(d)
 	time.Sleep(zombiePhase)
@@ -209,18 +225,18 @@ func runZombie(t *testing.T, storeURL, secret string) {
 			t.Errorf("op %s appears %d times in the lineage", op, n)
 		}
 	}
-	if read["late-a"] > 0 {
-		t.Errorf("A's append after B's open made it into the lineage")
+	if read["late-a"] > 0 || read["late-b"] > 0 {
+		t.Errorf("an append refused by A or B made it into the lineage")
 	}
-	for _, who := range []string{"A", "B", "D"} {
+	for _, who := range []string{"A", "B", "C", "D"} {
 		if by[who] == 0 {
 			t.Errorf("no op was acknowledged by %s: the run did not exercise its phase", who)
 		}
 	}
-	t.Logf("acknowledged: A %d, B %d, D %d; lineage %d ops; fenced answers %d", by["A"], by["B"], by["D"], len(read), z.fenced.Load())
+	t.Logf("acknowledged: A %d, B %d, C %d, D %d; lineage %d ops; fenced answers %d", by["A"], by["B"], by["C"], by["D"], len(read), z.fenced.Load())
 
 	// SIGTERM drains: the survivors exit 0.
-	for _, p := range []*serveProc{a, d} {
+	for _, p := range []*serveProc{a, b, d} {
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
