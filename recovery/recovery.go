@@ -154,13 +154,34 @@ func Open(ctx context.Context, store blobstore.Container, shard string, term int
 	restore := res.Marker.Restore
 	lin := res.Lineage
 	base, next := int64(0), int64(0)
+	window := opts.Parallelism
+	if window <= 0 {
+		window = 32
+	}
+	window = max(window, 64)
+	prefetch := func(from int64) *prefetcher {
+		return startPrefetch(ctx, store, shard, lin, restore.Term, res.MDs, from, restore.Gen, window, opts)
+	}
+	var pf *prefetcher
 	if opts.Dir != "" && restore.Gen > 0 {
-		ho := seal.HydrateOptions{Options: so}
+		cands, err := seal.Candidates(ctx, store, shard, lin, restore.Gen, so)
+		if err != nil {
+			return fail("Hydrate", err)
+		}
+		// Read the translog after the newest candidate while its files
+		// download; a refused candidate means replaying from further back.
+		expected := int64(0)
+		if len(cands) > 0 {
+			expected = cands[0].Gen
+		}
+		pf = prefetch(expected + 1)
+		ho := seal.HydrateOptions{Options: so, Candidates: cands}
 		if opts.Progress != nil {
 			ho.Progress = func(p seal.Progress) { opts.Progress(Progress{Phase: "hydrate", Progress: p}) }
 		}
 		h, err := seal.Hydrate(ctx, store, shard, lin, restore.Gen, opts.Dir, ho)
 		if err != nil {
+			pf.stop()
 			return fail("Hydrate", err)
 		}
 		sh.Refused = h.Refused
@@ -168,13 +189,23 @@ func Open(ctx context.Context, store blobstore.Container, shard string, term int
 			sh.Checkpoint, sh.Files = h.Manifest, h.Paths
 			base, next = h.Manifest.Gen, h.Manifest.NextSeqNo
 		}
+		if base != expected {
+			pf.stop()
+			pf = nil
+		}
 	}
 	if base < restore.Gen && base < lin.Base() {
+		if pf != nil {
+			pf.stop()
+		}
 		// Generations below the oldest marker still stored have no term
 		// to read them from, and no checkpoint covers them.
 		return fail("Replay", fmt.Errorf("%w: generations %d..%d lie below the oldest seal marker still stored and no lineage checkpoint covers them (%d refused)", seal.ErrLineageTruncated, base+1, lin.Base(), len(sh.Refused)))
 	}
-	sh.Replay, next, err = replay(ctx, store, shard, lin, restore.Term, res.MDs, base+1, restore.Gen, next, opts)
+	if pf == nil {
+		pf = prefetch(base + 1)
+	}
+	sh.Replay, next, err = pf.replay(ctx, shard, next, opts)
 	if err != nil {
 		return fail("Replay", err)
 	}

@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -17,55 +18,61 @@ type fetched struct {
 	err   error
 }
 
-// replay reads generations from..to of the lineage, prefetching up to
-// Parallelism ahead, and hands them to Apply strictly in order. Sequence
-// numbers must run on without gaps from next: a break means an md of
-// another history. The first error stops the replay; a corrupt md is never
-// skipped.
-//
-// cached holds md of term cachedTerm the seal already read: inline ones are
-// replayed from it without another request.
-func replay(ctx context.Context, store blobstore.Container, shard string, lin seal.Lineage, cachedTerm int64, cached map[int64]translog.MD, from, to, next int64, opts Options) (Replay, int64, error) {
-	rep := Replay{From: from, To: to}
+// prefetcher reads generations from..to of the lineage ahead of their
+// replay, at most window at a time, so translog reads overlap the
+// checkpoint's download. Its goroutines end in stop.
+type prefetcher struct {
+	from, to int64
+	slots    []chan fetched
+	sem      chan struct{}
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+func startPrefetch(ctx context.Context, store blobstore.Container, shard string, lin seal.Lineage, cachedTerm int64, cached map[int64]translog.MD, from, to int64, window int, opts Options) *prefetcher {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &prefetcher{from: from, to: to, sem: make(chan struct{}, max(1, window)), cancel: cancel}
 	if to < from {
-		return rep, next, nil
-	}
-	window := opts.Parallelism
-	if window <= 0 {
-		window = 32
+		return p
 	}
 	r := translog.NewReader(store, shard)
-	ctx, cancel := context.WithCancel(ctx)
-	n := to - from + 1
-	slots := make([]chan fetched, n)
-	for i := range slots {
-		slots[i] = make(chan fetched, 1)
+	p.slots = make([]chan fetched, to-from+1)
+	for i := range p.slots {
+		p.slots[i] = make(chan fetched, 1)
 	}
-	sem := make(chan struct{}, window)
-	var wg sync.WaitGroup
-	// The fetchers run only inside this call: cancel, then wait, before
-	// replay returns.
-	defer func() { cancel(); wg.Wait() }()
-	wg.Go(func() {
-		for i := int64(0); i < n; i++ {
+	p.wg.Go(func() {
+		for i := range p.slots {
 			select {
-			case sem <- struct{}{}:
+			case p.sem <- struct{}{}:
 			case <-ctx.Done():
 				return
 			}
-			wg.Go(func() {
-				slots[i] <- fetch(ctx, r, shard, lin, cachedTerm, cached, from+i, opts)
+			p.wg.Go(func() {
+				p.slots[i] <- fetch(ctx, r, store, shard, lin, cachedTerm, cached, from+int64(i), opts)
 			})
 		}
 	})
+	return p
+}
+
+func (p *prefetcher) stop() { p.cancel(); p.wg.Wait() }
+
+// replay hands the prefetched generations to Apply strictly in order.
+// Sequence numbers must run on without gaps from next: a break means an md
+// of another history. The first error stops the replay; a corrupt md is
+// never skipped.
+func (p *prefetcher) replay(ctx context.Context, shard string, next int64, opts Options) (Replay, int64, error) {
+	defer p.stop()
+	rep := Replay{From: p.from, To: p.to}
+	n := int64(len(p.slots))
 	for i := int64(0); i < n; i++ {
 		var f fetched
 		select {
-		case f = <-slots[i]:
+		case f = <-p.slots[i]:
 		case <-ctx.Done():
 			return rep, next, ctx.Err()
 		}
-		<-sem
+		<-p.sem
 		if f.err != nil {
 			return rep, next, f.err
 		}
@@ -88,14 +95,21 @@ func replay(ctx context.Context, store blobstore.Container, shard string, lin se
 	return rep, next, nil
 }
 
-func fetch(ctx context.Context, r *translog.Reader, shard string, lin seal.Lineage, cachedTerm int64, cached map[int64]translog.MD, gen int64, opts Options) fetched {
+func fetch(ctx context.Context, r *translog.Reader, store blobstore.Container, shard string, lin seal.Lineage, cachedTerm int64, cached map[int64]translog.MD, gen int64, opts Options) fetched {
 	term, ok := lin.TermOf(gen)
 	if !ok {
 		return fetched{err: fmt.Errorf("%w: no term on the lineage holds generation %d", seal.ErrLineageTruncated, gen)}
 	}
 	var b translog.Batch
-	if md, ok := cached[gen]; ok && term == cachedTerm && md.Kind == translog.KindSync && md.Inline {
-		ops, err := translog.DecodeOps(md.Payload, md.OpCount)
+	if md, ok := cached[gen]; ok && term == cachedTerm && md.Kind == translog.KindSync {
+		payload := md.Payload
+		if !md.Inline {
+			var err error
+			if payload, err = readData(ctx, store, shard, md, opts); err != nil {
+				return fetched{err: err}
+			}
+		}
+		ops, err := translog.DecodeOps(payload, md.OpCount)
 		if err != nil {
 			return fetched{err: &fence.BodyError{Shard: shard, Key: translog.MDKey(term, gen), Err: fence.ErrCorruptBody, Detail: err.Error()}}
 		}
@@ -112,4 +126,31 @@ func fetch(ctx context.Context, r *translog.Reader, shard string, lin seal.Linea
 		size += int64(len(op))
 	}
 	return fetched{b: b, bytes: size}
+}
+
+// readData reads and verifies the data object of an md the seal already
+// read, the same checks Reader.ReadBatch makes.
+func readData(ctx context.Context, store blobstore.Container, shard string, md translog.MD, opts Options) ([]byte, error) {
+	key, dkey := translog.MDKey(md.Term, md.Gen), translog.DataKey(md.Term, md.Gen)
+	var obj blobstore.Object
+	err := fence.Retry(ctx, opts.Clock, opts.Backoff, func(ctx context.Context) error {
+		var err error
+		obj, err = store.Get(ctx, dkey)
+		return err
+	})
+	if errors.Is(err, blobstore.ErrNotFound) {
+		return nil, &fence.BodyError{Shard: shard, Key: dkey, Err: fence.ErrCorruptBody, Detail: fmt.Sprintf("md %q refers to a data object that does not exist", key)}
+	}
+	if err != nil {
+		return nil, &translog.Error{Op: "Read", Shard: shard, Key: dkey, Gen: md.Gen, Err: err}
+	}
+	payload, err := translog.DecodeData(shard, dkey, md.Term, md.Gen, obj.Body)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(payload)) != md.PayloadLen || translog.Checksum(payload) != md.Checksum {
+		return nil, &fence.BodyError{Shard: shard, Key: dkey, Err: fence.ErrCorruptBody,
+			Detail: fmt.Sprintf("payload of %d bytes with checksum %08x, md %q says %d bytes with %08x", len(payload), translog.Checksum(payload), key, md.PayloadLen, md.Checksum)}
+	}
+	return payload, nil
 }

@@ -222,9 +222,41 @@ type Refusal struct {
 	Reason string
 }
 
+// CheckpointRef names one checkpoint.
+type CheckpointRef struct {
+	Term int64
+	Gen  int64
+}
+
+// Candidates lists the checkpoints on lin at or below gen, newest
+// generation first: the order Hydrate tries them in.
+func Candidates(ctx context.Context, store blobstore.Container, shard string, lin Lineage, gen int64, opts Options) ([]CheckpointRef, error) {
+	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	items, err := s.list(ctx, ManifestPrefix)
+	if err != nil {
+		return nil, wrapErr("Hydrate", shard, ManifestPrefix, 0, err)
+	}
+	cands := []CheckpointRef{}
+	for _, it := range items {
+		if t, g, ok := ParseManifestKey(it.Key); ok && g <= gen && lin.HasCheckpoint(t, g) {
+			cands = append(cands, CheckpointRef{t, g})
+		}
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		if cands[i].Gen != cands[j].Gen {
+			return cands[i].Gen > cands[j].Gen
+		}
+		return cands[i].Term > cands[j].Term
+	})
+	return cands, nil
+}
+
 // HydrateOptions configure Hydrate.
 type HydrateOptions struct {
 	Options
+	// Candidates, when not nil, are the checkpoints to try (from
+	// Candidates); otherwise Hydrate lists them.
+	Candidates []CheckpointRef
 	// Progress, when set, is called after every verified file (calls are
 	// serialized).
 	Progress func(Progress)
@@ -247,29 +279,19 @@ type Hydrated struct {
 // longer replay.
 func Hydrate(ctx context.Context, store blobstore.Container, shard string, lin Lineage, gen int64, dir string, opts HydrateOptions) (*Hydrated, error) {
 	s := io{store: store, shard: shard, opts: opts.Options.withDefaults()}
-	items, err := s.list(ctx, ManifestPrefix)
-	if err != nil {
-		return nil, wrapErr("Hydrate", shard, ManifestPrefix, 0, err)
-	}
-	type cand struct{ term, gen int64 }
-	var cands []cand
-	for _, it := range items {
-		if t, g, ok := ParseManifestKey(it.Key); ok && g <= gen && lin.HasCheckpoint(t, g) {
-			cands = append(cands, cand{t, g})
+	cands := opts.Candidates
+	if cands == nil {
+		var err error
+		if cands, err = Candidates(ctx, store, shard, lin, gen, opts.Options); err != nil {
+			return nil, err
 		}
 	}
-	sort.Slice(cands, func(i, j int) bool {
-		if cands[i].gen != cands[j].gen {
-			return cands[i].gen > cands[j].gen
-		}
-		return cands[i].term > cands[j].term
-	})
 	out := &Hydrated{}
 	for _, c := range cands {
-		key := ManifestKey(c.term, c.gen)
+		key := ManifestKey(c.Term, c.Gen)
 		obj, found, err := s.get(ctx, key)
 		if err != nil {
-			return nil, wrapErr("Hydrate", shard, key, c.term, err)
+			return nil, wrapErr("Hydrate", shard, key, c.Term, err)
 		}
 		if !found {
 			out.Refused = append(out.Refused, Refusal{Key: key, Reason: "manifest vanished (collected)"})
@@ -282,7 +304,7 @@ func Hydrate(ctx context.Context, store blobstore.Container, shard string, lin L
 		}
 		paths, reason, err := s.download(ctx, m, dir, opts.Progress)
 		if err != nil {
-			return nil, wrapErr("Hydrate", shard, key, c.term, err)
+			return nil, wrapErr("Hydrate", shard, key, c.Term, err)
 		}
 		if reason != "" {
 			out.Refused = append(out.Refused, Refusal{Key: key, Reason: reason})

@@ -22,6 +22,7 @@ func benchTargets() []benchTarget {
 		{"translog", benchTranslogSummary, runBenchTranslog},
 		{"master", benchMasterSummary, runBenchMaster},
 		{"seal", benchSealSummary, runBenchSeal},
+		{"recovery", benchRecoverySummary, runBenchRecovery},
 		{"store", benchStoreSummary, runBenchStore},
 	}
 }

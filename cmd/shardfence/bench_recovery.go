@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/fs"
+	"github.com/shardfence/shardfence/blobstore/metered"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/recovery"
+	"github.com/shardfence/shardfence/seal"
+	"github.com/shardfence/shardfence/translog"
+)
+
+const benchRecoverySummary = "hydrate + replay throughput against a plain parallel GET of the same bytes"
+
+func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	flags := newFlags("bench recovery", stderr)
+	rawURL := flags.String("url", "", "store URL (e.g. minio://...); empty: the fs driver in a temporary directory")
+	ckptMiB := flags.Int("checkpoint-mib", 900, "checkpoint size in MiB")
+	tlogMiB := flags.Int("translog-mib", 100, "translog payload after the checkpoint in MiB")
+	fileMiB := flags.Int("file-mib", 64, "checkpoint file size in MiB")
+	syncKiB := flags.Int("sync-kib", 1024, "translog payload per generation in KiB (above 1 MiB inline limit: data objects)")
+	par := flags.Int("parallelism", 16, "concurrent requests of both the recovery and the plain GET")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	if flags.NArg() > 0 || *ckptMiB < 0 || *tlogMiB < 0 || *fileMiB < 1 || *syncKiB < 1 || *par < 1 {
+		return fmt.Errorf("%w: sizes must be positive and no arguments are taken", errUsage)
+	}
+	work, err := os.MkdirTemp("", "shardfence-bench-recovery-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	var base blobstore.Container
+	where := "fs (temporary directory)"
+	if *rawURL == "" {
+		c, err := fs.Open(filepath.Join(work, "store"))
+		if err != nil {
+			return err
+		}
+		base = c
+	} else {
+		c, err := blobstore.Open(ctx, *rawURL)
+		if err != nil {
+			return err
+		}
+		where = blobstore.Redact(*rawURL)
+		base, err = blobstore.Sub(c, fmt.Sprintf("bench-recovery-%d", time.Now().UnixNano()))
+		if err != nil {
+			return err
+		}
+	}
+	defer base.Close()
+	store := metered.New(base, "bench")
+	defer cleanup(context.WithoutCancel(ctx), base)
+
+	fmt.Fprintf(stderr, "writing a %d MiB checkpoint and %d MiB of translog to %s...\n", *ckptMiB, *tlogMiB, where)
+	ckptBytes, tlogBytes, err := fillShard(ctx, store, work, int64(*ckptMiB)<<20, int64(*tlogMiB)<<20, int64(*fileMiB)<<20, *syncKiB<<10)
+	if err != nil {
+		return fmt.Errorf("bench recovery: setup: %w", err)
+	}
+	total := ckptBytes + tlogBytes
+	type row struct {
+		name    string
+		bytes   int64
+		elapsed time.Duration
+		reqs    uint64
+	}
+	var rows []row
+	measure := func(name string, fn func() (int64, error)) error {
+		before := store.Snapshot()
+		start := time.Now()
+		n, err := fn()
+		if err != nil {
+			return fmt.Errorf("bench recovery %s: %w", name, err)
+		}
+		rows = append(rows, row{name, n, time.Since(start), store.Snapshot().Sub(before).Requests()})
+		return nil
+	}
+	get := func() (int64, error) { return plainGet(ctx, store, *par) }
+	if err := measure("plain parallel GET", get); err != nil {
+		return err
+	}
+	term := int64(2)
+	rec := func() (int64, error) {
+		dir, err := os.MkdirTemp(work, "hydrated-")
+		if err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(dir)
+		var replayed atomic.Int64
+		o := recovery.Options{Dir: dir, Parallelism: *par, Apply: func(_ context.Context, b translog.Batch) error {
+			for _, op := range b.Ops {
+				replayed.Add(int64(len(op)))
+			}
+			return nil
+		}}
+		sh, err := recovery.Open(ctx, store, benchShard, term, fmt.Sprintf("a%d", term), o)
+		if err != nil {
+			return 0, err
+		}
+		term++
+		_ = sh.Writer.Close(ctx)
+		if sh.Checkpoint == nil {
+			return 0, fmt.Errorf("no checkpoint hydrated (refused: %+v)", sh.Refused)
+		}
+		return sh.Checkpoint.Bytes() + replayed.Load(), nil
+	}
+	if err := measure("recovery (hydrate + replay)", rec); err != nil {
+		return err
+	}
+	if err := measure("plain parallel GET", get); err != nil {
+		return err
+	}
+	if err := measure("recovery (hydrate + replay)", rec); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "store %s; checkpoint %d MiB in %d MiB files, translog %d MiB in %d KiB generations; parallelism %d\n\n",
+		where, ckptBytes>>20, *fileMiB, tlogBytes>>20, *syncKiB, *par)
+	fmt.Fprintln(stdout, "| run | MiB | requests | seconds | MB/s |")
+	fmt.Fprintln(stdout, "| --- | ---: | ---: | ---: | ---: |")
+	var getRate, recRate []float64
+	for _, r := range rows {
+		rate := float64(r.bytes) / 1e6 / r.elapsed.Seconds()
+		fmt.Fprintf(stdout, "| %s | %d | %d | %.2f | %.0f |\n", r.name, r.bytes>>20, r.reqs, r.elapsed.Seconds(), rate)
+		if strings.HasPrefix(r.name, "plain") {
+			getRate = append(getRate, rate)
+		} else {
+			recRate = append(recRate, rate)
+			if r.bytes != total {
+				return fmt.Errorf("bench recovery: restored %d bytes, wrote %d", r.bytes, total)
+			}
+		}
+	}
+	g, rc := mean(getRate), mean(recRate)
+	verdict := "met"
+	if rc < 0.8*g {
+		verdict = "MISSED"
+	}
+	fmt.Fprintf(stdout, "\ntarget hydrate + replay >= 0.8x plain parallel GET: %.2fx (%s)\n", rc/g, verdict)
+	return nil
+}
+
+func mean(v []float64) float64 {
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(max(1, len(v)))
+}
+
+// fillShard writes term 1: a checkpoint at gen 0 and translog after it.
+func fillShard(ctx context.Context, store blobstore.Container, work string, ckpt, tlog, fileSize int64, syncSize int) (int64, int64, error) {
+	sh, err := recovery.Open(ctx, store, benchShard, 1, "a1", recovery.Options{Clock: fence.SystemClock()})
+	if err != nil {
+		return 0, 0, err
+	}
+	src := filepath.Join(work, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return 0, 0, err
+	}
+	rng := rand.NewChaCha8([32]byte{1})
+	var files []seal.LocalFile
+	var written int64
+	for i := 0; written < ckpt; i++ {
+		n := min(fileSize, ckpt-written)
+		buf := make([]byte, n)
+		_, _ = rng.Read(buf)
+		p := filepath.Join(src, fmt.Sprintf("seg-%04d", i))
+		if err := os.WriteFile(p, buf, 0o644); err != nil {
+			return 0, 0, err
+		}
+		files = append(files, seal.LocalFile{Name: filepath.Base(p), Path: p})
+		written += n
+	}
+	if _, err := seal.PublishCheckpoint(ctx, store, sh.Chain, 0, files, seal.PublishOptions{Options: seal.Options{Parallelism: 4}}); err != nil {
+		return 0, 0, err
+	}
+	const opSize = 64 << 10
+	op := make([]byte, opSize)
+	_, _ = rng.Read(op)
+	var tl int64
+	for tl < tlog {
+		var ops [][]byte
+		for sz := 0; sz < syncSize && tl < tlog; sz += opSize {
+			ops = append(ops, op)
+			tl += opSize
+		}
+		if _, err := sh.Writer.Append(ctx, ops); err != nil {
+			return 0, 0, err
+		}
+	}
+	return written, tl, sh.Writer.Close(ctx)
+}
+
+// plainGet reads every checkpoint file and translog object of the shard
+// with par concurrent GETs and returns the bytes read: the reference a
+// recovery is measured against.
+func plainGet(ctx context.Context, store blobstore.Container, par int) (int64, error) {
+	var keys []string
+	for _, prefix := range []string{seal.FilesDir, translog.Dir} {
+		items, err := blobstore.ListAll(ctx, store, prefix)
+		if err != nil {
+			return 0, err
+		}
+		for _, it := range items {
+			keys = append(keys, it.Key)
+		}
+	}
+	var n atomic.Int64
+	var first error
+	var once sync.Once
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			obj, err := store.Get(ctx, k)
+			if err != nil {
+				once.Do(func() { first = err })
+				return
+			}
+			if strings.HasPrefix(k, seal.FilesDir) || strings.HasPrefix(k, translog.DataDir) {
+				n.Add(int64(len(obj.Body)))
+			}
+		})
+	}
+	wg.Wait()
+	return n.Load(), first
+}
+
+// cleanup deletes what the run wrote.
+func cleanup(ctx context.Context, store blobstore.Container) {
+	items, err := blobstore.ListAll(ctx, store, "")
+	if err != nil {
+		return
+	}
+	for _, it := range items {
+		_ = store.Delete(ctx, it.Key)
+	}
+}
