@@ -402,6 +402,9 @@ func (c *Container) DeleteIfMatch(ctx context.Context, key string, expected blob
 	return nil
 }
 
+// maxListPage is the most names one List Blobs request returns.
+const maxListPage = 5000
+
 func (c *Container) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
 	if err := blobstore.ValidatePrefix(prefix); err != nil {
 		return blobstore.ListPage{}, c.fail("List", prefix, err)
@@ -442,9 +445,8 @@ func (c *Container) List(ctx context.Context, prefix, startAfter string, limit i
 		return false
 	}
 	order := byteOrder[blobstore.Attrs]{name: func(a blobstore.Attrs) string { return a.Key }}
-	pager := c.client.NewListBlobsFlatPager(opts)
-	for pager.More() {
-		resp, err := pager.NextPage(ctx)
+	for {
+		resp, err := c.client.NewListBlobsFlatPager(opts).NextPage(ctx)
 		if err != nil {
 			return blobstore.ListPage{}, c.fail("List", prefix, mapError("List", err))
 		}
@@ -463,6 +465,14 @@ func (c *Container) List(ctx context.Context, prefix, startAfter string, limit i
 				return c.relative(page), nil
 			}
 		}
+		if resp.NextMarker == nil || *resp.NextMarker == "" {
+			break
+		}
+		// A second page means the first was not enough: the service
+		// ignored startFrom (Azurite does) or a run of names is being
+		// re-sorted. Read on in the largest pages the service gives.
+		opts.Marker = resp.NextMarker
+		opts.MaxResults = to.Ptr(int32(maxListPage))
 	}
 	take(order.flush())
 	return c.relative(page), nil
