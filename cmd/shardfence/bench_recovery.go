@@ -70,6 +70,7 @@ func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return fmt.Errorf("bench recovery: setup: %w", err)
 	}
+	flushDirty()
 	total := ckptBytes + tlogBytes
 	type row struct {
 		name    string
@@ -88,7 +89,15 @@ func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writ
 		rows = append(rows, row{name, n, time.Since(start), store.Snapshot().Sub(before).Requests()})
 		return nil
 	}
-	get := func() (int64, error) { return plainGet(ctx, store, *par) }
+	get := func() (int64, error) { return plainGet(ctx, store, *par, "") }
+	getWrite := func() (int64, error) {
+		dir, err := os.MkdirTemp(work, "written-")
+		if err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(dir)
+		return plainGet(ctx, store, *par, dir)
+	}
 	if err := measure("plain parallel GET", get); err != nil {
 		return err
 	}
@@ -100,7 +109,20 @@ func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		defer os.RemoveAll(dir)
 		var replayed atomic.Int64
-		o := recovery.Options{Dir: dir, Parallelism: *par, Apply: func(_ context.Context, b translog.Batch) error {
+		start := time.Now()
+		var mu sync.Mutex
+		phases := map[string][2]time.Duration{}
+		o := recovery.Options{Dir: dir, Parallelism: *par, Progress: func(p recovery.Progress) {
+			mu.Lock()
+			defer mu.Unlock()
+			t := time.Since(start)
+			ph, ok := phases[p.Phase]
+			if !ok {
+				ph[0] = t
+			}
+			ph[1] = t
+			phases[p.Phase] = ph
+		}, Apply: func(_ context.Context, b translog.Batch) error {
 			for _, op := range b.Ops {
 				replayed.Add(int64(len(op)))
 			}
@@ -112,6 +134,13 @@ func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		term++
 		_ = sh.Writer.Close(ctx)
+		mu.Lock()
+		for _, name := range []string{"hydrate", "replay"} {
+			ph := phases[name]
+			fmt.Fprintf(stderr, "  %s: first progress at %.2fs, last at %.2fs\n", name, ph[0].Seconds(), ph[1].Seconds())
+		}
+		mu.Unlock()
+		fmt.Fprintf(stderr, "  open returned at %.2fs\n", time.Since(start).Seconds())
 		if sh.Checkpoint == nil {
 			return 0, fmt.Errorf("no checkpoint hydrated (refused: %+v)", sh.Refused)
 		}
@@ -126,6 +155,9 @@ func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := measure("recovery (hydrate + replay)", rec); err != nil {
 		return err
 	}
+	if err := measure("reference: GET + write checkpoint files locally", getWrite); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "store %s; checkpoint %d MiB in %d MiB files, translog %d MiB in %d KiB generations; parallelism %d\n\n",
 		where, ckptBytes>>20, *fileMiB, tlogBytes>>20, *syncKiB, *par)
 	fmt.Fprintln(stdout, "| run | MiB | requests | seconds | MB/s |")
@@ -134,9 +166,10 @@ func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writ
 	for _, r := range rows {
 		rate := float64(r.bytes) / 1e6 / r.elapsed.Seconds()
 		fmt.Fprintf(stdout, "| %s | %d | %d | %.2f | %.0f |\n", r.name, r.bytes>>20, r.reqs, r.elapsed.Seconds(), rate)
-		if strings.HasPrefix(r.name, "plain") {
+		switch {
+		case strings.HasPrefix(r.name, "plain"):
 			getRate = append(getRate, rate)
-		} else {
+		case strings.HasPrefix(r.name, "recovery"):
 			recRate = append(recRate, rate)
 			if r.bytes != total {
 				return fmt.Errorf("bench recovery: restored %d bytes, wrote %d", r.bytes, total)
@@ -206,8 +239,9 @@ func fillShard(ctx context.Context, store blobstore.Container, work string, ckpt
 
 // plainGet reads every checkpoint file and translog object of the shard
 // with par concurrent GETs and returns the bytes read: the reference a
-// recovery is measured against.
-func plainGet(ctx context.Context, store blobstore.Container, par int) (int64, error) {
+// recovery is measured against. With dir, checkpoint files are written
+// there too, as a hydration must.
+func plainGet(ctx context.Context, store blobstore.Container, par int, dir string) (int64, error) {
 	var keys []string
 	for _, prefix := range []string{seal.FilesDir, translog.Dir} {
 		items, err := blobstore.ListAll(ctx, store, prefix)
@@ -234,6 +268,11 @@ func plainGet(ctx context.Context, store blobstore.Container, par int) (int64, e
 			}
 			if strings.HasPrefix(k, seal.FilesDir) || strings.HasPrefix(k, translog.DataDir) {
 				n.Add(int64(len(obj.Body)))
+			}
+			if dir != "" && strings.HasPrefix(k, seal.FilesDir) {
+				if err := os.WriteFile(filepath.Join(dir, strings.ReplaceAll(k, "/", "_")), obj.Body, 0o644); err != nil {
+					once.Do(func() { first = err })
+				}
 			}
 		})
 	}
