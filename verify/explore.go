@@ -57,7 +57,7 @@ func (v *Violation) Error() string {
 		b.WriteString(l)
 		b.WriteByte('\n')
 	}
-	fmt.Fprintf(&b, "replay with: go test ./verify -run '<this test>' -scenario %s -path %s", v.Scenario, v.PathString())
+	fmt.Fprintf(&b, "replay with: go test ./verify -run TestReplay -v -scenario %s -path %s", v.Scenario, v.PathString())
 	if v.Seed != 0 {
 		fmt.Fprintf(&b, "   (or -seed %d)", v.Seed)
 	}
@@ -170,7 +170,7 @@ func Replay(t *testing.T, sc Scenario, path []int) (trace []string, v *Violation
 // Walk runs one schedule whose choices follow seed: mostly deliveries and
 // landings in random order, a fault with probability faultRate while the
 // budget lasts. The same seed always gives the same schedule.
-func Walk(t *testing.T, sc Scenario, seed uint64, faultRate float64) (steps int, v *Violation) {
+func Walk(t *testing.T, sc Scenario, seed uint64, faultRate float64) (steps int, complete bool, v *Violation) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	pick := func(_ *Run, _ Checker, _ int, choices []choice) (int, bool) {
@@ -189,7 +189,7 @@ func Walk(t *testing.T, sc Scenario, seed uint64, faultRate float64) (steps int,
 	}
 	res := once(t, &sc, nil, pick)
 	if res.violation != nil {
-		return res.steps, violation(&sc, res, seed)
+		return res.steps, false, violation(&sc, res, seed)
 	}
-	return res.steps, nil
+	return res.steps, res.complete, nil
 }

@@ -13,6 +13,19 @@ var (
 	flagSeed     = flag.Uint64("seed", 0, "replay the random walk of this seed of -scenario and print its trace")
 )
 
+// stateBound caps one exhaustive search: far above every bounded scope
+// without the race detector, lower under it (every step costs about eight
+// times as much), and higher for the deep scopes of make verify.
+func stateBound() int {
+	switch {
+	case deep():
+		return 150000
+	case raceEnabled:
+		return 5000
+	}
+	return 20000
+}
+
 // deep reports whether make verify asked for the larger scopes.
 func deep() bool { return os.Getenv("SHARDFENCE_VERIFY") == "deep" }
 
@@ -66,7 +79,7 @@ func TestReplay(t *testing.T) {
 	}
 	var v *Violation
 	if *flagSeed != 0 {
-		_, v = Walk(t, sc, *flagSeed, walkFaultRate)
+		_, _, v = Walk(t, sc, *flagSeed, walkFaultRate)
 	} else {
 		path, err := ParsePath(*flagPath)
 		if err != nil {
@@ -104,7 +117,7 @@ func runExpectations(t *testing.T, es []expectation) {
 	for _, e := range es {
 		e.scenario = scope(e.scenario)
 		if e.bounds.MaxStates == 0 {
-			e.bounds.MaxStates = 400000
+			e.bounds.MaxStates = stateBound()
 		}
 		if *flagScenario != "" && *flagScenario != e.scenario {
 			continue
@@ -143,3 +156,12 @@ func TestClaims(t *testing.T) {
 }
 
 const walkFaultRate = 0.1
+
+// TestRecovery: successors at terms 2 and 3 run the real recovery (claim,
+// seal, replay, open) against a live term-1 primary, then write.
+func TestRecovery(t *testing.T) {
+	runExpectations(t, []expectation{
+		{scenario: "recovery"},
+		{scenario: "recovery-race"},
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
@@ -120,7 +121,10 @@ func successorDirect(r *Run, w *world, actor string, term int64, n int, poison, 
 type plainMD struct{ blobstore.Container }
 
 func (p plainMD) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	return p.Put(ctx, key, body)
+	if strings.HasPrefix(key, translog.MDPrefix) {
+		return p.Put(ctx, key, body)
+	}
+	return p.Container.CreateIfAbsent(ctx, key, body)
 }
 
 func plainMDStore(c blobstore.Container) blobstore.Container { return plainMD{c} }

@@ -1,0 +1,149 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/recovery"
+	"github.com/shardfence/shardfence/translog"
+)
+
+func recoveryOpts(ops *[]string) recovery.Options {
+	return recovery.Options{
+		Clock:   fence.NewAutoClock(),
+		Backoff: backoff,
+		Apply: func(_ context.Context, b translog.Batch) error {
+			for _, op := range b.Ops {
+				*ops = append(*ops, string(op))
+			}
+			return nil
+		},
+		Writer: writerOpts(translog.Concurrent),
+	}
+}
+
+// successorRecovery (or the first primary, at term 1) opens the shard at term with the real recovery (claim,
+// seal, replay, open) and appends n ops.
+func successorRecovery(r *Run, w *world, actor string, term int64, n int) {
+	w.terms[actor] = term
+	r.Go(actor, func(ctx context.Context, store blobstore.Container) {
+		if term > 1 {
+			<-w.opened
+		}
+		var ops []string
+		sh, err := recovery.Open(ctx, store, Shard, term, actor, recoveryOpts(&ops))
+		if term == 1 {
+			close(w.opened)
+		}
+		if err != nil {
+			var fe *fence.FencedError
+			if errors.As(err, &fe) {
+				w.claimResult(r, actor, term, err)
+				return
+			}
+			w.fail(r, "%s: recovery at term %d failed without a fencing verdict: %v", actor, term, err)
+			return
+		}
+		w.claimResult(r, actor, term, nil)
+		w.restored(r, actor, term, ops)
+		w.mu.Lock()
+		w.writers[actor], w.startGen[actor] = sh.Writer, sh.Writer.NextGen()
+		w.mu.Unlock()
+		appender(ctx, r, w, actor, term, sh.Writer, n)
+	})
+}
+
+// finalLineage restores the store as the run left it at a term above every
+// claim, outside the schedule, and returns the ops of the lineage.
+func finalLineage(r *Run) ([]string, error) {
+	ctx := context.Background()
+	c := mem.New()
+	for k, body := range r.Store.Snapshot() {
+		if _, err := c.Put(ctx, k, body); err != nil {
+			return nil, err
+		}
+	}
+	var ops []string
+	sh, err := recovery.Open(ctx, c, Shard, 1000, "reader", recoveryOpts(&ops))
+	if err != nil {
+		return nil, err
+	}
+	if err := sh.Writer.Close(ctx); err != nil {
+		return nil, err
+	}
+	return ops, nil
+}
+
+// lineageWorld adds the final-lineage half of NoAckedWriteLoss.
+type lineageWorld struct{ *world }
+
+func (w lineageWorld) Final(r *Run) error {
+	if err := w.world.Final(r); err != nil {
+		return err
+	}
+	ops, err := finalLineage(r)
+	if err != nil {
+		return fmt.Errorf("final lineage: a recovery over the final store failed: %w", err)
+	}
+	have := map[string]bool{}
+	for _, op := range ops {
+		have[op] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var lost []string
+	for _, a := range w.acks {
+		if !have[a.op] {
+			lost = append(lost, a.op)
+		}
+	}
+	if len(lost) > 0 {
+		sort.Strings(lost)
+		return fmt.Errorf("NoAckedWriteLoss: acked ops %v are not in the final lineage %v", lost, ops)
+	}
+	return nil
+}
+
+// recoveryCase: a term-1 primary, a term-2 successor that recovers and
+// writes, and optionally a term-3 successor racing it.
+type recoveryCase struct {
+	name   string
+	syncs  int
+	order  translog.AckOrder
+	third  bool
+	writes int // ops each successor appends
+	faults int
+}
+
+func (c recoveryCase) scenario() Scenario {
+	return Scenario{
+		Name:   c.name,
+		Faults: c.faults,
+		Start: func(r *Run) Checker {
+			w := newWorld(true)
+			successorRecovery(r, w, "w1", 1, c.syncs)
+			successorRecovery(r, w, "c2", 2, c.writes)
+			if c.third {
+				successorRecovery(r, w, "c3", 3, c.writes)
+			}
+			return lineageWorld{w}
+		},
+	}
+}
+
+func init() {
+	con := translog.Concurrent
+	for _, c := range []recoveryCase{
+		{name: "recovery", syncs: 1, order: con, writes: 1},
+		{name: "recovery-deep", syncs: 2, order: con, writes: 1, faults: 1},
+		{name: "recovery-race", syncs: 1, order: con, third: true},
+		{name: "recovery-race-deep", syncs: 1, order: con, third: true, writes: 1},
+	} {
+		register(c.scenario())
+	}
+}
