@@ -46,6 +46,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -182,19 +183,28 @@ func newClient(account, endpoint, containerName string) (*container.Client, erro
 			// is wrong to be sure.
 			return nil, errors.New("AZURE_STORAGE_KEY is not a valid base64 account key")
 		}
-		return container.NewClientWithSharedKeyCredential(containerURL, cred, nil)
+		return container.NewClientWithSharedKeyCredential(containerURL, cred, clientOptions())
 	}
 	if cs := os.Getenv("AZURE_STORAGE_CONNECTION_STRING"); cs != "" {
-		c, err := container.NewClientFromConnectionString(cs, containerName, nil)
+		c, err := container.NewClientFromConnectionString(cs, containerName, clientOptions())
 		if err != nil {
 			return nil, errors.New("AZURE_STORAGE_CONNECTION_STRING cannot be parsed")
 		}
 		return c, nil
 	}
 	if sas := os.Getenv("AZURE_STORAGE_SAS_TOKEN"); sas != "" {
-		return container.NewClientWithNoCredential(containerURL+"?"+strings.TrimPrefix(sas, "?"), nil)
+		return container.NewClientWithNoCredential(containerURL+"?"+strings.TrimPrefix(sas, "?"), clientOptions())
 	}
 	return nil, errors.New("no Azure credentials: set AZURE_STORAGE_KEY (with the account in the URL), AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_SAS_TOKEN")
+}
+
+// clientOptions keeps the pipeline's retries for reads short: a store that
+// is down should be reported in about a second, well inside a failover
+// budget, not after the SDK's default backoff of several seconds.
+func clientOptions() *container.ClientOptions {
+	return &container.ClientOptions{ClientOptions: azcore.ClientOptions{
+		Retry: policy.RetryOptions{MaxRetries: 3, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
+	}}
 }
 
 func isLocal(host string) bool {

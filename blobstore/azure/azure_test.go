@@ -304,6 +304,8 @@ func TestConnectionRefusedIsUnavailable(t *testing.T) {
 		"CreateIfAbsent": func() error { _, err := c.CreateIfAbsent(t.Context(), "k", []byte("x")); return err },
 		"CompareAndSwap": func() error { _, err := c.CompareAndSwap(t.Context(), "k", `"0x1"`, []byte("x")); return err },
 		"DeleteIfMatch":  func() error { return c.DeleteIfMatch(t.Context(), "k", `"0x1"`) },
+		// Reads retry, a bounded number of times.
+		"Get": func() error { _, err := c.Get(t.Context(), "k"); return err },
 	} {
 		err := op()
 		if !errors.Is(err, blobstore.ErrUnavailable) || blobstore.IsAmbiguous(err) {

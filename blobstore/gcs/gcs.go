@@ -40,8 +40,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"cloud.google.com/go/storage"
+	"github.com/googleapis/gax-go/v2"
 	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 
@@ -55,6 +57,10 @@ const Scheme = "gs"
 // larger single-request uploads; the bound keeps a fenced write from holding
 // gigabytes in one request that cannot be resumed.
 const DefaultMaxConditionalBody = 5 << 30
+
+// readAttempts bounds how often a read, a listing or an unconditional delete
+// is sent before its error is returned.
+const readAttempts = 4
 
 // maxObjectName is GCS's limit on an object name, in UTF-8 bytes, which the
 // container prefix counts towards.
@@ -110,7 +116,13 @@ func New(client *storage.Client, bucket, prefix string, opts Options) (*Containe
 	if opts.MaxConditionalBody == 0 {
 		opts.MaxConditionalBody = DefaultMaxConditionalBody
 	}
-	return &Container{client: client, bucket: client.Bucket(bucket), name: bucket, prefix: prefix, opts: opts}, nil
+	// The client's own retry loop runs until the context ends; a bound
+	// lets a caller without a deadline hear ErrUnavailable in about a
+	// second instead of hanging on a store that is down.
+	bh := client.Bucket(bucket).Retryer(
+		storage.WithMaxAttempts(readAttempts),
+		storage.WithBackoff(gax.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}))
+	return &Container{client: client, bucket: bh, name: bucket, prefix: prefix, opts: opts}, nil
 }
 
 // open is the registered opener for gs:// URLs.
