@@ -1,7 +1,8 @@
 // Package azure is the Azure Blob Storage driver:
 // azblob://account/container/prefix.
 //
-// The version token is the blob's ETag exactly as the service returns it.
+// The version token is the blob's ETag as the response headers carry it
+// (quoted; listings, which omit the quotes, get them added).
 // Create-if-absent sends If-None-Match: * and compare-and-swap sends
 // If-Match: <token>, each as one Put Blob request. Azure answers 409
 // BlobAlreadyExists (or 412 ConditionNotMet) to a create over an existing
@@ -9,14 +10,18 @@
 // ErrAlreadyExists and ErrPreconditionFailed. Delete honours If-Match too, so
 // the driver advertises ConditionalDelete.
 //
-// Conditional writes and conditional deletes are sent once, with the
-// pipeline's retries turned off for that call. A retried conditional request
-// whose first response was lost would meet its own effect and come back
-// 409/412, reporting a definite failure for a write that took effect. With
-// one attempt, a timeout, a 5xx or a broken connection after the request left
-// is reported as blobstore.ErrAmbiguous, and the caller settles it by reading
+// Uploads and conditional deletes are sent once, with the pipeline's retries
+// turned off for that call. A retried conditional request whose first
+// response was lost would meet its own effect and come back 409/412,
+// reporting a definite failure for a write that took effect. With one
+// attempt, a timeout, a 5xx or a broken connection after the request left is
+// reported as blobstore.ErrAmbiguous, and the caller settles it by reading
 // the key. Reads, listings and unconditional deletes keep the pipeline's
-// retries.
+// retries (up to four attempts, backing off from 100ms).
+//
+// Azure lists names in UTF-16 code-unit order, which differs from the
+// contract's byte order where a character above U+FFFF meets one in
+// U+E000..U+FFFF; List re-sorts those runs, so pages come back in byte order.
 //
 // Credentials, first match wins (never logged):
 //

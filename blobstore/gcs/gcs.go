@@ -5,14 +5,15 @@
 // sends ifGenerationMatch=<token>. GCS answers 412 when the condition does not
 // hold, which becomes ErrAlreadyExists or ErrPreconditionFailed.
 //
-// Conditional writes go out as one request with the client's retries turned
-// off. A retried conditional write whose first response was lost would meet
-// its own object and come back 412, and the driver would report a definite
-// failure for a write that took effect. With one attempt, a timeout, a 5xx or
-// a broken connection after the request left is reported as
+// Uploads and conditional deletes go out as one request with the client's
+// retries turned off. A retried conditional write whose first response was
+// lost would meet its own object and come back 412, and the driver would
+// report a definite failure for a write that took effect. With one attempt, a
+// timeout, a 5xx or a broken connection after the request left is reported as
 // blobstore.ErrAmbiguous instead, and the caller settles it by reading the key.
-// Reads, listings and unconditional deletes keep the client's retries, since
-// repeating them cannot change what they report.
+// Reads, listings and unconditional deletes keep the client's retries (up to
+// four attempts, backing off from 100ms), since repeating them cannot change
+// what they report.
 //
 // Conditional delete (DeleteIfMatch) is off unless the URL says
 // conditional_delete=true. Real GCS enforces ifGenerationMatch on delete;
