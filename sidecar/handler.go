@@ -31,7 +31,11 @@ type HandlerOptions struct {
 func (s *Server) Handler(o HandlerOptions) http.Handler {
 	mux := http.NewServeMux()
 	path, h := sidecarv1connect.NewSidecarServiceHandler(&service{s: s},
-		connect.WithReadMaxBytes(s.opts.Limits.MaxRequestBytes))
+		connect.WithReadMaxBytes(s.opts.Limits.MaxRequestBytes),
+		// Acks and statuses are a few dozen bytes: gzip would cost more
+		// CPU than the bytes it saves on loopback. Large read batches
+		// still compress for clients that ask.
+		connect.WithCompressMinBytes(16<<10))
 	mux.Handle(path, h)
 	if o.Metrics != nil {
 		mux.Handle("/metrics", o.Metrics)

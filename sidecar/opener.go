@@ -136,6 +136,10 @@ func (s Settings) Validate() error {
 	return nil
 }
 
+// WriterOptions are the translog options a shard opened with s writes
+// with (its identity and start point come from the open).
+func (s Settings) WriterOptions() translog.Options { return s.writerOptions(openParams{}, 0, 0) }
+
 // writerOptions are the translog options of a shard opened with s.
 func (s Settings) writerOptions(p openParams, startGen, startSeq int64) translog.Options {
 	return translog.Options{

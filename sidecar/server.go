@@ -200,7 +200,7 @@ type shard struct {
 	state    string
 	ackedGen int64 // last generation whose ops were acknowledged
 	nextSeq  int64 // sequence number after the last acknowledged op
-	casSeq   int64 // fence record seq seen at the last acknowledgement
+	casSeq   int64 // writer's CAS count seen at the last acknowledgement
 	lastCAS  time.Time
 	// proof is a steady time no later than when the last successful fence
 	// CAS was sent: the start of the Append whose ack first saw it.
@@ -283,18 +283,24 @@ func (sh *shard) writerOrNil() *translog.Writer {
 // acked records an acknowledgement: acks come in generation order, so the
 // highest acked generation says every lower one of the term is durable.
 func (sh *shard) acked(ack translog.Ack, sentBy int64) {
-	var seq int64
-	if sh.chain != nil {
-		seq = sh.chain.State().Record.Seq
+	// The writer's CAS count, not the chain's state: the chain holds its
+	// lock across the next CAS round trip, and waiting for it here would
+	// hold every ack back by one sync.
+	var cas int64
+	w := sh.writer()
+	if sh.chain != nil && w != nil {
+		cas = w.Stats().CASWrites
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.ackedGen = max(sh.ackedGen, ack.Gen)
 	sh.nextSeq = max(sh.nextSeq, ack.FirstSeqNo+int64(ack.Count))
-	if seq > sh.casSeq || sh.lastCAS.IsZero() {
-		sh.casSeq = seq
+	if cas > sh.casSeq || sh.lastCAS.IsZero() {
+		sh.casSeq = cas
 		sh.lastCAS = time.Now()
-		if seq > 0 && (!sh.proof.Valid || sentBy > sh.proof.At) {
+		// In lease mode an ack may come without a CAS, so only per-sync
+		// acks prove a CAS sent after the append began.
+		if cas > 0 && sh.settings.Mode == translog.PerSync && (!sh.proof.Valid || sentBy > sh.proof.At) {
 			sh.proof = seal.Proof{At: sentBy, Valid: true}
 		}
 	}

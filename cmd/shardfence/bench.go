@@ -24,6 +24,7 @@ func benchTargets() []benchTarget {
 		{"seal", benchSealSummary, runBenchSeal},
 		{"recovery", benchRecoverySummary, runBenchRecovery},
 		{"store", benchStoreSummary, runBenchStore},
+		{"e2e", benchE2ESummary, runBenchE2E},
 	}
 }
 
