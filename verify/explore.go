@@ -172,8 +172,16 @@ func Replay(t *testing.T, sc Scenario, path []int) (trace []string, v *Violation
 // budget lasts. The same seed always gives the same schedule.
 func Walk(t *testing.T, sc Scenario, seed uint64, faultRate float64) (steps int, complete bool, v *Violation) {
 	t.Helper()
+	res := once(t, &sc, nil, walkPicker(seed, faultRate))
+	if res.violation != nil {
+		return res.steps, false, violation(&sc, res, seed)
+	}
+	return res.steps, res.complete, nil
+}
+
+func walkPicker(seed uint64, faultRate float64) picker {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	pick := func(_ *Run, _ Checker, _ int, choices []choice) (int, bool) {
+	return func(_ *Run, _ Checker, _ int, choices []choice) (int, bool) {
 		var calm, faulty []int
 		for i, c := range choices {
 			if c.out.fault() {
@@ -187,9 +195,4 @@ func Walk(t *testing.T, sc Scenario, seed uint64, faultRate float64) (steps int,
 		}
 		return calm[rng.IntN(len(calm))], false
 	}
-	res := once(t, &sc, nil, pick)
-	if res.violation != nil {
-		return res.steps, false, violation(&sc, res, seed)
-	}
-	return res.steps, res.complete, nil
 }

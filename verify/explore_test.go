@@ -165,3 +165,35 @@ func TestRecovery(t *testing.T) {
 		{scenario: "recovery-race"},
 	})
 }
+
+// TestCounterexamplesReplay: a printed path replays to the same violation,
+// and a seed to the same schedule, which is what makes a report usable.
+func TestCounterexamplesReplay(t *testing.T) {
+	sc := scenarios["wrong-plain-md"]
+	_, v := Explore(t, sc, Bounds{MaxStates: stateBound()})
+	if v == nil {
+		t.Fatal("wrong-plain-md was not refuted")
+	}
+	path, err := ParsePath(v.PathString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, again := Replay(t, sc, path)
+	if again == nil || again.Err.Error() != v.Err.Error() || strings.Join(again.Trace, "\n") != strings.Join(v.Trace, "\n") {
+		t.Fatalf("replaying %s did not reproduce\n%v\ngot\n%v", v.PathString(), v, again)
+	}
+	walk := scenarios["walk-recovery-race"]
+	run := func() []string {
+		var trace []string
+		pick := walkPicker(7, walkFaultRate)
+		res := once(t, &walk, nil, pick)
+		if res.violation != nil {
+			t.Fatalf("seed 7: %v", res.violation)
+		}
+		trace = res.trace
+		return trace
+	}
+	if a, b := run(), run(); strings.Join(a, "\n") != strings.Join(b, "\n") {
+		t.Fatalf("seed 7 gave two schedules:\n%s\n---\n%s", strings.Join(a, "\n"), strings.Join(b, "\n"))
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -58,9 +59,9 @@ type Run struct {
 	actors  map[string]bool // name -> finished
 	history map[string][32]byte
 	trace   []string
+	notes   []string
 	answers []Answer
 	faults  int
-	step    int
 }
 
 func newRun(sc *Scenario) *Run {
@@ -93,7 +94,16 @@ func (r *Run) Gate(actor, name string) bool {
 func (r *Run) Note(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.trace = append(r.trace, "      . "+fmt.Sprintf(format, args...))
+	r.notes = append(r.notes, "      . "+fmt.Sprintf(format, args...))
+}
+
+// flushNotes moves the notes of the last step into the trace, sorted: the
+// goroutines that wrote them ran concurrently, and a replayed trace must
+// read the same. r.mu must be held.
+func (r *Run) flushNotes() {
+	sort.Strings(r.notes)
+	r.trace = append(r.trace, r.notes...)
+	r.notes = nil
 }
 
 // Ended reports whether the checker has stopped the schedule; actors stop
@@ -193,6 +203,7 @@ func (r *Run) take(c choice) {
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.flushNotes()
 	if c.out.fault() {
 		r.faults++
 	}
@@ -306,6 +317,9 @@ func (sc *Scenario) runSchedule(prefix []int, pick picker) (res runResult) {
 	r := newRun(sc)
 	chk := sc.Start(r)
 	defer func() {
+		r.mu.Lock()
+		r.flushNotes()
+		r.mu.Unlock()
 		r.Store.end()
 		r.wg.Wait()
 		r.mu.Lock()
@@ -322,8 +336,16 @@ func (sc *Scenario) runSchedule(prefix []int, pick picker) (res runResult) {
 		choices := r.choices()
 		if len(choices) == 0 {
 			if !r.finished() {
-				res.violation = fmt.Errorf("liveness: no request in flight but actors still running (blocked outside the store: a deadlock or a timer nobody advances)")
-				return res
+				// The actors cannot be ended through the store, so the run
+				// cannot be torn down: report here, with every stack.
+				buf := make([]byte, 1<<20)
+				buf = buf[:runtime.Stack(buf, true)]
+				r.mu.Lock()
+				r.flushNotes()
+				trace := strings.Join(r.trace, "\n")
+				r.mu.Unlock()
+				panic(fmt.Sprintf("scenario %s: liveness: no request in flight but actors still running (blocked outside the store: a deadlock or a timer nobody advances)\npath %s\n%s\n\n%s",
+					sc.Name, FormatPath(res.path), trace, buf))
 			}
 			if err := chk.Final(r); err != nil {
 				res.violation = err
