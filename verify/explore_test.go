@@ -164,6 +164,12 @@ func TestRecovery(t *testing.T) {
 		{scenario: "recovery"},
 		{scenario: "recovery-race"},
 	})
+	if deep() {
+		// GC deletes nothing in scopes without checkpoints; the check is
+		// that it never takes a poison or a lineage md while a zombie
+		// writes.
+		runExpectations(t, []expectation{{scenario: "gc"}})
+	}
 }
 
 // TestCounterexamplesReplay: a printed path replays to the same violation,
