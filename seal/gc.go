@@ -124,7 +124,9 @@ func PlanGC(in GCInput) []Object {
 	}
 	var strays [][2]int64
 	for k := range in.Files {
-		if !hasManifest[k] && k[0] < owner && !lin.HasCheckpoint(k[0], k[1]) {
+		// A lower term's publish can no longer complete usefully: if its
+		// manifest lands after this, the missing files get it refused.
+		if !hasManifest[k] && k[0] < owner {
 			strays = append(strays, k)
 		}
 	}
