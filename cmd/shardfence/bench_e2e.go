@@ -34,6 +34,7 @@ type e2eResult struct {
 	elapsed  time.Duration
 	p50, p99 time.Duration
 	errors   int
+	firstErr error
 }
 
 func (r e2eResult) opsPerSec() float64 { return float64(r.ops) / r.elapsed.Seconds() }
@@ -45,6 +46,7 @@ func e2eLoop(ctx context.Context, path string, clients int, d time.Duration, opS
 	defer cancel()
 	lat := make([][]time.Duration, clients)
 	errs := make([]int, clients)
+	firstErrs := make([]error, clients)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for c := range clients {
@@ -56,6 +58,9 @@ func e2eLoop(ctx context.Context, path string, clients int, d time.Duration, opS
 				if err := appendOne(ctx, op); err != nil {
 					if ctx.Err() == nil {
 						errs[c]++
+						if firstErrs[c] == nil {
+							firstErrs[c] = err
+						}
 					}
 					continue
 				}
@@ -69,6 +74,9 @@ func e2eLoop(ctx context.Context, path string, clients int, d time.Duration, opS
 	for c := range clients {
 		all = append(all, lat[c]...)
 		r.errors += errs[c]
+		if r.firstErr == nil {
+			r.firstErr = firstErrs[c]
+		}
 	}
 	r.ops = len(all)
 	if len(all) > 0 {
@@ -188,6 +196,11 @@ func runBenchE2E(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintf(tw, "%s\t%.0f\t%v\t%v\t%d\t\n", r.path, r.opsPerSec(), r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), r.errors)
 	}
 	tw.Flush()
+	for _, r := range []e2eResult{inproc, api} {
+		if r.firstErr != nil {
+			fmt.Fprintf(stdout, "%s: first error of %d: %v\n", r.path, r.errors, r.firstErr)
+		}
+	}
 	if inproc.ops == 0 || api.ops == 0 {
 		return errors.New("bench e2e: a path acknowledged no op")
 	}
