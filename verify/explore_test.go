@@ -79,7 +79,12 @@ func TestReplay(t *testing.T) {
 	}
 	var v *Violation
 	if *flagSeed != 0 {
-		_, _, v = Walk(t, sc, *flagSeed, walkFaultRate)
+		res := once(t, &sc, nil, walkPicker(*flagSeed, walkFaultRate))
+		if res.violation != nil {
+			v = violation(&sc, res, *flagSeed)
+		} else {
+			t.Logf("no violation; trace:\n%s", strings.Join(res.trace, "\n"))
+		}
 	} else {
 		path, err := ParsePath(*flagPath)
 		if err != nil {
