@@ -41,9 +41,29 @@ func backends() map[string]func(t *testing.T) *faulty.Container {
 	}
 }
 
-func forEach(t *testing.T, fn func(t *testing.T, store *faulty.Container)) {
-	for _, name := range []string{"mem", "fs", "faulty"} {
-		t.Run(name, func(t *testing.T) { fn(t, backends()[name](t)) })
+type scenario struct {
+	name string
+	run  func(t *testing.T, store *faulty.Container)
+}
+
+// scenarios are the relocation scenarios every backend runs.
+func scenarios() []scenario {
+	return []scenario{
+		{"TransferContinuesTheChainAtTheTarget", scenarioTransferContinuesTheChainAtTheTarget},
+		{"AbortThenResume", scenarioAbortThenResume},
+		{"AbortAfterTargetAdoptedButBeforeItWroteResumesTheSource", scenarioAbortAfterTargetAdoptedButBeforeItWroteResumesTheSource},
+		{"TargetMDRacingTheRevertFencesBothWithoutLoss", scenarioTargetMDRacingTheRevertFencesBothWithoutLoss},
+		{"AbortAfterTargetWroteStandsDown", scenarioAbortAfterTargetWroteStandsDown},
+	}
+}
+
+func TestScenarios(t *testing.T) {
+	for _, sc := range scenarios() {
+		t.Run(sc.name, func(t *testing.T) {
+			for _, name := range []string{"mem", "fs", "faulty"} {
+				t.Run(name, func(t *testing.T) { sc.run(t, backends()[name](t)) })
+			}
+		})
 	}
 }
 
@@ -115,83 +135,77 @@ func restored(t *testing.T, store *faulty.Container, term int64) []string {
 	return ops
 }
 
-func TestTransferContinuesTheChainAtTheTarget(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		src := source(t, store)
-		old := src.Writer()
-		mustApp(t, old, "a")
-		mustApp(t, old, "b")
-		hc, err := src.Handoff(context.Background(), "dst", "node-2")
-		if err != nil {
-			t.Fatalf("handoff: %v", err)
-		}
-		if hc.Gen != 2 || hc.NextSeqNo != 2 || hc.Term != 1 || hc.Source != "src" {
-			t.Fatalf("handoff context %+v", hc)
-		}
-		if _, err := app(old, "late"); !errors.Is(err, translog.ErrClosed) {
-			t.Fatalf("source append after handoff: %v, want closed", err)
-		}
-		_, w, err := adopt(t, store, hc)
-		if err != nil {
-			t.Fatalf("adopt: %v", err)
-		}
-		if ack := mustApp(t, w, "c"); ack.Gen != 3 || ack.FirstSeqNo != 2 || ack.Term != 1 {
-			t.Fatalf("target's first ack %+v, want term 1 gen 3 seq 2", ack)
-		}
-		_ = w.Close(context.Background())
-		if got := fmt.Sprint(restored(t, store, 2)); got != "[a b c]" {
-			t.Fatalf("restored %s", got)
-		}
-	})
+func scenarioTransferContinuesTheChainAtTheTarget(t *testing.T, store *faulty.Container) {
+	src := source(t, store)
+	old := src.Writer()
+	mustApp(t, old, "a")
+	mustApp(t, old, "b")
+	hc, err := src.Handoff(context.Background(), "dst", "node-2")
+	if err != nil {
+		t.Fatalf("handoff: %v", err)
+	}
+	if hc.Gen != 2 || hc.NextSeqNo != 2 || hc.Term != 1 || hc.Source != "src" {
+		t.Fatalf("handoff context %+v", hc)
+	}
+	if _, err := app(old, "late"); !errors.Is(err, translog.ErrClosed) {
+		t.Fatalf("source append after handoff: %v, want closed", err)
+	}
+	_, w, err := adopt(t, store, hc)
+	if err != nil {
+		t.Fatalf("adopt: %v", err)
+	}
+	if ack := mustApp(t, w, "c"); ack.Gen != 3 || ack.FirstSeqNo != 2 || ack.Term != 1 {
+		t.Fatalf("target's first ack %+v, want term 1 gen 3 seq 2", ack)
+	}
+	_ = w.Close(context.Background())
+	if got := fmt.Sprint(restored(t, store, 2)); got != "[a b c]" {
+		t.Fatalf("restored %s", got)
+	}
 }
 
-func TestAbortThenResume(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		src := source(t, store)
-		mustApp(t, src.Writer(), "a")
-		hc, err := src.Handoff(context.Background(), "dst", "")
-		if err != nil {
-			t.Fatalf("handoff: %v", err)
-		}
-		out, err := src.Abort(context.Background())
-		if err != nil || out != relocation.Resumed {
-			t.Fatalf("abort: %v %v, want resumed", out, err)
-		}
-		if ack := mustApp(t, src.Writer(), "b"); ack.Gen != 2 || ack.FirstSeqNo != 1 {
-			t.Fatalf("resumed ack %+v", ack)
-		}
-		// The context is stale now: the target must not write.
-		if _, _, err := adopt(t, store, hc); !errors.Is(err, fence.ErrFenced) {
-			t.Fatalf("adopt after revert: %v, want fenced", err)
-		}
-		_ = src.Writer().Close(context.Background())
-		if got := fmt.Sprint(restored(t, store, 2)); got != "[a b]" {
-			t.Fatalf("restored %s", got)
-		}
-	})
+func scenarioAbortThenResume(t *testing.T, store *faulty.Container) {
+	src := source(t, store)
+	mustApp(t, src.Writer(), "a")
+	hc, err := src.Handoff(context.Background(), "dst", "")
+	if err != nil {
+		t.Fatalf("handoff: %v", err)
+	}
+	out, err := src.Abort(context.Background())
+	if err != nil || out != relocation.Resumed {
+		t.Fatalf("abort: %v %v, want resumed", out, err)
+	}
+	if ack := mustApp(t, src.Writer(), "b"); ack.Gen != 2 || ack.FirstSeqNo != 1 {
+		t.Fatalf("resumed ack %+v", ack)
+	}
+	// The context is stale now: the target must not write.
+	if _, _, err := adopt(t, store, hc); !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("adopt after revert: %v, want fenced", err)
+	}
+	_ = src.Writer().Close(context.Background())
+	if got := fmt.Sprint(restored(t, store, 2)); got != "[a b]" {
+		t.Fatalf("restored %s", got)
+	}
 }
 
-func TestAbortAfterTargetAdoptedButBeforeItWroteResumesTheSource(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		src := source(t, store)
-		mustApp(t, src.Writer(), "a")
-		hc, err := src.Handoff(context.Background(), "dst", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, w, err := adopt(t, store, hc)
-		if err != nil {
-			t.Fatalf("adopt: %v", err)
-		}
-		if out, err := src.Abort(context.Background()); err != nil || out != relocation.Resumed {
-			t.Fatalf("abort: %v %v", out, err)
-		}
-		mustApp(t, src.Writer(), "b")
-		if _, err := app(w, "t"); !errors.Is(err, fence.ErrFenced) {
-			t.Fatalf("target append after the revert: %v, want fenced (one acker)", err)
-		}
-		mustApp(t, src.Writer(), "c")
-	})
+func scenarioAbortAfterTargetAdoptedButBeforeItWroteResumesTheSource(t *testing.T, store *faulty.Container) {
+	src := source(t, store)
+	mustApp(t, src.Writer(), "a")
+	hc, err := src.Handoff(context.Background(), "dst", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, w, err := adopt(t, store, hc)
+	if err != nil {
+		t.Fatalf("adopt: %v", err)
+	}
+	if out, err := src.Abort(context.Background()); err != nil || out != relocation.Resumed {
+		t.Fatalf("abort: %v %v", out, err)
+	}
+	mustApp(t, src.Writer(), "b")
+	if _, err := app(w, "t"); !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("target append after the revert: %v, want fenced (one acker)", err)
+	}
+	mustApp(t, src.Writer(), "c")
 }
 
 // The target's first sync races the revert: its md lands but its CAS
@@ -199,61 +213,57 @@ func TestAbortAfterTargetAdoptedButBeforeItWroteResumesTheSource(t *testing.T) {
 // resumed source is fenced when it reaches it. Nobody acknowledged the
 // target's op, nothing acknowledged is lost, and the shard continues under
 // a new term, whose restore point holds every acknowledged op.
-func TestTargetMDRacingTheRevertFencesBothWithoutLoss(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		src := source(t, store)
-		mustApp(t, src.Writer(), "a")
-		hc, err := src.Handoff(context.Background(), "dst", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Sequenced: the target's md lands before its CAS is refused, the
-		// interleaving the concurrent order reaches only sometimes.
-		wo := writerOpts()
-		wo.AckOrder = translog.Sequenced
-		_, w, err := adoptWith(t, store, hc, wo)
-		if err != nil {
-			t.Fatalf("adopt: %v", err)
-		}
-		if out, err := src.Abort(context.Background()); err != nil || out != relocation.Resumed {
-			t.Fatalf("abort: %v %v", out, err)
-		}
-		if _, err := app(w, "t"); !errors.Is(err, fence.ErrFenced) {
-			t.Fatalf("target append after the revert: %v, want fenced", err)
-		}
-		if _, err := app(src.Writer(), "b"); !errors.Is(err, fence.ErrFenced) {
-			t.Fatalf("source append over the target's md: %v, want fenced", err)
-		}
-		got := restored(t, store, 2)
-		if len(got) == 0 || got[0] != "a" {
-			t.Fatalf("restored %q, want the acknowledged op a first", got)
-		}
-	})
+func scenarioTargetMDRacingTheRevertFencesBothWithoutLoss(t *testing.T, store *faulty.Container) {
+	src := source(t, store)
+	mustApp(t, src.Writer(), "a")
+	hc, err := src.Handoff(context.Background(), "dst", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sequenced: the target's md lands before its CAS is refused, the
+	// interleaving the concurrent order reaches only sometimes.
+	wo := writerOpts()
+	wo.AckOrder = translog.Sequenced
+	_, w, err := adoptWith(t, store, hc, wo)
+	if err != nil {
+		t.Fatalf("adopt: %v", err)
+	}
+	if out, err := src.Abort(context.Background()); err != nil || out != relocation.Resumed {
+		t.Fatalf("abort: %v %v", out, err)
+	}
+	if _, err := app(w, "t"); !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("target append after the revert: %v, want fenced", err)
+	}
+	if _, err := app(src.Writer(), "b"); !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("source append over the target's md: %v, want fenced", err)
+	}
+	got := restored(t, store, 2)
+	if len(got) == 0 || got[0] != "a" {
+		t.Fatalf("restored %q, want the acknowledged op a first", got)
+	}
 }
 
-func TestAbortAfterTargetWroteStandsDown(t *testing.T) {
-	forEach(t, func(t *testing.T, store *faulty.Container) {
-		src := source(t, store)
-		mustApp(t, src.Writer(), "a")
-		hc, err := src.Handoff(context.Background(), "dst", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, w, err := adopt(t, store, hc)
-		if err != nil {
-			t.Fatalf("adopt: %v", err)
-		}
-		mustApp(t, w, "b")
-		out, err := src.Abort(context.Background())
-		if err != nil || out != relocation.StoodDown {
-			t.Fatalf("abort after the target wrote: %v %v, want stood down without error", out, err)
-		}
-		mustApp(t, w, "c")
-		_ = w.Close(context.Background())
-		if got := fmt.Sprint(restored(t, store, 2)); got != "[a b c]" {
-			t.Fatalf("restored %s", got)
-		}
-	})
+func scenarioAbortAfterTargetWroteStandsDown(t *testing.T, store *faulty.Container) {
+	src := source(t, store)
+	mustApp(t, src.Writer(), "a")
+	hc, err := src.Handoff(context.Background(), "dst", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, w, err := adopt(t, store, hc)
+	if err != nil {
+		t.Fatalf("adopt: %v", err)
+	}
+	mustApp(t, w, "b")
+	out, err := src.Abort(context.Background())
+	if err != nil || out != relocation.StoodDown {
+		t.Fatalf("abort after the target wrote: %v %v, want stood down without error", out, err)
+	}
+	mustApp(t, w, "c")
+	_ = w.Close(context.Background())
+	if got := fmt.Sprint(restored(t, store, 2)); got != "[a b c]" {
+		t.Fatalf("restored %s", got)
+	}
 }
 
 func TestLostResponsesOnTransferAndRevertAreSettledByContent(t *testing.T) {

@@ -1,0 +1,35 @@
+package relocation_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/faulty"
+	_ "github.com/shardfence/shardfence/blobstore/minio"
+	"github.com/shardfence/shardfence/internal/testservers"
+)
+
+// TestScenariosMinIO runs the relocation scenarios against a real MinIO
+// server, whose ETags are MD5s of the body: a transfer and a revert must
+// never write a body twice.
+func TestScenariosMinIO(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a MinIO server")
+	}
+	srv, err := testservers.StartMinIO(t)
+	if err != nil {
+		testservers.Unavailable(t, "MinIO", err)
+	}
+	for i, sc := range scenarios() {
+		t.Run(sc.name, func(t *testing.T) {
+			c, err := blobstore.Open(context.Background(), srv.MinioURL(fmt.Sprintf("relocation-%d", i)))
+			if err != nil {
+				t.Fatalf("open MinIO: %v", err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			sc.run(t, faulty.New(c, 1))
+		})
+	}
+}
