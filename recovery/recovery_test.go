@@ -171,6 +171,14 @@ func scenarioFreshShardThenTakeoverRestoresEverything(t *testing.T, store *fault
 
 	var l log
 	sh2 := open(t, store, 2, "a2", options(&l))
+	// The term opened: its marker is stored and names the restore point.
+	obj, err := store.Inner().Get(context.Background(), seal.MarkerKey(2))
+	if err != nil {
+		t.Fatalf("term 2 opened without a readable marker: %v", err)
+	}
+	if m, err := seal.DecodeMarker(shard, seal.MarkerKey(2), obj.Body); err != nil || m != sh2.Seal.Marker {
+		t.Fatalf("stored marker %+v (%v), Open reports %+v", m, err, sh2.Seal.Marker)
+	}
 	if got := sh2.Restore(); got.Term != 1 || got.Gen != 5 || got.MDKey != translog.MDKey(1, 5) {
 		t.Fatalf("restore point %+v, want term 1 gen 5", got)
 	}
