@@ -157,6 +157,9 @@ func TestClaims(t *testing.T) {
 	runExpectations(t, []expectation{
 		{scenario: "claims-term-keys"},
 		{scenario: "wrong-shared-fence", refuted: true, invariant: "HigherTermPrevails"},
+		// Relocation: the target accepts and commits while the source
+		// aborts and reverts.
+		{scenario: "handoff-abort"},
 	})
 }
 
