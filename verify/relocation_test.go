@@ -10,7 +10,7 @@ import (
 	"github.com/shardfence/shardfence/fence"
 )
 
-// handoffWorld holds the relocation invariants (PROTOCOL.md section 6): after
+// handoffWorld holds the relocation invariants of the handoff: after
 // a transfer, the source and the target never both commit, and the term
 // always ends with an owner that can write.
 type handoffWorld struct {
