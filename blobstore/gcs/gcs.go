@@ -373,8 +373,9 @@ func (c *Container) List(ctx context.Context, prefix, startAfter string, limit i
 		return blobstore.ListPage{}, c.fail("List", prefix, err)
 	}
 	it := c.bucket.Objects(ctx, q)
-	// One more than the page, so More is exact rather than "maybe".
-	it.PageInfo().MaxSize = limit + 1
+	// Two more than the page: startAfter itself (StartOffset is inclusive)
+	// and one beyond the page, so More is exact and one request does.
+	it.PageInfo().MaxSize = limit + 2
 	var page blobstore.ListPage
 	for {
 		a, err := it.Next()
