@@ -416,8 +416,11 @@ func (s *Server) open(ctx context.Context, name string, term int64, alloc string
 			s.mu.Unlock()
 			return ShardStatus{}, opErr(op, name, ErrShardBusy, "retry when the other Open or Close returned")
 		case st.State == stateOpen && prev.term == term && prev.alloc == alloc:
-			// A retried Open of what is already open: answer it again.
 			s.mu.Unlock()
+			if prev.settings != settings {
+				return ShardStatus{}, opErr(op, name, fmt.Errorf("%w: the shard is open at term %d with other settings (%+v)", ErrInvalidArgument, term, prev.settings), "settings are fixed when a shard opens; open a new term to change them")
+			}
+			// A retried Open of what is already open: answer it again.
 			return st, nil
 		case prev.term > term:
 			s.mu.Unlock()
