@@ -74,4 +74,3 @@ func TestSettingsAreFixedAtOpen(t *testing.T) {
 		t.Fatalf("reopen with other settings: %v", st.Err())
 	}
 }
-
