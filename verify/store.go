@@ -169,13 +169,6 @@ func tokenOf(body []byte) blobstore.Token {
 // As returns the view of the store an actor sends its requests through.
 func (s *Store) As(actor string) blobstore.Container { return &view{s: s, actor: actor} }
 
-// Seed writes an object before the run starts (no scheduling).
-func (s *Store) Seed(key string, body []byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.objects[key] = object{body: append([]byte(nil), body...), token: tokenOf(body)}
-}
-
 // Snapshot returns a copy of the store's contents.
 func (s *Store) Snapshot() map[string][]byte {
 	s.mu.Lock()
