@@ -49,51 +49,93 @@ func Seal(ctx context.Context, store blobstore.Container, chain *fence.Chain, op
 	if err := chain.Err(); err != nil {
 		return nil, err
 	}
-	items, err := s.list(ctx, MarkerPrefix)
-	if err != nil {
-		return fail(Dir, err)
-	}
-	var terms []int64
-	top := int64(0)
-	for _, it := range items {
-		if t, ok := ParseMarkerKey(it.Key); ok {
-			if t > term {
-				return nil, chain.Fence(t, fmt.Sprintf("stale term: term %d already sealed the shard (marker %q)", t, it.Key))
-			}
-			terms = append(terms, t)
-			if t < term {
-				top = max(top, t)
-			}
+	// The predecessor whose fence key the claim deleted is usually the
+	// lineage term: its marker, md and checkpoints are read beside the LIST
+	// of seal/ (all of it after the sweep), and used if the LIST agrees.
+	guess := int64(0)
+	for _, t := range chain.Predecessors() {
+		if t < term {
+			guess = max(guess, t)
 		}
 	}
-	// The markers, the lineage term's md and its checkpoints are read
-	// together: the LIST names the lineage term, the marker only where its
-	// history begins.
-	var markers map[int64]Marker
-	var gens []int64
-	var ckpts []blobstore.Attrs
-	err = parallel(ctx, 3, 3, func(ctx context.Context, i int) error {
+	var items []blobstore.Attrs
+	var guessed *Marker
+	var guessGens []int64
+	var guessCkpts []blobstore.Attrs
+	err := parallel(ctx, 4, 4, func(ctx context.Context, i int) error {
 		var err error
 		switch {
 		case i == 0:
-			markers, err = s.readMarkers(ctx, terms)
-		case top == 0:
+			items, err = s.list(ctx, MarkerPrefix)
+		case guess == 0:
 		case i == 1:
-			err = s.retry(ctx, func(ctx context.Context) error {
-				var err error
-				gens, err = translog.NewReader(s.store, s.shard).Gens(ctx, top)
-				return err
-			})
+			guessed, err = s.readMarker(ctx, guess)
+		case i == 2:
+			guessGens, err = s.gens(ctx, guess)
 		default:
-			ckpts, err = s.list(ctx, ManifestPrefix+fence.Inv(top)+"__")
+			guessCkpts, err = s.list(ctx, ManifestPrefix+fence.Inv(guess)+"__")
 		}
 		return err
 	})
 	if err != nil {
 		return fail(Dir, err)
 	}
-	if own, ok := markers[term]; ok {
-		return s.reopen(ctx, chain, own, markers)
+	var terms, others []int64
+	top, own := int64(0), false
+	for _, it := range items {
+		if t, ok := ParseMarkerKey(it.Key); ok {
+			if t > term {
+				return nil, chain.Fence(t, fmt.Sprintf("stale term: term %d already sealed the shard (marker %q)", t, it.Key))
+			}
+			terms = append(terms, t)
+			own = own || t == term
+			if t < term {
+				top = max(top, t)
+			}
+		}
+	}
+	var markers map[int64]Marker
+	var gens []int64
+	var ckpts []blobstore.Attrs
+	var also func(ctx context.Context) error
+	var older map[int64]Marker
+	if top > 0 && top == guess && guessed != nil && !own {
+		markers, gens, ckpts = map[int64]Marker{top: *guessed}, guessGens, guessCkpts
+		for _, t := range terms {
+			if t != top {
+				others = append(others, t)
+			}
+		}
+		// The older markers only shape the lineage below the cut: read
+		// them while the cut is found.
+		also = func(ctx context.Context) error {
+			var err error
+			older, err = s.readMarkers(ctx, others)
+			return err
+		}
+	} else {
+		// The markers, the lineage term's md and its checkpoints are read
+		// together: the LIST names the lineage term, the marker only where
+		// its history begins.
+		err = parallel(ctx, 3, 3, func(ctx context.Context, i int) error {
+			var err error
+			switch {
+			case i == 0:
+				markers, err = s.readMarkers(ctx, terms)
+			case top == 0:
+			case i == 1:
+				gens, err = s.gens(ctx, top)
+			default:
+				ckpts, err = s.list(ctx, ManifestPrefix+fence.Inv(top)+"__")
+			}
+			return err
+		})
+		if err != nil {
+			return fail(Dir, err)
+		}
+		if m, ok := markers[term]; ok {
+			return s.reopen(ctx, chain, m, markers)
+		}
 	}
 	want := Marker{Shard: s.shard, Term: term, Allocation: chain.Allocation()}
 	res := &Result{}
@@ -109,9 +151,12 @@ func Seal(ctx context.Context, store blobstore.Container, chain *fence.Chain, op
 				from = max(from, g)
 			}
 		}
-		c, err := s.cut(ctx, top, from, term, gens)
+		c, err := s.cut(ctx, top, from, term, gens, also)
 		if err != nil {
 			return fail(translog.MDTermPrefix(top), err)
+		}
+		for t, m := range older {
+			markers[t] = m
 		}
 		res.Found, res.MDs = c.how, c.mds
 		want.Restore = RestorePoint{Term: top, Gen: c.cut, MDKey: prev.Restore.MDKey}
@@ -138,22 +183,39 @@ func Seal(ctx context.Context, store blobstore.Container, chain *fence.Chain, op
 	return res, nil
 }
 
+// readMarker GETs the marker of term; nil when there is none.
+func (s io) readMarker(ctx context.Context, term int64) (*Marker, error) {
+	key := MarkerKey(term)
+	obj, found, err := s.get(ctx, key)
+	if err != nil || !found {
+		return nil, err
+	}
+	m, err := DecodeMarker(s.shard, key, obj.Body)
+	if err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// gens lists the generations of term that have an md, ascending.
+func (s io) gens(ctx context.Context, term int64) ([]int64, error) {
+	var gens []int64
+	err := s.retry(ctx, func(ctx context.Context) error {
+		var err error
+		gens, err = translog.NewReader(s.store, s.shard).Gens(ctx, term)
+		return err
+	})
+	return gens, err
+}
+
 // readMarkers GETs the markers of terms in parallel. A marker listed but
 // gone when read was collected meanwhile and is left out.
 func (s io) readMarkers(ctx context.Context, terms []int64) (map[int64]Marker, error) {
 	out := make([]*Marker, len(terms))
 	err := parallel(ctx, s.opts.Parallelism, len(terms), func(ctx context.Context, i int) error {
-		key := MarkerKey(terms[i])
-		obj, found, err := s.get(ctx, key)
-		if err != nil || !found {
-			return err
-		}
-		m, err := DecodeMarker(s.shard, key, obj.Body)
-		if err != nil {
-			return err
-		}
-		out[i] = &m
-		return nil
+		var err error
+		out[i], err = s.readMarker(ctx, terms[i])
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -186,21 +248,31 @@ type cutResult struct {
 // newest checkpoint of tl when it is past tl's restore gen: a checkpoint is
 // published only for acknowledged generations, which every successor's
 // restore point holds, so nothing at or below it can be a gap.
-func (s io) cut(ctx context.Context, tl, from, term int64, gens []int64) (cutResult, error) {
+//
+// also, when set, runs beside the first round (other reads the caller needs
+// later).
+func (s io) cut(ctx context.Context, tl, from, term int64, gens []int64, also func(ctx context.Context) error) (cutResult, error) {
 	k := ContiguousAfter(gens, from)
 	res := cutResult{mds: make(map[int64]translog.MD, k-from+1)}
 	prefix := make([]translog.MD, k-from)
 	var created, settled bool
 	var first translog.MD
-	// The poison goes first so it never waits for a slot behind the reads.
-	err := parallel(ctx, s.opts.Parallelism, len(prefix)+1, func(ctx context.Context, i int) error {
-		if i == 0 {
+	// The poison and also go first so they never wait for a slot behind
+	// the reads.
+	err := parallel(ctx, s.opts.Parallelism, len(prefix)+2, func(ctx context.Context, i int) error {
+		switch i {
+		case 0:
 			var err error
 			created, settled, first, err = s.poison(ctx, tl, k+1, term)
 			return err
+		case 1:
+			if also != nil {
+				return also(ctx)
+			}
+			return nil
 		}
-		md, err := s.readMD(ctx, tl, from+int64(i))
-		prefix[i-1] = md
+		md, err := s.readMD(ctx, tl, from+int64(i-1))
+		prefix[i-2] = md
 		return err
 	})
 	if err != nil {
