@@ -55,7 +55,7 @@ func TestAzurite(t *testing.T) {
 	t.Run("delete-if-match-enforced", func(t *testing.T) { testDeleteIfMatch(t, open(t, "")) })
 	t.Run("token-is-etag", func(t *testing.T) { testTokenIsETag(t, open(t, "")) })
 	t.Run("conditional-body-limit", func(t *testing.T) { testBodyLimit(t, open(t, "max_conditional_body=16")) })
-	t.Run("lost-response-is-ambiguous", func(t *testing.T) { testLostResponse(t, srv) })
+	t.Run("write-faults-on-the-wire", func(t *testing.T) { testLostResponse(t, srv) })
 	t.Run("missing-container", func(t *testing.T) {
 		raw := strings.Replace(srv.StoreURL(uniquePrefix(t)), testservers.AzuriteContainer, "no-such-container", 1)
 		c, err := blobstore.Open(t.Context(), raw)
@@ -146,16 +146,32 @@ func testBodyLimit(t *testing.T, c blobstore.Container) {
 }
 
 // lossyTransport sends requests to the server and can lose the response of
-// the next PUT after the server has applied it; it counts PUTs.
+// the next PUT after the server has applied it, or answer the next PUT
+// itself with an error status and code the server never sent, as a proxy in
+// front of the store would; it counts PUTs.
 type lossyTransport struct {
-	loseOne atomic.Bool
-	puts    atomic.Int64
+	loseOne   atomic.Bool
+	answerOne atomic.Pointer[injected]
+	puts      atomic.Int64
+}
+
+type injected struct {
+	status int
+	code   string
 }
 
 func (l *lossyTransport) Do(r *http.Request) (*http.Response, error) {
 	put := r.Method == http.MethodPut
 	if put {
 		l.puts.Add(1)
+		if in := l.answerOne.Swap(nil); in != nil {
+			return &http.Response{
+				StatusCode: in.status, Status: http.StatusText(in.status), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+				Header:  http.Header{"X-Ms-Error-Code": {in.code}},
+				Body:    http.NoBody,
+				Request: r,
+			}, nil
+		}
 	}
 	resp, err := http.DefaultTransport.RoundTrip(r)
 	if err == nil && put && l.loseOne.CompareAndSwap(true, false) {
@@ -167,7 +183,8 @@ func (l *lossyTransport) Do(r *http.Request) (*http.Response, error) {
 
 // A conditional write whose response is lost must come back ambiguous after
 // one attempt; the pipeline's default retries would resend it, meet its own
-// blob and report BlobAlreadyExists for a write that took effect.
+// blob and report BlobAlreadyExists for a write that took effect. Error
+// answers on the wire map the same way, through the real pipeline.
 func testLostResponse(t *testing.T, srv *testservers.Azurite) {
 	ctx := t.Context()
 	lossy := &lossyTransport{}
@@ -205,6 +222,29 @@ func testLostResponse(t *testing.T, srv *testservers.Azurite) {
 	}
 	if n := lossy.puts.Load(); n != 2 {
 		t.Fatalf("%d PUTs for two conditional writes", n)
+	}
+
+	// On the wire, a 503 to a conditional write is ambiguous, and a 412
+	// that is not ConditionNotMet (a lease) is no precondition failure.
+	cur, err := c.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lossy.answerOne.Store(&injected{http.StatusServiceUnavailable, "ServerBusy"})
+	_, err = c.CompareAndSwap(ctx, "k", cur.Token, []byte("mine three"))
+	if !blobstore.IsAmbiguous(err) || !strings.Contains(err.Error(), "503 ServerBusy") {
+		t.Fatalf("CompareAndSwap answered 503 ServerBusy: %v; want ErrAmbiguous naming the answer", err)
+	}
+	lossy.answerOne.Store(&injected{http.StatusPreconditionFailed, "LeaseIdMissing"})
+	_, err = c.CompareAndSwap(ctx, "k", cur.Token, []byte("mine three"))
+	if err == nil || errors.Is(err, blobstore.ErrPreconditionFailed) || blobstore.IsRetryable(err) {
+		t.Fatalf("CompareAndSwap answered 412 LeaseIdMissing: %v; want a definite error that is not a precondition failure", err)
+	}
+	if n := lossy.puts.Load(); n != 4 {
+		t.Fatalf("%d PUTs after four writes; an injected answer was retried", n)
+	}
+	if _, err := c.CompareAndSwap(ctx, "k", cur.Token, []byte("mine three")); err != nil {
+		t.Fatalf("CAS after the injected answers, which never reached the server: %v", err)
 	}
 }
 

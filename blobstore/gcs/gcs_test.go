@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -216,17 +217,29 @@ func TestOpenURLErrors(t *testing.T) {
 
 // lossyTransport forwards requests to the server and can lose the response
 // of the next conditional upload after the server has applied it, as a
-// dropped connection would; it counts the uploads it saw.
+// dropped connection would, or answer the next upload itself with an error
+// status the server never sent, as a proxy in front of the store would; it
+// counts the uploads it saw.
 type lossyTransport struct {
-	next    http.RoundTripper
-	loseOne atomic.Bool
-	uploads atomic.Int64
+	next      http.RoundTripper
+	loseOne   atomic.Bool
+	answerOne atomic.Int64 // an HTTP status, 0 for none
+	uploads   atomic.Int64
 }
 
 func (l *lossyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	upload := strings.Contains(r.URL.Path, "/upload/")
 	if upload {
 		l.uploads.Add(1)
+		if status := l.answerOne.Swap(0); status != 0 {
+			body := fmt.Sprintf(`{"error":{"code":%d,"message":"injected","errors":[{"reason":"injected"}]}}`, status)
+			return &http.Response{
+				StatusCode: int(status), Status: http.StatusText(int(status)), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+				Header:  http.Header{"Content-Type": {"application/json"}},
+				Body:    io.NopCloser(strings.NewReader(body)),
+				Request: r,
+			}, nil
+		}
 	}
 	resp, err := l.next.RoundTrip(r)
 	if err == nil && upload && l.loseOne.CompareAndSwap(true, false) {
@@ -238,8 +251,9 @@ func (l *lossyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // A conditional write whose response is lost must come back ambiguous: one
 // attempt, no resend that would meet its own object and report a definite
-// refusal for a write that took effect.
-func TestLostResponseIsAmbiguous(t *testing.T) {
+// refusal for a write that took effect. Error statuses on the wire map the
+// same way, through the real client.
+func TestWriteFaultsOnTheWire(t *testing.T) {
 	ctx := t.Context()
 	lossy := &lossyTransport{next: http.DefaultTransport}
 	client, err := storage.NewClient(ctx,
@@ -275,6 +289,31 @@ func TestLostResponseIsAmbiguous(t *testing.T) {
 	}
 	if n := lossy.uploads.Load(); n != 2 {
 		t.Fatalf("%d upload requests for two conditional writes", n)
+	}
+
+	// On the wire, a 409 is a conflict the caller retries, and a 503 to a
+	// conditional write is ambiguous: neither may pass for a refusal.
+	cur, err := c.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lossy.answerOne.Store(http.StatusConflict)
+	_, err = c.CompareAndSwap(ctx, "k", cur.Token, []byte("mine three"))
+	if !errors.Is(err, blobstore.ErrConflict) || !blobstore.IsRetryable(err) || errors.Is(err, blobstore.ErrPreconditionFailed) {
+		t.Fatalf("CompareAndSwap answered 409: %v; want a retryable ErrConflict", err)
+	}
+	lossy.answerOne.Store(http.StatusServiceUnavailable)
+	_, err = c.CreateIfAbsent(ctx, "k2", []byte("x"))
+	if !blobstore.IsAmbiguous(err) {
+		t.Fatalf("CreateIfAbsent answered 503: %v; want ErrAmbiguous", err)
+	}
+	if n := lossy.uploads.Load(); n != 4 {
+		t.Fatalf("%d upload requests after four writes; an injected answer was retried", n)
+	}
+	// Neither injected answer reached the server: the conflicting CAS can
+	// be retried with the same token.
+	if _, err := c.CompareAndSwap(ctx, "k", cur.Token, []byte("mine three")); err != nil {
+		t.Fatalf("retried CAS after the 409: %v", err)
 	}
 }
 
