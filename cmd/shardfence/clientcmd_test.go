@@ -1,0 +1,101 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The CLI clients against a serve command: open, append from stdin and
+// --op, read back, status, inspect through the sidecar and straight from
+// the store, hand off to a second sidecar, close.
+func TestClientCommands(t *testing.T) {
+	dir := t.TempDir()
+	store := "file://" + dir
+	addr, _ := startServe(t, "--store", store, "--listen", "127.0.0.1:0")
+	addr2, _ := startServe(t, "--store", store, "--listen", "127.0.0.1:0")
+	run := func(f func(*syncBuffer, *syncBuffer) error) string {
+		t.Helper()
+		var out, errOut syncBuffer
+		if err := f(&out, &errOut); err != nil {
+			t.Fatalf("%v\nstderr: %s", err, errOut.String())
+		}
+		return out.String()
+	}
+	out := run(func(o, e *syncBuffer) error {
+		return runOpen(t.Context(), []string{"--addr", addr, "--shard", "cli", "--term", "1", "--allocation", "a1"}, o, e)
+	})
+	if !strings.Contains(out, "opened shard cli at term 1") {
+		t.Errorf("open printed %q", out)
+	}
+	out = run(func(o, e *syncBuffer) error {
+		return appendFrom(t.Context(), []string{"--addr", addr, "--shard", "cli", "--batch", "2"}, strings.NewReader("one\ntwo\nthree\n"), o, e)
+	})
+	if strings.Count(out, "acked") != 2 || !strings.Contains(out, "seq 2..2") {
+		t.Errorf("append from stdin printed %q", out)
+	}
+	run(func(o, e *syncBuffer) error {
+		return appendFrom(t.Context(), []string{"--addr", addr, "--shard", "cli", "--op", "four", "--json"}, strings.NewReader(""), o, e)
+	})
+	out = run(func(o, e *syncBuffer) error {
+		return runRead(t.Context(), []string{"--addr", addr, "--shard", "cli", "--from", "1"}, o, e)
+	})
+	if out != "two\nthree\nfour\n" {
+		t.Errorf("read from 1 printed %q", out)
+	}
+	out = run(func(o, e *syncBuffer) error {
+		return runStatus(t.Context(), []string{"--addr", addr, "--shard", "cli"}, o, e)
+	})
+	for _, want := range []string{"term        1", "next seq    4", "fenced      no", "mode        per_sync"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	out = run(func(o, e *syncBuffer) error {
+		return runInspect(t.Context(), []string{"--store", store, "--shard", "cli"}, o, e)
+	})
+	if !strings.Contains(out, "seal marker of term 1") || !strings.Contains(out, "a1") {
+		t.Errorf("inspect --store printed:\n%s", out)
+	}
+
+	ctxFile := filepath.Join(t.TempDir(), "handoff.ctx")
+	out = run(func(o, e *syncBuffer) error {
+		return runHandoff(t.Context(), []string{"start", "--addr", addr, "--shard", "cli", "--target-allocation", "a2"}, o, e)
+	})
+	if err := os.WriteFile(ctxFile, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out = run(func(o, e *syncBuffer) error {
+		return runHandoff(t.Context(), []string{"adopt", "--addr", addr2, "--context-file", ctxFile}, o, e)
+	})
+	if !strings.Contains(out, "allocation  a2") {
+		t.Errorf("adopt printed:\n%s", out)
+	}
+	var o, e syncBuffer
+	err := appendFrom(t.Context(), []string{"--addr", addr, "--shard", "cli", "--op", "x"}, strings.NewReader(""), &o, &e)
+	if err == nil || !strings.Contains(err.Error(), "[handed_off]") {
+		t.Errorf("append on the old source: %v", err)
+	}
+	run(func(o, e *syncBuffer) error {
+		return appendFrom(t.Context(), []string{"--addr", addr2, "--shard", "cli", "--op", "five"}, strings.NewReader(""), o, e)
+	})
+	out = run(func(o, e *syncBuffer) error {
+		return runRead(t.Context(), []string{"--addr", addr2, "--shard", "cli"}, o, e)
+	})
+	if out != "one\ntwo\nthree\nfour\nfive\n" {
+		t.Errorf("read on the target printed %q", out)
+	}
+	out = run(func(o, e *syncBuffer) error {
+		return runClose(t.Context(), []string{"--addr", addr2, "--shard", "cli"}, o, e)
+	})
+	if !strings.Contains(out, "closed") {
+		t.Errorf("close printed:\n%s", out)
+	}
+	if err := runStatus(t.Context(), []string{"--addr", addr2, "--shard", "cli"}, &o, &e); err == nil || !strings.Contains(err.Error(), "not_open") {
+		t.Errorf("status after close: %v", err)
+	}
+	if err := runOpen(t.Context(), []string{"--addr", addr2, "--shard", "cli"}, &o, &e); err == nil || !strings.Contains(err.Error(), "--term") {
+		t.Errorf("open without a term: %v", err)
+	}
+}
