@@ -55,7 +55,7 @@ func StartAzurite(t testing.TB) *Azurite {
 		"--inMemoryPersistence", "--skipApiVersionCheck", "--disableTelemetry",
 	}
 	// Any HTTP answer (Azurite says 400 to a bare GET) means it serves.
-	p, err := Start(t, "azurite-blob", bin, args, nil, HTTPReady(endpoint), 60*time.Second)
+	p, err := Start(t, "azurite-blob", bin, args, nil, HTTPReady(endpoint), 2*time.Minute)
 	if err != nil {
 		Unavailable(t, "Azurite", err)
 		return nil

@@ -147,7 +147,10 @@ func Start(t testing.TB, name, bin string, args, env []string, ready func(contex
 		if p.Exited() {
 			return nil, fmt.Errorf("%s exited before it was ready (%v); log tail:\n%s", name, p.waitErr, p.LogTail(2000))
 		}
-		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		// Generous per attempt: a server still warming up under a loaded
+		// test run (Node.js for Azurite) may take seconds for its first
+		// answer, and cancelling early only restarts that wait.
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 		err := ready(rctx)
 		rcancel()
 		if err == nil {
