@@ -147,9 +147,10 @@ func (z *zombieRun) client(ctx context.Context, g int) {
 }
 
 // runZombie: clients append to A; B opens term 2 while A lives; B hands
-// off to C; C is killed with SIGKILL and D opens term 3. Every
-// acknowledged op must be in D's final read, A must refuse appends once
-// B's term is open, and B once it handed off.
+// off to C; C is killed with SIGKILL and D opens term 3; D gets SIGTERM
+// while its clients append, and term 4 on A reads the lineage. Every
+// acknowledged op must be in that read, A must refuse appends once B's
+// term is open, and B once it handed off.
 func runZombie(t *testing.T, storeURL, secret string) {
 	z := &zombieRun{acked: map[string]string{}}
 	a := startServeProc(t, "A", storeURL)
@@ -197,10 +198,26 @@ func runZombie(t *testing.T, storeURL, secret string) {
 	d.open(t, "z", 3, "alloc-d")
 	z.current.Store(d)
 	time.Sleep(zombiePhase)
+
+	// SIGTERM D while its clients append: it drains, answers every
+	// pending append and exits 0; what it acknowledged survives.
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-d.done:
+		if err != nil {
+			t.Errorf("sidecar D exited with %v after SIGTERM", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("sidecar D did not exit within 30s of SIGTERM")
+	}
 	cancel()
 	wg.Wait()
 
-	st, err := d.client.Read(t.Context(), connect.NewRequest(&sidecarv1.ReadRequest{Shard: "z"}))
+	// The final reader: term 4 on A, the long-fenced zombie's sidecar.
+	a.open(t, "z", 4, "alloc-a4")
+	st, err := a.client.Read(t.Context(), connect.NewRequest(&sidecarv1.ReadRequest{Shard: "z"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +234,7 @@ func runZombie(t *testing.T, storeURL, secret string) {
 	for op, who := range z.acked {
 		by[who]++
 		if read[op] == 0 {
-			t.Errorf("op %s acknowledged by %s is missing from D's lineage", op, who)
+			t.Errorf("op %s acknowledged by %s is missing from the final lineage", op, who)
 		}
 	}
 	for op, n := range read {
@@ -237,16 +254,18 @@ func runZombie(t *testing.T, storeURL, secret string) {
 
 	// SIGTERM drains: the survivors exit 0.
 	for _, p := range []*serveProc{a, b, d} {
-		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-p.done:
-			if err != nil {
-				t.Errorf("sidecar %s exited with %v after SIGTERM", p.name, err)
+		if p != d {
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
 			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("sidecar %s did not exit within 30s of SIGTERM", p.name)
+			select {
+			case err := <-p.done:
+				if err != nil {
+					t.Errorf("sidecar %s exited with %v after SIGTERM", p.name, err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("sidecar %s did not exit within 30s of SIGTERM", p.name)
+			}
 		}
 		logs := p.stderr.String()
 		if secret != "" && strings.Contains(logs, secret) {
