@@ -20,11 +20,11 @@ const (
 	ServiceErrorsMetric = "shardfence_sidecar_errors_total"
 )
 
-// Metrics are the service's Prometheus metrics. Store requests (CAS results
+// metrics are the service's Prometheus metrics. Store requests (CAS results
 // by outcome among them) are counted by the metered store the sidecar
 // wraps around its container; per-sync counters are read from the writers
 // at scrape time, so ops per sync is rate(synced_ops)/rate(syncs).
-type Metrics struct {
+type metrics struct {
 	appends    *prometheus.CounterVec
 	ackedOps   prometheus.Counter
 	ackLatency prometheus.Histogram
@@ -34,10 +34,10 @@ type Metrics struct {
 	errors     *prometheus.CounterVec
 }
 
-// NewMetrics registers the service's metrics with reg (nil: unregistered,
+// newMetrics registers the service's metrics with reg (nil: unregistered,
 // for tests that do not scrape) and the collector of s's writers.
-func newMetrics(reg prometheus.Registerer, s *Server) *Metrics {
-	m := &Metrics{
+func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
+	m := &metrics{
 		appends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: AppendsMetric,
 			Help: "Append calls by result (ok, or the error reason)."}, []string{"result"}),
 		ackedOps: prometheus.NewCounter(prometheus.CounterOpts{Name: AckedOpsMetric,

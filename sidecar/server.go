@@ -69,7 +69,7 @@ type Server struct {
 	opts    Options
 	opener  shardOpener
 	log     *slog.Logger
-	metrics *Metrics
+	metrics *metrics
 	// probeErr is why the store cannot take fenced writes (nil: it can).
 	probeErr error
 	// clock stamps ownership proofs; GC and checkpoints read it too, so
@@ -491,7 +491,6 @@ func (s *Server) open(ctx context.Context, name string, term int64, alloc string
 
 // Append appends ops and returns once they are durable and fenced.
 func (s *Server) Append(ctx context.Context, name string, ops [][]byte, expectedTerm int64) (translog.Ack, error) {
-	const op = "Append"
 	ack, err := s.append(ctx, name, ops, expectedTerm)
 	if err != nil {
 		s.metrics.appends.WithLabelValues(reasonLabel(err)).Inc()
@@ -499,7 +498,6 @@ func (s *Server) Append(ctx context.Context, name string, ops [][]byte, expected
 	}
 	s.metrics.appends.WithLabelValues("ok").Inc()
 	s.metrics.ackedOps.Add(float64(ack.Count))
-	_ = op
 	return ack, nil
 }
 
