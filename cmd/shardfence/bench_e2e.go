@@ -41,7 +41,7 @@ func (r e2eResult) opsPerSec() float64 { return float64(r.ops) / r.elapsed.Secon
 
 // e2eLoop runs clients closed loops of append for d and collects the ack
 // latencies.
-func e2eLoop(ctx context.Context, path string, clients int, d time.Duration, opSize int, appendOne func(ctx context.Context, op []byte) error) e2eResult {
+func e2eLoop(ctx context.Context, path string, clients int, d time.Duration, opSize, batch int, appendOne func(ctx context.Context, ops [][]byte) error) e2eResult {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	lat := make([][]time.Duration, clients)
@@ -51,11 +51,16 @@ func e2eLoop(ctx context.Context, path string, clients int, d time.Duration, opS
 	start := time.Now()
 	for c := range clients {
 		wg.Go(func() {
-			op := make([]byte, opSize)
+			ops := make([][]byte, batch)
+			for j := range ops {
+				ops[j] = make([]byte, opSize)
+			}
 			for i := 0; ctx.Err() == nil; i++ {
-				copy(op, fmt.Sprintf("%d-%d-", c, i))
+				for j, op := range ops {
+					copy(op, fmt.Sprintf("%d-%d-%d-", c, i, j))
+				}
 				t0 := time.Now()
-				if err := appendOne(ctx, op); err != nil {
+				if err := appendOne(ctx, ops); err != nil {
 					if ctx.Err() == nil {
 						errs[c]++
 						if firstErrs[c] == nil {
@@ -78,7 +83,7 @@ func e2eLoop(ctx context.Context, path string, clients int, d time.Duration, opS
 			r.firstErr = firstErrs[c]
 		}
 	}
-	r.ops = len(all)
+	r.ops = len(all) * batch
 	if len(all) > 0 {
 		slices.Sort(all)
 		r.p50, r.p99 = all[len(all)/2], all[len(all)*99/100]
@@ -91,6 +96,7 @@ func runBenchE2E(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	storeURL := fs.String("store", "", "store URL (default: a fresh file:// store in a temporary folder); keys go under a random shardfence-bench-e2e/ prefix, removed afterwards")
 	clients := fs.Int("clients", 64, "concurrent clients, each appending one op at a time in a closed loop")
 	opSize := fs.Int("op-size", 1024, "bytes per op")
+	batch := fs.Int("ops-per-append", 1, "ops each client sends per Append call")
 	h2c := fs.Bool("h2c", true, "API clients share one HTTP/2 connection (h2c), as gRPC clients do; false: one HTTP/1.1 connection per client")
 	duration := fs.Duration("duration", 5*time.Second, "run time per path")
 	if err := fs.Parse(args); err != nil {
@@ -99,8 +105,8 @@ func runBenchE2E(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
-	if *clients < 1 || *opSize < 1 || *duration <= 0 {
-		return fmt.Errorf("%w: --clients, --op-size and --duration must be positive", errUsage)
+	if *clients < 1 || *opSize < 1 || *batch < 1 || *duration <= 0 {
+		return fmt.Errorf("%w: --clients, --op-size, --ops-per-append and --duration must be positive", errUsage)
 	}
 	url := *storeURL
 	if url == "" {
@@ -142,8 +148,8 @@ func runBenchE2E(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("bench e2e: open the in-process shard: %w", err)
 	}
-	inproc := e2eLoop(ctx, "in-process translog", *clients, *duration, *opSize, func(ctx context.Context, op []byte) error {
-		_, err := sh.Writer.Append(ctx, [][]byte{op})
+	inproc := e2eLoop(ctx, "in-process translog", *clients, *duration, *opSize, *batch, func(ctx context.Context, ops [][]byte) error {
+		_, err := sh.Writer.Append(ctx, ops)
 		return err
 	})
 	if err := sh.Writer.Close(context.WithoutCancel(ctx)); err != nil {
@@ -178,8 +184,8 @@ func runBenchE2E(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if _, _, err := demoOpen(ctx, client, "api", 1, "bench"); err != nil {
 		return fmt.Errorf("bench e2e: open the API shard: %w", err)
 	}
-	api := e2eLoop(ctx, "sidecar API (Connect, "+proto+")", *clients, *duration, *opSize, func(ctx context.Context, op []byte) error {
-		_, err := client.Append(ctx, connect.NewRequest(&sidecarv1.AppendRequest{Shard: "api", Ops: [][]byte{op}}))
+	api := e2eLoop(ctx, "sidecar API (Connect, "+proto+")", *clients, *duration, *opSize, *batch, func(ctx context.Context, ops [][]byte) error {
+		_, err := client.Append(ctx, connect.NewRequest(&sidecarv1.AppendRequest{Shard: "api", Ops: ops}))
 		return err
 	})
 	if err := srv.Shutdown(context.WithoutCancel(ctx)); err != nil {
@@ -189,9 +195,10 @@ func runBenchE2E(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return ctx.Err()
 	}
 
-	fmt.Fprintf(stdout, "store %s, %d clients, %d-byte ops, %v per path\n\n", blobstore.Redact(url), *clients, *opSize, *duration)
+	fmt.Fprintf(stdout, "store %s, %d clients, %d-byte ops, %d per append, %v per path\n\n", blobstore.Redact(url), *clients, *opSize, *batch, *duration)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "path\tops/s\tack p50\tack p99\terrors\t")
+	// Latencies are per Append call; errors count failed calls.
 	for _, r := range []e2eResult{inproc, api} {
 		fmt.Fprintf(tw, "%s\t%.0f\t%v\t%v\t%d\t\n", r.path, r.opsPerSec(), r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), r.errors)
 	}
