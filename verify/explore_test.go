@@ -160,6 +160,7 @@ func TestClaims(t *testing.T) {
 		// Relocation: the target accepts and commits while the source
 		// aborts and reverts.
 		{scenario: "handoff-abort"},
+		{scenario: "wrong-blind-revert", refuted: true, invariant: "SingleAcker"},
 	})
 }
 

@@ -82,7 +82,9 @@ func (w *handoffWorld) commit(r *Run, actor string, c *fence.Chain, gen int64) {
 
 // handoffScenario: the source claims term 1 and commits, transfers the term
 // to the target, then aborts (revert) while the target accepts and commits.
-func handoffScenario(name string, faults int) Scenario {
+// blind is a wrong design: the revert overwrites the key with a plain PUT
+// instead of a CAS expecting the transfer's token.
+func handoffScenario(name string, faults int, blind bool) Scenario {
 	return Scenario{
 		Name:   name,
 		Faults: faults,
@@ -105,6 +107,10 @@ func handoffScenario(name string, faults int) Scenario {
 					return
 				}
 				w.token <- st.Token
+				if blind {
+					blindRevert(ctx, r, w, store, st)
+					return
+				}
 				ok, err := c.Revert(ctx)
 				switch {
 				case err != nil:
@@ -152,8 +158,41 @@ func handoffScenario(name string, faults int) Scenario {
 	}
 }
 
+// blindRevert takes the key back with an unconditional PUT and continues
+// from it, as a design without the revert's CAS would.
+func blindRevert(ctx context.Context, r *Run, w *handoffWorld, store blobstore.Container, st fence.State) {
+	rec := st.Record
+	rec.Allocation, rec.Seq = "src", rec.Seq+1
+	body, err := rec.Encode()
+	if err != nil {
+		w.fail(r, "src: %v", err)
+		return
+	}
+	tok, err := store.Put(ctx, fence.Key(1), body)
+	if err != nil {
+		w.fail(r, "src: blind revert: %v", err)
+		return
+	}
+	in, err := fence.NewInstance(store, Shard, "src", claimOpts()...)
+	if err != nil {
+		w.fail(r, "src: %v", err)
+		return
+	}
+	c, err := in.Accept(ctx, 1, tok)
+	if err != nil {
+		r.Note("src: resume refused: %s", reason(err))
+		return
+	}
+	w.mu.Lock()
+	w.resumed = true
+	w.mu.Unlock()
+	r.Note("src took the term back")
+	w.commit(r, "src", c, 2)
+}
+
 func init() {
-	register(handoffScenario("handoff-abort", 1))
-	register(handoffScenario("handoff-abort-deep", 2))
-	register(handoffScenario("walk-handoff", 3))
+	register(handoffScenario("handoff-abort", 1, false))
+	register(handoffScenario("handoff-abort-deep", 2, false))
+	register(handoffScenario("walk-handoff", 3, false))
+	register(handoffScenario("wrong-blind-revert", 0, true))
 }
