@@ -146,6 +146,28 @@ func (z *zombieRun) client(ctx context.Context, g int) {
 	}
 }
 
+// phase lets the clients append to who for zombiePhase, and longer, up to
+// a bound, until who acknowledged a few ops: on a loaded machine an open
+// can eat a short phase.
+func (z *zombieRun) phase(t *testing.T, who string) {
+	t.Helper()
+	time.Sleep(zombiePhase)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		z.mu.Lock()
+		n := 0
+		for _, w := range z.acked {
+			if w == who {
+				n++
+			}
+		}
+		z.mu.Unlock()
+		if n >= 20 {
+			return
+		}
+	}
+	t.Fatalf("sidecar %s acknowledged fewer than 20 ops in 30s", who)
+}
+
 // runZombie: clients append to A; B opens term 2 while A lives; B hands
 // off to C; C is killed with SIGKILL and D opens term 3; D gets SIGTERM
 // while its clients append, and term 4 on A reads the lineage. Every
@@ -166,7 +188,7 @@ func runZombie(t *testing.T, storeURL, secret string) {
 	}
 	defer func() { cancel(); wg.Wait() }()
 
-	time.Sleep(zombiePhase)
+	z.phase(t, "A")
 	b.open(t, "z", 2, "alloc-b")
 	// B's seal is stored before its Open returns: from here on A must
 	// not acknowledge anything, while it is still alive.
@@ -176,7 +198,7 @@ func runZombie(t *testing.T, storeURL, secret string) {
 	}
 	z.current.Store(b)
 
-	time.Sleep(zombiePhase)
+	z.phase(t, "B")
 	hc, err := b.client.StartHandoff(t.Context(), connect.NewRequest(&sidecarv1.StartHandoffRequest{Shard: "z", TargetAllocationId: "alloc-c", TargetNode: "C"}))
 	if err != nil {
 		t.Fatalf("handoff on B: %v", err)
@@ -190,14 +212,14 @@ func runZombie(t *testing.T, storeURL, secret string) {
 	}
 	z.current.Store(c)
 
-	time.Sleep(zombiePhase)
+	z.phase(t, "C")
 	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	<-c.done
 	d.open(t, "z", 3, "alloc-d")
 	z.current.Store(d)
-	time.Sleep(zombiePhase)
+	z.phase(t, "D")
 
 	// SIGTERM D while its clients append: it drains, answers every
 	// pending append and exits 0; what it acknowledged survives.
