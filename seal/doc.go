@@ -8,7 +8,8 @@
 // (every md or checkpoint of a lower term off it), Inspect and GC.
 //
 // The decisions are pure functions over what was read (ChainFrom,
-// Lineage.Contains, Classify, PlanGC); the I/O around them goes through a
+// LineageOf, Lineage.Contains, ContiguousAfter, PlanGC); the I/O around
+// them goes through a
 // blobstore.Container only, so a checker can drive the same code over a
 // controlled store.
 package seal
