@@ -47,6 +47,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -206,11 +207,21 @@ func newClient(account, endpoint, containerName string) (*container.Client, erro
 // clientOptions keeps the pipeline's retries for reads short: a store that
 // is down should be reported in about a second, well inside a failover
 // budget, not after the SDK's default backoff of several seconds.
+//
+// The client also closes connections idle for more than idleConnTimeout
+// itself: Azurite (like any Node.js server) drops idle keep-alive
+// connections after 5 s, and a write sent once on a connection the server
+// is closing ends in a reset that can only be reported as ambiguous.
 func clientOptions() *container.ClientOptions {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.IdleConnTimeout = idleConnTimeout
 	return &container.ClientOptions{ClientOptions: azcore.ClientOptions{
-		Retry: policy.RetryOptions{MaxRetries: 3, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
+		Retry:     policy.RetryOptions{MaxRetries: 3, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
+		Transport: &http.Client{Transport: tr},
 	}}
 }
+
+const idleConnTimeout = 3 * time.Second
 
 func isLocal(host string) bool {
 	return host == "localhost" || net.ParseIP(host) != nil
