@@ -369,7 +369,7 @@ func (s *Server) Open(ctx context.Context, name string, term int64, alloc string
 		s.log.Warn("open failed", "shard", name, "term", term, "allocation", alloc, "error", err.Error())
 		var e *Error
 		if !errors.As(err, &e) {
-			err = opErr(op, name, err, hintFor(err))
+			err = opErr(op, name, err, openHint(err, term))
 		}
 		return ShardStatus{}, err
 	}
@@ -717,6 +717,22 @@ func reasonLabel(err error) string {
 		return r
 	}
 	return "internal"
+}
+
+// openHint says what a caller does next about a failed Open of term: a
+// refused Open never means a successor took writes from this caller, only
+// that this term cannot be (re)opened.
+func openHint(err error, term int64) string {
+	switch {
+	case errors.Is(err, seal.ErrTermAlreadyOpen):
+		return fmt.Sprintf("term %d already wrote and cannot be reopened: open the shard at a higher term", term)
+	case errors.Is(err, fence.ErrFenced):
+		if succ, ok := fence.SuccessorTerm(err); ok && succ > term {
+			return fmt.Sprintf("term %d holds the shard: open it at a term above %d", succ, succ)
+		}
+		return fmt.Sprintf("term %d is claimed or sealed by another allocation: open the shard at a higher term", term)
+	}
+	return hintFor(err)
 }
 
 // hintFor says what a caller does next about an error from below.
