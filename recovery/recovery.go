@@ -211,7 +211,8 @@ func Open(ctx context.Context, store blobstore.Container, shard string, term int
 	}
 	sh.NextSeqNo = next
 	wo := opts.Writer
-	wo.Shard, wo.Term, wo.Allocation = "", 0, ""
+	// From the chain: an unfenced writer takes its identity from here.
+	wo.Shard, wo.Term, wo.Allocation = chain.Shard(), chain.Term(), chain.Allocation()
 	wo.StartGen, wo.StartSeqNo = restore.Gen+1, next
 	if wo.Clock == nil {
 		wo.Clock = opts.Clock
