@@ -51,6 +51,12 @@ func landLater(t *testing.T, fs *faulty.Container, expected blobstore.Token, r R
 	}
 }
 
+// withSeqGen is r as a later write of the chain: same nonce, new seq and gen.
+func withSeqGen(r Record, seq, gen int64) Record {
+	r.Seq, r.Gen = seq, gen
+	return r
+}
+
 func TestAdvanceAdoptsOwnWriteReportedAsPreconditionFailed(t *testing.T) {
 	// An SDK retryer resends a CAS whose first send timed out; the first
 	// send lands just before the resend, which then fails on the token our
@@ -69,7 +75,7 @@ func TestAdvanceAdoptsOwnWriteReportedAsPreconditionFailed(t *testing.T) {
 		case 1:
 			return blobstore.Ambiguous(errors.New("timed out"))
 		case 2:
-			landLater(t, fs, before.Token, Record{Shard: shard, Term: 1, Allocation: "a", Seq: 1, Gen: 1})
+			landLater(t, fs, before.Token, withSeqGen(before.Record, 1, 1))
 		}
 		return nil
 	}})
@@ -100,7 +106,7 @@ func TestDelayedWriteFromEarlierCallIsAdoptedNotFenced(t *testing.T) {
 	fs.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
 		if q.Op == faulty.CompareAndSwap && first {
 			first = false
-			landLater(t, fs, before.Token, Record{Shard: shard, Term: 1, Allocation: "a", Seq: 1, Gen: 1})
+			landLater(t, fs, before.Token, withSeqGen(before.Record, 1, 1))
 		}
 		return nil
 	}})

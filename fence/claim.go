@@ -2,6 +2,8 @@ package fence
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -24,6 +26,7 @@ type Instance struct {
 	backoff       Backoff
 	sweepAttempts int
 	leaseWait     time.Duration
+	nonces        func() (string, error)
 
 	mu     sync.Mutex
 	fenced error
@@ -48,6 +51,30 @@ func WithBackoff(b Backoff) Option { return func(in *Instance) { in.backoff = b 
 // without a CAS happened before Claim returns and the lineage is read.
 func WithLeaseWait(d time.Duration) Option { return func(in *Instance) { in.leaseWait = d } }
 
+// NonceSource hands out the nonces that make every claim attempt's body
+// unique. A Clock that also implements it (FakeClock does) is used when no
+// WithNonces option is given, so a test that fixes the clock fixes every
+// byte the instance writes.
+type NonceSource interface {
+	// Nonce returns a value never returned before for this shard and
+	// term: at most MaxNonceLen bytes, no '|', no control characters.
+	Nonce() string
+}
+
+// WithNonces sets where claim attempts take their nonces from. The default
+// is 16 random bytes per attempt from crypto/rand.
+func WithNonces(src NonceSource) Option {
+	return func(in *Instance) { in.nonces = func() (string, error) { return src.Nonce(), nil } }
+}
+
+func randomNonce() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("drawing a claim nonce: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
 // WithSweepAttempts bounds the delete-and-verify rounds of a claim.
 func WithSweepAttempts(n int) Option { return func(in *Instance) { in.sweepAttempts = n } }
 
@@ -57,6 +84,12 @@ func NewInstance(store blobstore.Container, shard, allocation string, opts ...Op
 	in := &Instance{store: store, shard: shard, allocation: allocation, clock: SystemClock(), backoff: DefaultBackoff(), sweepAttempts: 5}
 	for _, o := range opts {
 		o(in)
+	}
+	if in.nonces == nil {
+		in.nonces = randomNonce
+		if src, ok := in.clock.(NonceSource); ok {
+			in.nonces = func() (string, error) { return src.Nonce(), nil }
+		}
 	}
 	for _, chk := range []error{ValidateID("shard", shard, false), ValidateID("allocation", allocation, false), ValidateID("node", in.node, true)} {
 		if chk != nil {
@@ -140,16 +173,25 @@ func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 	}
 
 	// Step 2: create our key, settling AlreadyExists and lost responses on
-	// content.
-	attempted := Record{Shard: in.shard, Term: term, Allocation: in.allocation, Node: in.node}
-	body, err := attempted.Encode()
-	if err != nil {
-		return fail(err)
-	}
+	// content. Every attempt has its own nonce: a lost create may land
+	// after a successor deleted the key, and on a store whose token hashes
+	// the body it would otherwise bring back the very token this claim
+	// holds, and a stale CAS of ours would succeed on it.
 	var held2 State
 	created := false
 	var verdictErr error
+	var attempts []Record
 	err = Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error {
+		nonce, err := in.nonces()
+		if err != nil {
+			return err
+		}
+		attempted := Record{Shard: in.shard, Term: term, Allocation: in.allocation, Node: in.node, Nonce: nonce}
+		body, err := attempted.Encode()
+		if err != nil {
+			return err
+		}
+		attempts = append(attempts, attempted)
 		tok, err := in.store.CreateIfAbsent(ctx, key, body)
 		if err == nil {
 			held2, created = State{Record: attempted, Token: tok}, true
@@ -162,10 +204,10 @@ func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 		if rerr != nil {
 			return rerr
 		}
-		v := SettleCreate(obs, attempted)
+		v := SettleCreate(obs, attempts...)
 		switch v.Action {
 		case Adopt:
-			held2, created = v.State, obs.Record == attempted
+			held2, created = v.State, IsAttempt(obs.Record, attempts)
 			return nil
 		case Resend:
 			return errResend

@@ -73,7 +73,7 @@ func TestClaimCreatesKeyAndDeletesLowerTerms(t *testing.T) {
 		t.Fatal("term 1 key survived the claim of term 3")
 	}
 	r, ok := readRecord(t, store, 3)
-	if !ok || r != (Record{Shard: shard, Term: 3, Allocation: "a3"}) {
+	if !ok || r != (Record{Shard: shard, Term: 3, Allocation: "a3", Nonce: r.Nonce}) || r.Nonce == "" {
 		t.Fatalf("term 3 key holds %+v, %v", r, ok)
 	}
 }
@@ -358,5 +358,98 @@ func TestLeaseWaitCountsFromTheSweep(t *testing.T) {
 	}
 	if clk.Now()-r.c.SweptAt() < int64(12*time.Second) {
 		t.Fatalf("returned %v after the sweep", time.Duration(clk.Now()-r.c.SweptAt()))
+	}
+}
+
+// lateCreates holds back a claim's first create: the caller hears an
+// ambiguous answer, and the test decides whether and when the request
+// lands (land), as a request stuck in a network queue would.
+type lateCreates struct {
+	blobstore.Container
+	mu     sync.Mutex
+	bodies [][]byte
+	held   []byte
+	// landFirst: the held create reaches the store just before the next
+	// create does.
+	landFirst bool
+}
+
+func (l *lateCreates) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
+	l.mu.Lock()
+	l.bodies = append(l.bodies, append([]byte(nil), body...))
+	n := len(l.bodies)
+	l.mu.Unlock()
+	switch {
+	case n == 1:
+		l.held = body
+		return "", blobstore.Ambiguous(errors.New("response lost"))
+	case n == 2 && l.landFirst:
+		if _, err := l.Container.CreateIfAbsent(ctx, key, l.held); err != nil {
+			return "", err
+		}
+	}
+	return l.Container.CreateIfAbsent(ctx, key, body)
+}
+
+func TestEveryClaimAttemptSendsItsOwnBody(t *testing.T) {
+	// On S3 the token is the body's MD5: if the held create could carry
+	// the body of the create that succeeded, landing after a successor
+	// deleted the key would give back the token the claim holds, and the
+	// primary's next CAS would succeed on a key that should be gone.
+	ctx := context.Background()
+	store := &lateCreates{Container: mem.New()}
+	c, err := Claim(ctx, store, shard, 1, "a", opts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(store.bodies) != 2 {
+		t.Fatalf("%d creates, want 2", len(store.bodies))
+	}
+	if string(store.bodies[0]) == string(store.bodies[1]) {
+		t.Fatalf("both claim attempts sent %q: a late landing would repeat the held token on hash-token stores", store.bodies[0])
+	}
+	// The successor deletes the key; the held create lands. The chain
+	// must see a key that is not its own.
+	if err := store.Container.Delete(ctx, Key(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Container.CreateIfAbsent(ctx, Key(1), store.held); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := readRecord(t, store, 1); r == c.State().Record {
+		t.Fatalf("the late create wrote the record the chain holds: %+v", r)
+	}
+	if _, err := c.Advance(ctx, 1); !errors.Is(err, ErrFenced) {
+		t.Fatalf("advance over a resurrected key: %v, want fenced", err)
+	}
+}
+
+func TestClaimAdoptsAnEarlierAttemptAsItsOwnCreate(t *testing.T) {
+	// The first create is answered ambiguously and the read finds no key;
+	// it lands just before the resend, which meets AlreadyExists. The key
+	// holds the first attempt, not the last: still
+	// this claim's create, so the claim must know it created the key (a
+	// withdrawal deletes only keys the claim created).
+	ctx := context.Background()
+	store := &lateCreates{Container: mem.New(), landFirst: true}
+	c, err := Claim(ctx, store, shard, 1, "a", opts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(store.bodies) != 2 {
+		t.Fatalf("%d creates, want 2", len(store.bodies))
+	}
+	if !c.Created() {
+		t.Fatal("a claim whose first create landed reports that it did not create the key")
+	}
+	first, err := DecodeRecord(shard, Key(1), store.bodies[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.State().Record != first {
+		t.Fatalf("chain holds %+v, want the first attempt %+v", c.State().Record, first)
+	}
+	if _, err := c.Advance(ctx, 1); err != nil {
+		t.Fatalf("advance: %v", err)
 	}
 }

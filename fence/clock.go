@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -57,6 +58,7 @@ type FakeClock struct {
 	now    int64
 	auto   bool
 	timers []fakeTimer
+	nonces int64
 }
 
 type fakeTimer struct {
@@ -94,6 +96,16 @@ func (f *FakeClock) After(d time.Duration) <-chan struct{} {
 	}
 	f.timers = append(f.timers, fakeTimer{at: f.now + int64(d), ch: ch})
 	return ch
+}
+
+// Nonce makes FakeClock a NonceSource: a counter, so runs over a fake clock
+// write the same bytes every time. Unique only per clock: instances that
+// may claim the same term each need their own clock.
+func (f *FakeClock) Nonce() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nonces++
+	return "n" + strconv.FormatInt(f.nonces, 10)
 }
 
 // Advance moves the clock forward by d and fires every timer that is due.

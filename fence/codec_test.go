@@ -51,6 +51,7 @@ func TestParseKeyRejectsOtherKeys(t *testing.T) {
 func TestRecordRoundTrip(t *testing.T) {
 	for _, r := range []Record{
 		{Shard: "s1", Term: 1, Allocation: "a"},
+		{Shard: "s1", Term: 1, Allocation: "a", Nonce: "0123456789abcdef0123456789abcdef"},
 		{Shard: "idx/0", Term: math.MaxInt64, Allocation: "alloc-7", Node: "node 3", Seq: 12, Gen: 99},
 		{Shard: "ünïcode", Term: 5, Allocation: "x", Seq: math.MaxInt64, Gen: math.MaxInt64},
 	} {
@@ -80,6 +81,9 @@ func TestRecordEncodeRejectsBadFields(t *testing.T) {
 		"negative seq":            {Shard: "s", Term: 1, Allocation: "x", Seq: -1},
 		"long allocation":         {Shard: "s", Term: 1, Allocation: strings.Repeat("a", MaxIDLen+1)},
 		"invalid utf8":            {Shard: "s\xff", Term: 1, Allocation: "x"},
+		"separator in nonce":      {Shard: "s", Term: 1, Allocation: "x", Nonce: "n|1"},
+		"control in nonce":        {Shard: "s", Term: 1, Allocation: "x", Nonce: "n\t1"},
+		"long nonce":              {Shard: "s", Term: 1, Allocation: "x", Nonce: strings.Repeat("f", MaxNonceLen+1)},
 	} {
 		if _, err := r.Encode(); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: Encode error %v, want ErrInvalidArgument", name, err)
@@ -88,21 +92,23 @@ func TestRecordEncodeRejectsBadFields(t *testing.T) {
 }
 
 func TestDecodeRecordRejects(t *testing.T) {
-	good := "shardfence.fence|v1|s|3|a|n|4|2"
+	good := "shardfence.fence|v1|s|3|a|n|4|2|k1"
 	cases := []struct {
 		name, shard, key, body string
 		want                   error
 	}{
 		{"empty", "s", Key(3), "", ErrCorruptBody},
 		{"garbage", "s", Key(3), "\x00\x01garbage", ErrCorruptBody},
-		{"other tag", "s", Key(3), "shardfence.seal|v1|s|3|a|n|4|2", ErrCorruptBody},
-		{"future version", "s", Key(3), "shardfence.fence|v2|s|3|a|n|4|2", ErrUnknownVersion},
-		{"missing field", "s", Key(3), "shardfence.fence|v1|s|3|a|n|4", ErrCorruptBody},
+		{"other tag", "s", Key(3), "shardfence.seal|v1|s|3|a|n|4|2|k1", ErrCorruptBody},
+		{"future version", "s", Key(3), "shardfence.fence|v2|s|3|a|n|4|2|k1", ErrUnknownVersion},
+		{"missing field", "s", Key(3), "shardfence.fence|v1|s|3|a|n|4|2", ErrCorruptBody},
 		{"extra field", "s", Key(3), good + "|9", ErrCorruptBody},
-		{"not a number", "s", Key(3), "shardfence.fence|v1|s|3|a|n|x|2", ErrCorruptBody},
-		{"plus sign", "s", Key(3), "shardfence.fence|v1|s|+3|a|n|4|2", ErrCorruptBody},
-		{"leading zero", "s", Key(3), "shardfence.fence|v1|s|03|a|n|4|2", ErrCorruptBody},
-		{"term zero", "s", Key(1), "shardfence.fence|v1|s|0|a|n|4|2", ErrCorruptBody},
+		{"not a number", "s", Key(3), "shardfence.fence|v1|s|3|a|n|x|2|k1", ErrCorruptBody},
+		{"plus sign", "s", Key(3), "shardfence.fence|v1|s|+3|a|n|4|2|k1", ErrCorruptBody},
+		{"leading zero", "s", Key(3), "shardfence.fence|v1|s|03|a|n|4|2|k1", ErrCorruptBody},
+		{"nonce too long", "s", Key(3), "shardfence.fence|v1|s|3|a|n|4|2|" + strings.Repeat("f", MaxNonceLen+1), ErrCorruptBody},
+		{"control in nonce", "s", Key(3), "shardfence.fence|v1|s|3|a|n|4|2|k\x001", ErrCorruptBody},
+		{"term zero", "s", Key(1), "shardfence.fence|v1|s|0|a|n|4|2|k1", ErrCorruptBody},
 		{"other shard", "t", Key(3), good, ErrForeignShard},
 		{"other term than key", "s", Key(4), good, ErrForeignShard},
 	}
@@ -126,10 +132,12 @@ func TestDecodeRecordRejects(t *testing.T) {
 }
 
 func FuzzDecodeRecord(f *testing.F) {
+	f.Add([]byte("shardfence.fence|v1|s|3|a|n|4|2|0123456789abcdef0123456789abcdef"))
+	f.Add([]byte("shardfence.fence|v1|s|3|a||0|0|"))
+	f.Add([]byte("shardfence.fence|v1|s|3|a||0|0|n1|"))
 	f.Add([]byte("shardfence.fence|v1|s|3|a|n|4|2"))
-	f.Add([]byte("shardfence.fence|v1|s|3|a||0|0"))
-	f.Add([]byte("shardfence.fence|v2|s|3|a|n|4|2"))
-	f.Add([]byte("|||||||"))
+	f.Add([]byte("shardfence.fence|v2|s|3|a|n|4|2|k1"))
+	f.Add([]byte("||||||||"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := DecodeRecord("s", "fence/other", body)

@@ -125,14 +125,19 @@ type Verdict struct {
 
 // SettleCreate decides a claim's create-if-absent from a read of the key
 // after the create failed with AlreadyExists or an unknown outcome.
-// attempted is the record we tried to create.
-func SettleCreate(obs Observation, attempted Record) Verdict {
+// attempts are the records this claim sent, the last one last; each carries
+// its own nonce, and any whose response was lost may be the one that landed.
+func SettleCreate(obs Observation, attempts ...Record) Verdict {
+	if len(attempts) == 0 {
+		return Verdict{Action: Fenced, Reason: "no create to settle"}
+	}
+	attempted := attempts[len(attempts)-1]
 	switch {
 	case !obs.Found:
 		// An unknown outcome that did not land (or a create that a
 		// racing claim of a higher term already swept): create again.
 		return Verdict{Action: Resend}
-	case obs.Record == attempted:
+	case IsAttempt(obs.Record, attempts):
 		return Verdict{Action: Adopt, State: State{Record: obs.Record, Token: obs.Token}}
 	case obs.Record.Allocation == attempted.Allocation:
 		// Our allocation claimed this term before (a restart): continue
@@ -141,6 +146,16 @@ func SettleCreate(obs Observation, attempted Record) Verdict {
 	default:
 		return Verdict{Action: Fenced, Reason: "term already claimed by allocation " + quote(obs.Record.Allocation)}
 	}
+}
+
+// IsAttempt reports whether r is one of attempts.
+func IsAttempt(r Record, attempts []Record) bool {
+	for _, a := range attempts {
+		if r == a {
+			return true
+		}
+	}
+	return false
 }
 
 // SettleWrite decides a CAS of the fence key from a read after the CAS
@@ -159,10 +174,8 @@ func SettleWrite(obs Observation, prev State, attempts ...Record) Verdict {
 	if !obs.Found {
 		return Verdict{Action: Fenced, Reason: "fence key deleted (a higher term claimed the shard)"}
 	}
-	for _, a := range attempts {
-		if obs.Record == a {
-			return Verdict{Action: Adopt, State: State{Record: obs.Record, Token: obs.Token}}
-		}
+	if IsAttempt(obs.Record, attempts) {
+		return Verdict{Action: Adopt, State: State{Record: obs.Record, Token: obs.Token}}
 	}
 	switch {
 	case obs.Record == prev.Record && obs.Token == prev.Token:

@@ -57,7 +57,8 @@ func TestCheckSweep(t *testing.T) {
 }
 
 func TestSettleCreate(t *testing.T) {
-	ours := Record{Shard: "s", Term: 3, Allocation: "a"}
+	ours := Record{Shard: "s", Term: 3, Allocation: "a", Nonce: "n2"}
+	earlier := Record{Shard: "s", Term: 3, Allocation: "a", Nonce: "n1"}
 	restarted := Record{Shard: "s", Term: 3, Allocation: "a", Seq: 9, Gen: 40}
 	other := Record{Shard: "s", Term: 3, Allocation: "b"}
 	cases := []struct {
@@ -67,11 +68,12 @@ func TestSettleCreate(t *testing.T) {
 	}{
 		{"lost create did not land", Observation{}, Resend},
 		{"lost create landed", Observation{Found: true, Record: ours, Token: "t1"}, Adopt},
+		{"an earlier attempt landed", Observation{Found: true, Record: earlier, Token: "t0"}, Adopt},
 		{"restart of the same allocation", Observation{Found: true, Record: restarted, Token: "t9"}, Adopt},
 		{"another allocation holds the term", Observation{Found: true, Record: other, Token: "t2"}, Fenced},
 	}
 	for _, c := range cases {
-		v := SettleCreate(c.obs, ours)
+		v := SettleCreate(c.obs, earlier, ours)
 		if v.Action != c.want {
 			t.Errorf("%s: %v, want %v", c.name, v.Action, c.want)
 		}
@@ -81,6 +83,9 @@ func TestSettleCreate(t *testing.T) {
 		if v.Action == Fenced && v.Reason == "" {
 			t.Errorf("%s: fenced without a reason", c.name)
 		}
+	}
+	if v := SettleCreate(Observation{Found: true, Record: ours}); v.Action != Fenced {
+		t.Errorf("settling with no attempts: %v, want fenced", v.Action)
 	}
 }
 

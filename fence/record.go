@@ -7,10 +7,14 @@ import (
 	"unicode/utf8"
 )
 
-// Record is the content of a fence key. Every write of the key (claim, sync,
-// transfer, revert) takes a strictly higher Seq, so no body is ever written
-// twice: stores whose token is a hash of the body (S3 ETags) would otherwise
-// hand out the same token again (ABA) and revive stale CAS expectations.
+// Record is the content of a fence key. No body is ever written twice:
+// stores whose token is a hash of the body (S3 ETags) would otherwise hand
+// out the same token again (ABA) and revive stale CAS expectations. Every
+// CAS of the key (sync, transfer, revert) takes a strictly higher Seq; the
+// creates of a claim all carry Seq 0, so each attempt carries its own
+// Nonce instead. A create whose response was lost can land after a
+// successor deleted the key; with its own nonce the resurrected key has a
+// token no writer holds, so no stale CAS expectation matches it.
 type Record struct {
 	Shard      string
 	Term       int64
@@ -18,14 +22,19 @@ type Record struct {
 	Node       string // where the owner runs, for operators; may be empty
 	Seq        int64  // number of writes before this one
 	Gen        int64  // the last generation committed; 0 when none
+	// Nonce is unique to the claim attempt that created the key; later
+	// writes carry it unchanged. Empty only in records built by hand.
+	Nonce string
 }
 
 const (
 	bodyTag     = "shardfence.fence"
 	bodyVersion = "v1"
-	bodyFields  = 8
+	bodyFields  = 9
 	// MaxIDLen bounds shard, allocation and node identifiers.
 	MaxIDLen = 256
+	// MaxNonceLen bounds a claim attempt's nonce.
+	MaxNonceLen = 64
 )
 
 // ValidateID checks an identifier stored in a body: non-empty unless
@@ -61,13 +70,19 @@ func (r Record) validate() error {
 	if r.Term < 1 {
 		return fmt.Errorf("%w: term %d (terms start at 1)", ErrInvalidArgument, r.Term)
 	}
+	if err := ValidateID("nonce", r.Nonce, true); err != nil {
+		return err
+	}
+	if len(r.Nonce) > MaxNonceLen {
+		return fmt.Errorf("%w: nonce is %d bytes, more than %d", ErrInvalidArgument, len(r.Nonce), MaxNonceLen)
+	}
 	if r.Seq < 0 || r.Gen < 0 {
 		return fmt.Errorf("%w: negative seq %d or gen %d", ErrInvalidArgument, r.Seq, r.Gen)
 	}
 	return nil
 }
 
-// Encode returns the body: "shardfence.fence|v1|shard|term|allocation|node|seq|gen".
+// Encode returns the body: "shardfence.fence|v1|shard|term|allocation|node|seq|gen|nonce".
 // Text, so an operator can read a fence key with any store client.
 func (r Record) Encode() ([]byte, error) {
 	if err := r.validate(); err != nil {
@@ -79,7 +94,7 @@ func (r Record) Encode() ([]byte, error) {
 func (r Record) encode() []byte {
 	return []byte(strings.Join([]string{bodyTag, bodyVersion, r.Shard,
 		strconv.FormatInt(r.Term, 10), r.Allocation, r.Node,
-		strconv.FormatInt(r.Seq, 10), strconv.FormatInt(r.Gen, 10)}, "|"))
+		strconv.FormatInt(r.Seq, 10), strconv.FormatInt(r.Gen, 10), r.Nonce}, "|"))
 }
 
 // DecodeRecord parses the body stored at key and checks that it belongs to
@@ -100,7 +115,7 @@ func DecodeRecord(shard, key string, body []byte) (Record, error) {
 		return bad(ErrCorruptBody, "fence body has %d fields, want %d", len(f), bodyFields)
 	}
 	var r Record
-	r.Shard, r.Allocation, r.Node = f[2], f[4], f[5]
+	r.Shard, r.Allocation, r.Node, r.Nonce = f[2], f[4], f[5], f[8]
 	nums := []*int64{&r.Term, &r.Seq, &r.Gen}
 	for i, s := range []string{f[3], f[6], f[7]} {
 		v, err := strconv.ParseInt(s, 10, 64)

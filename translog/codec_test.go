@@ -137,7 +137,7 @@ func TestDecodeMDRejects(t *testing.T) {
 		{"empty", key, nil, fence.ErrCorruptBody},
 		{"garbage", key, []byte("not an md at all"), fence.ErrCorruptBody},
 		{"truncated", key, good[:len(good)-5], fence.ErrCorruptBody},
-		{"fence body", key, []byte("shardfence.fence|v1|s|3|a|n|4|2"), fence.ErrCorruptBody},
+		{"fence body", key, []byte("shardfence.fence|v1|s|3|a|n|4|2|n1"), fence.ErrCorruptBody},
 		{"future version", key, future, fence.ErrUnknownVersion},
 		{"other shard", key, other, fence.ErrForeignShard},
 		{"other generation's key", MDKey(3, 8), good, fence.ErrForeignShard},

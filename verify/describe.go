@@ -31,10 +31,10 @@ func DescribeKey(key string) string {
 // by their fields, anything else by size and hash.
 func DescribeBody(key string, body []byte) string {
 	if rest, ok := bytes.CutPrefix(body, []byte("shardfence.fence|")); ok {
-		// tag|version|shard|term|allocation|node|seq|gen
+		// tag|version|shard|term|allocation|node|seq|gen|nonce
 		f := strings.Split(string(rest), "|")
-		if len(f) == 7 {
-			return fmt.Sprintf("{T%s owner=%s seq=%s gen=%s}", f[2], f[3], f[5], f[6])
+		if len(f) == 8 {
+			return fmt.Sprintf("{T%s owner=%s seq=%s gen=%s nonce=%s}", f[2], f[3], f[5], f[6], f[7])
 		}
 	}
 	if strings.HasPrefix(key, translog.MDPrefix) {

@@ -181,6 +181,7 @@ func init() {
 		{name: "sequenced-no-poison", syncs: 1, order: seq, successor: true, variant: "no-poison", faults: 1, unique: true},
 		{name: "sequenced-no-poison-deep", syncs: 2, order: seq, successor: true, variant: "no-poison", faults: 1, unique: true},
 		{name: "sequenced-no-poison-s3", syncs: 1, order: seq, successor: true, variant: "no-poison", faults: 1},
+		{name: "sequenced-no-poison-s3-deep", syncs: 2, order: seq, successor: true, variant: "no-poison", faults: 1},
 		{name: "wrong-plain-md", syncs: 2, order: con, successor: true, variant: "plain-md"},
 		{name: "wrong-gc-poison", syncs: 1, order: con, successor: true, variant: "gc-poison"},
 	} {
