@@ -220,6 +220,13 @@ func (c *Chain) writeLocked(ctx context.Context, op string, next func(Record) Re
 		}
 	}
 	err := Retry(ctx, c.in.clock, c.in.backoff, func(ctx context.Context) error {
+		// The instance may have been fenced while this call backed off
+		// (a poison seen by the writer's md path, another chain's
+		// verdict): a fenced instance sends no further write.
+		if err := c.in.Fenced(); err != nil {
+			fenced = err
+			return err
+		}
 		if len(c.maybe) > 0 {
 			// An earlier write's outcome is unknown: settle it before
 			// building on a state that may be stale.

@@ -340,3 +340,34 @@ func TestFakeClock(t *testing.T) {
 		t.Fatal("system clock did not move")
 	}
 }
+
+func TestChainSendsNoRetryOnceTheInstanceIsFenced(t *testing.T) {
+	// The first CAS is refused (unavailable) and, while it backs off, the
+	// writer's md path finds a poison and fences the instance. The retry
+	// must not go out: a fenced instance writes nothing.
+	ctx := context.Background()
+	fs := faulty.New(mem.New(), 1)
+	c := mustClaim(t, fs, 1, "a")
+	calls := 0
+	fs.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
+		if q.Op != faulty.CompareAndSwap {
+			return nil
+		}
+		calls++
+		if calls == 1 {
+			c.Fence(2, "poison found at generation 1")
+			return blobstore.Unavailable(errors.New("503"))
+		}
+		return nil
+	}})
+	_, err := c.Advance(ctx, 1)
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("advance: %v, want fenced", err)
+	}
+	if calls != 1 {
+		t.Fatalf("%d CAS requests, want 1: the chain retried after the instance was fenced", calls)
+	}
+	if r, _ := readRecord(t, fs, 1); r.Seq != 0 {
+		t.Fatalf("fence key at seq %d: a fenced instance advanced it", r.Seq)
+	}
+}
