@@ -10,6 +10,15 @@
 // step before the writer opens only reads or writes create-if-absent
 // objects the same term and allocation settle on retry, so a failed Open
 // can be called again with the same term and allocation.
+//
+// The fencing mode (enabled or not, per-sync or lease, and the lease
+// interval) is the shard's, not the caller's: the first Open stores
+// Writer's as the immutable seal.FencingKey, and every later Open runs the
+// stored mode and interval whatever it asked for (Shard.Fencing reports
+// them). A successor therefore waits out a lease whenever the shard is in
+// lease mode, with the lease its predecessors ran. Only asking for fencing
+// on an unfenced shard, or the reverse, is refused (seal.ErrFencingMismatch),
+// before anything is claimed.
 package recovery
 
 import (
@@ -38,8 +47,8 @@ type Options struct {
 
 	// LeaseMargin is added to the lease interval a lease-mode successor
 	// waits after its sweep (clock drift between steady clocks). Default
-	// 1s. The wait applies when Writer.FencingMode is Lease: the mode is a
-	// property of the shard, so the predecessor ran it too.
+	// 1s. The wait applies when the shard's stored mode is Lease, with the
+	// stored interval: every term of the shard runs that mode.
 	LeaseMargin time.Duration
 
 	// Dir receives the checkpoint's files. Empty: no checkpoint is
@@ -52,7 +61,9 @@ type Options struct {
 	Progress func(Progress)
 
 	// Writer configures the writer Open returns; Shard, Term,
-	// Allocation, StartGen and StartSeqNo are set by Open.
+	// Allocation, StartGen and StartSeqNo are set by Open, and the
+	// fencing fields by the shard's stored settings (Writer's own only
+	// create them at the shard's first Open).
 	Writer translog.Options
 }
 
@@ -76,6 +87,8 @@ type Shard struct {
 	Writer *translog.Writer
 	Chain  *fence.Chain
 	Seal   *seal.Result
+	// Fencing is the shard's stored fencing, which the writer runs.
+	Fencing seal.Fencing
 	// Checkpoint is the hydrated checkpoint, nil when none was used.
 	Checkpoint *seal.Manifest
 	// Files are the checkpoint's local files.
@@ -91,7 +104,7 @@ func (s *Shard) Restore() seal.RestorePoint { return s.Seal.Marker.Restore }
 
 // Error names the shard, term and step of a failed recovery.
 type Error struct {
-	Step  string // Claim, LeaseWait, Seal, Hydrate, Replay, OpenWriter
+	Step  string // Settings, Claim, LeaseWait, Seal, Hydrate, Replay, OpenWriter
 	Shard string
 	Term  int64
 	Err   error
@@ -128,29 +141,30 @@ func Open(ctx context.Context, store blobstore.Container, shard string, term int
 		}
 		return nil, &Error{Step: step, Shard: shard, Term: term, Err: err}
 	}
+	so := seal.Options{Clock: opts.Clock, Backoff: opts.Backoff, Parallelism: opts.Parallelism}
+	// Before the claim, so a refused mode fences nobody.
+	fencing, err := seal.ShardFencing(ctx, store, shard, seal.FencingOf(opts.Writer), so)
+	if err != nil {
+		return fail("Settings", err)
+	}
 	chain, err := fence.Claim(ctx, store, shard, term, allocation,
 		fence.WithClock(opts.Clock), fence.WithBackoff(opts.Backoff), fence.WithNode(opts.Node))
 	if err != nil {
 		return fail("Claim", err)
 	}
-	if opts.Writer.FencingMode == translog.Lease {
-		lease := opts.Writer.LeaseInterval
-		if lease <= 0 {
-			lease = 10 * time.Second
-		}
+	if !fencing.Disabled && fencing.Mode == translog.Lease {
 		// The incumbent acks without a CAS only while its lease, started
 		// before our delete, runs: wait it out from the sweep.
-		until := chain.SweptAt() + int64(lease+opts.LeaseMargin)
+		until := chain.SweptAt() + int64(fencing.LeaseInterval+opts.LeaseMargin)
 		if err := fence.Sleep(ctx, opts.Clock, time.Duration(until-opts.Clock.Now())); err != nil {
 			return fail("LeaseWait", err)
 		}
 	}
-	so := seal.Options{Clock: opts.Clock, Backoff: opts.Backoff, Parallelism: opts.Parallelism}
 	res, err := seal.Seal(ctx, store, chain, so)
 	if err != nil {
 		return fail("Seal", err)
 	}
-	sh := &Shard{Chain: chain, Seal: res}
+	sh := &Shard{Chain: chain, Seal: res, Fencing: fencing}
 	restore := res.Marker.Restore
 	lin := res.Lineage
 	base, next := int64(0), int64(0)
@@ -210,7 +224,7 @@ func Open(ctx context.Context, store blobstore.Container, shard string, term int
 		return fail("Replay", err)
 	}
 	sh.NextSeqNo = next
-	wo := opts.Writer
+	wo := fencing.Apply(opts.Writer)
 	// From the chain: an unfenced writer takes its identity from here.
 	wo.Shard, wo.Term, wo.Allocation = chain.Shard(), chain.Term(), chain.Allocation()
 	wo.StartGen, wo.StartSeqNo = restore.Gen+1, next

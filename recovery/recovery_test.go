@@ -366,7 +366,9 @@ func contains(s []string, v string) bool {
 
 func scenarioLeaseModeWaitsBeforeReadingTheLineage(t *testing.T, store *faulty.Container) {
 	ctx := context.Background()
-	sh1 := open(t, store, 1, "a1", options(nil))
+	o1 := options(nil)
+	o1.Writer.FencingMode, o1.Writer.LeaseInterval = translog.Lease, 5*time.Second
+	sh1 := open(t, store, 1, "a1", o1)
 	appendOps(t, sh1.Writer, "x")
 	clock := fence.NewFakeClock()
 	o := options(nil)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -257,7 +258,8 @@ type AdoptOptions struct {
 	Clock   fence.Clock
 	Backoff fence.Backoff
 	// Writer configures the target's writer; StartGen and StartSeqNo come
-	// from the context.
+	// from the context, the fencing fields from the shard's stored
+	// settings (seal.ShardFencing), which Writer's cannot change.
 	Writer translog.Options
 }
 
@@ -279,6 +281,13 @@ func Adopt(ctx context.Context, store blobstore.Container, allocation string, hc
 	if hc.Target != allocation {
 		return fail(fmt.Errorf("%w: the handoff is for allocation %q, not %q", fence.ErrInvalidArgument, hc.Target, allocation))
 	}
+	// The term continues in the shard's mode, whatever the target's
+	// defaults: a lease term continued per-sync, or the reverse, would
+	// break the successor's lease wait.
+	fencing, err := seal.ShardFencing(ctx, store, hc.Shard, seal.FencingOf(opts.Writer), seal.Options{Clock: opts.Clock, Backoff: opts.Backoff})
+	if err != nil {
+		return fail(err)
+	}
 	fo := []fence.Option{fence.WithNode(opts.Node)}
 	if opts.Clock != nil {
 		fo = append(fo, fence.WithClock(opts.Clock))
@@ -294,7 +303,7 @@ func Adopt(ctx context.Context, store blobstore.Container, allocation string, hc
 	if err != nil {
 		return fail(err)
 	}
-	wo := opts.Writer
+	wo := fencing.Apply(opts.Writer)
 	wo.Shard, wo.Term, wo.Allocation = "", 0, ""
 	wo.StartGen, wo.StartSeqNo = hc.Gen+1, hc.NextSeqNo
 	if wo.Clock == nil && opts.Clock != nil {

@@ -74,6 +74,7 @@ var reasons = []struct {
 	{"fenced", fence.ErrFenced, connect.CodeFailedPrecondition},
 	{"handed_off", fence.ErrHandedOff, connect.CodeFailedPrecondition},
 	{"term_already_open", seal.ErrTermAlreadyOpen, connect.CodeFailedPrecondition},
+	{"fencing_mismatch", seal.ErrFencingMismatch, connect.CodeFailedPrecondition},
 	{"superseded", seal.ErrSuperseded, connect.CodeFailedPrecondition},
 	{"lineage_truncated", seal.ErrLineageTruncated, connect.CodeFailedPrecondition},
 	{"no_checkpoint", seal.ErrNoCheckpoint, connect.CodeFailedPrecondition},

@@ -117,6 +117,16 @@ func (s *Server) AdoptHandoff(ctx context.Context, raw []byte, req Settings) (Sh
 		s.mu.Unlock()
 		return ShardStatus{}, opErr(op, name, err, hintFor(err))
 	}
+	// The term continues in the shard's stored fencing mode, not this
+	// sidecar's defaults (relocation.Adopt enforces the same).
+	fencing, err := seal.ShardFencing(ctx, store, name, seal.FencingOf(settings.WriterOptions()), seal.Options{})
+	if err != nil {
+		return undo(err)
+	}
+	settings = settings.withFencing(fencing)
+	sh.mu.Lock()
+	sh.settings = settings
+	sh.mu.Unlock()
 	// The lineage the source's term inherited, read before the chain is
 	// taken: its newest marker must be the handed-off term's.
 	rep, err := seal.Inspect(ctx, store, name, seal.Options{})

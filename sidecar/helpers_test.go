@@ -14,6 +14,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -53,7 +54,7 @@ func (freshOpener) Open(ctx context.Context, store blobstore.Container, p openPa
 		_ = w.Close(ctx)
 		return nil, err
 	}
-	return &opened{Writer: w, Chain: chain, StartGen: 1}, nil
+	return &opened{Writer: w, Chain: chain, StartGen: 1, Fencing: seal.FencingOf(p.Settings.writerOptions(p, 1, 0))}, nil
 }
 
 type env struct {

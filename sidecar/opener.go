@@ -7,6 +7,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -59,6 +60,9 @@ type opened struct {
 	Restore RestorePoint
 	// StartGen is the first generation this writer writes.
 	StartGen int64
+	// Fencing is the shard's stored fencing, which the writer runs
+	// whatever the open asked for.
+	Fencing seal.Fencing
 	// ReadLineage calls fn, in order, with the batches of the lineage the
 	// term inherited, up to and including the restore point; nil when the
 	// shard had no history.
@@ -79,7 +83,9 @@ type shardOpener interface {
 func defaultOpener() shardOpener { return recoveryOpener{} }
 
 // Settings are fixed when a shard opens: a live shard never switches its
-// write witness.
+// write witness. The fencing fields (FencingDisabled, Mode, LeaseInterval)
+// are the shard's own, fixed at its first open: a later Open or
+// AdoptHandoff runs the stored mode and reports it in ShardStatus.Settings.
 type Settings struct {
 	FencingDisabled   bool                 `json:"fencing_disabled,omitempty"`
 	Mode              translog.FencingMode `json:"mode"`
@@ -134,6 +140,15 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("%w: max sync bytes %d above max in-flight bytes %d", ErrInvalidArgument, s.MaxSyncBytes, s.MaxInFlightBytes)
 	}
 	return nil
+}
+
+// withFencing returns s running f.
+func (s Settings) withFencing(f seal.Fencing) Settings {
+	s.FencingDisabled, s.Mode = f.Disabled, f.Mode
+	if f.Mode == translog.Lease {
+		s.LeaseInterval = f.LeaseInterval
+	}
+	return s
 }
 
 // WriterOptions are the translog options a shard opened with s writes

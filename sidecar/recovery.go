@@ -95,7 +95,7 @@ func (r recoveryOpener) Open(ctx context.Context, store blobstore.Container, p o
 	}
 	rp := sh.Restore()
 	o := &opened{
-		Writer: sh.Writer, Chain: sh.Chain, StartGen: rp.Gen + 1,
+		Writer: sh.Writer, Chain: sh.Chain, StartGen: rp.Gen + 1, Fencing: sh.Fencing,
 		Restore: RestorePoint{Term: rp.Term, Gen: rp.Gen, NextSeqNo: sh.NextSeqNo},
 	}
 	if sh.Checkpoint != nil {

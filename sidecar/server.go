@@ -417,7 +417,8 @@ func (s *Server) open(ctx context.Context, name string, term int64, alloc string
 			return ShardStatus{}, opErr(op, name, ErrShardBusy, "retry when the other Open or Close returned")
 		case st.State == stateOpen && prev.term == term && prev.alloc == alloc:
 			s.mu.Unlock()
-			if prev.settings != settings {
+			// The fencing fields are the shard's, whatever this call asked.
+			if prev.settings != settings.withFencing(seal.FencingOf(prev.settings.WriterOptions())) {
 				return ShardStatus{}, opErr(op, name, fmt.Errorf("%w: the shard is open at term %d with other settings (%+v)", ErrInvalidArgument, term, prev.settings), "settings are fixed when a shard opens; open a new term to change them")
 			}
 			// A retried Open of what is already open: answer it again.
@@ -468,9 +469,14 @@ func (s *Server) open(ctx context.Context, name string, term int64, alloc string
 	sh.opened = time.Now()
 	sh.mu.Lock()
 	sh.w = o.Writer
+	sh.settings = settings.withFencing(o.Fencing)
 	sh.ackedGen, sh.nextSeq = o.Restore.Gen, o.Restore.NextSeqNo
 	sh.state = stateOpen
 	sh.mu.Unlock()
+	if sh.settings != settings {
+		s.log.Info("shard runs its stored fencing, not the requested", "shard", name, "term", term,
+			"fencing", o.Fencing.String(), "requested", seal.FencingOf(settings.WriterOptions()).String())
+	}
 
 	s.mu.Lock()
 	draining := s.draining

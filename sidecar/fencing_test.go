@@ -1,0 +1,58 @@
+package sidecar
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/translog"
+)
+
+// The fencing mode is the shard's: a relocation target and a later term
+// run the mode the shard was created with, not their sidecar's defaults,
+// and report it.
+func TestShardKeepsItsFencingModeAcrossHandoffAndTerms(t *testing.T) {
+	store := mem.New()
+	const lease = 100 * time.Millisecond
+	server := func(def Settings) *Server {
+		s, err := New(t.Context(), store, Options{Defaults: def})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+		return s
+	}
+	src, dst, next := server(Settings{}), server(Settings{}), server(Settings{})
+	if _, err := src.Open(t.Context(), "m", 1, "src", Settings{Mode: translog.Lease, LeaseInterval: lease}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Append(t.Context(), "m", [][]byte{[]byte("a")}, 1); err != nil {
+		t.Fatal(err)
+	}
+	hc, err := src.StartHandoff(t.Context(), "m", "dst", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := dst.AdoptHandoff(t.Context(), hc, Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Settings.Mode != translog.Lease || st.Settings.LeaseInterval != lease {
+		t.Errorf("target runs %v (lease %v), want the shard's lease mode (%v)", st.Settings.Mode, st.Settings.LeaseInterval, lease)
+	}
+	if _, err := dst.Append(t.Context(), "m", [][]byte{[]byte("b")}, 1); err != nil {
+		t.Fatal(err)
+	}
+	// A successor asking for per-sync (its defaults) runs lease mode.
+	st, err = next.Open(t.Context(), "m", 2, "next", Settings{Mode: translog.PerSync}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Settings.Mode != translog.Lease || st.Settings.LeaseInterval != lease {
+		t.Errorf("successor runs %v (lease %v), want the shard's lease mode (%v)", st.Settings.Mode, st.Settings.LeaseInterval, lease)
+	}
+	if st.Restore.Gen != 2 || st.Restore.NextSeqNo != 2 {
+		t.Errorf("successor restore point %+v, want both terms' ops", st.Restore)
+	}
+}
