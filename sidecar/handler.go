@@ -90,16 +90,20 @@ func settingsFromProto(p *sidecarv1.ShardSettings) (Settings, error) {
 	}
 	s.FencingDisabled = p.GetFencingDisabled()
 	switch p.GetMode() {
-	case sidecarv1.FencingMode_FENCING_MODE_UNSPECIFIED, sidecarv1.FencingMode_FENCING_MODE_PER_SYNC:
-		s.Mode = translog.PerSync
+	case sidecarv1.FencingMode_FENCING_MODE_UNSPECIFIED:
+		// The sidecar's default decides.
+	case sidecarv1.FencingMode_FENCING_MODE_PER_SYNC:
+		s.Mode, s.modeSet = translog.PerSync, true
 	case sidecarv1.FencingMode_FENCING_MODE_LEASE:
 		s.Mode = translog.Lease
 	default:
 		return s, fmt.Errorf("%w: fencing mode %d", ErrInvalidArgument, p.GetMode())
 	}
 	switch p.GetAckOrder() {
-	case sidecarv1.AckOrder_ACK_ORDER_UNSPECIFIED, sidecarv1.AckOrder_ACK_ORDER_CONCURRENT:
-		s.AckOrder = translog.Concurrent
+	case sidecarv1.AckOrder_ACK_ORDER_UNSPECIFIED:
+		// The sidecar's default decides.
+	case sidecarv1.AckOrder_ACK_ORDER_CONCURRENT:
+		s.AckOrder, s.ackOrderSet = translog.Concurrent, true
 	case sidecarv1.AckOrder_ACK_ORDER_SEQUENCED:
 		s.AckOrder = translog.Sequenced
 	default:

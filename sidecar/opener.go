@@ -98,6 +98,12 @@ type Settings struct {
 	LeaseInterval     time.Duration        `json:"lease_interval"`
 	FreshnessInterval time.Duration        `json:"freshness_interval"`
 	RetentionGens     int64                `json:"retention_gens"`
+
+	// modeSet and ackOrderSet record that a request named PerSync or
+	// Concurrent on purpose: they are the zero values, so without the flag
+	// a sidecar whose default is lease or sequenced could not tell "per_sync,
+	// please" from "whatever the default is". mergeSettings clears them.
+	modeSet, ackOrderSet bool
 }
 
 // DefaultSettings are the settings of a shard whose Open leaves them zero.

@@ -130,6 +130,13 @@ func newServer(ctx context.Context, store blobstore.Container, opts Options, op 
 // mergeSettings fills the zero fields of req from def.
 func mergeSettings(def, req Settings) Settings {
 	out := req
+	if out.Mode == translog.PerSync && !req.modeSet {
+		out.Mode = def.Mode
+	}
+	if out.AckOrder == translog.Concurrent && !req.ackOrderSet {
+		out.AckOrder = def.AckOrder
+	}
+	out.modeSet, out.ackOrderSet = false, false
 	if out.InlineLimit == 0 {
 		out.InlineLimit = def.InlineLimit
 	}
