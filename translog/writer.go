@@ -293,6 +293,7 @@ func (w *Writer) Append(ctx context.Context, ops [][]byte) (Ack, error) {
 		return Ack{}, w.opErr("Append", fmt.Errorf("%w: %d bytes in one append, more than the in-flight limit %d or the sync limit %d", blobstore.ErrTooLarge, size, w.opts.MaxInFlightBytes, w.opts.MaxSyncBytes))
 	}
 	w.mu.Lock()
+	w.fencedLocked()
 	for {
 		if w.err != nil {
 			err := w.err
@@ -337,10 +338,12 @@ func (w *Writer) Append(ctx context.Context, ops [][]byte) (Ack, error) {
 }
 
 // Err returns the writer's terminal error (fenced, broken or closed), or
-// nil while it accepts appends.
+// nil while it accepts appends. A writer whose chain's instance was fenced
+// elsewhere reports that fencing, and its appends have failed.
 func (w *Writer) Err() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.fencedLocked()
 	return w.err
 }
 
@@ -451,6 +454,7 @@ func (w *Writer) gather() ([]*request, bool) {
 // CAS in the configured order.
 func (w *Writer) sync(batch []*request) {
 	w.mu.Lock()
+	w.fencedLocked()
 	if w.err != nil {
 		for _, r := range batch {
 			w.finishReqLocked(r, Ack{}, w.err)
@@ -593,8 +597,15 @@ func (w *Writer) done(s *syncState, cas bool, err error) {
 }
 
 // tryAckLocked acknowledges finished syncs in generation order and fails
-// everything from the first failed one on.
+// everything from the first failed one on. Once the writer or its instance
+// is fenced it acknowledges nothing more, not even a generation whose md
+// and CAS both landed: fenced is terminal, and a caller must never get an
+// ack from a writer that knows it lost the shard (the write may be durable;
+// the successor's restore decides).
 func (w *Writer) tryAckLocked() {
+	if w.fencedLocked() != nil {
+		return
+	}
 	for len(w.inflight) > 0 {
 		s := w.inflight[0]
 		if s.err != nil {
@@ -612,6 +623,22 @@ func (w *Writer) tryAckLocked() {
 			seq += int64(len(r.ops))
 		}
 	}
+}
+
+// fencedLocked returns the fencing error once the writer learned it is
+// fenced (a sync's verdict) or its chain's instance is (a poison seen by
+// another path, a verdict of another chain of the instance), after failing
+// every started and pending append with it; nil otherwise.
+func (w *Writer) fencedLocked() error {
+	err := w.err
+	if err == nil && w.chain != nil {
+		err = w.chain.Err()
+	}
+	if err == nil || !errors.Is(err, fence.ErrFenced) {
+		return nil
+	}
+	w.failLocked(err)
+	return err
 }
 
 // failLocked fails every started and pending append with err.

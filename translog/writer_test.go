@@ -521,3 +521,73 @@ func TestCloseWithExpiredContextAbandonsStuckSync(t *testing.T) {
 		t.Fatalf("stuck append: %v", err)
 	}
 }
+
+// holdMD holds the create of md (1, gen) inside the store wrapper until
+// release is closed; the request then goes on to the store.
+func holdMD(r *rig, gen int64) (release func()) {
+	ch := make(chan struct{})
+	r.store.SetHooks(faulty.Hooks{Before: func(ctx context.Context, q faulty.Request) error {
+		if q.Op == faulty.CreateIfAbsent && q.Key == MDKey(1, gen) {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}})
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+func TestNoAckOnceTheWriterLearnedItIsFenced(t *testing.T) {
+	// Gen 1's CAS lands and its md is slow. A successor claims; gen 2's
+	// CAS finds the key gone and the writer learns it is fenced. When gen
+	// 1's md lands afterwards, gen 1 must fail too: fenced is terminal,
+	// every pending append fails (the write may be durable, unacked).
+	r := newRig(t, 1, Options{AckOrder: Concurrent})
+	release := holdMD(r, 1)
+	defer release()
+	type result struct {
+		ack Ack
+		err error
+	}
+	g1 := make(chan result, 1)
+	go func() { a, err := r.append("g1"); g1 <- result{a, err} }()
+	waitFor(t, func() bool { return r.fenceGen(1) == 1 })
+	if _, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor", fence.WithClock(fence.NewAutoClock())); err != nil {
+		t.Fatal(err)
+	}
+	g2 := make(chan result, 1)
+	go func() { a, err := r.append("g2"); g2 <- result{a, err} }()
+	waitFor(t, func() bool { return errors.Is(r.w.Err(), ErrFenced) })
+	release()
+	for name, ch := range map[string]chan result{"g1": g1, "g2": g2} {
+		if res := <-ch; !errors.Is(res.err, ErrFenced) {
+			t.Errorf("append %s after the writer learned it is fenced: ack %+v, error %v; want fenced", name, res.ack, res.err)
+		}
+	}
+}
+
+func TestNoAckOnceTheInstanceIsFencedElsewhere(t *testing.T) {
+	// Gen 1's CAS lands and its md is slow; meanwhile another path of the
+	// instance (a poison seen, another chain's verdict) fences it. The md
+	// landing must not produce an ack.
+	r := newRig(t, 1, Options{AckOrder: Concurrent})
+	release := holdMD(r, 1)
+	defer release()
+	g1 := make(chan error, 1)
+	go func() { _, err := r.append("g1"); g1 <- err }()
+	waitFor(t, func() bool { return r.fenceGen(1) == 1 })
+	r.chain.Fence(2, "poison found by another path")
+	release()
+	if err := <-g1; !errors.Is(err, ErrFenced) {
+		t.Fatalf("append after the instance was fenced: %v, want fenced", err)
+	}
+	if err := r.w.Err(); !errors.Is(err, ErrFenced) {
+		t.Fatalf("writer error %v, want fenced", err)
+	}
+	if _, err := r.append("later"); !errors.Is(err, ErrFenced) {
+		t.Fatalf("later append: %v, want fenced", err)
+	}
+}

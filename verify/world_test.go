@@ -186,14 +186,13 @@ func (w *world) Check(r *Run) error {
 			return fmt.Errorf("NoSpuriousFencing: %s was fenced with no successor and no handoff", actor)
 		}
 	}
-	// FencedTerminal: no ack and no new write from a fenced writer.
-	// A generation whose fence CAS landed before the fencing may still be
-	// acked when its md lands (a successor's restore includes it, or its
-	// poison makes the create fail); nothing later may.
+	// FencedTerminal: no ack and no new write from a fenced writer. Not
+	// even a generation whose fence CAS landed before the fencing and
+	// whose md lands after it: every pending append fails once fenced.
 	for _, a := range w.acks {
-		if f, ok := w.fenced[a.actor]; ok && a.step > f && a.gen > casGenBefore(r, a.actor, f) {
-			return fmt.Errorf("FencedTerminal: %s acked %s (gen %d) at step %d after it was fenced at step %d, and no fence CAS for gen %d had landed by then",
-				a.actor, a.op, a.gen, a.step, f, a.gen)
+		if f, ok := w.fenced[a.actor]; ok && a.step > f {
+			return fmt.Errorf("FencedTerminal: %s acked %s (gen %d) at step %d after it was fenced at step %d",
+				a.actor, a.op, a.gen, a.step, f)
 		}
 	}
 	// A fenced writer starts no new generation: it may still retry the
@@ -292,21 +291,6 @@ func (w *world) Final(r *Run) error {
 		}
 	}
 	return nil
-}
-
-// casGenBefore is the highest generation actor's fence CAS committed at or
-// before step.
-func casGenBefore(r *Run, actor string, step int) int64 {
-	var g int64
-	for _, a := range r.Answers() {
-		if a.Step > step || a.Req.Actor != actor || a.Req.Op != OpCAS || !a.Applied() {
-			continue
-		}
-		if rec, err := fence.DecodeRecord(Shard, a.Req.Key, a.Req.Body); err == nil {
-			g = max(g, rec.Gen)
-		}
-	}
-	return g
 }
 
 // genOf is the generation a write is for: the fence record's for a CAS,
