@@ -36,7 +36,7 @@ func TestMinIO(t *testing.T) {
 		return open(t, srv.MinioURL(fmt.Sprintf("t%d", n.Add(1))))
 	}
 	t.Run("conformance", func(t *testing.T) {
-		runSuite(t, newContainer(t))
+		conformance.RunWithLimits(t, newContainer(t), nil)
 	})
 	t.Run("probe", func(t *testing.T) {
 		if err := blobstore.ProbePreconditions(t.Context(), newContainer(t)); err != nil {
@@ -119,55 +119,9 @@ func TestMinIO(t *testing.T) {
 	})
 }
 
-type limit struct{ key, why string }
-
-// limits are conformance checks MinIO fails for a reason of its own. None
-// today: MinIO's "a" beside "a/b" listing gap is only the advisory
-// keys-object-and-prefix check (the s3 package's tests pin it down).
-var limits = map[string]limit{}
-
-// runSuite runs every conformance check on c, one subtest each. A check in
-// limits that fails only over its known key is skipped with the reason; any
-// other failure fails the test.
-func runSuite(t *testing.T, c blobstore.Container) {
-	rep := conformance.Run(t.Context(), c, conformance.Options{})
-	if len(rep.Results) != len(conformance.Checks()) {
-		t.Fatalf("report has %d results for %d checks", len(rep.Results), len(conformance.Checks()))
-	}
-	for _, res := range rep.Results {
-		t.Run(res.Name, func(t *testing.T) {
-			for _, l := range res.Logs {
-				t.Log(l)
-			}
-			switch res.Status {
-			case conformance.Pass:
-				return
-			case conformance.Skip:
-				t.Skip(strings.Join(res.Details, "; "))
-			case conformance.Warn:
-				t.Skipf("advisory check warned: %s", strings.Join(res.Details, "; "))
-			}
-			if l, ok := limits[res.Name]; ok && allMention(res.Details, l.key) {
-				t.Skipf("known store limitation: %s; details: %s", l.why, strings.Join(res.Details, "; "))
-			}
-			for _, d := range res.Details {
-				t.Error(d)
-			}
-		})
-	}
-	if rep.CleanupError != "" {
-		t.Error(rep.CleanupError)
-	}
-}
-
-func allMention(details []string, s string) bool {
-	for _, d := range details {
-		if !strings.Contains(d, s) {
-			return false
-		}
-	}
-	return len(details) > 0
-}
+// MinIO fails no required check. Its "a" beside "a/b" listing gap is only
+// the advisory keys-object-and-prefix check (the s3 package's tests pin it
+// down).
 
 func TestParseURL(t *testing.T) {
 	t.Setenv("MINIO_ACCESS_KEY", "")

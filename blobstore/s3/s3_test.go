@@ -44,7 +44,7 @@ func TestMinIO(t *testing.T) {
 	}
 	newContainer := opener(srv)
 	t.Run("conformance", func(t *testing.T) {
-		runSuite(t, newContainer(t), minioLimits)
+		conformance.RunWithLimits(t, newContainer(t), minioLimits)
 	})
 	t.Run("object-and-prefix-of-one-name", func(t *testing.T) { testNameCollision(t, newContainer(t)) })
 	t.Run("probe", func(t *testing.T) {
@@ -108,7 +108,7 @@ func TestVersityGW(t *testing.T) {
 	}
 	newContainer := opener(srv, "conditional_delete=true")
 	t.Run("conformance", func(t *testing.T) {
-		runSuite(t, newContainer(t), versityLimits)
+		conformance.RunWithLimits(t, newContainer(t), versityLimits)
 	})
 	t.Run("probe", func(t *testing.T) {
 		if err := blobstore.ProbePreconditions(t.Context(), newContainer(t)); err != nil {
@@ -144,17 +144,17 @@ func TestVersityGW(t *testing.T) {
 // which only the advisory keys-object-and-prefix check covers (the
 // protocol's key layout never makes one key a path prefix of another);
 // testNameCollision pins that behaviour down.
-var minioLimits = map[string]limit{}
+var minioLimits = map[string]conformance.Limit{}
 
 // versityLimits are the checks versitygw v1.8.0 (posix backend) fails, each
 // matched on its own failure so any other failure still fails the test.
-var versityLimits = map[string]limit{
+var versityLimits = map[string]conformance.Limit{
 	"delete-if-match": {
-		match: allMention("on a missing key"),
-		why:   "versitygw answers DELETE with If-Match on a missing key with 204, not 412/404; stale tokens on existing keys are refused (see stale-conditional-delete-keeps-the-object)",
+		Match: conformance.AllMention("on a missing key"),
+		Why:   "versitygw answers DELETE with If-Match on a missing key with 204, not 412/404; stale tokens on existing keys are refused (see stale-conditional-delete-keeps-the-object)",
 	},
 	"linearizable": {
-		match: func(d []string) bool {
+		Match: func(d []string) bool {
 			for _, x := range d {
 				if !strings.Contains(x, "is not linearizable") && !strings.Contains(x, "ExistingObjectIsDirectory") {
 					return false
@@ -162,63 +162,13 @@ var versityLimits = map[string]limit{
 			}
 			return len(d) > 0
 		},
-		why: "on versitygw v1.8.0 (posix) concurrent Delete and conditional PUTs of one key either give a history that is not linearizable or leave a directory where the object was (409 ExistingObjectIsDirectory); the create and CAS races without Delete pass (create-if-absent-race, cas-increments)",
+		Why: "on versitygw v1.8.0 (posix) concurrent Delete and conditional PUTs of one key either give a history that is not linearizable or leave a directory where the object was (409 ExistingObjectIsDirectory); the create and CAS races without Delete pass (create-if-absent-race, cas-increments)",
 	},
 }
 
-type limit struct {
-	match func(details []string) bool
-	why   string
-}
-
-// runSuite runs every conformance check on c, one subtest each. A check in
-// limits whose failure matches the known one is skipped with the reason;
-// any other failure, or a failure of any other check, fails the test.
-func runSuite(t *testing.T, c blobstore.Container, limits map[string]limit) {
-	rep := conformance.Run(t.Context(), c, conformance.Options{})
-	if len(rep.Results) != len(conformance.Checks()) {
-		t.Fatalf("report has %d results for %d checks", len(rep.Results), len(conformance.Checks()))
-	}
-	for _, res := range rep.Results {
-		t.Run(res.Name, func(t *testing.T) {
-			for _, l := range res.Logs {
-				t.Log(l)
-			}
-			switch res.Status {
-			case conformance.Pass:
-				return
-			case conformance.Skip:
-				t.Skip(strings.Join(res.Details, "; "))
-			case conformance.Warn:
-				t.Skipf("advisory check warned: %s", strings.Join(res.Details, "; "))
-			}
-			if l, ok := limits[res.Name]; ok && l.match(res.Details) {
-				t.Skipf("known store limitation: %s; details: %s", l.why, strings.Join(res.Details, "; "))
-			}
-			for _, d := range res.Details {
-				t.Error(d)
-			}
-		})
-	}
-	if rep.CleanupError != "" {
-		t.Error(rep.CleanupError)
-	}
-}
-
-// allMention matches a failure whose every detail names s.
-func allMention(s string) func([]string) bool {
-	return func(details []string) bool {
-		for _, d := range details {
-			if !strings.Contains(d, s) {
-				return false
-			}
-		}
-		return len(details) > 0
-	}
-}
-
-// testNameCollision pins down the MinIO behaviour behind minioLimits, so a
-// MinIO that lifts it shows up here and the limit can go.
+// testNameCollision pins down the MinIO behaviour behind its advisory
+// keys-object-and-prefix warning, so a
+// MinIO that lifts it shows up here.
 func testNameCollision(t *testing.T, c blobstore.Container) {
 	ctx := t.Context()
 	for _, k := range []string{"n/a", "n/a/b"} {
@@ -236,7 +186,7 @@ func testNameCollision(t *testing.T, c blobstore.Container) {
 		t.Fatal(err)
 	}
 	if len(page.Items) == 2 {
-		t.Fatalf("MinIO now lists both an object and a prefix of one name; drop minioLimits")
+		t.Fatalf("MinIO now lists both an object and a prefix of one name; update this test and the docs")
 	}
 	if len(page.Items) != 1 || page.Items[0].Key != "n/a" {
 		t.Fatalf("List n/: %+v; want only n/a", page.Items)

@@ -1,0 +1,64 @@
+package conformance
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/shardfence/shardfence/blobstore"
+)
+
+// Limit is a check a particular store fails for a reason of its own, matched
+// on that failure's own words, so any other failure of the check still fails.
+type Limit struct {
+	Match func(details []string) bool
+	Why   string
+}
+
+// AllMention matches a failure whose every detail contains s.
+func AllMention(s string) func([]string) bool {
+	return func(details []string) bool {
+		for _, d := range details {
+			if !strings.Contains(d, s) {
+				return false
+			}
+		}
+		return len(details) > 0
+	}
+}
+
+// RunWithLimits runs every check on c through Run (each under its own
+// scratch prefix), one subtest per check. A check named in limits whose
+// failure matches is skipped with the reason; an advisory warning is skipped
+// with its details; any other failure fails the test, and so do scratch keys
+// that could not be removed.
+func RunWithLimits(t *testing.T, c blobstore.Container, limits map[string]Limit) {
+	t.Helper()
+	rep := Run(t.Context(), c, Options{})
+	if len(rep.Results) != len(allChecks) {
+		t.Fatalf("report has %d results for %d checks", len(rep.Results), len(allChecks))
+	}
+	for _, res := range rep.Results {
+		t.Run(res.Name, func(t *testing.T) {
+			for _, l := range res.Logs {
+				t.Log(l)
+			}
+			switch res.Status {
+			case Pass:
+				return
+			case Skip:
+				t.Skip(strings.Join(res.Details, "; "))
+			case Warn:
+				t.Skipf("advisory check warned: %s", strings.Join(res.Details, "; "))
+			}
+			if l, ok := limits[res.Name]; ok && l.Match(res.Details) {
+				t.Skipf("known store limitation: %s; details: %s", l.Why, strings.Join(res.Details, "; "))
+			}
+			for _, d := range res.Details {
+				t.Error(d)
+			}
+		})
+	}
+	if rep.CleanupError != "" {
+		t.Error(rep.CleanupError)
+	}
+}
