@@ -356,19 +356,29 @@ func (c *Container) readErr(err error) error {
 	}
 }
 
-// Put replaces the object unconditionally.
-func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	const op = "Put"
+// stage checks the key, makes its directories and writes body to a synced
+// temporary file, ready to publish; the caller discards the temp file.
+func (c *Container) stage(ctx context.Context, op, key string, body []byte) (objectPath, *tempFile, blobstore.Token, error) {
 	p, err := c.begin(ctx, op, key)
 	if err != nil {
-		return "", err
+		return p, nil, "", err
 	}
 	if err := c.ensureDirs(p.dirs); err != nil {
-		return "", c.fail(op, key, blobstore.Unavailable(fmt.Errorf("creating the key's directory: %w", err)))
+		return p, nil, "", c.fail(op, key, blobstore.Unavailable(fmt.Errorf("creating the key's directory: %w", err)))
 	}
 	t, tok, err := c.writeTemp(body)
 	if err != nil {
-		return "", c.fail(op, key, err)
+		return p, nil, "", c.fail(op, key, err)
+	}
+	return p, t, tok, nil
+}
+
+// Put replaces the object unconditionally.
+func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
+	const op = "Put"
+	p, t, tok, err := c.stage(ctx, op, key, body)
+	if err != nil {
+		return "", err
 	}
 	defer t.discard()
 	unlock, err := c.lockKey(ctx, key)
@@ -389,16 +399,9 @@ func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore
 // an existing file, so two creators in any processes cannot both win.
 func (c *Container) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
 	const op = "CreateIfAbsent"
-	p, err := c.begin(ctx, op, key)
+	p, t, tok, err := c.stage(ctx, op, key, body)
 	if err != nil {
 		return "", err
-	}
-	if err := c.ensureDirs(p.dirs); err != nil {
-		return "", c.fail(op, key, blobstore.Unavailable(fmt.Errorf("creating the key's directory: %w", err)))
-	}
-	t, tok, err := c.writeTemp(body)
-	if err != nil {
-		return "", c.fail(op, key, err)
 	}
 	defer t.discard()
 	if err := ctx.Err(); err != nil {
