@@ -108,7 +108,7 @@ func TestVersityGW(t *testing.T) {
 	}
 	newContainer := opener(srv, "conditional_delete=true")
 	t.Run("conformance", func(t *testing.T) {
-		conformance.RunWithLimits(t, newContainer(t), versityLimits)
+		conformance.RunWithLimits(t, newContainer(t), testservers.VersityGWLimits())
 	})
 	t.Run("probe", func(t *testing.T) {
 		if err := blobstore.ProbePreconditions(t.Context(), newContainer(t)); err != nil {
@@ -145,26 +145,6 @@ func TestVersityGW(t *testing.T) {
 // protocol's key layout never makes one key a path prefix of another);
 // testNameCollision pins that behaviour down.
 var minioLimits = map[string]conformance.Limit{}
-
-// versityLimits are the checks versitygw v1.8.0 (posix backend) fails, each
-// matched on its own failure so any other failure still fails the test.
-var versityLimits = map[string]conformance.Limit{
-	"delete-if-match": {
-		Match: conformance.AllMention("on a missing key"),
-		Why:   "versitygw answers DELETE with If-Match on a missing key with 204, not 412/404; stale tokens on existing keys are refused (see stale-conditional-delete-keeps-the-object)",
-	},
-	"linearizable": {
-		Match: func(d []string) bool {
-			for _, x := range d {
-				if !strings.Contains(x, "is not linearizable") && !strings.Contains(x, "ExistingObjectIsDirectory") {
-					return false
-				}
-			}
-			return len(d) > 0
-		},
-		Why: "on versitygw v1.8.0 (posix) concurrent Delete and conditional PUTs of one key either give a history that is not linearizable or leave a directory where the object was (409 ExistingObjectIsDirectory); the create and CAS races without Delete pass (create-if-absent-race, cas-increments)",
-	},
-}
 
 // testNameCollision pins down the MinIO behaviour behind its advisory
 // keys-object-and-prefix warning, so a
