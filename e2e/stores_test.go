@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -13,17 +12,6 @@ import (
 	"github.com/shardfence/shardfence/internal/testservers"
 )
 
-// opener opens store URLs, each closed when its test ends.
-func open(t *testing.T, rawURL string) blobstore.Container {
-	t.Helper()
-	c, err := blobstore.Open(context.Background(), rawURL)
-	if err != nil {
-		t.Fatalf("open %s: %v", blobstore.Redact(rawURL), err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // The blob contract on MinIO in a container, through both drivers that
 // speak to it, as blobstore/minio and blobstore/s3 check it on the local
 // binary: no known limits.
@@ -32,13 +20,13 @@ func TestMinIOContainerConformance(t *testing.T) {
 	var n atomic.Int64
 	prefix := func() string { return fmt.Sprintf("t%d", n.Add(1)) }
 	t.Run("minio-scheme", func(t *testing.T) {
-		conformance.RunWithLimits(t, open(t, srv.MinioURL(prefix())), nil)
+		conformance.RunWithLimits(t, testservers.OpenStore(t, srv.MinioURL(prefix())), nil)
 	})
 	t.Run("s3-scheme", func(t *testing.T) {
-		conformance.RunWithLimits(t, open(t, srv.S3URL(prefix())), nil)
+		conformance.RunWithLimits(t, testservers.OpenStore(t, srv.S3URL(prefix())), nil)
 	})
 	t.Run("probe", func(t *testing.T) {
-		if err := blobstore.ProbePreconditions(t.Context(), open(t, srv.MinioURL(prefix()))); err != nil {
+		if err := blobstore.ProbePreconditions(t.Context(), testservers.OpenStore(t, srv.MinioURL(prefix()))); err != nil {
 			t.Fatalf("probe refused MinIO in a container: %v", err)
 		}
 	})
@@ -49,10 +37,10 @@ func TestMinIOContainerConformance(t *testing.T) {
 func TestVersityGWContainerConformance(t *testing.T) {
 	srv := startVersityGW(t)
 	t.Run("s3-scheme", func(t *testing.T) {
-		conformance.RunWithLimits(t, open(t, srv.S3URL("conformance", "conditional_delete=true")), testservers.VersityGWLimits())
+		conformance.RunWithLimits(t, testservers.OpenStore(t, srv.S3URL("conformance", "conditional_delete=true")), testservers.VersityGWLimits())
 	})
 	t.Run("probe", func(t *testing.T) {
-		if err := blobstore.ProbePreconditions(t.Context(), open(t, srv.S3URL("probe", "conditional_delete=true"))); err != nil {
+		if err := blobstore.ProbePreconditions(t.Context(), testservers.OpenStore(t, srv.S3URL("probe", "conditional_delete=true"))); err != nil {
 			t.Fatalf("probe refused versitygw in a container: %v", err)
 		}
 	})

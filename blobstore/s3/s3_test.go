@@ -21,18 +21,8 @@ func opener(srv *testservers.S3Server, extra ...string) func(t *testing.T) blobs
 	var n atomic.Int64
 	return func(t *testing.T) blobstore.Container {
 		t.Helper()
-		return open(t, srv.S3URL(fmt.Sprintf("t%d-%s", n.Add(1), strings.ReplaceAll(t.Name(), "/", "_")), extra...))
+		return testservers.OpenStore(t, srv.S3URL(fmt.Sprintf("t%d-%s", n.Add(1), strings.ReplaceAll(t.Name(), "/", "_")), extra...))
 	}
-}
-
-func open(t *testing.T, rawURL string) blobstore.Container {
-	t.Helper()
-	c, err := blobstore.Open(context.Background(), rawURL)
-	if err != nil {
-		t.Fatalf("open %s: %v", blobstore.Redact(rawURL), err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 // TestMinIO runs the contract against MinIO through the s3 scheme. MinIO
@@ -74,7 +64,7 @@ func TestMinIO(t *testing.T) {
 	})
 	t.Run("no-such-bucket", func(t *testing.T) {
 		u := strings.Replace(srv.S3URL("p"), "s3://"+srv.Bucket+"/", "s3://no-such-bucket-here/", 1)
-		c := open(t, u)
+		c := testservers.OpenStore(t, u)
 		_, err := c.Get(t.Context(), "k")
 		if err == nil || errors.Is(err, blobstore.ErrNotFound) || blobstore.IsRetryable(err) {
 			t.Fatalf("Get in a missing bucket: %v; want a non-retryable bucket error, not a missing key", err)
@@ -85,7 +75,7 @@ func TestMinIO(t *testing.T) {
 	})
 	t.Run("wrong-credentials", func(t *testing.T) {
 		u := strings.Replace(srv.S3URL("p"), "secret_key="+srv.SecretKey, "secret_key=wrong-secret-value", 1)
-		c := open(t, u)
+		c := testservers.OpenStore(t, u)
 		_, err := c.CreateIfAbsent(t.Context(), "k", []byte("v"))
 		if err == nil || blobstore.IsRetryable(err) || blobstore.IsDefinite(err) {
 			t.Fatalf("create with a wrong secret: %v; want a non-retryable access error", err)
@@ -178,7 +168,7 @@ func throughProxy(t *testing.T, srv *testservers.S3Server, prefix string) (blobs
 	proxy := testservers.NewS3Proxy(t, srv.Endpoint())
 	via := *srv
 	via.Host = strings.TrimPrefix(proxy.URL, "http://")
-	return open(t, via.S3URL(prefix)), proxy
+	return testservers.OpenStore(t, via.S3URL(prefix)), proxy
 }
 
 // testWire409 answers a conditional PUT with S3's real 409

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
 )
 
 // InCI reports whether tests run under CI, where a missing server fails.
@@ -247,4 +249,16 @@ func HTTPReady(url string) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// OpenStore opens the store at rawURL for t, failing t if it cannot, and
+// closes it when t ends.
+func OpenStore(t testing.TB, rawURL string) blobstore.Container {
+	t.Helper()
+	c, err := blobstore.Open(context.Background(), rawURL)
+	if err != nil {
+		t.Fatalf("open %s: %v", blobstore.Redact(rawURL), err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
