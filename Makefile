@@ -57,9 +57,14 @@ test: tools lint
 
 # test-go runs both modules' tests; the e2e module's need a Docker engine and
 # the images of test-images (without an engine they skip, or fail under CI).
+# Both run even when the first fails, so one run reports on both.
 test-go:
-	$(GO) test -race -count=1 -timeout 40m ./...
-	cd e2e && $(GO) test -race -count=1 -timeout 30m ./...
+	@rc=0; \
+	echo "$(GO) test -race -count=1 -timeout 40m ./..."; \
+	$(GO) test -race -count=1 -timeout 40m ./... || rc=1; \
+	echo "cd e2e && $(GO) test -race -count=1 -timeout 30m ./..."; \
+	(cd e2e && $(GO) test -race -count=1 -timeout 30m ./...) || rc=1; \
+	exit $$rc
 
 # test-images builds the container tests' images from the binaries `make
 # tools` built: FROM scratch, the binary and the libraries it links, about 3 s.
