@@ -36,7 +36,7 @@ func expectOpError(t T, err error, op, key, what string) bool {
 		return false
 	}
 	ok := true
-	if oe.Op != op {
+	if oe.Op.String() != op {
 		t.Errorf("%s: OpError.Op is %q, want %q", what, oe.Op, op)
 		ok = false
 	}
@@ -61,7 +61,7 @@ func mustOK(t T, err error, what string) {
 }
 
 // expectObject reads key with Get and Stat and checks body and token.
-func expectObject(t T, c blobstore.Container, key string, body []byte, tok blobstore.Token, what string) {
+func expectObject(t T, c *blobstore.Container, key string, body []byte, tok blobstore.Token, what string) {
 	t.Helper()
 	ctx := t.Context()
 	obj, err := c.Get(ctx, key)
@@ -92,7 +92,7 @@ func expectObject(t T, c blobstore.Container, key string, body []byte, tok blobs
 }
 
 // expectMissing checks that Get and Stat report ErrNotFound for key.
-func expectMissing(t T, c blobstore.Container, key, what string) {
+func expectMissing(t T, c *blobstore.Container, key, what string) {
 	t.Helper()
 	ctx := t.Context()
 	_, err := c.Get(ctx, key)

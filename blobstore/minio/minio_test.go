@@ -16,7 +16,7 @@ import (
 	"github.com/shardfence/shardfence/internal/testservers"
 )
 
-func open(t *testing.T, rawURL string) blobstore.Container {
+func open(t *testing.T, rawURL string) *blobstore.Container {
 	t.Helper()
 	c, err := blobstore.Open(context.Background(), rawURL)
 	if err != nil {
@@ -32,7 +32,7 @@ func TestMinIO(t *testing.T) {
 		testservers.Unavailable(t, "MinIO", err)
 	}
 	var n atomic.Int64
-	newContainer := func(t *testing.T) blobstore.Container {
+	newContainer := func(t *testing.T) *blobstore.Container {
 		return open(t, srv.MinioURL(fmt.Sprintf("t%d", n.Add(1))))
 	}
 	t.Run("conformance", func(t *testing.T) {
