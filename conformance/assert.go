@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
@@ -26,8 +25,8 @@ func expectErr(t T, err, target error, op, key, what string) bool {
 	return expectOpError(t, err, op, key, what)
 }
 
-// expectOpError checks that err is an *blobstore.OpError for op whose key
-// ends with key (a driver under a prefix reports the full key).
+// expectOpError checks that err is an *blobstore.OpError for op and key,
+// the key as the caller gave it (relative to the container).
 func expectOpError(t T, err error, op, key, what string) bool {
 	t.Helper()
 	var oe *blobstore.OpError
@@ -40,7 +39,7 @@ func expectOpError(t T, err error, op, key, what string) bool {
 		t.Errorf("%s: OpError.Op is %q, want %q", what, oe.Op, op)
 		ok = false
 	}
-	if !strings.HasSuffix(oe.Key, key) {
+	if oe.Key != key {
 		t.Errorf("%s: OpError.Key is %q, want it to name %q", what, oe.Key, key)
 		ok = false
 	}

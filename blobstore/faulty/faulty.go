@@ -1,13 +1,16 @@
-// Package faulty is a blobstore middleware for deterministic, seeded fault
-// injection: latency, definite failures, lost requests and lost responses,
-// requests that land late, S3-style 409 conflicts, silently dropped deletes,
-// and a store that ignores preconditions. The fencing protocol must stay safe under every one of
-// them; tests and benches use this wrapper to prove it.
+// Package faulty is a blobstore middleware (blobstore.Container.With) for
+// deterministic, seeded fault injection: latency, definite failures, lost
+// requests and lost responses, requests that land late, S3-style 409
+// conflicts, silently dropped deletes, and a store that ignores
+// preconditions. The fencing protocol must stay safe under every one of
+// them; tests and benches use this middleware to prove it.
 //
 // Rules are added and removed at runtime, so a test can say "lose the
 // response of the next CAS on keys under fence/" at the exact step it wants.
-// The wrapper counts what it injected, and Before/After hooks let a checker
-// observe or hold every request.
+// The middleware counts what it injected, and Before/After hooks let a
+// checker observe or hold every request. A call the container refused before
+// any request (an invalid key, a done context) is counted and seen by the
+// hooks, but never faulted: no store would have answered it.
 package faulty
 
 import (
@@ -91,7 +94,7 @@ func (f Fault) String() string {
 	return fmt.Sprintf("Fault(%d)", uint8(f))
 }
 
-// ErrInjected is wrapped by every error the wrapper makes up, so a test can
+// ErrInjected is wrapped by every error the middleware makes up, so a test can
 // tell an injected failure from a real one.
 var ErrInjected = errors.New("injected fault")
 
@@ -135,7 +138,7 @@ type RuleID uint64
 type Request struct {
 	Op  blobstore.Op
 	Key string // the key, or the prefix for List
-	Seq uint64 // order of arrival at the wrapper, from 1
+	Seq uint64 // order of arrival at the middleware, from 1
 }
 
 // Hooks observe every request. Before runs before any fault or delay and may
@@ -247,7 +250,7 @@ func (c *Container) Fired(id RuleID) int {
 	return 0
 }
 
-// SetIgnorePreconditions turns the wrapper into a store that accepts every
+// SetIgnorePreconditions turns the store into one that accepts every
 // conditional write: CreateIfAbsent overwrites, CompareAndSwap ignores the
 // token (and creates missing keys), DeleteIfMatch deletes. Capabilities still
 // claim enforcement, as a misconfigured S3-compatible store would.
@@ -262,7 +265,7 @@ func (c *Container) SetHooks(h Hooks) {
 	c.hooks.Store(&h)
 }
 
-// Requests returns how many calls of op reached the wrapper.
+// Requests returns how many calls of op reached the middleware.
 func (c *Container) Requests(op blobstore.Op) int64 { return c.requests[op].Load() }
 
 // Injected returns how many calls of op got fault f.
