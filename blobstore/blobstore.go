@@ -218,6 +218,9 @@ func (c *Container) refusal(ctx context.Context, call Call) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if !call.Op.Mutates() {
+		return nil
+	}
 	caps := c.drv.Capabilities()
 	if call.Op == OpDeleteIfMatch && !caps.ConditionalDelete {
 		why := "a driver offers DeleteIfMatch only for a store known to refuse a stale If-Match on delete"

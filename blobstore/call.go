@@ -59,8 +59,9 @@ func (c *Container) With(tag string, mw Middleware) *Container {
 	if tag != "" {
 		w.tags = append(append([]string(nil), c.tags...), tag)
 	}
+	next := inner.send // one method value, not one per call
 	w.next = func(ctx context.Context, call Call) (Result, error) {
-		return mw(ctx, call, inner.send)
+		return mw(ctx, call, next)
 	}
 	return w
 }
