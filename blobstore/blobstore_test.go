@@ -5,16 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/driver"
 	"github.com/shardfence/shardfence/blobstore/mem"
 )
 
 func TestErrorsWrapAndClassify(t *testing.T) {
-	err := blobstore.Wrap("CompareAndSwap", "mem://x/", "fence/k", blobstore.ErrPreconditionFailed)
+	err := blobstore.Wrap(blobstore.OpCompareAndSwap, "mem://x/", "fence/k", blobstore.ErrPreconditionFailed)
 	var oe *blobstore.OpError
-	if !errors.As(err, &oe) || oe.Op != "CompareAndSwap" || oe.Key != "fence/k" {
+	if !errors.As(err, &oe) || oe.Op != blobstore.OpCompareAndSwap || oe.Key != "fence/k" {
 		t.Fatalf("Wrap did not produce an OpError with op and key: %#v", err)
 	}
 	if !errors.Is(err, blobstore.ErrPreconditionFailed) || !blobstore.IsDefinite(err) || blobstore.IsRetryable(err) {
@@ -23,18 +25,18 @@ func TestErrorsWrapAndClassify(t *testing.T) {
 	if msg := err.Error(); !strings.Contains(msg, "fence/k") || !strings.Contains(msg, "CompareAndSwap") {
 		t.Fatalf("message %q does not name the op and key", msg)
 	}
-	if again := blobstore.Wrap("Get", "s", "other", err); again != err {
+	if again := blobstore.Wrap(blobstore.OpGet, "s", "other", err); again != err {
 		t.Fatalf("Wrap re-wrapped an OpError: %v", again)
 	}
 
-	amb := blobstore.Wrap("Put", "s", "k", blobstore.Ambiguous(context.DeadlineExceeded))
+	amb := blobstore.Wrap(blobstore.OpPut, "s", "k", blobstore.Ambiguous(context.DeadlineExceeded))
 	if !blobstore.IsAmbiguous(amb) || !errors.Is(amb, context.DeadlineExceeded) || !blobstore.IsRetryable(amb) || blobstore.IsDefinite(amb) {
 		t.Fatalf("ambiguous timeout misclassified: %v", amb)
 	}
 	if blobstore.Ambiguous(amb) != amb {
 		t.Fatal("Ambiguous wrapped an already ambiguous error twice")
 	}
-	if !blobstore.IsRetryable(blobstore.Wrap("Put", "s", "k", blobstore.ErrConflict)) {
+	if !blobstore.IsRetryable(blobstore.Wrap(blobstore.OpPut, "s", "k", blobstore.ErrConflict)) {
 		t.Fatal("a 409 conflict must be retryable")
 	}
 	if !blobstore.IsRetryable(blobstore.Unavailable(errors.New("connection refused"))) {
@@ -136,17 +138,103 @@ func TestListAllPages(t *testing.T) {
 	}
 }
 
-func TestCheckConditionalBody(t *testing.T) {
-	caps := blobstore.Capabilities{MaxConditionalBody: 10}
-	if err := blobstore.CheckConditionalBody("CompareAndSwap", "s", "k", 10, caps); err != nil {
+// limited is a store with the limits and gaps of a real one, which counts
+// the requests that reach it.
+type limited struct {
+	*mem.Bucket
+	caps     blobstore.Capabilities
+	requests atomic.Int64
+}
+
+func (l *limited) Capabilities() blobstore.Capabilities { return l.caps }
+
+func (l *limited) Write(ctx context.Context, key string, body []byte, pre driver.Precondition) (blobstore.Token, error) {
+	l.requests.Add(1)
+	return l.Bucket.Write(ctx, key, body, pre)
+}
+
+func (l *limited) Delete(ctx context.Context, key string, pre driver.Precondition) error {
+	l.requests.Add(1)
+	return l.Bucket.Delete(ctx, key, pre)
+}
+
+func TestContainerRefusesBeforeTheDriver(t *testing.T) {
+	ctx := t.Context()
+	d := &limited{Bucket: mem.NewBucket("limited"), caps: blobstore.Capabilities{ConditionalCreate: true, ConditionalUpdate: true, MaxConditionalBody: 10, MaxBody: 20}}
+	c, err := blobstore.NewAt(d, "p")
+	if err != nil {
 		t.Fatal(err)
 	}
-	err := blobstore.CheckConditionalBody("CompareAndSwap", "s", "k", 11, caps)
-	if !errors.Is(err, blobstore.ErrTooLarge) || !strings.Contains(err.Error(), "11 bytes") {
-		t.Fatalf("oversized conditional body: %v", err)
+	tok, err := c.CreateIfAbsent(ctx, "k", make([]byte, 10))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := blobstore.CheckConditionalBody("CompareAndSwap", "s", "k", 1<<30, blobstore.Capabilities{}); err != nil {
-		t.Fatalf("no limit means no refusal: %v", err)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want error
+		msg  string
+	}{
+		{"conditional body over the limit", func() error { _, err := c.CompareAndSwap(ctx, "k", tok, make([]byte, 11)); return err }, blobstore.ErrTooLarge, "11 bytes"},
+		{"body over the store's limit", func() error { _, err := c.Put(ctx, "k", make([]byte, 21)); return err }, blobstore.ErrTooLarge, "21 bytes"},
+		{"conditional delete not offered", func() error { return c.DeleteIfMatch(ctx, "k", tok) }, blobstore.ErrUnsupported, "conditional delete"},
+		{"empty token", func() error { _, err := c.CompareAndSwap(ctx, "k", "", nil); return err }, blobstore.ErrPreconditionFailed, "names no version"},
+		{"wildcard token", func() error { _, err := c.CompareAndSwap(ctx, "k", `"*"`, nil); return err }, blobstore.ErrPreconditionFailed, "names no version"},
+		{"invalid key", func() error { _, err := c.Put(ctx, "a//b", nil); return err }, blobstore.ErrInvalidKey, "empty segment"},
+		{"done context", func() error { _, err := c.Put(cancelled, "k", nil); return err }, context.Canceled, "canceled"},
+	} {
+		err := tc.call()
+		var oe *blobstore.OpError
+		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) || !errors.As(err, &oe) || oe.Store != "mem://limited/p/" {
+			t.Errorf("%s: %v, want an OpError on mem://limited/p/ matching %v and saying %q", tc.name, err, tc.want, tc.msg)
+		}
+	}
+	if n := d.requests.Load(); n != 1 {
+		t.Errorf("%d requests reached the driver, want only the first create", n)
+	}
+	if _, err := c.CompareAndSwap(ctx, "k", tok, make([]byte, 10)); err != nil {
+		t.Errorf("a conditional body at the limit: %v", err)
+	}
+}
+
+func TestMiddlewareSeesKeysRelativeToItsContainer(t *testing.T) {
+	ctx := t.Context()
+	root := mem.New()
+	shards, err := blobstore.Sub(root, "shards")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	watched := shards.With("watched", func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
+		seen = append(seen, call.Op.String()+" "+call.Key)
+		return next(ctx, call)
+	})
+	s1, err := blobstore.Sub(watched, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s1.Put(ctx, "fence/a", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	page, err := s1.List(ctx, "fence/", "", 0)
+	if err != nil || len(page.Items) != 1 || page.Items[0].Key != "fence/a" {
+		t.Fatalf("List through the middleware: %+v, %v", page, err)
+	}
+	if _, err := root.Get(ctx, "shards/s1/fence/a"); err != nil {
+		t.Fatalf("the write is not under the full prefix: %v", err)
+	}
+	if fmt.Sprint(seen) != "[Put s1/fence/a List s1/fence/]" {
+		t.Errorf("middleware saw %q", seen)
+	}
+	if s := s1.String(); s != "watched(mem://private/shards/s1/)" {
+		t.Errorf("String() = %q", s)
+	}
+	_, err = s1.Get(ctx, "missing")
+	var oe *blobstore.OpError
+	if !errors.As(err, &oe) || oe.Key != "missing" || oe.Store != s1.String() {
+		t.Errorf("error %v does not name the key relative to the container called", err)
 	}
 }
 

@@ -42,12 +42,12 @@ var (
 	ErrAmbiguous = errors.New("outcome unknown")
 )
 
-// OpError wraps every error a driver returns with the operation, store and
-// key, so a message says what failed where.
+// OpError wraps every error a Container returns with the operation, store
+// and key, so a message says what failed where.
 type OpError struct {
-	Op    string // Get, Stat, Put, CreateIfAbsent, CompareAndSwap, Delete, DeleteIfMatch, List
+	Op    Op
 	Store string // the container's String()
-	Key   string
+	Key   string // relative to the container; for List, the prefix
 	Err   error
 }
 
@@ -59,7 +59,7 @@ func (e *OpError) Unwrap() error { return e.Err }
 
 // Wrap returns err wrapped in an OpError, or nil for a nil err. An error that
 // is already an OpError is returned unchanged.
-func Wrap(op, store, key string, err error) error {
+func Wrap(op Op, store, key string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -68,6 +68,13 @@ func Wrap(op, store, key string, err error) error {
 		return err
 	}
 	return &OpError{Op: op, Store: store, Key: key, Err: err}
+}
+
+// hasKind reports whether err is already in one of the error classes a
+// driver's Classify places errors in.
+func hasKind(err error) bool {
+	return IsDefinite(err) || errors.Is(err, ErrPreconditionsNotEnforced) ||
+		errors.Is(err, ErrConflict) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrAmbiguous)
 }
 
 // Ambiguous marks cause as an outcome that may or may not have taken effect.

@@ -11,7 +11,7 @@ import (
 )
 
 // Opener opens a container for a parsed store URL of its scheme.
-type Opener func(ctx context.Context, u *url.URL) (Container, error)
+type Opener func(ctx context.Context, u *url.URL) (*Container, error)
 
 // ErrBadURL: a store URL that cannot be opened (unknown scheme, malformed).
 var ErrBadURL = errors.New("bad store URL")
@@ -48,7 +48,7 @@ func Schemes() []string {
 
 // Open opens the container a store URL names, for example
 // file:///var/lib/shardfence, file://./data, mem://test, s3://bucket/prefix.
-func Open(ctx context.Context, rawURL string) (Container, error) {
+func Open(ctx context.Context, rawURL string) (*Container, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w %q: %v", ErrBadURL, Redact(rawURL), err)

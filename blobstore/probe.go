@@ -18,7 +18,7 @@ const ProbePrefix = "shardfence-probe/"
 // missing key fails. A store that accepts any of these is refused with
 // ErrPreconditionsNotEnforced and a message naming the store and the check.
 // The scratch key is removed afterwards.
-func ProbePreconditions(ctx context.Context, c Container) error {
+func ProbePreconditions(ctx context.Context, c *Container) error {
 	var rnd [12]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return err

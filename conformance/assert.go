@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
@@ -26,8 +25,8 @@ func expectErr(t T, err, target error, op, key, what string) bool {
 	return expectOpError(t, err, op, key, what)
 }
 
-// expectOpError checks that err is an *blobstore.OpError for op whose key
-// ends with key (a driver under a prefix reports the full key).
+// expectOpError checks that err is an *blobstore.OpError for op and key,
+// the key as the caller gave it (relative to the container).
 func expectOpError(t T, err error, op, key, what string) bool {
 	t.Helper()
 	var oe *blobstore.OpError
@@ -36,11 +35,11 @@ func expectOpError(t T, err error, op, key, what string) bool {
 		return false
 	}
 	ok := true
-	if oe.Op != op {
+	if oe.Op.String() != op {
 		t.Errorf("%s: OpError.Op is %q, want %q", what, oe.Op, op)
 		ok = false
 	}
-	if !strings.HasSuffix(oe.Key, key) {
+	if oe.Key != key {
 		t.Errorf("%s: OpError.Key is %q, want it to name %q", what, oe.Key, key)
 		ok = false
 	}
@@ -61,7 +60,7 @@ func mustOK(t T, err error, what string) {
 }
 
 // expectObject reads key with Get and Stat and checks body and token.
-func expectObject(t T, c blobstore.Container, key string, body []byte, tok blobstore.Token, what string) {
+func expectObject(t T, c *blobstore.Container, key string, body []byte, tok blobstore.Token, what string) {
 	t.Helper()
 	ctx := t.Context()
 	obj, err := c.Get(ctx, key)
@@ -92,7 +91,7 @@ func expectObject(t T, c blobstore.Container, key string, body []byte, tok blobs
 }
 
 // expectMissing checks that Get and Stat report ErrNotFound for key.
-func expectMissing(t T, c blobstore.Container, key, what string) {
+func expectMissing(t T, c *blobstore.Container, key, what string) {
 	t.Helper()
 	ctx := t.Context()
 	_, err := c.Get(ctx, key)

@@ -39,7 +39,7 @@ var allChecks = []Check{
 	{Name: "probe-preconditions", Description: "blobstore.ProbePreconditions accepts the store", run: checkProbe},
 }
 
-func checkCRUD(t T, c blobstore.Container) {
+func checkCRUD(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	key := "crud/object"
 	expectMissing(t, c, key, "before any write")
@@ -89,7 +89,7 @@ func checkCRUD(t T, c blobstore.Container) {
 	}
 }
 
-func checkTokensUnique(t T, c blobstore.Container) {
+func checkTokensUnique(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	key := "tokens/object"
 	seen := map[blobstore.Token]string{}
@@ -137,7 +137,7 @@ func checkTokensUnique(t T, c blobstore.Container) {
 	t.Logf("tokens seen: %q", all)
 }
 
-func checkCreateRace(t T, c blobstore.Container) {
+func checkCreateRace(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	const writers = 16
 	for round := range 3 {
@@ -183,7 +183,7 @@ func checkCreateRace(t T, c blobstore.Container) {
 	}
 }
 
-func checkCASIncrements(t T, c blobstore.Container) {
+func checkCASIncrements(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	const workers, increments = 5, 10
 	key := "race/counter"
@@ -247,7 +247,7 @@ func checkCASIncrements(t T, c blobstore.Container) {
 
 // checkCASChain is the fence key's write path: every sync swaps on the token
 // the previous swap returned, with no read in between.
-func checkCASChain(t T, c blobstore.Container) {
+func checkCASChain(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	key := "cas/chain"
 	tok, err := c.CreateIfAbsent(ctx, key, []byte("chain 0"))
@@ -265,7 +265,7 @@ func checkCASChain(t T, c blobstore.Container) {
 	expectObject(t, c, key, body, tok, "after 20 chained CAS calls")
 }
 
-func checkCASStale(t T, c blobstore.Container) {
+func checkCASStale(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	key := "cas/stale"
 	tA, err := c.Put(ctx, key, []byte("cas version A"))
@@ -293,7 +293,7 @@ func checkCASStale(t T, c blobstore.Container) {
 	expectObject(t, c, key, bodyB, tB, "after every refused CAS")
 }
 
-func checkCASMissing(t T, c blobstore.Container) {
+func checkCASMissing(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	tok, err := c.Put(ctx, "cas/present", []byte("cas present"))
 	mustOK(t, err, "Put of a present key")
@@ -311,7 +311,7 @@ func checkCASMissing(t T, c blobstore.Container) {
 	expectMissing(t, c, deleted, "after a CAS on a deleted key")
 }
 
-func checkDeleteIfMatch(t T, c blobstore.Container) {
+func checkDeleteIfMatch(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	key := "delete/conditional"
 	t1, err := c.Put(ctx, key, []byte("delete one"))
@@ -337,7 +337,7 @@ func checkDeleteIfMatch(t T, c blobstore.Container) {
 	expectErr(t, err, blobstore.ErrPreconditionFailed, "DeleteIfMatch", key, "DeleteIfMatch on a missing key")
 }
 
-func checkDeleteIdempotent(t T, c blobstore.Container) {
+func checkDeleteIdempotent(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	mustOK(t, c.Delete(ctx, "delete/never-written"), "Delete of a never-written key")
 	mustOK(t, c.Delete(ctx, "delete/no/such/dir/key"), "Delete of a key under a never-written prefix")
@@ -349,7 +349,7 @@ func checkDeleteIdempotent(t T, c blobstore.Container) {
 	expectMissing(t, c, key, "after two Deletes")
 }
 
-func checkBodiesSmall(t T, c blobstore.Container) {
+func checkBodiesSmall(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	allBytes := make([]byte, 512)
 	for i := range allBytes {
@@ -379,7 +379,7 @@ func checkBodiesSmall(t T, c blobstore.Container) {
 	expectObject(t, c, "bodies/text", text, tok, "text-like body")
 }
 
-func checkBodies16MiB(t T, c blobstore.Container) {
+func checkBodies16MiB(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	const size = 16 << 20
 	rng := rand.NewChaCha8([32]byte{'s', 'h', 'a', 'r', 'd', 'f', 'e', 'n', 'c', 'e'})
@@ -406,7 +406,7 @@ func checkBodies16MiB(t T, c blobstore.Container) {
 }
 
 // expectBigBody is expectObject without dumping megabytes into a message.
-func expectBigBody(t T, c blobstore.Container, key string, want []byte, tok blobstore.Token) {
+func expectBigBody(t T, c *blobstore.Container, key string, want []byte, tok blobstore.Token) {
 	t.Helper()
 	obj, err := c.Get(t.Context(), key)
 	if err != nil {
@@ -449,7 +449,7 @@ var unicodeKeys = []string{
 	"unicode/dots..in..name",
 }
 
-func checkKeysUnicode(t T, c blobstore.Container) {
+func checkKeysUnicode(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	toks := map[string]blobstore.Token{}
 	for _, k := range unicodeKeys {
@@ -514,7 +514,7 @@ var invalidKeys = map[string]string{
 	"longer-than-1024": strings.Repeat("k", blobstore.MaxKeyLen+1),
 }
 
-func checkKeysInvalid(t T, c blobstore.Container) {
+func checkKeysInvalid(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	// A real token, so a driver cannot fail the conditional calls for the
 	// token's sake instead of the key's.
@@ -565,7 +565,7 @@ func truncate(s string) string {
 	return s
 }
 
-func checkContextCancelled(t T, c blobstore.Container) {
+func checkContextCancelled(t T, c *blobstore.Container) {
 	live := t.Context()
 	key := "ctx/existing"
 	body := []byte("ctx existing")
@@ -610,7 +610,7 @@ func checkContextCancelled(t T, c blobstore.Container) {
 	expectObject(t, c, key, body, tok, "after CAS, Delete and DeleteIfMatch with dead contexts")
 }
 
-func checkErrorsTyped(t T, c blobstore.Container) {
+func checkErrorsTyped(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	key := "errors/present"
 	tok, err := c.Put(ctx, key, []byte("errors one"))
@@ -654,13 +654,13 @@ func checkErrorsTyped(t T, c blobstore.Container) {
 		t.Errorf("List of an invalid prefix: error %v, want ErrInvalidKey", err)
 	} else {
 		var oe *blobstore.OpError
-		if !errors.As(err, &oe) || oe.Op != "List" {
+		if !errors.As(err, &oe) || oe.Op != blobstore.OpList {
 			t.Errorf("List of an invalid prefix: error %q is not an OpError for List", err)
 		}
 	}
 }
 
-func checkProbe(t T, c blobstore.Container) {
+func checkProbe(t T, c *blobstore.Container) {
 	if err := blobstore.ProbePreconditions(t.Context(), c); err != nil {
 		t.Errorf("ProbePreconditions: %v", err)
 	}

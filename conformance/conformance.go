@@ -45,7 +45,7 @@ type Check struct {
 	// advisory check is reported as Warn: worth knowing for other users of
 	// the bucket, not a reason to refuse the store.
 	Advisory bool
-	run      func(t T, c blobstore.Container)
+	run      func(t T, c *blobstore.Container)
 }
 
 // Checks returns every check, in the order they run.
@@ -57,7 +57,7 @@ func Checks() []Check {
 // container from newContainer. Everything in that container is deleted when
 // the subtest ends, so it must be the test's own (a temporary directory, a
 // unique prefix of a test bucket), never shared data.
-func RunContainer(t *testing.T, newContainer func(t *testing.T) blobstore.Container) {
+func RunContainer(t *testing.T, newContainer func(t *testing.T) *blobstore.Container) {
 	t.Helper()
 	for _, ch := range allChecks {
 		t.Run(ch.Name, func(t *testing.T) {
@@ -170,7 +170,7 @@ func ScratchPrefix() string {
 // command): each check under its own scratch prefix (blobstore.Sub under a
 // unique run prefix), scratch keys removed afterwards, with per-check result
 // and latency. Run never fails as a whole; problems are in the report.
-func Run(ctx context.Context, c blobstore.Container, opts Options) Report {
+func Run(ctx context.Context, c *blobstore.Container, opts Options) Report {
 	rep := Report{Store: c.String(), Started: time.Now()}
 	prefix := strings.Trim(opts.Prefix, "/")
 	if prefix == "" {
@@ -209,7 +209,7 @@ func Run(ctx context.Context, c blobstore.Container, opts Options) Report {
 	return rep
 }
 
-func runOne(ctx context.Context, c blobstore.Container, prefix string, ch Check, timeout time.Duration) CheckResult {
+func runOne(ctx context.Context, c *blobstore.Container, prefix string, ch Check, timeout time.Duration) CheckResult {
 	res := CheckResult{Name: ch.Name}
 	sc := c
 	if prefix != "" {
@@ -317,7 +317,7 @@ func (r *runT) runCleanups() {
 
 // removeAll deletes every key in c, concurrently, and confirms by listing
 // again that none remain.
-func removeAll(ctx context.Context, c blobstore.Container) error {
+func removeAll(ctx context.Context, c *blobstore.Container) error {
 	for attempt := 0; ; attempt++ {
 		items, err := blobstore.ListAll(ctx, c, "")
 		if err != nil {

@@ -31,7 +31,7 @@ func AllMention(s string) func([]string) bool {
 // failure matches is skipped with the reason; an advisory warning is skipped
 // with its details; any other failure fails the test, and so do scratch keys
 // that could not be removed.
-func RunWithLimits(t *testing.T, c blobstore.Container, limits map[string]Limit) {
+func RunWithLimits(t *testing.T, c *blobstore.Container, limits map[string]Limit) {
 	t.Helper()
 	rep := Run(t.Context(), c, Options{})
 	if len(rep.Results) != len(allChecks) {

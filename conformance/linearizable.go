@@ -175,7 +175,7 @@ func classify(err error, refusal error) (linResult, bool) {
 	return linUnknown, false
 }
 
-func checkLinearizable(t T, c blobstore.Container) {
+func checkLinearizable(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	const clients, opsPerClient = 6, 50
 	key := "linearizable/register"

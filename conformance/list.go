@@ -14,7 +14,7 @@ import (
 
 // putKeys writes every key with its own name as body, concurrently, because
 // over a thousand sequential PUTs dominate a run on a real store.
-func putKeys(t T, c blobstore.Container, keys []string) map[string]blobstore.Token {
+func putKeys(t T, c *blobstore.Container, keys []string) map[string]blobstore.Token {
 	t.Helper()
 	var mu sync.Mutex
 	toks := make(map[string]blobstore.Token, len(keys))
@@ -34,7 +34,7 @@ func putKeys(t T, c blobstore.Container, keys []string) map[string]blobstore.Tok
 
 // pageThrough lists prefix from startAfter in pages of limit, checking every
 // page's shape, and returns the keys in the order listed.
-func pageThrough(t T, c blobstore.Container, prefix, startAfter string, limit int, what string) []string {
+func pageThrough(t T, c *blobstore.Container, prefix, startAfter string, limit int, what string) []string {
 	t.Helper()
 	var got []string
 	after := startAfter
@@ -86,7 +86,7 @@ func listKeys() []string {
 	return keys
 }
 
-func checkListPagination(t T, c blobstore.Container) {
+func checkListPagination(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	keys := listKeys()
 	toks := putKeys(t, c, keys)
@@ -165,7 +165,7 @@ func firstDiff(got, want []string) string {
 	return "same keys"
 }
 
-func checkListPrefix(t T, c blobstore.Container) {
+func checkListPrefix(t T, c *blobstore.Container) {
 	keys := []string{"pre/abc/1", "pre/abc/2", "pre/abd", "pre/ab", "pre/ab-x", "pre/a/b", "pre/b", "prefix-sibling", "pre-x/1", "other/1"}
 	putKeys(t, c, keys)
 	filter := func(prefix, startAfter string) []string {
@@ -201,7 +201,7 @@ func checkListPrefix(t T, c blobstore.Container) {
 	}
 }
 
-func checkListOrderUnicode(t T, c blobstore.Container) {
+func checkListOrderUnicode(t T, c *blobstore.Container) {
 	// UTF-16 order (some stores' native order) puts U+1F600 before U+FF21;
 	// UTF-8 byte order, the contract, puts it after.
 	keys := []string{"uni/a", "uni/z", "uni/~", "uni/\u00e9", "uni/\u00ff", "uni/\u0100", "uni/\uff21", "uni/\U0001F600", "uni/\u4e2d"}
@@ -223,7 +223,7 @@ func checkListOrderUnicode(t T, c blobstore.Container) {
 // built on a filesystem (MinIO, versitygw's posix backend) may refuse one of
 // them or hide it from List. The protocol's key layout never stores a key
 // that is a path prefix of another, so this check is advisory.
-func checkObjectAndPrefix(t T, c blobstore.Container) {
+func checkObjectAndPrefix(t T, c *blobstore.Container) {
 	ctx := t.Context()
 	keys := []string{"both/a", "both/a/b"}
 	for _, k := range keys {

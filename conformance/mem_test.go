@@ -16,11 +16,11 @@ import (
 )
 
 func TestMem(t *testing.T) {
-	conformance.RunContainer(t, func(t *testing.T) blobstore.Container { return mem.New() })
+	conformance.RunContainer(t, func(t *testing.T) *blobstore.Container { return mem.New() })
 }
 
 func TestSubOfMem(t *testing.T) {
-	conformance.RunContainer(t, func(t *testing.T) blobstore.Container {
+	conformance.RunContainer(t, func(t *testing.T) *blobstore.Container {
 		// A key beside the prefix proves Sub hides what is outside it.
 		m := mem.New()
 		if _, err := m.Put(t.Context(), "outside", []byte("x")); err != nil {
@@ -35,22 +35,22 @@ func TestSubOfMem(t *testing.T) {
 }
 
 func TestFaultyWithJitter(t *testing.T) {
-	conformance.RunContainer(t, func(t *testing.T) blobstore.Container {
+	conformance.RunContainer(t, func(t *testing.T) *blobstore.Container {
 		f := faulty.New(mem.New(), 42)
 		f.MustAdd(faulty.Rule{Latency: faulty.Uniform(0, 200*time.Microsecond)})
-		return f
+		return f.Container
 	})
 }
 
 func TestMetered(t *testing.T) {
-	conformance.RunContainer(t, func(t *testing.T) blobstore.Container {
+	conformance.RunContainer(t, func(t *testing.T) *blobstore.Container {
 		m := metered.New(mem.New(), "conformance")
 		t.Cleanup(func() {
 			if m.Snapshot().Requests() == 0 {
 				t.Errorf("the check made no request through the metered store")
 			}
 		})
-		return m
+		return m.Container
 	})
 }
 
@@ -111,13 +111,13 @@ func TestRunStopsWithItsContext(t *testing.T) {
 	}
 }
 
-// broken is a store with one deliberate defect; the suite must catch each.
+// broken is a layer with one deliberate defect, between the container's
+// checks and the store; the suite must catch each.
 type broken struct {
-	blobstore.Container
 	emptyTokenIsWildcard bool // CAS with "" overwrites, as a driver that omits If-Match would
 	neverMore            bool // List never says more keys remain
-	ignoresContext       bool // requests run on a background context
-	bareErrors           bool // errors lose their OpError
+	ignoresContext       bool // requests run on a background context, whatever the caller's says
+	mislabelled          bool // errors name the wrong operation and key
 	staleReads           bool // Get serves a cached version until every third read
 
 	mu    sync.Mutex
@@ -125,93 +125,57 @@ type broken struct {
 	reads int
 }
 
-func (b *broken) ctx(ctx context.Context) context.Context {
-	if b.ignoresContext {
-		return context.Background()
-	}
-	return ctx
-}
+func (b *broken) store() *blobstore.Container { return mem.New().With("", b.intercept) }
 
-func (b *broken) err(err error) error {
-	var oe *blobstore.OpError
-	if b.bareErrors && errors.As(err, &oe) {
-		return oe.Err
-	}
-	return err
-}
-
-func (b *broken) Get(ctx context.Context, key string) (blobstore.Object, error) {
-	if b.staleReads {
+func (b *broken) intercept(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
+	switch {
+	case b.emptyTokenIsWildcard && call.Op == blobstore.OpCompareAndSwap && call.Expected == "":
+		call.Op, call.Refusal = blobstore.OpPut, nil
+	case b.ignoresContext:
+		if ctx.Err() != nil && errors.Is(call.Refusal, ctx.Err()) {
+			call.Refusal = nil
+		}
+		ctx = context.Background()
+	case b.staleReads && call.Op == blobstore.OpGet:
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		b.reads++
-		if o, ok := b.cache[key]; ok && b.reads%3 != 0 {
-			return o, nil
+		if o, ok := b.cache[call.Key]; ok && b.reads%3 != 0 {
+			return blobstore.Result{Object: o}, nil
 		}
 	}
-	o, err := b.Container.Get(b.ctx(ctx), key)
-	if err == nil && b.staleReads {
-		b.cache[key] = o
+	res, err := next(ctx, call)
+	if b.staleReads && call.Op == blobstore.OpGet && err == nil {
+		b.cache[call.Key] = res.Object
 	}
-	return o, b.err(err)
-}
-
-func (b *broken) Stat(ctx context.Context, key string) (blobstore.Attrs, error) {
-	a, err := b.Container.Stat(b.ctx(ctx), key)
-	return a, b.err(err)
-}
-
-func (b *broken) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	tok, err := b.Container.Put(b.ctx(ctx), key, body)
-	return tok, b.err(err)
-}
-
-func (b *broken) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	tok, err := b.Container.CreateIfAbsent(b.ctx(ctx), key, body)
-	return tok, b.err(err)
-}
-
-func (b *broken) CompareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
-	if expected == "" && b.emptyTokenIsWildcard {
-		return b.Container.Put(ctx, key, body)
-	}
-	tok, err := b.Container.CompareAndSwap(b.ctx(ctx), key, expected, body)
-	return tok, b.err(err)
-}
-
-func (b *broken) Delete(ctx context.Context, key string) error {
-	return b.err(b.Container.Delete(b.ctx(ctx), key))
-}
-
-func (b *broken) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
-	p, err := b.Container.List(b.ctx(ctx), prefix, startAfter, limit)
 	if b.neverMore {
-		p.More = false
+		res.Page.More = false
 	}
-	return p, b.err(err)
+	if b.mislabelled && err != nil {
+		err = &blobstore.OpError{Op: blobstore.OpGet, Store: "elsewhere", Key: "not/" + call.Key, Err: err}
+	}
+	return res, err
 }
 
 // TestSuiteHasTeeth runs deliberately broken stores through Run and requires
 // the checks that guard each defect to fail, so a broken driver cannot pass.
 func TestSuiteHasTeeth(t *testing.T) {
-	ignoring := func() blobstore.Container {
+	ignoring := func() *blobstore.Container {
 		f := faulty.New(mem.New(), 1)
 		f.SetIgnorePreconditions(true)
-		return f
+		return f.Container
 	}
 	for _, tc := range []struct {
 		name     string
-		store    func() blobstore.Container
+		store    func() *blobstore.Container
 		mustFail []string
 	}{
 		{"ignores preconditions", ignoring, []string{"crud", "tokens-unique", "create-if-absent-race", "cas-increments", "cas-stale", "cas-missing-key", "delete-if-match", "errors-typed", "linearizable", "probe-preconditions"}},
-		{"empty token is a wildcard", func() blobstore.Container { return &broken{Container: mem.New(), emptyTokenIsWildcard: true} }, []string{"cas-stale"}},
-		{"list never reports more", func() blobstore.Container { return &broken{Container: mem.New(), neverMore: true} }, []string{"list-pagination", "list-prefix", "list-order-unicode"}},
-		{"ignores its context", func() blobstore.Container { return &broken{Container: mem.New(), ignoresContext: true} }, []string{"context-cancelled"}},
-		{"bare errors", func() blobstore.Container { return &broken{Container: mem.New(), bareErrors: true} }, []string{"crud", "errors-typed", "context-cancelled"}},
-		{"stale reads", func() blobstore.Container {
-			return &broken{Container: mem.New(), staleReads: true, cache: map[string]blobstore.Object{}}
-		}, []string{"linearizable"}},
+		{"empty token is a wildcard", (&broken{emptyTokenIsWildcard: true}).store, []string{"cas-stale"}},
+		{"list never reports more", (&broken{neverMore: true}).store, []string{"list-pagination", "list-prefix", "list-order-unicode"}},
+		{"ignores its context", (&broken{ignoresContext: true}).store, []string{"context-cancelled"}},
+		{"mislabelled errors", (&broken{mislabelled: true}).store, []string{"crud", "errors-typed", "context-cancelled"}},
+		{"stale reads", (&broken{staleReads: true, cache: map[string]blobstore.Object{}}).store, []string{"linearizable"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep := conformance.Run(t.Context(), tc.store(), conformance.Options{Only: tc.mustFail})
@@ -230,20 +194,16 @@ func TestSuiteHasTeeth(t *testing.T) {
 	}
 }
 
-// hanging blocks every Get until released, whatever its context says.
-type hanging struct {
-	blobstore.Container
-	release chan struct{}
-}
-
-func (h hanging) Get(ctx context.Context, key string) (blobstore.Object, error) {
-	<-h.release
-	return h.Container.Get(ctx, key)
-}
-
 func TestRunAbandonsACheckThatIgnoresItsContext(t *testing.T) {
-	h := hanging{Container: mem.New(), release: make(chan struct{})}
-	defer close(h.release)
+	// Every Get blocks until released, whatever its context says.
+	release := make(chan struct{})
+	defer close(release)
+	h := mem.New().With("", func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
+		if call.Op == blobstore.OpGet {
+			<-release
+		}
+		return next(ctx, call)
+	})
 	rep := conformance.Run(t.Context(), h, conformance.Options{Only: []string{"crud", "cas-stale"}, CheckTimeout: 50 * time.Millisecond})
 	for _, name := range []string{"crud", "cas-stale"} {
 		r, _ := rep.Result(name)

@@ -19,8 +19,8 @@ func TestAdvanceSettlesLostResponsesWithoutFencing(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			fs := faulty.New(mem.New(), 1)
-			c := mustClaim(t, fs, 1, "a")
-			id := fs.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap), Fault: f, Times: 1})
+			c := mustClaim(t, fs.Container, 1, "a")
+			id := fs.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Fault: f, Times: 1})
 			st, err := c.Advance(ctx, 1)
 			if err != nil {
 				t.Fatalf("advance: %v", err)
@@ -34,7 +34,7 @@ func TestAdvanceSettlesLostResponsesWithoutFencing(t *testing.T) {
 			if _, err := c.Advance(ctx, 2); err != nil {
 				t.Fatalf("next advance: %v", err)
 			}
-			if r, _ := readRecord(t, fs, 1); r.Gen != 2 || r.Seq != 2 {
+			if r, _ := readRecord(t, fs.Container, 1); r.Gen != 2 || r.Seq != 2 {
 				t.Fatalf("stored %+v, want gen 2 seq 2", r)
 			}
 		})
@@ -63,11 +63,11 @@ func TestAdvanceAdoptsOwnWriteReportedAsPreconditionFailed(t *testing.T) {
 	// own write changed.
 	ctx := context.Background()
 	fs := faulty.New(mem.New(), 1)
-	c := mustClaim(t, fs, 1, "a")
+	c := mustClaim(t, fs.Container, 1, "a")
 	before := c.State()
 	calls := 0
 	fs.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
-		if q.Op != faulty.CompareAndSwap {
+		if q.Op != blobstore.OpCompareAndSwap {
 			return nil
 		}
 		calls++
@@ -91,7 +91,7 @@ func TestAdvanceAdoptsOwnWriteReportedAsPreconditionFailed(t *testing.T) {
 func TestDelayedWriteFromEarlierCallIsAdoptedNotFenced(t *testing.T) {
 	ctx := context.Background()
 	fs := faulty.New(mem.New(), 1)
-	c := mustClaim(t, fs, 1, "a")
+	c := mustClaim(t, fs.Container, 1, "a")
 	before := c.State()
 	// Advance(1) gives up on a cancelled context: its CAS outcome is
 	// unknown and the request is still travelling.
@@ -104,7 +104,7 @@ func TestDelayedWriteFromEarlierCallIsAdoptedNotFenced(t *testing.T) {
 	// into it. It is ours, so the chain adopts it and writes gen 2 on top.
 	first := true
 	fs.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
-		if q.Op == faulty.CompareAndSwap && first {
+		if q.Op == blobstore.OpCompareAndSwap && first {
 			first = false
 			landLater(t, fs, before.Token, withSeqGen(before.Record, 1, 1))
 		}
@@ -117,7 +117,7 @@ func TestDelayedWriteFromEarlierCallIsAdoptedNotFenced(t *testing.T) {
 	if st.Record.Gen != 2 || st.Record.Seq != 2 {
 		t.Fatalf("state %+v, want gen 2 at seq 2", st.Record)
 	}
-	if r, _ := readRecord(t, fs, 1); r != st.Record {
+	if r, _ := readRecord(t, fs.Container, 1); r != st.Record {
 		t.Fatalf("stored %+v, chain holds %+v", r, st.Record)
 	}
 }
@@ -125,7 +125,7 @@ func TestDelayedWriteFromEarlierCallIsAdoptedNotFenced(t *testing.T) {
 func TestAdvanceGivesUpRetryablyWhenStoreStaysDown(t *testing.T) {
 	ctx := context.Background()
 	fs := faulty.New(mem.New(), 1)
-	c := mustClaim(t, fs, 1, "a")
+	c := mustClaim(t, fs.Container, 1, "a")
 	fs.MustAdd(faulty.Rule{Fault: faulty.LostRequest})
 	_, err := c.Advance(ctx, 1)
 	if !blobstore.IsRetryable(err) || errors.Is(err, ErrFenced) {
@@ -248,10 +248,10 @@ func TestRevertBeforeTargetWritesResumesSource(t *testing.T) {
 func TestTransferWithLostResponseAfterTargetContinued(t *testing.T) {
 	ctx := context.Background()
 	fs := faulty.New(mem.New(), 1)
-	src := mustClaim(t, fs, 4, "src")
+	src := mustClaim(t, fs.Container, 4, "src")
 	before := src.State()
 	fs.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
-		if q.Op != faulty.CompareAndSwap {
+		if q.Op != blobstore.OpCompareAndSwap {
 			return nil
 		}
 		// The transfer lands, its response is lost, and the target (told
@@ -347,10 +347,10 @@ func TestChainSendsNoRetryOnceTheInstanceIsFenced(t *testing.T) {
 	// must not go out: a fenced instance writes nothing.
 	ctx := context.Background()
 	fs := faulty.New(mem.New(), 1)
-	c := mustClaim(t, fs, 1, "a")
+	c := mustClaim(t, fs.Container, 1, "a")
 	calls := 0
 	fs.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
-		if q.Op != faulty.CompareAndSwap {
+		if q.Op != blobstore.OpCompareAndSwap {
 			return nil
 		}
 		calls++
@@ -367,7 +367,7 @@ func TestChainSendsNoRetryOnceTheInstanceIsFenced(t *testing.T) {
 	if calls != 1 {
 		t.Fatalf("%d CAS requests, want 1: the chain retried after the instance was fenced", calls)
 	}
-	if r, _ := readRecord(t, fs, 1); r.Seq != 0 {
+	if r, _ := readRecord(t, fs.Container, 1); r.Seq != 0 {
 		t.Fatalf("fence key at seq %d: a fenced instance advanced it", r.Seq)
 	}
 }

@@ -18,7 +18,7 @@ import (
 // acknowledged writes of the successor. A new instance (after a restore)
 // must be created for a later grant.
 type Instance struct {
-	store         blobstore.Container
+	store         *blobstore.Container
 	shard         string
 	allocation    string
 	node          string
@@ -80,7 +80,7 @@ func WithSweepAttempts(n int) Option { return func(in *Instance) { in.sweepAttem
 
 // NewInstance returns the fencing identity of allocation for shard on store
 // (a container already scoped to the shard's prefix).
-func NewInstance(store blobstore.Container, shard, allocation string, opts ...Option) (*Instance, error) {
+func NewInstance(store *blobstore.Container, shard, allocation string, opts ...Option) (*Instance, error) {
 	in := &Instance{store: store, shard: shard, allocation: allocation, clock: SystemClock(), backoff: DefaultBackoff(), sweepAttempts: 5}
 	for _, o := range opts {
 		o(in)
@@ -106,7 +106,7 @@ func NewInstance(store blobstore.Container, shard, allocation string, opts ...Op
 }
 
 // Claim is NewInstance followed by Instance.Claim.
-func Claim(ctx context.Context, store blobstore.Container, shard string, term int64, allocation string, opts ...Option) (*Chain, error) {
+func Claim(ctx context.Context, store *blobstore.Container, shard string, term int64, allocation string, opts ...Option) (*Chain, error) {
 	in, err := NewInstance(store, shard, allocation, opts...)
 	if err != nil {
 		return nil, err
@@ -124,7 +124,7 @@ func (in *Instance) Allocation() string { return in.allocation }
 func (in *Instance) Clock() Clock { return in.clock }
 
 // Store returns the container the instance writes to.
-func (in *Instance) Store() blobstore.Container { return in.store }
+func (in *Instance) Store() *blobstore.Container { return in.store }
 
 // Fenced returns the fencing error once the instance is fenced, else nil.
 func (in *Instance) Fenced() error {

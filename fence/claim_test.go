@@ -19,7 +19,7 @@ func opts(extra ...Option) []Option {
 	return append([]Option{WithClock(NewAutoClock()), WithBackoff(Backoff{Initial: time.Millisecond, Max: 8 * time.Millisecond, Attempts: 6})}, extra...)
 }
 
-func mustClaim(t *testing.T, store blobstore.Container, term int64, alloc string) *Chain {
+func mustClaim(t *testing.T, store *blobstore.Container, term int64, alloc string) *Chain {
 	t.Helper()
 	c, err := Claim(context.Background(), store, shard, term, alloc, opts()...)
 	if err != nil {
@@ -28,7 +28,7 @@ func mustClaim(t *testing.T, store blobstore.Container, term int64, alloc string
 	return c
 }
 
-func readRecord(t *testing.T, store blobstore.Container, term int64) (Record, bool) {
+func readRecord(t *testing.T, store *blobstore.Container, term int64) (Record, bool) {
 	t.Helper()
 	o, err := store.Get(context.Background(), Key(term))
 	if errors.Is(err, blobstore.ErrNotFound) {
@@ -124,7 +124,7 @@ func TestHigherTermAppearingDuringClaimWithdrawsOurKey(t *testing.T) {
 	var once sync.Once
 	// While term 2 verifies its sweep, term 3 claims.
 	fs.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
-		if q.Op == faulty.List {
+		if q.Op == blobstore.OpList {
 			if _, ok := readRecordRaw(fs.Inner(), 2); ok {
 				once.Do(func() {
 					if _, err := Claim(ctx, fs.Inner(), shard, 3, "third", opts()...); err != nil {
@@ -135,7 +135,7 @@ func TestHigherTermAppearingDuringClaimWithdrawsOurKey(t *testing.T) {
 		}
 		return nil
 	}})
-	_, err := Claim(ctx, fs, shard, 2, "second", opts()...)
+	_, err := Claim(ctx, fs.Container, shard, 2, "second", opts()...)
 	wantFenced(t, err, 3)
 	if _, ok := readRecord(t, fs.Inner(), 2); ok {
 		t.Fatal("term 2 did not withdraw the key it created")
@@ -145,7 +145,7 @@ func TestHigherTermAppearingDuringClaimWithdrawsOurKey(t *testing.T) {
 	}
 }
 
-func readRecordRaw(c blobstore.Container, term int64) ([]byte, bool) {
+func readRecordRaw(c *blobstore.Container, term int64) ([]byte, bool) {
 	o, err := c.Get(context.Background(), Key(term))
 	return o.Body, err == nil
 }
@@ -199,9 +199,9 @@ func TestRestartOfSameAllocationAdoptsItsChain(t *testing.T) {
 func TestSweepLeavingLowerKeyIsRetryable(t *testing.T) {
 	ctx := context.Background()
 	fs := faulty.New(mem.New(), 1)
-	mustClaim(t, fs, 1, "old")
+	mustClaim(t, fs.Container, 1, "old")
 	fs.MustAdd(faulty.Rule{Ops: faulty.Deletes, Fault: faulty.DropDelete})
-	_, err := Claim(ctx, fs, shard, 2, "new", opts()...)
+	_, err := Claim(ctx, fs.Container, shard, 2, "new", opts()...)
 	if !errors.Is(err, ErrSweepIncomplete) || !blobstore.IsRetryable(err) || errors.Is(err, ErrFenced) {
 		t.Fatalf("error %v, want a retryable ErrSweepIncomplete that is not fencing", err)
 	}
@@ -211,11 +211,11 @@ func TestSweepLeavingLowerKeyIsRetryable(t *testing.T) {
 	}
 	// Once deletes work again, the same allocation's claim goes through.
 	fs.Clear()
-	c, err := Claim(ctx, fs, shard, 2, "new", opts()...)
+	c, err := Claim(ctx, fs.Container, shard, 2, "new", opts()...)
 	if err != nil {
 		t.Fatalf("retried claim: %v", err)
 	}
-	if _, ok := readRecord(t, fs, 1); ok {
+	if _, ok := readRecord(t, fs.Container, 1); ok {
 		t.Fatal("term 1 key survived the retried claim")
 	}
 	if c.State().Record.Seq != 0 {
@@ -228,8 +228,8 @@ func TestClaimSettlesLostCreateAndRetriesStoreTrouble(t *testing.T) {
 	for name, f := range map[string]faulty.Fault{"lost response": faulty.LostResponse, "lost request": faulty.LostRequest, "5xx": faulty.Unavailable, "409": faulty.Conflict} {
 		t.Run(name, func(t *testing.T) {
 			fs := faulty.New(mem.New(), 1)
-			id := fs.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CreateIfAbsent), Prefix: KeyPrefix, Fault: f, Times: 1})
-			c, err := Claim(ctx, fs, shard, 1, "a", opts()...)
+			id := fs.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: KeyPrefix, Fault: f, Times: 1})
+			c, err := Claim(ctx, fs.Container, shard, 1, "a", opts()...)
 			if err != nil {
 				t.Fatalf("claim: %v", err)
 			}
@@ -249,7 +249,7 @@ func TestClaimSettlesLostCreateAndRetriesStoreTrouble(t *testing.T) {
 func TestClaimGivesUpWithRetryableErrorWhenStoreStaysDown(t *testing.T) {
 	fs := faulty.New(mem.New(), 1)
 	fs.MustAdd(faulty.Rule{Fault: faulty.Unavailable})
-	_, err := Claim(context.Background(), fs, shard, 1, "a", opts()...)
+	_, err := Claim(context.Background(), fs.Container, shard, 1, "a", opts()...)
 	if !blobstore.IsRetryable(err) || errors.Is(err, ErrFenced) {
 		t.Fatalf("error %v, want retryable and not fenced", err)
 	}
@@ -304,12 +304,12 @@ func TestHigherTermPrevailsOverRacingLowerClaim(t *testing.T) {
 	for round := range 30 {
 		fs := faulty.New(mem.New(), uint64(round))
 		fs.MustAdd(faulty.Rule{Latency: faulty.Uniform(0, 300*time.Microsecond)})
-		mustClaim(t, fs, 1, "one")
+		mustClaim(t, fs.Container, 1, "one")
 		var wg sync.WaitGroup
 		var c2, c3 *Chain
 		var err2, err3 error
-		wg.Go(func() { c2, err2 = Claim(ctx, fs, shard, 2, "two", opts()...) })
-		wg.Go(func() { c3, err3 = Claim(ctx, fs, shard, 3, "three", opts()...) })
+		wg.Go(func() { c2, err2 = Claim(ctx, fs.Container, shard, 2, "two", opts()...) })
+		wg.Go(func() { c3, err3 = Claim(ctx, fs.Container, shard, 3, "three", opts()...) })
 		wg.Wait()
 		if err3 != nil {
 			t.Fatalf("round %d: term 3 lost to a lower term: %v", round, err3)
@@ -365,30 +365,42 @@ func TestLeaseWaitCountsFromTheSweep(t *testing.T) {
 // ambiguous answer, and the test decides whether and when the request
 // lands (land), as a request stuck in a network queue would.
 type lateCreates struct {
-	blobstore.Container
-	mu     sync.Mutex
-	bodies [][]byte
-	held   []byte
+	*blobstore.Container // the store through the hold-back
+	inner                *blobstore.Container
+	mu                   sync.Mutex
+	bodies               [][]byte
+	held                 []byte
 	// landFirst: the held create reaches the store just before the next
 	// create does.
 	landFirst bool
 }
 
-func (l *lateCreates) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
+func newLateCreates(inner *blobstore.Container, landFirst bool) *lateCreates {
+	l := &lateCreates{inner: inner, landFirst: landFirst}
+	l.Container = inner.With("", l.intercept)
+	return l
+}
+
+func (l *lateCreates) intercept(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
+	if call.Op != blobstore.OpCreateIfAbsent || call.Refusal != nil {
+		return next(ctx, call)
+	}
 	l.mu.Lock()
-	l.bodies = append(l.bodies, append([]byte(nil), body...))
+	l.bodies = append(l.bodies, append([]byte(nil), call.Body...))
 	n := len(l.bodies)
 	l.mu.Unlock()
 	switch {
 	case n == 1:
-		l.held = body
-		return "", blobstore.Ambiguous(errors.New("response lost"))
+		l.held = l.bodies[0]
+		return blobstore.Result{}, blobstore.Ambiguous(errors.New("response lost"))
 	case n == 2 && l.landFirst:
-		if _, err := l.Container.CreateIfAbsent(ctx, key, l.held); err != nil {
-			return "", err
+		held := call
+		held.Body = l.held
+		if _, err := next(ctx, held); err != nil {
+			return blobstore.Result{}, err
 		}
 	}
-	return l.Container.CreateIfAbsent(ctx, key, body)
+	return next(ctx, call)
 }
 
 func TestEveryClaimAttemptSendsItsOwnBody(t *testing.T) {
@@ -397,8 +409,8 @@ func TestEveryClaimAttemptSendsItsOwnBody(t *testing.T) {
 	// deleted the key would give back the token the claim holds, and the
 	// primary's next CAS would succeed on a key that should be gone.
 	ctx := context.Background()
-	store := &lateCreates{Container: mem.New()}
-	c, err := Claim(ctx, store, shard, 1, "a", opts()...)
+	store := newLateCreates(mem.New(), false)
+	c, err := Claim(ctx, store.Container, shard, 1, "a", opts()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +428,7 @@ func TestEveryClaimAttemptSendsItsOwnBody(t *testing.T) {
 	if _, err := store.Container.CreateIfAbsent(ctx, Key(1), store.held); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := readRecord(t, store, 1); r == c.State().Record {
+	if r, _ := readRecord(t, store.Container, 1); r == c.State().Record {
 		t.Fatalf("the late create wrote the record the chain holds: %+v", r)
 	}
 	if _, err := c.Advance(ctx, 1); !errors.Is(err, ErrFenced) {
@@ -431,8 +443,8 @@ func TestClaimAdoptsAnEarlierAttemptAsItsOwnCreate(t *testing.T) {
 	// this claim's create, so the claim must know it created the key (a
 	// withdrawal deletes only keys the claim created).
 	ctx := context.Background()
-	store := &lateCreates{Container: mem.New(), landFirst: true}
-	c, err := Claim(ctx, store, shard, 1, "a", opts()...)
+	store := newLateCreates(mem.New(), true)
+	c, err := Claim(ctx, store.Container, shard, 1, "a", opts()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,7 +124,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // package comment for the steps. A *fence.FencedError means the grant is
 // stale or another allocation holds the term; any other error leaves the
 // store ready for a retry of the same call.
-func Open(ctx context.Context, store blobstore.Container, shard string, term int64, allocation string, opts Options) (*Shard, error) {
+func Open(ctx context.Context, store *blobstore.Container, shard string, term int64, allocation string, opts Options) (*Shard, error) {
 	if opts.Clock == nil {
 		opts.Clock = fence.SystemClock()
 	}

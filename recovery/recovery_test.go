@@ -49,8 +49,8 @@ func backends() []backend {
 		{"faulty", func(t *testing.T) *faulty.Container {
 			f := faulty.New(mem.New(), 3)
 			f.MustAdd(faulty.Rule{Latency: faulty.Uniform(0, 200*time.Microsecond)})
-			f.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CreateIfAbsent, faulty.CompareAndSwap), Fault: faulty.LostResponse, Probability: 0.1})
-			f.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap, faulty.CreateIfAbsent), Fault: faulty.Conflict, Probability: 0.05})
+			f.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent, blobstore.OpCompareAndSwap), Fault: faulty.LostResponse, Probability: 0.1})
+			f.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap, blobstore.OpCreateIfAbsent), Fault: faulty.Conflict, Probability: 0.05})
 			f.MustAdd(faulty.Rule{Ops: faulty.Reads, Fault: faulty.Unavailable, Probability: 0.05})
 			return f
 		}},
@@ -126,7 +126,7 @@ func options(l *log) recovery.Options {
 	return o
 }
 
-func open(t *testing.T, store blobstore.Container, term int64, alloc string, o recovery.Options) *recovery.Shard {
+func open(t *testing.T, store *blobstore.Container, term int64, alloc string, o recovery.Options) *recovery.Shard {
 	t.Helper()
 	sh, err := recovery.Open(context.Background(), store, shard, term, alloc, o)
 	if err != nil {
@@ -157,7 +157,7 @@ func closeW(t *testing.T, w *translog.Writer) {
 }
 
 func scenarioFreshShardThenTakeoverRestoresEverything(t *testing.T, store *faulty.Container) {
-	sh1 := open(t, store, 1, "a1", options(nil))
+	sh1 := open(t, store.Container, 1, "a1", options(nil))
 	if r := sh1.Restore(); r != (seal.RestorePoint{}) {
 		t.Fatalf("a new shard restores from %+v, want the empty restore point", r)
 	}
@@ -170,7 +170,7 @@ func scenarioFreshShardThenTakeoverRestoresEverything(t *testing.T, store *fault
 	closeW(t, sh1.Writer)
 
 	var l log
-	sh2 := open(t, store, 2, "a2", options(&l))
+	sh2 := open(t, store.Container, 2, "a2", options(&l))
 	// The term opened: its marker is stored and names the restore point.
 	obj, err := store.Inner().Get(context.Background(), seal.MarkerKey(2))
 	if err != nil {
@@ -196,7 +196,7 @@ func scenarioFreshShardThenTakeoverRestoresEverything(t *testing.T, store *fault
 
 	// A third term follows the chain 3 -> 2 -> 1 across terms.
 	var l3 log
-	sh3 := open(t, store, 3, "a3", options(&l3))
+	sh3 := open(t, store.Container, 3, "a3", options(&l3))
 	if fmt.Sprint(l3.ops) != fmt.Sprint(append(want, "after")) {
 		t.Fatalf("term 3 replayed %q", l3.ops)
 	}
@@ -234,11 +234,11 @@ func holdRequests(store *faulty.Container, match func(faulty.Request) bool) (hel
 }
 
 func scenarioSuccessorPoisonsTheGapAndZombieMDCreateFails(t *testing.T, store *faulty.Container) {
-	sh1 := open(t, store, 1, "a1", options(nil))
+	sh1 := open(t, store.Container, 1, "a1", options(nil))
 	appendOps(t, sh1.Writer, "g1")
 	appendOps(t, sh1.Writer, "g2")
 	gap := translog.MDKey(1, 3)
-	held, release := holdRequests(store, func(r faulty.Request) bool { return r.Op == faulty.CreateIfAbsent && r.Key == gap })
+	held, release := holdRequests(store, func(r faulty.Request) bool { return r.Op == blobstore.OpCreateIfAbsent && r.Key == gap })
 	defer release()
 	type result struct {
 		ack translog.Ack
@@ -253,7 +253,7 @@ func scenarioSuccessorPoisonsTheGapAndZombieMDCreateFails(t *testing.T, store *f
 	waitFenceGen(t, store, 1, 3)
 
 	var l log
-	sh2 := open(t, store, 2, "a2", options(&l))
+	sh2 := open(t, store.Container, 2, "a2", options(&l))
 	release()
 	r := <-done
 	if !errors.Is(r.err, fence.ErrFenced) {
@@ -293,12 +293,12 @@ func waitFenceGen(t *testing.T, store *faulty.Container, term, gen int64) {
 
 func scenarioRacingSuccessorsLateMarkerOrphansTheLoser(t *testing.T, store *faulty.Container) {
 	ctx := context.Background()
-	sh4 := open(t, store, 4, "a4", options(nil))
+	sh4 := open(t, store.Container, 4, "a4", options(nil))
 	for i := 1; i <= 3; i++ {
 		appendOps(t, sh4.Writer, fmt.Sprintf("t4-%d", i))
 	}
 	marker5 := seal.MarkerKey(5)
-	held, release := holdRequests(store, func(r faulty.Request) bool { return r.Op == faulty.CreateIfAbsent && r.Key == marker5 })
+	held, release := holdRequests(store, func(r faulty.Request) bool { return r.Op == blobstore.OpCreateIfAbsent && r.Key == marker5 })
 	defer release()
 	type result struct {
 		sh  *recovery.Shard
@@ -306,13 +306,13 @@ func scenarioRacingSuccessorsLateMarkerOrphansTheLoser(t *testing.T, store *faul
 	}
 	done5 := make(chan result, 1)
 	go func() {
-		sh, err := recovery.Open(ctx, store, shard, 5, "a5", options(nil))
+		sh, err := recovery.Open(ctx, store.Container, shard, 5, "a5", options(nil))
 		done5 <- result{sh, err}
 	}()
 	<-held // 5 has poisoned term 4 and its marker is on the wire
 
 	var l6 log
-	sh6 := open(t, store, 6, "a6", options(&l6))
+	sh6 := open(t, store.Container, 6, "a6", options(&l6))
 	if got := sh6.Restore(); got.Term != 4 || got.Gen != 3 || sh6.Seal.Found != "found" {
 		t.Fatalf("term 6 restore %+v (%s), want term 4 gen 3 cut at 5's poison", got, sh6.Seal.Found)
 	}
@@ -335,12 +335,12 @@ func scenarioRacingSuccessorsLateMarkerOrphansTheLoser(t *testing.T, store *faul
 	closeW(t, sh6.Writer)
 
 	var l7 log
-	sh7 := open(t, store, 7, "a7", options(&l7))
+	sh7 := open(t, store.Container, 7, "a7", options(&l7))
 	want := "[t4-1 t4-2 t4-3 t6-a t6-b]"
 	if fmt.Sprint(l7.ops) != want {
 		t.Fatalf("term 7 restored %q, want %s", l7.ops, want)
 	}
-	rep, err := seal.Inspect(ctx, store, shard, seal.Options{Backoff: fastRetry})
+	rep, err := seal.Inspect(ctx, store.Container, shard, seal.Options{Backoff: fastRetry})
 	if err != nil {
 		t.Fatalf("inspect: %v", err)
 	}
@@ -368,7 +368,7 @@ func scenarioLeaseModeWaitsBeforeReadingTheLineage(t *testing.T, store *faulty.C
 	ctx := context.Background()
 	o1 := options(nil)
 	o1.Writer.FencingMode, o1.Writer.LeaseInterval = translog.Lease, 5*time.Second
-	sh1 := open(t, store, 1, "a1", o1)
+	sh1 := open(t, store.Container, 1, "a1", o1)
 	appendOps(t, sh1.Writer, "x")
 	clock := fence.NewFakeClock()
 	o := options(nil)
@@ -379,7 +379,7 @@ func scenarioLeaseModeWaitsBeforeReadingTheLineage(t *testing.T, store *faulty.C
 	o.LeaseMargin = time.Second
 	done := make(chan error, 1)
 	go func() {
-		sh, err := recovery.Open(ctx, store, shard, 2, "a2", o)
+		sh, err := recovery.Open(ctx, store.Container, shard, 2, "a2", o)
 		if err == nil {
 			err = sh.Writer.Close(ctx)
 		}
@@ -408,17 +408,17 @@ func scenarioLeaseModeWaitsBeforeReadingTheLineage(t *testing.T, store *faulty.C
 
 func scenarioStaleTermFailsAtTheSeal(t *testing.T, store *faulty.Container) {
 	ctx := context.Background()
-	sh1 := open(t, store, 1, "a1", options(nil))
+	sh1 := open(t, store.Container, 1, "a1", options(nil))
 	appendOps(t, sh1.Writer, "x")
 	closeW(t, sh1.Writer)
 	// A replica claimed term 5 and stalled before its seal; term 6
 	// then claimed and sealed.
-	chain5, err := fence.Claim(ctx, store, shard, 5, "a5", fence.WithBackoff(fastRetry))
+	chain5, err := fence.Claim(ctx, store.Container, shard, 5, "a5", fence.WithBackoff(fastRetry))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh6 := open(t, store, 6, "a6", options(nil))
-	_, err = seal.Seal(ctx, store, chain5, seal.Options{Backoff: fastRetry})
+	sh6 := open(t, store.Container, 6, "a6", options(nil))
+	_, err = seal.Seal(ctx, store.Container, chain5, seal.Options{Backoff: fastRetry})
 	if !errors.Is(err, fence.ErrFenced) {
 		t.Fatalf("stale term 5 sealed: %v, want fenced", err)
 	}
@@ -436,7 +436,7 @@ func scenarioStaleTermFailsAtTheSeal(t *testing.T, store *faulty.Container) {
 
 func scenarioCorruptMDStopsRecoveryNamingTheKey(t *testing.T, store *faulty.Container) {
 	ctx := context.Background()
-	sh1 := open(t, store, 1, "a1", options(nil))
+	sh1 := open(t, store.Container, 1, "a1", options(nil))
 	for i := range 4 {
 		appendOps(t, sh1.Writer, fmt.Sprintf("op%d", i))
 	}
@@ -445,7 +445,7 @@ func scenarioCorruptMDStopsRecoveryNamingTheKey(t *testing.T, store *faulty.Cont
 	if _, err := store.Inner().Put(ctx, bad, []byte("garbage")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := recovery.Open(ctx, store, shard, 2, "a2", options(&log{}))
+	_, err := recovery.Open(ctx, store.Container, shard, 2, "a2", options(&log{}))
 	var be *fence.BodyError
 	if !errors.As(err, &be) || be.Key != bad || !strings.Contains(err.Error(), bad) {
 		t.Fatalf("open over a corrupt md: %v, want an error naming %q", err, bad)
@@ -457,7 +457,7 @@ func scenarioCorruptMDStopsRecoveryNamingTheKey(t *testing.T, store *faulty.Cont
 
 func scenarioCorruptDataObjectStopsReplay(t *testing.T, store *faulty.Container) {
 	ctx := context.Background()
-	sh1 := open(t, store, 1, "a1", options(nil))
+	sh1 := open(t, store.Container, 1, "a1", options(nil))
 	appendOps(t, sh1.Writer, strings.Repeat("a", 200)) // over the inline limit
 	appendOps(t, sh1.Writer, "b")
 	closeW(t, sh1.Writer)
@@ -465,13 +465,13 @@ func scenarioCorruptDataObjectStopsReplay(t *testing.T, store *faulty.Container)
 	if _, err := store.Inner().Put(ctx, bad, []byte("garbage")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := recovery.Open(ctx, store, shard, 2, "a2", options(&log{}))
+	_, err := recovery.Open(ctx, store.Container, shard, 2, "a2", options(&log{}))
 	if err == nil || !strings.Contains(err.Error(), bad) {
 		t.Fatalf("replay over a corrupt data object: %v, want an error naming %q", err, bad)
 	}
 	// The failure came after the seal: a retry is idempotent and
 	// fails the same way, never skipping the generation.
-	_, err = recovery.Open(ctx, store, shard, 2, "a2", options(&log{}))
+	_, err = recovery.Open(ctx, store.Container, shard, 2, "a2", options(&log{}))
 	if err == nil || !strings.Contains(err.Error(), bad) {
 		t.Fatalf("retried open: %v", err)
 	}
@@ -479,13 +479,13 @@ func scenarioCorruptDataObjectStopsReplay(t *testing.T, store *faulty.Container)
 
 func scenarioRetryOfFailedOpenIsIdempotent(t *testing.T, store *faulty.Container) {
 	ctx := context.Background()
-	sh1 := open(t, store, 1, "a1", options(nil))
+	sh1 := open(t, store.Container, 1, "a1", options(nil))
 	appendOps(t, sh1.Writer, "a")
 	appendOps(t, sh1.Writer, "b")
 	o := options(nil)
 	boom := errors.New("disk full")
 	o.Apply = func(context.Context, translog.Batch) error { return boom }
-	if _, err := recovery.Open(ctx, store, shard, 2, "a2", o); !errors.Is(err, boom) {
+	if _, err := recovery.Open(ctx, store.Container, shard, 2, "a2", o); !errors.Is(err, boom) {
 		t.Fatalf("open with a failing apply: %v", err)
 	}
 	// The zombie keeps writing: its next generation was poisoned.
@@ -493,21 +493,21 @@ func scenarioRetryOfFailedOpenIsIdempotent(t *testing.T, store *faulty.Container
 		t.Fatalf("term 1 after term 2's seal: %v, want fenced", err)
 	}
 	var l log
-	sh2 := open(t, store, 2, "a2", options(&l))
+	sh2 := open(t, store.Container, 2, "a2", options(&l))
 	if !sh2.Seal.Reused || sh2.Restore().Gen != 2 || fmt.Sprint(l.ops) != "[a b]" {
 		t.Fatalf("retry: reused %v restore %+v ops %q", sh2.Seal.Reused, sh2.Restore(), l.ops)
 	}
-	if _, err := recovery.Open(ctx, store, shard, 2, "other", options(nil)); !errors.Is(err, fence.ErrFenced) {
+	if _, err := recovery.Open(ctx, store.Container, shard, 2, "other", options(nil)); !errors.Is(err, fence.ErrFenced) {
 		t.Fatalf("another allocation opening the same term: %v, want fenced", err)
 	}
 }
 
 func scenarioRestartOfAnOpenedTermIsRefused(t *testing.T, store *faulty.Container) {
 	ctx := context.Background()
-	sh1 := open(t, store, 1, "a1", options(nil))
+	sh1 := open(t, store.Container, 1, "a1", options(nil))
 	appendOps(t, sh1.Writer, "a")
 	closeW(t, sh1.Writer)
-	_, err := recovery.Open(ctx, store, shard, 1, "a1", options(nil))
+	_, err := recovery.Open(ctx, store.Container, shard, 1, "a1", options(nil))
 	if !errors.Is(err, seal.ErrTermAlreadyOpen) || !strings.Contains(err.Error(), "new, higher term") {
 		t.Fatalf("reopening a term that wrote: %v, want ErrTermAlreadyOpen", err)
 	}
@@ -533,18 +533,18 @@ func writeFiles(t *testing.T, dir string, files map[string]string) []seal.LocalF
 
 func scenarioCheckpointWithMissingFileFallsBackToThePreviousOne(t *testing.T, store *faulty.Container) {
 	ctx := context.Background()
-	sh1 := open(t, store, 1, "a1", options(nil))
+	sh1 := open(t, store.Container, 1, "a1", options(nil))
 	src := t.TempDir()
 	appendOps(t, sh1.Writer, "a")
 	appendOps(t, sh1.Writer, "b")
 	po := seal.PublishOptions{Options: seal.Options{Backoff: fastRetry}, NextSeqNo: 2}
-	if _, err := seal.PublishCheckpoint(ctx, store, sh1.Chain, 2, writeFiles(t, src, map[string]string{"state": "a,b", "meta/info": "v1"}), po); err != nil {
+	if _, err := seal.PublishCheckpoint(ctx, store.Container, sh1.Chain, 2, writeFiles(t, src, map[string]string{"state": "a,b", "meta/info": "v1"}), po); err != nil {
 		t.Fatalf("publish at gen 2: %v", err)
 	}
 	appendOps(t, sh1.Writer, "c")
 	appendOps(t, sh1.Writer, "d")
 	po.NextSeqNo = 4
-	m4, err := seal.PublishCheckpoint(ctx, store, sh1.Chain, 4, writeFiles(t, src, map[string]string{"state": "a,b,c,d", "meta/info": "v1"}), po)
+	m4, err := seal.PublishCheckpoint(ctx, store.Container, sh1.Chain, 4, writeFiles(t, src, map[string]string{"state": "a,b,c,d", "meta/info": "v1"}), po)
 	if err != nil {
 		t.Fatalf("publish at gen 4: %v", err)
 	}
@@ -561,7 +561,7 @@ func scenarioCheckpointWithMissingFileFallsBackToThePreviousOne(t *testing.T, st
 	var progress []recovery.Progress
 	var pmu sync.Mutex
 	o.Progress = func(p recovery.Progress) { pmu.Lock(); progress = append(progress, p); pmu.Unlock() }
-	sh2 := open(t, store, 2, "a2", o)
+	sh2 := open(t, store.Container, 2, "a2", o)
 	if sh2.Checkpoint == nil || sh2.Checkpoint.Gen != 2 {
 		t.Fatalf("hydrated %+v, want the checkpoint at gen 2", sh2.Checkpoint)
 	}
@@ -588,17 +588,17 @@ func scenarioCheckpointWithMissingFileFallsBackToThePreviousOne(t *testing.T, st
 
 func scenarioCheckpointOffTheLineageIsNeverUsed(t *testing.T, store *faulty.Container) {
 	ctx := context.Background()
-	sh1 := open(t, store, 1, "a1", options(nil))
+	sh1 := open(t, store.Container, 1, "a1", options(nil))
 	appendOps(t, sh1.Writer, "a")
 	closeW(t, sh1.Writer)
 	// A zombie of term 1 publishes a checkpoint at a generation its
 	// lineage never reached (gen 3 while the cut is at 1).
 	src := t.TempDir()
 	po := seal.PublishOptions{Options: seal.Options{Backoff: fastRetry}, NextSeqNo: 9}
-	sh2 := open(t, store, 2, "a2", options(nil))
+	sh2 := open(t, store.Container, 2, "a2", options(nil))
 	appendOps(t, sh2.Writer, "b")
 	appendOps(t, sh2.Writer, "c")
-	if _, err := seal.PublishCheckpoint(ctx, store, sh1.Chain, 3, writeFiles(t, src, map[string]string{"state": "zombie"}), po); !errors.Is(err, seal.ErrSuperseded) && !errors.Is(err, fence.ErrFenced) {
+	if _, err := seal.PublishCheckpoint(ctx, store.Container, sh1.Chain, 3, writeFiles(t, src, map[string]string{"state": "zombie"}), po); !errors.Is(err, seal.ErrSuperseded) && !errors.Is(err, fence.ErrFenced) {
 		t.Fatalf("a superseded term published: %v", err)
 	}
 	// Even if it lands (the fence was unreadable), it is off the
@@ -611,7 +611,7 @@ func scenarioCheckpointOffTheLineageIsNeverUsed(t *testing.T, store *faulty.Cont
 	var l log
 	o := options(&l)
 	o.Dir = t.TempDir()
-	sh3 := open(t, store, 3, "a3", o)
+	sh3 := open(t, store.Container, 3, "a3", o)
 	if sh3.Checkpoint != nil || fmt.Sprint(l.ops) != "[a b c]" {
 		t.Fatalf("used checkpoint %+v and replayed %q", sh3.Checkpoint, l.ops)
 	}
@@ -622,10 +622,10 @@ func scenarioCheckpointOffTheLineageIsNeverUsed(t *testing.T, store *faulty.Cont
 // must be restored by the successor.
 func scenarioNoAckedWriteLossAcrossTakeovers(t *testing.T, store *faulty.Container) {
 	ctx := context.Background()
-	store.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CreateIfAbsent), Prefix: translog.MDPrefix, Latency: faulty.Uniform(0, 2*time.Millisecond)})
+	store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: translog.MDPrefix, Latency: faulty.Uniform(0, 2*time.Millisecond)})
 	var acked []string
 	var mu sync.Mutex
-	prev := open(t, store, 1, "a1", options(nil))
+	prev := open(t, store.Container, 1, "a1", options(nil))
 	total := 0
 	for term := int64(2); term <= 6; term++ {
 		var wg sync.WaitGroup
@@ -647,7 +647,7 @@ func scenarioNoAckedWriteLossAcrossTakeovers(t *testing.T, store *faulty.Contain
 		}
 		time.Sleep(time.Duration(2+term%3) * time.Millisecond)
 		var l log
-		next := open(t, store, term, fmt.Sprintf("a%d", term), options(&l))
+		next := open(t, store.Container, term, fmt.Sprintf("a%d", term), options(&l))
 		wg.Wait()
 		restored := l.set()
 		mu.Lock()

@@ -29,7 +29,7 @@ type prefetcher struct {
 	wg       sync.WaitGroup
 }
 
-func startPrefetch(ctx context.Context, store blobstore.Container, shard string, lin seal.Lineage, cachedTerm int64, cached map[int64]translog.MD, from, to int64, window int, opts Options) *prefetcher {
+func startPrefetch(ctx context.Context, store *blobstore.Container, shard string, lin seal.Lineage, cachedTerm int64, cached map[int64]translog.MD, from, to int64, window int, opts Options) *prefetcher {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &prefetcher{from: from, to: to, sem: make(chan struct{}, max(1, window)), cancel: cancel}
 	if to < from {
@@ -95,7 +95,7 @@ func (p *prefetcher) replay(ctx context.Context, shard string, next int64, opts 
 	return rep, next, nil
 }
 
-func fetch(ctx context.Context, r *translog.Reader, store blobstore.Container, shard string, lin seal.Lineage, cachedTerm int64, cached map[int64]translog.MD, gen int64, opts Options) fetched {
+func fetch(ctx context.Context, r *translog.Reader, store *blobstore.Container, shard string, lin seal.Lineage, cachedTerm int64, cached map[int64]translog.MD, gen int64, opts Options) fetched {
 	term, ok := lin.TermOf(gen)
 	if !ok {
 		return fetched{err: fmt.Errorf("%w: no term on the lineage holds generation %d", seal.ErrLineageTruncated, gen)}
@@ -130,7 +130,7 @@ func fetch(ctx context.Context, r *translog.Reader, store blobstore.Container, s
 
 // readData reads and verifies the data object of an md the seal already
 // read, the same checks Reader.ReadBatch makes.
-func readData(ctx context.Context, store blobstore.Container, shard string, md translog.MD, opts Options) ([]byte, error) {
+func readData(ctx context.Context, store *blobstore.Container, shard string, md translog.MD, opts Options) ([]byte, error) {
 	key, dkey := translog.MDKey(md.Term, md.Gen), translog.DataKey(md.Term, md.Gen)
 	var obj blobstore.Object
 	err := fence.Retry(ctx, opts.Clock, opts.Backoff, func(ctx context.Context) error {

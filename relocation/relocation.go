@@ -142,7 +142,7 @@ const (
 
 // Source is the relocation source: a term's chain and its open writer.
 type Source struct {
-	store blobstore.Container
+	store *blobstore.Container
 	chain *fence.Chain
 	opts  translog.Options
 
@@ -158,7 +158,7 @@ type Source struct {
 
 // NewSource wraps the writer w of chain. opts are the writer's options,
 // used again if an aborted handoff resumes.
-func NewSource(store blobstore.Container, chain *fence.Chain, w *translog.Writer, opts translog.Options) *Source {
+func NewSource(store *blobstore.Container, chain *fence.Chain, w *translog.Writer, opts translog.Options) *Source {
 	return &Source{store: store, chain: chain, opts: opts, w: w}
 }
 
@@ -267,7 +267,7 @@ type AdoptOptions struct {
 // name it as owner at the context's token. It returns the chain and an
 // open writer at hc.Gen+1. A key that moved on (the source reverted, or a
 // higher term claimed the shard) is a *fence.FencedError.
-func Adopt(ctx context.Context, store blobstore.Container, allocation string, hc HandoffContext, opts AdoptOptions) (*fence.Chain, *translog.Writer, error) {
+func Adopt(ctx context.Context, store *blobstore.Container, allocation string, hc HandoffContext, opts AdoptOptions) (*fence.Chain, *translog.Writer, error) {
 	fail := func(err error) (*fence.Chain, *translog.Writer, error) {
 		var fe *fence.FencedError
 		if errors.As(err, &fe) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/fs"
 	"github.com/shardfence/shardfence/blobstore/mem"
@@ -34,8 +35,8 @@ func backends() map[string]func(t *testing.T) *faulty.Container {
 		"faulty": func(t *testing.T) *faulty.Container {
 			f := faulty.New(mem.New(), 5)
 			f.MustAdd(faulty.Rule{Latency: faulty.Uniform(0, 200*time.Microsecond)})
-			f.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap, faulty.CreateIfAbsent), Fault: faulty.LostResponse, Probability: 0.1})
-			f.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap), Fault: faulty.Conflict, Probability: 0.05})
+			f.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap, blobstore.OpCreateIfAbsent), Fault: faulty.LostResponse, Probability: 0.1})
+			f.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Fault: faulty.Conflict, Probability: 0.05})
 			return f
 		},
 	}
@@ -73,11 +74,11 @@ func writerOpts() translog.Options { return translog.Options{Backoff: fastRetry}
 func source(t *testing.T, store *faulty.Container) *relocation.Source {
 	t.Helper()
 	o := recovery.Options{Clock: fence.NewAutoClock(), Backoff: fastRetry, Writer: writerOpts()}
-	sh, err := recovery.Open(context.Background(), store, shard, 1, "src", o)
+	sh, err := recovery.Open(context.Background(), store.Container, shard, 1, "src", o)
 	if err != nil {
 		t.Fatalf("open source: %v", err)
 	}
-	src := relocation.NewSource(store, sh.Chain, sh.Writer, o.Writer)
+	src := relocation.NewSource(store.Container, sh.Chain, sh.Writer, o.Writer)
 	t.Cleanup(func() { _ = src.Writer().Close(context.Background()) })
 	return src
 }
@@ -109,7 +110,7 @@ func adoptWith(t *testing.T, store *faulty.Container, hc relocation.HandoffConte
 	if err != nil || got != hc {
 		t.Fatalf("context round trip: %+v (%v), want %+v", got, err, hc)
 	}
-	c, w, err := relocation.Adopt(context.Background(), store, "dst", got, relocation.AdoptOptions{Backoff: fastRetry, Writer: wo})
+	c, w, err := relocation.Adopt(context.Background(), store.Container, "dst", got, relocation.AdoptOptions{Backoff: fastRetry, Writer: wo})
 	if w != nil {
 		t.Cleanup(func() { _ = w.Close(context.Background()) })
 	}
@@ -127,7 +128,7 @@ func restored(t *testing.T, store *faulty.Container, term int64) []string {
 			}
 			return nil
 		}}
-	sh, err := recovery.Open(context.Background(), store, shard, term, fmt.Sprintf("r%d", term), o)
+	sh, err := recovery.Open(context.Background(), store.Container, shard, term, fmt.Sprintf("r%d", term), o)
 	if err != nil {
 		t.Fatalf("recover at term %d: %v", term, err)
 	}
@@ -272,7 +273,7 @@ func TestLostResponsesOnTransferAndRevertAreSettledByContent(t *testing.T) {
 			store := backends()[name](t)
 			src := source(t, store)
 			mustApp(t, src.Writer(), "a")
-			lost := store.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap), Prefix: fence.Dir, Fault: faulty.LostResponse, Times: 1})
+			lost := store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Prefix: fence.Dir, Fault: faulty.LostResponse, Times: 1})
 			hc, err := src.Handoff(context.Background(), "dst", "")
 			if err != nil {
 				t.Fatalf("handoff with a lost response: %v", err)
@@ -280,7 +281,7 @@ func TestLostResponsesOnTransferAndRevertAreSettledByContent(t *testing.T) {
 			if store.Fired(lost) != 1 {
 				t.Fatal("the transfer's response was not lost: the test checked nothing")
 			}
-			lost = store.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap), Prefix: fence.Dir, Fault: faulty.LostResponse, Times: 1})
+			lost = store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Prefix: fence.Dir, Fault: faulty.LostResponse, Times: 1})
 			if out, err := src.Abort(context.Background()); err != nil || out != relocation.Resumed {
 				t.Fatalf("abort with a lost revert response: %v %v", out, err)
 			}
@@ -293,7 +294,7 @@ func TestLostResponsesOnTransferAndRevertAreSettledByContent(t *testing.T) {
 			}
 			// A lost transfer response, then a target that already wrote:
 			// the revert stands down.
-			lost = store.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap), Prefix: fence.Dir, Fault: faulty.LostResponse, Times: 1})
+			lost = store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Prefix: fence.Dir, Fault: faulty.LostResponse, Times: 1})
 			hc, err = src.Handoff(context.Background(), "dst", "")
 			if err != nil {
 				t.Fatalf("second handoff: %v", err)

@@ -138,7 +138,7 @@ type PublishOptions struct {
 // freshness interval, else a LIST of fence/ for a higher term (refused with
 // ErrSuperseded); an unreadable fence publishes anyway, because a
 // checkpoint off the lineage is never used and GC removes it.
-func PublishCheckpoint(ctx context.Context, store blobstore.Container, chain *fence.Chain, gen int64, files []LocalFile, opts PublishOptions) (Manifest, error) {
+func PublishCheckpoint(ctx context.Context, store *blobstore.Container, chain *fence.Chain, gen int64, files []LocalFile, opts PublishOptions) (Manifest, error) {
 	o := opts.Options.withDefaults()
 	if opts.Freshness <= 0 {
 		opts.Freshness = 10 * time.Second
@@ -230,7 +230,7 @@ type CheckpointRef struct {
 
 // Candidates lists the checkpoints on lin at or below gen, newest
 // generation first: the order Hydrate tries them in.
-func Candidates(ctx context.Context, store blobstore.Container, shard string, lin Lineage, gen int64, opts Options) ([]CheckpointRef, error) {
+func Candidates(ctx context.Context, store *blobstore.Container, shard string, lin Lineage, gen int64, opts Options) ([]CheckpointRef, error) {
 	s := io{store: store, shard: shard, opts: opts.withDefaults()}
 	items, err := s.list(ctx, ManifestPrefix)
 	if err != nil {
@@ -277,7 +277,7 @@ type Hydrated struct {
 // files removed, and the previous lineage checkpoint tried. Store trouble is
 // an error, not a refusal: an older checkpoint would hide it and cost a
 // longer replay.
-func Hydrate(ctx context.Context, store blobstore.Container, shard string, lin Lineage, gen int64, dir string, opts HydrateOptions) (*Hydrated, error) {
+func Hydrate(ctx context.Context, store *blobstore.Container, shard string, lin Lineage, gen int64, dir string, opts HydrateOptions) (*Hydrated, error) {
 	s := io{store: store, shard: shard, opts: opts.Options.withDefaults()}
 	cands := opts.Candidates
 	if cands == nil {

@@ -207,7 +207,7 @@ type GCResult struct {
 // owner after a successful CAS within the freshness interval; an
 // unreadable fence skips GC (fail closed), and deletions stop when the
 // interval runs out. Poisons are never deleted.
-func GC(ctx context.Context, store blobstore.Container, chain *fence.Chain, opts GCOptions) (*GCResult, error) {
+func GC(ctx context.Context, store *blobstore.Container, chain *fence.Chain, opts GCOptions) (*GCResult, error) {
 	o := opts.Options.withDefaults()
 	if opts.Freshness <= 0 {
 		opts.Freshness = 10 * time.Second

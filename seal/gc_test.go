@@ -36,13 +36,13 @@ func forEach(t *testing.T, fn func(t *testing.T, store *faulty.Container)) {
 	})
 	t.Run("faulty", func(t *testing.T) {
 		f := faulty.New(mem.New(), 9)
-		f.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CreateIfAbsent, faulty.CompareAndSwap, faulty.Delete), Fault: faulty.LostResponse, Probability: 0.1})
+		f.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent, blobstore.OpCompareAndSwap, blobstore.OpDelete), Fault: faulty.LostResponse, Probability: 0.1})
 		f.MustAdd(faulty.Rule{Ops: faulty.Reads, Fault: faulty.Unavailable, Probability: 0.05})
 		fn(t, f)
 	})
 }
 
-func openShard(t *testing.T, store blobstore.Container, term int64, apply func(translog.Batch), dir string) *recovery.Shard {
+func openShard(t *testing.T, store *blobstore.Container, term int64, apply func(translog.Batch), dir string) *recovery.Shard {
 	t.Helper()
 	o := recovery.Options{Clock: fence.NewAutoClock(), Backoff: fastRetry, Dir: dir}
 	o.Writer.Backoff = fastRetry
@@ -67,7 +67,7 @@ func write(t *testing.T, w *translog.Writer, op string) {
 
 // state is what a recovery sees: the checkpoint's state file plus the
 // ops replayed after it.
-func state(t *testing.T, store blobstore.Container, term int64) string {
+func state(t *testing.T, store *blobstore.Container, term int64) string {
 	t.Helper()
 	dir := t.TempDir()
 	var ops []string
@@ -90,7 +90,7 @@ func state(t *testing.T, store blobstore.Container, term int64) string {
 	return base + "+" + strings.Join(ops, ",")
 }
 
-func checkpoint(t *testing.T, store blobstore.Container, sh *recovery.Shard, gen int64, content string, next int64) {
+func checkpoint(t *testing.T, store *blobstore.Container, sh *recovery.Shard, gen int64, content string, next int64) {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "state")
 	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
@@ -119,10 +119,10 @@ func exists(t *testing.T, store *faulty.Container, key string) bool {
 func build(t *testing.T, store *faulty.Container) (*recovery.Shard, string) {
 	t.Helper()
 	ctx := context.Background()
-	sh1 := openShard(t, store, 1, nil, "")
+	sh1 := openShard(t, store.Container, 1, nil, "")
 	write(t, sh1.Writer, "a")
 	write(t, sh1.Writer, "b")
-	checkpoint(t, store, sh1, 2, "a,b", 2)
+	checkpoint(t, store.Container, sh1, 2, "a,b", 2)
 	write(t, sh1.Writer, "c")
 	write(t, sh1.Writer, "d")
 	// An orphan of term 1 beyond the cut: a zombie md the successor's
@@ -136,13 +136,13 @@ func build(t *testing.T, store *faulty.Container) (*recovery.Shard, string) {
 	if _, err := store.Inner().CreateIfAbsent(ctx, orphan, body); err != nil {
 		t.Fatal(err)
 	}
-	sh2 := openShard(t, store, 2, nil, "")
+	sh2 := openShard(t, store.Container, 2, nil, "")
 	if p := sh2.Seal.Marker.Poisoned; p != translog.MDKey(1, 5) {
 		t.Fatalf("poisoned %q", p)
 	}
 	write(t, sh2.Writer, "e")
 	write(t, sh2.Writer, "f")
-	checkpoint(t, store, sh2, 6, "a,b,c,d,e,f", 6)
+	checkpoint(t, store.Container, sh2, 6, "a,b,c,d,e,f", 6)
 	write(t, sh2.Writer, "g")
 	return sh2, orphan
 }
@@ -153,7 +153,7 @@ func TestGCRemovesOrphansKeepsPoisonsAndRestorePoint(t *testing.T) {
 		sh2, orphan := build(t, store)
 		poison := translog.MDKey(1, 5)
 
-		rep, err := seal.Inspect(ctx, store, shard, seal.Options{Backoff: fastRetry})
+		rep, err := seal.Inspect(ctx, store.Container, shard, seal.Options{Backoff: fastRetry})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,7 +167,7 @@ func TestGCRemovesOrphansKeepsPoisonsAndRestorePoint(t *testing.T) {
 			t.Fatalf("inspect fence %+v", rep.Fence)
 		}
 
-		dry, err := seal.GC(ctx, store, sh2.Chain, seal.GCOptions{Options: seal.Options{Backoff: fastRetry}, DryRun: true})
+		dry, err := seal.GC(ctx, store.Container, sh2.Chain, seal.GCOptions{Options: seal.Options{Backoff: fastRetry}, DryRun: true})
 		if err != nil {
 			t.Fatalf("dry run: %v", err)
 		}
@@ -178,7 +178,7 @@ func TestGCRemovesOrphansKeepsPoisonsAndRestorePoint(t *testing.T) {
 			t.Fatalf("dry run plans %v, inspect says %v", dry.Planned, rep.GC)
 		}
 
-		res, err := seal.GC(ctx, store, sh2.Chain, seal.GCOptions{Options: seal.Options{Backoff: fastRetry}, Policy: seal.GCPolicy{RetainCheckpoints: 1}})
+		res, err := seal.GC(ctx, store.Container, sh2.Chain, seal.GCOptions{Options: seal.Options{Backoff: fastRetry}, Policy: seal.GCPolicy{RetainCheckpoints: 1}})
 		if err != nil {
 			t.Fatalf("gc: %v", err)
 		}
@@ -203,7 +203,7 @@ func TestGCRemovesOrphansKeepsPoisonsAndRestorePoint(t *testing.T) {
 			t.Fatalf("deleted %d of %d planned", len(res.Deleted), len(res.Planned))
 		}
 		_ = sh2.Writer.Close(ctx)
-		if got := state(t, store, 3); got != "a,b,c,d,e,f+g" {
+		if got := state(t, store.Container, 3); got != "a,b,c,d,e,f+g" {
 			t.Fatalf("state after GC: %q", got)
 		}
 	})
@@ -214,7 +214,7 @@ func TestGCFailsClosedOnAnUnreadableFence(t *testing.T) {
 		ctx := context.Background()
 		sh2, orphan := build(t, store)
 		store.MustAdd(faulty.Rule{Prefix: fence.Dir, Fault: faulty.Unavailable})
-		_, err := seal.GC(ctx, store, sh2.Chain, seal.GCOptions{Options: seal.Options{Backoff: fastRetry}})
+		_, err := seal.GC(ctx, store.Container, sh2.Chain, seal.GCOptions{Options: seal.Options{Backoff: fastRetry}})
 		if !errors.Is(err, seal.ErrNotFresh) {
 			t.Fatalf("gc with an unreadable fence: %v, want ErrNotFresh", err)
 		}
@@ -233,13 +233,13 @@ func TestGCStopsWhenFreshnessRunsOut(t *testing.T) {
 	// The first deletion takes longer than the freshness interval: GC
 	// must not go on deleting on an expired proof.
 	store.SetHooks(faulty.Hooks{Before: func(_ context.Context, r faulty.Request) error {
-		if r.Op == faulty.Delete {
+		if r.Op == blobstore.OpDelete {
 			clock.Advance(11 * time.Second)
 		}
 		return nil
 	}})
 	opts := seal.GCOptions{Options: seal.Options{Clock: clock, Backoff: fastRetry}, Freshness: 10 * time.Second}
-	res, err := seal.GC(ctx, store, sh2.Chain, opts)
+	res, err := seal.GC(ctx, store.Container, sh2.Chain, opts)
 	if !errors.Is(err, seal.ErrNotFresh) {
 		t.Fatalf("gc whose proof ran out: %v, want ErrNotFresh", err)
 	}
@@ -252,9 +252,9 @@ func TestGCRefusesASupersededTerm(t *testing.T) {
 	ctx := context.Background()
 	store := faulty.New(mem.New(), 1)
 	sh2, orphan := build(t, store)
-	sh3 := openShard(t, store, 3, nil, "")
+	sh3 := openShard(t, store.Container, 3, nil, "")
 	_ = sh3
-	if _, err := seal.GC(ctx, store, sh2.Chain, seal.GCOptions{Options: seal.Options{Backoff: fastRetry}}); !errors.Is(err, fence.ErrFenced) && !errors.Is(err, seal.ErrNotFresh) {
+	if _, err := seal.GC(ctx, store.Container, sh2.Chain, seal.GCOptions{Options: seal.Options{Backoff: fastRetry}}); !errors.Is(err, fence.ErrFenced) && !errors.Is(err, seal.ErrNotFresh) {
 		t.Fatalf("gc by a superseded term: %v", err)
 	}
 	if !exists(t, store, orphan) {
@@ -262,7 +262,7 @@ func TestGCRefusesASupersededTerm(t *testing.T) {
 	}
 	// A stale proof is not trusted either: the marker of term 3 refuses.
 	now := sh2.Chain.Instance().Clock().Now()
-	_, err := seal.GC(ctx, store, sh2.Chain, seal.GCOptions{Options: seal.Options{Backoff: fastRetry}, LastCAS: seal.Proof{At: now, Valid: true}})
+	_, err := seal.GC(ctx, store.Container, sh2.Chain, seal.GCOptions{Options: seal.Options{Backoff: fastRetry}, LastCAS: seal.Proof{At: now, Valid: true}})
 	if err == nil {
 		t.Fatal("gc by a superseded term with a fresh-looking proof succeeded")
 	}
@@ -271,7 +271,7 @@ func TestGCRefusesASupersededTerm(t *testing.T) {
 func TestPublishGate(t *testing.T) {
 	ctx := context.Background()
 	store := faulty.New(mem.New(), 1)
-	sh1 := openShard(t, store, 1, nil, "")
+	sh1 := openShard(t, store.Container, 1, nil, "")
 	write(t, sh1.Writer, "a")
 	p := filepath.Join(t.TempDir(), "state")
 	if err := os.WriteFile(p, []byte("a"), 0o644); err != nil {
@@ -280,22 +280,22 @@ func TestPublishGate(t *testing.T) {
 	files := []seal.LocalFile{{Name: "state", Path: p}}
 	po := seal.PublishOptions{Options: seal.Options{Backoff: fastRetry}, NextSeqNo: 1}
 	// Unreadable fence: publish anyway (fail open).
-	id := store.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.List), Prefix: fence.Dir, Fault: faulty.Unavailable})
-	if _, err := seal.PublishCheckpoint(ctx, store, sh1.Chain, 1, files, po); err != nil {
+	id := store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpList), Prefix: fence.Dir, Fault: faulty.Unavailable})
+	if _, err := seal.PublishCheckpoint(ctx, store.Container, sh1.Chain, 1, files, po); err != nil {
 		t.Fatalf("publish with an unreadable fence: %v", err)
 	}
 	store.Remove(id)
 	// Same checkpoint again: idempotent.
-	if _, err := seal.PublishCheckpoint(ctx, store, sh1.Chain, 1, files, po); err != nil {
+	if _, err := seal.PublishCheckpoint(ctx, store.Container, sh1.Chain, 1, files, po); err != nil {
 		t.Fatalf("republish: %v", err)
 	}
 	// Superseded: refused.
-	_ = openShard(t, store, 2, nil, "")
-	if _, err := seal.PublishCheckpoint(ctx, store, sh1.Chain, 1, files, po); !errors.Is(err, seal.ErrSuperseded) {
+	_ = openShard(t, store.Container, 2, nil, "")
+	if _, err := seal.PublishCheckpoint(ctx, store.Container, sh1.Chain, 1, files, po); !errors.Is(err, seal.ErrSuperseded) {
 		t.Fatalf("publish by a superseded term: %v", err)
 	}
 	// Bad names never reach the store.
-	if _, err := seal.PublishCheckpoint(ctx, store, sh1.Chain, 1, []seal.LocalFile{{Name: "../x", Path: p}}, po); !errors.Is(err, fence.ErrInvalidArgument) {
+	if _, err := seal.PublishCheckpoint(ctx, store.Container, sh1.Chain, 1, []seal.LocalFile{{Name: "../x", Path: p}}, po); !errors.Is(err, fence.ErrInvalidArgument) {
 		t.Fatalf("publish of an escaping name: %v", err)
 	}
 }

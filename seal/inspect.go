@@ -69,7 +69,7 @@ type Report struct {
 
 // Inspect reads a shard's fence keys, marker chain, lineage, checkpoints,
 // poisons and orphans, and what GC would delete. It only reads.
-func Inspect(ctx context.Context, store blobstore.Container, shard string, opts Options) (*Report, error) {
+func Inspect(ctx context.Context, store *blobstore.Container, shard string, opts Options) (*Report, error) {
 	s := io{store: store, shard: shard, opts: opts.withDefaults()}
 	st, err := s.gather(ctx, true)
 	if err != nil {

@@ -37,7 +37,7 @@ func (o Options) withDefaults() Options {
 
 // io is the store access shared by the package's calls.
 type io struct {
-	store blobstore.Container
+	store *blobstore.Container
 	shard string
 	opts  Options
 }

@@ -40,7 +40,7 @@ func (r *Result) Restore() RestorePoint { return r.Marker.Restore }
 // marker of a higher term means the grant is stale: the chain is fenced.
 // Seal is idempotent for the same term and allocation as long as the term
 // was not opened for writes.
-func Seal(ctx context.Context, store blobstore.Container, chain *fence.Chain, opts Options) (*Result, error) {
+func Seal(ctx context.Context, store *blobstore.Container, chain *fence.Chain, opts Options) (*Result, error) {
 	s := io{store: store, shard: chain.Shard(), opts: opts.withDefaults()}
 	term := chain.Term()
 	fail := func(key string, err error) (*Result, error) {

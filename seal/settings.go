@@ -141,7 +141,7 @@ func DecodeFencing(shard string, body []byte) (Fencing, error) {
 // witness than its predecessors; asking for fencing on an unfenced shard,
 // or the reverse, is ErrFencingMismatch. A lost create response is settled
 // by reading what the key holds.
-func ShardFencing(ctx context.Context, store blobstore.Container, shard string, want Fencing, opts Options) (Fencing, error) {
+func ShardFencing(ctx context.Context, store *blobstore.Container, shard string, want Fencing, opts Options) (Fencing, error) {
 	s := io{store: store, shard: shard, opts: opts.withDefaults()}
 	var got Fencing
 	err := s.retry(ctx, func(ctx context.Context) error {
@@ -175,7 +175,7 @@ func ShardFencing(ctx context.Context, store blobstore.Container, shard string, 
 
 // ReadFencing returns the shard's stored fencing settings; found is false
 // when no open created them yet.
-func ReadFencing(ctx context.Context, store blobstore.Container, shard string, opts Options) (f Fencing, found bool, err error) {
+func ReadFencing(ctx context.Context, store *blobstore.Container, shard string, opts Options) (f Fencing, found bool, err error) {
 	s := io{store: store, shard: shard, opts: opts.withDefaults()}
 	obj, found, err := s.get(ctx, FencingKey)
 	if err != nil || !found {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
@@ -43,21 +44,21 @@ func TestFencingRoundTripAndRejects(t *testing.T) {
 func TestShardFencingIsFixedAtTheFirstOpen(t *testing.T) {
 	ctx := context.Background()
 	store := faulty.New(mem.New(), 1)
-	store.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CreateIfAbsent), Fault: faulty.LostResponse, Times: 1})
+	store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Fault: faulty.LostResponse, Times: 1})
 	opts := Options{Clock: fence.NewAutoClock()}
 	lease := Fencing{Mode: translog.Lease, LeaseInterval: 2 * time.Second}
-	got, err := ShardFencing(ctx, store, "s", lease, opts)
+	got, err := ShardFencing(ctx, store.Container, "s", lease, opts)
 	if err != nil || got != lease {
 		t.Fatalf("first open: %v, %v (want %v after a lost create response)", got, err, lease)
 	}
-	got, err = ShardFencing(ctx, store, "s", FencingOf(translog.Options{}), opts)
+	got, err = ShardFencing(ctx, store.Container, "s", FencingOf(translog.Options{}), opts)
 	if err != nil || got != lease {
 		t.Fatalf("a per-sync open of the lease shard: %v, %v, want the stored %v", got, err, lease)
 	}
-	if f, found, err := ReadFencing(ctx, store, "s", opts); err != nil || !found || f != lease {
+	if f, found, err := ReadFencing(ctx, store.Container, "s", opts); err != nil || !found || f != lease {
 		t.Fatalf("read: %v %v %v", f, found, err)
 	}
-	_, err = ShardFencing(ctx, store, "s", Fencing{Disabled: true}, opts)
+	_, err = ShardFencing(ctx, store.Container, "s", Fencing{Disabled: true}, opts)
 	if !errors.Is(err, ErrFencingMismatch) || !strings.Contains(err.Error(), `"s"`) {
 		t.Fatalf("an unfenced open of a fenced shard: %v, want ErrFencingMismatch naming the shard", err)
 	}

@@ -25,7 +25,7 @@ import (
 // without the recovery path.
 type freshOpener struct{}
 
-func (freshOpener) Open(ctx context.Context, store blobstore.Container, p openParams, events func(openEvent) error) (*opened, error) {
+func (freshOpener) Open(ctx context.Context, store *blobstore.Container, p openParams, events func(openEvent) error) (*opened, error) {
 	if err := events(openEvent{Progress: &Progress{Step: "claim"}}); err != nil {
 		return nil, err
 	}
@@ -58,7 +58,7 @@ func (freshOpener) Open(ctx context.Context, store blobstore.Container, p openPa
 }
 
 type env struct {
-	store  blobstore.Container
+	store  *blobstore.Container
 	srv    *Server
 	http   *httptest.Server
 	client sidecarv1connect.SidecarServiceClient
@@ -71,7 +71,7 @@ func newEnv(t *testing.T, opts Options, ho HandlerOptions) *env {
 	return newEnvOn(t, store, opts, ho)
 }
 
-func newEnvOn(t *testing.T, store blobstore.Container, opts Options, ho HandlerOptions) *env {
+func newEnvOn(t *testing.T, store *blobstore.Container, opts Options, ho HandlerOptions) *env {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	opts.Registerer = reg

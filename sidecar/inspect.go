@@ -15,7 +15,7 @@ import (
 // Inspect reads a shard's fence keys and translog layout straight from
 // root (the store all shards live under), without opening the shard. It
 // writes nothing, so it is safe next to a live primary.
-func Inspect(ctx context.Context, root blobstore.Container, shard string) (*sidecarv1.InspectResponse, error) {
+func Inspect(ctx context.Context, root *blobstore.Container, shard string) (*sidecarv1.InspectResponse, error) {
 	const op = "Inspect"
 	if err := ValidateShardID(shard); err != nil {
 		return nil, opErr(op, shard, err, "")

@@ -76,7 +76,7 @@ type shardOpener interface {
 	// Open claims p.Term for p.Allocation, seals the predecessors, restores
 	// the lineage (emitting it through events) and opens a writer at the
 	// restore point's generation + 1. An error from events aborts the open.
-	Open(ctx context.Context, store blobstore.Container, p openParams, events func(openEvent) error) (*opened, error)
+	Open(ctx context.Context, store *blobstore.Container, p openParams, events func(openEvent) error) (*opened, error)
 }
 
 // defaultOpener is the production lifecycle: the recovery path.

@@ -27,7 +27,7 @@ type recoveryOpener struct {
 	tmpDir string
 }
 
-func (r recoveryOpener) Open(ctx context.Context, store blobstore.Container, p openParams, events func(openEvent) error) (*opened, error) {
+func (r recoveryOpener) Open(ctx context.Context, store *blobstore.Container, p openParams, events func(openEvent) error) (*opened, error) {
 	if err := events(openEvent{Progress: &Progress{Step: "claim"}}); err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func (r recoveryOpener) Open(ctx context.Context, store blobstore.Container, p o
 // readLineage reads generations of lin up to gen, oldest first. Below the
 // lineage's base the translog may be collected; a read from there fails
 // with seal.ErrLineageTruncated.
-func readLineage(ctx context.Context, store blobstore.Container, shard string, lin seal.Lineage, gen int64, fn func(translog.Batch) error) error {
+func readLineage(ctx context.Context, store *blobstore.Container, shard string, lin seal.Lineage, gen int64, fn func(translog.Batch) error) error {
 	if base := lin.Base(); base > 0 {
 		return fmt.Errorf("%w: generations 1..%d are only in checkpoints now; read from a later sequence number", seal.ErrLineageTruncated, base)
 	}

@@ -18,7 +18,7 @@ import (
 
 // sidecarOn serves the production opener on store, as a separate sidecar
 // process would.
-func sidecarOn(t *testing.T, store blobstore.Container) sidecarv1connect.SidecarServiceClient {
+func sidecarOn(t *testing.T, store *blobstore.Container) sidecarv1connect.SidecarServiceClient {
 	t.Helper()
 	srv, err := New(t.Context(), store, Options{})
 	if err != nil {

@@ -65,7 +65,7 @@ type Options struct {
 // Server holds the shards open on one sidecar. Its methods are the API;
 // Handler serves them.
 type Server struct {
-	store   blobstore.Container
+	store   *blobstore.Container
 	opts    Options
 	opener  shardOpener
 	log     *slog.Logger
@@ -84,11 +84,11 @@ type Server struct {
 // New probes store for enforced preconditions and returns a server for
 // it. A store that ignores preconditions is refused unless AllowUnfenced,
 // and then only unfenced shards open on it.
-func New(ctx context.Context, store blobstore.Container, opts Options) (*Server, error) {
+func New(ctx context.Context, store *blobstore.Container, opts Options) (*Server, error) {
 	return newServer(ctx, store, opts, defaultOpener())
 }
 
-func newServer(ctx context.Context, store blobstore.Container, opts Options, op shardOpener) (*Server, error) {
+func newServer(ctx context.Context, store *blobstore.Container, opts Options, op shardOpener) (*Server, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: no store", ErrInvalidArgument)
 	}
@@ -110,7 +110,7 @@ func newServer(ctx context.Context, store blobstore.Container, opts Options, op 
 	if opts.Registerer != nil {
 		m := metered.New(store, opts.StoreLabel)
 		opts.Registerer.MustRegister(m)
-		store = m
+		store = m.Container
 	}
 	s.store = store
 	if err := blobstore.ProbePreconditions(ctx, store); err != nil {
@@ -166,7 +166,7 @@ func mergeSettings(def, req Settings) Settings {
 
 // Store is the container the server writes to (metered when a Registerer
 // was given).
-func (s *Server) Store() blobstore.Container { return s.store }
+func (s *Server) Store() *blobstore.Container { return s.store }
 
 // Ready reports whether the server takes opens and appends.
 func (s *Server) Ready() error {
@@ -190,7 +190,7 @@ const (
 // shard is one shard open (or opening) on this sidecar.
 type shard struct {
 	name     string
-	store    blobstore.Container
+	store    *blobstore.Container
 	term     int64
 	alloc    string
 	settings Settings
@@ -362,7 +362,7 @@ func (s *Server) get(op, name string) (*shard, error) {
 }
 
 // shardStore is the shard's view of the store: every key under <shard>/.
-func (s *Server) shardStore(name string) (blobstore.Container, error) {
+func (s *Server) shardStore(name string) (*blobstore.Container, error) {
 	return blobstore.Sub(s.store, name)
 }
 

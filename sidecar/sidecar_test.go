@@ -350,11 +350,11 @@ func TestFailedOpenLeavesNothingBehind(t *testing.T) {
 func TestStoreWithoutPreconditionsIsRefused(t *testing.T) {
 	f := faulty.New(mem.New(), 1)
 	f.SetIgnorePreconditions(true)
-	_, err := newServer(t.Context(), f, Options{}, freshOpener{})
+	_, err := newServer(t.Context(), f.Container, Options{}, freshOpener{})
 	if !errors.Is(err, blobstore.ErrPreconditionsNotEnforced) {
 		t.Fatalf("start on a store ignoring preconditions: %v", err)
 	}
-	srv, err := newServer(t.Context(), f, Options{AllowUnfenced: true}, freshOpener{})
+	srv, err := newServer(t.Context(), f.Container, Options{AllowUnfenced: true}, freshOpener{})
 	if err != nil {
 		t.Fatal(err)
 	}

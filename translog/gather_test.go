@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/fence"
 )
@@ -37,7 +38,7 @@ func TestGatherWaitsBoundedOnTheClock(t *testing.T) {
 	// first sync meanwhile).
 	first := true
 	r.store.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
-		if q.Op == faulty.CreateIfAbsent {
+		if q.Op == blobstore.OpCreateIfAbsent {
 			if first {
 				first = false
 				for deadline := time.Now().Add(10 * time.Second); r.w.pendingCount() < 4; {
@@ -89,7 +90,7 @@ func TestGatherDelayCanBeDisabled(t *testing.T) {
 	clk := fence.NewFakeClock()
 	r := newRig(t, 1, Options{Clock: clk, MaxGatherDelay: -1})
 	r.store.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
-		if q.Op == faulty.CreateIfAbsent {
+		if q.Op == blobstore.OpCreateIfAbsent {
 			clk.Advance(16 * time.Millisecond)
 		}
 		return nil

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/fence"
 )
@@ -13,7 +14,7 @@ import (
 func TestLeaseModeCASesOncePerLeaseAndAcksOnlyInsideIt(t *testing.T) {
 	clk := fence.NewFakeClock()
 	r := newRig(t, 1, Options{FencingMode: Lease, LeaseInterval: 10 * time.Second, Clock: clk})
-	cas := func() int64 { return r.store.Requests(faulty.CompareAndSwap) }
+	cas := func() int64 { return r.store.Requests(blobstore.OpCompareAndSwap) }
 	step := func(what string, advance time.Duration, wantCAS int64) {
 		t.Helper()
 		clk.Advance(advance)
@@ -36,7 +37,7 @@ func TestLeaseModeCASesOncePerLeaseAndAcksOnlyInsideIt(t *testing.T) {
 	// for a CAS.
 	clk.Advance(4900 * time.Millisecond)
 	r.store.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
-		if q.Op == faulty.CreateIfAbsent {
+		if q.Op == blobstore.OpCreateIfAbsent {
 			clk.Advance(6 * time.Second)
 		}
 		return nil
@@ -77,7 +78,7 @@ func TestPerSyncModeFencesOnTheFirstSyncAfterTheClaim(t *testing.T) {
 		clk.Advance(time.Second)
 		r.mustAppend("x")
 	}
-	if got := r.store.Requests(faulty.CompareAndSwap); got != 3 {
+	if got := r.store.Requests(blobstore.OpCompareAndSwap); got != 3 {
 		t.Fatalf("%d CAS requests for 3 syncs", got)
 	}
 	if _, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor", fence.WithClock(clk)); err != nil {

@@ -20,13 +20,13 @@ type Batch struct {
 // Reader reads a shard's translog. It follows no lineage of its own: the
 // caller (restore, inspect) says which term and generations to read.
 type Reader struct {
-	store blobstore.Container
+	store *blobstore.Container
 	shard string
 }
 
 // NewReader returns a reader of shard's translog in store (a container
 // scoped to the shard's prefix).
-func NewReader(store blobstore.Container, shard string) *Reader {
+func NewReader(store *blobstore.Container, shard string) *Reader {
 	return &Reader{store: store, shard: shard}
 }
 

@@ -18,7 +18,7 @@ import (
 // poison the first missing generation, and return the restore point's ops.
 // The real seal step lives in its own package; this copy exists so the
 // write path can be checked against the rule it must satisfy.
-func sealForTest(ctx context.Context, t *testing.T, store blobstore.Container, sealedBy int64) map[string]bool {
+func sealForTest(ctx context.Context, t *testing.T, store *blobstore.Container, sealedBy int64) map[string]bool {
 	t.Helper()
 	poison := func(g int64) []byte {
 		b, err := EncodePoison(shard, 1, g, sealedBy)
@@ -78,7 +78,7 @@ func TestAckedWritesSurviveSuccessorSeal(t *testing.T) {
 				// before the successor's delete while its md lands after
 				// the successor's lineage read: the race the poison closes.
 				r.store.MustAdd(faulty.Rule{Ops: faulty.Writes, Latency: faulty.Uniform(0, time.Millisecond)})
-				r.store.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CreateIfAbsent), Prefix: MDPrefix, Latency: faulty.Uniform(0, 4*time.Millisecond)})
+				r.store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: MDPrefix, Latency: faulty.Uniform(0, 4*time.Millisecond)})
 				var mu sync.Mutex
 				var acked []string
 				var wg sync.WaitGroup
@@ -100,10 +100,10 @@ func TestAckedWritesSurviveSuccessorSeal(t *testing.T) {
 					})
 				}
 				time.Sleep(time.Duration(1+round%4) * time.Millisecond)
-				if _, err := fence.Claim(ctx, r.store, shard, 2, "successor", fence.WithClock(fence.NewAutoClock())); err != nil {
+				if _, err := fence.Claim(ctx, r.store.Container, shard, 2, "successor", fence.WithClock(fence.NewAutoClock())); err != nil {
 					t.Fatalf("successor claim: %v", err)
 				}
-				restored := sealForTest(ctx, t, r.store, 2)
+				restored := sealForTest(ctx, t, r.store.Container, 2)
 				wg.Wait()
 				for _, op := range acked {
 					if !restored[op] {

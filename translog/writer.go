@@ -137,7 +137,7 @@ type syncState struct {
 // concurrent use. One committer goroutine runs the syncs; Close drains it
 // and must be called to release it.
 type Writer struct {
-	store    blobstore.Container
+	store    *blobstore.Container
 	chain    *fence.Chain
 	opts     Options
 	shard    string
@@ -173,7 +173,7 @@ type Writer struct {
 // opts.Term). It checks that the store enforces the conditional writes the
 // protocol relies on, as advertised; the caller probes the real store with
 // blobstore.ProbePreconditions at start-up.
-func Open(ctx context.Context, store blobstore.Container, chain *fence.Chain, opts Options) (*Writer, error) {
+func Open(ctx context.Context, store *blobstore.Container, chain *fence.Chain, opts Options) (*Writer, error) {
 	fail := func(err error) (*Writer, error) {
 		return nil, &Error{Op: "Open", Shard: opts.Shard, Key: Dir, Err: err}
 	}

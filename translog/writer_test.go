@@ -21,7 +21,7 @@ var fastRetry = fence.Backoff{Initial: 100 * time.Microsecond, Max: time.Millise
 
 type rig struct {
 	t     *testing.T
-	inner *mem.Container
+	inner *blobstore.Container
 	store *faulty.Container
 	chain *fence.Chain
 	w     *Writer
@@ -52,12 +52,12 @@ func (r *rig) open(term int64, alloc string, o Options) {
 	}
 	var err error
 	if !o.FencingDisabled {
-		r.chain, err = fence.Claim(context.Background(), r.store, shard, term, alloc, fence.WithClock(o.Clock), fence.WithBackoff(o.Backoff))
+		r.chain, err = fence.Claim(context.Background(), r.store.Container, shard, term, alloc, fence.WithClock(o.Clock), fence.WithBackoff(o.Backoff))
 		if err != nil {
 			r.t.Fatalf("claim: %v", err)
 		}
 	}
-	r.w, err = Open(context.Background(), r.store, r.chain, o)
+	r.w, err = Open(context.Background(), r.store.Container, r.chain, o)
 	if err != nil {
 		r.t.Fatalf("open: %v", err)
 	}
@@ -124,7 +124,7 @@ func TestAppendAcksWithGenerationAndSeqNos(t *testing.T) {
 	if got := r.readAll(2, 1, 2); fmt.Sprint(got) != "[a b c]" {
 		t.Fatalf("read back %v", got)
 	}
-	if got := r.store.Requests(faulty.CompareAndSwap); got != 2 {
+	if got := r.store.Requests(blobstore.OpCompareAndSwap); got != 2 {
 		t.Fatalf("%d CAS requests for 2 syncs", got)
 	}
 }
@@ -134,7 +134,7 @@ func TestLargePayloadGoesToDataObjectFirst(t *testing.T) {
 	var order []string
 	var mu sync.Mutex
 	r.store.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
-		if q.Op == faulty.Put || q.Op == faulty.CreateIfAbsent {
+		if q.Op == blobstore.OpPut || q.Op == blobstore.OpCreateIfAbsent {
 			mu.Lock()
 			order = append(order, q.Op.String())
 			mu.Unlock()
@@ -238,10 +238,10 @@ func TestAcksStayInOrderUnderLatencyJitter(t *testing.T) {
 
 func TestLostResponsesAndStoreTroubleDoNotFence(t *testing.T) {
 	cases := map[string]faulty.Rule{
-		"lost response on the ack CAS":   {Ops: faulty.Ops(faulty.CompareAndSwap), Fault: faulty.LostResponse, Times: 3},
-		"lost request on the ack CAS":    {Ops: faulty.Ops(faulty.CompareAndSwap), Fault: faulty.LostRequest, Times: 3},
-		"lost response on md create":     {Ops: faulty.Ops(faulty.CreateIfAbsent), Prefix: MDPrefix, Fault: faulty.LostResponse, Times: 3},
-		"lost request on md create":      {Ops: faulty.Ops(faulty.CreateIfAbsent), Prefix: MDPrefix, Fault: faulty.LostRequest, Times: 3},
+		"lost response on the ack CAS":   {Ops: faulty.Ops(blobstore.OpCompareAndSwap), Fault: faulty.LostResponse, Times: 3},
+		"lost request on the ack CAS":    {Ops: faulty.Ops(blobstore.OpCompareAndSwap), Fault: faulty.LostRequest, Times: 3},
+		"lost response on md create":     {Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: MDPrefix, Fault: faulty.LostResponse, Times: 3},
+		"lost request on md create":      {Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: MDPrefix, Fault: faulty.LostRequest, Times: 3},
 		"409 conflicts":                  {Ops: faulty.Conditional, Fault: faulty.Conflict, Probability: 0.3},
 		"5xx before the store saw it":    {Ops: faulty.Writes, Fault: faulty.Unavailable, Probability: 0.3},
 		"timeouts on every request kind": {Fault: faulty.LostRequest, Probability: 0.2},
@@ -332,7 +332,7 @@ func TestFencingDisabledSendsNoCAS(t *testing.T) {
 	r := newRig(t, 1, Options{FencingDisabled: true, Shard: shard, Term: 1, Allocation: "a1"})
 	r.mustAppend("x")
 	r.mustAppend("y")
-	if n := r.store.Requests(faulty.CompareAndSwap); n != 0 {
+	if n := r.store.Requests(blobstore.OpCompareAndSwap); n != 0 {
 		t.Fatalf("%d CAS requests with fencing disabled", n)
 	}
 	if got := r.readAll(1, 1, 2); fmt.Sprint(got) != "[x y]" {
@@ -343,7 +343,7 @@ func TestFencingDisabledSendsNoCAS(t *testing.T) {
 func TestSequencedCreatesMDBeforeCAS(t *testing.T) {
 	r := newRig(t, 1, Options{AckOrder: Sequenced})
 	var mu sync.Mutex
-	var order []faulty.Op
+	var order []blobstore.Op
 	r.store.SetHooks(faulty.Hooks{After: func(_ context.Context, q faulty.Request, err error) {
 		mu.Lock()
 		order = append(order, q.Op)
@@ -351,7 +351,7 @@ func TestSequencedCreatesMDBeforeCAS(t *testing.T) {
 	}})
 	r.mustAppend("x")
 	r.mustAppend("y")
-	want := []faulty.Op{faulty.CreateIfAbsent, faulty.CompareAndSwap, faulty.CreateIfAbsent, faulty.CompareAndSwap}
+	want := []blobstore.Op{blobstore.OpCreateIfAbsent, blobstore.OpCompareAndSwap, blobstore.OpCreateIfAbsent, blobstore.OpCompareAndSwap}
 	if fmt.Sprint(order) != fmt.Sprint(want) {
 		t.Fatalf("requests %v, want %v", order, want)
 	}
@@ -365,9 +365,9 @@ func TestConcurrentModeSendsMDAndCASTogether(t *testing.T) {
 	var once sync.Once
 	r.store.SetHooks(faulty.Hooks{Before: func(ctx context.Context, q faulty.Request) error {
 		switch q.Op {
-		case faulty.CompareAndSwap:
+		case blobstore.OpCompareAndSwap:
 			once.Do(func() { close(casSent) })
-		case faulty.CreateIfAbsent:
+		case blobstore.OpCreateIfAbsent:
 			select {
 			case <-casSent:
 			case <-time.After(10 * time.Second):
@@ -390,17 +390,18 @@ func TestStartGenerationContinuesRestorePoint(t *testing.T) {
 		t.Fatalf("md %+v, %v", md, err)
 	}
 	// Opening below what the fence already commits would rewrite history.
-	if _, err := Open(context.Background(), r.store, r.chain, Options{StartGen: 41}); !errors.Is(err, fence.ErrInvalidArgument) {
+	if _, err := Open(context.Background(), r.store.Container, r.chain, Options{StartGen: 41}); !errors.Is(err, fence.ErrInvalidArgument) {
 		t.Fatalf("reopening at a committed generation: %v", err)
 	}
 }
 
-type noPreconditions struct{ blobstore.Container }
+// noPreconditions is a store that enforces no conditional operation.
+type noPreconditions struct{ *mem.Bucket }
 
 func (noPreconditions) Capabilities() blobstore.Capabilities { return blobstore.Capabilities{} }
 
 func TestOpenRefusesStoreWithoutPreconditions(t *testing.T) {
-	_, err := Open(context.Background(), noPreconditions{mem.New()}, nil, Options{FencingDisabled: true, Shard: shard, Term: 1, Allocation: "a"})
+	_, err := Open(context.Background(), blobstore.New(noPreconditions{mem.NewBucket("no-preconditions")}), nil, Options{FencingDisabled: true, Shard: shard, Term: 1, Allocation: "a"})
 	if !errors.Is(err, blobstore.ErrPreconditionsNotEnforced) {
 		t.Fatalf("open: %v", err)
 	}
@@ -412,7 +413,7 @@ func TestOpenRefusesStoreWithoutPreconditions(t *testing.T) {
 func TestBackpressure(t *testing.T) {
 	release := make(chan struct{})
 	hold := faulty.Hooks{Before: func(ctx context.Context, q faulty.Request) error {
-		if q.Op == faulty.CreateIfAbsent {
+		if q.Op == blobstore.OpCreateIfAbsent {
 			<-release
 		}
 		return nil
@@ -508,10 +509,10 @@ func TestCloseDrainsAndRefusesLaterAppends(t *testing.T) {
 
 func TestCloseWithExpiredContextAbandonsStuckSync(t *testing.T) {
 	r := newRig(t, 1, Options{})
-	r.store.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CreateIfAbsent), Fault: faulty.Unavailable})
+	r.store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Fault: faulty.Unavailable})
 	res := make(chan error, 1)
 	go func() { _, err := r.append("stuck"); res <- err }()
-	waitFor(t, func() bool { return r.store.Injected(faulty.CreateIfAbsent, faulty.Unavailable) > 3 })
+	waitFor(t, func() bool { return r.store.Injected(blobstore.OpCreateIfAbsent, faulty.Unavailable) > 3 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	if err := r.w.Close(ctx); !errors.Is(err, ErrClosed) {
@@ -527,7 +528,7 @@ func TestCloseWithExpiredContextAbandonsStuckSync(t *testing.T) {
 func holdMD(r *rig, gen int64) (release func()) {
 	ch := make(chan struct{})
 	r.store.SetHooks(faulty.Hooks{Before: func(ctx context.Context, q faulty.Request) error {
-		if q.Op == faulty.CreateIfAbsent && q.Key == MDKey(1, gen) {
+		if q.Op == blobstore.OpCreateIfAbsent && q.Key == MDKey(1, gen) {
 			select {
 			case <-ch:
 			case <-ctx.Done():

@@ -42,7 +42,7 @@ func (w gcWorld) Check(r *Run) error {
 // collector recovers at term, appends n ops, then runs the real GC.
 func collector(r *Run, w *world, actor string, term int64, n int) {
 	w.terms[actor] = term
-	r.Go(actor, func(ctx context.Context, store blobstore.Container) {
+	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
 		<-w.opened
 		var ops []string
 		sh, err := recovery.Open(ctx, store, Shard, term, actor, recoveryOpts(&ops))

@@ -31,7 +31,7 @@ func recoveryOpts(ops *[]string) recovery.Options {
 // seal, replay, open) and appends n ops.
 func successorRecovery(r *Run, w *world, actor string, term int64, n int) {
 	w.terms[actor] = term
-	r.Go(actor, func(ctx context.Context, store blobstore.Container) {
+	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
 		if term > 1 {
 			<-w.opened
 		}

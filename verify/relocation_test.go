@@ -90,7 +90,7 @@ func handoffScenario(name string, faults int, blind bool) Scenario {
 		Faults: faults,
 		Start: func(r *Run) Checker {
 			w := &handoffWorld{commits: map[string][]int64{}, token: make(chan blobstore.Token, 1)}
-			r.Go("src", func(ctx context.Context, store blobstore.Container) {
+			r.Go("src", func(ctx context.Context, store *blobstore.Container) {
 				defer close(w.token)
 				c, err := fence.Claim(ctx, store, Shard, 1, "src", claimOpts()...)
 				if err != nil {
@@ -128,7 +128,7 @@ func handoffScenario(name string, faults int, blind bool) Scenario {
 					r.Note("src stood down")
 				}
 			})
-			r.Go("tgt", func(ctx context.Context, store blobstore.Container) {
+			r.Go("tgt", func(ctx context.Context, store *blobstore.Container) {
 				tok, ok := <-w.token
 				if !ok {
 					return
@@ -160,7 +160,7 @@ func handoffScenario(name string, faults int, blind bool) Scenario {
 
 // blindRevert takes the key back with an unconditional PUT and continues
 // from it, as a design without the revert's CAS would.
-func blindRevert(ctx context.Context, r *Run, w *handoffWorld, store blobstore.Container, st fence.State) {
+func blindRevert(ctx context.Context, r *Run, w *handoffWorld, store *blobstore.Container, st fence.State) {
 	rec := st.Record
 	rec.Allocation, rec.Seq = "src", rec.Seq+1
 	body, err := rec.Encode()

@@ -70,7 +70,7 @@ func newRun(sc *Scenario) *Run {
 
 // Go starts an actor. Its store view sends every request through the
 // scheduler.
-func (r *Run) Go(actor string, fn func(ctx context.Context, store blobstore.Container)) {
+func (r *Run) Go(actor string, fn func(ctx context.Context, store *blobstore.Container)) {
 	r.mu.Lock()
 	r.actors[actor] = false
 	r.mu.Unlock()
@@ -85,7 +85,7 @@ func (r *Run) Go(actor string, fn func(ctx context.Context, store blobstore.Cont
 // Gate blocks the actor until the scheduler opens the gate. It returns
 // false once the schedule has ended: the actor should stop.
 func (r *Run) Gate(actor, name string) bool {
-	rep := r.Store.submit(&Request{Actor: actor, Op: OpGate, Key: name})
+	rep := r.Store.submit(&Request{Actor: actor, Gate: true, Key: name})
 	return rep.err == nil
 }
 
@@ -157,7 +157,7 @@ func (r *Run) choices() []choice {
 	}
 	if r.faults < r.sc.Faults {
 		for _, q := range s.pending {
-			for _, o := range outcomes(q.Op) {
+			for _, o := range outcomes(q) {
 				if r.sc.Faulty == nil || r.sc.Faulty(q, o) {
 					out = append(out, choice{q, o})
 				}

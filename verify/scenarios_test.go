@@ -16,7 +16,7 @@ import (
 // generation unless poison is off, and return the restore point. It is the
 // stand-in the write-path scenarios use where a full recovery would only
 // add steps; the recovery scenarios run the real seal.
-func sealDirect(ctx context.Context, store blobstore.Container, sealedBy int64, poison bool) (int64, []string, error) {
+func sealDirect(ctx context.Context, store *blobstore.Container, sealedBy int64, poison bool) (int64, []string, error) {
 	rd := translog.NewReader(store, Shard)
 	clock := fence.NewAutoClock()
 	m := int64(0)
@@ -76,7 +76,7 @@ func sealDirect(ctx context.Context, store blobstore.Container, sealedBy int64, 
 // design 3).
 func successorDirect(r *Run, w *world, actor string, term int64, n int, poison, gcPoison bool) {
 	w.terms[actor] = term
-	r.Go(actor, func(ctx context.Context, store blobstore.Container) {
+	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
 		<-w.opened
 		chain, err := fence.Claim(ctx, store, Shard, term, actor, claimOpts()...)
 		w.claimResult(r, actor, term, err)
@@ -116,18 +116,16 @@ func successorDirect(r *Run, w *world, actor string, term int64, n int, poison, 
 	})
 }
 
-// plainMD is wrong design 1's store: the writer's md create becomes a plain
-// overwriting PUT.
-type plainMD struct{ blobstore.Container }
-
-func (p plainMD) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	if strings.HasPrefix(key, translog.MDPrefix) {
-		return p.Put(ctx, key, body)
-	}
-	return p.Container.CreateIfAbsent(ctx, key, body)
+// plainMDStore is wrong design 1's store: the writer's md create becomes a
+// plain overwriting PUT.
+func plainMDStore(c *blobstore.Container) *blobstore.Container {
+	return c.With("", func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
+		if call.Op == blobstore.OpCreateIfAbsent && strings.HasPrefix(call.Key, translog.MDPrefix) {
+			call.Op = blobstore.OpPut
+		}
+		return next(ctx, call)
+	})
 }
-
-func plainMDStore(c blobstore.Container) blobstore.Container { return plainMD{c} }
 
 // writeCase is a term-1 primary appending syncs ops, optionally raced by a
 // term-2 successor.
@@ -148,7 +146,7 @@ func (c writeCase) scenario() Scenario {
 		UniqueTokens: c.unique,
 		Start: func(r *Run) Checker {
 			w := newWorld(c.successor)
-			var wrap func(blobstore.Container) blobstore.Container
+			var wrap func(*blobstore.Container) *blobstore.Container
 			poison, gc := true, false
 			switch c.variant {
 			case "plain-md":

@@ -13,7 +13,7 @@ import (
 // A fencing design as the claim scenarios see it: claim a term, then commit
 // generations while the claim holds.
 type design interface {
-	claim(ctx context.Context, store blobstore.Container, term int64, alloc string) (holder, error)
+	claim(ctx context.Context, store *blobstore.Container, term int64, alloc string) (holder, error)
 }
 
 type holder interface {
@@ -23,7 +23,7 @@ type holder interface {
 // termKeys is the real design: one fence key per term (package fence).
 type termKeys struct{}
 
-func (termKeys) claim(ctx context.Context, store blobstore.Container, term int64, alloc string) (holder, error) {
+func (termKeys) claim(ctx context.Context, store *blobstore.Container, term int64, alloc string) (holder, error) {
 	c, err := fence.Claim(ctx, store, Shard, term, alloc, claimOpts()...)
 	if err != nil {
 		return nil, err
@@ -46,7 +46,7 @@ type sharedKey struct{}
 
 const sharedFenceKey = "fence/shared"
 
-func (sharedKey) claim(ctx context.Context, store blobstore.Container, term int64, alloc string) (holder, error) {
+func (sharedKey) claim(ctx context.Context, store *blobstore.Container, term int64, alloc string) (holder, error) {
 	var seq int64
 	obj, err := store.Get(ctx, sharedFenceKey)
 	switch {
@@ -82,7 +82,7 @@ func (sharedKey) claim(ctx context.Context, store blobstore.Container, term int6
 }
 
 type sharedHolder struct {
-	store blobstore.Container
+	store *blobstore.Container
 	rec   fence.Record
 	tok   blobstore.Token
 }
@@ -158,7 +158,7 @@ func (w *claimWorld) Final(*Run) error {
 
 func claimant(r *Run, w *claimWorld, d design, actor string, term int64, gens int) {
 	w.terms[actor] = term
-	r.Go(actor, func(ctx context.Context, store blobstore.Container) {
+	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
 		if term > 1 {
 			<-w.opened
 		}

@@ -11,34 +11,8 @@ import (
 	"sync"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/driver"
 )
-
-// Op names a Container method.
-type Op string
-
-// The requests an actor can send.
-const (
-	OpGet           Op = "Get"
-	OpStat          Op = "Stat"
-	OpPut           Op = "Put"
-	OpCreate        Op = "CreateIfAbsent"
-	OpCAS           Op = "CompareAndSwap"
-	OpDelete        Op = "Delete"
-	OpDeleteIfMatch Op = "DeleteIfMatch"
-	OpList          Op = "List"
-	// OpGate is not a store request: an actor waits at a gate until the
-	// scheduler opens it, so actor-side events (an append arriving) are
-	// ordered by the schedule too.
-	OpGate Op = "Gate"
-)
-
-func (o Op) isWrite() bool {
-	switch o {
-	case OpPut, OpCreate, OpCAS, OpDelete, OpDeleteIfMatch:
-		return true
-	}
-	return false
-}
 
 // Outcome is what the scheduler does with a pending request.
 type Outcome uint8
@@ -83,8 +57,12 @@ var ErrScheduleEnded = errors.New("schedule ended by the checker")
 
 // Request is one store request (or gate) waiting for the scheduler.
 type Request struct {
-	Actor    string
-	Op       Op
+	Actor string
+	// Gate marks a request that is not a store request: an actor waits at
+	// a gate until the scheduler opens it, so actor-side events (an append
+	// arriving) are ordered by the schedule too. Op means nothing then.
+	Gate     bool
+	Op       blobstore.Op
 	Key      string // the key; for List the prefix; for a gate its name
 	After    string // List: startAfter
 	Limit    int    // List: limit
@@ -112,16 +90,21 @@ func (r *Request) Label() string {
 		return r.label
 	}
 	var b strings.Builder
+	if r.Gate {
+		fmt.Fprintf(&b, "%s Gate %s", r.Actor, DescribeKey(r.Key))
+		r.label = b.String()
+		return r.label
+	}
 	fmt.Fprintf(&b, "%s %s %s", r.Actor, r.Op, DescribeKey(r.Key))
 	switch r.Op {
-	case OpList:
+	case blobstore.OpList:
 		if r.After != "" {
 			fmt.Fprintf(&b, " after %s", DescribeKey(r.After))
 		}
-	case OpCAS, OpDeleteIfMatch:
+	case blobstore.OpCompareAndSwap, blobstore.OpDeleteIfMatch:
 		fmt.Fprintf(&b, " expect %s", short(r.Expected))
 	}
-	if r.Op == OpPut || r.Op == OpCreate || r.Op == OpCAS {
+	if r.Op == blobstore.OpPut || r.Op == blobstore.OpCreateIfAbsent || r.Op == blobstore.OpCompareAndSwap {
 		fmt.Fprintf(&b, " %s", DescribeBody(r.Key, r.Body))
 	}
 	r.label = b.String()
@@ -166,8 +149,12 @@ func tokenOf(body []byte) blobstore.Token {
 	return blobstore.Token(hex.EncodeToString(h[:4]))
 }
 
-// As returns the view of the store an actor sends its requests through.
-func (s *Store) As(actor string) blobstore.Container { return &view{s: s, actor: actor} }
+// As returns the container an actor sends its requests through: the
+// portable container over a driver whose every request waits for the
+// scheduler.
+func (s *Store) As(actor string) *blobstore.Container {
+	return blobstore.New(&actorBucket{s: s, actor: actor})
+}
 
 // Snapshot returns a copy of the store's contents.
 func (s *Store) Snapshot() map[string][]byte {
@@ -231,68 +218,67 @@ func (s *Store) end() {
 
 // apply performs r on the data and returns the store's answer.
 func (s *Store) apply(r *Request) reply {
-	switch r.Op {
-	case OpGate:
+	if r.Gate {
 		return reply{}
-	case OpGet:
-		o, ok := s.objects[r.Key]
+	}
+	o, ok := s.objects[r.Key]
+	switch r.Op {
+	case blobstore.OpGet:
 		if !ok {
 			return reply{err: blobstore.ErrNotFound}
 		}
 		return reply{obj: blobstore.Object{Key: r.Key, Body: append([]byte(nil), o.body...), Token: o.token}}
-	case OpStat:
-		o, ok := s.objects[r.Key]
+	case blobstore.OpStat:
 		if !ok {
 			return reply{err: blobstore.ErrNotFound}
 		}
 		return reply{attrs: blobstore.Attrs{Key: r.Key, Size: int64(len(o.body)), Token: o.token}}
-	case OpPut:
+	case blobstore.OpPut:
 		return reply{tok: s.set(r.Key, r.Body)}
-	case OpCreate:
-		if _, ok := s.objects[r.Key]; ok {
+	case blobstore.OpCreateIfAbsent:
+		if ok {
 			return reply{err: blobstore.ErrAlreadyExists}
 		}
 		return reply{tok: s.set(r.Key, r.Body)}
-	case OpCAS:
-		o, ok := s.objects[r.Key]
-		if !ok || r.Expected == "" || o.token != r.Expected {
+	case blobstore.OpCompareAndSwap:
+		if !ok || o.token != r.Expected {
 			return reply{err: blobstore.ErrPreconditionFailed}
 		}
 		return reply{tok: s.set(r.Key, r.Body)}
-	case OpDelete:
+	case blobstore.OpDelete:
 		delete(s.objects, r.Key)
 		return reply{}
-	case OpDeleteIfMatch:
-		o, ok := s.objects[r.Key]
+	case blobstore.OpDeleteIfMatch:
 		if !ok || o.token != r.Expected {
 			return reply{err: blobstore.ErrPreconditionFailed}
 		}
 		delete(s.objects, r.Key)
 		return reply{}
-	case OpList:
-		limit := r.Limit
-		if limit <= 0 || limit > blobstore.DefaultListLimit {
-			limit = blobstore.DefaultListLimit
-		}
-		var keys []string
-		for k := range s.objects {
-			if strings.HasPrefix(k, r.Key) && (r.After == "" || k > r.After) {
-				keys = append(keys, k)
-			}
-		}
-		sort.Strings(keys)
-		var page blobstore.ListPage
-		for _, k := range keys {
-			if len(page.Items) == limit {
-				page.More = true
-				break
-			}
-			o := s.objects[k]
-			page.Items = append(page.Items, blobstore.Attrs{Key: k, Size: int64(len(o.body)), Token: o.token})
-		}
-		return reply{page: page}
+	case blobstore.OpList:
+		return reply{page: s.list(r.Key, r.After, r.Limit)}
 	}
 	return reply{err: fmt.Errorf("%w: operation %s", blobstore.ErrUnsupported, r.Op)}
+}
+
+// list is one page of keys under prefix after startAfter.
+func (s *Store) list(prefix, startAfter string, limit int) blobstore.ListPage {
+	var keys []string
+	for k := range s.objects {
+		if strings.HasPrefix(k, prefix) && (startAfter == "" || k > startAfter) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var page blobstore.ListPage
+	for _, k := range keys {
+		if len(page.Items) == limit {
+			page.More = true
+			break
+		}
+		o := s.objects[k]
+		page.Items = append(page.Items, blobstore.Attrs{Key: k, Size: int64(len(o.body)), Token: o.token})
+	}
+	return page
 }
 
 func (s *Store) set(key string, body []byte) blobstore.Token {
@@ -306,15 +292,17 @@ func (s *Store) set(key string, body []byte) blobstore.Token {
 }
 
 // outcomes lists what the scheduler may do with r besides delivering it.
-func outcomes(op Op) []Outcome {
-	switch op {
-	case OpGate:
+func outcomes(r *Request) []Outcome {
+	switch {
+	case r.Gate:
 		return nil
-	case OpGet, OpStat, OpList:
+	case !r.Op.Mutates():
 		return []Outcome{Fail}
-	case OpCreate, OpCAS:
+	}
+	switch r.Op {
+	case blobstore.OpCreateIfAbsent, blobstore.OpCompareAndSwap:
 		return []Outcome{Lose, Fail, Conflict, Delay}
-	case OpDelete:
+	case blobstore.OpDelete:
 		return []Outcome{Lose, Fail, Drop, Delay}
 	default:
 		return []Outcome{Lose, Fail, Delay}
@@ -362,14 +350,15 @@ func summarize(r *Request, rep reply) string {
 		}
 		return rep.err.Error()
 	}
-	switch r.Op {
-	case OpGate:
+	if r.Gate {
 		return "open"
-	case OpGet:
+	}
+	switch r.Op {
+	case blobstore.OpGet:
 		return "token " + short(rep.obj.Token) + " " + DescribeBody(r.Key, rep.obj.Body)
-	case OpStat:
+	case blobstore.OpStat:
 		return "token " + short(rep.attrs.Token)
-	case OpList:
+	case blobstore.OpList:
 		names := make([]string, len(rep.page.Items))
 		for i, it := range rep.page.Items {
 			names[i] = DescribeKey(it.Key)
@@ -379,79 +368,62 @@ func summarize(r *Request, rep reply) string {
 			more = " +more"
 		}
 		return "[" + strings.Join(names, " ") + "]" + more
-	case OpPut, OpCreate, OpCAS:
+	case blobstore.OpPut, blobstore.OpCreateIfAbsent, blobstore.OpCompareAndSwap:
 		return "ok token " + short(rep.tok)
 	}
 	return "ok"
 }
 
-// view is one actor's Container.
-type view struct {
+// actorBucket is the driver of one actor's container: every request waits
+// for the scheduler, which answers in the blobstore error kinds. The
+// portable container in front of it refuses invalid keys, done contexts and
+// empty tokens before they reach the schedule, as it does for every store.
+type actorBucket struct {
 	s     *Store
 	actor string
 }
 
-var _ blobstore.Container = (*view)(nil)
+var _ driver.Bucket = (*actorBucket)(nil)
 
-func (v *view) String() string { return "verify://" + v.actor }
+func (b *actorBucket) String() string { return "verify://" + b.actor }
 
-func (v *view) Capabilities() blobstore.Capabilities {
-	return blobstore.Capabilities{ConditionalCreate: true, ConditionalUpdate: true, ConditionalDelete: true}
+func (b *actorBucket) Capabilities() driver.Capabilities {
+	return driver.Capabilities{ConditionalCreate: true, ConditionalUpdate: true, ConditionalDelete: true}
 }
 
-func (v *view) Close() error { return nil }
+func (b *actorBucket) Close() error { return nil }
 
-func (v *view) do(ctx context.Context, r *Request) reply {
-	check := blobstore.ValidateKey
-	if r.Op == OpList {
-		check = blobstore.ValidatePrefix
-	}
-	if err := check(r.Key); err != nil {
-		return reply{err: blobstore.Wrap(string(r.Op), v.String(), r.Key, err)}
-	}
-	if err := ctx.Err(); err != nil {
-		return reply{err: blobstore.Wrap(string(r.Op), v.String(), r.Key, err)}
-	}
-	r.Actor = v.actor
-	rep := v.s.submit(r)
-	rep.err = blobstore.Wrap(string(r.Op), v.String(), r.Key, rep.err)
-	return rep
+// Classify has nothing to place: the scheduler answers in the kinds, or
+// with ErrScheduleEnded.
+func (b *actorBucket) Classify(_ driver.Op, err error) error { return err }
+
+func (b *actorBucket) submit(r *Request) reply {
+	r.Actor = b.actor
+	return b.s.submit(r)
 }
 
-func (v *view) Get(ctx context.Context, key string) (blobstore.Object, error) {
-	rep := v.do(ctx, &Request{Op: OpGet, Key: key})
+func (b *actorBucket) Get(_ context.Context, key string) (driver.Object, error) {
+	rep := b.submit(&Request{Op: blobstore.OpGet, Key: key})
 	return rep.obj, rep.err
 }
 
-func (v *view) Stat(ctx context.Context, key string) (blobstore.Attrs, error) {
-	rep := v.do(ctx, &Request{Op: OpStat, Key: key})
+func (b *actorBucket) Stat(_ context.Context, key string) (driver.Attrs, error) {
+	rep := b.submit(&Request{Op: blobstore.OpStat, Key: key})
 	return rep.attrs, rep.err
 }
 
-func (v *view) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	rep := v.do(ctx, &Request{Op: OpPut, Key: key, Body: append([]byte(nil), body...)})
+// Write copies the body: a delayed request stays in flight after its
+// caller has moved on.
+func (b *actorBucket) Write(_ context.Context, key string, body []byte, pre driver.Precondition) (driver.Token, error) {
+	rep := b.submit(&Request{Op: pre.WriteOp(), Key: key, Expected: pre.IfMatch, Body: append([]byte(nil), body...)})
 	return rep.tok, rep.err
 }
 
-func (v *view) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	rep := v.do(ctx, &Request{Op: OpCreate, Key: key, Body: append([]byte(nil), body...)})
-	return rep.tok, rep.err
+func (b *actorBucket) Delete(_ context.Context, key string, pre driver.Precondition) error {
+	return b.submit(&Request{Op: pre.DeleteOp(), Key: key, Expected: pre.IfMatch}).err
 }
 
-func (v *view) CompareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
-	rep := v.do(ctx, &Request{Op: OpCAS, Key: key, Expected: expected, Body: append([]byte(nil), body...)})
-	return rep.tok, rep.err
-}
-
-func (v *view) Delete(ctx context.Context, key string) error {
-	return v.do(ctx, &Request{Op: OpDelete, Key: key}).err
-}
-
-func (v *view) DeleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
-	return v.do(ctx, &Request{Op: OpDeleteIfMatch, Key: key, Expected: expected}).err
-}
-
-func (v *view) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
-	rep := v.do(ctx, &Request{Op: OpList, Key: prefix, After: startAfter, Limit: limit})
+func (b *actorBucket) List(_ context.Context, prefix, startAfter string, limit int) (driver.ListPage, error) {
+	rep := b.submit(&Request{Op: blobstore.OpList, Key: prefix, After: startAfter, Limit: limit})
 	return rep.page, rep.err
 }

@@ -201,7 +201,7 @@ func (w *world) Check(r *Run) error {
 	pending := append([]*Request(nil), r.Store.pending...)
 	r.Store.mu.Unlock()
 	for _, q := range pending {
-		if !q.Op.isWrite() {
+		if q.Gate || !q.Op.Mutates() {
 			continue
 		}
 		g := genOf(q)
@@ -296,10 +296,10 @@ func (w *world) Final(r *Run) error {
 // genOf is the generation a write is for: the fence record's for a CAS,
 // the key's for an md create; 0 for any other write.
 func genOf(q *Request) int64 {
-	if _, g, ok := translog.ParseMDKey(q.Key); ok && q.Op == OpCreate {
+	if _, g, ok := translog.ParseMDKey(q.Key); ok && q.Op == blobstore.OpCreateIfAbsent {
 		return g
 	}
-	if _, ok := fence.ParseKey(q.Key); ok && q.Op == OpCAS {
+	if _, ok := fence.ParseKey(q.Key); ok && q.Op == blobstore.OpCompareAndSwap {
 		if rec, err := fence.DecodeRecord(Shard, q.Key, q.Body); err == nil {
 			return rec.Gen
 		}
@@ -328,9 +328,9 @@ func appender(ctx context.Context, r *Run, w *world, actor string, term int64, w
 }
 
 // primary claims term 1 and appends n ops.
-func primary(r *Run, w *world, actor string, n int, order translog.AckOrder, wrap func(blobstore.Container) blobstore.Container) {
+func primary(r *Run, w *world, actor string, n int, order translog.AckOrder, wrap func(*blobstore.Container) *blobstore.Container) {
 	w.terms[actor] = 1
-	r.Go(actor, func(ctx context.Context, store blobstore.Container) {
+	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
 		if wrap != nil {
 			store = wrap(store)
 		}

@@ -64,6 +64,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/driver"
 )
 
 // Scheme is the URL scheme this driver registers.
@@ -91,30 +92,25 @@ type Options struct {
 	MaxConditionalBody int64
 }
 
-// Container is one container and prefix of Azure Blob Storage.
-type Container struct {
+// bucket is the driver: one container of Azure Blob Storage.
+type bucket struct {
 	client  *container.Client
 	account string
 	name    string // container name
-	prefix  string // "" or ending in '/'
 	opts    Options
 }
 
-var _ blobstore.Container = (*Container)(nil)
+var (
+	_ driver.Bucket     = (*bucket)(nil)
+	_ driver.KeyChecker = (*bucket)(nil)
+)
 
 // New returns a container over an existing container client, for callers
 // that build the client themselves. account only names the store in
 // messages.
-func New(client *container.Client, account, containerName, prefix string, opts Options) (*Container, error) {
+func New(client *container.Client, account, containerName, prefix string, opts Options) (*blobstore.Container, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: azure.New needs a container client", blobstore.ErrBadURL)
-	}
-	prefix = strings.Trim(prefix, "/")
-	if prefix != "" {
-		if err := blobstore.ValidateKey(prefix); err != nil {
-			return nil, fmt.Errorf("%w azblob://%s/%s/%s: prefix: %v", blobstore.ErrBadURL, account, containerName, prefix, err)
-		}
-		prefix += "/"
 	}
 	switch {
 	case opts.MaxConditionalBody < 0 || opts.MaxConditionalBody > MaxPutBlob:
@@ -122,11 +118,11 @@ func New(client *container.Client, account, containerName, prefix string, opts O
 	case opts.MaxConditionalBody == 0:
 		opts.MaxConditionalBody = MaxPutBlob
 	}
-	return &Container{client: client, account: account, name: containerName, prefix: prefix, opts: opts}, nil
+	return blobstore.NewAt(&bucket{client: client, account: account, name: containerName, opts: opts}, prefix)
 }
 
 // open is the registered opener for azblob:// URLs.
-func open(_ context.Context, u *url.URL) (blobstore.Container, error) {
+func open(_ context.Context, u *url.URL) (*blobstore.Container, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w %q: %s", blobstore.ErrBadURL, blobstore.RedactURL(u), fmt.Sprintf(format, args...))
 	}
@@ -242,46 +238,40 @@ func checkContainerName(name string) error {
 	return nil
 }
 
-func (c *Container) String() string {
-	return "azblob://" + c.account + "/" + c.name + "/" + c.prefix
+func (b *bucket) String() string {
+	return "azblob://" + b.account + "/" + b.name
 }
 
 // Capabilities: Azure enforces If-None-Match and If-Match on Put Blob and
 // If-Match on Delete Blob.
-func (c *Container) Capabilities() blobstore.Capabilities {
+func (b *bucket) Capabilities() blobstore.Capabilities {
 	return blobstore.Capabilities{
 		ConditionalCreate:  true,
 		ConditionalUpdate:  true,
 		ConditionalDelete:  true,
-		MaxConditionalBody: c.opts.MaxConditionalBody,
+		MaxConditionalBody: b.opts.MaxConditionalBody,
+		MaxBody:            MaxPutBlob,
 	}
 }
 
 // Close has nothing to release: the pipeline holds no connections of its
 // own beyond the shared HTTP transport.
-func (c *Container) Close() error { return nil }
+func (b *bucket) Close() error { return nil }
 
-// check validates key and returns the full blob name.
-func (c *Container) check(ctx context.Context, op, key string) (string, error) {
-	if err := blobstore.ValidateKey(key); err != nil {
-		return "", c.fail(op, key, err)
+// CheckKey refuses a blob name longer or deeper than Azure allows once
+// prefixed.
+func (b *bucket) CheckKey(key string) error {
+	if n := utf8.RuneCountInString(key); n > maxBlobNameChars {
+		return fmt.Errorf("%w: with the container prefix the blob name is %d characters, more than the %d Azure allows", blobstore.ErrInvalidKey, n, maxBlobNameChars)
 	}
-	name := c.prefix + key
-	if n := utf8.RuneCountInString(name); n > maxBlobNameChars {
-		return "", c.fail(op, key, fmt.Errorf("%w: with the prefix %q the blob name is %d characters, more than the %d Azure allows", blobstore.ErrInvalidKey, c.prefix, n, maxBlobNameChars))
+	if n := strings.Count(key, "/") + 1; n > maxBlobSegments {
+		return fmt.Errorf("%w: with the container prefix the blob name has %d path segments, more than the %d Azure allows", blobstore.ErrInvalidKey, n, maxBlobSegments)
 	}
-	if n := strings.Count(name, "/") + 1; n > maxBlobSegments {
-		return "", c.fail(op, key, fmt.Errorf("%w: with the prefix %q the blob name has %d path segments, more than the %d Azure allows", blobstore.ErrInvalidKey, c.prefix, n, maxBlobSegments))
-	}
-	if err := ctx.Err(); err != nil {
-		return "", c.fail(op, key, err)
-	}
-	return name, nil
+	return nil
 }
 
-func (c *Container) fail(op, key string, err error) error {
-	return blobstore.Wrap(op, c.String(), key, err)
-}
+// Classify places an error of the Azure SDK (see errors.go).
+func (b *bucket) Classify(op driver.Op, err error) error { return mapError(op, err) }
 
 // once marks ctx so the pipeline sends the request a single time.
 func once(ctx context.Context) context.Context {
@@ -295,171 +285,91 @@ func token(etag *azcore.ETag) blobstore.Token {
 	return blobstore.Token(*etag)
 }
 
-func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, error) {
-	name, err := c.check(ctx, "Get", key)
-	if err != nil {
-		return blobstore.Object{}, err
+// access is pre as Azure's access conditions.
+func access(pre driver.Precondition) *blob.AccessConditions {
+	switch {
+	case pre.IfAbsent:
+		return &blob.AccessConditions{ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfNoneMatch: to.Ptr(azcore.ETagAny)}}
+	case pre.IfMatch != "":
+		return &blob.AccessConditions{ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: to.Ptr(azcore.ETag(pre.IfMatch))}}
 	}
-	resp, err := c.client.NewBlobClient(name).DownloadStream(ctx, nil)
+	return nil
+}
+
+func (b *bucket) Get(ctx context.Context, key string) (driver.Object, error) {
+	resp, err := b.client.NewBlobClient(key).DownloadStream(ctx, nil)
 	if err != nil {
-		return blobstore.Object{}, c.fail("Get", key, mapError("Get", err))
+		return driver.Object{}, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return blobstore.Object{}, c.fail("Get", key, mapError("Get", err))
+		return driver.Object{}, err
 	}
 	if resp.ContentLength != nil && int64(len(body)) != *resp.ContentLength {
-		return blobstore.Object{}, c.fail("Get", key, blobstore.Unavailable(fmt.Errorf("read %d of %d bytes", len(body), *resp.ContentLength)))
+		return driver.Object{}, blobstore.Unavailable(fmt.Errorf("read %d of %d bytes", len(body), *resp.ContentLength))
 	}
-	return blobstore.Object{Key: key, Body: body, Token: token(resp.ETag)}, nil
+	return driver.Object{Body: body, Token: token(resp.ETag)}, nil
 }
 
-func (c *Container) Stat(ctx context.Context, key string) (blobstore.Attrs, error) {
-	name, err := c.check(ctx, "Stat", key)
+func (b *bucket) Stat(ctx context.Context, key string) (driver.Attrs, error) {
+	resp, err := b.client.NewBlobClient(key).GetProperties(ctx, nil)
 	if err != nil {
-		return blobstore.Attrs{}, err
+		return driver.Attrs{}, err
 	}
-	resp, err := c.client.NewBlobClient(name).GetProperties(ctx, nil)
-	if err != nil {
-		return blobstore.Attrs{}, c.fail("Stat", key, mapError("Stat", err))
-	}
-	a := blobstore.Attrs{Key: key, Token: token(resp.ETag)}
+	a := driver.Attrs{Token: token(resp.ETag)}
 	if resp.ContentLength != nil {
 		a.Size = *resp.ContentLength
 	}
 	return a, nil
 }
 
-func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	name, err := c.check(ctx, "Put", key)
-	if err != nil {
-		return "", err
-	}
-	if len(body) > MaxPutBlob {
-		return "", c.fail("Put", key, fmt.Errorf("%w: %d bytes exceed the %d of one Put Blob", blobstore.ErrTooLarge, len(body), int64(MaxPutBlob)))
-	}
-	return c.upload(once(ctx), "Put", key, name, body, nil)
-}
-
-func (c *Container) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	const op = "CreateIfAbsent"
-	name, err := c.check(ctx, op, key)
-	if err != nil {
-		return "", err
-	}
-	if err := blobstore.CheckConditionalBody(op, c.String(), key, len(body), c.Capabilities()); err != nil {
-		return "", err
-	}
-	return c.upload(once(ctx), op, key, name, body, &blob.ModifiedAccessConditions{IfNoneMatch: to.Ptr(azcore.ETagAny)})
-}
-
-func (c *Container) CompareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
-	const op = "CompareAndSwap"
-	name, err := c.check(ctx, op, key)
-	if err != nil {
-		return "", err
-	}
-	if err := checkToken(expected); err != nil {
-		return "", c.fail(op, key, err)
-	}
-	if err := blobstore.CheckConditionalBody(op, c.String(), key, len(body), c.Capabilities()); err != nil {
-		return "", err
-	}
-	return c.upload(once(ctx), op, key, name, body, &blob.ModifiedAccessConditions{IfMatch: to.Ptr(azcore.ETag(expected))})
-}
-
-// checkToken refuses a token that could not have come from a read: the empty
-// one, and "*", which If-Match would take as "any version".
-func checkToken(t blobstore.Token) error {
-	if t == "" || strings.TrimSpace(string(t)) == "*" {
-		return fmt.Errorf("%w: token %q names no version", blobstore.ErrPreconditionFailed, string(t))
-	}
-	return nil
-}
-
-// upload sends body as one Put Blob with an MD5 the service checks, so a
-// body damaged on the way is refused rather than stored.
-func (c *Container) upload(ctx context.Context, op, key, name string, body []byte, cond *blob.ModifiedAccessConditions) (blobstore.Token, error) {
+// Write sends body as one Put Blob, once, with an MD5 the service checks,
+// so a body damaged on the way is refused rather than stored.
+func (b *bucket) Write(ctx context.Context, key string, body []byte, pre driver.Precondition) (driver.Token, error) {
 	sum := md5.Sum(body)
 	opts := &blockblob.UploadOptions{
 		TransactionalValidation: blob.TransferValidationTypeMD5(sum[:]),
 		HTTPHeaders:             &blob.HTTPHeaders{BlobContentType: to.Ptr("application/octet-stream")},
+		AccessConditions:        access(pre),
 	}
-	if cond != nil {
-		opts.AccessConditions = &blob.AccessConditions{ModifiedAccessConditions: cond}
-	}
-	resp, err := c.client.NewBlockBlobClient(name).Upload(ctx, streaming.NopCloser(bytes.NewReader(body)), opts)
+	resp, err := b.client.NewBlockBlobClient(key).Upload(once(ctx), streaming.NopCloser(bytes.NewReader(body)), opts)
 	if err != nil {
-		return "", c.fail(op, key, mapError(op, err))
+		return "", err
 	}
 	return token(resp.ETag), nil
 }
 
-func (c *Container) Delete(ctx context.Context, key string) error {
-	name, err := c.check(ctx, "Delete", key)
-	if err != nil {
-		return err
+// Delete keeps the pipeline's retries for an unconditional delete (a later
+// attempt that finds nothing is the success the first would have reported)
+// and sends a conditional one once.
+func (b *bucket) Delete(ctx context.Context, key string, pre driver.Precondition) error {
+	var opts *blob.DeleteOptions
+	if pre.IfMatch != "" {
+		ctx, opts = once(ctx), &blob.DeleteOptions{AccessConditions: access(pre)}
 	}
-	// Retrying an unconditional delete is harmless: a later attempt that
-	// finds nothing is the success the first would have reported.
-	_, err = c.client.NewBlobClient(name).Delete(ctx, nil)
-	if err != nil && !isCode(err, 404, "BlobNotFound") {
-		return c.fail("Delete", key, mapError("Delete", err))
-	}
-	return nil
-}
-
-func (c *Container) DeleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
-	const op = "DeleteIfMatch"
-	name, err := c.check(ctx, op, key)
-	if err != nil {
-		return err
-	}
-	if err := checkToken(expected); err != nil {
-		return c.fail(op, key, err)
-	}
-	_, err = c.client.NewBlobClient(name).Delete(once(ctx), &blob.DeleteOptions{
-		AccessConditions: &blob.AccessConditions{ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: to.Ptr(azcore.ETag(expected))}},
-	})
-	if err != nil {
-		return c.fail(op, key, mapError(op, err))
-	}
-	return nil
+	_, err := b.client.NewBlobClient(key).Delete(ctx, opts)
+	return err
 }
 
 // maxListPage is the most names one List Blobs request returns.
 const maxListPage = 5000
 
-func (c *Container) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
-	if err := blobstore.ValidatePrefix(prefix); err != nil {
-		return blobstore.ListPage{}, c.fail("List", prefix, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return blobstore.ListPage{}, c.fail("List", prefix, err)
-	}
-	if limit <= 0 || limit > blobstore.DefaultListLimit {
-		limit = blobstore.DefaultListLimit
-	}
-	full := c.prefix + prefix
+func (b *bucket) List(ctx context.Context, prefix, startAfter string, limit int) (driver.ListPage, error) {
 	// Two more than the page: startAfter itself (startFrom is inclusive)
 	// and one beyond the page, so More is exact.
-	opts := &container.ListBlobsFlatOptions{Prefix: to.Ptr(full), MaxResults: to.Ptr(int32(limit + 2))}
-	after := ""
-	if startAfter != "" {
-		after = c.prefix + startAfter
-		// startFrom is a hint in the service's order: a service that
-		// ignores it lists from the prefix, and take below skips what is
-		// not strictly after startAfter either way.
-		if from := lowerBoundUTF16(after); from > full {
-			opts.StartFrom = to.Ptr(from)
-		}
+	opts := &container.ListBlobsFlatOptions{Prefix: to.Ptr(prefix), MaxResults: to.Ptr(int32(limit + 2))}
+	// startFrom is a hint in the service's order: a service that ignores
+	// it lists from the prefix, and take below skips what is not strictly
+	// after startAfter either way.
+	if from := lowerBoundUTF16(startAfter); from > prefix {
+		opts.StartFrom = to.Ptr(from)
 	}
-	var page blobstore.ListPage
+	var page driver.ListPage
 	// take adds items in byte order and reports whether the page is full.
-	take := func(items []blobstore.Attrs) bool {
+	take := func(items []driver.Attrs) bool {
 		for _, a := range items {
-			if a.Key <= after {
+			if a.Key <= startAfter {
 				continue
 			}
 			if len(page.Items) == limit {
@@ -470,17 +380,17 @@ func (c *Container) List(ctx context.Context, prefix, startAfter string, limit i
 		}
 		return false
 	}
-	order := byteOrder[blobstore.Attrs]{name: func(a blobstore.Attrs) string { return a.Key }}
+	order := byteOrder[driver.Attrs]{name: func(a driver.Attrs) string { return a.Key }}
 	for {
-		resp, err := c.client.NewListBlobsFlatPager(opts).NextPage(ctx)
+		resp, err := b.client.NewListBlobsFlatPager(opts).NextPage(ctx)
 		if err != nil {
-			return blobstore.ListPage{}, c.fail("List", prefix, mapError("List", err))
+			return driver.ListPage{}, err
 		}
 		for _, it := range resp.Segment.BlobItems {
-			if it.Name == nil || !strings.HasPrefix(*it.Name, full) {
+			if it.Name == nil {
 				continue
 			}
-			a := blobstore.Attrs{Key: *it.Name}
+			a := driver.Attrs{Key: *it.Name}
 			if it.Properties != nil {
 				a.Token = listToken(it.Properties.ETag)
 				if it.Properties.ContentLength != nil {
@@ -488,7 +398,7 @@ func (c *Container) List(ctx context.Context, prefix, startAfter string, limit i
 				}
 			}
 			if take(order.push(a)) {
-				return c.relative(page), nil
+				return page, nil
 			}
 		}
 		if resp.NextMarker == nil || *resp.NextMarker == "" {
@@ -501,15 +411,7 @@ func (c *Container) List(ctx context.Context, prefix, startAfter string, limit i
 		opts.MaxResults = to.Ptr(int32(maxListPage))
 	}
 	take(order.flush())
-	return c.relative(page), nil
-}
-
-// relative strips the container prefix from listed names.
-func (c *Container) relative(p blobstore.ListPage) blobstore.ListPage {
-	for i := range p.Items {
-		p.Items[i].Key = p.Items[i].Key[len(c.prefix):]
-	}
-	return p
+	return page, nil
 }
 
 // listToken gives a listed ETag the form Get and Put return: listings carry

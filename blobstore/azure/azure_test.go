@@ -30,7 +30,7 @@ func uniquePrefix(t *testing.T) string {
 func TestAzurite(t *testing.T) {
 	srv := testservers.StartAzurite(t)
 	srv.SetEnv(t)
-	open := func(t *testing.T, query string) blobstore.Container {
+	open := func(t *testing.T, query string) *blobstore.Container {
 		t.Helper()
 		raw := srv.StoreURL(uniquePrefix(t))
 		if query != "" {
@@ -45,7 +45,7 @@ func TestAzurite(t *testing.T) {
 	}
 
 	t.Run("conformance", func(t *testing.T) {
-		conformance.RunContainer(t, func(t *testing.T) blobstore.Container { return open(t, "") })
+		conformance.RunContainer(t, func(t *testing.T) *blobstore.Container { return open(t, "") })
 	})
 	t.Run("probe", func(t *testing.T) {
 		if err := blobstore.ProbePreconditions(t.Context(), open(t, "")); err != nil {
@@ -71,7 +71,7 @@ func TestAzurite(t *testing.T) {
 
 // Azurite enforces If-Match on Delete Blob, which is what lets the driver
 // advertise ConditionalDelete (MinIO and fake-gcs-server do not).
-func testDeleteIfMatch(t *testing.T, c blobstore.Container) {
+func testDeleteIfMatch(t *testing.T, c *blobstore.Container) {
 	ctx := t.Context()
 	if !c.Capabilities().ConditionalDelete {
 		t.Fatal("ConditionalDelete not advertised")
@@ -103,7 +103,7 @@ func testDeleteIfMatch(t *testing.T, c blobstore.Container) {
 	}
 }
 
-func testTokenIsETag(t *testing.T, c blobstore.Container) {
+func testTokenIsETag(t *testing.T, c *blobstore.Container) {
 	ctx := t.Context()
 	tok, err := c.CreateIfAbsent(ctx, "etag", []byte("one"))
 	if err != nil {
@@ -124,7 +124,7 @@ func testTokenIsETag(t *testing.T, c blobstore.Container) {
 	}
 }
 
-func testBodyLimit(t *testing.T, c blobstore.Container) {
+func testBodyLimit(t *testing.T, c *blobstore.Container) {
 	ctx := t.Context()
 	if got := c.Capabilities().MaxConditionalBody; got != 16 {
 		t.Fatalf("MaxConditionalBody %d, want 16", got)
@@ -352,7 +352,7 @@ func TestConnectionRefusedIsUnavailable(t *testing.T) {
 			t.Errorf("%s against a closed port: %v; want ErrUnavailable", name, err)
 		}
 		var oe *blobstore.OpError
-		if !errors.As(err, &oe) || oe.Op != name || oe.Key != "k" {
+		if !errors.As(err, &oe) || oe.Op.String() != name || oe.Key != "k" {
 			t.Errorf("%s: error %v does not name op and key", name, err)
 		}
 	}

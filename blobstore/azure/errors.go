@@ -11,6 +11,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/driver"
 )
 
 // serviceError is a one-line form of the service's answer. The SDK's own
@@ -31,24 +32,9 @@ func (e *serviceError) Error() string {
 
 func (e *serviceError) Unwrap() error { return e.err }
 
-// mutates reports whether op can change the store, so that a failure after
-// the request left must be reported as ambiguous rather than as a clean miss.
-func mutates(op string) bool {
-	switch op {
-	case "Put", "CreateIfAbsent", "CompareAndSwap", "Delete", "DeleteIfMatch":
-		return true
-	}
-	return false
-}
-
-func isCode(err error, status int, code string) bool {
-	var re *azcore.ResponseError
-	return errors.As(err, &re) && re.StatusCode == status && re.ErrorCode == code
-}
-
 // mapError turns an error of the Azure SDK for op into the blobstore
 // vocabulary.
-func mapError(op string, err error) error {
+func mapError(op driver.Op, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -57,7 +43,7 @@ func mapError(op string, err error) error {
 		return mapStatus(op, re.StatusCode, re.ErrorCode, &serviceError{status: re.StatusCode, code: re.ErrorCode, err: re})
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		if mutates(op) {
+		if op.Mutates() {
 			// The request may have reached the store before the caller
 			// gave up on it.
 			return blobstore.Ambiguous(err)
@@ -68,7 +54,7 @@ func mapError(op string, err error) error {
 	if errors.As(err, &oe) && oe.Op == "dial" {
 		return blobstore.Unavailable(err)
 	}
-	if mutates(op) {
+	if op.Mutates() {
 		// A reset connection, a truncated response, or an error this
 		// driver does not recognise leaves the write's outcome open.
 		return blobstore.Ambiguous(err)
@@ -80,13 +66,13 @@ func mapError(op string, err error) error {
 	return err
 }
 
-func mapStatus(op string, status int, code string, err error) error {
+func mapStatus(op driver.Op, status int, code string, err error) error {
 	switch {
 	case code == "ContainerNotFound":
 		return fmt.Errorf("container does not exist; create it or fix the store URL: %w", err)
 	case status == http.StatusConflict && code == "BlobAlreadyExists",
-		status == http.StatusPreconditionFailed && code == "ConditionNotMet" && op == "CreateIfAbsent":
-		if op == "CreateIfAbsent" {
+		status == http.StatusPreconditionFailed && code == "ConditionNotMet" && op == driver.OpCreateIfAbsent:
+		if op == driver.OpCreateIfAbsent {
 			return fmt.Errorf("%w: %w", blobstore.ErrAlreadyExists, err)
 		}
 		return fmt.Errorf("unexpected answer to %s: %w", op, err)
@@ -100,8 +86,14 @@ func mapStatus(op string, status int, code string, err error) error {
 		return fmt.Errorf("the store refused the request for a reason other than its condition (is the blob leased or archived?): %w", err)
 	case status == http.StatusNotFound:
 		switch op {
-		case "CompareAndSwap", "DeleteIfMatch":
+		case driver.OpCompareAndSwap, driver.OpDeleteIfMatch:
 			return fmt.Errorf("%w: no object at the key: %w", blobstore.ErrPreconditionFailed, err)
+		case driver.OpDelete:
+			// A delete of a missing blob succeeds; any other 404 (a
+			// missing resource above the blob) must not pass for one.
+			if code != "BlobNotFound" {
+				return fmt.Errorf("the store answered a delete with a 404 that names no missing blob: %w", err)
+			}
 		}
 		return fmt.Errorf("%w: %w", blobstore.ErrNotFound, err)
 	case status == http.StatusRequestEntityTooLarge:
@@ -116,7 +108,7 @@ func mapStatus(op string, status int, code string, err error) error {
 		// 503 ServerBusy is documented as "not processed", but a write
 		// treats every 5xx as possibly applied: the cost of being wrong
 		// the other way is a lost acknowledged write.
-		if mutates(op) {
+		if op.Mutates() {
 			return blobstore.Ambiguous(err)
 		}
 		return blobstore.Unavailable(err)

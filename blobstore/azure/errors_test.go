@@ -11,6 +11,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/driver"
 )
 
 func TestMapError(t *testing.T) {
@@ -22,44 +23,44 @@ func TestMapError(t *testing.T) {
 	reset := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
 
 	for _, tc := range []struct {
-		op   string
+		op   driver.Op
 		err  error
 		want error // nil: none of the sentinels below
 	}{
-		{"CreateIfAbsent", svc(409, "BlobAlreadyExists"), blobstore.ErrAlreadyExists},
-		{"CreateIfAbsent", svc(412, "ConditionNotMet"), blobstore.ErrAlreadyExists},
-		{"CompareAndSwap", svc(412, "ConditionNotMet"), blobstore.ErrPreconditionFailed},
-		{"DeleteIfMatch", svc(412, "ConditionNotMet"), blobstore.ErrPreconditionFailed},
-		{"CompareAndSwap", svc(404, "BlobNotFound"), blobstore.ErrPreconditionFailed},
-		{"DeleteIfMatch", svc(404, "BlobNotFound"), blobstore.ErrPreconditionFailed},
-		{"Get", svc(404, "BlobNotFound"), blobstore.ErrNotFound},
-		{"Stat", svc(404, ""), blobstore.ErrNotFound}, // HEAD answers carry no body
+		{driver.OpCreateIfAbsent, svc(409, "BlobAlreadyExists"), blobstore.ErrAlreadyExists},
+		{driver.OpCreateIfAbsent, svc(412, "ConditionNotMet"), blobstore.ErrAlreadyExists},
+		{driver.OpCompareAndSwap, svc(412, "ConditionNotMet"), blobstore.ErrPreconditionFailed},
+		{driver.OpDeleteIfMatch, svc(412, "ConditionNotMet"), blobstore.ErrPreconditionFailed},
+		{driver.OpCompareAndSwap, svc(404, "BlobNotFound"), blobstore.ErrPreconditionFailed},
+		{driver.OpDeleteIfMatch, svc(404, "BlobNotFound"), blobstore.ErrPreconditionFailed},
+		{driver.OpGet, svc(404, "BlobNotFound"), blobstore.ErrNotFound},
+		{driver.OpStat, svc(404, ""), blobstore.ErrNotFound}, // HEAD answers carry no body
 		// A lease or an archived blob refuses definitely, but not because
 		// the token moved: no precondition failure, no conflict.
-		{"CompareAndSwap", svc(412, "LeaseIdMissing"), nil},
-		{"CompareAndSwap", svc(409, "LeaseIdMissing"), nil},
-		{"Put", svc(409, "BlobArchived"), nil},
-		{"CompareAndSwap", svc(409, "BlobAlreadyExists"), nil},
-		{"Put", svc(404, "ContainerNotFound"), nil},
-		{"Get", svc(404, "ContainerNotFound"), nil},
-		{"CreateIfAbsent", svc(413, "RequestBodyTooLarge"), blobstore.ErrTooLarge},
-		{"Put", svc(400, "InvalidResourceName"), blobstore.ErrInvalidKey},
-		{"Put", svc(400, "InvalidHeaderValue"), nil},
-		{"Get", svc(403, "AuthenticationFailed"), nil},
-		{"CreateIfAbsent", svc(503, "ServerBusy"), blobstore.ErrAmbiguous},
-		{"CompareAndSwap", svc(500, "OperationTimedOut"), blobstore.ErrAmbiguous},
-		{"DeleteIfMatch", svc(500, "InternalError"), blobstore.ErrAmbiguous},
-		{"Delete", svc(408, ""), blobstore.ErrAmbiguous},
-		{"Get", svc(503, "ServerBusy"), blobstore.ErrUnavailable},
-		{"List", svc(500, "InternalError"), blobstore.ErrUnavailable},
-		{"Put", svc(429, ""), blobstore.ErrUnavailable},
-		{"CreateIfAbsent", dial, blobstore.ErrUnavailable},
-		{"Get", dial, blobstore.ErrUnavailable},
-		{"CompareAndSwap", reset, blobstore.ErrAmbiguous},
-		{"Stat", reset, blobstore.ErrUnavailable},
-		{"CreateIfAbsent", errors.New("unrecognised"), blobstore.ErrAmbiguous},
-		{"Put", context.DeadlineExceeded, blobstore.ErrAmbiguous},
-		{"List", context.Canceled, nil},
+		{driver.OpCompareAndSwap, svc(412, "LeaseIdMissing"), nil},
+		{driver.OpCompareAndSwap, svc(409, "LeaseIdMissing"), nil},
+		{driver.OpPut, svc(409, "BlobArchived"), nil},
+		{driver.OpCompareAndSwap, svc(409, "BlobAlreadyExists"), nil},
+		{driver.OpPut, svc(404, "ContainerNotFound"), nil},
+		{driver.OpGet, svc(404, "ContainerNotFound"), nil},
+		{driver.OpCreateIfAbsent, svc(413, "RequestBodyTooLarge"), blobstore.ErrTooLarge},
+		{driver.OpPut, svc(400, "InvalidResourceName"), blobstore.ErrInvalidKey},
+		{driver.OpPut, svc(400, "InvalidHeaderValue"), nil},
+		{driver.OpGet, svc(403, "AuthenticationFailed"), nil},
+		{driver.OpCreateIfAbsent, svc(503, "ServerBusy"), blobstore.ErrAmbiguous},
+		{driver.OpCompareAndSwap, svc(500, "OperationTimedOut"), blobstore.ErrAmbiguous},
+		{driver.OpDeleteIfMatch, svc(500, "InternalError"), blobstore.ErrAmbiguous},
+		{driver.OpDelete, svc(408, ""), blobstore.ErrAmbiguous},
+		{driver.OpGet, svc(503, "ServerBusy"), blobstore.ErrUnavailable},
+		{driver.OpList, svc(500, "InternalError"), blobstore.ErrUnavailable},
+		{driver.OpPut, svc(429, ""), blobstore.ErrUnavailable},
+		{driver.OpCreateIfAbsent, dial, blobstore.ErrUnavailable},
+		{driver.OpGet, dial, blobstore.ErrUnavailable},
+		{driver.OpCompareAndSwap, reset, blobstore.ErrAmbiguous},
+		{driver.OpStat, reset, blobstore.ErrUnavailable},
+		{driver.OpCreateIfAbsent, errors.New("unrecognised"), blobstore.ErrAmbiguous},
+		{driver.OpPut, context.DeadlineExceeded, blobstore.ErrAmbiguous},
+		{driver.OpList, context.Canceled, nil},
 	} {
 		got := mapError(tc.op, tc.err)
 		var re, gotRE *azcore.ResponseError
@@ -77,7 +78,7 @@ func TestMapError(t *testing.T) {
 			}
 		}
 	}
-	if mapError("Get", nil) != nil {
+	if mapError(driver.OpGet, nil) != nil {
 		t.Error("mapError(nil) is not nil")
 	}
 }
@@ -95,7 +96,7 @@ func describe(err error) string {
 // The mapped message is one line naming status and code, not the SDK's
 // multi-line response dump.
 func TestServiceErrorMessage(t *testing.T) {
-	got := mapError("CompareAndSwap", &azcore.ResponseError{StatusCode: 412, ErrorCode: "ConditionNotMet"}).Error()
+	got := mapError(driver.OpCompareAndSwap, &azcore.ResponseError{StatusCode: 412, ErrorCode: "ConditionNotMet"}).Error()
 	if want := "precondition failed: Azure answered HTTP 412 ConditionNotMet"; got != want {
 		t.Errorf("message %q, want %q", got, want)
 	}

@@ -1,13 +1,16 @@
-// Package faulty wraps a blobstore.Container with deterministic, seeded fault
-// injection: latency, definite failures, lost requests and lost responses,
-// requests that land late, S3-style 409 conflicts, silently dropped deletes,
-// and a store that ignores preconditions. The fencing protocol must stay safe under every one of
-// them; tests and benches use this wrapper to prove it.
+// Package faulty is a blobstore middleware (blobstore.Container.With) for
+// deterministic, seeded fault injection: latency, definite failures, lost
+// requests and lost responses, requests that land late, S3-style 409
+// conflicts, silently dropped deletes, and a store that ignores
+// preconditions. The fencing protocol must stay safe under every one of
+// them; tests and benches use this middleware to prove it.
 //
 // Rules are added and removed at runtime, so a test can say "lose the
 // response of the next CAS on keys under fence/" at the exact step it wants.
-// The wrapper counts what it injected, and Before/After hooks let a checker
-// observe or hold every request.
+// The middleware counts what it injected, and Before/After hooks let a
+// checker observe or hold every request. A call the container refused before
+// any request (an invalid key, a done context) is counted and seen by the
+// hooks, but never faulted: no store would have answered it.
 package faulty
 
 import (
@@ -24,36 +27,11 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 )
 
-// Op is one kind of Container call.
-type Op uint8
-
-// The operations a rule can match.
-const (
-	Get Op = iota
-	Stat
-	Put
-	CreateIfAbsent
-	CompareAndSwap
-	Delete
-	DeleteIfMatch
-	List
-	numOps
-)
-
-var opNames = [numOps]string{"Get", "Stat", "Put", "CreateIfAbsent", "CompareAndSwap", "Delete", "DeleteIfMatch", "List"}
-
-func (o Op) String() string {
-	if o < numOps {
-		return opNames[o]
-	}
-	return fmt.Sprintf("Op(%d)", uint8(o))
-}
-
 // OpSet is a set of operations; the zero set matches every operation.
 type OpSet uint16
 
 // Ops returns the set of ops.
-func Ops(ops ...Op) OpSet {
+func Ops(ops ...blobstore.Op) OpSet {
 	var s OpSet
 	for _, o := range ops {
 		s |= 1 << o
@@ -63,15 +41,15 @@ func Ops(ops ...Op) OpSet {
 
 // Common sets.
 const (
-	AllOps      OpSet = 1<<numOps - 1
-	Reads       OpSet = 1<<Get | 1<<Stat | 1<<List
-	Writes      OpSet = 1<<Put | 1<<CreateIfAbsent | 1<<CompareAndSwap | 1<<Delete | 1<<DeleteIfMatch
-	Conditional OpSet = 1<<CreateIfAbsent | 1<<CompareAndSwap | 1<<DeleteIfMatch
-	Deletes     OpSet = 1<<Delete | 1<<DeleteIfMatch
+	AllOps      OpSet = 1<<blobstore.NumOps - 1
+	Reads       OpSet = 1<<blobstore.OpGet | 1<<blobstore.OpStat | 1<<blobstore.OpList
+	Writes      OpSet = 1<<blobstore.OpPut | 1<<blobstore.OpCreateIfAbsent | 1<<blobstore.OpCompareAndSwap | 1<<blobstore.OpDelete | 1<<blobstore.OpDeleteIfMatch
+	Conditional OpSet = 1<<blobstore.OpCreateIfAbsent | 1<<blobstore.OpCompareAndSwap | 1<<blobstore.OpDeleteIfMatch
+	Deletes     OpSet = 1<<blobstore.OpDelete | 1<<blobstore.OpDeleteIfMatch
 )
 
 // Has reports whether op is in s (the zero set holds every op).
-func (s OpSet) Has(op Op) bool { return s == 0 || s&(1<<op) != 0 }
+func (s OpSet) Has(op blobstore.Op) bool { return s == 0 || s&(1<<op) != 0 }
 
 // Fault is what a firing rule does to a request.
 type Fault uint8
@@ -116,7 +94,7 @@ func (f Fault) String() string {
 	return fmt.Sprintf("Fault(%d)", uint8(f))
 }
 
-// ErrInjected is wrapped by every error the wrapper makes up, so a test can
+// ErrInjected is wrapped by every error the middleware makes up, so a test can
 // tell an injected failure from a real one.
 var ErrInjected = errors.New("injected fault")
 
@@ -158,9 +136,9 @@ type RuleID uint64
 
 // Request is one call as the hooks see it.
 type Request struct {
-	Op  Op
+	Op  blobstore.Op
 	Key string // the key, or the prefix for List
-	Seq uint64 // order of arrival at the wrapper, from 1
+	Seq uint64 // order of arrival at the middleware, from 1
 }
 
 // Hooks observe every request. Before runs before any fault or delay and may
@@ -179,10 +157,13 @@ type rule struct {
 	removed bool
 }
 
-// Container is the fault-injecting wrapper. Every method is safe for
-// concurrent use, including changing rules while requests run.
+// Container is a container whose calls pass through the fault injector;
+// the embedded *blobstore.Container is what callers use as the store. Every
+// method is safe for concurrent use, including changing rules while requests
+// run.
 type Container struct {
-	inner blobstore.Container
+	*blobstore.Container
+	inner *blobstore.Container
 
 	mu     sync.Mutex
 	rng    *rand.Rand
@@ -194,21 +175,21 @@ type Container struct {
 	ignorePre atomic.Bool
 	hooks     atomic.Pointer[Hooks]
 	seq       atomic.Uint64
-	requests  [numOps]atomic.Int64
-	injected  [numOps][numFaults]atomic.Int64
-	delayed   [numOps]atomic.Int64
+	requests  [blobstore.NumOps]atomic.Int64
+	injected  [blobstore.NumOps][numFaults]atomic.Int64
+	delayed   [blobstore.NumOps]atomic.Int64
 }
 
-var _ blobstore.Container = (*Container)(nil)
-
 // New wraps inner. The same seed and the same sequence of requests give the
-// same faults.
-func New(inner blobstore.Container, seed uint64) *Container {
-	return &Container{inner: inner, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+// same faults. Keys in rules and hooks are relative to inner.
+func New(inner *blobstore.Container, seed uint64) *Container {
+	c := &Container{inner: inner, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	c.Container = inner.With("faulty", c.intercept)
+	return c
 }
 
 // Inner returns the wrapped container, for reading the truth behind a fault.
-func (c *Container) Inner() blobstore.Container { return c.inner }
+func (c *Container) Inner() *blobstore.Container { return c.inner }
 
 // Add installs a rule after the existing ones.
 func (c *Container) Add(r Rule) (RuleID, error) {
@@ -269,7 +250,7 @@ func (c *Container) Fired(id RuleID) int {
 	return 0
 }
 
-// SetIgnorePreconditions turns the wrapper into a store that accepts every
+// SetIgnorePreconditions turns the store into one that accepts every
 // conditional write: CreateIfAbsent overwrites, CompareAndSwap ignores the
 // token (and creates missing keys), DeleteIfMatch deletes. Capabilities still
 // claim enforcement, as a misconfigured S3-compatible store would.
@@ -284,27 +265,23 @@ func (c *Container) SetHooks(h Hooks) {
 	c.hooks.Store(&h)
 }
 
-// Requests returns how many calls of op reached the wrapper.
-func (c *Container) Requests(op Op) int64 { return c.requests[op].Load() }
+// Requests returns how many calls of op reached the middleware.
+func (c *Container) Requests(op blobstore.Op) int64 { return c.requests[op].Load() }
 
 // Injected returns how many calls of op got fault f.
-func (c *Container) Injected(op Op, f Fault) int64 { return c.injected[op][f].Load() }
+func (c *Container) Injected(op blobstore.Op, f Fault) int64 { return c.injected[op][f].Load() }
 
 // InjectedTotal returns how many calls of any op got fault f.
 func (c *Container) InjectedTotal(f Fault) int64 {
 	var n int64
-	for op := range numOps {
+	for op := range blobstore.NumOps {
 		n += c.injected[op][f].Load()
 	}
 	return n
 }
 
 // Delayed returns how many calls of op were delayed by a rule.
-func (c *Container) Delayed(op Op) int64 { return c.delayed[op].Load() }
-
-func (c *Container) String() string                       { return "faulty(" + c.inner.String() + ")" }
-func (c *Container) Capabilities() blobstore.Capabilities { return c.inner.Capabilities() }
-func (c *Container) Close() error                         { return c.inner.Close() }
+func (c *Container) Delayed(op blobstore.Op) int64 { return c.delayed[op].Load() }
 
 type decision struct {
 	fault Fault
@@ -312,7 +289,7 @@ type decision struct {
 	delay time.Duration
 }
 
-func (c *Container) decide(op Op, key string) decision {
+func (c *Container) decide(op blobstore.Op, key string) decision {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var d decision
@@ -341,16 +318,12 @@ func (c *Container) decide(op Op, key string) decision {
 	return d
 }
 
-// args are a call's inputs beyond its key, kept so a held request can be
-// replayed later without touching its caller's variables.
-type args struct {
-	expected blobstore.Token
-	body     []byte
-}
-
+// pendingCall is a LandLater request: the call, with its own copy of the
+// body, and the rest of the chain it goes on to when it lands.
 type pendingCall struct {
 	req  Request
-	args args
+	call blobstore.Call
+	next blobstore.Handler
 }
 
 // Landing is the store's answer to a held request when it finally lands.
@@ -376,38 +349,15 @@ func (c *Container) Land(ctx context.Context) []Landing {
 	c.mu.Unlock()
 	out := make([]Landing, 0, len(held))
 	for _, p := range held {
-		out = append(out, Landing{Request: p.req, Err: c.replay(ctx, p.req.Op, p.req.Key, p.args)})
+		_, err := c.apply(ctx, p.call, p.next)
+		out = append(out, Landing{Request: p.req, Err: err})
 	}
 	return out
 }
 
-// replay performs a call on the store, discarding its result.
-func (c *Container) replay(ctx context.Context, op Op, key string, a args) error {
-	var err error
-	switch op {
-	case Get:
-		_, err = c.inner.Get(ctx, key)
-	case Stat:
-		_, err = c.inner.Stat(ctx, key)
-	case Put:
-		_, err = c.inner.Put(ctx, key, a.body)
-	case CreateIfAbsent:
-		_, err = c.createIfAbsent(ctx, key, a.body)
-	case CompareAndSwap:
-		_, err = c.compareAndSwap(ctx, key, a.expected, a.body)
-	case Delete:
-		err = c.inner.Delete(ctx, key)
-	case DeleteIfMatch:
-		err = c.deleteIfMatch(ctx, key, a.expected)
-	case List:
-		_, err = c.inner.List(ctx, key, "", blobstore.DefaultListLimit)
-	}
-	return err
-}
-
-// do runs one request through hooks, delay and fault. apply performs it on
-// the inner store; a is what a held request needs to be replayed.
-func (c *Container) do(ctx context.Context, op Op, key string, a args, apply func(context.Context) error) (err error) {
+// intercept runs one request through hooks, delay and fault.
+func (c *Container) intercept(ctx context.Context, call blobstore.Call, next blobstore.Handler) (res blobstore.Result, err error) {
+	op, key := call.Op, call.Key
 	req := Request{Op: op, Key: key, Seq: c.seq.Add(1)}
 	c.requests[op].Add(1)
 	hooks := c.hooks.Load()
@@ -416,11 +366,13 @@ func (c *Container) do(ctx context.Context, op Op, key string, a args, apply fun
 	}
 	if hooks != nil && hooks.Before != nil {
 		if herr := hooks.Before(ctx, req); herr != nil {
-			return c.opErr(op, key, herr)
+			return blobstore.Result{}, herr
 		}
 	}
-	if !c.injectable(ctx, op, key) {
-		return apply(ctx)
+	if call.Refusal != nil {
+		// Refused before any request (an invalid key, a dead context): no
+		// fault can stand in for that answer.
+		return next(ctx, call)
 	}
 	d := c.decide(op, key)
 	if d.delay > 0 {
@@ -429,155 +381,48 @@ func (c *Container) do(ctx context.Context, op Op, key string, a args, apply fun
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return c.opErr(op, key, ctx.Err())
+			return blobstore.Result{}, ctx.Err()
 		case <-timer.C:
 		}
 	}
 	if d.fault == None {
-		return apply(ctx)
+		return c.apply(ctx, call, next)
 	}
 	c.injected[op][d.fault].Add(1)
 	cause := fmt.Errorf("%w: %v (rule %d)", ErrInjected, d.fault, d.rule)
 	switch d.fault {
 	case Unavailable:
-		return c.opErr(op, key, blobstore.Unavailable(cause))
+		return blobstore.Result{}, blobstore.Unavailable(cause)
 	case Conflict:
-		return c.opErr(op, key, fmt.Errorf("%w: %w", blobstore.ErrConflict, cause))
+		return blobstore.Result{}, fmt.Errorf("%w: %w", blobstore.ErrConflict, cause)
 	case LostRequest:
-		return c.opErr(op, key, blobstore.Ambiguous(cause))
+		return blobstore.Result{}, blobstore.Ambiguous(cause)
 	case LostResponse:
-		_ = apply(ctx) // whatever the store answered never arrives
-		return c.opErr(op, key, blobstore.Ambiguous(cause))
+		_, _ = c.apply(ctx, call, next) // whatever the store answered never arrives
+		return blobstore.Result{}, blobstore.Ambiguous(cause)
 	case LandLater:
 		// The caller may reuse its buffer once the call returns.
-		a.body = bytes.Clone(a.body)
+		call.Body = bytes.Clone(call.Body)
 		c.mu.Lock()
-		c.pending = append(c.pending, pendingCall{req: req, args: a})
+		c.pending = append(c.pending, pendingCall{req: req, call: call, next: next})
 		c.mu.Unlock()
-		return c.opErr(op, key, blobstore.Ambiguous(cause))
+		return blobstore.Result{}, blobstore.Ambiguous(cause)
 	default: // DropDelete
-		return nil
+		return blobstore.Result{}, nil
 	}
 }
 
-// injectable reports whether a request could reach a store at all: an
-// invalid key or a dead context is refused by the inner driver before any
-// network, so no fault can stand in for that answer.
-func (c *Container) injectable(ctx context.Context, op Op, key string) bool {
-	if ctx.Err() != nil {
-		return false
+// apply performs a call on the store, honouring SetIgnorePreconditions;
+// shared by live and held requests.
+func (c *Container) apply(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
+	if c.ignorePre.Load() && call.Op.Conditional() {
+		c.injected[call.Op][PreconditionIgnored].Add(1)
+		if call.Op == blobstore.OpDeleteIfMatch {
+			call.Op = blobstore.OpDelete
+		} else {
+			call.Op = blobstore.OpPut
+		}
+		call.Expected = ""
 	}
-	if op == List {
-		return blobstore.ValidatePrefix(key) == nil
-	}
-	return blobstore.ValidateKey(key) == nil
-}
-
-func (c *Container) opErr(op Op, key string, err error) error {
-	return &blobstore.OpError{Op: op.String(), Store: c.String(), Key: key, Err: err}
-}
-
-func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, error) {
-	var obj blobstore.Object
-	err := c.do(ctx, Get, key, args{}, func(ctx context.Context) (err error) {
-		obj, err = c.inner.Get(ctx, key)
-		return err
-	})
-	if err != nil {
-		return blobstore.Object{}, err
-	}
-	return obj, nil
-}
-
-func (c *Container) Stat(ctx context.Context, key string) (blobstore.Attrs, error) {
-	var a blobstore.Attrs
-	err := c.do(ctx, Stat, key, args{}, func(ctx context.Context) (err error) {
-		a, err = c.inner.Stat(ctx, key)
-		return err
-	})
-	if err != nil {
-		return blobstore.Attrs{}, err
-	}
-	return a, nil
-}
-
-func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	return c.write(ctx, Put, key, args{body: body}, func(ctx context.Context) (blobstore.Token, error) {
-		return c.inner.Put(ctx, key, body)
-	})
-}
-
-func (c *Container) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	return c.write(ctx, CreateIfAbsent, key, args{body: body}, func(ctx context.Context) (blobstore.Token, error) {
-		return c.createIfAbsent(ctx, key, body)
-	})
-}
-
-func (c *Container) CompareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
-	return c.write(ctx, CompareAndSwap, key, args{expected: expected, body: body}, func(ctx context.Context) (blobstore.Token, error) {
-		return c.compareAndSwap(ctx, key, expected, body)
-	})
-}
-
-func (c *Container) Delete(ctx context.Context, key string) error {
-	return c.do(ctx, Delete, key, args{}, func(ctx context.Context) error {
-		return c.inner.Delete(ctx, key)
-	})
-}
-
-func (c *Container) DeleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
-	return c.do(ctx, DeleteIfMatch, key, args{expected: expected}, func(ctx context.Context) error {
-		return c.deleteIfMatch(ctx, key, expected)
-	})
-}
-
-func (c *Container) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
-	var page blobstore.ListPage
-	err := c.do(ctx, List, prefix, args{}, func(ctx context.Context) (err error) {
-		page, err = c.inner.List(ctx, prefix, startAfter, limit)
-		return err
-	})
-	if err != nil {
-		return blobstore.ListPage{}, err
-	}
-	return page, nil
-}
-
-func (c *Container) write(ctx context.Context, op Op, key string, a args, apply func(context.Context) (blobstore.Token, error)) (blobstore.Token, error) {
-	var tok blobstore.Token
-	err := c.do(ctx, op, key, a, func(ctx context.Context) (err error) {
-		tok, err = apply(ctx)
-		return err
-	})
-	if err != nil {
-		return "", err
-	}
-	return tok, nil
-}
-
-// The conditional calls as the store performs them, honouring
-// SetIgnorePreconditions; shared by live and held requests.
-
-func (c *Container) createIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	if c.ignorePre.Load() {
-		c.injected[CreateIfAbsent][PreconditionIgnored].Add(1)
-		return c.inner.Put(ctx, key, body)
-	}
-	return c.inner.CreateIfAbsent(ctx, key, body)
-}
-
-func (c *Container) compareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
-	if c.ignorePre.Load() {
-		c.injected[CompareAndSwap][PreconditionIgnored].Add(1)
-		return c.inner.Put(ctx, key, body)
-	}
-	return c.inner.CompareAndSwap(ctx, key, expected, body)
-}
-
-func (c *Container) deleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
-	if c.ignorePre.Load() {
-		c.injected[DeleteIfMatch][PreconditionIgnored].Add(1)
-		return c.inner.Delete(ctx, key)
-	}
-	return c.inner.DeleteIfMatch(ctx, key, expected)
+	return next(ctx, call)
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/mem"
 )
 
-func newFaulty(t *testing.T) (*faulty.Container, *mem.Container) {
+func newFaulty(t *testing.T) (*faulty.Container, *blobstore.Container) {
 	t.Helper()
 	m := mem.New()
 	return faulty.New(m, 1), m
@@ -27,7 +27,7 @@ func wantInjected(t *testing.T, err, class error, op string) {
 		t.Fatalf("error %v, want an injected %v", err, class)
 	}
 	var oe *blobstore.OpError
-	if !errors.As(err, &oe) || oe.Op != op || !strings.HasPrefix(oe.Store, "faulty(") {
+	if !errors.As(err, &oe) || oe.Op.String() != op || !strings.HasPrefix(oe.Store, "faulty(") {
 		t.Fatalf("error %v is not an OpError for %s on the faulty store", err, op)
 	}
 }
@@ -35,7 +35,7 @@ func wantInjected(t *testing.T, err, class error, op string) {
 func TestUnavailableFailsBeforeEffect(t *testing.T) {
 	ctx := t.Context()
 	f, m := newFaulty(t)
-	id := f.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.Put), Fault: faulty.Unavailable})
+	id := f.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpPut), Fault: faulty.Unavailable})
 	_, err := f.Put(ctx, "k", []byte("v"))
 	wantInjected(t, err, blobstore.ErrUnavailable, "Put")
 	if !blobstore.IsRetryable(err) || blobstore.IsAmbiguous(err) {
@@ -47,11 +47,11 @@ func TestUnavailableFailsBeforeEffect(t *testing.T) {
 	if _, err := f.CreateIfAbsent(ctx, "k", []byte("v")); err != nil {
 		t.Errorf("a rule for Put disturbed CreateIfAbsent: %v", err)
 	}
-	if n := f.Injected(faulty.Put, faulty.Unavailable); n != 1 {
+	if n := f.Injected(blobstore.OpPut, faulty.Unavailable); n != 1 {
 		t.Errorf("Injected(Put, Unavailable) = %d, want 1", n)
 	}
-	if f.Fired(id) != 1 || f.Requests(faulty.Put) != 1 || f.Requests(faulty.CreateIfAbsent) != 1 {
-		t.Errorf("Fired = %d, Requests(Put) = %d, Requests(CreateIfAbsent) = %d; want 1, 1, 1", f.Fired(id), f.Requests(faulty.Put), f.Requests(faulty.CreateIfAbsent))
+	if f.Fired(id) != 1 || f.Requests(blobstore.OpPut) != 1 || f.Requests(blobstore.OpCreateIfAbsent) != 1 {
+		t.Errorf("Fired = %d, Requests(Put) = %d, Requests(CreateIfAbsent) = %d; want 1, 1, 1", f.Fired(id), f.Requests(blobstore.OpPut), f.Requests(blobstore.OpCreateIfAbsent))
 	}
 }
 
@@ -67,7 +67,7 @@ func TestLostResponseAppliesThenReportsAmbiguous(t *testing.T) {
 		t.Fatal(err)
 	}
 	// "Lose the response of the next CAS on keys under fence/."
-	id := f.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap), Prefix: "fence/", Fault: faulty.LostResponse, Times: 1})
+	id := f.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Prefix: "fence/", Fault: faulty.LostResponse, Times: 1})
 
 	if _, err := f.CompareAndSwap(ctx, "other/a", otherTok, []byte("seq 2")); err != nil {
 		t.Fatalf("CAS outside the rule's prefix: %v", err)
@@ -82,15 +82,15 @@ func TestLostResponseAppliesThenReportsAmbiguous(t *testing.T) {
 	if _, err := f.CompareAndSwap(ctx, "fence/a", obj.Token, []byte("seq 3")); err != nil {
 		t.Fatalf("second CAS: %v", err)
 	}
-	if f.Fired(id) != 1 || f.Injected(faulty.CompareAndSwap, faulty.LostResponse) != 1 {
-		t.Errorf("Fired = %d, Injected = %d; want 1 and 1", f.Fired(id), f.Injected(faulty.CompareAndSwap, faulty.LostResponse))
+	if f.Fired(id) != 1 || f.Injected(blobstore.OpCompareAndSwap, faulty.LostResponse) != 1 {
+		t.Errorf("Fired = %d, Injected = %d; want 1 and 1", f.Fired(id), f.Injected(blobstore.OpCompareAndSwap, faulty.LostResponse))
 	}
 }
 
 func TestLostRequestIsAmbiguousButNotApplied(t *testing.T) {
 	ctx := t.Context()
 	f, m := newFaulty(t)
-	f.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CreateIfAbsent), Fault: faulty.LostRequest})
+	f.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Fault: faulty.LostRequest})
 	_, err := f.CreateIfAbsent(ctx, "md/1", []byte("v"))
 	wantInjected(t, err, blobstore.ErrAmbiguous, "CreateIfAbsent")
 	if _, err := m.Stat(ctx, "md/1"); !errors.Is(err, blobstore.ErrNotFound) {
@@ -137,18 +137,18 @@ func TestDropDeleteIsOnlySeenByRelisting(t *testing.T) {
 			t.Fatalf("Delete reported %v; a dropped delete must look successful", err)
 		}
 	}
-	left, err := blobstore.ListAll(ctx, f, "fence/")
+	left, err := blobstore.ListAll(ctx, f.Container, "fence/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dropped := f.Injected(faulty.Delete, faulty.DropDelete)
+	dropped := f.Injected(blobstore.OpDelete, faulty.DropDelete)
 	if dropped == 0 || int64(len(left)) != dropped {
 		t.Errorf("%d deletes dropped, re-LIST finds %d survivors; want them equal and non-zero (seed 1)", dropped, len(left))
 	}
 
 	for _, bad := range []faulty.Rule{
 		{Fault: faulty.DropDelete},
-		{Ops: faulty.Ops(faulty.Put, faulty.Delete), Fault: faulty.DropDelete},
+		{Ops: faulty.Ops(blobstore.OpPut, blobstore.OpDelete), Fault: faulty.DropDelete},
 		{Fault: faulty.PreconditionIgnored},
 		{Probability: 1.5},
 		{Latency: faulty.Fixed(-time.Second)},
@@ -178,7 +178,7 @@ func TestIgnorePreconditionsIsRefusedByTheProbe(t *testing.T) {
 		t.Errorf("InjectedTotal(PreconditionIgnored) = %d, want 3", f.InjectedTotal(faulty.PreconditionIgnored))
 	}
 
-	err = blobstore.ProbePreconditions(ctx, f)
+	err = blobstore.ProbePreconditions(ctx, f.Container)
 	if !errors.Is(err, blobstore.ErrPreconditionsNotEnforced) {
 		t.Fatalf("ProbePreconditions = %v, want ErrPreconditionsNotEnforced", err)
 	}
@@ -187,7 +187,7 @@ func TestIgnorePreconditionsIsRefusedByTheProbe(t *testing.T) {
 	}
 
 	f.SetIgnorePreconditions(false)
-	if err := blobstore.ProbePreconditions(ctx, f); err != nil {
+	if err := blobstore.ProbePreconditions(ctx, f.Container); err != nil {
 		t.Errorf("ProbePreconditions after restoring enforcement: %v", err)
 	}
 }
@@ -204,8 +204,8 @@ func TestLatencyHonoursContext(t *testing.T) {
 	if _, err := m.Stat(t.Context(), "k"); !errors.Is(err, blobstore.ErrNotFound) {
 		t.Errorf("a request whose context ended during the delay reached the store")
 	}
-	if f.Delayed(faulty.Put) != 1 || f.Delayed(faulty.Get) != 0 {
-		t.Errorf("Delayed(Put) = %d, Delayed(Get) = %d; want 1 and 0", f.Delayed(faulty.Put), f.Delayed(faulty.Get))
+	if f.Delayed(blobstore.OpPut) != 1 || f.Delayed(blobstore.OpGet) != 0 {
+		t.Errorf("Delayed(Put) = %d, Delayed(Get) = %d; want 1 and 0", f.Delayed(blobstore.OpPut), f.Delayed(blobstore.OpGet))
 	}
 	if _, err := f.Get(t.Context(), "k"); !errors.Is(err, blobstore.ErrNotFound) {
 		t.Errorf("Get (not delayed): %v", err)
@@ -267,7 +267,7 @@ func TestHooksHoldAndFailRequests(t *testing.T) {
 	f.SetHooks(faulty.Hooks{
 		Before: func(ctx context.Context, r faulty.Request) error {
 			switch {
-			case r.Op == faulty.CompareAndSwap:
+			case r.Op == blobstore.OpCompareAndSwap:
 				held <- r
 				<-release
 			case r.Key == "refused":
@@ -287,7 +287,7 @@ func TestHooksHoldAndFailRequests(t *testing.T) {
 		casErr <- err
 	}()
 	r := <-held
-	if r.Op != faulty.CompareAndSwap || r.Key != "fence/k" || r.Seq == 0 {
+	if r.Op != blobstore.OpCompareAndSwap || r.Key != "fence/k" || r.Seq == 0 {
 		t.Errorf("held request %+v", r)
 	}
 	// While the CAS is held, another writer moves the key on.
@@ -339,7 +339,7 @@ func TestRulesChangeWhileRequestsRun(t *testing.T) {
 		})
 	}
 	// Change rules only once traffic flows, so the two overlap.
-	for f.Requests(faulty.Put) == 0 {
+	for f.Requests(blobstore.OpPut) == 0 {
 		runtime.Gosched()
 	}
 	for i := range 200 {
@@ -365,7 +365,7 @@ func TestLandLaterHoldsTheRequestUntilLand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap, faulty.CreateIfAbsent), Fault: faulty.LandLater, Times: 2})
+	f.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap, blobstore.OpCreateIfAbsent), Fault: faulty.LandLater, Times: 2})
 
 	body := []byte("two")
 	_, err = f.CompareAndSwap(ctx, "fence/k", tok1, body)
@@ -387,10 +387,10 @@ func TestLandLaterHoldsTheRequestUntilLand(t *testing.T) {
 	if len(landed) != 2 || f.Pending() != 0 {
 		t.Fatalf("Land returned %d landings, %d still held", len(landed), f.Pending())
 	}
-	if landed[0].Request.Op != faulty.CompareAndSwap || !errors.Is(landed[0].Err, blobstore.ErrPreconditionFailed) {
+	if landed[0].Request.Op != blobstore.OpCompareAndSwap || !errors.Is(landed[0].Err, blobstore.ErrPreconditionFailed) {
 		t.Errorf("late CAS landing: %+v, want a refused CompareAndSwap", landed[0])
 	}
-	if landed[1].Request.Op != faulty.CreateIfAbsent || landed[1].Err != nil || landed[1].Request.Seq <= landed[0].Request.Seq {
+	if landed[1].Request.Op != blobstore.OpCreateIfAbsent || landed[1].Err != nil || landed[1].Request.Seq <= landed[0].Request.Seq {
 		t.Errorf("late create landing: %+v, want success after the CAS", landed[1])
 	}
 	if obj, _ := m.Get(ctx, "fence/k"); string(obj.Body) != "three" {
@@ -399,8 +399,8 @@ func TestLandLaterHoldsTheRequestUntilLand(t *testing.T) {
 	if obj, err := m.Get(ctx, "md/1"); err != nil || string(obj.Body) != "created late" {
 		t.Errorf("late create: %q, %v", obj.Body, err)
 	}
-	if f.Injected(faulty.CompareAndSwap, faulty.LandLater) != 1 || f.Injected(faulty.CreateIfAbsent, faulty.LandLater) != 1 {
-		t.Errorf("LandLater counts: CAS %d, create %d", f.Injected(faulty.CompareAndSwap, faulty.LandLater), f.Injected(faulty.CreateIfAbsent, faulty.LandLater))
+	if f.Injected(blobstore.OpCompareAndSwap, faulty.LandLater) != 1 || f.Injected(blobstore.OpCreateIfAbsent, faulty.LandLater) != 1 {
+		t.Errorf("LandLater counts: CAS %d, create %d", f.Injected(blobstore.OpCompareAndSwap, faulty.LandLater), f.Injected(blobstore.OpCreateIfAbsent, faulty.LandLater))
 	}
 }
 

@@ -32,8 +32,8 @@ func fsyncWrite(b *testing.B, path string) {
 	}
 }
 
-func benchContainer(b *testing.B) *Container {
-	c, err := Open(b.TempDir())
+func benchContainer(b *testing.B) testStore {
+	c, err := openTest(b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func BenchmarkWrite1KiB(b *testing.B) {
 	b.Run("part-temp-write-fdatasync", func(b *testing.B) {
 		c := benchContainer(b)
 		for b.Loop() {
-			t, _, err := c.writeTemp(benchBody)
+			t, _, err := c.b.writeTemp(benchBody)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -171,7 +171,7 @@ func BenchmarkWrite1KiB(b *testing.B) {
 	b.Run("part-key-lock", func(b *testing.B) {
 		c := benchContainer(b)
 		for b.Loop() {
-			unlock, err := c.lockKey(b.Context(), "fence/fence__1")
+			unlock, err := c.b.lockKey(b.Context(), "fence/fence__1")
 			if err != nil {
 				b.Fatal(err)
 			}

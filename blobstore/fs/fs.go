@@ -47,6 +47,7 @@ import (
 	"sync"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/driver"
 )
 
 func init() {
@@ -70,8 +71,8 @@ const (
 	tmpDir     = "tmp"
 )
 
-// Container is a container backed by one directory.
-type Container struct {
+// Bucket is the filesystem driver: one directory.
+type Bucket struct {
 	root    string // absolute
 	objects string
 	locks   string
@@ -93,9 +94,12 @@ type Container struct {
 	hook func(stage string)
 }
 
-var _ blobstore.Container = (*Container)(nil)
+var (
+	_ driver.Bucket     = (*Bucket)(nil)
+	_ driver.KeyChecker = (*Bucket)(nil)
+)
 
-func openURL(ctx context.Context, u *url.URL) (blobstore.Container, error) {
+func openURL(ctx context.Context, u *url.URL) (*blobstore.Container, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -131,9 +135,18 @@ func dirFromURL(u *url.URL) (string, error) {
 	}
 }
 
-// Open opens (creating if needed) the store in dir, then removes temporary
-// files left by writers that died.
-func Open(dir string) (*Container, error) {
+// Open opens (creating if needed) the store in dir as a container.
+func Open(dir string) (*blobstore.Container, error) {
+	b, err := OpenBucket(dir)
+	if err != nil {
+		return nil, err
+	}
+	return blobstore.New(b), nil
+}
+
+// OpenBucket opens (creating if needed) the store in dir, then removes
+// temporary files left by writers that died.
+func OpenBucket(dir string) (*Bucket, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: empty directory name", ErrBadLayout)
 	}
@@ -141,7 +154,7 @@ func Open(dir string) (*Container, error) {
 	if err != nil {
 		return nil, fmt.Errorf("filesystem store %q: %w", dir, err)
 	}
-	c := &Container{
+	c := &Bucket{
 		root:    abs,
 		objects: filepath.Join(abs, objectsDir),
 		locks:   filepath.Join(abs, locksDir),
@@ -160,7 +173,7 @@ func Open(dir string) (*Container, error) {
 	return c, nil
 }
 
-func (c *Container) initLayout() error {
+func (c *Bucket) initLayout() error {
 	if err := mkdirAllDurable(c.root); err != nil {
 		return err
 	}
@@ -198,7 +211,7 @@ func (c *Container) initLayout() error {
 
 // checkFormat reads FORMAT; a missing file is an error matching
 // os.ErrNotExist.
-func (c *Container) checkFormat() error {
+func (c *Bucket) checkFormat() error {
 	b, err := os.ReadFile(filepath.Join(c.root, formatName))
 	if err != nil {
 		return err
@@ -213,7 +226,7 @@ func (c *Container) checkFormat() error {
 // store (a mistyped URL pointing at a home directory, say). Subdirectories
 // of the layout are allowed: an earlier Open may have stopped before FORMAT
 // was written.
-func (c *Container) checkOnlyOurs() error {
+func (c *Bucket) checkOnlyOurs() error {
 	d, err := os.Open(c.root)
 	if err != nil {
 		return err
@@ -233,7 +246,7 @@ func (c *Container) checkOnlyOurs() error {
 
 // writeFormat creates FORMAT once; concurrent openers race through the same
 // no-replace rename objects use.
-func (c *Container) writeFormat() error {
+func (c *Bucket) writeFormat() error {
 	path := filepath.Join(c.root, formatName)
 	if _, err := os.Stat(path); err == nil {
 		return nil
@@ -263,7 +276,7 @@ func (c *Container) writeFormat() error {
 
 // probeNames refuses filesystems that fold case or normalize Unicode: on
 // them two distinct keys would share one file.
-func (c *Container) probeNames() error {
+func (c *Bucket) probeNames() error {
 	pairs := [][2]string{
 		{"probe-case-x", "probe-case-X"},
 		{"probe-nfc-\u00e9", "probe-nfc-e\u0301"},
@@ -283,250 +296,157 @@ func (c *Container) probeNames() error {
 }
 
 // String names the store as a file URL.
-func (c *Container) String() string { return "file://" + c.root }
+func (c *Bucket) String() string { return "file://" + c.root }
 
 // Dir is the store's absolute directory.
-func (c *Container) Dir() string { return c.root }
+func (c *Bucket) Dir() string { return c.root }
 
 // Capabilities: every conditional operation is enforced, across processes.
-func (c *Container) Capabilities() blobstore.Capabilities {
-	return blobstore.Capabilities{ConditionalCreate: true, ConditionalUpdate: true, ConditionalDelete: true}
+func (c *Bucket) Capabilities() driver.Capabilities {
+	return driver.Capabilities{ConditionalCreate: true, ConditionalUpdate: true, ConditionalDelete: true}
 }
 
-// Close releases nothing: the container holds no descriptors between calls.
-func (c *Container) Close() error { return nil }
+// Close releases nothing: the bucket holds no descriptors between calls.
+func (c *Bucket) Close() error { return nil }
 
-func (c *Container) fail(op, key string, err error) error {
-	return blobstore.Wrap(op, c.String(), key, err)
+// CheckKey refuses a key with a segment too long for one directory entry.
+func (c *Bucket) CheckKey(key string) error {
+	_, err := c.pathOf(key)
+	return err
 }
 
-// begin validates the key, checks the context and maps the key to its file.
-func (c *Container) begin(ctx context.Context, op, key string) (objectPath, error) {
-	if err := blobstore.ValidateKey(key); err != nil {
-		return objectPath{}, c.fail(op, key, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return objectPath{}, c.fail(op, key, err)
-	}
-	p, err := c.pathOf(key)
-	if err != nil {
-		return objectPath{}, c.fail(op, key, err)
-	}
-	return p, nil
-}
-
-// Get reads one whole version of the object from a single open file.
-func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, error) {
-	p, err := c.begin(ctx, "Get", key)
-	if err != nil {
-		return blobstore.Object{}, err
-	}
-	tok, body, err := readObject(p.file)
-	if err != nil {
-		return blobstore.Object{}, c.fail("Get", key, c.readErr(err))
-	}
-	return blobstore.Object{Key: key, Body: body, Token: tok}, nil
-}
-
-// Stat reads the object's header and size.
-func (c *Container) Stat(ctx context.Context, key string) (blobstore.Attrs, error) {
-	p, err := c.begin(ctx, "Stat", key)
-	if err != nil {
-		return blobstore.Attrs{}, err
-	}
-	tok, size, err := statObject(p.file)
-	if err != nil {
-		return blobstore.Attrs{}, c.fail("Stat", key, c.readErr(err))
-	}
-	return blobstore.Attrs{Key: key, Size: size, Token: tok}, nil
-}
-
-// readErr types a read failure: a missing file is ErrNotFound, a corrupt
-// one stays ErrCorruptObject, other I/O errors failed before any effect.
-func (c *Container) readErr(err error) error {
+// Classify types a failure this driver did not type where it happened: a
+// missing file is ErrNotFound, a corrupt one stays ErrCorruptObject, a
+// context that ended while waiting for a lock stays a definite failure, and
+// other I/O errors failed before any effect.
+func (c *Bucket) Classify(_ driver.Op, err error) error {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return blobstore.ErrNotFound
 	case isNameTooLong(err):
 		return mapNameErr(err)
-	case errors.Is(err, ErrCorruptObject):
+	case errors.Is(err, ErrCorruptObject), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	default:
 		return blobstore.Unavailable(err)
 	}
 }
 
-// stage checks the key, makes its directories and writes body to a synced
-// temporary file, ready to publish; the caller discards the temp file.
-func (c *Container) stage(ctx context.Context, op, key string, body []byte) (objectPath, *tempFile, blobstore.Token, error) {
-	p, err := c.begin(ctx, op, key)
+// Get reads one whole version of the object from a single open file.
+func (c *Bucket) Get(_ context.Context, key string) (driver.Object, error) {
+	p, err := c.pathOf(key)
 	if err != nil {
-		return p, nil, "", err
+		return driver.Object{}, err
 	}
-	if err := c.ensureDirs(p.dirs); err != nil {
-		return p, nil, "", c.fail(op, key, blobstore.Unavailable(fmt.Errorf("creating the key's directory: %w", err)))
-	}
-	t, tok, err := c.writeTemp(body)
+	tok, body, err := readObject(p.file)
 	if err != nil {
-		return p, nil, "", c.fail(op, key, err)
+		return driver.Object{}, err
 	}
-	return p, t, tok, nil
+	return driver.Object{Body: body, Token: tok}, nil
 }
 
-// Put replaces the object unconditionally.
-func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	const op = "Put"
-	p, t, tok, err := c.stage(ctx, op, key, body)
+// Stat reads the object's header and size.
+func (c *Bucket) Stat(_ context.Context, key string) (driver.Attrs, error) {
+	p, err := c.pathOf(key)
+	if err != nil {
+		return driver.Attrs{}, err
+	}
+	tok, size, err := statObject(p.file)
+	if err != nil {
+		return driver.Attrs{}, err
+	}
+	return driver.Attrs{Size: size, Token: tok}, nil
+}
+
+// Write publishes body at key from a fsynced temporary file. Put and
+// CompareAndSwap replace the file under the key's lock; CreateIfAbsent
+// needs no lock, because its rename refuses to replace an existing file, so
+// two creators in any processes cannot both win.
+func (c *Bucket) Write(ctx context.Context, key string, body []byte, pre driver.Precondition) (driver.Token, error) {
+	p, err := c.pathOf(key)
 	if err != nil {
 		return "", err
 	}
-	defer t.discard()
-	unlock, err := c.lockKey(ctx, key)
-	if err != nil {
-		return "", c.fail(op, key, err)
-	}
-	defer unlock(false)
-	if err := ctx.Err(); err != nil {
-		return "", c.fail(op, key, err)
-	}
-	if err := c.publish(t, p, false); err != nil {
-		return "", c.fail(op, key, err)
-	}
-	return tok, nil
-}
-
-// CreateIfAbsent publishes the object with a rename that refuses to replace
-// an existing file, so two creators in any processes cannot both win.
-func (c *Container) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	const op = "CreateIfAbsent"
-	p, t, tok, err := c.stage(ctx, op, key, body)
-	if err != nil {
-		return "", err
-	}
-	defer t.discard()
-	if err := ctx.Err(); err != nil {
-		return "", c.fail(op, key, err)
-	}
-	if err := c.publish(t, p, true); err != nil {
-		return "", c.fail(op, key, err)
-	}
-	return tok, nil
-}
-
-// CompareAndSwap replaces the object if its token is expected; the check and
-// the rename happen under the key's lock.
-func (c *Container) CompareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
-	const op = "CompareAndSwap"
-	p, err := c.begin(ctx, op, key)
-	if err != nil {
-		return "", err
-	}
-	if expected == "" {
-		return "", c.fail(op, key, fmt.Errorf("%w: empty expected token", blobstore.ErrPreconditionFailed))
-	}
-	// A stale token fails here without paying for a durable write; a
-	// failed CAS may take effect at this read. The check is repeated under
-	// the lock.
-	if err := c.checkToken(p, expected); err != nil {
-		return "", c.fail(op, key, err)
+	if pre.IfMatch != "" {
+		// A stale token fails here without paying for a durable write; a
+		// failed CAS may take effect at this read. The check is repeated
+		// under the lock. The key's directories exist if the object does.
+		if err := c.checkToken(p, pre.IfMatch); err != nil {
+			return "", err
+		}
+	} else if err := c.ensureDirs(p.dirs); err != nil {
+		return "", blobstore.Unavailable(fmt.Errorf("creating the key's directory: %w", err))
 	}
 	// The temporary file is written before taking the lock, so the lock is
 	// held only for the check, the rename and the directory fsync.
 	t, tok, err := c.writeTemp(body)
 	if err != nil {
-		return "", c.fail(op, key, err)
+		return "", err
 	}
 	defer t.discard()
-	unlock, err := c.lockKey(ctx, key)
-	if err != nil {
-		return "", c.fail(op, key, err)
+	if !pre.IfAbsent {
+		unlock, err := c.lockKey(ctx, key)
+		if err != nil {
+			return "", err
+		}
+		defer unlock(false)
 	}
-	defer unlock(false)
 	if err := ctx.Err(); err != nil {
-		return "", c.fail(op, key, err)
+		return "", err
 	}
-	if err := c.checkToken(p, expected); err != nil {
-		return "", c.fail(op, key, err)
+	if pre.IfMatch != "" {
+		if err := c.checkToken(p, pre.IfMatch); err != nil {
+			return "", err
+		}
 	}
-	if err := c.publish(t, p, false); err != nil {
-		return "", c.fail(op, key, err)
+	if err := c.publish(t, p, pre.IfAbsent); err != nil {
+		return "", err
 	}
 	return tok, nil
 }
 
-// Delete removes the object; a missing key is not an error.
-func (c *Container) Delete(ctx context.Context, key string) error {
-	const op = "Delete"
-	p, err := c.begin(ctx, op, key)
+// Delete removes the object, if its token is pre.IfMatch when that is set,
+// under the key's lock; a missing key is not an error.
+func (c *Bucket) Delete(ctx context.Context, key string, pre driver.Precondition) error {
+	p, err := c.pathOf(key)
 	if err != nil {
 		return err
 	}
 	unlock, err := c.lockKey(ctx, key)
 	if err != nil {
-		return c.fail(op, key, err)
+		return err
 	}
-	if err := ctx.Err(); err != nil {
-		unlock(false)
-		return c.fail(op, key, err)
+	err = ctx.Err()
+	if err == nil && pre.IfMatch != "" {
+		err = c.checkToken(p, pre.IfMatch)
 	}
-	err = c.remove(p)
+	if err == nil {
+		err = c.remove(p)
+	}
 	// The lock file goes with the object so lock files do not pile up for
 	// keys that no longer exist; waiters notice and lock the new file.
 	unlock(err == nil)
-	return c.fail(op, key, err)
+	return err
 }
 
-// DeleteIfMatch removes the object if its token is expected, under the key's
-// lock.
-func (c *Container) DeleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
-	const op = "DeleteIfMatch"
-	p, err := c.begin(ctx, op, key)
-	if err != nil {
-		return err
-	}
-	unlock, err := c.lockKey(ctx, key)
-	if err != nil {
-		return c.fail(op, key, err)
-	}
-	if err := ctx.Err(); err != nil {
-		unlock(false)
-		return c.fail(op, key, err)
-	}
-	if err := c.checkToken(p, expected); err != nil {
-		unlock(false)
-		return c.fail(op, key, err)
-	}
-	err = c.remove(p)
-	unlock(err == nil)
-	return c.fail(op, key, err)
-}
-
-// checkToken compares the stored token with expected; the caller holds the
-// key's lock.
-func (c *Container) checkToken(p objectPath, expected blobstore.Token) error {
+// checkToken compares the stored token with expected.
+func (c *Bucket) checkToken(p objectPath, expected driver.Token) error {
 	cur, _, err := statObject(p.file)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("%w: no object at the key", blobstore.ErrPreconditionFailed)
 	case err != nil:
-		return c.readErr(err)
-	case expected == "" || cur != expected:
-		return fmt.Errorf("%w: stored token %s, expected %s", blobstore.ErrPreconditionFailed, cur, orNone(expected))
+		return c.Classify(driver.OpStat, err)
+	case cur != expected:
+		return fmt.Errorf("%w: stored token %s, expected %s", blobstore.ErrPreconditionFailed, cur, expected)
 	}
 	return nil
-}
-
-func orNone(t blobstore.Token) string {
-	if t == "" {
-		return "none"
-	}
-	return string(t)
 }
 
 // publish moves the fsynced temporary file to the key and fsyncs the key's
 // directory. Failures before the rename leave nothing visible; a failed
 // directory fsync after it leaves the outcome unknown.
-func (c *Container) publish(t *tempFile, p objectPath, noReplace bool) error {
+func (c *Bucket) publish(t *tempFile, p objectPath, noReplace bool) error {
 	var err error
 	if noReplace {
 		err = renameNoReplace(t.path, p.file)
@@ -554,7 +474,7 @@ func (c *Container) publish(t *tempFile, p objectPath, noReplace bool) error {
 
 // remove unlinks the object and makes the removal durable; the caller holds
 // the key's lock.
-func (c *Container) remove(p objectPath) error {
+func (c *Bucket) remove(p objectPath) error {
 	err := os.Remove(p.file)
 	if errors.Is(err, os.ErrNotExist) {
 		// An earlier deleter may have been killed between its unlink and

@@ -19,16 +19,31 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 )
 
-func newTestContainer(t *testing.T) *Container {
+// testStore is the portable container over a bucket whose insides the
+// tests reach into.
+type testStore struct {
+	*blobstore.Container
+	b *Bucket
+}
+
+func openTest(dir string) (testStore, error) {
+	b, err := OpenBucket(dir)
+	if err != nil {
+		return testStore{}, err
+	}
+	return testStore{Container: blobstore.New(b), b: b}, nil
+}
+
+func newTestContainer(t *testing.T) testStore {
 	t.Helper()
-	c, err := Open(t.TempDir())
+	c, err := openTest(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-func mustPut(t *testing.T, c *Container, key, body string) blobstore.Token {
+func mustPut(t *testing.T, c testStore, key, body string) blobstore.Token {
 	t.Helper()
 	tok, err := c.Put(t.Context(), key, []byte(body))
 	if err != nil {
@@ -37,7 +52,7 @@ func mustPut(t *testing.T, c *Container, key, body string) blobstore.Token {
 	return tok
 }
 
-func mustGet(t *testing.T, c *Container, key string) blobstore.Object {
+func mustGet(t *testing.T, c testStore, key string) blobstore.Object {
 	t.Helper()
 	o, err := c.Get(t.Context(), key)
 	if err != nil {
@@ -98,7 +113,7 @@ func TestConditionalWrites(t *testing.T) {
 		t.Fatalf("Delete of a missing key: %v", err)
 	}
 	// A deleted key leaves no lock file behind.
-	if _, err := os.Stat(c.lockPath(key)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(c.b.lockPath(key)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("lock file of a deleted key: %v", err)
 	}
 }
@@ -117,7 +132,7 @@ func TestTokensNeverReused(t *testing.T) {
 		seen[tok] = body
 	}
 	for round := range 3 {
-		c, err := Open(dir)
+		c, err := openTest(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +177,7 @@ func TestKeyAndDirectoryCoexist(t *testing.T) {
 	}
 }
 
-func listKeys(t *testing.T, c *Container, prefix, startAfter string, limit int) ([]string, bool) {
+func listKeys(t *testing.T, c testStore, prefix, startAfter string, limit int) ([]string, bool) {
 	t.Helper()
 	page, err := c.List(t.Context(), prefix, startAfter, limit)
 	if err != nil {
@@ -255,7 +270,7 @@ func TestListWalksOnlyThePrefixSubtree(t *testing.T) {
 	mustPut(t, c, "shard1/seal/s1", "x")
 	// Replace a sibling subtree by a plain file: a walk that visits it fails
 	// to read it as a directory.
-	sibling := filepath.Join(c.objects, dirPrefix+"shard2")
+	sibling := filepath.Join(c.b.objects, dirPrefix+"shard2")
 	if err := os.WriteFile(sibling, []byte("not a directory"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -273,25 +288,25 @@ func TestListWalksOnlyThePrefixSubtree(t *testing.T) {
 func TestKeyRules(t *testing.T) {
 	ctx := t.Context()
 	c := newTestContainer(t)
-	long := strings.Repeat("s", c.maxSegment+1)
+	long := strings.Repeat("s", c.b.maxSegment+1)
 	for _, key := range []string{"../escape", "a/../../b", "/abs", "a//b", "a/./b", "", "x/" + long, long} {
 		_, err := c.Put(ctx, key, []byte("x"))
 		if !errors.Is(err, blobstore.ErrInvalidKey) {
 			t.Fatalf("Put %q: got %v, want ErrInvalidKey", key, err)
 		}
 		var oe *blobstore.OpError
-		if !errors.As(err, &oe) || oe.Op != "Put" || oe.Store != c.String() {
+		if !errors.As(err, &oe) || oe.Op != blobstore.OpPut || oe.Store != c.String() {
 			t.Fatalf("Put %q: error %v is not an OpError naming the op and store", key, err)
 		}
 	}
 	// The longest segment that fits is accepted.
-	ok := strings.Repeat("s", c.maxSegment)
+	ok := strings.Repeat("s", c.b.maxSegment)
 	mustPut(t, c, ok+"/"+ok, "fits")
 	if got, _ := listKeys(t, c, ok[:10], "", 0); !slices.Equal(got, []string{ok + "/" + ok}) {
 		t.Fatalf("list of long key: %q", got)
 	}
 	// Nothing escaped the object tree.
-	entries, err := os.ReadDir(c.Dir())
+	entries, err := os.ReadDir(c.b.Dir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +323,7 @@ func TestCorruptObjectIsReported(t *testing.T) {
 	ctx := t.Context()
 	c := newTestContainer(t)
 	mustPut(t, c, "k", "hello world")
-	p, err := c.pathOf("k")
+	p, err := c.b.pathOf("k")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,14 +354,14 @@ func TestOpenRefusesUnknownFormat(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, formatName), []byte("something else 9\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(dir); !errors.Is(err, ErrBadLayout) {
+	if _, err := openTest(dir); !errors.Is(err, ErrBadLayout) {
 		t.Fatalf("Open: got %v, want ErrBadLayout", err)
 	}
 	foreign := t.TempDir()
 	if err := os.WriteFile(filepath.Join(foreign, "notes.txt"), []byte("mine"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(foreign); !errors.Is(err, ErrBadLayout) || !strings.Contains(err.Error(), "notes.txt") {
+	if _, err := openTest(foreign); !errors.Is(err, ErrBadLayout) || !strings.Contains(err.Error(), "notes.txt") {
 		t.Fatalf("Open of a directory with other files: got %v, want ErrBadLayout naming the file", err)
 	}
 	if entries, _ := os.ReadDir(foreign); len(entries) != 1 {
@@ -356,19 +371,19 @@ func TestOpenRefusesUnknownFormat(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(file); !errors.Is(err, ErrBadLayout) {
+	if _, err := openTest(file); !errors.Is(err, ErrBadLayout) {
 		t.Fatalf("Open of a file: got %v, want ErrBadLayout", err)
 	}
 }
 
 func TestOpenCreatesNestedDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "x", "y", "store")
-	c, err := Open(dir)
+	c, err := openTest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustPut(t, c, "k", "v")
-	c2, err := Open(dir)
+	c2, err := openTest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +412,7 @@ func TestOpenURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	wd, _ := os.Getwd()
-	if got := rel.(*Container).Dir(); got != filepath.Join(wd, "data", "store") {
+	if got := rel.String(); got != "file://"+filepath.Join(wd, "data", "store") {
 		t.Fatalf("relative store at %q", got)
 	}
 
@@ -422,16 +437,16 @@ func TestOpenURL(t *testing.T) {
 // ends, and leaves the object alone.
 func TestLockWaitHonoursContext(t *testing.T) {
 	dir := t.TempDir()
-	a, err := Open(dir)
+	a, err := openTest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Open(dir)
+	b, err := openTest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tok := mustPut(t, a, "k", "v1")
-	unlock, err := a.lockKey(t.Context(), "k")
+	unlock, err := a.b.lockKey(t.Context(), "k")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -495,21 +510,21 @@ func countFiles(t *testing.T, dir string) int {
 // third caller still has to wait for it.
 func TestKeyLockSurvivesLockFileRemoval(t *testing.T) {
 	dir := t.TempDir()
-	var cs []*Container
+	var cs []testStore
 	for range 3 {
-		c, err := Open(dir)
+		c, err := openTest(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		cs = append(cs, c)
 	}
-	unlockA, err := cs[0].lockKey(t.Context(), "k")
+	unlockA, err := cs[0].b.lockKey(t.Context(), "k")
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan func(bool), 1)
 	go func() {
-		u, err := cs[1].lockKey(t.Context(), "k")
+		u, err := cs[1].b.lockKey(t.Context(), "k")
 		if err != nil {
 			t.Error(err)
 			got <- nil
@@ -526,11 +541,11 @@ func TestKeyLockSurvivesLockFileRemoval(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := cs[2].lockKey(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := cs[2].b.lockKey(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a third caller took the key's lock while it was held: %v", err)
 	}
 	unlockB(false)
-	unlockC, err := cs[2].lockKey(t.Context(), "k")
+	unlockC, err := cs[2].b.lockKey(t.Context(), "k")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ type objectPath struct {
 
 // pathOf maps a validated key to its file. Segments too long for one
 // directory entry are refused with ErrInvalidKey.
-func (c *Container) pathOf(key string) (objectPath, error) {
+func (c *Bucket) pathOf(key string) (objectPath, error) {
 	segs := strings.Split(key, "/")
 	p := objectPath{dir: c.objects}
 	for i, s := range segs {
@@ -54,7 +54,7 @@ func (c *Container) pathOf(key string) (objectPath, error) {
 // ensureDirs creates the key's directories and makes each one's entry
 // durable in its parent before any object is published inside it: a file
 // fsynced into a directory whose own entry is lost in a crash is lost too.
-func (c *Container) ensureDirs(dirs []string) error {
+func (c *Bucket) ensureDirs(dirs []string) error {
 	if len(dirs) == 0 {
 		return nil
 	}

@@ -12,22 +12,14 @@ import (
 	"strings"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/driver"
 )
 
 // List walks only the directory the prefix names (up to its last '/') and,
 // inside it, only entries that can hold keys after startAfter. Entries are
 // visited in key order: a file "o.s" sorts as s and a directory "d.s" as
 // s+"/", because every key under it starts with s+"/".
-func (c *Container) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
-	if err := blobstore.ValidatePrefix(prefix); err != nil {
-		return blobstore.ListPage{}, c.fail("List", prefix, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return blobstore.ListPage{}, c.fail("List", prefix, err)
-	}
-	if limit <= 0 || limit > blobstore.DefaultListLimit {
-		limit = blobstore.DefaultListLimit
-	}
+func (c *Bucket) List(ctx context.Context, prefix, startAfter string, limit int) (driver.ListPage, error) {
 	base, partial := "", prefix
 	dir := c.objects
 	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
@@ -35,14 +27,14 @@ func (c *Container) List(ctx context.Context, prefix, startAfter string, limit i
 		for _, s := range strings.Split(prefix[:i], "/") {
 			if len(s) > c.maxSegment {
 				// No directory can have this name, so no key has the prefix.
-				return blobstore.ListPage{}, nil
+				return driver.ListPage{}, nil
 			}
 			dir = filepath.Join(dir, dirPrefix+s)
 		}
 	}
 	w := lister{ctx: ctx, startAfter: startAfter, limit: limit}
 	if _, err := w.walk(dir, base, partial); err != nil {
-		return blobstore.ListPage{}, c.fail("List", prefix, err)
+		return driver.ListPage{}, err
 	}
 	return w.page, nil
 }
@@ -51,7 +43,7 @@ type lister struct {
 	ctx        context.Context
 	startAfter string
 	limit      int
-	page       blobstore.ListPage
+	page       driver.ListPage
 }
 
 type listEntry struct {
@@ -129,7 +121,7 @@ func (w *lister) walk(dir, base, partial string) (bool, error) {
 			}
 			return false, fmt.Errorf("reading object %q: %w", full, err)
 		}
-		w.page.Items = append(w.page.Items, blobstore.Attrs{Key: full, Size: size, Token: tok})
+		w.page.Items = append(w.page.Items, driver.Attrs{Key: full, Size: size, Token: tok})
 	}
 	return false, nil
 }

@@ -63,7 +63,7 @@ func (k *keyLocks) acquire(ctx context.Context, key string) (func(), error) {
 
 // lockPath names the key's lock file by a 128-bit hash, which keeps lock
 // names short and flat whatever the key.
-func (c *Container) lockPath(key string) string {
+func (c *Bucket) lockPath(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return filepath.Join(c.locks, hex.EncodeToString(sum[:16]))
 }
@@ -72,7 +72,7 @@ func (c *Container) lockPath(key string) string {
 // The returned unlock releases both; with remove it first deletes the lock
 // file, which is safe because a waiter that then gets the flock sees its
 // file is no longer the one at the path and starts over.
-func (c *Container) lockKey(ctx context.Context, key string) (func(remove bool), error) {
+func (c *Bucket) lockKey(ctx context.Context, key string) (func(remove bool), error) {
 	release, err := c.keyLocks.acquire(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("waiting for the key's lock: %w", err)

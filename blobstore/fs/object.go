@@ -130,9 +130,9 @@ func (t *tempFile) discard() {
 	t.f = nil
 }
 
-func (c *Container) createTemp() (*tempFile, error) { return c.createTempNamed("w") }
+func (c *Bucket) createTemp() (*tempFile, error) { return c.createTempNamed("w") }
 
-func (c *Container) createTempNamed(label string) (*tempFile, error) {
+func (c *Bucket) createTempNamed(label string) (*tempFile, error) {
 	for attempt := 0; attempt < 8; attempt++ {
 		var rnd [12]byte
 		if _, err := rand.Read(rnd[:]); err != nil {
@@ -175,7 +175,7 @@ func newToken() ([tokenLen]byte, error) {
 
 // writeTemp writes header and body to a new temporary file and makes its
 // data durable. Errors here precede any visible effect.
-func (c *Container) writeTemp(body []byte) (*tempFile, blobstore.Token, error) {
+func (c *Bucket) writeTemp(body []byte) (*tempFile, blobstore.Token, error) {
 	tok, err := newToken()
 	if err != nil {
 		return nil, "", blobstore.Unavailable(err)
@@ -220,7 +220,7 @@ func writeBody(f *os.File, tok [tokenLen]byte, body []byte) error {
 // lock until the file is renamed away or removed. Open calls it; a
 // long-running process may call it from time to time. It returns how many
 // files it removed.
-func (c *Container) RemoveStaleTemp(ctx context.Context) (int, error) {
+func (c *Bucket) RemoveStaleTemp(ctx context.Context) (int, error) {
 	d, err := os.Open(c.tmp)
 	if err != nil {
 		return 0, err

@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 // all children start together, then plays its role, reporting on stdout.
 func runChild(role string) error {
 	ctx := context.Background()
-	c, err := Open(os.Getenv(envDir))
+	c, err := openTest(os.Getenv(envDir))
 	if err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func runChild(role string) error {
 	case "hang-create", "hang-put":
 		// Stop for good once the temporary file is durable, as a writer
 		// that is killed just before publishing.
-		c.hook = func(stage string) {
+		c.b.hook = func(stage string) {
 			if stage == "temp-synced" {
 				fmt.Println("blocked")
 				time.Sleep(time.Hour)
@@ -228,7 +228,7 @@ func (ch *child) wait(t *testing.T) []string {
 func TestCrossProcessCASIncrements(t *testing.T) {
 	const procs, each = 4, 25
 	dir := t.TempDir()
-	c, err := Open(dir)
+	c, err := openTest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func TestCrossProcessCreateRace(t *testing.T) {
 			}
 		}
 	}
-	c, err := Open(dir)
+	c, err := openTest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestKilledWriterLeavesNoVisibleObject(t *testing.T) {
 		t.Run(role, func(t *testing.T) {
 			dir := t.TempDir()
 			tmp := filepath.Join(dir, tmpDir)
-			c, err := Open(dir)
+			c, err := openTest(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -321,7 +321,7 @@ func TestKilledWriterLeavesNoVisibleObject(t *testing.T) {
 			if n := countFiles(t, tmp); n != 1 {
 				t.Fatalf("%d temporary files while the writer is blocked, want 1", n)
 			}
-			if _, err := Open(dir); err != nil { // cleans up, must spare the live writer
+			if _, err := openTest(dir); err != nil { // cleans up, must spare the live writer
 				t.Fatal(err)
 			}
 			if n := countFiles(t, tmp); n != 1 {
@@ -350,7 +350,7 @@ func TestKilledWriterLeavesNoVisibleObject(t *testing.T) {
 			if n := countFiles(t, tmp); n != 1 {
 				t.Fatalf("%d temporary files after the kill, want the dead writer's 1", n)
 			}
-			if _, err := Open(dir); err != nil {
+			if _, err := openTest(dir); err != nil {
 				t.Fatal(err)
 			}
 			if n := countFiles(t, tmp); n != 0 {
@@ -381,7 +381,7 @@ func TestKilledWriterMidWrite(t *testing.T) {
 		}
 		_ = kid.cmd.Wait()
 
-		c, err := Open(dir)
+		c, err := openTest(dir)
 		if err != nil {
 			t.Fatal(err)
 		}

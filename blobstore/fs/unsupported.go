@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	blobstore.Register("file", func(_ context.Context, u *url.URL) (blobstore.Container, error) {
+	blobstore.Register("file", func(_ context.Context, u *url.URL) (*blobstore.Container, error) {
 		return nil, fmt.Errorf("%w: %s: the filesystem store runs on Linux and other Unix systems only", blobstore.ErrUnsupported, blobstore.RedactURL(u))
 	})
 }

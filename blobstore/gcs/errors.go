@@ -12,22 +12,13 @@ import (
 	"google.golang.org/api/googleapi"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/driver"
 )
-
-// mutates reports whether op can change the store, so that a failure after
-// the request left must be reported as ambiguous rather than as a clean miss.
-func mutates(op string) bool {
-	switch op {
-	case "Put", "CreateIfAbsent", "CompareAndSwap", "Delete", "DeleteIfMatch":
-		return true
-	}
-	return false
-}
 
 // mapError turns an error of the GCS client for op into the blobstore
 // vocabulary. The result wraps the original error, so its text (status,
 // reason) stays in the message.
-func mapError(op string, err error) error {
+func mapError(op driver.Op, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -42,7 +33,7 @@ func mapError(op string, err error) error {
 		return mapStatus(op, http.StatusNotFound, err)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		if mutates(op) {
+		if op.Mutates() {
 			// The request may have reached the store before the caller
 			// gave up on it.
 			return blobstore.Ambiguous(err)
@@ -52,7 +43,7 @@ func mapError(op string, err error) error {
 	if isDial(err) {
 		return blobstore.Unavailable(err)
 	}
-	if mutates(op) {
+	if op.Mutates() {
 		// Anything else (a reset connection, a truncated response, an error
 		// this driver does not recognise) leaves the write's outcome open.
 		return blobstore.Ambiguous(err)
@@ -64,19 +55,19 @@ func mapError(op string, err error) error {
 }
 
 // mapStatus maps an HTTP status the store answered with.
-func mapStatus(op string, code int, err error) error {
+func mapStatus(op driver.Op, code int, err error) error {
 	switch {
 	case code == http.StatusPreconditionFailed:
-		if op == "CreateIfAbsent" {
+		if op == driver.OpCreateIfAbsent {
 			return fmt.Errorf("%w: %w", blobstore.ErrAlreadyExists, err)
 		}
 		return fmt.Errorf("%w: %w", blobstore.ErrPreconditionFailed, err)
 	case code == http.StatusNotFound:
 		switch op {
-		case "CompareAndSwap", "DeleteIfMatch":
+		case driver.OpCompareAndSwap, driver.OpDeleteIfMatch:
 			// No object, so no object with the expected generation.
 			return fmt.Errorf("%w: no object at the key: %w", blobstore.ErrPreconditionFailed, err)
-		case "Put", "CreateIfAbsent":
+		case driver.OpPut, driver.OpCreateIfAbsent:
 			// A write that finds nothing is missing its bucket.
 			return fmt.Errorf("bucket does not exist or is not visible to these credentials; create it or fix the store URL: %w", err)
 		}
@@ -91,7 +82,7 @@ func mapStatus(op string, code int, err error) error {
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		return fmt.Errorf("access denied; check the credentials (GOOGLE_APPLICATION_CREDENTIALS, application-default login) and the bucket's IAM permissions: %w", err)
 	case code == http.StatusRequestTimeout || code >= 500:
-		if mutates(op) {
+		if op.Mutates() {
 			return blobstore.Ambiguous(err)
 		}
 		return blobstore.Unavailable(err)

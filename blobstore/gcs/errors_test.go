@@ -12,6 +12,7 @@ import (
 	"google.golang.org/api/googleapi"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/driver"
 )
 
 func TestMapError(t *testing.T) {
@@ -25,40 +26,40 @@ func TestMapError(t *testing.T) {
 	objectGone := fmt.Errorf("%w: %w", storage.ErrObjectNotExist, &googleapi.Error{Code: 404})
 
 	for _, tc := range []struct {
-		op   string
+		op   driver.Op
 		err  error
 		want error // nil: none of the sentinels below
 	}{
-		{"CreateIfAbsent", api(412), blobstore.ErrAlreadyExists},
-		{"CompareAndSwap", api(412), blobstore.ErrPreconditionFailed},
-		{"DeleteIfMatch", api(412), blobstore.ErrPreconditionFailed},
-		{"CompareAndSwap", api(404), blobstore.ErrPreconditionFailed},
-		{"DeleteIfMatch", objectGone, blobstore.ErrPreconditionFailed},
-		{"Get", objectGone, blobstore.ErrNotFound},
-		{"Stat", storage.ErrObjectNotExist, blobstore.ErrNotFound},
-		{"Put", api(404), nil}, // a missing bucket, not a missing object
-		{"CreateIfAbsent", api(404), nil},
-		{"Get", storage.ErrBucketNotExist, nil},
-		{"CompareAndSwap", api(409), blobstore.ErrConflict},
-		{"Put", api(429), blobstore.ErrUnavailable},
-		{"Get", api(429), blobstore.ErrUnavailable},
-		{"CreateIfAbsent", api(413), blobstore.ErrTooLarge},
-		{"CreateIfAbsent", api(503), blobstore.ErrAmbiguous},
-		{"CompareAndSwap", api(500), blobstore.ErrAmbiguous},
-		{"Delete", api(502), blobstore.ErrAmbiguous},
-		{"DeleteIfMatch", api(408), blobstore.ErrAmbiguous},
-		{"Get", api(503), blobstore.ErrUnavailable},
-		{"List", api(500), blobstore.ErrUnavailable},
-		{"Get", api(403), nil},
-		{"Put", api(401), nil},
-		{"CompareAndSwap", api(400), nil},
-		{"CreateIfAbsent", dial, blobstore.ErrUnavailable},
-		{"Get", dial, blobstore.ErrUnavailable},
-		{"CreateIfAbsent", reset, blobstore.ErrAmbiguous},
-		{"Stat", reset, blobstore.ErrUnavailable},
-		{"CompareAndSwap", errors.New("unrecognised"), blobstore.ErrAmbiguous},
-		{"CompareAndSwap", context.DeadlineExceeded, blobstore.ErrAmbiguous},
-		{"Get", context.Canceled, nil},
+		{driver.OpCreateIfAbsent, api(412), blobstore.ErrAlreadyExists},
+		{driver.OpCompareAndSwap, api(412), blobstore.ErrPreconditionFailed},
+		{driver.OpDeleteIfMatch, api(412), blobstore.ErrPreconditionFailed},
+		{driver.OpCompareAndSwap, api(404), blobstore.ErrPreconditionFailed},
+		{driver.OpDeleteIfMatch, objectGone, blobstore.ErrPreconditionFailed},
+		{driver.OpGet, objectGone, blobstore.ErrNotFound},
+		{driver.OpStat, storage.ErrObjectNotExist, blobstore.ErrNotFound},
+		{driver.OpPut, api(404), nil}, // a missing bucket, not a missing object
+		{driver.OpCreateIfAbsent, api(404), nil},
+		{driver.OpGet, storage.ErrBucketNotExist, nil},
+		{driver.OpCompareAndSwap, api(409), blobstore.ErrConflict},
+		{driver.OpPut, api(429), blobstore.ErrUnavailable},
+		{driver.OpGet, api(429), blobstore.ErrUnavailable},
+		{driver.OpCreateIfAbsent, api(413), blobstore.ErrTooLarge},
+		{driver.OpCreateIfAbsent, api(503), blobstore.ErrAmbiguous},
+		{driver.OpCompareAndSwap, api(500), blobstore.ErrAmbiguous},
+		{driver.OpDelete, api(502), blobstore.ErrAmbiguous},
+		{driver.OpDeleteIfMatch, api(408), blobstore.ErrAmbiguous},
+		{driver.OpGet, api(503), blobstore.ErrUnavailable},
+		{driver.OpList, api(500), blobstore.ErrUnavailable},
+		{driver.OpGet, api(403), nil},
+		{driver.OpPut, api(401), nil},
+		{driver.OpCompareAndSwap, api(400), nil},
+		{driver.OpCreateIfAbsent, dial, blobstore.ErrUnavailable},
+		{driver.OpGet, dial, blobstore.ErrUnavailable},
+		{driver.OpCreateIfAbsent, reset, blobstore.ErrAmbiguous},
+		{driver.OpStat, reset, blobstore.ErrUnavailable},
+		{driver.OpCompareAndSwap, errors.New("unrecognised"), blobstore.ErrAmbiguous},
+		{driver.OpCompareAndSwap, context.DeadlineExceeded, blobstore.ErrAmbiguous},
+		{driver.OpGet, context.Canceled, nil},
 	} {
 		got := mapError(tc.op, tc.err)
 		if !errors.Is(got, tc.err) {
@@ -72,7 +73,7 @@ func TestMapError(t *testing.T) {
 			}
 		}
 	}
-	if mapError("Get", nil) != nil {
+	if mapError(driver.OpGet, nil) != nil {
 		t.Error("mapError(nil) is not nil")
 	}
 }
@@ -80,16 +81,16 @@ func TestMapError(t *testing.T) {
 // A definite refusal must not be retryable; an ambiguous write must be, so
 // that callers settle it and go on.
 func TestMappedErrorClasses(t *testing.T) {
-	pre := mapError("CompareAndSwap", &googleapi.Error{Code: 412})
+	pre := mapError(driver.OpCompareAndSwap, &googleapi.Error{Code: 412})
 	if !blobstore.IsDefinite(pre) || blobstore.IsRetryable(pre) {
 		t.Errorf("412 on CAS: definite %v retryable %v", blobstore.IsDefinite(pre), blobstore.IsRetryable(pre))
 	}
-	amb := mapError("CreateIfAbsent", &googleapi.Error{Code: 503})
+	amb := mapError(driver.OpCreateIfAbsent, &googleapi.Error{Code: 503})
 	if blobstore.IsDefinite(amb) || !blobstore.IsRetryable(amb) || !blobstore.IsAmbiguous(amb) {
 		t.Errorf("503 on create: definite %v retryable %v ambiguous %v", blobstore.IsDefinite(amb), blobstore.IsRetryable(amb), blobstore.IsAmbiguous(amb))
 	}
 	// A cancelled caller is ambiguous about the write but not retried.
-	cancelled := mapError("Put", context.Canceled)
+	cancelled := mapError(driver.OpPut, context.Canceled)
 	if !blobstore.IsAmbiguous(cancelled) || blobstore.IsRetryable(cancelled) {
 		t.Errorf("cancelled Put: ambiguous %v retryable %v", blobstore.IsAmbiguous(cancelled), blobstore.IsRetryable(cancelled))
 	}

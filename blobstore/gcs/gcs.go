@@ -49,6 +49,7 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/driver"
 )
 
 // Scheme is the URL scheme this driver registers.
@@ -82,37 +83,41 @@ type Options struct {
 	MaxConditionalBody int64
 }
 
-// Container is one bucket and prefix of Google Cloud Storage.
-type Container struct {
+// bucket is the driver: one bucket of Google Cloud Storage.
+type bucket struct {
 	client    *storage.Client
 	ownClient bool
 	bucket    *storage.BucketHandle
 	name      string // bucket name
-	prefix    string // "" or ending in '/'
 	opts      Options
 }
 
-var _ blobstore.Container = (*Container)(nil)
+var (
+	_ driver.Bucket     = (*bucket)(nil)
+	_ driver.KeyChecker = (*bucket)(nil)
+	_ driver.Explainer  = (*bucket)(nil)
+)
 
 // New returns a container over an existing client, for callers that build
 // the client themselves (tests against an in-process server, custom
 // transports). The client stays the caller's: Close does not close it.
-func New(client *storage.Client, bucket, prefix string, opts Options) (*Container, error) {
+func New(client *storage.Client, bucket, prefix string, opts Options) (*blobstore.Container, error) {
+	b, err := newBucket(client, bucket, prefix, opts)
+	if err != nil {
+		return nil, err
+	}
+	return blobstore.NewAt(b, prefix)
+}
+
+func newBucket(client *storage.Client, name, prefix string, opts Options) (*bucket, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: gcs.New needs a storage client", blobstore.ErrBadURL)
 	}
-	if bucket == "" {
+	if name == "" {
 		return nil, fmt.Errorf("%w: gcs.New needs a bucket name", blobstore.ErrBadURL)
 	}
-	prefix = strings.Trim(prefix, "/")
-	if prefix != "" {
-		if err := blobstore.ValidateKey(prefix); err != nil {
-			return nil, fmt.Errorf("%w gs://%s/%s: prefix: %v", blobstore.ErrBadURL, bucket, prefix, err)
-		}
-		prefix += "/"
-	}
 	if opts.MaxConditionalBody < 0 {
-		return nil, fmt.Errorf("%w gs://%s/%s: negative max conditional body %d", blobstore.ErrBadURL, bucket, prefix, opts.MaxConditionalBody)
+		return nil, fmt.Errorf("%w gs://%s/%s: negative max conditional body %d", blobstore.ErrBadURL, name, prefix, opts.MaxConditionalBody)
 	}
 	if opts.MaxConditionalBody == 0 {
 		opts.MaxConditionalBody = DefaultMaxConditionalBody
@@ -120,14 +125,14 @@ func New(client *storage.Client, bucket, prefix string, opts Options) (*Containe
 	// The client's own retry loop runs until the context ends; a bound
 	// lets a caller without a deadline hear ErrUnavailable in about a
 	// second instead of hanging on a store that is down.
-	bh := client.Bucket(bucket).Retryer(
+	bh := client.Bucket(name).Retryer(
 		storage.WithMaxAttempts(readAttempts),
 		storage.WithBackoff(gax.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}))
-	return &Container{client: client, bucket: bh, name: bucket, prefix: prefix, opts: opts}, nil
+	return &bucket{client: client, bucket: bh, name: name, opts: opts}, nil
 }
 
 // open is the registered opener for gs:// URLs.
-func open(ctx context.Context, u *url.URL) (blobstore.Container, error) {
+func open(ctx context.Context, u *url.URL) (*blobstore.Container, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w %q: %s", blobstore.ErrBadURL, blobstore.RedactURL(u), fmt.Sprintf(format, args...))
 	}
@@ -171,58 +176,60 @@ func open(ctx context.Context, u *url.URL) (blobstore.Container, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: GCS client: %w (set GOOGLE_APPLICATION_CREDENTIALS or run `gcloud auth application-default login`; for an emulator add ?endpoint=URL)", blobstore.RedactURL(u), err)
 	}
-	c, err := New(client, u.Host, u.Path, opts)
+	b, err := newBucket(client, u.Host, u.Path, opts)
 	if err != nil {
 		_ = client.Close()
 		return nil, err
 	}
-	c.ownClient = true
+	b.ownClient = true
+	c, err := blobstore.NewAt(b, u.Path)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
 	return c, nil
 }
 
-func (c *Container) String() string { return "gs://" + c.name + "/" + c.prefix }
+func (b *bucket) String() string { return "gs://" + b.name }
 
 // Capabilities: GCS enforces generation preconditions on writes;
 // ConditionalDelete only as configured.
-func (c *Container) Capabilities() blobstore.Capabilities {
+func (b *bucket) Capabilities() blobstore.Capabilities {
 	return blobstore.Capabilities{
 		ConditionalCreate:  true,
 		ConditionalUpdate:  true,
-		ConditionalDelete:  c.opts.ConditionalDelete,
-		MaxConditionalBody: c.opts.MaxConditionalBody,
+		ConditionalDelete:  b.opts.ConditionalDelete,
+		MaxConditionalBody: b.opts.MaxConditionalBody,
 	}
 }
 
 // Close closes the client if the container opened it from a URL.
-func (c *Container) Close() error {
-	if c.ownClient {
-		return c.client.Close()
+func (b *bucket) Close() error {
+	if b.ownClient {
+		return b.client.Close()
 	}
 	return nil
 }
 
-// check validates key and returns the full object name.
-func (c *Container) check(ctx context.Context, op, key string) (string, error) {
-	if err := blobstore.ValidateKey(key); err != nil {
-		return "", c.fail(op, key, err)
+// CheckKey refuses an object name longer than GCS allows once prefixed.
+func (b *bucket) CheckKey(key string) error {
+	if len(key) > maxObjectName {
+		return fmt.Errorf("%w: with the container prefix the object name is %d bytes, more than the %d GCS allows", blobstore.ErrInvalidKey, len(key), maxObjectName)
 	}
-	name := c.prefix + key
-	if len(name) > maxObjectName {
-		return "", c.fail(op, key, fmt.Errorf("%w: with the prefix %q the object name is %d bytes, more than the %d GCS allows", blobstore.ErrInvalidKey, c.prefix, len(name), maxObjectName))
-	}
-	if err := ctx.Err(); err != nil {
-		return "", c.fail(op, key, err)
-	}
-	return name, nil
+	return nil
 }
 
-func (c *Container) fail(op, key string, err error) error {
-	return blobstore.Wrap(op, c.String(), key, err)
+// Unsupported says how to turn conditional delete on.
+func (b *bucket) Unsupported(driver.Op) string {
+	return "conditional delete is off for this GCS container; add ?conditional_delete=true to the store URL only if the store enforces ifGenerationMatch on delete (real GCS does, fake-gcs-server does not)"
 }
+
+// Classify places an error of the GCS client (see errors.go).
+func (b *bucket) Classify(op driver.Op, err error) error { return mapError(op, err) }
 
 // generation parses a token back into the generation it names. A token that
 // is not a positive decimal number cannot match any object here.
-func generation(op string, t blobstore.Token) (int64, error) {
+func generation(t blobstore.Token) (int64, error) {
 	g, err := strconv.ParseInt(string(t), 10, 64)
 	if err != nil || g <= 0 {
 		return 0, fmt.Errorf("%w: token %q is not a GCS generation (it was not read from this store)", blobstore.ErrPreconditionFailed, string(t))
@@ -230,79 +237,55 @@ func generation(op string, t blobstore.Token) (int64, error) {
 	return g, nil
 }
 
+// conditions are pre in GCS's terms.
+func conditions(pre driver.Precondition) (storage.Conditions, error) {
+	switch {
+	case pre.IfAbsent:
+		return storage.Conditions{DoesNotExist: true}, nil
+	case pre.IfMatch != "":
+		gen, err := generation(pre.IfMatch)
+		return storage.Conditions{GenerationMatch: gen}, err
+	}
+	return storage.Conditions{}, nil
+}
+
 func token(gen int64) blobstore.Token { return blobstore.Token(strconv.FormatInt(gen, 10)) }
 
-func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, error) {
-	name, err := c.check(ctx, "Get", key)
+func (b *bucket) Get(ctx context.Context, key string) (driver.Object, error) {
+	r, err := b.bucket.Object(key).NewReader(ctx)
 	if err != nil {
-		return blobstore.Object{}, err
-	}
-	r, err := c.bucket.Object(name).NewReader(ctx)
-	if err != nil {
-		return blobstore.Object{}, c.fail("Get", key, mapError("Get", err))
+		return driver.Object{}, err
 	}
 	defer r.Close()
 	body, err := io.ReadAll(r)
 	if err != nil {
-		return blobstore.Object{}, c.fail("Get", key, mapError("Get", err))
+		return driver.Object{}, err
 	}
-	return blobstore.Object{Key: key, Body: body, Token: token(r.Attrs.Generation)}, nil
+	return driver.Object{Body: body, Token: token(r.Attrs.Generation)}, nil
 }
 
-func (c *Container) Stat(ctx context.Context, key string) (blobstore.Attrs, error) {
-	name, err := c.check(ctx, "Stat", key)
+func (b *bucket) Stat(ctx context.Context, key string) (driver.Attrs, error) {
+	a, err := b.bucket.Object(key).Attrs(ctx)
 	if err != nil {
-		return blobstore.Attrs{}, err
+		return driver.Attrs{}, err
 	}
-	a, err := c.bucket.Object(name).Attrs(ctx)
-	if err != nil {
-		return blobstore.Attrs{}, c.fail("Stat", key, mapError("Stat", err))
-	}
-	return blobstore.Attrs{Key: key, Size: a.Size, Token: token(a.Generation)}, nil
-}
-
-func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	name, err := c.check(ctx, "Put", key)
-	if err != nil {
-		return "", err
-	}
-	return c.write(ctx, "Put", key, c.bucket.Object(name), body)
-}
-
-func (c *Container) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	const op = "CreateIfAbsent"
-	name, err := c.check(ctx, op, key)
-	if err != nil {
-		return "", err
-	}
-	if err := blobstore.CheckConditionalBody(op, c.String(), key, len(body), c.Capabilities()); err != nil {
-		return "", err
-	}
-	return c.write(ctx, op, key, c.bucket.Object(name).If(storage.Conditions{DoesNotExist: true}), body)
-}
-
-func (c *Container) CompareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
-	const op = "CompareAndSwap"
-	name, err := c.check(ctx, op, key)
-	if err != nil {
-		return "", err
-	}
-	gen, err := generation(op, expected)
-	if err != nil {
-		return "", c.fail(op, key, err)
-	}
-	if err := blobstore.CheckConditionalBody(op, c.String(), key, len(body), c.Capabilities()); err != nil {
-		return "", err
-	}
-	return c.write(ctx, op, key, c.bucket.Object(name).If(storage.Conditions{GenerationMatch: gen}), body)
+	return driver.Attrs{Size: a.Size, Token: token(a.Generation)}, nil
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// write sends body in a single request with retries off (see the package
+// Write sends body in a single request with retries off (see the package
 // doc) and a CRC32C the store checks, so a corrupted upload is refused
 // rather than stored.
-func (c *Container) write(ctx context.Context, op, key string, obj *storage.ObjectHandle, body []byte) (blobstore.Token, error) {
+func (b *bucket) Write(ctx context.Context, key string, body []byte, pre driver.Precondition) (driver.Token, error) {
+	cond, err := conditions(pre)
+	if err != nil {
+		return "", err
+	}
+	obj := b.bucket.Object(key)
+	if cond != (storage.Conditions{}) {
+		obj = obj.If(cond)
+	}
 	w := obj.Retryer(storage.WithPolicy(storage.RetryNever)).NewWriter(ctx)
 	w.ChunkSize = 0 // one request, no resumable session
 	w.ContentType = "application/octet-stream"
@@ -310,88 +293,55 @@ func (c *Container) write(ctx context.Context, op, key string, obj *storage.Obje
 	w.SendCRC32C = true
 	if _, err := w.Write(body); err != nil {
 		_ = w.Close()
-		return "", c.fail(op, key, mapError(op, err))
+		return "", err
 	}
 	if err := w.Close(); err != nil {
-		return "", c.fail(op, key, mapError(op, err))
+		return "", err
 	}
 	return token(w.Attrs().Generation), nil
 }
 
-func (c *Container) Delete(ctx context.Context, key string) error {
-	name, err := c.check(ctx, "Delete", key)
-	if err != nil {
-		return err
+// Delete repeats an unconditional delete (a second attempt that finds
+// nothing is the success it would have reported) and sends a conditional
+// one once.
+func (b *bucket) Delete(ctx context.Context, key string, pre driver.Precondition) error {
+	obj := b.bucket.Object(key).Retryer(storage.WithPolicy(storage.RetryAlways))
+	if pre.IfMatch != "" {
+		cond, err := conditions(pre)
+		if err != nil {
+			return err
+		}
+		obj = b.bucket.Object(key).If(cond).Retryer(storage.WithPolicy(storage.RetryNever))
 	}
-	// Repeating an unconditional delete is harmless: a second attempt that
-	// finds nothing is the success it would have reported.
-	err = c.bucket.Object(name).Retryer(storage.WithPolicy(storage.RetryAlways)).Delete(ctx)
-	if err != nil && !errors.Is(err, storage.ErrObjectNotExist) {
-		return c.fail("Delete", key, mapError("Delete", err))
-	}
-	return nil
+	return obj.Delete(ctx)
 }
 
-func (c *Container) DeleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
-	const op = "DeleteIfMatch"
-	name, err := c.check(ctx, op, key)
-	if err != nil {
-		return err
-	}
-	if !c.opts.ConditionalDelete {
-		return c.fail(op, key, fmt.Errorf("%w: conditional delete is off for this GCS container; add ?conditional_delete=true to the store URL only if the store enforces ifGenerationMatch on delete (real GCS does, fake-gcs-server does not)", blobstore.ErrUnsupported))
-	}
-	gen, err := generation(op, expected)
-	if err != nil {
-		return c.fail(op, key, err)
-	}
-	err = c.bucket.Object(name).If(storage.Conditions{GenerationMatch: gen}).Retryer(storage.WithPolicy(storage.RetryNever)).Delete(ctx)
-	if err != nil {
-		return c.fail(op, key, mapError(op, err))
-	}
-	return nil
-}
-
-func (c *Container) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
-	if err := blobstore.ValidatePrefix(prefix); err != nil {
-		return blobstore.ListPage{}, c.fail("List", prefix, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return blobstore.ListPage{}, c.fail("List", prefix, err)
-	}
-	if limit <= 0 || limit > blobstore.DefaultListLimit {
-		limit = blobstore.DefaultListLimit
-	}
-	q := &storage.Query{Prefix: c.prefix + prefix}
-	after := ""
-	if startAfter != "" {
-		// StartOffset is inclusive; the key equal to it is skipped below.
-		after = c.prefix + startAfter
-		q.StartOffset = after
-	}
+func (b *bucket) List(ctx context.Context, prefix, startAfter string, limit int) (driver.ListPage, error) {
+	// StartOffset is inclusive; the key equal to it is skipped below.
+	q := &storage.Query{Prefix: prefix, StartOffset: startAfter}
 	if err := q.SetAttrSelection([]string{"Name", "Size", "Generation"}); err != nil {
-		return blobstore.ListPage{}, c.fail("List", prefix, err)
+		return driver.ListPage{}, err
 	}
-	it := c.bucket.Objects(ctx, q)
+	it := b.bucket.Objects(ctx, q)
 	// Two more than the page: startAfter itself (StartOffset is inclusive)
 	// and one beyond the page, so More is exact and one request does.
 	it.PageInfo().MaxSize = limit + 2
-	var page blobstore.ListPage
+	var page driver.ListPage
 	for {
 		a, err := it.Next()
 		if errors.Is(err, iterator.Done) {
 			return page, nil
 		}
 		if err != nil {
-			return blobstore.ListPage{}, c.fail("List", prefix, mapError("List", err))
+			return driver.ListPage{}, err
 		}
-		if a.Name <= after || !strings.HasPrefix(a.Name, c.prefix) {
+		if a.Name <= startAfter {
 			continue
 		}
 		if len(page.Items) == limit {
 			page.More = true
 			return page, nil
 		}
-		page.Items = append(page.Items, blobstore.Attrs{Key: a.Name[len(c.prefix):], Size: a.Size, Token: token(a.Generation)})
+		page.Items = append(page.Items, driver.Attrs{Key: a.Name, Size: a.Size, Token: token(a.Generation)})
 	}
 }

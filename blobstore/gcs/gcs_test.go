@@ -70,7 +70,7 @@ func uniquePrefix(t *testing.T) string {
 }
 
 // newContainer is a fresh namespace through a client built here (XML reads).
-func newContainer(t *testing.T, opts gcs.Options) *gcs.Container {
+func newContainer(t *testing.T, opts gcs.Options) *blobstore.Container {
 	t.Helper()
 	client := newClient(t)
 	c, err := gcs.New(client, server.Bucket, uniquePrefix(t), opts)
@@ -82,7 +82,7 @@ func newContainer(t *testing.T, opts gcs.Options) *gcs.Container {
 
 // openURL is a fresh namespace opened the way a user opens one: by URL, over
 // TCP to 127.0.0.1.
-func openURL(t *testing.T, query string) blobstore.Container {
+func openURL(t *testing.T, query string) *blobstore.Container {
 	t.Helper()
 	needServer(t)
 	raw := server.StoreURL(uniquePrefix(t))
@@ -101,7 +101,7 @@ func openURL(t *testing.T, query string) blobstore.Container {
 // the shardfence conformance command's test runs it again by URL (JSON
 // reads).
 func TestConformance(t *testing.T) {
-	conformance.RunContainer(t, func(t *testing.T) blobstore.Container {
+	conformance.RunContainer(t, func(t *testing.T) *blobstore.Container {
 		return newContainer(t, gcs.Options{})
 	})
 }
@@ -352,7 +352,7 @@ func TestConnectionRefusedIsUnavailable(t *testing.T) {
 		t.Errorf("CreateIfAbsent against a closed port: %v; want ErrUnavailable", err)
 	}
 	var oe *blobstore.OpError
-	if !errors.As(err, &oe) || oe.Op != "CreateIfAbsent" || oe.Key != "k" || !strings.HasPrefix(oe.Store, "gs://b/p") {
+	if !errors.As(err, &oe) || oe.Op != blobstore.OpCreateIfAbsent || oe.Key != "k" || !strings.HasPrefix(oe.Store, "gs://b/p") {
 		t.Errorf("error %v does not name op, store and key", err)
 	}
 	// Reads retry, but a bounded number of times: the caller hears that the

@@ -1,5 +1,5 @@
 // Package mem is an in-memory blobstore driver with the same semantics as the
-// durable drivers, for fast unit tests and the protocol checker.
+// durable drivers, for fast unit tests and benches.
 //
 // URL form: mem://name[/prefix]. Containers opened with the same name in one
 // process share their objects, so two actors in a test see one store.
@@ -15,233 +15,159 @@ import (
 	"sync"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/driver"
 )
 
 func init() {
-	blobstore.Register("mem", func(_ context.Context, u *url.URL) (blobstore.Container, error) {
+	blobstore.Register("mem", func(_ context.Context, u *url.URL) (*blobstore.Container, error) {
 		if u.Host == "" {
 			return nil, fmt.Errorf("%w %q: want mem://name[/prefix]", blobstore.ErrBadURL, u.String())
 		}
-		prefix := strings.Trim(u.Path, "/")
-		if prefix != "" {
-			if err := blobstore.ValidateKey(prefix); err != nil {
-				return nil, fmt.Errorf("%w %q: prefix: %v", blobstore.ErrBadURL, u.String(), err)
-			}
-			prefix += "/"
-		}
-		return &Container{s: named(u.Host), prefix: prefix, name: u.Host}, nil
+		return blobstore.NewAt(named(u.Host), u.Path)
 	})
 }
 
+// The named stores are the driver's registry, like the scheme registry: a
+// URL names a store shared by everyone in the process who opens it.
 var (
 	namedMu sync.Mutex
-	stores  = map[string]*store{}
+	stores  = map[string]*Bucket{}
 )
 
-func named(name string) *store {
+func named(name string) *Bucket {
 	namedMu.Lock()
 	defer namedMu.Unlock()
-	s, ok := stores[name]
+	b, ok := stores[name]
 	if !ok {
-		s = newStore()
-		stores[name] = s
+		b = NewBucket(name)
+		stores[name] = b
 	}
-	return s
+	return b
 }
+
+// New returns an empty private store.
+func New() *blobstore.Container { return blobstore.New(NewBucket("private")) }
 
 type entry struct {
 	body  []byte
-	token blobstore.Token
+	token driver.Token
 }
 
-type store struct {
+// Bucket is the in-memory driver: a sorted map of objects under one lock,
+// with a counter for tokens.
+type Bucket struct {
+	name    string
 	mu      sync.Mutex
 	objects map[string]entry
 	keys    []string // sorted
 	counter uint64
 }
 
-func newStore() *store { return &store{objects: map[string]entry{}} }
+var _ driver.Bucket = (*Bucket)(nil)
 
-// Container is an in-memory container. The zero value is not usable: call New.
-type Container struct {
-	s      *store
-	prefix string
-	name   string
-}
+// NewBucket returns an empty store named name in messages.
+func NewBucket(name string) *Bucket { return &Bucket{name: name, objects: map[string]entry{}} }
 
-var _ blobstore.Container = (*Container)(nil)
-
-// New returns an empty private store.
-func New() *Container { return &Container{s: newStore(), name: "private"} }
-
-func (c *Container) String() string {
-	return "mem://" + c.name + "/" + c.prefix
-}
+func (b *Bucket) String() string { return "mem://" + b.name }
 
 // Capabilities: every conditional operation is enforced.
-func (c *Container) Capabilities() blobstore.Capabilities {
-	return blobstore.Capabilities{ConditionalCreate: true, ConditionalUpdate: true, ConditionalDelete: true}
+func (b *Bucket) Capabilities() driver.Capabilities {
+	return driver.Capabilities{ConditionalCreate: true, ConditionalUpdate: true, ConditionalDelete: true}
 }
 
-func (c *Container) Close() error { return nil }
+func (b *Bucket) Close() error { return nil }
 
-func (c *Container) check(ctx context.Context, op, key string) error {
-	if err := blobstore.ValidateKey(key); err != nil {
-		return blobstore.Wrap(op, c.String(), key, err)
+// Classify has nothing to place: every error is made in the kinds.
+func (b *Bucket) Classify(_ driver.Op, err error) error { return err }
+
+// set must be called with b.mu held.
+func (b *Bucket) set(k string, body []byte) driver.Token {
+	if _, ok := b.objects[k]; !ok {
+		i := sort.SearchStrings(b.keys, k)
+		b.keys = append(b.keys, "")
+		copy(b.keys[i+1:], b.keys[i:])
+		b.keys[i] = k
 	}
-	if err := ctx.Err(); err != nil {
-		return blobstore.Wrap(op, c.String(), key, err)
-	}
-	return nil
-}
-
-func (c *Container) fail(op, key string, err error) error {
-	return blobstore.Wrap(op, c.String(), key, err)
-}
-
-// newToken must be called with s.mu held.
-func (s *store) newToken() blobstore.Token {
-	s.counter++
-	return blobstore.Token(strconv.FormatUint(s.counter, 10))
-}
-
-// set must be called with s.mu held.
-func (s *store) set(k string, body []byte) blobstore.Token {
-	if _, ok := s.objects[k]; !ok {
-		i := sort.SearchStrings(s.keys, k)
-		s.keys = append(s.keys, "")
-		copy(s.keys[i+1:], s.keys[i:])
-		s.keys[i] = k
-	}
-	t := s.newToken()
-	s.objects[k] = entry{body: append([]byte(nil), body...), token: t}
+	b.counter++
+	t := driver.Token(strconv.FormatUint(b.counter, 10))
+	b.objects[k] = entry{body: append([]byte(nil), body...), token: t}
 	return t
 }
 
-// remove must be called with s.mu held.
-func (s *store) remove(k string) {
-	if _, ok := s.objects[k]; !ok {
-		return
+// check tells whether pre holds for key; b.mu must be held.
+func (b *Bucket) check(key string, pre driver.Precondition) error {
+	e, ok := b.objects[key]
+	switch {
+	case pre.IfAbsent && ok:
+		return blobstore.ErrAlreadyExists
+	case pre.IfMatch != "" && (!ok || e.token != pre.IfMatch):
+		return blobstore.ErrPreconditionFailed
 	}
-	delete(s.objects, k)
-	i := sort.SearchStrings(s.keys, k)
-	s.keys = append(s.keys[:i], s.keys[i+1:]...)
-}
-
-func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, error) {
-	if err := c.check(ctx, "Get", key); err != nil {
-		return blobstore.Object{}, err
-	}
-	c.s.mu.Lock()
-	e, ok := c.s.objects[c.prefix+key]
-	c.s.mu.Unlock()
-	if !ok {
-		return blobstore.Object{}, c.fail("Get", key, blobstore.ErrNotFound)
-	}
-	return blobstore.Object{Key: key, Body: append([]byte{}, e.body...), Token: e.token}, nil
-}
-
-func (c *Container) Stat(ctx context.Context, key string) (blobstore.Attrs, error) {
-	if err := c.check(ctx, "Stat", key); err != nil {
-		return blobstore.Attrs{}, err
-	}
-	c.s.mu.Lock()
-	e, ok := c.s.objects[c.prefix+key]
-	c.s.mu.Unlock()
-	if !ok {
-		return blobstore.Attrs{}, c.fail("Stat", key, blobstore.ErrNotFound)
-	}
-	return blobstore.Attrs{Key: key, Size: int64(len(e.body)), Token: e.token}, nil
-}
-
-func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	if err := c.check(ctx, "Put", key); err != nil {
-		return "", err
-	}
-	c.s.mu.Lock()
-	defer c.s.mu.Unlock()
-	return c.s.set(c.prefix+key, body), nil
-}
-
-func (c *Container) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	if err := c.check(ctx, "CreateIfAbsent", key); err != nil {
-		return "", err
-	}
-	c.s.mu.Lock()
-	defer c.s.mu.Unlock()
-	if _, ok := c.s.objects[c.prefix+key]; ok {
-		return "", c.fail("CreateIfAbsent", key, blobstore.ErrAlreadyExists)
-	}
-	return c.s.set(c.prefix+key, body), nil
-}
-
-func (c *Container) CompareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
-	if err := c.check(ctx, "CompareAndSwap", key); err != nil {
-		return "", err
-	}
-	c.s.mu.Lock()
-	defer c.s.mu.Unlock()
-	e, ok := c.s.objects[c.prefix+key]
-	if !ok || e.token != expected || expected == "" {
-		return "", c.fail("CompareAndSwap", key, blobstore.ErrPreconditionFailed)
-	}
-	return c.s.set(c.prefix+key, body), nil
-}
-
-func (c *Container) Delete(ctx context.Context, key string) error {
-	if err := c.check(ctx, "Delete", key); err != nil {
-		return err
-	}
-	c.s.mu.Lock()
-	defer c.s.mu.Unlock()
-	c.s.remove(c.prefix + key)
 	return nil
 }
 
-func (c *Container) DeleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
-	if err := c.check(ctx, "DeleteIfMatch", key); err != nil {
+func (b *Bucket) Get(_ context.Context, key string) (driver.Object, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.objects[key]
+	if !ok {
+		return driver.Object{}, blobstore.ErrNotFound
+	}
+	return driver.Object{Body: append([]byte{}, e.body...), Token: e.token}, nil
+}
+
+func (b *Bucket) Stat(_ context.Context, key string) (driver.Attrs, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.objects[key]
+	if !ok {
+		return driver.Attrs{}, blobstore.ErrNotFound
+	}
+	return driver.Attrs{Size: int64(len(e.body)), Token: e.token}, nil
+}
+
+func (b *Bucket) Write(_ context.Context, key string, body []byte, pre driver.Precondition) (driver.Token, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.check(key, pre); err != nil {
+		return "", err
+	}
+	return b.set(key, body), nil
+}
+
+func (b *Bucket) Delete(_ context.Context, key string, pre driver.Precondition) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.check(key, pre); err != nil {
 		return err
 	}
-	c.s.mu.Lock()
-	defer c.s.mu.Unlock()
-	e, ok := c.s.objects[c.prefix+key]
-	if !ok || e.token != expected {
-		return c.fail("DeleteIfMatch", key, blobstore.ErrPreconditionFailed)
+	if _, ok := b.objects[key]; ok {
+		delete(b.objects, key)
+		i := sort.SearchStrings(b.keys, key)
+		b.keys = append(b.keys[:i], b.keys[i+1:]...)
 	}
-	c.s.remove(c.prefix + key)
 	return nil
 }
 
-func (c *Container) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
-	if err := blobstore.ValidatePrefix(prefix); err != nil {
-		return blobstore.ListPage{}, c.fail("List", prefix, err)
+func (b *Bucket) List(_ context.Context, prefix, startAfter string, limit int) (driver.ListPage, error) {
+	from := prefix
+	if startAfter != "" && startAfter >= from {
+		from = startAfter + "\x00"
 	}
-	if err := ctx.Err(); err != nil {
-		return blobstore.ListPage{}, c.fail("List", prefix, err)
-	}
-	if limit <= 0 || limit > blobstore.DefaultListLimit {
-		limit = blobstore.DefaultListLimit
-	}
-	full := c.prefix + prefix
-	from := full
-	if sa := c.prefix + startAfter; startAfter != "" && sa >= from {
-		from = sa + "\x00"
-	}
-	c.s.mu.Lock()
-	defer c.s.mu.Unlock()
-	var page blobstore.ListPage
-	for i := sort.SearchStrings(c.s.keys, from); i < len(c.s.keys); i++ {
-		k := c.s.keys[i]
-		if !strings.HasPrefix(k, full) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var page driver.ListPage
+	for i := sort.SearchStrings(b.keys, from); i < len(b.keys); i++ {
+		k := b.keys[i]
+		if !strings.HasPrefix(k, prefix) {
 			break
 		}
 		if len(page.Items) == limit {
 			page.More = true
 			break
 		}
-		e := c.s.objects[k]
-		page.Items = append(page.Items, blobstore.Attrs{Key: k[len(c.prefix):], Size: int64(len(e.body)), Token: e.token})
+		e := b.objects[k]
+		page.Items = append(page.Items, driver.Attrs{Key: k, Size: int64(len(e.body)), Token: e.token})
 	}
 	return page, nil
 }

@@ -1,5 +1,5 @@
-// Package metered wraps a blobstore.Container to count requests by kind and
-// outcome and record their latency, exported as Prometheus collectors. The
+// Package metered is a blobstore middleware that counts requests by kind and
+// outcome and records their latency, exported as Prometheus collectors. The
 // protocol's cost is measured in requests (one CAS per sync, a LIST per
 // claim), so benches read a cheap Snapshot of the counts as well.
 package metered
@@ -14,22 +14,6 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 )
-
-type op uint8
-
-const (
-	opGet op = iota
-	opStat
-	opPut
-	opCreateIfAbsent
-	opCompareAndSwap
-	opDelete
-	opDeleteIfMatch
-	opList
-	numOps
-)
-
-var opNames = [numOps]string{"Get", "Stat", "Put", "CreateIfAbsent", "CompareAndSwap", "Delete", "DeleteIfMatch", "List"}
 
 // Outcome labels, in the words of the blobstore error classes.
 type outcome uint8
@@ -86,26 +70,25 @@ func classify(err error) outcome {
 	return outError
 }
 
-// Container counts and times every call to the wrapped container. It is a
+// Container is a container whose calls are counted and timed; the embedded
+// *blobstore.Container is what callers use as the store. It is a
 // prometheus.Collector: register it, once, with the registry that should
 // export it.
 type Container struct {
-	inner blobstore.Container
+	*blobstore.Container
+	inner *blobstore.Container
 	name  string
 
-	requests [numOps][numOutcomes]atomic.Uint64
+	requests [blobstore.NumOps][numOutcomes]atomic.Uint64
 	written  atomic.Uint64
 	read     atomic.Uint64
-	latency  [numOps]prometheus.Histogram
+	latency  [blobstore.NumOps]prometheus.Histogram
 
 	requestsDesc *prometheus.Desc
 	bytesDesc    *prometheus.Desc
 }
 
-var (
-	_ blobstore.Container  = (*Container)(nil)
-	_ prometheus.Collector = (*Container)(nil)
-)
+var _ prometheus.Collector = (*Container)(nil)
 
 // Metric names, for dashboards and tests.
 const (
@@ -120,7 +103,7 @@ var latencyBuckets = prometheus.ExponentialBucketsRange(0.0002, 30, 18)
 
 // New wraps c; name is the store label on every metric (a shard's store, a
 // bench's store), so several wrapped containers can share a registry.
-func New(c blobstore.Container, name string) *Container {
+func New(c *blobstore.Container, name string) *Container {
 	m := &Container{
 		inner: c,
 		name:  name,
@@ -131,14 +114,15 @@ func New(c blobstore.Container, name string) *Container {
 			"Object body bytes of successful writes (direction=write) and reads (direction=read).",
 			[]string{"direction"}, prometheus.Labels{"store": name}),
 	}
-	for o := range numOps {
+	for o := range blobstore.NumOps {
 		m.latency[o] = prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:        LatencyMetric,
 			Help:        "Object-store request latency by operation, whatever the outcome.",
-			ConstLabels: prometheus.Labels{"store": name, "op": opNames[o]},
+			ConstLabels: prometheus.Labels{"store": name, "op": o.String()},
 			Buckets:     latencyBuckets,
 		})
 	}
+	m.Container = c.With("", m.observe)
 	return m
 }
 
@@ -155,10 +139,10 @@ func (c *Container) Describe(ch chan<- *prometheus.Desc) {
 // occurred are exported, to keep a dozen outcomes per op from flooding a
 // dashboard with zeros.
 func (c *Container) Collect(ch chan<- prometheus.Metric) {
-	for o := range numOps {
+	for o := range blobstore.NumOps {
 		for out := range numOutcomes {
 			if n := c.requests[o][out].Load(); n > 0 {
-				ch <- prometheus.MustNewConstMetric(c.requestsDesc, prometheus.CounterValue, float64(n), opNames[o], outcomeNames[out])
+				ch <- prometheus.MustNewConstMetric(c.requestsDesc, prometheus.CounterValue, float64(n), o.String(), outcomeNames[out])
 			}
 		}
 	}
@@ -202,9 +186,9 @@ func (s Snapshot) Sub(earlier Snapshot) Snapshot {
 
 // Snapshot returns the counts so far.
 func (c *Container) Snapshot() Snapshot {
-	var per [numOps]uint64
+	var per [blobstore.NumOps]uint64
 	var errs uint64
-	for o := range numOps {
+	for o := range blobstore.NumOps {
 		for out := range numOutcomes {
 			n := c.requests[o][out].Load()
 			per[o] += n
@@ -214,86 +198,29 @@ func (c *Container) Snapshot() Snapshot {
 		}
 	}
 	return Snapshot{
-		Get: per[opGet], Stat: per[opStat], Put: per[opPut], CreateIfAbsent: per[opCreateIfAbsent],
-		CompareAndSwap: per[opCompareAndSwap], Delete: per[opDelete], DeleteIfMatch: per[opDeleteIfMatch], List: per[opList],
+		Get: per[blobstore.OpGet], Stat: per[blobstore.OpStat], Put: per[blobstore.OpPut], CreateIfAbsent: per[blobstore.OpCreateIfAbsent],
+		CompareAndSwap: per[blobstore.OpCompareAndSwap], Delete: per[blobstore.OpDelete], DeleteIfMatch: per[blobstore.OpDeleteIfMatch], List: per[blobstore.OpList],
 		Errors: errs, BytesWritten: c.written.Load(), BytesRead: c.read.Load(),
 	}
 }
 
 // Inner returns the wrapped container.
-func (c *Container) Inner() blobstore.Container { return c.inner }
+func (c *Container) Inner() *blobstore.Container { return c.inner }
 
-func (c *Container) String() string                       { return c.inner.String() }
-func (c *Container) Capabilities() blobstore.Capabilities { return c.inner.Capabilities() }
-func (c *Container) Close() error                         { return c.inner.Close() }
-
-func (c *Container) done(o op, start time.Time, err error) {
-	c.latency[o].Observe(time.Since(start).Seconds())
-	c.requests[o][classify(err)].Add(1)
-}
-
-func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, error) {
+// observe counts and times one call, and the body bytes a successful read
+// or write moved.
+func (c *Container) observe(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
 	start := time.Now()
-	obj, err := c.inner.Get(ctx, key)
-	c.done(opGet, start, err)
+	res, err := next(ctx, call)
+	c.latency[call.Op].Observe(time.Since(start).Seconds())
+	c.requests[call.Op][classify(err)].Add(1)
 	if err == nil {
-		c.read.Add(uint64(len(obj.Body)))
+		switch call.Op {
+		case blobstore.OpGet:
+			c.read.Add(uint64(len(res.Object.Body)))
+		case blobstore.OpPut, blobstore.OpCreateIfAbsent, blobstore.OpCompareAndSwap:
+			c.written.Add(uint64(len(call.Body)))
+		}
 	}
-	return obj, err
-}
-
-func (c *Container) Stat(ctx context.Context, key string) (blobstore.Attrs, error) {
-	start := time.Now()
-	a, err := c.inner.Stat(ctx, key)
-	c.done(opStat, start, err)
-	return a, err
-}
-
-func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	start := time.Now()
-	tok, err := c.inner.Put(ctx, key, body)
-	c.wrote(opPut, start, len(body), err)
-	return tok, err
-}
-
-func (c *Container) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	start := time.Now()
-	tok, err := c.inner.CreateIfAbsent(ctx, key, body)
-	c.wrote(opCreateIfAbsent, start, len(body), err)
-	return tok, err
-}
-
-func (c *Container) CompareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
-	start := time.Now()
-	tok, err := c.inner.CompareAndSwap(ctx, key, expected, body)
-	c.wrote(opCompareAndSwap, start, len(body), err)
-	return tok, err
-}
-
-func (c *Container) wrote(o op, start time.Time, n int, err error) {
-	c.done(o, start, err)
-	if err == nil {
-		c.written.Add(uint64(n))
-	}
-}
-
-func (c *Container) Delete(ctx context.Context, key string) error {
-	start := time.Now()
-	err := c.inner.Delete(ctx, key)
-	c.done(opDelete, start, err)
-	return err
-}
-
-func (c *Container) DeleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
-	start := time.Now()
-	err := c.inner.DeleteIfMatch(ctx, key, expected)
-	c.done(opDeleteIfMatch, start, err)
-	return err
-}
-
-func (c *Container) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
-	start := time.Now()
-	page, err := c.inner.List(ctx, prefix, startAfter, limit)
-	c.done(opList, start, err)
-	return page, err
+	return res, err
 }

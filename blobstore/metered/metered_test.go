@@ -21,7 +21,7 @@ func TestCountsByKindAndOutcome(t *testing.T) {
 	// faulty underneath produces the retryable outcomes no healthy store
 	// gives on demand.
 	f := faulty.New(mem.New(), 1)
-	m := metered.New(f, "shard-a")
+	m := metered.New(f.Container, "shard-a")
 	other := metered.New(mem.New(), "shard-b")
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m, other)
@@ -41,9 +41,9 @@ func TestCountsByKindAndOutcome(t *testing.T) {
 	_, _ = m.CompareAndSwap(ctx, "k", tok, []byte("x")) // stale
 	_, _ = m.Stat(ctx, "a//b")
 	_, _ = m.List(ctx, "", "", 10)
-	f.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.CompareAndSwap), Fault: faulty.Conflict, Times: 1})
-	f.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.Delete), Fault: faulty.LostResponse, Times: 1})
-	f.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.DeleteIfMatch), Fault: faulty.Unavailable, Times: 1})
+	f.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Fault: faulty.Conflict, Times: 1})
+	f.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpDelete), Fault: faulty.LostResponse, Times: 1})
+	f.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpDeleteIfMatch), Fault: faulty.Unavailable, Times: 1})
 	_, _ = m.CompareAndSwap(ctx, "k", tok, []byte("x"))
 	_ = m.Delete(ctx, "k")
 	_ = m.DeleteIfMatch(ctx, "k", tok)
@@ -131,7 +131,7 @@ func TestPassesThroughUnchanged(t *testing.T) {
 	ctx := t.Context()
 	inner := mem.New()
 	m := metered.New(inner, "x")
-	if m.String() != inner.String() || m.Capabilities() != inner.Capabilities() || m.Inner() != blobstore.Container(inner) {
+	if m.String() != inner.String() || m.Capabilities() != inner.Capabilities() || m.Inner() != inner {
 		t.Errorf("wrapper changes the store's identity or capabilities")
 	}
 	tok, err := m.Put(ctx, "k", []byte("v"))
@@ -178,8 +178,8 @@ func BenchmarkOverhead(b *testing.B) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
-		c    blobstore.Container
-	}{{"mem", mem.New()}, {"metered-mem", metered.New(mem.New(), "bench")}} {
+		c    *blobstore.Container
+	}{{"mem", mem.New()}, {"metered-mem", metered.New(mem.New(), "bench").Container}} {
 		b.Run(tc.name, func(b *testing.B) {
 			if _, err := tc.c.Put(ctx, "k", []byte("v")); err != nil {
 				b.Fatal(err)

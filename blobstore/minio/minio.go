@@ -31,7 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -41,11 +40,12 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/driver"
 	"github.com/shardfence/shardfence/blobstore/internal/s3compat"
 )
 
 func init() {
-	blobstore.Register("minio", func(ctx context.Context, u *url.URL) (blobstore.Container, error) {
+	blobstore.Register("minio", func(ctx context.Context, u *url.URL) (*blobstore.Container, error) {
 		cfg, err := ParseURL(u)
 		if err != nil {
 			return nil, err
@@ -109,32 +109,27 @@ func ParseURL(u *url.URL) (Config, error) {
 	return cfg, nil
 }
 
-// Container is one bucket and prefix of a MinIO server.
-type Container struct {
+// bucket is the driver: one bucket of a MinIO server.
+type bucket struct {
 	// retrying serves reads and unconditional writes; once sends each
 	// conditional request a single time.
 	retrying, once minio.Core
 	bucket         string
-	prefix         string // "" or ends in '/'
 	name           string
-	caps           blobstore.Capabilities
 }
 
-var _ blobstore.Container = (*Container)(nil)
+var (
+	_ driver.Bucket     = (*bucket)(nil)
+	_ driver.KeyChecker = (*bucket)(nil)
+	_ driver.Explainer  = (*bucket)(nil)
+)
 
 // New opens a container. It sends no request: a wrong bucket or credentials
 // show on the first operation.
-func New(_ context.Context, cfg Config) (*Container, error) {
-	name := "minio://" + cfg.Endpoint + "/" + cfg.Bucket + "/" + cfg.Prefix
+func New(_ context.Context, cfg Config) (*blobstore.Container, error) {
+	name := "minio://" + cfg.Endpoint + "/" + cfg.Bucket
 	if cfg.Bucket == "" || cfg.Endpoint == "" {
 		return nil, fmt.Errorf("%w %s: minio container needs an endpoint and a bucket", blobstore.ErrBadURL, name)
-	}
-	prefix := strings.Trim(cfg.Prefix, "/")
-	if prefix != "" {
-		if err := blobstore.ValidateKey(prefix); err != nil {
-			return nil, fmt.Errorf("%w %s: prefix: %v", blobstore.ErrBadURL, name, err)
-		}
-		prefix += "/"
 	}
 	if cfg.AccessKey == "" || cfg.SecretKey == "" {
 		return nil, fmt.Errorf("%w %s: no credentials (give %s)", blobstore.ErrBadURL, name, credentialHint)
@@ -165,64 +160,47 @@ func New(_ context.Context, cfg Config) (*Container, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Container{
-		retrying: retrying,
-		once:     once,
-		bucket:   cfg.Bucket,
-		prefix:   prefix,
-		name:     name,
-		caps: blobstore.Capabilities{
-			ConditionalCreate:  true,
-			ConditionalUpdate:  true,
-			MaxConditionalBody: s3compat.MaxSinglePut,
-		},
-	}, nil
+	return blobstore.NewAt(&bucket{retrying: retrying, once: once, bucket: cfg.Bucket, name: name}, cfg.Prefix)
 }
 
-func (c *Container) String() string                       { return c.name }
-func (c *Container) Capabilities() blobstore.Capabilities { return c.caps }
+func (b *bucket) String() string { return b.name }
+
+// Capabilities: MinIO accepts If-Match on DELETE and deletes anyway, so
+// there is no conditional delete.
+func (b *bucket) Capabilities() blobstore.Capabilities {
+	return blobstore.Capabilities{
+		ConditionalCreate:  true,
+		ConditionalUpdate:  true,
+		MaxConditionalBody: s3compat.MaxSinglePut,
+		MaxBody:            s3compat.MaxSinglePut,
+	}
+}
 
 // Close releases nothing: the transport holds only idle connections.
-func (c *Container) Close() error { return nil }
+func (b *bucket) Close() error { return nil }
 
-// objectKey validates key and returns the store key. A context that is
-// already done fails here, before anything is sent, so a write cut off this
-// early is a definite failure rather than an ambiguous one.
-func (c *Container) objectKey(ctx context.Context, op, key string) (string, error) {
-	if err := blobstore.ValidateKey(key); err != nil {
-		return "", blobstore.Wrap(op, c.name, key, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return "", blobstore.Wrap(op, c.name, key, err)
-	}
-	full := c.prefix + key
-	if err := s3compat.MaxObjectKey(full); err != nil {
-		return "", blobstore.Wrap(op, c.name, key, err)
-	}
-	return full, nil
+// CheckKey refuses a key longer than S3 allows once prefixed.
+func (b *bucket) CheckKey(key string) error { return s3compat.CheckKey(key) }
+
+// Unsupported says why there is no conditional delete.
+func (b *bucket) Unsupported(driver.Op) string {
+	return "MinIO ignores If-Match on DELETE, so the minio driver offers no conditional delete"
 }
 
-// answer extracts the store's answer from a client error.
-func answer(err error) s3compat.Answer {
+// Classify reads the store's answer out of a client error.
+func (b *bucket) Classify(op driver.Op, err error) error {
+	var a s3compat.Answer
 	var er minio.ErrorResponse
 	if errors.As(err, &er) {
-		return s3compat.Answer{Status: er.StatusCode, Code: er.Code, Message: er.Message}
+		a = s3compat.Answer{Status: er.StatusCode, Code: er.Code, Message: er.Message}
 	}
-	return s3compat.Answer{}
+	return s3compat.Map(op, b.bucket, credentialHint, a, err)
 }
 
-func (c *Container) fail(op, key string, kind s3compat.Op, err error) error {
-	return blobstore.Wrap(op, c.name, key, s3compat.Map(kind, c.bucket, credentialHint, answer(err), err))
-}
-
-func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, error) {
-	k, err := c.objectKey(ctx, "Get", key)
+func (b *bucket) Get(ctx context.Context, key string) (driver.Object, error) {
+	rc, info, _, err := b.retrying.GetObject(ctx, b.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
-		return blobstore.Object{}, err
-	}
-	rc, info, _, err := c.retrying.GetObject(ctx, c.bucket, k, minio.GetObjectOptions{})
-	if err != nil {
-		return blobstore.Object{}, c.fail("Get", key, s3compat.Read, err)
+		return driver.Object{}, err
 	}
 	defer rc.Close()
 	var buf bytes.Buffer
@@ -230,120 +208,63 @@ func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, erro
 		buf.Grow(int(info.Size))
 	}
 	if _, err := io.Copy(&buf, rc); err != nil {
-		return blobstore.Object{}, c.fail("Get", key, s3compat.Read, err)
+		return driver.Object{}, err
 	}
-	return blobstore.Object{Key: key, Body: buf.Bytes(), Token: s3compat.Token(info.ETag)}, nil
+	return driver.Object{Body: buf.Bytes(), Token: s3compat.Token(info.ETag)}, nil
 }
 
-func (c *Container) Stat(ctx context.Context, key string) (blobstore.Attrs, error) {
-	k, err := c.objectKey(ctx, "Stat", key)
+func (b *bucket) Stat(ctx context.Context, key string) (driver.Attrs, error) {
+	info, err := b.retrying.StatObject(ctx, b.bucket, key, minio.StatObjectOptions{})
 	if err != nil {
-		return blobstore.Attrs{}, err
+		return driver.Attrs{}, err
 	}
-	info, err := c.retrying.StatObject(ctx, c.bucket, k, minio.StatObjectOptions{})
-	if err != nil {
-		return blobstore.Attrs{}, c.fail("Stat", key, s3compat.Read, err)
-	}
-	return blobstore.Attrs{Key: key, Size: info.Size, Token: s3compat.Token(info.ETag)}, nil
+	return driver.Attrs{Size: info.Size, Token: s3compat.Token(info.ETag)}, nil
 }
 
-func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	return c.put(ctx, "Put", key, body, s3compat.Write, minio.PutObjectOptions{})
-}
-
-func (c *Container) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
+// Write is one PUT of a known size, never multipart: If-None-Match: * for a
+// create, If-Match for a CAS.
+func (b *bucket) Write(ctx context.Context, key string, body []byte, pre driver.Precondition) (driver.Token, error) {
+	client := b.once
 	var opts minio.PutObjectOptions
-	opts.SetMatchETagExcept("*")
-	return c.put(ctx, "CreateIfAbsent", key, body, s3compat.Create, opts)
-}
-
-func (c *Container) CompareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
-	etag := strings.Trim(string(expected), `"`)
-	if etag == "" || etag == "*" {
-		// An empty or wildcard If-Match would match any version.
-		return "", blobstore.Wrap("CompareAndSwap", c.name, key, fmt.Errorf("%w: expected token %q names no version", blobstore.ErrPreconditionFailed, expected))
+	switch {
+	case pre.IfAbsent:
+		opts.SetMatchETagExcept("*")
+	case pre.IfMatch != "":
+		opts.SetMatchETag(strings.Trim(string(pre.IfMatch), `"`)) // adds the quotes back
+	default:
+		client = b.retrying
 	}
-	var opts minio.PutObjectOptions
-	opts.SetMatchETag(etag) // adds the quotes back
-	return c.put(ctx, "CompareAndSwap", key, body, s3compat.CAS, opts)
-}
-
-func (c *Container) put(ctx context.Context, op, key string, body []byte, kind s3compat.Op, opts minio.PutObjectOptions) (blobstore.Token, error) {
-	k, err := c.objectKey(ctx, op, key)
+	info, err := client.PutObject(ctx, b.bucket, key, bytes.NewReader(body), int64(len(body)), "", "", opts)
 	if err != nil {
 		return "", err
-	}
-	client := c.retrying
-	if kind != s3compat.Write {
-		if err := blobstore.CheckConditionalBody(op, c.name, key, len(body), c.caps); err != nil {
-			return "", err
-		}
-		client = c.once
-	} else if len(body) > s3compat.MaxSinglePut {
-		return "", blobstore.Wrap(op, c.name, key, fmt.Errorf("%w: %d bytes exceed the %d-byte limit of one PUT", blobstore.ErrTooLarge, len(body), s3compat.MaxSinglePut))
-	}
-	// Core.PutObject is always one PUT of the given size, never multipart.
-	info, err := client.PutObject(ctx, c.bucket, k, bytes.NewReader(body), int64(len(body)), "", "", opts)
-	if err != nil {
-		return "", c.fail(op, key, kind, err)
 	}
 	t := s3compat.Token(info.ETag)
 	if t == "" {
 		// The write took effect but its version is unknown; only a read
 		// can tell whether what is stored now is ours.
-		return "", blobstore.Wrap(op, c.name, key, blobstore.Ambiguous(errors.New("store answered the PUT without an ETag")))
+		return "", blobstore.Ambiguous(errors.New("store answered the PUT without an ETag"))
 	}
 	return t, nil
 }
 
-func (c *Container) Delete(ctx context.Context, key string) error {
-	k, err := c.objectKey(ctx, "Delete", key)
-	if err != nil {
-		return err
-	}
-	if err := c.retrying.RemoveObject(ctx, c.bucket, k, minio.RemoveObjectOptions{}); err != nil {
-		if a := answer(err); a.Status == http.StatusNotFound && a.Code != "NoSuchBucket" {
-			return nil
-		}
-		return c.fail("Delete", key, s3compat.Write, err)
-	}
-	return nil
+// Delete is unconditional: the container refuses DeleteIfMatch, since the
+// bucket does not advertise ConditionalDelete.
+func (b *bucket) Delete(ctx context.Context, key string, _ driver.Precondition) error {
+	return b.retrying.RemoveObject(ctx, b.bucket, key, minio.RemoveObjectOptions{})
 }
 
-func (c *Container) DeleteIfMatch(ctx context.Context, key string, _ blobstore.Token) error {
-	if _, err := c.objectKey(ctx, "DeleteIfMatch", key); err != nil {
-		return err
-	}
-	return blobstore.Wrap("DeleteIfMatch", c.name, key, fmt.Errorf("%w: MinIO ignores If-Match on DELETE, so the minio driver offers no conditional delete", blobstore.ErrUnsupported))
-}
-
-func (c *Container) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
-	if err := blobstore.ValidatePrefix(prefix); err != nil {
-		return blobstore.ListPage{}, blobstore.Wrap("List", c.name, prefix, err)
-	}
-	if limit <= 0 || limit > blobstore.DefaultListLimit {
-		limit = blobstore.DefaultListLimit
-	}
-	opts := minio.ListObjectsOptions{Prefix: c.prefix + prefix, Recursive: true, MaxKeys: limit}
-	if startAfter != "" {
-		opts.StartAfter = c.prefix + startAfter
-	}
-	// The iterator would page on by itself; stopping at a full page keeps
-	// this to one request. Asking for limit+1 keys would tell whether more
-	// remain, but a limit of 1000 would then take two requests; a full page
-	// reports More instead, which the contract allows ("may remain").
-	if err := ctx.Err(); err != nil {
-		return blobstore.ListPage{}, blobstore.Wrap("List", c.name, prefix, err)
-	}
-	var page blobstore.ListPage
-	for o := range c.retrying.Client.ListObjectsIter(ctx, c.bucket, opts) {
+// List stops at a full page: the iterator would page on by itself, and one
+// request is enough. Asking for limit+1 keys would tell whether more
+// remain, but a limit of 1000 would then take two requests; a full page
+// reports More instead, which the contract allows ("may remain").
+func (b *bucket) List(ctx context.Context, prefix, startAfter string, limit int) (driver.ListPage, error) {
+	opts := minio.ListObjectsOptions{Prefix: prefix, StartAfter: startAfter, Recursive: true, MaxKeys: limit}
+	var page driver.ListPage
+	for o := range b.retrying.Client.ListObjectsIter(ctx, b.bucket, opts) {
 		if o.Err != nil {
-			return blobstore.ListPage{}, c.fail("List", prefix, s3compat.Read, o.Err)
+			return driver.ListPage{}, o.Err
 		}
-		if !strings.HasPrefix(o.Key, c.prefix) {
-			continue
-		}
-		page.Items = append(page.Items, blobstore.Attrs{Key: o.Key[len(c.prefix):], Size: o.Size, Token: s3compat.Token(o.ETag)})
+		page.Items = append(page.Items, driver.Attrs{Key: o.Key, Size: o.Size, Token: s3compat.Token(o.ETag)})
 		if len(page.Items) == limit {
 			page.More = true
 			break
@@ -351,7 +272,7 @@ func (c *Container) List(ctx context.Context, prefix, startAfter string, limit i
 	}
 	// The iterator ends without an error when the context ends.
 	if err := ctx.Err(); err != nil {
-		return blobstore.ListPage{}, c.fail("List", prefix, s3compat.Read, err)
+		return driver.ListPage{}, err
 	}
 	return page, nil
 }

@@ -21,7 +21,7 @@ func TestMinIO(t *testing.T) {
 		testservers.Unavailable(t, "MinIO", err)
 	}
 	var n atomic.Int64
-	newContainer := func(t *testing.T) blobstore.Container {
+	newContainer := func(t *testing.T) *blobstore.Container {
 		return testservers.OpenStore(t, srv.MinioURL(fmt.Sprintf("t%d", n.Add(1))))
 	}
 	t.Run("conformance", func(t *testing.T) {

@@ -2,7 +2,6 @@ package s3
 
 import (
 	"errors"
-	"net/http"
 
 	"github.com/aws/smithy-go"
 
@@ -23,13 +22,4 @@ func answer(err error) s3compat.Answer {
 		a.Code, a.Message = ae.ErrorCode(), ae.ErrorMessage()
 	}
 	return a
-}
-
-func isNotFound(err error) bool {
-	a := answer(err)
-	return a.Status == http.StatusNotFound && a.Code != "NoSuchBucket"
-}
-
-func mapError(op s3compat.Op, bucket string, err error) error {
-	return s3compat.Map(op, bucket, credentialHint, answer(err), err)
 }

@@ -56,6 +56,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/driver"
 	"github.com/shardfence/shardfence/blobstore/internal/s3compat"
 )
 
@@ -63,7 +64,7 @@ import (
 const MaxSinglePut = s3compat.MaxSinglePut
 
 func init() {
-	blobstore.Register("s3", func(ctx context.Context, u *url.URL) (blobstore.Container, error) {
+	blobstore.Register("s3", func(ctx context.Context, u *url.URL) (*blobstore.Container, error) {
 		cfg, err := ParseURL(u)
 		if err != nil {
 			return nil, err
@@ -137,35 +138,27 @@ func ParseURL(u *url.URL) (Config, error) {
 	return cfg, nil
 }
 
-// Container is one bucket and prefix of an S3-compatible store.
-type Container struct {
+// bucket is the driver: one bucket of an S3-compatible store.
+type bucket struct {
 	client *s3.Client
 	bucket string
-	prefix string // "" or ends in '/'
-	name   string
 	caps   blobstore.Capabilities
 }
 
-var _ blobstore.Container = (*Container)(nil)
+var (
+	_ driver.Bucket     = (*bucket)(nil)
+	_ driver.KeyChecker = (*bucket)(nil)
+	_ driver.Explainer  = (*bucket)(nil)
+)
 
 // New opens a container. It sends no request: a wrong bucket or wrong
 // credentials show on the first operation (run `shardfence conformance` to
 // check a store before use).
-func New(ctx context.Context, cfg Config) (*Container, error) {
-	name := "s3://" + cfg.Bucket + "/" + cfg.Prefix
-	if cfg.Endpoint != "" {
-		name += " (endpoint " + blobstore.Redact(cfg.Endpoint) + ")"
-	}
+func New(ctx context.Context, cfg Config) (*blobstore.Container, error) {
 	if cfg.Bucket == "" {
 		return nil, fmt.Errorf("%w: s3 container needs a bucket", blobstore.ErrBadURL)
 	}
-	prefix := strings.Trim(cfg.Prefix, "/")
-	if prefix != "" {
-		if err := blobstore.ValidateKey(prefix); err != nil {
-			return nil, fmt.Errorf("%w %s: prefix: %v", blobstore.ErrBadURL, name, err)
-		}
-		prefix += "/"
-	}
+	name := "s3://" + cfg.Bucket
 	if (cfg.AccessKey == "") != (cfg.SecretKey == "") {
 		return nil, fmt.Errorf("%w %s: give both access_key and secret_key, or neither to use the AWS credential chain", blobstore.ErrBadURL, name)
 	}
@@ -193,60 +186,47 @@ func New(ctx context.Context, cfg Config) (*Container, error) {
 		// stores that keep none) are normal here, not worth a log line.
 		o.DisableLogOutputChecksumValidationSkipped = true
 	})
-	return &Container{
+	return blobstore.NewAt(&bucket{
 		client: client,
 		bucket: cfg.Bucket,
-		prefix: prefix,
-		name:   name,
 		caps: blobstore.Capabilities{
 			ConditionalCreate:  true,
 			ConditionalUpdate:  true,
 			ConditionalDelete:  cfg.ConditionalDelete,
 			MaxConditionalBody: MaxSinglePut,
+			MaxBody:            MaxSinglePut,
 		},
-	}, nil
+	}, cfg.Prefix)
 }
 
-func (c *Container) String() string                       { return c.name }
-func (c *Container) Capabilities() blobstore.Capabilities { return c.caps }
+func (b *bucket) String() string                       { return "s3://" + b.bucket }
+func (b *bucket) Capabilities() blobstore.Capabilities { return b.caps }
 
 // Close releases nothing: the SDK's HTTP client holds only idle connections.
-func (c *Container) Close() error { return nil }
+func (b *bucket) Close() error { return nil }
+
+// CheckKey refuses a key longer than S3 allows once prefixed.
+func (b *bucket) CheckKey(key string) error { return s3compat.CheckKey(key) }
+
+// Unsupported says how to turn conditional delete on.
+func (b *bucket) Unsupported(driver.Op) string {
+	return "conditional delete is off for this store (set conditional_delete=true only for stores that enforce If-Match on DELETE)"
+}
+
+// Classify reads the store's answer out of an SDK error.
+func (b *bucket) Classify(op driver.Op, err error) error {
+	return s3compat.Map(op, b.bucket, credentialHint, answer(err), err)
+}
 
 // once sends a conditional request exactly once (see the package doc).
 func once(o *s3.Options) { o.RetryMaxAttempts = 1 }
 
-// objectKey validates key and returns the store key. A context that is
-// already done fails here, before anything is sent, so a write cut off this
-// early is a definite failure rather than an ambiguous one.
-func (c *Container) objectKey(ctx context.Context, op, key string) (string, error) {
-	if err := blobstore.ValidateKey(key); err != nil {
-		return "", blobstore.Wrap(op, c.name, key, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return "", blobstore.Wrap(op, c.name, key, err)
-	}
-	full := c.prefix + key
-	if err := s3compat.MaxObjectKey(full); err != nil {
-		return "", blobstore.Wrap(op, c.name, key, err)
-	}
-	return full, nil
-}
-
-func (c *Container) fail(op, key string, kind s3compat.Op, err error) error {
-	return blobstore.Wrap(op, c.name, key, mapError(kind, c.bucket, err))
-}
-
 func token(etag *string) blobstore.Token { return s3compat.Token(aws.ToString(etag)) }
 
-func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, error) {
-	k, err := c.objectKey(ctx, "Get", key)
+func (b *bucket) Get(ctx context.Context, key string) (driver.Object, error) {
+	out, err := b.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &b.bucket, Key: &key})
 	if err != nil {
-		return blobstore.Object{}, err
-	}
-	out, err := c.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &c.bucket, Key: &k})
-	if err != nil {
-		return blobstore.Object{}, c.fail("Get", key, s3compat.Read, err)
+		return driver.Object{}, err
 	}
 	defer out.Body.Close()
 	var buf bytes.Buffer
@@ -254,138 +234,76 @@ func (c *Container) Get(ctx context.Context, key string) (blobstore.Object, erro
 		buf.Grow(int(*out.ContentLength))
 	}
 	if _, err := io.Copy(&buf, out.Body); err != nil {
-		return blobstore.Object{}, c.fail("Get", key, s3compat.Read, err)
+		return driver.Object{}, err
 	}
-	return blobstore.Object{Key: key, Body: buf.Bytes(), Token: token(out.ETag)}, nil
+	return driver.Object{Body: buf.Bytes(), Token: token(out.ETag)}, nil
 }
 
-func (c *Container) Stat(ctx context.Context, key string) (blobstore.Attrs, error) {
-	k, err := c.objectKey(ctx, "Stat", key)
+func (b *bucket) Stat(ctx context.Context, key string) (driver.Attrs, error) {
+	out, err := b.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &b.bucket, Key: &key})
 	if err != nil {
-		return blobstore.Attrs{}, err
+		return driver.Attrs{}, err
 	}
-	out, err := c.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &c.bucket, Key: &k})
-	if err != nil {
-		return blobstore.Attrs{}, c.fail("Stat", key, s3compat.Read, err)
-	}
-	return blobstore.Attrs{Key: key, Size: aws.ToInt64(out.ContentLength), Token: token(out.ETag)}, nil
+	return driver.Attrs{Size: aws.ToInt64(out.ContentLength), Token: token(out.ETag)}, nil
 }
 
-func (c *Container) Put(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	return c.put(ctx, "Put", key, body, s3compat.Write, nil)
-}
-
-func (c *Container) CreateIfAbsent(ctx context.Context, key string, body []byte) (blobstore.Token, error) {
-	return c.put(ctx, "CreateIfAbsent", key, body, s3compat.Create, func(in *s3.PutObjectInput) {
-		in.IfNoneMatch = aws.String("*")
-	})
-}
-
-func (c *Container) CompareAndSwap(ctx context.Context, key string, expected blobstore.Token, body []byte) (blobstore.Token, error) {
-	if expected == "" {
-		// An empty If-Match is not sent at all, which would make this an
-		// unconditional write.
-		return "", blobstore.Wrap("CompareAndSwap", c.name, key, fmt.Errorf("%w: empty expected token", blobstore.ErrPreconditionFailed))
-	}
-	return c.put(ctx, "CompareAndSwap", key, body, s3compat.CAS, func(in *s3.PutObjectInput) {
-		in.IfMatch = aws.String(string(expected))
-	})
-}
-
-func (c *Container) put(ctx context.Context, op, key string, body []byte, kind s3compat.Op, cond func(*s3.PutObjectInput)) (blobstore.Token, error) {
-	k, err := c.objectKey(ctx, op, key)
-	if err != nil {
-		return "", err
-	}
-	var optFns []func(*s3.Options)
-	if cond != nil {
-		if err := blobstore.CheckConditionalBody(op, c.name, key, len(body), c.caps); err != nil {
-			return "", err
-		}
-		optFns = append(optFns, once)
-	} else if len(body) > MaxSinglePut {
-		return "", blobstore.Wrap(op, c.name, key, fmt.Errorf("%w: %d bytes exceed the %d-byte limit of one S3 PUT", blobstore.ErrTooLarge, len(body), MaxSinglePut))
-	}
+// Write is one PUT: If-None-Match: * for a create, If-Match for a CAS.
+func (b *bucket) Write(ctx context.Context, key string, body []byte, pre driver.Precondition) (driver.Token, error) {
 	in := &s3.PutObjectInput{
-		Bucket:        &c.bucket,
-		Key:           &k,
+		Bucket:        &b.bucket,
+		Key:           &key,
 		Body:          bytes.NewReader(body),
 		ContentLength: aws.Int64(int64(len(body))),
 	}
-	if cond != nil {
-		cond(in)
+	var optFns []func(*s3.Options)
+	switch {
+	case pre.IfAbsent:
+		in.IfNoneMatch = aws.String("*")
+		optFns = append(optFns, once)
+	case pre.IfMatch != "":
+		in.IfMatch = aws.String(string(pre.IfMatch))
+		optFns = append(optFns, once)
 	}
-	out, err := c.client.PutObject(ctx, in, optFns...)
+	out, err := b.client.PutObject(ctx, in, optFns...)
 	if err != nil {
-		return "", c.fail(op, key, kind, err)
+		return "", err
 	}
 	t := token(out.ETag)
 	if t == "" {
 		// The write took effect but its version is unknown; only a read
 		// can tell whether what is stored now is ours.
-		return "", blobstore.Wrap(op, c.name, key, blobstore.Ambiguous(errors.New("store answered the PUT without an ETag")))
+		return "", blobstore.Ambiguous(errors.New("store answered the PUT without an ETag"))
 	}
 	return t, nil
 }
 
-func (c *Container) Delete(ctx context.Context, key string) error {
-	k, err := c.objectKey(ctx, "Delete", key)
-	if err != nil {
-		return err
+func (b *bucket) Delete(ctx context.Context, key string, pre driver.Precondition) error {
+	in := &s3.DeleteObjectInput{Bucket: &b.bucket, Key: &key}
+	var optFns []func(*s3.Options)
+	if pre.IfMatch != "" {
+		in.IfMatch = aws.String(string(pre.IfMatch))
+		optFns = append(optFns, once)
 	}
-	if _, err := c.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &c.bucket, Key: &k}); err != nil {
-		if isNotFound(err) {
-			return nil
-		}
-		return c.fail("Delete", key, s3compat.Write, err)
-	}
-	return nil
+	_, err := b.client.DeleteObject(ctx, in, optFns...)
+	return err
 }
 
-func (c *Container) DeleteIfMatch(ctx context.Context, key string, expected blobstore.Token) error {
-	k, err := c.objectKey(ctx, "DeleteIfMatch", key)
-	if err != nil {
-		return err
-	}
-	if !c.caps.ConditionalDelete {
-		return blobstore.Wrap("DeleteIfMatch", c.name, key, fmt.Errorf("%w: conditional delete is off for this store (set conditional_delete=true only for stores that enforce If-Match on DELETE)", blobstore.ErrUnsupported))
-	}
-	if expected == "" {
-		return blobstore.Wrap("DeleteIfMatch", c.name, key, fmt.Errorf("%w: empty expected token", blobstore.ErrPreconditionFailed))
-	}
-	_, err = c.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &c.bucket, Key: &k, IfMatch: aws.String(string(expected))}, once)
-	if err != nil {
-		return c.fail("DeleteIfMatch", key, s3compat.DeleteIf, err)
-	}
-	return nil
-}
-
-func (c *Container) List(ctx context.Context, prefix, startAfter string, limit int) (blobstore.ListPage, error) {
-	if err := blobstore.ValidatePrefix(prefix); err != nil {
-		return blobstore.ListPage{}, blobstore.Wrap("List", c.name, prefix, err)
-	}
-	if limit <= 0 || limit > blobstore.DefaultListLimit {
-		limit = blobstore.DefaultListLimit
-	}
+func (b *bucket) List(ctx context.Context, prefix, startAfter string, limit int) (driver.ListPage, error) {
 	in := &s3.ListObjectsV2Input{
-		Bucket:  &c.bucket,
-		Prefix:  aws.String(c.prefix + prefix),
+		Bucket:  &b.bucket,
+		Prefix:  aws.String(prefix),
 		MaxKeys: aws.Int32(int32(limit)),
 	}
 	if startAfter != "" {
-		in.StartAfter = aws.String(c.prefix + startAfter)
+		in.StartAfter = aws.String(startAfter)
 	}
-	out, err := c.client.ListObjectsV2(ctx, in)
+	out, err := b.client.ListObjectsV2(ctx, in)
 	if err != nil {
-		return blobstore.ListPage{}, c.fail("List", prefix, s3compat.Read, err)
+		return driver.ListPage{}, err
 	}
-	page := blobstore.ListPage{More: aws.ToBool(out.IsTruncated)}
+	page := driver.ListPage{More: aws.ToBool(out.IsTruncated)}
 	for _, o := range out.Contents {
-		k := aws.ToString(o.Key)
-		if !strings.HasPrefix(k, c.prefix) {
-			continue
-		}
-		page.Items = append(page.Items, blobstore.Attrs{Key: k[len(c.prefix):], Size: aws.ToInt64(o.Size), Token: token(o.ETag)})
+		page.Items = append(page.Items, driver.Attrs{Key: aws.ToString(o.Key), Size: aws.ToInt64(o.Size), Token: token(o.ETag)})
 	}
 	return page, nil
 }

@@ -17,9 +17,9 @@ import (
 )
 
 // opener returns fresh, empty containers under unique prefixes of one bucket.
-func opener(srv *testservers.S3Server, extra ...string) func(t *testing.T) blobstore.Container {
+func opener(srv *testservers.S3Server, extra ...string) func(t *testing.T) *blobstore.Container {
 	var n atomic.Int64
-	return func(t *testing.T) blobstore.Container {
+	return func(t *testing.T) *blobstore.Container {
 		t.Helper()
 		return testservers.OpenStore(t, srv.S3URL(fmt.Sprintf("t%d-%s", n.Add(1), strings.ReplaceAll(t.Name(), "/", "_")), extra...))
 	}
@@ -139,7 +139,7 @@ var minioLimits = map[string]conformance.Limit{}
 // testNameCollision pins down the MinIO behaviour behind its advisory
 // keys-object-and-prefix warning, so a
 // MinIO that lifts it shows up here.
-func testNameCollision(t *testing.T, c blobstore.Container) {
+func testNameCollision(t *testing.T, c *blobstore.Container) {
 	ctx := t.Context()
 	for _, k := range []string{"n/a", "n/a/b"} {
 		if _, err := c.Put(ctx, k, []byte(k)); err != nil {
@@ -164,7 +164,7 @@ func testNameCollision(t *testing.T, c blobstore.Container) {
 }
 
 // throughProxy returns a container whose requests pass a disturbing proxy.
-func throughProxy(t *testing.T, srv *testservers.S3Server, prefix string) (blobstore.Container, *testservers.S3Proxy) {
+func throughProxy(t *testing.T, srv *testservers.S3Server, prefix string) (*blobstore.Container, *testservers.S3Proxy) {
 	proxy := testservers.NewS3Proxy(t, srv.Endpoint())
 	via := *srv
 	via.Host = strings.TrimPrefix(proxy.URL, "http://")
@@ -183,7 +183,7 @@ func testWire409(t *testing.T, srv *testservers.S3Server) {
 		t.Fatalf("create answered 409: %v; want a retryable ErrConflict", err)
 	}
 	var oe *blobstore.OpError
-	if !errors.As(err, &oe) || oe.Op != "CreateIfAbsent" || oe.Key != "k" {
+	if !errors.As(err, &oe) || oe.Op != blobstore.OpCreateIfAbsent || oe.Key != "k" {
 		t.Errorf("409 error does not name op and key: %v", err)
 	}
 	if n := proxy.Conditional(); n != 1 {
@@ -237,7 +237,7 @@ func testLostResponse(t *testing.T, srv *testservers.S3Server) {
 // testFaulty409 drives the race check through injected 409s on a third of
 // the conditional writes: every worker must retry its conflict and the
 // counter must still end at exactly 5x10.
-func testFaulty409(t *testing.T, inner blobstore.Container) {
+func testFaulty409(t *testing.T, inner *blobstore.Container) {
 	fc := faulty.New(inner, 409)
 	fc.MustAdd(faulty.Rule{Ops: faulty.Conditional, Fault: faulty.Conflict, Probability: 0.3})
 	ctx := t.Context()
@@ -290,7 +290,7 @@ func testFaulty409(t *testing.T, inner blobstore.Container) {
 	if _, err := fmt.Sscan(string(obj.Body), &n); err != nil || n != 50 {
 		t.Errorf("counter ended at %d (%q); want 50", n, obj.Body)
 	}
-	if fc.Injected(faulty.CompareAndSwap, faulty.Conflict) == 0 {
+	if fc.Injected(blobstore.OpCompareAndSwap, faulty.Conflict) == 0 {
 		t.Error("no 409 was injected; the test proved nothing")
 	}
 	_ = inner.Delete(context.WithoutCancel(ctx), key)

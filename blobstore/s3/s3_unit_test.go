@@ -15,6 +15,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/driver"
 	"github.com/shardfence/shardfence/blobstore/internal/s3compat"
 )
 
@@ -37,36 +38,39 @@ func sdkError(op string, status int, apiErr error) error {
 func TestMapErrorFromSDKErrors(t *testing.T) {
 	cases := []struct {
 		name string
-		kind s3compat.Op
+		op   driver.Op
 		err  error
 		want error
 	}{
-		{"412 on If-None-Match", s3compat.Create, sdkError("PutObject", 412, &smithy.GenericAPIError{Code: "PreconditionFailed", Message: "At least one of the pre-conditions you specified did not hold"}), blobstore.ErrAlreadyExists},
-		{"412 on If-Match", s3compat.CAS, sdkError("PutObject", 412, &smithy.GenericAPIError{Code: "PreconditionFailed"}), blobstore.ErrPreconditionFailed},
-		{"404 NoSuchKey on If-Match", s3compat.CAS, sdkError("PutObject", 404, &types.NoSuchKey{Message: awssdk.String("The specified key does not exist.")}), blobstore.ErrPreconditionFailed},
-		{"409 ConditionalRequestConflict", s3compat.CAS, sdkError("PutObject", 409, &smithy.GenericAPIError{Code: "ConditionalRequestConflict"}), blobstore.ErrConflict},
-		{"HEAD 404 has only a status", s3compat.Read, sdkError("HeadObject", 404, &types.NotFound{}), blobstore.ErrNotFound},
-		{"GET NoSuchKey", s3compat.Read, sdkError("GetObject", 404, &types.NoSuchKey{}), blobstore.ErrNotFound},
-		{"NoSuchBucket", s3compat.Read, sdkError("ListObjectsV2", 404, &types.NoSuchBucket{}), s3compat.ErrNoBucket},
-		{"503 on CAS", s3compat.CAS, sdkError("PutObject", 503, &smithy.GenericAPIError{Code: "ServiceUnavailable"}), blobstore.ErrAmbiguous},
-		{"403", s3compat.Read, sdkError("GetObject", 403, &smithy.GenericAPIError{Code: "InvalidAccessKeyId"}), s3compat.ErrAccessDenied},
+		{"412 on If-None-Match", driver.OpCreateIfAbsent, sdkError("PutObject", 412, &smithy.GenericAPIError{Code: "PreconditionFailed", Message: "At least one of the pre-conditions you specified did not hold"}), blobstore.ErrAlreadyExists},
+		{"412 on If-Match", driver.OpCompareAndSwap, sdkError("PutObject", 412, &smithy.GenericAPIError{Code: "PreconditionFailed"}), blobstore.ErrPreconditionFailed},
+		{"404 NoSuchKey on If-Match", driver.OpCompareAndSwap, sdkError("PutObject", 404, &types.NoSuchKey{Message: awssdk.String("The specified key does not exist.")}), blobstore.ErrPreconditionFailed},
+		{"409 ConditionalRequestConflict", driver.OpCompareAndSwap, sdkError("PutObject", 409, &smithy.GenericAPIError{Code: "ConditionalRequestConflict"}), blobstore.ErrConflict},
+		{"HEAD 404 has only a status", driver.OpGet, sdkError("HeadObject", 404, &types.NotFound{}), blobstore.ErrNotFound},
+		{"GET NoSuchKey", driver.OpGet, sdkError("GetObject", 404, &types.NoSuchKey{}), blobstore.ErrNotFound},
+		{"NoSuchBucket", driver.OpGet, sdkError("ListObjectsV2", 404, &types.NoSuchBucket{}), s3compat.ErrNoBucket},
+		{"503 on CAS", driver.OpCompareAndSwap, sdkError("PutObject", 503, &smithy.GenericAPIError{Code: "ServiceUnavailable"}), blobstore.ErrAmbiguous},
+		{"403", driver.OpGet, sdkError("GetObject", 403, &smithy.GenericAPIError{Code: "InvalidAccessKeyId"}), s3compat.ErrAccessDenied},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := mapError(tc.kind, "bkt", tc.err)
+			got := (&bucket{bucket: "bkt"}).Classify(tc.op, tc.err)
 			if !errors.Is(got, tc.want) {
-				t.Fatalf("mapError = %v; want errors.Is %v", got, tc.want)
+				t.Fatalf("Classify = %v; want errors.Is %v", got, tc.want)
 			}
 		})
 	}
 }
 
-func TestIsNotFound(t *testing.T) {
-	if !isNotFound(sdkError("DeleteObject", 404, &types.NoSuchKey{})) {
-		t.Error("404 NoSuchKey is not found")
+// A delete of a missing key succeeds (the portable container turns
+// ErrNotFound into success), so only a missing key may classify as one.
+func TestDeleteNotFound(t *testing.T) {
+	b := &bucket{bucket: "bkt"}
+	if err := b.Classify(driver.OpDelete, sdkError("DeleteObject", 404, &types.NoSuchKey{})); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Errorf("404 NoSuchKey is not found: %v", err)
 	}
-	if isNotFound(sdkError("DeleteObject", 404, &types.NoSuchBucket{})) {
-		t.Error("404 NoSuchBucket counted as a missing key: a delete would succeed on a wrong bucket")
+	if err := b.Classify(driver.OpDelete, sdkError("DeleteObject", 404, &types.NoSuchBucket{})); errors.Is(err, blobstore.ErrNotFound) {
+		t.Errorf("404 NoSuchBucket counted as a missing key: a delete would succeed on a wrong bucket: %v", err)
 	}
 }
 

@@ -42,7 +42,7 @@ func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	defer os.RemoveAll(work)
-	var base blobstore.Container
+	var base *blobstore.Container
 	where := "fs (temporary directory)"
 	if *rawURL == "" {
 		c, err := fs.Open(filepath.Join(work, "store"))
@@ -66,7 +66,7 @@ func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writ
 	defer cleanup(context.WithoutCancel(ctx), base)
 
 	fmt.Fprintf(stderr, "writing a %d MiB checkpoint and %d MiB of translog to %s...\n", *ckptMiB, *tlogMiB, where)
-	ckptBytes, tlogBytes, err := fillShard(ctx, store, work, int64(*ckptMiB)<<20, int64(*tlogMiB)<<20, int64(*fileMiB)<<20, *syncKiB<<10)
+	ckptBytes, tlogBytes, err := fillShard(ctx, store.Container, work, int64(*ckptMiB)<<20, int64(*tlogMiB)<<20, int64(*fileMiB)<<20, *syncKiB<<10)
 	if err != nil {
 		return fmt.Errorf("bench recovery: setup: %w", err)
 	}
@@ -89,14 +89,14 @@ func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writ
 		rows = append(rows, row{name, n, time.Since(start), store.Snapshot().Sub(before).Requests()})
 		return nil
 	}
-	get := func() (int64, error) { return plainGet(ctx, store, *par, "") }
+	get := func() (int64, error) { return plainGet(ctx, store.Container, *par, "") }
 	getWrite := func() (int64, error) {
 		dir, err := os.MkdirTemp(work, "written-")
 		if err != nil {
 			return 0, err
 		}
 		defer os.RemoveAll(dir)
-		return plainGet(ctx, store, *par, dir)
+		return plainGet(ctx, store.Container, *par, dir)
 	}
 	if err := measure("plain parallel GET", get); err != nil {
 		return err
@@ -128,7 +128,7 @@ func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writ
 			}
 			return nil
 		}}
-		sh, err := recovery.Open(ctx, store, benchShard, term, fmt.Sprintf("a%d", term), o)
+		sh, err := recovery.Open(ctx, store.Container, benchShard, term, fmt.Sprintf("a%d", term), o)
 		if err != nil {
 			return 0, err
 		}
@@ -194,7 +194,7 @@ func mean(v []float64) float64 {
 }
 
 // fillShard writes term 1: a checkpoint at gen 0 and translog after it.
-func fillShard(ctx context.Context, store blobstore.Container, work string, ckpt, tlog, fileSize int64, syncSize int) (int64, int64, error) {
+func fillShard(ctx context.Context, store *blobstore.Container, work string, ckpt, tlog, fileSize int64, syncSize int) (int64, int64, error) {
 	sh, err := recovery.Open(ctx, store, benchShard, 1, "a1", recovery.Options{Clock: fence.SystemClock()})
 	if err != nil {
 		return 0, 0, err
@@ -241,7 +241,7 @@ func fillShard(ctx context.Context, store blobstore.Container, work string, ckpt
 // with par concurrent GETs and returns the bytes read: the reference a
 // recovery is measured against. With dir, checkpoint files are written
 // there too, as a hydration must.
-func plainGet(ctx context.Context, store blobstore.Container, par int, dir string) (int64, error) {
+func plainGet(ctx context.Context, store *blobstore.Container, par int, dir string) (int64, error) {
 	var keys []string
 	for _, prefix := range []string{seal.FilesDir, translog.Dir} {
 		items, err := blobstore.ListAll(ctx, store, prefix)
@@ -281,7 +281,7 @@ func plainGet(ctx context.Context, store blobstore.Container, par int, dir strin
 }
 
 // cleanup deletes what the run wrote.
-func cleanup(ctx context.Context, store blobstore.Container) {
+func cleanup(ctx context.Context, store *blobstore.Container) {
 	items, err := blobstore.ListAll(ctx, store, "")
 	if err != nil {
 		return

@@ -44,17 +44,17 @@ func runBenchSeal(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	scenarios := []struct {
 		name  string
-		setup func(ctx context.Context, store blobstore.Container) (stop func(), err error)
+		setup func(ctx context.Context, store *blobstore.Container) (stop func(), err error)
 		term  int64
 	}{
-		{"new shard", func(context.Context, blobstore.Container) (func(), error) { return func() {}, nil }, 1},
-		{"takeover, predecessor closed", func(ctx context.Context, store blobstore.Container) (func(), error) {
+		{"new shard", func(context.Context, *blobstore.Container) (func(), error) { return func() {}, nil }, 1},
+		{"takeover, predecessor closed", func(ctx context.Context, store *blobstore.Container) (func(), error) {
 			return sealPredecessor(ctx, store, *gens, *opSize, false)
 		}, 2},
-		{"takeover, predecessor appending", func(ctx context.Context, store blobstore.Container) (func(), error) {
+		{"takeover, predecessor appending", func(ctx context.Context, store *blobstore.Container) (func(), error) {
 			return sealPredecessor(ctx, store, *gens, *opSize, true)
 		}, 2},
-		{"takeover, with checkpoint", func(ctx context.Context, store blobstore.Container) (func(), error) {
+		{"takeover, with checkpoint", func(ctx context.Context, store *blobstore.Container) (func(), error) {
 			return sealPredecessor(ctx, store, *gens, *opSize, false)
 		}, 2},
 	}
@@ -63,8 +63,8 @@ func runBenchSeal(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		var samples []sealRow
 		for range *runs {
 			f := faulty.New(mem.New(), 1)
-			m := metered.New(f, "bench")
-			stop, err := sc.setup(ctx, m)
+			m := metered.New(f.Container, "bench")
+			stop, err := sc.setup(ctx, m.Container)
 			if err != nil {
 				return fmt.Errorf("bench seal %s: setup: %w", sc.name, err)
 			}
@@ -73,7 +73,7 @@ func runBenchSeal(ctx context.Context, args []string, stdout, stderr io.Writer) 
 				if dir, err = os.MkdirTemp("", "shardfence-bench-seal-"); err != nil {
 					return err
 				}
-				if err := publishTiny(ctx, m, dir, int64(*gens)/2); err != nil {
+				if err := publishTiny(ctx, m.Container, dir, int64(*gens)/2); err != nil {
 					return err
 				}
 			}
@@ -88,7 +88,7 @@ func runBenchSeal(ctx context.Context, args []string, stdout, stderr io.Writer) 
 				}})
 			}
 			o := recovery.Options{Dir: dir, Writer: translog.Options{}}
-			sh, err := recovery.Open(ctx, m, benchShard, sc.term, fmt.Sprintf("a%d", sc.term), o)
+			sh, err := recovery.Open(ctx, m.Container, benchShard, sc.term, fmt.Sprintf("a%d", sc.term), o)
 			elapsed := time.Since(start)
 			after := m.Snapshot()
 			if *trace {
@@ -116,7 +116,7 @@ const benchShard = "bench"
 
 // sealPredecessor opens term 1 and writes gens generations; with live, it
 // keeps appending until stop is called (it is fenced by then).
-func sealPredecessor(ctx context.Context, store blobstore.Container, gens, opSize int, live bool) (func(), error) {
+func sealPredecessor(ctx context.Context, store *blobstore.Container, gens, opSize int, live bool) (func(), error) {
 	o := recovery.Options{Clock: fence.SystemClock()}
 	sh, err := recovery.Open(ctx, store, benchShard, 1, "a1", o)
 	if err != nil {
@@ -150,7 +150,7 @@ func sealPredecessor(ctx context.Context, store blobstore.Container, gens, opSiz
 
 // publishTiny publishes a one-file checkpoint of the predecessor (term 1)
 // at gen, through a chain adopted by the same allocation.
-func publishTiny(ctx context.Context, store blobstore.Container, dir string, gen int64) error {
+func publishTiny(ctx context.Context, store *blobstore.Container, dir string, gen int64) error {
 	in, err := fence.NewInstance(store, benchShard, "a1")
 	if err != nil {
 		return err

@@ -23,9 +23,9 @@ type storeOp struct {
 	name string
 	// setup runs once per client before the clock starts; it returns the
 	// client's state for run.
-	setup func(ctx context.Context, c blobstore.Container, client int, body []byte) (any, error)
+	setup func(ctx context.Context, c *blobstore.Container, client int, body []byte) (any, error)
 	// run does one request; i counts the client's requests from 0.
-	run func(ctx context.Context, c blobstore.Container, client, i int, state any, body []byte) error
+	run func(ctx context.Context, c *blobstore.Container, client, i int, state any, body []byte) error
 }
 
 // benchListKeys is how many keys the List benchmark's prefix holds; each
@@ -42,38 +42,38 @@ func storeOps() []storeOp {
 	return []storeOp{
 		{
 			name: "Get",
-			setup: func(ctx context.Context, c blobstore.Container, client int, body []byte) (any, error) {
+			setup: func(ctx context.Context, c *blobstore.Container, client int, body []byte) (any, error) {
 				key := fmt.Sprintf("get/%d", client)
 				_, err := c.Put(ctx, key, body)
 				return key, err
 			},
-			run: func(ctx context.Context, c blobstore.Container, _, _ int, state any, _ []byte) error {
+			run: func(ctx context.Context, c *blobstore.Container, _, _ int, state any, _ []byte) error {
 				_, err := c.Get(ctx, state.(string))
 				return err
 			},
 		},
 		{
 			name: "Put",
-			run: func(ctx context.Context, c blobstore.Container, client, i int, _ any, body []byte) error {
+			run: func(ctx context.Context, c *blobstore.Container, client, i int, _ any, body []byte) error {
 				_, err := c.Put(ctx, fmt.Sprintf("put/%d/%d", client, i%16), body)
 				return err
 			},
 		},
 		{
 			name: "CreateIfAbsent",
-			run: func(ctx context.Context, c blobstore.Container, client, i int, _ any, body []byte) error {
+			run: func(ctx context.Context, c *blobstore.Container, client, i int, _ any, body []byte) error {
 				_, err := c.CreateIfAbsent(ctx, createKey(client, i), body)
 				return err
 			},
 		},
 		{
 			name: "CAS",
-			setup: func(ctx context.Context, c blobstore.Container, client int, body []byte) (any, error) {
+			setup: func(ctx context.Context, c *blobstore.Container, client int, body []byte) (any, error) {
 				key := fmt.Sprintf("cas/%d", client)
 				tok, err := c.Put(ctx, key, body)
 				return &casState{key: key, tok: tok}, err
 			},
-			run: func(ctx context.Context, c blobstore.Container, _, i int, state any, body []byte) error {
+			run: func(ctx context.Context, c *blobstore.Container, _, i int, state any, body []byte) error {
 				s := state.(*casState)
 				// A new body each time: an S3 ETag is the body's MD5, and a
 				// chain must never write the same body twice.
@@ -86,7 +86,7 @@ func storeOps() []storeOp {
 		},
 		{
 			name: "List",
-			setup: func(ctx context.Context, c blobstore.Container, client int, body []byte) (any, error) {
+			setup: func(ctx context.Context, c *blobstore.Container, client int, body []byte) (any, error) {
 				if client != 0 {
 					return nil, nil
 				}
@@ -97,7 +97,7 @@ func storeOps() []storeOp {
 				}
 				return nil, nil
 			},
-			run: func(ctx context.Context, c blobstore.Container, _, _ int, _ any, _ []byte) error {
+			run: func(ctx context.Context, c *blobstore.Container, _, _ int, _ any, _ []byte) error {
 				page, err := c.List(ctx, "list/", "", benchListKeys)
 				if err == nil && len(page.Items) != benchListKeys {
 					return fmt.Errorf("listing list/ returned %d keys, want %d", len(page.Items), benchListKeys)
@@ -110,7 +110,7 @@ func storeOps() []storeOp {
 			// so most deletes remove a real object; past them it deletes
 			// missing keys, which is still one request.
 			name: "Delete",
-			run: func(ctx context.Context, c blobstore.Container, client, i int, _ any, _ []byte) error {
+			run: func(ctx context.Context, c *blobstore.Container, client, i int, _ any, _ []byte) error {
 				return c.Delete(ctx, createKey(client, i))
 			},
 		},
@@ -242,7 +242,7 @@ func runBenchStore(ctx context.Context, args []string, stdout, stderr io.Writer)
 }
 
 // measure runs op in a closed loop on n clients for d.
-func measure(ctx context.Context, c blobstore.Container, op storeOp, n int, d time.Duration, body []byte) (storeCell, error) {
+func measure(ctx context.Context, c *blobstore.Container, op storeOp, n int, d time.Duration, body []byte) (storeCell, error) {
 	states := make([]any, n)
 	if op.setup != nil {
 		for i := range n {
@@ -321,7 +321,7 @@ func benchLatency(d time.Duration) string {
 }
 
 // removeBenchKeys deletes every key under c, 16 at a time.
-func removeBenchKeys(ctx context.Context, c blobstore.Container) error {
+func removeBenchKeys(ctx context.Context, c *blobstore.Container) error {
 	keys, err := blobstore.ListAll(ctx, c, "")
 	if err != nil {
 		return err

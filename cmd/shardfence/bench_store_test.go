@@ -12,7 +12,7 @@ func TestBenchStoreOnMem(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
-	for _, want := range []string{"Store: mem://bench-store/", "OPERATION", "OPS/S", "P50", "P99"} {
+	for _, want := range []string{"Store: mem://bench-store\n", "OPERATION", "OPS/S", "P50", "P99"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

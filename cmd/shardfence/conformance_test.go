@@ -19,15 +19,15 @@ import (
 // Test-only schemes for stores with one defect each, so the command's
 // refusal and failure paths run end to end through blobstore.Open.
 func init() {
-	blobstore.Register("test-ignoring", func(_ context.Context, _ *url.URL) (blobstore.Container, error) {
+	blobstore.Register("test-ignoring", func(_ context.Context, _ *url.URL) (*blobstore.Container, error) {
 		f := faulty.New(mem.New(), 1)
 		f.SetIgnorePreconditions(true)
-		return f, nil
+		return f.Container, nil
 	})
-	blobstore.Register("test-dropping-deletes", func(_ context.Context, _ *url.URL) (blobstore.Container, error) {
+	blobstore.Register("test-dropping-deletes", func(_ context.Context, _ *url.URL) (*blobstore.Container, error) {
 		f := faulty.New(mem.New(), 1)
-		f.MustAdd(faulty.Rule{Ops: faulty.Ops(faulty.Delete), Fault: faulty.DropDelete})
-		return f, nil
+		f.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpDelete), Fault: faulty.DropDelete})
+		return f.Container, nil
 	})
 }
 
@@ -45,7 +45,7 @@ func TestConformanceOnMem(t *testing.T) {
 	}
 	n := len(conformance.Checks())
 	for _, want := range []string{
-		"Conformance of mem://cmd-conformance/",
+		"Conformance of mem://cmd-conformance\n",
 		"Precondition probe: ok",
 		"CHECK", "RESULT", "LATENCY",
 		"list-pagination", "linearizable",

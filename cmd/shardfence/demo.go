@@ -31,7 +31,7 @@ type demoSidecar struct {
 	client sidecarv1connect.SidecarServiceClient
 }
 
-func startDemoSidecar(ctx context.Context, name string, store blobstore.Container) (*demoSidecar, error) {
+func startDemoSidecar(ctx context.Context, name string, store *blobstore.Container) (*demoSidecar, error) {
 	srv, err := sidecar.New(ctx, store, sidecar.Options{Node: name, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err

@@ -253,7 +253,7 @@ func HTTPReady(url string) func(context.Context) error {
 
 // OpenStore opens the store at rawURL for t, failing t if it cannot, and
 // closes it when t ends.
-func OpenStore(t testing.TB, rawURL string) blobstore.Container {
+func OpenStore(t testing.TB, rawURL string) *blobstore.Container {
 	t.Helper()
 	c, err := blobstore.Open(context.Background(), rawURL)
 	if err != nil {

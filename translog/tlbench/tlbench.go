@@ -88,16 +88,16 @@ func Run(ctx context.Context, cfg Config, m Mode) (Result, error) {
 	if cfg.Latency > 0 {
 		slow.MustAdd(faulty.Rule{Latency: faulty.Fixed(cfg.Latency)})
 	}
-	store := metered.New(slow, "bench")
+	store := metered.New(slow.Container, "bench")
 	const shard = "bench-shard"
 	var chain *fence.Chain
 	if m.Fenced {
 		var err error
-		if chain, err = fence.Claim(ctx, store, shard, 1, "bench-allocation"); err != nil {
+		if chain, err = fence.Claim(ctx, store.Container, shard, 1, "bench-allocation"); err != nil {
 			return Result{}, err
 		}
 	}
-	w, err := translog.Open(ctx, store, chain, translog.Options{
+	w, err := translog.Open(ctx, store.Container, chain, translog.Options{
 		Shard: shard, Term: 1, Allocation: "bench-allocation",
 		AckOrder: m.AckOrder, FencingDisabled: !m.Fenced, FencingMode: m.FencingMode,
 	})

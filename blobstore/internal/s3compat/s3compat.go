@@ -13,22 +13,8 @@ import (
 	"strings"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/driver"
 )
-
-// Op says what a failed request was, which decides what its error means: a
-// 412 is "already exists" for a create and "precondition failed" for a CAS,
-// and a timeout is harmless for a read but ambiguous for a write.
-type Op int
-
-const (
-	Read     Op = iota // Get, Stat, List
-	Write              // unconditional Put, Delete
-	Create             // CreateIfAbsent
-	CAS                // CompareAndSwap
-	DeleteIf           // DeleteIfMatch
-)
-
-func (o Op) writes() bool { return o != Read }
 
 // ErrNoBucket is returned when the bucket does not exist: a configuration
 // error, neither a missing object nor something a retry fixes.
@@ -46,7 +32,10 @@ type Answer struct {
 	Message string
 }
 
-// Map turns a failed request into the blobstore's typed errors. cause is the
+// Map turns a failed request into the blobstore's typed errors. op says
+// what the request was, which decides what its error means: a 412 is
+// "already exists" for a create and "precondition failed" for a CAS, and a
+// timeout is harmless for a read but ambiguous for a write. cause is the
 // SDK's error, kept in the chain for detail; credentialHint says where this
 // driver reads credentials from, for the access-denied message.
 //
@@ -57,7 +46,7 @@ type Answer struct {
 // definite refusals; 429 and a read's SlowDown are ErrUnavailable; a 5xx
 // is ErrAmbiguous for a write (the store may have applied it) and
 // ErrUnavailable for a read; other 4xx are definite refusals.
-func Map(op Op, bucket, credentialHint string, a Answer, cause error) error {
+func Map(op driver.Op, bucket, credentialHint string, a Answer, cause error) error {
 	if a.Status == 0 && a.Code == "" {
 		return mapTransport(op, cause)
 	}
@@ -69,12 +58,12 @@ func Map(op Op, bucket, credentialHint string, a Answer, cause error) error {
 	case a.Code == "NoSuchBucket":
 		return fmt.Errorf("%w: bucket %q (create it, or fix the bucket in the store URL; %s)", ErrNoBucket, bucket, detail)
 	case a.Status == http.StatusPreconditionFailed || a.Code == "PreconditionFailed":
-		if op == Create {
+		if op == driver.OpCreateIfAbsent {
 			return fmt.Errorf("%w (%s)", blobstore.ErrAlreadyExists, detail)
 		}
 		return fmt.Errorf("%w (%s)", blobstore.ErrPreconditionFailed, detail)
 	case a.Status == http.StatusNotFound:
-		if op == CAS || op == DeleteIf {
+		if op == driver.OpCompareAndSwap || op == driver.OpDeleteIfMatch {
 			// If-Match on a missing key: the expected version is gone.
 			return fmt.Errorf("%w: object is missing (%s)", blobstore.ErrPreconditionFailed, detail)
 		}
@@ -92,7 +81,7 @@ func Map(op Op, bucket, credentialHint string, a Answer, cause error) error {
 		return fmt.Errorf("%w (%s)", blobstore.ErrTooLarge, detail)
 	case a.Status == http.StatusUnauthorized || a.Status == http.StatusForbidden:
 		return fmt.Errorf("%w: check the credentials (%s) and the bucket policy (%s)", ErrAccessDenied, credentialHint, detail)
-	case a.Status == http.StatusTooManyRequests || (a.Code == "SlowDown" && !op.writes()):
+	case a.Status == http.StatusTooManyRequests || (a.Code == "SlowDown" && !op.Mutates()):
 		// Throttled before any processing.
 		return fmt.Errorf("%w: throttled (%s)", blobstore.ErrUnavailable, detail)
 	case a.Code == "RequestTimeout":
@@ -100,7 +89,7 @@ func Map(op Op, bucket, credentialHint string, a Answer, cause error) error {
 		// object was not written.
 		return fmt.Errorf("%w (%s)", blobstore.ErrUnavailable, detail)
 	case a.Status >= 500:
-		if op.writes() {
+		if op.Mutates() {
 			return blobstore.Ambiguous(fmt.Errorf("%s: %w", detail, cause))
 		}
 		return fmt.Errorf("%w (%s)", blobstore.ErrUnavailable, detail)
@@ -110,13 +99,13 @@ func Map(op Op, bucket, credentialHint string, a Answer, cause error) error {
 }
 
 // mapTransport handles errors without a store answer.
-func mapTransport(op Op, err error) error {
+func mapTransport(op driver.Op, err error) error {
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "dial" {
 		// Never connected, so nothing was sent.
 		return blobstore.Unavailable(err)
 	}
-	if op.writes() {
+	if op.Mutates() {
 		// The request may have reached the store; a cancelled or expired
 		// context included.
 		return blobstore.Ambiguous(err)
@@ -145,9 +134,9 @@ func Token(etag string) blobstore.Token {
 // driver uses for conditional writes.
 const MaxSinglePut = 5 << 30
 
-// MaxObjectKey checks the store key (container prefix included) against
-// S3's 1024-byte limit.
-func MaxObjectKey(full string) error {
+// CheckKey checks the store key (container prefix included) against S3's
+// 1024-byte limit.
+func CheckKey(full string) error {
 	if len(full) > blobstore.MaxKeyLen {
 		return fmt.Errorf("%w: with the container prefix the key is %d bytes; S3 allows %d", blobstore.ErrInvalidKey, len(full), blobstore.MaxKeyLen)
 	}

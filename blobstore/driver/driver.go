@@ -1,0 +1,211 @@
+// Package driver is the contract between the portable *blobstore.Container
+// and one object store: bare I/O against the store's SDK, with the store's
+// own errors classified once, by the driver, into the blobstore error kinds.
+//
+// A driver does not validate keys, check a context before sending, refuse an
+// empty token, clamp a listing's limit, apply a container prefix, wrap errors
+// with the operation and key, or gate calls on its capabilities: the portable
+// type does all of that, the same way for every store, before a call reaches
+// the driver. A driver receives full keys (container prefix included) that
+// already passed blobstore.ValidateKey, a context that was live when the call
+// was sent, a limit in 1..blobstore.DefaultListLimit, and never a conditional
+// call it does not advertise.
+//
+// Errors. A method returns either its SDK's error as it came, or an error
+// that already matches a blobstore error kind (blobstore.ErrNotFound,
+// ErrAlreadyExists, ErrPreconditionFailed, ErrConflict, ErrUnavailable,
+// ErrAmbiguous, ErrTooLarge, ErrInvalidKey, ErrUnsupported) where the driver
+// itself knows what happened. The portable type passes every error that
+// matches no kind through Classify, once: Classify is where a driver says
+// what its store's answers mean (a 412 is "already exists" for a create and
+// "precondition failed" for a compare-and-swap; a timeout is harmless for a
+// read and ambiguous for a write).
+//
+// A new driver is a file of SDK calls implementing Bucket plus a test that
+// runs the conformance suite (package conformance) against the real store.
+//
+// Streaming reads. The read side is shaped so that a streaming read and a
+// ranged read pinned to a version can be added without changing what exists:
+// each becomes an optional interface the portable type gates like
+// ConditionalDelete (ErrUnsupported where a driver lacks it), a new Op, and a
+// field of the portable call and result, for example
+//
+//	NewReader(ctx, key string) (io.ReadCloser, Attrs, error)
+//	NewRangeReader(ctx, key string, offset, length int64, pre Precondition) (io.ReadCloser, Attrs, error)
+//
+// where pre.IfMatch pins the range to the version a first read returned and
+// a changed object fails with blobstore.ErrPreconditionFailed, the same
+// Precondition writes and deletes take.
+package driver
+
+import (
+	"context"
+	"fmt"
+)
+
+// Token is a store's opaque version of one object: an S3 or Azure ETag, a GCS
+// generation, an fs random id. Tokens are compared only for equality and
+// only against tokens of the same key and store. The empty token means "no
+// version".
+type Token string
+
+// Object is one stored object with the version it was read at.
+type Object struct {
+	Key   string
+	Body  []byte
+	Token Token
+}
+
+// Attrs describe an object without its body.
+type Attrs struct {
+	Key   string
+	Size  int64
+	Token Token
+}
+
+// ListPage is one page of a listing, in lexicographic (byte) key order.
+type ListPage struct {
+	Items []Attrs
+	// More reports whether keys after the last item may remain; pass the
+	// last item's key as startAfter to read on.
+	More bool
+}
+
+// Capabilities says which conditional operations a store enforces and how
+// large one request may be. A driver advertises a capability only where the
+// conformance suite proves it against the real store.
+type Capabilities struct {
+	ConditionalCreate bool // CreateIfAbsent fails on an existing key
+	ConditionalUpdate bool // CompareAndSwap fails on a stale or missing token
+	ConditionalDelete bool // DeleteIfMatch fails on a stale token
+	// MaxConditionalBody is the largest body a conditional write accepts in a
+	// single request; 0 means no limit beyond the store's own.
+	MaxConditionalBody int64
+	// MaxBody is the largest body any single write accepts; 0 means the
+	// driver sets no limit of its own.
+	MaxBody int64
+}
+
+// Op is one kind of container call. Its String is the method's name, which
+// is how errors, metrics, fault rules and the protocol checker's traces name
+// it.
+type Op uint8
+
+// The container calls.
+const (
+	OpGet Op = iota
+	OpStat
+	OpPut
+	OpCreateIfAbsent
+	OpCompareAndSwap
+	OpDelete
+	OpDeleteIfMatch
+	OpList
+	// NumOps is the number of ops, for tables indexed by Op.
+	NumOps
+)
+
+var opNames = [NumOps]string{"Get", "Stat", "Put", "CreateIfAbsent", "CompareAndSwap", "Delete", "DeleteIfMatch", "List"}
+
+func (o Op) String() string {
+	if o < NumOps {
+		return opNames[o]
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
+
+// Mutates reports whether the call can change the store, so that a failure
+// after its request left must be reported as ambiguous rather than as a
+// clean miss.
+func (o Op) Mutates() bool {
+	switch o {
+	case OpPut, OpCreateIfAbsent, OpCompareAndSwap, OpDelete, OpDeleteIfMatch:
+		return true
+	}
+	return false
+}
+
+// Conditional reports whether the call carries a precondition.
+func (o Op) Conditional() bool {
+	return o == OpCreateIfAbsent || o == OpCompareAndSwap || o == OpDeleteIfMatch
+}
+
+// Precondition is what the store must find at the key for a request to take
+// effect, as the stores' own conditional headers say it (If-None-Match: *,
+// If-Match, ifGenerationMatch). The zero Precondition is unconditional; at
+// most one field is set.
+type Precondition struct {
+	// IfAbsent: only if no object exists at the key.
+	IfAbsent bool
+	// IfMatch: only if the stored object's token equals this one.
+	IfMatch Token
+}
+
+// WriteOp is the container call a Write with p carries out.
+func (p Precondition) WriteOp() Op {
+	switch {
+	case p.IfAbsent:
+		return OpCreateIfAbsent
+	case p.IfMatch != "":
+		return OpCompareAndSwap
+	}
+	return OpPut
+}
+
+// DeleteOp is the container call a Delete with p carries out.
+func (p Precondition) DeleteOp() Op {
+	if p.IfMatch != "" {
+		return OpDeleteIfMatch
+	}
+	return OpDelete
+}
+
+// Bucket is one store, addressed by full keys. Every method is safe for
+// concurrent use.
+type Bucket interface {
+	// Get reads an object and the token of the version read.
+	Get(ctx context.Context, key string) (Object, error)
+	// Stat reads an object's size and token.
+	Stat(ctx context.Context, key string) (Attrs, error)
+	// Write stores body at key if pre holds and returns the new version's
+	// token. A write whose precondition does not hold fails with
+	// ErrAlreadyExists (IfAbsent) or ErrPreconditionFailed (IfMatch, a
+	// missing key included), and changes nothing.
+	Write(ctx context.Context, key string, body []byte, pre Precondition) (Token, error)
+	// Delete removes the object at key if pre holds (only IfMatch is used).
+	// An unconditional delete of a missing key may succeed or fail with
+	// ErrNotFound; the portable type reports success either way.
+	Delete(ctx context.Context, key string, pre Precondition) error
+	// List returns up to limit objects whose keys start with prefix and
+	// sort strictly after startAfter (when not empty), in byte order,
+	// strongly consistent.
+	List(ctx context.Context, prefix, startAfter string, limit int) (ListPage, error)
+	// Classify turns an error a method returned for op, one that matches no
+	// blobstore error kind yet, into the kinds; an error it cannot place is
+	// returned as it is.
+	Classify(op Op, err error) error
+	// Capabilities reports what the store enforces.
+	Capabilities() Capabilities
+	// String names the store's root for messages (the container prefix is
+	// added by the portable type), never with credentials.
+	String() string
+	// Close releases the driver's resources.
+	Close() error
+}
+
+// KeyChecker is implemented by a driver whose store limits keys beyond
+// blobstore.ValidateKey (a name length that counts the container prefix, a
+// segment a filesystem cannot name). CheckKey gets the full key and returns
+// an error matching blobstore.ErrInvalidKey for one the store cannot hold;
+// the call is then refused before anything is sent.
+type KeyChecker interface {
+	CheckKey(key string) error
+}
+
+// Explainer is implemented by a driver that can say why it does not offer a
+// conditional call its store lacks (DeleteIfMatch without
+// ConditionalDelete) and what an operator can do about it; the portable
+// type puts the explanation in its ErrUnsupported refusal.
+type Explainer interface {
+	Unsupported(op Op) string
+}
