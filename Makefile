@@ -2,6 +2,9 @@
 # Everything a fresh machine with Go (and Node.js for Azurite) needs is
 # installed by `make tools`, which `make test` runs first. Test-server binaries
 # are cached outside the module, so a second run on the same machine reuses them.
+# Two Go modules are tested: the shardfence module (.) and e2e/, which holds
+# the tests against stores in Docker containers (testcontainers-go), kept out
+# of the shardfence module's requirements.
 
 GO            ?= go
 TOOLS_DIR     ?= $(or $(SHARDFENCE_TOOLS_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/shardfence/tools)
@@ -14,12 +17,20 @@ BUF_VERSION   := v1.75.0
 # protoc-gen-go and protoc-gen-connect-go follow the module versions in go.mod.
 PROTOC_GEN_GO_VERSION := v1.36.12
 CONNECT_GO_VERSION := v1.21.1
-# fake-gcs-server runs inside the test process; it is a Go module dependency.
+# fake-gcs-server runs as a separate test program, like MinIO: linked into the
+# tests it would make its dependencies (Pub/Sub, gRPC servers...) requirements
+# of the module.
+FAKE_GCS_VERSION := v1.56.1
+# The container tests' images, built locally from the binaries above (never
+# pulled); SHARDFENCE_MINIO_IMAGE / SHARDFENCE_VERSITYGW_IMAGE choose others.
+MINIO_IMAGE     := shardfence/minio-test:$(MINIO_VERSION)
+VERSITYGW_IMAGE := shardfence/versitygw-test:$(VERSITYGW_VERSION)
+MODULES       := . e2e
 
 export SHARDFENCE_TOOLS_DIR := $(TOOLS_DIR)
 export PATH := $(BIN_DIR):$(TOOLS_DIR)/node_modules/.bin:$(PATH)
 
-.PHONY: all run build test test-go lint tools bench verify clean generate
+.PHONY: all run build test test-go lint tools docker-engine test-images bench verify clean generate
 
 all: build
 
@@ -38,22 +49,55 @@ run: build
 	@echo
 	./bin/shardfence serve --store file://./data --listen 127.0.0.1:7400
 
-test: tools lint test-go
+# test runs with a Docker engine for the container tests: one that answers
+# already, else (as root) a private dockerd started for the run and stopped
+# after it, whatever the outcome (scripts/with-docker).
+test: tools lint
+	scripts/with-docker $(MAKE) --no-print-directory test-images test-go
 
+# test-go runs both modules' tests; the e2e module's need a Docker engine and
+# the images of test-images (without an engine they skip, or fail under CI).
+# Both run even when the first fails, so one run reports on both.
 test-go:
-	$(GO) test -race -count=1 -timeout 40m ./...
+	@rc=0; \
+	echo "$(GO) test -race -count=1 -timeout 40m ./..."; \
+	$(GO) test -race -count=1 -timeout 40m ./... || rc=1; \
+	echo "cd e2e && $(GO) test -race -count=1 -timeout 30m ./..."; \
+	(cd e2e && $(GO) test -race -count=1 -timeout 30m ./...) || rc=1; \
+	exit $$rc
 
+# test-images builds the container tests' images from the binaries `make
+# tools` built: FROM scratch, the binary and the libraries it links, about 3 s.
+# Without an engine it says so and builds nothing (the tests report it).
+test-images: $(BIN_DIR)/minio $(BIN_DIR)/versitygw
+	@if docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then \
+	  scripts/build-test-image $(MINIO_IMAGE) $(BIN_DIR)/minio && \
+	  scripts/build-test-image $(VERSITYGW_IMAGE) $(BIN_DIR)/versitygw; \
+	else echo "test-images: no Docker engine answers; no image built (scripts/with-docker starts one)"; fi
+
+# lint checks both modules: gofmt, go vet, staticcheck, and that go.mod and
+# go.sum are tidy.
 lint: $(BIN_DIR)/staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(BIN_DIR)/staticcheck ./...
+	@for m in $(MODULES); do \
+	  if ! diff=$$(cd $$m && $(GO) mod tidy -diff 2>&1); then \
+	    echo "$$m/go.mod or go.sum is not tidy: run 'cd $$m && go mod tidy' and commit the result:"; echo "$$diff"; exit 1; \
+	  fi; \
+	  echo "vet and staticcheck in $$m"; \
+	  (cd $$m && $(GO) vet ./... && $(BIN_DIR)/staticcheck ./...) || exit 1; \
+	done
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./blobstore/...
 
-tools: $(BIN_DIR)/staticcheck $(BIN_DIR)/buf $(BIN_DIR)/protoc-gen-go $(BIN_DIR)/protoc-gen-connect-go $(BIN_DIR)/minio $(BIN_DIR)/versitygw $(TOOLS_DIR)/node_modules/.bin/azurite-blob
-	@$(GO) mod download
+tools: $(BIN_DIR)/staticcheck $(BIN_DIR)/buf $(BIN_DIR)/protoc-gen-go $(BIN_DIR)/protoc-gen-connect-go $(BIN_DIR)/minio $(BIN_DIR)/versitygw $(BIN_DIR)/fake-gcs-server $(TOOLS_DIR)/node_modules/.bin/azurite-blob docker-engine
+	@for m in $(MODULES); do (cd $$m && $(GO) mod download) || exit 1; done
+
+# docker-engine installs Debian's docker.io as root where no dockerd exists;
+# otherwise it says what to do (scripts/install-docker).
+docker-engine:
+	@scripts/install-docker
 
 # generate rewrites the committed protobuf and Connect code under api/.
 generate: $(BIN_DIR)/buf $(BIN_DIR)/protoc-gen-go $(BIN_DIR)/protoc-gen-connect-go
@@ -85,6 +129,10 @@ $(BIN_DIR)/versitygw:
 	@mkdir -p $(BIN_DIR)
 	@echo "building versitygw $(VERSITYGW_VERSION) into $(BIN_DIR) (a few minutes, once per machine)"
 	cd $(TOOLS_DIR) && GOBIN=$(BIN_DIR) GOFLAGS=-mod=mod $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+
+$(BIN_DIR)/fake-gcs-server:
+	@mkdir -p $(BIN_DIR)
+	cd $(TOOLS_DIR) && GOBIN=$(BIN_DIR) GOFLAGS=-mod=mod $(GO) install github.com/fsouza/fake-gcs-server@$(FAKE_GCS_VERSION)
 
 $(TOOLS_DIR)/node_modules/.bin/azurite-blob:
 	@mkdir -p $(TOOLS_DIR)

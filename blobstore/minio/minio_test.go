@@ -1,7 +1,6 @@
 package minio_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -16,16 +15,6 @@ import (
 	"github.com/shardfence/shardfence/internal/testservers"
 )
 
-func open(t *testing.T, rawURL string) *blobstore.Container {
-	t.Helper()
-	c, err := blobstore.Open(context.Background(), rawURL)
-	if err != nil {
-		t.Fatalf("open %s: %v", blobstore.Redact(rawURL), err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 func TestMinIO(t *testing.T) {
 	srv, err := testservers.StartMinIO(t)
 	if err != nil {
@@ -33,7 +22,7 @@ func TestMinIO(t *testing.T) {
 	}
 	var n atomic.Int64
 	newContainer := func(t *testing.T) *blobstore.Container {
-		return open(t, srv.MinioURL(fmt.Sprintf("t%d", n.Add(1))))
+		return testservers.OpenStore(t, srv.MinioURL(fmt.Sprintf("t%d", n.Add(1))))
 	}
 	t.Run("conformance", func(t *testing.T) {
 		conformance.RunWithLimits(t, newContainer(t), nil)
@@ -47,8 +36,8 @@ func TestMinIO(t *testing.T) {
 		// One object seen through both drivers has one token, so a CAS
 		// chain can move between them.
 		prefix := fmt.Sprintf("t%d", n.Add(1))
-		m := open(t, srv.MinioURL(prefix))
-		s := open(t, srv.S3URL(prefix))
+		m := testservers.OpenStore(t, srv.MinioURL(prefix))
+		s := testservers.OpenStore(t, srv.S3URL(prefix))
 		ctx := t.Context()
 		t1, err := m.CreateIfAbsent(ctx, "k", []byte("by minio"))
 		if err != nil {
@@ -83,7 +72,7 @@ func TestMinIO(t *testing.T) {
 		proxy := testservers.NewS3Proxy(t, srv.Endpoint())
 		via := *srv
 		via.Host = strings.TrimPrefix(proxy.URL, "http://")
-		c := open(t, via.MinioURL(fmt.Sprintf("t%d", n.Add(1))))
+		c := testservers.OpenStore(t, via.MinioURL(fmt.Sprintf("t%d", n.Add(1))))
 		ctx := t.Context()
 		proxy.LoseResponse(1)
 		_, err := c.CreateIfAbsent(ctx, "k", []byte("mine"))
@@ -108,7 +97,7 @@ func TestMinIO(t *testing.T) {
 	t.Run("wrong-credentials", func(t *testing.T) {
 		u, _ := url.Parse(srv.MinioURL("p"))
 		u.User = url.UserPassword(srv.AccessKey, "wrong-secret-value")
-		c := open(t, u.String())
+		c := testservers.OpenStore(t, u.String())
 		_, err := c.CreateIfAbsent(t.Context(), "k", []byte("v"))
 		if err == nil || blobstore.IsRetryable(err) || blobstore.IsDefinite(err) {
 			t.Fatalf("create with a wrong secret: %v; want a non-retryable access error", err)
@@ -159,7 +148,7 @@ func TestParseURL(t *testing.T) {
 }
 
 func TestNoConditionalDelete(t *testing.T) {
-	c := open(t, "minio://ak:supersecret@127.0.0.1:1/bkt/p?secure=false")
+	c := testservers.OpenStore(t, "minio://ak:supersecret@127.0.0.1:1/bkt/p?secure=false")
 	if c.Capabilities().ConditionalDelete {
 		t.Fatal("minio driver claims ConditionalDelete; MinIO ignores If-Match on DELETE")
 	}

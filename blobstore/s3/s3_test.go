@@ -21,18 +21,8 @@ func opener(srv *testservers.S3Server, extra ...string) func(t *testing.T) *blob
 	var n atomic.Int64
 	return func(t *testing.T) *blobstore.Container {
 		t.Helper()
-		return open(t, srv.S3URL(fmt.Sprintf("t%d-%s", n.Add(1), strings.ReplaceAll(t.Name(), "/", "_")), extra...))
+		return testservers.OpenStore(t, srv.S3URL(fmt.Sprintf("t%d-%s", n.Add(1), strings.ReplaceAll(t.Name(), "/", "_")), extra...))
 	}
-}
-
-func open(t *testing.T, rawURL string) *blobstore.Container {
-	t.Helper()
-	c, err := blobstore.Open(context.Background(), rawURL)
-	if err != nil {
-		t.Fatalf("open %s: %v", blobstore.Redact(rawURL), err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 // TestMinIO runs the contract against MinIO through the s3 scheme. MinIO
@@ -74,7 +64,7 @@ func TestMinIO(t *testing.T) {
 	})
 	t.Run("no-such-bucket", func(t *testing.T) {
 		u := strings.Replace(srv.S3URL("p"), "s3://"+srv.Bucket+"/", "s3://no-such-bucket-here/", 1)
-		c := open(t, u)
+		c := testservers.OpenStore(t, u)
 		_, err := c.Get(t.Context(), "k")
 		if err == nil || errors.Is(err, blobstore.ErrNotFound) || blobstore.IsRetryable(err) {
 			t.Fatalf("Get in a missing bucket: %v; want a non-retryable bucket error, not a missing key", err)
@@ -85,7 +75,7 @@ func TestMinIO(t *testing.T) {
 	})
 	t.Run("wrong-credentials", func(t *testing.T) {
 		u := strings.Replace(srv.S3URL("p"), "secret_key="+srv.SecretKey, "secret_key=wrong-secret-value", 1)
-		c := open(t, u)
+		c := testservers.OpenStore(t, u)
 		_, err := c.CreateIfAbsent(t.Context(), "k", []byte("v"))
 		if err == nil || blobstore.IsRetryable(err) || blobstore.IsDefinite(err) {
 			t.Fatalf("create with a wrong secret: %v; want a non-retryable access error", err)
@@ -108,7 +98,7 @@ func TestVersityGW(t *testing.T) {
 	}
 	newContainer := opener(srv, "conditional_delete=true")
 	t.Run("conformance", func(t *testing.T) {
-		conformance.RunWithLimits(t, newContainer(t), versityLimits)
+		conformance.RunWithLimits(t, newContainer(t), testservers.VersityGWLimits())
 	})
 	t.Run("probe", func(t *testing.T) {
 		if err := blobstore.ProbePreconditions(t.Context(), newContainer(t)); err != nil {
@@ -146,26 +136,6 @@ func TestVersityGW(t *testing.T) {
 // testNameCollision pins that behaviour down.
 var minioLimits = map[string]conformance.Limit{}
 
-// versityLimits are the checks versitygw v1.8.0 (posix backend) fails, each
-// matched on its own failure so any other failure still fails the test.
-var versityLimits = map[string]conformance.Limit{
-	"delete-if-match": {
-		Match: conformance.AllMention("on a missing key"),
-		Why:   "versitygw answers DELETE with If-Match on a missing key with 204, not 412/404; stale tokens on existing keys are refused (see stale-conditional-delete-keeps-the-object)",
-	},
-	"linearizable": {
-		Match: func(d []string) bool {
-			for _, x := range d {
-				if !strings.Contains(x, "is not linearizable") && !strings.Contains(x, "ExistingObjectIsDirectory") {
-					return false
-				}
-			}
-			return len(d) > 0
-		},
-		Why: "on versitygw v1.8.0 (posix) concurrent Delete and conditional PUTs of one key either give a history that is not linearizable or leave a directory where the object was (409 ExistingObjectIsDirectory); the create and CAS races without Delete pass (create-if-absent-race, cas-increments)",
-	},
-}
-
 // testNameCollision pins down the MinIO behaviour behind its advisory
 // keys-object-and-prefix warning, so a
 // MinIO that lifts it shows up here.
@@ -198,7 +168,7 @@ func throughProxy(t *testing.T, srv *testservers.S3Server, prefix string) (*blob
 	proxy := testservers.NewS3Proxy(t, srv.Endpoint())
 	via := *srv
 	via.Host = strings.TrimPrefix(proxy.URL, "http://")
-	return open(t, via.S3URL(prefix)), proxy
+	return testservers.OpenStore(t, via.S3URL(prefix)), proxy
 }
 
 // testWire409 answers a conditional PUT with S3's real 409

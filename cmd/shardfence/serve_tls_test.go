@@ -22,6 +22,7 @@ import (
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
+	"github.com/shardfence/shardfence/internal/sidecarproc"
 )
 
 // writeCert writes a certificate for 127.0.0.1 signed by ca (self-signed
@@ -118,7 +119,7 @@ func TestServeAnswersGRPC(t *testing.T) {
 		t.Fatalf("append over gRPC: %v %v", res, err)
 	}
 	_, err = c.Append(t.Context(), connect.NewRequest(&sidecarv1.AppendRequest{Shard: "../g", Ops: [][]byte{[]byte("x")}}))
-	if reasonOf(err) != "invalid_argument" || connect.CodeOf(err) != connect.CodeInvalidArgument {
+	if sidecarproc.ReasonOf(err) != "invalid_argument" || connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Fatalf("bad shard over gRPC: %v", err)
 	}
 	if !strings.Contains(err.Error(), "shard id") {

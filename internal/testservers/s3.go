@@ -54,80 +54,96 @@ func (s *S3Server) MinioURL(prefix string) string {
 	return u.String()
 }
 
-// StartMinIO starts a MinIO server with a fresh bucket: in a container when a
-// Docker engine answers, else the local binary from `make tools`. It stops
-// when t ends.
-func StartMinIO(t testing.TB) (*S3Server, error) {
-	t.Helper()
-	if DockerReachable() {
-		return startMinIOContainer(t)
-	}
-	bin, err := Tool("minio")
-	if err != nil {
-		return nil, err
-	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	consolePort, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	s := &S3Server{Kind: "minio", Host: "127.0.0.1:" + strconv.Itoa(port), AccessKey: "minio-" + randomHex(6), SecretKey: randomHex(16), Bucket: "shardfence-test", Region: "us-east-1"}
-	env := []string{
-		"MINIO_ROOT_USER=" + s.AccessKey,
-		"MINIO_ROOT_PASSWORD=" + s.SecretKey,
-		"MINIO_BROWSER=off",
-		"MINIO_UPDATE=off",
-		"MINIO_CI_CD=1",
-	}
-	args := []string{"server", filepath.Join(t.TempDir(), "data"), "--address", s.Host, "--console-address", "127.0.0.1:" + strconv.Itoa(consolePort), "--quiet"}
-	if _, err := Start(t, "minio", bin, args, env, HTTPReady(s.Endpoint()+"/minio/health/ready"), 60*time.Second); err != nil {
-		return nil, err
-	}
-	if err := s.makeBucket(); err != nil {
-		return nil, err
-	}
-	return s, nil
+// S3Launch is how to run an S3 server, as a local process or in a
+// container alike: the server it will be, the program's arguments and
+// environment, and the HTTP path that answers once it serves.
+type S3Launch struct {
+	Server    *S3Server
+	Args      []string
+	Env       []string
+	ReadyPath string
 }
 
-// StartVersityGW starts versitygw on its posix backend with a fresh bucket.
-// versitygw has no Docker image pinned here, so it always runs from the
-// local binary built by `make tools`.
+// MinIOLaunch is MinIO serving dataDir on 127.0.0.1:port (its console, off,
+// on 127.0.0.1:consolePort) with fresh credentials.
+func MinIOLaunch(dataDir string, port, consolePort int) S3Launch {
+	s := &S3Server{Kind: "minio", Host: "127.0.0.1:" + strconv.Itoa(port), AccessKey: "minio-" + randomHex(6), SecretKey: randomHex(16), Bucket: "shardfence-test", Region: "us-east-1"}
+	return S3Launch{
+		Server: s,
+		Args:   []string{"server", dataDir, "--address", s.Host, "--console-address", "127.0.0.1:" + strconv.Itoa(consolePort), "--quiet"},
+		Env: []string{
+			"MINIO_ROOT_USER=" + s.AccessKey,
+			"MINIO_ROOT_PASSWORD=" + s.SecretKey,
+			"MINIO_BROWSER=off",
+			"MINIO_UPDATE=off",
+			"MINIO_CI_CD=1",
+		},
+		ReadyPath: "/minio/health/ready",
+	}
+}
+
+// VersityGWLaunch is versitygw on its posix backend serving dataDir (which
+// must exist) on 127.0.0.1:port with fresh credentials.
 //
 // Metadata is kept in extended attributes of the data files, not in a
 // --sidecar directory: with a sidecar, a GET racing a PUT of the same key
 // can return a body with another version's checksum: data and metadata are
-// not published together. The temporary directory must support
-// user xattrs (ext4, xfs, btrfs and tmpfs on Linux 6.6+ do).
-func StartVersityGW(t testing.TB) (*S3Server, error) {
-	t.Helper()
-	bin, err := Tool("versitygw")
-	if err != nil {
-		return nil, err
-	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	dir := t.TempDir()
+// not published together. dataDir must support user xattrs (ext4, xfs,
+// btrfs, overlayfs over those, and tmpfs on Linux 6.6+ do).
+func VersityGWLaunch(dataDir string, port int) S3Launch {
 	s := &S3Server{Kind: "versitygw", Host: "127.0.0.1:" + strconv.Itoa(port), AccessKey: "versity-" + randomHex(6), SecretKey: randomHex(16), Bucket: "shardfence-test", Region: "us-east-1"}
-	args := []string{"--quiet", "--access", s.AccessKey, "--secret", s.SecretKey, "--region", s.Region, "--port", s.Host,
-		"posix", filepath.Join(dir, "data")}
-	if err := mkdirs(filepath.Join(dir, "data")); err != nil {
-		return nil, err
+	return S3Launch{
+		Server:    s,
+		Args:      []string{"--quiet", "--access", s.AccessKey, "--secret", s.SecretKey, "--region", s.Region, "--port", s.Host, "posix", dataDir},
+		ReadyPath: "/",
 	}
-	if _, err := Start(t, "versitygw", bin, args, nil, HTTPReady(s.Endpoint()+"/"), 60*time.Second); err != nil {
-		return nil, err
-	}
-	if err := s.makeBucket(); err != nil {
-		return nil, err
-	}
-	return s, nil
 }
 
-func (s *S3Server) makeBucket() error {
+// StartMinIO starts the MinIO binary from `make tools` with a fresh bucket;
+// it stops when t ends. (The e2e module runs the same tests against MinIO in
+// a container.)
+func StartMinIO(t testing.TB) (*S3Server, error) {
+	t.Helper()
+	ports, err := FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	return startS3(t, "minio", MinIOLaunch(filepath.Join(t.TempDir(), "data"), ports[0], ports[1]))
+}
+
+// StartVersityGW starts versitygw from `make tools` on its posix backend
+// with a fresh bucket; it stops when t ends.
+func StartVersityGW(t testing.TB) (*S3Server, error) {
+	t.Helper()
+	ports, err := FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := mkdirs(dir); err != nil {
+		return nil, err
+	}
+	return startS3(t, "versitygw", VersityGWLaunch(dir, ports[0]))
+}
+
+func startS3(t testing.TB, program string, l S3Launch) (*S3Server, error) {
+	t.Helper()
+	bin, err := Tool(program)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := Start(t, program, bin, l.Args, l.Env, HTTPReady(l.Server.Endpoint()+l.ReadyPath), 60*time.Second); err != nil {
+		return nil, err
+	}
+	if err := l.Server.MakeBucket(); err != nil {
+		return nil, err
+	}
+	return l.Server, nil
+}
+
+// MakeBucket creates the server's bucket; a starter calls it once the
+// server is ready.
+func (s *S3Server) MakeBucket() error {
 	cl, err := minio.New(s.Host, &minio.Options{Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""), Region: s.Region, BucketLookup: minio.BucketLookupPath})
 	if err != nil {
 		return err

@@ -1,24 +1,26 @@
 // Package testservers starts real object-store servers (MinIO, versitygw,
-// Azurite, fake-gcs-server) on 127.0.0.1 for tests: free ports, temporary
-// directories, every process stopped when the test ends, logs kept and shown
-// on failure. Under CI=true a server that does not start fails the test; on a
+// Azurite, fake-gcs-server) on 127.0.0.1 for tests, each as a separate
+// process built by `make tools`: free ports, temporary directories, every
+// process stopped when the test ends, logs kept and shown on failure. None
+// is linked into a test binary, so none is a requirement of the module
+// (the container variants live in the separate e2e module). Under CI=true a server that does not start fails the test; on a
 // developer machine it is skipped with a hint to run `make tools`.
 package testservers
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
 )
 
 // InCI reports whether tests run under CI, where a missing server fails.
@@ -78,6 +80,22 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a
+// moment ago.
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for len(ports) < n {
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(ports, p) {
+			ports = append(ports, p)
+		}
+	}
+	return ports, nil
+}
+
 // Process is a server started for a test.
 type Process struct {
 	Name    string
@@ -115,7 +133,40 @@ func (p *Process) LogTail(n int) string {
 // is printed.
 func Start(t testing.TB, name, bin string, args, env []string, ready func(context.Context) error, timeout time.Duration) (*Process, error) {
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), name+".log")
+	p, err := launch(name, bin, args, env, t.TempDir())
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s log (tail):\n%s", name, p.LogTail(4000))
+		}
+		p.Stop()
+	})
+	if err := p.awaitReady(ready, timeout); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// StartShared is Start for a server shared by a whole package (started in
+// TestMain, where there is no test): its log goes to logDir, and the caller
+// stops it.
+func StartShared(name, bin string, args, env []string, logDir string, ready func(context.Context) error, timeout time.Duration) (*Process, error) {
+	p, err := launch(name, bin, args, env, logDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.awaitReady(ready, timeout); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// launch starts bin in its own process group, killed with its parent, its
+// output logged to logDir/name.log.
+func launch(name, bin string, args, env []string, logDir string) (*Process, error) {
+	logPath := filepath.Join(logDir, name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -134,18 +185,17 @@ func Start(t testing.TB, name, bin string, args, env []string, ready func(contex
 		logf.Close()
 		close(p.done)
 	}()
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("%s log (tail):\n%s", name, p.LogTail(4000))
-		}
-		p.Stop()
-	})
+	return p, nil
+}
 
+// awaitReady polls ready until it succeeds, the process exits, or timeout
+// passes; in the last two cases the process is stopped.
+func (p *Process) awaitReady(ready func(context.Context) error, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	for {
 		if p.Exited() {
-			return nil, fmt.Errorf("%s exited before it was ready (%v); log tail:\n%s", name, p.waitErr, p.LogTail(2000))
+			return fmt.Errorf("%s exited before it was ready (%v); log tail:\n%s", p.Name, p.waitErr, p.LogTail(2000))
 		}
 		// Generous per attempt: a server still warming up under a loaded
 		// test run (Node.js for Azurite) may take seconds for its first
@@ -154,12 +204,12 @@ func Start(t testing.TB, name, bin string, args, env []string, ready func(contex
 		err := ready(rctx)
 		rcancel()
 		if err == nil {
-			return p, nil
+			return nil
 		}
 		select {
 		case <-ctx.Done():
 			p.Stop()
-			return nil, fmt.Errorf("%s not ready after %s: %v; log tail:\n%s", name, timeout, err, p.LogTail(2000))
+			return fmt.Errorf("%s not ready after %s: %v; log tail:\n%s", p.Name, timeout, err, p.LogTail(2000))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -201,34 +251,14 @@ func HTTPReady(url string) func(context.Context) error {
 	}
 }
 
-// DockerReachable reports whether a Docker engine answers, so tests may use
-// testcontainers-go instead of local binaries. A docker client without an
-// engine (the usual case on build machines) is not enough.
-func DockerReachable() bool {
-	host := os.Getenv("DOCKER_HOST")
-	sock := "/var/run/docker.sock"
-	if host != "" {
-		if !strings.HasPrefix(host, "unix://") {
-			// A TCP engine: let the caller try it; testcontainers reports
-			// its own error if it does not answer.
-			return true
-		}
-		sock = strings.TrimPrefix(host, "unix://")
-	}
-	c, err := net.DialTimeout("unix", sock, time.Second)
+// OpenStore opens the store at rawURL for t, failing t if it cannot, and
+// closes it when t ends.
+func OpenStore(t testing.TB, rawURL string) *blobstore.Container {
+	t.Helper()
+	c, err := blobstore.Open(context.Background(), rawURL)
 	if err != nil {
-		return false
+		t.Fatalf("open %s: %v", blobstore.Redact(rawURL), err)
 	}
-	defer c.Close()
-	// An engine answers _ping with OK.
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Write([]byte("GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")); err != nil {
-		return false
-	}
-	buf := make([]byte, 512)
-	n, _ := c.Read(buf)
-	return bytes.Contains(buf[:n], []byte(" 200 "))
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
-
-// ErrNoDocker is returned by container-based starters when no engine answers.
-var ErrNoDocker = errors.New("no Docker engine reachable")

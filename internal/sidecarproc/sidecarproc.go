@@ -1,0 +1,234 @@
+// Package sidecarproc runs real `shardfence serve` processes for
+// multi-process tests, and the scenarios those tests share. The
+// cmd/shardfence tests run their own test binary as the command; the e2e
+// module builds the command and runs the same scenarios against stores in
+// containers, so a scenario is written once whatever store it runs on.
+package sidecarproc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
+)
+
+// StoreEnv is the environment variable `shardfence serve` reads its store
+// URL from; passing the URL there keeps credentials out of process listings.
+const StoreEnv = "SHARDFENCE_STORE"
+
+// Command is how to run the shardfence command: an executable and the
+// environment it needs besides the test's own.
+type Command struct {
+	Path string
+	Env  []string
+}
+
+// Proc is one `shardfence serve` process, killed when its test ends.
+type Proc struct {
+	Name   string
+	Cmd    *exec.Cmd
+	Addr   string
+	Client sidecarv1connect.SidecarServiceClient
+	stderr *lockedBuffer
+	done   chan struct{}
+	err    error // Wait's error; read after done is closed
+}
+
+// Start runs `shardfence serve` named name on a free port of 127.0.0.1 with
+// storeURL as its store and extra flags, and waits until it reports its
+// address. Its log (stderr) is shown if the test fails.
+func Start(t testing.TB, cmd Command, name, storeURL string, extra ...string) *Proc {
+	t.Helper()
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--node", name}, extra...)
+	c := exec.Command(cmd.Path, args...)
+	c.Env = append(append(os.Environ(), cmd.Env...), StoreEnv+"="+storeURL)
+	p := &Proc{Name: name, Cmd: c, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	c.Stderr = p.stderr
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatalf("start sidecar %s: %v", name, err)
+	}
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "sidecar listening on "); ok {
+				addrc <- a
+			}
+		}
+	}()
+	go func() {
+		p.err = c.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = c.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("sidecar %s log:\n%s", name, p.Log())
+		}
+	})
+	select {
+	case p.Addr = <-addrc:
+	case <-p.done:
+		t.Fatalf("sidecar %s exited before serving: %v\n%s", name, p.err, p.Log())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("sidecar %s did not report its address in 60s\n%s", name, p.Log())
+	}
+	p.Client = sidecarv1connect.NewSidecarServiceClient(http.DefaultClient, "http://"+p.Addr)
+	return p
+}
+
+// Log is what the process wrote to stderr so far.
+func (p *Proc) Log() string { return p.stderr.String() }
+
+// Signal sends sig to the process.
+func (p *Proc) Signal(sig os.Signal) error { return p.Cmd.Process.Signal(sig) }
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitExit waits up to timeout for the process to end and returns its exit
+// error; ok is false if it is still running.
+func (p *Proc) WaitExit(timeout time.Duration) (err error, ok bool) {
+	select {
+	case <-p.done:
+		return p.err, true
+	case <-time.After(timeout):
+		return nil, false
+	}
+}
+
+// Terminate sends SIGTERM and fails the test unless the process drains and
+// exits 0 within 30s.
+func (p *Proc) Terminate(t testing.TB) {
+	t.Helper()
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM to sidecar %s: %v", p.Name, err)
+	}
+	err, ok := p.WaitExit(30 * time.Second)
+	switch {
+	case !ok:
+		t.Errorf("sidecar %s did not exit within 30s of SIGTERM", p.Name)
+	case err != nil:
+		t.Errorf("sidecar %s exited with %v after SIGTERM", p.Name, err)
+	}
+}
+
+// Open opens shard at term for alloc on this sidecar, failing the test if
+// the open stream ends without its opened event.
+func (p *Proc) Open(t testing.TB, shard string, term int64, alloc string) {
+	t.Helper()
+	if err := OpenShard(t.Context(), p.Client, shard, term, alloc); err != nil {
+		t.Fatalf("open %s term %d on %s: %v", shard, term, p.Name, err)
+	}
+}
+
+// OpenShard runs an Open and drains its stream (the replayed ops), which
+// ends with the opened event once the shard accepts appends.
+func OpenShard(ctx context.Context, c sidecarv1connect.SidecarServiceClient, shard string, term int64, alloc string) error {
+	st, err := c.Open(ctx, connect.NewRequest(&sidecarv1.OpenRequest{Shard: shard, Term: term, AllocationId: alloc}))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	opened := false
+	for st.Receive() {
+		opened = opened || st.Msg().GetOpened() != nil
+	}
+	if err := st.Err(); err != nil {
+		return err
+	}
+	if !opened {
+		return errors.New("open stream ended without the opened event")
+	}
+	return nil
+}
+
+// Append appends ops to shard and returns the error, if any.
+func (p *Proc) Append(ctx context.Context, shard string, ops ...[]byte) error {
+	_, err := p.Client.Append(ctx, connect.NewRequest(&sidecarv1.AppendRequest{Shard: shard, Ops: ops}))
+	return err
+}
+
+// ReadAll reads shard's whole lineage and counts each op.
+func (p *Proc) ReadAll(ctx context.Context, shard string) (map[string]int, error) {
+	st, err := p.Client.Read(ctx, connect.NewRequest(&sidecarv1.ReadRequest{Shard: shard}))
+	if err != nil {
+		return nil, fmt.Errorf("read %s on %s: %w", shard, p.Name, err)
+	}
+	defer st.Close()
+	read := map[string]int{}
+	for st.Receive() {
+		for _, op := range st.Msg().GetBatch().GetOps() {
+			read[string(op)]++
+		}
+	}
+	if err := st.Err(); err != nil {
+		return nil, fmt.Errorf("read %s on %s: %w", shard, p.Name, err)
+	}
+	return read, nil
+}
+
+// ReasonOf is the machine-readable reason a sidecar attached to err
+// ("fenced", "handed_off", ...), or "" if there is none.
+func ReasonOf(err error) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if ed, ok := v.(*sidecarv1.ErrorDetail); ok {
+				return ed.GetReason()
+			}
+		}
+	}
+	return ""
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writing process and readers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
