@@ -201,6 +201,8 @@ func (m *Master) evictObjectLocked(o *object, now SteadyTime, res *EvictResult) 
 			m.offloader.Offload(o.tenant.name, o.key, src.info())
 		}
 	}
+	// Recorded before the space is freed (see Journal). Nobody waits for
+	// it: the next placement does, before it hands the space out.
 	if m.journal != nil {
 		m.record(&Op{Kind: OpEvict, Tenant: o.tenant.name, Key: o.key, Object: standbyObjectWith(o, kept)})
 	}

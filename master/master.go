@@ -1,6 +1,8 @@
 package master
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sort"
@@ -52,11 +54,33 @@ type Op struct {
 	Segment *masterv1.StandbySegment
 }
 
-// Journal records applied operations. Record is called while the changed
-// object's (or the topology's) lock is still held, so records of one key
-// arrive in apply order; it must not call back into the Master.
+// Journal is the master's operation log. Record is called while the
+// changed object's (or the topology's) lock is still held, so records of
+// one key arrive in apply order, and before the change frees any memory, so
+// no placement can hand out space whose release the log does not hold yet.
+// Record must not block or call back into the Master; it returns the
+// Ticket the operation's caller waits on, after releasing its locks, before
+// it answers.
+//
+// A Journal acknowledges a prefix of what was recorded: once a ticket's
+// Wait returns nil, every operation recorded before it is durable too. When
+// the log fails, every pending and later ticket fails and the master must
+// stop serving (its memory holds changes the log does not): the error
+// wraps ErrFenced when a newer master took the log over, ErrLogFailed
+// otherwise.
 type Journal interface {
-	Record(op *Op)
+	Record(op *Op) Ticket
+	// Sync returns a ticket for everything recorded so far.
+	Sync() Ticket
+}
+
+// Ticket is a recorded operation's way to durability.
+type Ticket interface {
+	// Wait returns nil once the operation (and every one recorded before
+	// it) is durable, the log's error if it never will be, or the
+	// context's error if ctx ends first (the outcome is then unknown: the
+	// operation is applied here and still on its way to the log).
+	Wait(ctx context.Context) error
 }
 
 // Offloader receives an object's memory replica to copy elsewhere before
@@ -253,10 +277,45 @@ func (m *Master) leave(objs ...*object) {
 	}
 }
 
-func (m *Master) record(op *Op) {
-	if m.journal != nil {
-		m.journal.Record(op)
+// record hands op to the journal; nil without one.
+func (m *Master) record(op *Op) Ticket {
+	if m.journal == nil {
+		return nil
 	}
+	return m.journal.Record(op)
+}
+
+// sync is a ticket for everything recorded so far; nil without a journal.
+func (m *Master) sync() Ticket {
+	if m.journal == nil {
+		return nil
+	}
+	return m.journal.Sync()
+}
+
+// durable waits, with no lock held, for the tickets of a change before its
+// caller answers: a change is acknowledged only once the log holds it. On
+// failure it fills in e (the operation and object concerned) with the
+// log's error and what the client should do next.
+func durable(ctx context.Context, e *Error, tickets ...Ticket) error {
+	for _, t := range tickets {
+		if t == nil {
+			continue
+		}
+		if err := t.Wait(ctx); err != nil {
+			e.Err = err
+			switch {
+			case errors.Is(err, ErrFenced):
+				e.Hint = "a newer master took over the operation log; this master acknowledges nothing more: send the request to the current master"
+			case errors.Is(err, ErrLogFailed), errors.Is(err, ErrNotPrimary):
+				e.Hint = "the change is not durable and this master stopped serving; retry against the restarted or promoted master"
+			default:
+				e.Hint = "the change was applied and is on its way to the operation log, its outcome unknown: check the object before retrying"
+			}
+			return e
+		}
+	}
+	return nil
 }
 
 // standbyObject describes o in the standby wire model.

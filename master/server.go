@@ -30,6 +30,9 @@ func connectError(err error) error {
 	}
 	code := connect.CodeInternal
 	switch {
+	case errors.Is(err, ErrNotPrimary), errors.Is(err, ErrFenced), errors.Is(err, ErrLogFailed):
+		// Go to another master: the request may succeed there.
+		code = connect.CodeUnavailable
 	case errors.Is(err, context.Canceled):
 		code = connect.CodeCanceled
 	case errors.Is(err, context.DeadlineExceeded):
