@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 )
 
@@ -129,4 +132,13 @@ func segSize(m *Master, id uint64) uint64 {
 		return s.size
 	}
 	return 1
+}
+
+func counterValue(t testing.TB, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }
