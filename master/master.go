@@ -197,6 +197,11 @@ func New(cfg Config, opts Options) (*Master, error) {
 	return m, nil
 }
 
+// SetJournal attaches the operation log a restored or replayed master
+// records its changes to from now on. It must be called before the master
+// serves (a promotion attaches the log it just claimed).
+func (m *Master) SetJournal(j Journal) { m.journal = j }
+
 // Config returns the effective configuration.
 func (m *Master) Config() Config { return m.cfg }
 
