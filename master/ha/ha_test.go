@@ -89,6 +89,7 @@ func start(t *testing.T, store blobstore.Container, standby bool, tweak ...func(
 		Store: store, Cluster: "c1", Standby: standby, Node: "test", Backoff: fastRetry,
 		Config: master.Config{Shards: 16}, Dir: t.TempDir(), PollInterval: 10 * time.Millisecond,
 		FenceCheckInterval: 50 * time.Millisecond, Retain: seal.GCPolicy{RetainCheckpoints: 2},
+		AllocationLease: 200 * time.Millisecond, AllocationLeaseMargin: 50 * time.Millisecond,
 		Writer: translog.Options{Backoff: fastRetry},
 	}
 	for _, f := range tweak {

@@ -120,6 +120,17 @@ type Options struct {
 	// to learn it was superseded, so a paused or partitioned master turns
 	// not-ready without waiting for a write. Default 1s.
 	FenceCheckInterval time.Duration
+	// AllocationLease is how long a proof that this master holds the log
+	// (a successful fence CAS, or a listing of the fence keys with no
+	// higher term) lets it hand out memory (PutStart); past it, placement
+	// proves ownership again first. A new term hands out nothing until
+	// AllocationLease + AllocationLeaseMargin after its claim, so a
+	// predecessor that has not learnt it lost the log has stopped placing
+	// by then and two masters never place into the same free space.
+	// Defaults 2s and 1s (the margin covers steady clocks running at
+	// slightly different rates).
+	AllocationLease       time.Duration
+	AllocationLeaseMargin time.Duration
 	// Writer tunes the log writer (inline limit, pipeline, backoff); its
 	// fencing is always per-sync with the concurrent ack order.
 	Writer  translog.Options
@@ -203,6 +214,12 @@ func New(opts Options) (*Node, error) {
 	}
 	if opts.FenceCheckInterval <= 0 {
 		opts.FenceCheckInterval = time.Second
+	}
+	if opts.AllocationLease <= 0 {
+		opts.AllocationLease = 2 * time.Second
+	}
+	if opts.AllocationLeaseMargin <= 0 {
+		opts.AllocationLeaseMargin = time.Second
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
@@ -507,7 +524,10 @@ func (n *Node) openPrimary(ctx context.Context, resume bool) error {
 	}
 	restore := sh.Restore()
 	pos := recovery.Position{Term: restore.Term, Gen: restore.Gen, NextSeqNo: sh.NextSeqNo}
-	lg := newOplog(sh.Writer, n.opts.Clock, pos, int(n.syncLimit()), n.opts.Metrics, n.onLogFail)
+	lg := newOplog(sh.Writer, sh.Chain, n.opts.Clock, oplogOptions{
+		from: pos, maxBytes: int(n.syncLimit()), metrics: n.opts.Metrics, onFail: n.onLogFail,
+		lease: n.opts.AllocationLease, notBefore: sh.Chain.SweptAt() + int64(n.opts.AllocationLease+n.opts.AllocationLeaseMargin),
+	})
 	cur.SetJournal(lg)
 	n.mu.Lock()
 	n.m, n.sh, n.oplog, n.term, n.claim = cur, sh, lg, term, 0
@@ -587,20 +607,15 @@ func (n *Node) runPrimary(ctx context.Context) {
 
 // checkFence lists the fence keys: a higher term means a newer master
 // claimed the log, and this one is fenced at once instead of at its next
-// append.
+// append; none refreshes the proof of ownership placement relies on.
 func (n *Node) checkFence(ctx context.Context) {
 	n.mu.Lock()
-	sh, lg, role := n.sh, n.oplog, n.role
+	lg, role := n.oplog, n.role
 	n.mu.Unlock()
-	if role != RolePrimary || sh == nil {
+	if role != RolePrimary || lg == nil {
 		return
 	}
-	h, err := sh.Chain.Superseded(ctx)
-	if err != nil || h == 0 {
-		return
-	}
-	ferr := sh.Chain.Fence(h, fmt.Sprintf("master term %d claimed the operation log", h))
-	lg.fail(ferr)
+	_ = lg.prove(ctx)
 }
 
 func (n *Node) shutdown() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/master"
@@ -29,10 +30,19 @@ import (
 // onFail tells the node to stop serving.
 type oplog struct {
 	w        *translog.Writer
+	chain    *fence.Chain
 	clock    fence.Clock
 	maxBytes int
 	onFail   func(error)
 	metrics  *Metrics
+	// lease is how long a proof of ownership (a fence CAS or a listing
+	// with no higher term) lets this master hand out memory; notBefore is
+	// when a new term may start to (its claim's sweep, plus the lease and
+	// a margin, so a predecessor that has not learnt it lost the log has
+	// stopped placing before this one starts).
+	lease     time.Duration
+	notBefore int64
+	proveMu   sync.Mutex
 
 	mu      sync.Mutex
 	queue   []*batch // recorded, not yet handed to the writer, in order
@@ -58,9 +68,18 @@ type batch struct {
 // maxBatchOps bounds the records of one batch.
 const maxBatchOps = 16384
 
-func newOplog(w *translog.Writer, clock fence.Clock, from recovery.Position, maxBytes int, metrics *Metrics, onFail func(error)) *oplog {
-	l := &oplog{w: w, clock: clock, maxBytes: maxBytes, onFail: onFail, metrics: metrics, acked: from,
-		kick: make(chan struct{}, 1), done: make(chan struct{})}
+type oplogOptions struct {
+	from      recovery.Position
+	maxBytes  int
+	lease     time.Duration
+	notBefore int64
+	metrics   *Metrics
+	onFail    func(error)
+}
+
+func newOplog(w *translog.Writer, chain *fence.Chain, clock fence.Clock, o oplogOptions) *oplog {
+	l := &oplog{w: w, chain: chain, clock: clock, maxBytes: o.maxBytes, onFail: o.onFail, metrics: o.metrics, acked: o.from,
+		lease: o.lease, notBefore: o.notBefore, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	go l.pump()
 	return l
 }
@@ -129,17 +148,80 @@ func (l *oplog) Record(op *master.Op) master.Ticket {
 }
 
 // Sync implements master.Journal: the newest batch, whose acknowledgement
-// covers every record before it.
+// covers every record before it, and a proof that this master still holds
+// the log. Placement answers through it, so memory is handed out only
+// while no newer master can be handing out the same space.
 func (l *oplog) Sync() master.Ticket {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
 		return doneBatch(recovery.Position{}, l.err)
 	}
-	if l.last == nil {
-		return doneBatch(l.acked, nil)
+	b := l.last
+	if b == nil {
+		b = doneBatch(l.acked, nil)
 	}
-	return l.last
+	return ownedTicket{b: b, l: l}
+}
+
+type ownedTicket struct {
+	b *batch
+	l *oplog
+}
+
+func (t ownedTicket) Wait(ctx context.Context) error {
+	if err := t.b.Wait(ctx); err != nil {
+		return err
+	}
+	return t.l.owned(ctx)
+}
+
+// owned returns nil once this master proved it holds the log within the
+// lease, listing the fence keys when the last proof is older; a higher
+// term fences it. A new term first waits out its predecessor's lease.
+func (l *oplog) owned(ctx context.Context) error {
+	if d := time.Duration(l.notBefore - l.clock.Now()); d > 0 {
+		if err := fence.Sleep(ctx, l.clock, d); err != nil {
+			return err
+		}
+	}
+	fresh := func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.proof.Valid && time.Duration(l.clock.Now()-l.proof.At) < l.lease
+	}
+	if fresh() {
+		return nil
+	}
+	l.proveMu.Lock()
+	defer l.proveMu.Unlock()
+	if fresh() {
+		return nil
+	}
+	return l.prove(ctx)
+}
+
+// prove lists the fence keys: none above the term proves ownership as of
+// the moment the listing was sent; one above fences the log.
+func (l *oplog) prove(ctx context.Context) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	sent := l.clock.Now()
+	h, err := l.chain.Superseded(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: could not prove this master still holds the operation log: %w", master.ErrNotPrimary, err)
+	}
+	if h > 0 {
+		l.fail(l.chain.Fence(h, fmt.Sprintf("master term %d claimed the operation log", h)))
+		return l.Err()
+	}
+	l.mu.Lock()
+	if !l.proof.Valid || sent > l.proof.At {
+		l.proof = seal.Proof{At: sent, Valid: true}
+	}
+	l.mu.Unlock()
+	return nil
 }
 
 // Cut ends the open batch, so the next record starts a new generation, and

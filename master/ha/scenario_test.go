@@ -446,3 +446,43 @@ func writeTemp(t *testing.T, body string) string {
 	}
 	return p
 }
+
+// A master that has not learnt it lost the log hands out memory only
+// within its allocation lease; the new primary places nothing until that
+// lease (plus a margin) has run out since its claim, so the two never
+// place into the same free space.
+func TestZombieStopsPlacingBeforeTheSuccessorStarts(t *testing.T) {
+	store := mem.New()
+	lease := 400 * time.Millisecond
+	slow := func(o *Options) {
+		o.FenceCheckInterval = time.Hour // the zombie learns only by itself
+		o.AllocationLease, o.AllocationLeaseMargin = lease, 100*time.Millisecond
+	}
+	p := start(t, store, false, slow)
+	m := primary(t, p)
+	mountSeg(t, m, 1)
+	putObj(t, m, "k", master.PutOptions{})
+	s := start(t, store, true, slow)
+	waitFor(t, "the standby to catch up", func() bool { return s.Status().Position == p.Status().Position })
+	promoted := time.Now() // before the claim's sweep
+	if _, err := s.Promote(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m2 := primary(t, s)
+	remountAll(t, m2, 1)
+	if _, err := m2.PutStart(context.Background(), master.PutRequest{Client: "c1", Tenant: "t", Key: "new", Size: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(promoted); waited < lease {
+		t.Fatalf("the new primary placed %v after its promotion, inside its predecessor's %v lease", waited, lease)
+	}
+	// By now the old primary's proof ran out: it must prove ownership
+	// before placing, and learns it is fenced.
+	_, err := m.PutStart(context.Background(), master.PutRequest{Client: "c1", Tenant: "t", Key: "zombie", Size: 10})
+	if !errors.Is(err, master.ErrFenced) {
+		t.Fatalf("the old primary placed after its lease: %v", err)
+	}
+	if p.Status().Role != RoleFenced {
+		t.Fatalf("old primary role %v", p.Status().Role)
+	}
+}

@@ -35,10 +35,12 @@ type tailer struct {
 	top          int64 // newest marker term on the lineage
 	bootstrapped bool
 
-	mu          sync.Mutex
-	pos         recovery.Position
-	caughtUp    int64 // steady time of the last look that found nothing to apply
-	behind      bool
+	mu  sync.Mutex
+	pos recovery.Position
+	// caughtUp is the steady time the standby last held everything it
+	// had seen of the log (a look that found nothing new, or an apply
+	// that reached the tip last read).
+	caughtUp    int64
 	tipSeq      int64 // the log's next sequence number as last seen
 	tipLooked   int64
 	stuckSince  int64 // steady time the next generation was first found missing
@@ -48,11 +50,11 @@ type tailer struct {
 func (t *tailer) status(clock fence.Clock) (pos recovery.Position, boot bool, entries int64, lag time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.behind && t.caughtUp > 0 {
-		lag = time.Duration(clock.Now() - t.caughtUp)
-	}
 	if t.tipSeq > t.pos.NextSeqNo {
 		entries = t.tipSeq - t.pos.NextSeqNo
+		if t.caughtUp > 0 {
+			lag = time.Duration(clock.Now() - t.caughtUp)
+		}
 	}
 	return t.pos, t.bootstrapped, entries, lag
 }
@@ -157,11 +159,15 @@ func (n *Node) standbyStep(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	n.opts.Metrics.standbyApplied.Add(float64(len(b.Ops)))
+	n.lookAtTip(ctx, t, false)
 	t.mu.Lock()
 	t.pos = recovery.Position{Term: term, Gen: g, NextSeqNo: b.FirstSeqNo + int64(len(b.Ops))}
-	t.behind, t.stuckSince = true, 0
+	t.stuckSince = 0
+	if t.pos.NextSeqNo >= t.tipSeq {
+		t.caughtUp = n.opts.Clock.Now()
+	}
 	t.mu.Unlock()
-	n.lookAtTip(ctx, t, false)
+	n.publishLag(t)
 	return true, nil
 }
 
@@ -171,7 +177,6 @@ func (n *Node) standbyStep(ctx context.Context) (bool, error) {
 func (n *Node) waitForGen(ctx context.Context, t *tailer, g int64) error {
 	now := n.opts.Clock.Now()
 	t.mu.Lock()
-	t.behind = false
 	t.caughtUp = now
 	if t.stuckSince == 0 {
 		t.stuckSince = now
