@@ -113,9 +113,9 @@ func (p *masterProc) waitReady(t *testing.T) {
 type keyState uint8
 
 const (
-	acked      keyState = iota + 1 // PutEnd acknowledged: must be present
-	removed                        // Remove acknowledged: must be absent
-	ambiguous                      // the last change failed: either is allowed
+	acked     keyState = iota + 1 // PutEnd acknowledged: must be present
+	removed                       // Remove acknowledged: must be absent
+	ambiguous                     // the last change failed: either is allowed
 )
 
 type ledger struct {

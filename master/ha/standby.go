@@ -40,11 +40,10 @@ type tailer struct {
 	// caughtUp is the steady time the standby last held everything it
 	// had seen of the log (a look that found nothing new, or an apply
 	// that reached the tip last read).
-	caughtUp    int64
-	tipSeq      int64 // the log's next sequence number as last seen
-	tipLooked   int64
-	stuckSince  int64 // steady time the next generation was first found missing
-	lastRebuild int64
+	caughtUp   int64
+	tipSeq     int64 // the log's next sequence number as last seen
+	tipLooked  int64
+	stuckSince int64 // steady time the next generation was first found missing
 }
 
 func (t *tailer) status(clock fence.Clock) (pos recovery.Position, boot bool, entries int64, lag time.Duration) {
