@@ -188,6 +188,7 @@ func offloadSource(o *object) *replica {
 func (m *Master) evictObjectLocked(o *object, now SteadyTime, res *EvictResult) (deleted bool) {
 	sh := m.shardFor(o.tenant.name, o.key)
 	sh.mu.Lock()
+	m.preserve(sh)
 	defer sh.mu.Unlock()
 	if sh.objects[objectKey{o.tenant.name, o.key}] != o {
 		return false

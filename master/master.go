@@ -148,6 +148,10 @@ type Master struct {
 
 	evictMu sync.Mutex
 
+	// cow is the complete snapshot being copied, if any: a change to a
+	// shard it has not copied yet copies the shard first (preserve).
+	cow atomic.Pointer[snapshotCopy]
+
 	tenantsMu sync.Mutex
 	tenants   map[string]*tenant
 	clientsMu sync.Mutex
@@ -193,6 +197,7 @@ func New(cfg Config, opts Options) (*Master, error) {
 	}
 	for i := range m.shards {
 		m.shards[i].objects = map[objectKey]*object{}
+		m.shards[i].idx = i
 	}
 	return m, nil
 }

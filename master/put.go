@@ -126,6 +126,7 @@ func (m *Master) putStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, T
 		o.group = m.groupFor(groupKey{req.Tenant, req.Group})
 	}
 	sh.mu.Lock()
+	m.preserve(sh)
 	if _, exists := sh.objects[k]; exists {
 		sh.mu.Unlock()
 		m.freeReplicasLocked(reps)
@@ -278,6 +279,7 @@ func (m *Master) putEnd(ctx context.Context, clientID, tenant, key string) (Tick
 	defer m.topo.RUnlock()
 	sh := m.shardFor(tenant, key)
 	sh.mu.Lock()
+	m.preserve(sh)
 	defer sh.mu.Unlock()
 	o := sh.objects[objectKey{tenant, key}]
 	if o == nil {
@@ -325,6 +327,7 @@ func (m *Master) putRevoke(ctx context.Context, clientID, tenant, key string) (T
 	defer m.topo.RUnlock()
 	sh := m.shardFor(tenant, key)
 	sh.mu.Lock()
+	m.preserve(sh)
 	o := sh.objects[objectKey{tenant, key}]
 	switch {
 	case o == nil:

@@ -118,6 +118,7 @@ func (m *Master) remove(ctx context.Context, tenant, key string, force bool) (Ti
 	defer m.topo.RUnlock()
 	sh := m.shardFor(tenant, key)
 	sh.mu.Lock()
+	m.preserve(sh)
 	o := sh.objects[objectKey{tenant, key}]
 	if o == nil {
 		sh.mu.Unlock()

@@ -117,6 +117,7 @@ func (m *Master) unmountSegment(ctx context.Context, clientID string, segmentID 
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
+		m.preserve(sh)
 		for _, o := range sh.objects {
 			kept := o.replicas[:0:0]
 			hit := false

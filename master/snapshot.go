@@ -45,9 +45,18 @@ const (
 // encoded outside every lock.
 type Snapshot struct {
 	Clock ClockPair // (S0, C0), captured while frozen
-	// Pause is how long the freeze held every change back (reads went on).
-	Pause    time.Duration
+	// Pause is how long the freeze held every logged change back; reads
+	// never waited.
+	Pause time.Duration
+	// Copy is how long copying the objects took (changes went on, each
+	// shard's first change after the freeze copying that shard first).
+	Copy     time.Duration
 	segments []snapSegment
+	parts    []snapPart // one per metadata shard
+}
+
+// snapPart is one metadata shard's objects as they were at the freeze.
+type snapPart struct {
 	objects  []snapObject
 	replicas []snapReplica
 }
@@ -77,22 +86,48 @@ type snapReplica struct {
 	status                    ReplicaStatus
 }
 
-// Objects is the number of objects frozen.
-func (s *Snapshot) Objects() int { return len(s.objects) }
+// snapshotCopy is a snapshot whose shards are still being copied.
+type snapshotCopy struct {
+	parts []snapPart
+	// copied[i] is guarded by shard i's lock: the copier takes it shared,
+	// a change exclusively, so exactly one of them copies the shard.
+	copied []bool
+}
 
-// Freeze copies the whole state at one instant. It holds the topology lock
-// exclusively, which every logged change holds shared, so no change is half
-// copied and the copy is exactly the effect of every operation recorded
-// before it; reads, which take only their object's shard lock, go on. cut,
-// when set, is called while frozen: the operation log uses it to end a
-// batch there, so the snapshot covers exactly the log up to that point.
-// The clock pair (S0, C0) is captured once, inside the freeze.
+// Objects is the number of objects frozen.
+func (s *Snapshot) Objects() int {
+	n := 0
+	for i := range s.parts {
+		n += len(s.parts[i].objects)
+	}
+	return n
+}
+
+// Freeze copies the whole state as it was at one instant, without
+// stopping reads and holding changes back only for an instant:
+//
+//  1. take the topology lock exclusively, which every logged change holds
+//     shared: no change is in progress, and none starts;
+//  2. call cut (the operation log ends a batch there, so the snapshot is
+//     exactly the log up to that point), capture the clock pair (S0, C0)
+//     once, copy the segments, and mark every metadata shard as owed to
+//     the snapshot; release the lock (the pause ends here);
+//  3. copy the shards one by one under their read lock. A change to a
+//     shard not copied yet copies it first, under its write lock
+//     (preserve), so every shard is copied as it was at the freeze.
+//
+// Lease deadlines are read as the copy meets them: a read lease granted
+// since the freeze may show, which only keeps an object longer.
 func (m *Master) Freeze(cut func()) *Snapshot {
+	s, c := m.freeze(cut)
+	m.copyShards(s, c)
+	return s
+}
+
+// freeze is steps 1 and 2 of Freeze.
+func (m *Master) freeze(cut func()) (*Snapshot, *snapshotCopy) {
 	start := time.Now()
 	m.topo.Lock()
-	defer func() {
-		m.topo.Unlock()
-	}()
 	if cut != nil {
 		cut()
 	}
@@ -104,46 +139,72 @@ func (m *Master) Freeze(cut func()) *Snapshot {
 			endpoint: seg.endpointString(), serving: seg.state == segmentServing,
 		})
 	}
-	sort.Slice(s.segments, func(i, j int) bool { return s.segments[i].id < s.segments[j].id })
-	n, r := 0, 0
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.RLock()
-		n += len(sh.objects)
-		for _, o := range sh.objects {
-			r += len(o.replicas)
-		}
-		sh.mu.RUnlock()
-	}
-	s.objects = make([]snapObject, 0, n)
-	s.replicas = make([]snapReplica, 0, r)
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.RLock()
-		for _, o := range sh.objects {
-			so := snapObject{
-				key: o.key, tenant: o.tenant.name, client: o.client.id, size: o.size, seq: o.seq,
-				lease: o.leaseDeadline(), softPin: SteadyTime(o.softPin.Load()), putStart: o.putStart,
-				dataType: o.dataType, hardPinned: o.hardPinned, softPinEnabled: o.softPinEnabled,
-				firstReplica: uint32(len(s.replicas)), nReplicas: uint32(len(o.replicas)),
-			}
-			if o.group != nil {
-				so.group = o.group.key.id
-			}
-			for j := range o.replicas {
-				rp := &o.replicas[j]
-				sr := snapReplica{id: rp.id, offset: rp.offset, size: rp.size, kind: rp.kind, status: rp.status}
-				if rp.seg != nil {
-					sr.segment = rp.seg.id
-				}
-				s.replicas = append(s.replicas, sr)
-			}
-			s.objects = append(s.objects, so)
-		}
-		sh.mu.RUnlock()
-	}
+	c := &snapshotCopy{parts: make([]snapPart, len(m.shards)), copied: make([]bool, len(m.shards))}
+	m.cow.Store(c)
+	m.topo.Unlock()
 	s.Pause = time.Since(start)
-	return s
+	sort.Slice(s.segments, func(i, j int) bool { return s.segments[i].id < s.segments[j].id })
+	return s, c
+}
+
+// copyShards is step 3 of Freeze.
+func (m *Master) copyShards(s *Snapshot, c *snapshotCopy) {
+	copyStart := time.Now()
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.RLock()
+		if !c.copied[i] {
+			c.parts[i] = copyShard(sh)
+			c.copied[i] = true
+		}
+		sh.mu.RUnlock()
+	}
+	m.cow.Store(nil)
+	s.parts = c.parts
+	s.Copy = time.Since(copyStart)
+}
+
+// preserve copies sh into the snapshot being taken, if it has not been
+// yet, before the change the caller is about to make. The caller holds
+// sh.mu exclusively.
+func (m *Master) preserve(sh *shard) {
+	c := m.cow.Load()
+	if c == nil || c.copied[sh.idx] {
+		return
+	}
+	c.parts[sh.idx] = copyShard(sh)
+	c.copied[sh.idx] = true
+}
+
+// copyShard copies one shard's objects. The caller holds its lock.
+func copyShard(sh *shard) snapPart {
+	p := snapPart{objects: make([]snapObject, 0, len(sh.objects))}
+	n := 0
+	for _, o := range sh.objects {
+		n += len(o.replicas)
+	}
+	p.replicas = make([]snapReplica, 0, n)
+	for _, o := range sh.objects {
+		so := snapObject{
+			key: o.key, tenant: o.tenant.name, client: o.client.id, size: o.size, seq: o.seq,
+			lease: o.leaseDeadline(), softPin: SteadyTime(o.softPin.Load()), putStart: o.putStart,
+			dataType: o.dataType, hardPinned: o.hardPinned, softPinEnabled: o.softPinEnabled,
+			firstReplica: uint32(len(p.replicas)), nReplicas: uint32(len(o.replicas)),
+		}
+		if o.group != nil {
+			so.group = o.group.key.id
+		}
+		for j := range o.replicas {
+			rp := &o.replicas[j]
+			sr := snapReplica{id: rp.id, offset: rp.offset, size: rp.size, kind: rp.kind, status: rp.status}
+			if rp.seg != nil {
+				sr.segment = rp.seg.id
+			}
+			p.replicas = append(p.replicas, sr)
+		}
+		p.objects = append(p.objects, so)
+	}
+	return p
 }
 
 // clockPair reads both clocks together.
@@ -199,12 +260,13 @@ func (s *Snapshot) WriteFiles(dir string, format SnapshotFormat, id string) ([]S
 		return nil, err
 	}
 	files = append(files, SnapshotFile{Name: SnapshotManifestFile, Path: filepath.Join(dir, SnapshotManifestFile), Size: int64(len(line))})
-	chunks := (len(s.objects) + ObjectsPerChunk - 1) / ObjectsPerChunk
+	total := s.Objects()
+	chunks := (total + ObjectsPerChunk - 1) / ObjectsPerChunk
 	err = write(snapshotSegmentsFile, func(e *msgpack.Encoder) error {
 		w := encoder{e: e}
 		w.header(man, snapshotSegmentsFile, len(s.segments))
 		w.uint(uint64(chunks))
-		w.uint(uint64(len(s.objects)))
+		w.uint(uint64(total))
 		for _, sg := range s.segments {
 			w.arr(7)
 			w.uint(sg.id)
@@ -220,15 +282,21 @@ func (s *Snapshot) WriteFiles(dir string, format SnapshotFormat, id string) ([]S
 	if err != nil {
 		return nil, err
 	}
+	part, next := 0, 0 // where the next object to encode is
 	for c := 0; c < chunks; c++ {
-		objs := s.objects[c*ObjectsPerChunk : min((c+1)*ObjectsPerChunk, len(s.objects))]
+		count := min(ObjectsPerChunk, total-c*ObjectsPerChunk)
 		err := write(chunkName(c), func(e *msgpack.Encoder) error {
 			w := encoder{e: e}
-			w.header(man, chunkName(c), len(objs))
-			for i := range objs {
-				if err := s.encodeObject(&w, &objs[i], format); err != nil {
+			w.header(man, chunkName(c), count)
+			for i := 0; i < count; i++ {
+				for next == len(s.parts[part].objects) {
+					part, next = part+1, 0
+				}
+				p := &s.parts[part]
+				if err := s.encodeObject(&w, p, &p.objects[next], format); err != nil {
 					return err
 				}
+				next++
 			}
 			return w.err
 		})
@@ -243,7 +311,7 @@ func chunkName(c int) string { return fmt.Sprintf("%s%06d", snapshotObjectsFile,
 
 // encodeObject writes one object record: 13 fields, the deadlines in the
 // format's domain.
-func (s *Snapshot) encodeObject(w *encoder, o *snapObject, format SnapshotFormat) error {
+func (s *Snapshot) encodeObject(w *encoder, p *snapPart, o *snapObject, format SnapshotFormat) error {
 	w.arr(13)
 	w.str(o.tenant)
 	w.str(o.key)
@@ -273,7 +341,7 @@ func (s *Snapshot) encodeObject(w *encoder, o *snapObject, format SnapshotFormat
 	}
 	w.int(o.putStart)
 	w.uint(o.seq)
-	reps := s.replicas[o.firstReplica : o.firstReplica+o.nReplicas]
+	reps := p.replicas[o.firstReplica : o.firstReplica+o.nReplicas]
 	w.arr(len(reps))
 	for _, r := range reps {
 		w.arr(6)
@@ -673,6 +741,7 @@ func (m *Master) install(st *restoreState, segs map[uint64]*segment, objs []*obj
 	for _, o := range objs {
 		sh := m.shardFor(o.tenant.name, o.key)
 		sh.mu.Lock()
+		m.preserve(sh)
 		sh.objects[objectKey{o.tenant.name, o.key}] = o
 		countReplicas(o.replicas, 1)
 		o.tenant.used.Add(o.memoryBytes())

@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -502,4 +503,51 @@ func FuzzSnapshotPayload(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Changes made while a snapshot's shards are being copied do not show in
+// it: the first change to a shard copies the shard as it was at the
+// freeze. The snapshot is the state at the cut, exactly.
+func TestSnapshotCopyOnWrite(t *testing.T) {
+	ctx := context.Background()
+	m, clk := newTestMaster(t, Config{Shards: 8}, Options{})
+	mount(t, m, "c1", 1, 1<<20)
+	for i := range 40 {
+		put(t, m, "c1", "t", fmt.Sprintf("k%d", i), 100, PutOptions{})
+	}
+	cuts := 0
+	s, c := m.freeze(func() { cuts++ })
+	// Changes after the freeze, before the copy.
+	for i := range 20 {
+		if err := m.Remove(ctx, "t", fmt.Sprintf("k%d", i), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(t, m, "c1", "t", "late", 100, PutOptions{})
+	mount(t, m, "c1", 2, 1<<20)
+	m.copyShards(s, c)
+	if cuts != 1 || m.cow.Load() != nil {
+		t.Fatalf("cut called %d times; copy still installed: %v", cuts, m.cow.Load() != nil)
+	}
+	if s.Objects() != 40 || len(s.segments) != 1 {
+		t.Fatalf("snapshot holds %d objects and %d segments, want the 40 and 1 of the freeze", s.Objects(), len(s.segments))
+	}
+	files := map[string]string{}
+	fl, err := s.WriteFiles(t.TempDir(), SnapshotV2, "cow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fl {
+		files[f.Name] = f.Path
+	}
+	m2, _, res, err := restoreAt(t, Config{}, files, clk.Wall())
+	if err != nil || res.Objects != 40 {
+		t.Fatalf("restore %+v %v", res, err)
+	}
+	if lookup(m2, "t", "k0") == nil || lookup(m2, "t", "late") != nil {
+		t.Fatal("the snapshot shows a change made after its freeze")
+	}
+	if got := m.Stats().Objects; got != 21 {
+		t.Fatalf("the live master holds %d objects, want 21", got)
+	}
 }

@@ -96,6 +96,7 @@ func (m *Master) RestoreStandby(ctx context.Context, segs []*masterv1.StandbySeg
 		}
 		sh := m.shardFor(so.GetTenant(), so.GetKey())
 		sh.mu.Lock()
+		m.preserve(sh)
 		sh.objects[objectKey{so.GetTenant(), so.GetKey()}] = o
 		countReplicas(o.replicas, 1)
 		o.tenant.used.Add(o.memoryBytes())
@@ -253,6 +254,7 @@ func (m *Master) ReplayStandby(ctx context.Context, op *Op) error {
 		defer m.topo.RUnlock()
 		sh := m.shardFor(op.Tenant, op.Key)
 		sh.mu.Lock()
+		m.preserve(sh)
 		o := sh.objects[objectKey{op.Tenant, op.Key}]
 		if o != nil {
 			m.freeReplicasLocked(o.replicas)
@@ -281,6 +283,7 @@ func (m *Master) ReplayStandby(ctx context.Context, op *Op) error {
 		k := objectKey{op.Object.GetTenant(), op.Object.GetKey()}
 		sh := m.shardFor(k.tenant, k.key)
 		sh.mu.Lock()
+		m.preserve(sh)
 		old := sh.objects[k]
 		if old != nil {
 			m.freeReplicasLocked(old.replicas)

@@ -18,7 +18,9 @@ type SnapshotResult struct {
 	Bytes    int64
 	Duration time.Duration
 	// Pause is how long the freeze held changes back; reads went on.
-	Pause time.Duration
+	// Copy is how long copying the objects took after it (a change to a
+	// shard not copied yet copied that shard first).
+	Pause, Copy time.Duration
 	// Unchanged: the log had not moved since the last snapshot, so
 	// nothing was written; Key names that one.
 	Unchanged bool
@@ -29,9 +31,10 @@ type SnapshotResult struct {
 // snapshot takes a complete snapshot and publishes it as a checkpoint of
 // the log:
 //
-//  1. freeze the master (every change waits, reads go on), capture one
-//     clock pair, and cut the log there, so the snapshot is exactly the
-//     log up to a generation boundary;
+//  1. freeze the master for an instant (changes wait, reads go on),
+//     capture one clock pair, and cut the log there, so the snapshot is
+//     exactly the log up to a generation boundary; the objects are then
+//     copied shard by shard, copy-on-write (master.Freeze);
 //  2. wait for that generation's acknowledgement: a snapshot never covers
 //     an entry the log might lose;
 //  3. encode the files (outside every lock) and upload them;
@@ -106,7 +109,7 @@ func (n *Node) snapshot(ctx context.Context, explicit bool) (SnapshotResult, err
 	if err != nil {
 		return fail(err)
 	}
-	res := SnapshotResult{Key: man.Key(), Gen: pos.Gen, Objects: snap.Objects(), Bytes: size, Pause: snap.Pause}
+	res := SnapshotResult{Key: man.Key(), Gen: pos.Gen, Objects: snap.Objects(), Bytes: size, Pause: snap.Pause, Copy: snap.Copy}
 	n.mu.Lock()
 	n.lastSnap = snapshotInfo{key: man.Key(), gen: pos.Gen, pos: pos}
 	n.mu.Unlock()

@@ -328,14 +328,14 @@ func RunHA(ctx context.Context, w io.Writer, o HAOptions) error {
 	mib := func(b uint64) float64 { return float64(b) / (1 << 20) }
 	if len(o.SnapshotSizes) > 0 {
 		fmt.Fprintf(w, "Complete snapshot and restore (store: %s, one replica per object, GOMAXPROCS=%d)\n", o.Where, runtime.GOMAXPROCS(0))
-		fmt.Fprintln(tw, "objects\tpopulate (logged)\tsnapshot\tpause\tbytes\tB/object\tpeak heap\trestore\tpeak heap\tmaster heap\t")
+		fmt.Fprintln(tw, "objects\tpopulate (logged)\tsnapshot\tpause\tcopy\tbytes\tB/object\tpeak heap\trestore\tpeak heap\tmaster heap\t")
 		for _, n := range o.SnapshotSizes {
 			r, err := BenchSnapshot(ctx, o, n)
 			if err != nil {
 				return fmt.Errorf("snapshot of %d objects: %w", n, err)
 			}
-			fmt.Fprintf(tw, "%d\t%v\t%v\t%v\t%d\t%.1f\t%.0f MiB\t%v\t%.0f MiB\t%.0f MiB\t\n", n, r.Populate.Round(time.Millisecond),
-				r.Snapshot.Duration.Round(time.Millisecond), r.Snapshot.Pause.Round(time.Microsecond), r.Snapshot.Bytes,
+			fmt.Fprintf(tw, "%d\t%v\t%v\t%v\t%v\t%d\t%.1f\t%.0f MiB\t%v\t%.0f MiB\t%.0f MiB\t\n", n, r.Populate.Round(time.Millisecond),
+				r.Snapshot.Duration.Round(time.Millisecond), r.Snapshot.Pause.Round(time.Microsecond), r.Snapshot.Copy.Round(time.Millisecond), r.Snapshot.Bytes,
 				float64(r.Snapshot.Bytes)/float64(max(n, 1)), mib(r.SnapPeak), r.Restore.Round(time.Millisecond), mib(r.RestorePeak), mib(r.Base))
 			runtime.GC()
 		}
