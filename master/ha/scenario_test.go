@@ -486,3 +486,49 @@ func TestZombieStopsPlacingBeforeTheSuccessorStarts(t *testing.T) {
 		t.Fatalf("old primary role %v", p.Status().Role)
 	}
 }
+
+// A standby that falls behind the log's collection (GC removed the
+// generation it needs, below a newer snapshot) reloads from that snapshot
+// and tails on from there.
+func TestStandbyReloadsAfterCollection(t *testing.T) {
+	inner := mem.New()
+	keep := func(o *Options) { o.Retain = seal.GCPolicy{RetainCheckpoints: 1} }
+	p := start(t, inner, false, keep)
+	m := primary(t, p)
+	mountSeg(t, m, 1)
+	putObj(t, m, "k", master.PutOptions{})
+	slow := faulty.New(inner, 1)
+	metrics := NewMetrics(nil)
+	s := start(t, slow, true, keep, func(o *Options) { o.Metrics = metrics })
+	waitFor(t, "the standby to catch up", func() bool { return s.Status().Position == p.Status().Position })
+	release := make(chan struct{})
+	slow.SetHooks(faulty.Hooks{Before: func(ctx context.Context, r faulty.Request) error {
+		if r.Op == faulty.Get && strings.Contains(r.Key, translog.MDPrefix) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}})
+	for i := range 10 {
+		putObj(t, m, fmt.Sprintf("a%d", i), master.PutOptions{})
+	}
+	if _, err := p.Snapshot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		putObj(t, m, fmt.Sprintf("b%d", i), master.PutOptions{})
+	}
+	close(release)
+	want := p.Status().Position
+	waitFor(t, "the standby to reload and catch up", func() bool { return s.Status().Position == want })
+	if got := testCounter(t, metrics.standbyRebuilds); got < 1 {
+		t.Fatalf("standby caught up without reloading (%v rebuilds): the log it needed was collected", got)
+	}
+	sm, _ := s.Serving()
+	if got := sm.Stats().Objects; got != 14 {
+		t.Fatalf("standby holds %d objects, want 14", got)
+	}
+}

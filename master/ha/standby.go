@@ -40,10 +40,10 @@ type tailer struct {
 	// caughtUp is the steady time the standby last held everything it
 	// had seen of the log (a look that found nothing new, or an apply
 	// that reached the tip last read).
-	caughtUp   int64
-	tipSeq     int64 // the log's next sequence number as last seen
-	tipLooked  int64
-	stuckSince int64 // steady time the next generation was first found missing
+	caughtUp      int64
+	tipSeq        int64 // the log's next sequence number as last seen
+	tipLooked     int64
+	markersLooked int64
 }
 
 func (t *tailer) status(clock fence.Clock) (pos recovery.Position, boot bool, entries int64, lag time.Duration) {
@@ -146,7 +146,7 @@ func (n *Node) standbyStep(ctx context.Context) (bool, error) {
 	b, err := r.ReadBatch(ctx, term, g)
 	switch {
 	case errors.Is(err, translog.ErrMissingGen), errors.Is(err, translog.ErrPoisoned):
-		return false, n.waitForGen(ctx, t, g)
+		return false, n.waitForGen(ctx, t, g, errors.Is(err, translog.ErrPoisoned))
 	case err != nil:
 		return false, err
 	}
@@ -161,7 +161,6 @@ func (n *Node) standbyStep(ctx context.Context) (bool, error) {
 	n.lookAtTip(ctx, t, false)
 	t.mu.Lock()
 	t.pos = recovery.Position{Term: term, Gen: g, NextSeqNo: b.FirstSeqNo + int64(len(b.Ops))}
-	t.stuckSince = 0
 	if t.pos.NextSeqNo >= t.tipSeq {
 		t.caughtUp = n.opts.Clock.Now()
 	}
@@ -171,33 +170,35 @@ func (n *Node) standbyStep(ctx context.Context) (bool, error) {
 }
 
 // waitForGen is what a standby does when the next generation is not
-// there: caught up, or the lineage moved on (a new term sealed it), or GC
-// collected it below a newer snapshot (then it reloads from that one).
-func (n *Node) waitForGen(ctx context.Context, t *tailer, g int64) error {
+// there: caught up, or the lineage moved on (a new term sealed it; a
+// poison says so at once, otherwise the markers are listed once a second),
+// or GC collected it below a newer snapshot: a lineage checkpoint at or
+// above it proves it was acknowledged, so its md existed, and only GC
+// removes an md; the standby then reloads from that snapshot.
+func (n *Node) waitForGen(ctx context.Context, t *tailer, g int64, poisoned bool) error {
 	now := n.opts.Clock.Now()
 	t.mu.Lock()
 	t.caughtUp = now
-	if t.stuckSince == 0 {
-		t.stuckSince = now
+	due := poisoned || time.Duration(now-t.markersLooked) >= time.Second
+	if due {
+		t.markersLooked = now
 	}
-	stuck := time.Duration(now - t.stuckSince)
 	t.mu.Unlock()
 	n.publishLag(t)
-	top, err := n.topMarker(ctx)
-	if err != nil {
-		return err
+	if due {
+		top, err := n.topMarker(ctx)
+		if err != nil {
+			return err
+		}
+		if top > t.top {
+			return n.refreshLineage(ctx, t)
+		}
 	}
-	if top > t.top {
-		return n.refreshLineage(ctx, t)
-	}
-	n.lookAtTip(ctx, t, true)
+	n.lookAtTip(ctx, t, false)
 	t.mu.Lock()
 	past := t.tipSeq > t.pos.NextSeqNo
 	t.mu.Unlock()
-	// Later generations exist but this one stays missing: md creates
-	// pipeline, so a short gap is normal; a lasting one means GC
-	// collected it below a newer snapshot.
-	if past && stuck > 2*time.Second {
+	if past {
 		newer, err := n.hasCheckpointAtOrAbove(ctx, t, g)
 		if err != nil {
 			return err
