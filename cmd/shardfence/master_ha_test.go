@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,56 +23,18 @@ import (
 
 // masterProc is one `shardfence master` process.
 type masterProc struct {
-	name   string
-	cmd    *exec.Cmd
+	*proc
 	url    string
 	client *client.Client
-	stderr *syncBuffer
-	done   chan error
 }
 
+// startMasterProc starts `shardfence master` of cluster "ha" with the
+// store URL in the environment.
 func startMasterProc(t *testing.T, name, storeURL string, extra ...string) *masterProc {
 	t.Helper()
 	args := append([]string{"master", "--listen", "127.0.0.1:0", "--node", name, "--cluster", "ha", "--shards", "64"}, extra...)
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), asBinaryEnv+"=1", masterStoreEnv+"="+storeURL)
-	p := &masterProc{name: name, cmd: cmd, stderr: &syncBuffer{}, done: make(chan error, 1)}
-	cmd.Stderr = p.stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addrc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "master listening on "); ok {
-				addrc <- a
-			}
-		}
-	}()
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Signal(syscall.SIGCONT)
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("%s stderr:\n%s", name, tail(p.stderr.String(), 60))
-		}
-	})
-	select {
-	case a := <-addrc:
-		p.url = "http://" + a
-	case err := <-p.done:
-		t.Fatalf("%s exited before listening: %v\n%s", name, err, p.stderr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s did not report its address\n%s", name, p.stderr.String())
-	}
+	p := &masterProc{proc: spawn(t, "master "+name, "master listening on ", []string{masterStoreEnv + "=" + storeURL}, args...)}
+	p.url = "http://" + p.addr
 	p.client = client.New(&http.Client{Timeout: 3 * time.Second}, p.url)
 	return p
 }

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
 	"sync"
@@ -40,12 +38,8 @@ func TestMain(m *testing.M) {
 
 // serveProc is one `shardfence serve` process.
 type serveProc struct {
-	name   string
-	cmd    *exec.Cmd
-	addr   string
+	*proc
 	client sidecarv1connect.SidecarServiceClient
-	stderr *syncBuffer
-	done   chan error
 }
 
 // startServeProc starts `shardfence serve` with storeURL passed through the
@@ -53,43 +47,8 @@ type serveProc struct {
 func startServeProc(t *testing.T, name, storeURL string, extra ...string) *serveProc {
 	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--node", name}, extra...)
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), asBinaryEnv+"=1", envPrefix+"STORE="+storeURL)
-	p := &serveProc{name: name, cmd: cmd, stderr: &syncBuffer{}, done: make(chan error, 1)}
-	cmd.Stderr = p.stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addrc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "sidecar listening on "); ok {
-				addrc <- a
-			}
-		}
-	}()
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("sidecar %s log:\n%s", name, p.stderr.String())
-		}
-	})
-	select {
-	case p.addr = <-addrc:
-	case err := <-p.done:
-		t.Fatalf("sidecar %s exited before serving: %v\n%s", name, err, p.stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("sidecar %s did not report its address\n%s", name, p.stderr.String())
-	}
+	p := &serveProc{proc: spawn(t, "sidecar "+name, "sidecar listening on ", []string{envPrefix + "STORE=" + storeURL}, args...)}
+	p.name = name
 	p.client = sidecarv1connect.NewSidecarServiceClient(http.DefaultClient, "http://"+p.addr)
 	return p
 }

@@ -62,22 +62,30 @@ func startNode(ctx context.Context, o HAOptions, store blobstore.Container, clus
 	return r, nil
 }
 
-// serving waits until the node serves (primary) and returns its master.
-func (r *running) serving(ctx context.Context) (*master.Master, error) {
-	for {
-		m, err := r.Serving()
-		if err == nil {
-			return m, nil
-		}
+// until polls cond until it holds, the node fails, or ctx ends.
+func (r *running) until(ctx context.Context, cond func() bool) error {
+	for !cond() {
 		if st := r.Status(); st.Role == ha.RoleFailed {
-			return nil, st.Err
+			return st.Err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+	return nil
+}
+
+// serving waits until the node serves (primary) and returns its master.
+func (r *running) serving(ctx context.Context) (*master.Master, error) {
+	var m *master.Master
+	err := r.until(ctx, func() bool {
+		var err error
+		m, err = r.Serving()
+		return err == nil
+	})
+	return m, err
 }
 
 // peakHeap samples the live heap until stop is called and returns the
@@ -218,15 +226,8 @@ func BenchPromotion(ctx context.Context, o HAOptions, n int) (PromoteRow, error)
 	}
 	defer s.stop()
 	want := p.Status().Position
-	for s.Status().Position != want {
-		if st := s.Status(); st.Role == ha.RoleFailed {
-			return row, st.Err
-		}
-		select {
-		case <-ctx.Done():
-			return row, ctx.Err()
-		case <-time.After(2 * time.Millisecond):
-		}
+	if err := s.until(ctx, func() bool { return s.Status().Position == want }); err != nil {
+		return row, err
 	}
 	start := time.Now()
 	row.Result, err = s.Promote(ctx)
