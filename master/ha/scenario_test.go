@@ -297,62 +297,65 @@ func TestSnapshotsRestoreAndFallBack(t *testing.T) {
 // after every file; a copy of the whole log shard (a backup) restores the
 // same state, with the snapshot's manifest line byte for byte.
 func TestSnapshotManifestLastAndBackup(t *testing.T) {
-	ctx := context.Background()
-	store := faulty.New(mem.New(), 1)
-	p := start(t, store, false)
-	m := primary(t, p)
-	mountSeg(t, m, 1)
-	for i := range 5 {
-		putObj(t, m, fmt.Sprintf("k%d", i), master.PutOptions{SoftPin: true})
-	}
-	var mu sync.Mutex
-	var writes []string
-	store.SetHooks(faulty.Hooks{After: func(ctx context.Context, r faulty.Request, err error) {
-		if err == nil && (r.Op == faulty.Put || r.Op == faulty.CreateIfAbsent) && strings.Contains(r.Key, seal.CheckpointDir) {
-			mu.Lock()
-			writes = append(writes, r.Key)
-			mu.Unlock()
+	runBackends(t, func(t *testing.T, inner blobstore.Container) {
+		ctx := context.Background()
+		store := faulty.New(inner, 1)
+		p := start(t, store, false)
+		m := primary(t, p)
+		mountSeg(t, m, 1)
+		for i := range 5 {
+			putObj(t, m, fmt.Sprintf("k%d", i), master.PutOptions{SoftPin: true})
 		}
-	}})
-	snap, err := p.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store.SetHooks(faulty.Hooks{})
-	mu.Lock()
-	if len(writes) < 4 || !strings.HasSuffix(writes[len(writes)-1], snap.Key) {
-		t.Fatalf("snapshot writes %q: the manifest %q must come last", writes, snap.Key)
-	}
-	mu.Unlock()
-	p.stop(t)
-
-	// Back the shard up into another store and restore from the copy.
-	backup := mem.New()
-	items, err := blobstore.ListAll(ctx, store, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, it := range items {
-		obj, err := store.Get(ctx, it.Key)
+		var mu sync.Mutex
+		var writes []string
+		store.SetHooks(faulty.Hooks{After: func(ctx context.Context, r faulty.Request, err error) {
+			if err == nil && (r.Op == faulty.Put || r.Op == faulty.CreateIfAbsent) && strings.Contains(r.Key, seal.CheckpointDir) {
+				mu.Lock()
+				writes = append(writes, r.Key)
+				mu.Unlock()
+			}
+		}})
+		snap, err := p.Snapshot(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := backup.Put(ctx, it.Key, obj.Body); err != nil {
+		store.SetHooks(faulty.Hooks{})
+		mu.Lock()
+		if len(writes) < 4 || !strings.HasSuffix(writes[len(writes)-1], snap.Key) {
+			t.Fatalf("snapshot writes %q: the manifest %q must come last", writes, snap.Key)
+		}
+		mu.Unlock()
+		p.stop(t)
+
+		// Back the log shard up into another store and restore from the
+		// copy.
+		backup := mem.New()
+		sub, _ := blobstore.Sub(store, p.Shard())
+		bsub, _ := blobstore.Sub(backup, p.Shard())
+		items, err := blobstore.ListAll(ctx, sub, "")
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	n2 := start(t, backup, false)
-	if got := primary(t, n2).Stats().Objects; got != 5 {
-		t.Fatalf("restored %d objects from the backup", got)
-	}
-	sub, _ := blobstore.Sub(store, p.Shard())
-	bsub, _ := blobstore.Sub(backup, p.Shard())
-	key := seal.FilePrefix(1, snap.Gen) + master.SnapshotManifestFile
-	a, err1 := sub.Get(ctx, key)
-	b, err2 := bsub.Get(ctx, key)
-	if err1 != nil || err2 != nil || string(a.Body) != string(b.Body) || !strings.HasPrefix(string(a.Body), "messagepack|2.0.0|") {
-		t.Fatalf("manifest line %q / backup %q (%v, %v)", a.Body, b.Body, err1, err2)
-	}
+		for _, it := range items {
+			obj, err := sub.Get(ctx, it.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := bsub.Put(ctx, it.Key, obj.Body); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n2 := start(t, backup, false)
+		if got := primary(t, n2).Stats().Objects; got != 5 {
+			t.Fatalf("restored %d objects from the backup", got)
+		}
+		key := seal.FilePrefix(1, snap.Gen) + master.SnapshotManifestFile
+		a, err1 := sub.Get(ctx, key)
+		b, err2 := bsub.Get(ctx, key)
+		if err1 != nil || err2 != nil || string(a.Body) != string(b.Body) || !strings.HasPrefix(string(a.Body), "messagepack|2.0.0|") {
+			t.Fatalf("manifest line %q / backup %q (%v, %v)", a.Body, b.Body, err1, err2)
+		}
+	})
 }
 
 // Phase 3, test 14: the standby path never takes or publishes a complete
