@@ -115,11 +115,10 @@ func (n *Node) standbyRequest(ctx context.Context, req request, fatal error) (bo
 		req.out <- result{err: fmt.Errorf("the standby cannot be promoted from its own state (%w); restart it as primary, which rebuilds from the store", fatal)}
 		return false, nil
 	}
-	pctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(req.ctx, cancel) // the caller gave up: stop too
-	res, err := n.promote(pctx)
-	stop()
-	cancel()
+	// Not bound to the caller: once the claim has fenced the old primary,
+	// finishing the promotion is what restores service, whether or not
+	// the caller is still waiting.
+	res, err := n.promote(ctx)
 	req.out <- result{promote: res, err: err}
 	return err == nil, nil
 }
