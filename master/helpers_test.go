@@ -93,6 +93,8 @@ func (j *memJournal) Sync() Ticket {
 	return doneTicket{j.err}
 }
 
+func (j *memJournal) Placement() Ticket { return j.Sync() }
+
 func mem(seg, off, size uint64) *masterv1.StandbyReplica {
 	return &masterv1.StandbyReplica{Kind: masterv1.ReplicaKind_REPLICA_KIND_MEMORY, Status: masterv1.ReplicaStatus_REPLICA_STATUS_COMPLETE, SegmentId: seg, Offset: off, Size: size}
 }

@@ -72,6 +72,18 @@ type Journal interface {
 	Record(op *Op) Ticket
 	// Sync returns a ticket for everything recorded so far.
 	Sync() Ticket
+	// Placement returns the ticket placement waits on before it hands
+	// out memory: every change recorded so far that freed memory (see
+	// FreesMemory) is durable, and the master still holds the log, so no
+	// newer master can be handing out the same space.
+	Placement() Ticket
+}
+
+// FreesMemory reports whether an operation of kind k returns memory that
+// was durably assigned (a Remove, an eviction, an unmount): placement must
+// not hand that space out before the log holds the change.
+func FreesMemory(k OpKind) bool {
+	return k == OpRemove || k == OpEvict || k == OpUnmountSegment
 }
 
 // Ticket is a recorded operation's way to durability.
@@ -301,6 +313,14 @@ func (m *Master) sync() Ticket {
 		return nil
 	}
 	return m.journal.Sync()
+}
+
+// placement is the ticket a placement waits on; nil without a journal.
+func (m *Master) placement() Ticket {
+	if m.journal == nil {
+		return nil
+	}
+	return m.journal.Placement()
 }
 
 // durable waits, with no lock held, for the tickets of a change before its

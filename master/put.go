@@ -44,10 +44,11 @@ func validateObjectRef(op, tenant, key string) error {
 // client writes the bytes and then calls PutEnd (or PutRevoke).
 //
 // A put in progress is not logged (a failover forgets it; its client puts
-// again), but the answer waits until every change recorded before the
-// placement is durable: the space handed out may have been freed by a
-// Remove or an eviction a moment ago, and a client must never write into
-// memory that a successor master would still assign to the old object.
+// again), but the answer waits until every change that freed memory before
+// the placement is durable and the master has proved it still holds the
+// log: the space handed out may have been freed by a Remove or an eviction
+// a moment ago, and a client must never write into memory that a successor
+// master would still assign to the old object.
 func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, error) {
 	infos, t, err := m.putStart(ctx, req)
 	if err != nil {
@@ -147,7 +148,7 @@ func (m *Master) putStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, T
 	}
 	// Taken after the allocation: every free that made this space
 	// available was recorded before it was freed.
-	return infos, m.sync(), nil
+	return infos, m.placement(), nil
 }
 
 func placementHint(err error) string {

@@ -48,6 +48,7 @@ type oplog struct {
 	queue   []*batch // recorded, not yet handed to the writer, in order
 	open    *batch   // the batch new records join; nil after a cut
 	last    *batch   // the newest batch queued or in flight; nil when none
+	freed   *batch   // the batch of the newest record that freed memory
 	acked   recovery.Position
 	proof   seal.Proof
 	err     error
@@ -144,20 +145,37 @@ func (l *oplog) Record(op *master.Op) master.Ticket {
 	}
 	b.ops = append(b.ops, op)
 	b.bytes += n
+	if master.FreesMemory(op.Kind) {
+		l.freed = b
+	}
 	return b
 }
 
 // Sync implements master.Journal: the newest batch, whose acknowledgement
-// covers every record before it, and a proof that this master still holds
-// the log. Placement answers through it, so memory is handed out only
-// while no newer master can be handing out the same space.
+// covers every record before it.
 func (l *oplog) Sync() master.Ticket {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
 		return doneBatch(recovery.Position{}, l.err)
 	}
-	b := l.last
+	if l.last == nil {
+		return doneBatch(l.acked, nil)
+	}
+	return l.last
+}
+
+// Placement implements master.Journal: the batch of the newest record that
+// freed memory, and a proof that this master still holds the log, so
+// memory is handed out only while no newer master can be handing out the
+// same space. Placements do not wait for changes that freed nothing.
+func (l *oplog) Placement() master.Ticket {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return doneBatch(recovery.Position{}, l.err)
+	}
+	b := l.freed
 	if b == nil {
 		b = doneBatch(l.acked, nil)
 	}
@@ -290,6 +308,9 @@ func (l *oplog) pump() {
 		if l.last == b {
 			l.last = nil
 		}
+		if l.freed == b {
+			l.freed = nil
+		}
 		l.mu.Unlock()
 		l.finish(b, nil)
 	}
@@ -349,7 +370,7 @@ func (l *oplog) fail(cause error) {
 	l.err = logError(cause)
 	err := l.err
 	queued := l.queue
-	l.queue, l.open, l.last = nil, nil, nil
+	l.queue, l.open, l.last, l.freed = nil, nil, nil, nil
 	l.mu.Unlock()
 	for _, q := range queued {
 		l.finish(q, err)
