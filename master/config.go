@@ -33,6 +33,12 @@ type Config struct {
 	// Shards is the number of metadata shards, each with its own lock
 	// (default 1024).
 	Shards int
+	// SnapshotRestoreCleanup drops, when a complete snapshot is restored,
+	// every object that is not hard pinned and whose converted lease and
+	// soft pin have both run out (the snapshot cleanup of the reference
+	// design). Off by default: such an object is acknowledged data that
+	// eviction would otherwise drop only under memory pressure.
+	SnapshotRestoreCleanup bool
 	// TenantQuotas caps the memory bytes (size times memory replicas) of a
 	// tenant; a tenant not listed is unlimited.
 	TenantQuotas map[string]uint64

@@ -10,12 +10,22 @@
 // unreadable until their segment is remounted, and an unreadable replica is
 // never evicted (see evictableReplica).
 //
-// Every durable state change (mount, unmount, remount, put start/end/revoke,
+// Every durable state change (mount, unmount, remount, put end/revoke,
 // remove, evict, restore) is described as an Op, in the standby wire model,
 // and handed to the Journal inside the critical section that made it, so
-// records of one key arrive in the order they were applied. Lease grants are
-// never logged. A standby applies the same records with ReplayStandby. The
-// fenced operation log plugs in as the Journal.
+// records of one key arrive in the order they were applied, and before it
+// frees any memory. The call that made the change waits, with its locks
+// released, for the Journal's Ticket before it answers: nothing is
+// acknowledged before the log holds it. A put in progress is not logged,
+// but placement waits until every earlier change is durable. Lease grants
+// are never logged. Ops travel in the standby wire format (EncodeEntry,
+// DecodeEntry), and a standby applies them with ReplayStandby. Package ha
+// provides the Journal: a fenced translog shard in the store.
+//
+// Complete snapshots (Freeze, Snapshot.WriteFiles, RestoreSnapshot) are a
+// separate, independently versioned format: the whole state with its
+// deadlines, in msgpack, v2 with one (wall, steady) clock pair or v1 with
+// wall-clock milliseconds; see snapclock.go for the conversion.
 //
 // Client liveness plugs in through ServingEligibility, which placement
 // consults; until the liveness state machine lands every client is Active.

@@ -24,6 +24,16 @@ var (
 	ErrSegmentMismatch      = errors.New("segment does not match the restored metadata")
 	ErrNotEnoughSegments    = errors.New("not enough segments for the requested replicas")
 	ErrDuplicateBatchObject = errors.New("object appears twice in one batch")
+	// ErrNotPrimary: this master does not hold the operation log (a
+	// standby, or one still opening it) and serves no request that reads
+	// or changes objects.
+	ErrNotPrimary = errors.New("master is not the primary")
+	// ErrFenced: a newer master took over the operation log; this one
+	// acknowledges nothing more. It wraps the store's fencing verdict.
+	ErrFenced = errors.New("master fenced by a newer term")
+	// ErrLogFailed: an append to the operation log failed for good; the
+	// master stops serving, since its memory holds changes the log lacks.
+	ErrLogFailed = errors.New("master operation log failed")
 )
 
 // Error is what every master operation returns on failure.
@@ -97,4 +107,7 @@ var reasons = [...]struct {
 	{"SEGMENT_MISMATCH", ErrSegmentMismatch},
 	{"NOT_ENOUGH_SEGMENTS", ErrNotEnoughSegments},
 	{"DUPLICATE_BATCH_OBJECT", ErrDuplicateBatchObject},
+	{"NOT_PRIMARY", ErrNotPrimary},
+	{"FENCED", ErrFenced},
+	{"LOG_FAILED", ErrLogFailed},
 }

@@ -188,6 +188,7 @@ func offloadSource(o *object) *replica {
 func (m *Master) evictObjectLocked(o *object, now SteadyTime, res *EvictResult) (deleted bool) {
 	sh := m.shardFor(o.tenant.name, o.key)
 	sh.mu.Lock()
+	m.preserve(sh)
 	defer sh.mu.Unlock()
 	if sh.objects[objectKey{o.tenant.name, o.key}] != o {
 		return false
@@ -201,6 +202,8 @@ func (m *Master) evictObjectLocked(o *object, now SteadyTime, res *EvictResult) 
 			m.offloader.Offload(o.tenant.name, o.key, src.info())
 		}
 	}
+	// Recorded before the space is freed (see Journal). Nobody waits for
+	// it: the next placement does, before it hands the space out.
 	if m.journal != nil {
 		m.record(&Op{Kind: OpEvict, Tenant: o.tenant.name, Key: o.key, Object: standbyObjectWith(o, kept)})
 	}

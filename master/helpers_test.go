@@ -3,8 +3,12 @@ package master
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 )
@@ -64,9 +68,32 @@ func lookup(m *Master, tenant, key string) *object {
 	return sh.objects[objectKey{tenant, key}]
 }
 
-type memJournal struct{ ops []*Op }
+// memJournal is a log that acknowledges at once; err, when set, fails
+// every ticket from then on.
+type memJournal struct {
+	mu  sync.Mutex
+	ops []*Op
+	err error
+}
 
-func (j *memJournal) Record(op *Op) { j.ops = append(j.ops, op) }
+type doneTicket struct{ err error }
+
+func (d doneTicket) Wait(context.Context) error { return d.err }
+
+func (j *memJournal) Record(op *Op) Ticket {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.ops = append(j.ops, op)
+	return doneTicket{j.err}
+}
+
+func (j *memJournal) Sync() Ticket {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return doneTicket{j.err}
+}
+
+func (j *memJournal) Placement() Ticket { return j.Sync() }
 
 func mem(seg, off, size uint64) *masterv1.StandbyReplica {
 	return &masterv1.StandbyReplica{Kind: masterv1.ReplicaKind_REPLICA_KIND_MEMORY, Status: masterv1.ReplicaStatus_REPLICA_STATUS_COMPLETE, SegmentId: seg, Offset: off, Size: size}
@@ -107,4 +134,13 @@ func segSize(m *Master, id uint64) uint64 {
 		return s.size
 	}
 	return 1
+}
+
+func counterValue(t testing.TB, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }

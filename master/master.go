@@ -1,6 +1,8 @@
 package master
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sort"
@@ -52,11 +54,45 @@ type Op struct {
 	Segment *masterv1.StandbySegment
 }
 
-// Journal records applied operations. Record is called while the changed
-// object's (or the topology's) lock is still held, so records of one key
-// arrive in apply order; it must not call back into the Master.
+// Journal is the master's operation log. Record is called while the
+// changed object's (or the topology's) lock is still held, so records of
+// one key arrive in apply order, and before the change frees any memory, so
+// no placement can hand out space whose release the log does not hold yet.
+// Record must not block or call back into the Master; it returns the
+// Ticket the operation's caller waits on, after releasing its locks, before
+// it answers.
+//
+// A Journal acknowledges a prefix of what was recorded: once a ticket's
+// Wait returns nil, every operation recorded before it is durable too. When
+// the log fails, every pending and later ticket fails and the master must
+// stop serving (its memory holds changes the log does not): the error
+// wraps ErrFenced when a newer master took the log over, ErrLogFailed
+// otherwise.
 type Journal interface {
-	Record(op *Op)
+	Record(op *Op) Ticket
+	// Sync returns a ticket for everything recorded so far.
+	Sync() Ticket
+	// Placement returns the ticket placement waits on before it hands
+	// out memory: every change recorded so far that freed memory (see
+	// FreesMemory) is durable, and the master still holds the log, so no
+	// newer master can be handing out the same space.
+	Placement() Ticket
+}
+
+// FreesMemory reports whether an operation of kind k returns memory that
+// was durably assigned (a Remove, an eviction, an unmount): placement must
+// not hand that space out before the log holds the change.
+func FreesMemory(k OpKind) bool {
+	return k == OpRemove || k == OpEvict || k == OpUnmountSegment
+}
+
+// Ticket is a recorded operation's way to durability.
+type Ticket interface {
+	// Wait returns nil once the operation (and every one recorded before
+	// it) is durable, the log's error if it never will be, or the
+	// context's error if ctx ends first (the outcome is then unknown: the
+	// operation is applied here and still on its way to the log).
+	Wait(ctx context.Context) error
 }
 
 // Offloader receives an object's memory replica to copy elsewhere before
@@ -124,6 +160,10 @@ type Master struct {
 
 	evictMu sync.Mutex
 
+	// cow is the complete snapshot being copied, if any: a change to a
+	// shard it has not copied yet copies the shard first (preserve).
+	cow atomic.Pointer[snapshotCopy]
+
 	tenantsMu sync.Mutex
 	tenants   map[string]*tenant
 	clientsMu sync.Mutex
@@ -169,9 +209,15 @@ func New(cfg Config, opts Options) (*Master, error) {
 	}
 	for i := range m.shards {
 		m.shards[i].objects = map[objectKey]*object{}
+		m.shards[i].idx = i
 	}
 	return m, nil
 }
+
+// SetJournal attaches the operation log a restored or replayed master
+// records its changes to from now on. It must be called before the master
+// serves (a promotion attaches the log it just claimed).
+func (m *Master) SetJournal(j Journal) { m.journal = j }
 
 // Config returns the effective configuration.
 func (m *Master) Config() Config { return m.cfg }
@@ -253,10 +299,53 @@ func (m *Master) leave(objs ...*object) {
 	}
 }
 
-func (m *Master) record(op *Op) {
-	if m.journal != nil {
-		m.journal.Record(op)
+// record hands op to the journal; nil without one.
+func (m *Master) record(op *Op) Ticket {
+	if m.journal == nil {
+		return nil
 	}
+	return m.journal.Record(op)
+}
+
+// sync is a ticket for everything recorded so far; nil without a journal.
+func (m *Master) sync() Ticket {
+	if m.journal == nil {
+		return nil
+	}
+	return m.journal.Sync()
+}
+
+// placement is the ticket a placement waits on; nil without a journal.
+func (m *Master) placement() Ticket {
+	if m.journal == nil {
+		return nil
+	}
+	return m.journal.Placement()
+}
+
+// durable waits, with no lock held, for the tickets of a change before its
+// caller answers: a change is acknowledged only once the log holds it. On
+// failure it fills in e (the operation and object concerned) with the
+// log's error and what the client should do next.
+func durable(ctx context.Context, e *Error, tickets ...Ticket) error {
+	for _, t := range tickets {
+		if t == nil {
+			continue
+		}
+		if err := t.Wait(ctx); err != nil {
+			e.Err = err
+			switch {
+			case errors.Is(err, ErrFenced):
+				e.Hint = "a newer master took over the operation log; this master acknowledges nothing more: send the request to the current master"
+			case errors.Is(err, ErrLogFailed), errors.Is(err, ErrNotPrimary):
+				e.Hint = "the change is not durable and this master stopped serving; retry against the restarted or promoted master"
+			default:
+				e.Hint = "the change was applied and is on its way to the operation log, its outcome unknown: check the object before retrying"
+			}
+			return e
+		}
+	}
+	return nil
 }
 
 // standbyObject describes o in the standby wire model.

@@ -15,6 +15,10 @@ type Metrics struct {
 	remountFailures   prometheus.Counter
 	skippedUnreadable prometheus.Counter
 	evictedObjects    prometheus.Counter
+
+	snapshotRestoresV1      prometheus.Counter
+	snapshotRestoresV2      prometheus.Counter
+	clockConversionFailures prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -54,10 +58,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "shardfence_master_evicted_objects_total",
 			Help: "Objects that lost memory replicas to eviction.",
 		}),
+		snapshotRestoresV1: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardfence_master_snapshot_restores_total", ConstLabels: prometheus.Labels{"version": SnapshotVersion1},
+			Help: "Complete snapshots restored, by format version.",
+		}),
+		snapshotRestoresV2: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardfence_master_snapshot_restores_total", ConstLabels: prometheus.Labels{"version": SnapshotVersion2},
+			Help: "Complete snapshots restored, by format version.",
+		}),
+		clockConversionFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardfence_master_snapshot_clock_conversion_failures_total",
+			Help: "Complete snapshot candidates refused because a deadline did not convert without overflow.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.remountMatched, m.remountAssign, m.remountTotal, m.recoveryTTL,
-			m.remountVisibleTTL, m.remountFailures, m.skippedUnreadable, m.evictedObjects)
+			m.remountVisibleTTL, m.remountFailures, m.skippedUnreadable, m.evictedObjects,
+			m.snapshotRestoresV1, m.snapshotRestoresV2, m.clockConversionFailures)
 	}
 	return m
 }

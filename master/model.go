@@ -140,7 +140,8 @@ type objectKey struct {
 type shard struct {
 	mu      sync.RWMutex
 	objects map[objectKey]*object
-	_       [40]byte // keep neighbouring shard locks off one cache line
+	idx     int      // position in Master.shards
+	_       [32]byte // keep neighbouring shard locks off one cache line
 }
 
 type tenant struct {

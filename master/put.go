@@ -42,9 +42,27 @@ func validateObjectRef(op, tenant, key string) error {
 // PutStart places a new object: it allocates req.Replicas memory replicas on
 // distinct serving segments and records the object as being written. The
 // client writes the bytes and then calls PutEnd (or PutRevoke).
+//
+// A put in progress is not logged (a failover forgets it; its client puts
+// again), but the answer waits until every change that freed memory before
+// the placement is durable and the master has proved it still holds the
+// log: the space handed out may have been freed by a Remove or an eviction
+// a moment ago, and a client must never write into memory that a successor
+// master would still assign to the old object.
 func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, error) {
-	if err := validateObjectRef("PutStart", req.Tenant, req.Key); err != nil {
+	infos, t, err := m.putStart(ctx, req)
+	if err != nil {
 		return nil, err
+	}
+	if err := durable(ctx, &Error{Op: "PutStart", Tenant: req.Tenant, Key: req.Key, Client: req.Client}, t); err != nil {
+		return nil, err
+	}
+	return infos, nil
+}
+
+func (m *Master) putStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, Ticket, error) {
+	if err := validateObjectRef("PutStart", req.Tenant, req.Key); err != nil {
+		return nil, nil, err
 	}
 	fail := func(err error, hint string) error {
 		return &Error{Op: "PutStart", Tenant: req.Tenant, Key: req.Key, Client: req.Client, Err: err, Hint: hint}
@@ -55,14 +73,14 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, e
 	}
 	switch {
 	case req.Client == "":
-		return nil, fail(fmt.Errorf("%w: empty client id", ErrInvalidArgument), "pass the id the client mounted its segments with")
+		return nil, nil, fail(fmt.Errorf("%w: empty client id", ErrInvalidArgument), "pass the id the client mounted its segments with")
 	case req.Size == 0:
-		return nil, fail(fmt.Errorf("%w: size 0", ErrInvalidArgument), "objects must have at least one byte")
+		return nil, nil, fail(fmt.Errorf("%w: size 0", ErrInvalidArgument), "objects must have at least one byte")
 	case n < 0 || n > 64:
-		return nil, fail(fmt.Errorf("%w: %d replicas", ErrInvalidArgument, n), "ask for 1 to 64 replicas")
+		return nil, nil, fail(fmt.Errorf("%w: %d replicas", ErrInvalidArgument, n), "ask for 1 to 64 replicas")
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fail(err, "")
+		return nil, nil, fail(err, "")
 	}
 	sh := m.shardFor(req.Tenant, req.Key)
 	k := objectKey{req.Tenant, req.Key}
@@ -70,7 +88,7 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, e
 	_, exists := sh.objects[k]
 	sh.mu.RUnlock()
 	if exists {
-		return nil, fail(ErrObjectExists, "remove it first, or read the existing object")
+		return nil, nil, fail(ErrObjectExists, "remove it first, or read the existing object")
 	}
 
 	m.topo.RLock()
@@ -78,10 +96,10 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, e
 	t := m.tenantFor(req.Tenant)
 	need := req.Size * uint64(n)
 	if need/uint64(n) != req.Size {
-		return nil, fail(fmt.Errorf("%w: size %d times %d replicas overflows", ErrInvalidArgument, req.Size, n), "")
+		return nil, nil, fail(fmt.Errorf("%w: size %d times %d replicas overflows", ErrInvalidArgument, req.Size, n), "")
 	}
 	if err := m.reserveQuotaLocked(t, need); err != nil {
-		return nil, fail(err, fmt.Sprintf("tenant quota is %d bytes; remove objects or raise the quota", t.quota))
+		return nil, nil, fail(err, fmt.Sprintf("tenant quota is %d bytes; remove objects or raise the quota", t.quota))
 	}
 	reps, err := m.placeLocked(req.Size, n)
 	if errors.Is(err, ErrNoSpace) {
@@ -91,7 +109,7 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, e
 	}
 	if err != nil {
 		t.release(need)
-		return nil, fail(err, placementHint(err))
+		return nil, nil, fail(err, placementHint(err))
 	}
 
 	o := &object{
@@ -109,12 +127,13 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, e
 		o.group = m.groupFor(groupKey{req.Tenant, req.Group})
 	}
 	sh.mu.Lock()
+	m.preserve(sh)
 	if _, exists := sh.objects[k]; exists {
 		sh.mu.Unlock()
 		m.freeReplicasLocked(reps)
 		t.release(need)
 		m.leave(o) // drops the group again if this put created it
-		return nil, fail(ErrObjectExists, "another PutStart for this key won the race; read it or remove it first")
+		return nil, nil, fail(ErrObjectExists, "another PutStart for this key won the race; read it or remove it first")
 	}
 	sh.objects[k] = o
 	countReplicas(o.replicas, 1)
@@ -123,14 +142,13 @@ func (m *Master) PutStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, e
 	for i := range o.replicas {
 		infos[i] = o.replicas[i].info()
 	}
-	if m.journal != nil {
-		m.record(&Op{Kind: OpPutStart, Tenant: req.Tenant, Key: req.Key, Client: req.Client, Object: standbyObject(o)})
-	}
 	sh.mu.Unlock()
 	if o.group != nil {
 		m.join(o.group, o)
 	}
-	return infos, nil
+	// Taken after the allocation: every free that made this space
+	// available was recorded before it was freed.
+	return infos, m.placement(), nil
 }
 
 func placementHint(err error) string {
@@ -235,19 +253,34 @@ func (m *Master) freeReplicasLocked(reps []replica) {
 }
 
 // PutEnd marks the object's replicas complete. Only the client that started
-// the put may end it; ending a complete object again is a no-op.
+// the put may end it; ending a complete object again is a no-op (it still
+// waits until the end is durable, so a retry after a lost answer is
+// acknowledged only once the log holds the object).
 func (m *Master) PutEnd(ctx context.Context, clientID, tenant, key string) error {
-	if err := validateObjectRef("PutEnd", tenant, key); err != nil {
+	t, err := m.putEnd(ctx, clientID, tenant, key)
+	if err != nil {
 		return err
 	}
-	fail := func(err error, hint string) error {
-		return &Error{Op: "PutEnd", Tenant: tenant, Key: key, Client: clientID, Err: err, Hint: hint}
+	return durable(ctx, &Error{Op: "PutEnd", Tenant: tenant, Key: key, Client: clientID}, t)
+}
+
+func (m *Master) putEnd(ctx context.Context, clientID, tenant, key string) (Ticket, error) {
+	if err := validateObjectRef("PutEnd", tenant, key); err != nil {
+		return nil, err
+	}
+	fail := func(err error, hint string) (Ticket, error) {
+		return nil, &Error{Op: "PutEnd", Tenant: tenant, Key: key, Client: clientID, Err: err, Hint: hint}
 	}
 	if err := ctx.Err(); err != nil {
 		return fail(err, "")
 	}
+	// Shared topology lock: a complete snapshot freezes every logged
+	// change by taking it exclusively.
+	m.topo.RLock()
+	defer m.topo.RUnlock()
 	sh := m.shardFor(tenant, key)
 	sh.mu.Lock()
+	m.preserve(sh)
 	defer sh.mu.Unlock()
 	o := sh.objects[objectKey{tenant, key}]
 	if o == nil {
@@ -264,24 +297,29 @@ func (m *Master) PutEnd(ctx context.Context, clientID, tenant, key string) error
 		}
 	}
 	if !changed {
-		return nil
+		return m.sync(), nil
 	}
 	// A finished put is not read-leased yet; a soft-pin-enabled object
 	// starts its soft-pin interval now.
 	o.GrantLease(m.clock.Steady(), 0, m.cfg.SoftPinTTL)
-	if m.journal != nil {
-		m.record(&Op{Kind: OpPutEnd, Tenant: tenant, Key: key, Client: clientID, Object: standbyObject(o)})
-	}
-	return nil
+	return m.record(&Op{Kind: OpPutEnd, Tenant: tenant, Key: key, Client: clientID, Object: standbyObject(o)}), nil
 }
 
 // PutRevoke abandons a put in progress and frees its space.
 func (m *Master) PutRevoke(ctx context.Context, clientID, tenant, key string) error {
-	if err := validateObjectRef("PutRevoke", tenant, key); err != nil {
+	t, err := m.putRevoke(ctx, clientID, tenant, key)
+	if err != nil {
 		return err
 	}
-	fail := func(err error, hint string) error {
-		return &Error{Op: "PutRevoke", Tenant: tenant, Key: key, Client: clientID, Err: err, Hint: hint}
+	return durable(ctx, &Error{Op: "PutRevoke", Tenant: tenant, Key: key, Client: clientID}, t)
+}
+
+func (m *Master) putRevoke(ctx context.Context, clientID, tenant, key string) (Ticket, error) {
+	if err := validateObjectRef("PutRevoke", tenant, key); err != nil {
+		return nil, err
+	}
+	fail := func(err error, hint string) (Ticket, error) {
+		return nil, &Error{Op: "PutRevoke", Tenant: tenant, Key: key, Client: clientID, Err: err, Hint: hint}
 	}
 	if err := ctx.Err(); err != nil {
 		return fail(err, "")
@@ -290,6 +328,7 @@ func (m *Master) PutRevoke(ctx context.Context, clientID, tenant, key string) er
 	defer m.topo.RUnlock()
 	sh := m.shardFor(tenant, key)
 	sh.mu.Lock()
+	m.preserve(sh)
 	o := sh.objects[objectKey{tenant, key}]
 	switch {
 	case o == nil:
@@ -312,6 +351,9 @@ func (m *Master) PutRevoke(ctx context.Context, clientID, tenant, key string) er
 		sh.mu.Unlock()
 		return fail(fmt.Errorf("%w: the put already ended", ErrInvalidArgument), "use Remove to delete a complete object")
 	}
+	// Recorded before the space is freed, like every change that frees
+	// memory (see Journal).
+	t := m.record(&Op{Kind: OpPutRevoke, Tenant: tenant, Key: key, Client: clientID})
 	m.freeReplicasLocked(drop)
 	countReplicas(drop, -1)
 	before := o.memoryBytes()
@@ -321,14 +363,11 @@ func (m *Master) PutRevoke(ctx context.Context, clientID, tenant, key string) er
 	if removed {
 		m.deleteLocked(sh, o)
 	}
-	if m.journal != nil {
-		m.record(&Op{Kind: OpPutRevoke, Tenant: tenant, Key: key, Client: clientID})
-	}
 	sh.mu.Unlock()
 	if removed {
 		m.leave(o)
 	}
-	return nil
+	return t, nil
 }
 
 // deleteLocked drops o from its shard and its tenant's count. The caller
@@ -349,9 +388,11 @@ type PutStartResult struct {
 }
 
 // BatchPutStart runs PutStart for each request; items fail independently.
-// A key that appears twice fails its later occurrences.
+// A key that appears twice fails its later occurrences. The items share
+// one wait for the log (see PutStart).
 func (m *Master) BatchPutStart(ctx context.Context, reqs []PutRequest) []PutStartResult {
 	out := make([]PutStartResult, len(reqs))
+	tickets := make([]Ticket, len(reqs))
 	seen := make(map[objectKey]struct{}, len(reqs))
 	for i, r := range reqs {
 		k := objectKey{r.Tenant, r.Key}
@@ -360,7 +401,12 @@ func (m *Master) BatchPutStart(ctx context.Context, reqs []PutRequest) []PutStar
 			continue
 		}
 		seen[k] = struct{}{}
-		out[i].Replicas, out[i].Err = m.PutStart(ctx, r)
+		out[i].Replicas, tickets[i], out[i].Err = m.putStart(ctx, r)
+	}
+	for i, r := range reqs {
+		if err := durable(ctx, &Error{Op: "BatchPutStart", Tenant: r.Tenant, Key: r.Key, Client: r.Client}, tickets[i]); err != nil {
+			out[i] = PutStartResult{Err: err}
+		}
 	}
 	return out
 }
@@ -372,20 +418,28 @@ type ObjectRef struct {
 	Key    string
 }
 
-// BatchPutEnd runs PutEnd for each item; errs[i] is nil when item i succeeded.
+// BatchPutEnd runs PutEnd for each item; errs[i] is nil when item i
+// succeeded. The items are recorded first and then waited for together, so
+// a batch costs one trip to the log, not one per item.
 func (m *Master) BatchPutEnd(ctx context.Context, refs []ObjectRef) []error {
-	errs := make([]error, len(refs))
-	for i, r := range refs {
-		errs[i] = m.PutEnd(ctx, r.Client, r.Tenant, r.Key)
-	}
-	return errs
+	return m.batch(ctx, "BatchPutEnd", refs, m.putEnd)
 }
 
-// BatchPutRevoke runs PutRevoke for each item.
+// BatchPutRevoke runs PutRevoke for each item, like BatchPutEnd.
 func (m *Master) BatchPutRevoke(ctx context.Context, refs []ObjectRef) []error {
+	return m.batch(ctx, "BatchPutRevoke", refs, m.putRevoke)
+}
+
+func (m *Master) batch(ctx context.Context, op string, refs []ObjectRef, do func(ctx context.Context, clientID, tenant, key string) (Ticket, error)) []error {
 	errs := make([]error, len(refs))
+	tickets := make([]Ticket, len(refs))
 	for i, r := range refs {
-		errs[i] = m.PutRevoke(ctx, r.Client, r.Tenant, r.Key)
+		tickets[i], errs[i] = do(ctx, r.Client, r.Tenant, r.Key)
+	}
+	for i, r := range refs {
+		if errs[i] == nil {
+			errs[i] = durable(ctx, &Error{Op: op, Tenant: r.Tenant, Key: r.Key, Client: r.Client}, tickets[i])
+		}
 	}
 	return errs
 }

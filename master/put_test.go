@@ -50,7 +50,7 @@ func TestPutLifecycle(t *testing.T) {
 	for _, op := range j.ops {
 		kinds = append(kinds, op.Kind.String())
 	}
-	if got := strings.Join(kinds, ","); got != "MountSegment,MountSegment,PutStart,PutEnd,Remove" {
+	if got := strings.Join(kinds, ","); got != "MountSegment,MountSegment,PutEnd,Remove" { // a put in progress is not logged
 		t.Fatalf("journal %s", got)
 	}
 
@@ -314,5 +314,138 @@ func TestPlacementAsksServingEligibility(t *testing.T) {
 	wantErr(t, err, ErrNotEnoughSegments)
 	if reps, err := m.GetReplicaList(ctx, "t", "old"); err != nil || len(reps) != 2 {
 		t.Fatalf("existing object on the suspected client's segment: %+v %v", reps, err)
+	}
+}
+
+// gateJournal holds every ticket until released, to see who waits for
+// what.
+type gateJournal struct {
+	mu      sync.Mutex
+	ops     []*Op
+	freed   chan struct{} // the newest freeing record's ticket
+	pending chan struct{} // the newest record's ticket
+}
+
+type chanTicket chan struct{}
+
+func (c chanTicket) Wait(ctx context.Context) error {
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (j *gateJournal) Record(op *Op) Ticket {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.ops = append(j.ops, op)
+	c := make(chan struct{})
+	j.pending = c
+	if FreesMemory(op.Kind) {
+		j.freed = c
+	}
+	return chanTicket(c)
+}
+
+func (j *gateJournal) Sync() Ticket {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.pending == nil {
+		return doneTicket{}
+	}
+	return chanTicket(j.pending)
+}
+
+func (j *gateJournal) Placement() Ticket {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.freed == nil {
+		return doneTicket{}
+	}
+	return chanTicket(j.freed)
+}
+
+func (j *gateJournal) releaseAll() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.pending != nil {
+		select {
+		case <-j.pending:
+		default:
+			close(j.pending)
+		}
+	}
+	if j.freed != nil && j.freed != j.pending {
+		select {
+		case <-j.freed:
+		default:
+			close(j.freed)
+		}
+	}
+}
+
+// Space freed by a Remove is handed out only once the Remove is durable:
+// a placement after it waits for its ticket; a placement after a change
+// that freed nothing does not wait.
+func TestPlacementWaitsForDurableFrees(t *testing.T) {
+	j := &gateJournal{}
+	m, _ := newTestMaster(t, Config{}, Options{Journal: j})
+	ctx := context.Background()
+	mountDone := make(chan error, 1)
+	go func() { mountDone <- m.MountSegment(ctx, "c1", SegmentSpec{ID: 1, Size: 100, Endpoint: "e"}) }()
+	waitRecorded := func(n int) {
+		for {
+			j.mu.Lock()
+			got := len(j.ops)
+			j.mu.Unlock()
+			if got >= n {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitRecorded(1)
+	j.releaseAll()
+	if err := <-mountDone; err != nil {
+		t.Fatal(err)
+	}
+	// A put whose end is not durable yet does not hold the next placement.
+	if _, err := m.PutStart(ctx, PutRequest{Client: "c1", Tenant: "t", Key: "a", Size: 100}); err != nil {
+		t.Fatal(err)
+	}
+	endDone := make(chan error, 1)
+	go func() { endDone <- m.PutEnd(ctx, "c1", "t", "a") }()
+	waitRecorded(2)
+	select {
+	case err := <-endDone:
+		t.Fatalf("PutEnd answered (%v) before its record was durable", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	j.releaseAll()
+	if err := <-endDone; err != nil {
+		t.Fatal(err)
+	}
+	// The Remove frees the whole segment; the next put needs that space.
+	removeDone := make(chan error, 1)
+	go func() { removeDone <- m.Remove(ctx, "t", "a", true) }()
+	waitRecorded(3)
+	putDone := make(chan error, 1)
+	go func() {
+		_, err := m.PutStart(ctx, PutRequest{Client: "c1", Tenant: "t", Key: "b", Size: 100})
+		putDone <- err
+	}()
+	select {
+	case err := <-putDone:
+		t.Fatalf("PutStart handed out freed space (%v) before the Remove was durable", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	j.releaseAll()
+	if err := <-removeDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-putDone; err != nil {
+		t.Fatal(err)
 	}
 }

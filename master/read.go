@@ -97,11 +97,19 @@ func (g *group) refresh(now SteadyTime, ttl, softTTL time.Duration) {
 // copy, unless force is set. Removal is a lifecycle operation: it does not
 // consult the eviction rule and removes unreadable replicas too.
 func (m *Master) Remove(ctx context.Context, tenant, key string, force bool) error {
-	if err := validateObjectRef("Remove", tenant, key); err != nil {
+	t, err := m.remove(ctx, tenant, key, force)
+	if err != nil {
 		return err
 	}
-	fail := func(err error, hint string) error {
-		return &Error{Op: "Remove", Tenant: tenant, Key: key, Err: err, Hint: hint}
+	return durable(ctx, &Error{Op: "Remove", Tenant: tenant, Key: key}, t)
+}
+
+func (m *Master) remove(ctx context.Context, tenant, key string, force bool) (Ticket, error) {
+	if err := validateObjectRef("Remove", tenant, key); err != nil {
+		return nil, err
+	}
+	fail := func(err error, hint string) (Ticket, error) {
+		return nil, &Error{Op: "Remove", Tenant: tenant, Key: key, Err: err, Hint: hint}
 	}
 	if err := ctx.Err(); err != nil {
 		return fail(err, "")
@@ -110,6 +118,7 @@ func (m *Master) Remove(ctx context.Context, tenant, key string, force bool) err
 	defer m.topo.RUnlock()
 	sh := m.shardFor(tenant, key)
 	sh.mu.Lock()
+	m.preserve(sh)
 	o := sh.objects[objectKey{tenant, key}]
 	if o == nil {
 		sh.mu.Unlock()
@@ -134,12 +143,11 @@ func (m *Master) Remove(ctx context.Context, tenant, key string, force bool) err
 			}
 		}
 	}
+	// Recorded before the space is freed (see Journal).
+	t := m.record(&Op{Kind: OpRemove, Tenant: tenant, Key: key})
 	m.freeReplicasLocked(o.replicas)
 	m.deleteLocked(sh, o)
-	if m.journal != nil {
-		m.record(&Op{Kind: OpRemove, Tenant: tenant, Key: key})
-	}
 	sh.mu.Unlock()
 	m.leave(o)
-	return nil
+	return t, nil
 }

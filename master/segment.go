@@ -37,8 +37,16 @@ func (s SegmentSpec) validate() error {
 // MountSegment adds a client's segment to placement. Mounting the same
 // segment again with the same description is a no-op, so a client may retry.
 func (m *Master) MountSegment(ctx context.Context, clientID string, spec SegmentSpec) error {
-	fail := func(err error, hint string) error {
-		return &Error{Op: "MountSegment", Segment: spec.ID, Client: clientID, Err: err, Hint: hint}
+	t, err := m.mountSegment(ctx, clientID, spec)
+	if err != nil {
+		return err
+	}
+	return durable(ctx, &Error{Op: "MountSegment", Segment: spec.ID, Client: clientID}, t)
+}
+
+func (m *Master) mountSegment(ctx context.Context, clientID string, spec SegmentSpec) (Ticket, error) {
+	fail := func(err error, hint string) (Ticket, error) {
+		return nil, &Error{Op: "MountSegment", Segment: spec.ID, Client: clientID, Err: err, Hint: hint}
 	}
 	if clientID == "" {
 		return fail(fmt.Errorf("%w: empty client id", ErrInvalidArgument), "pass the client's id")
@@ -53,7 +61,7 @@ func (m *Master) MountSegment(ctx context.Context, clientID string, spec Segment
 	defer m.topo.Unlock()
 	if s := m.segments[spec.ID]; s != nil {
 		if s.state == segmentServing && s.client.id == clientID && s.base == spec.Base && s.size == spec.Size && s.endpointString() == spec.Endpoint {
-			return nil
+			return m.sync(), nil // a retry: answered once the first mount is durable
 		}
 		if s.state == segmentAwaitingRemount {
 			return fail(ErrSegmentExists, "the segment is known from before a master failover; call ReMountSegment")
@@ -65,8 +73,7 @@ func (m *Master) MountSegment(ctx context.Context, clientID string, spec Segment
 	s.endpoint.Store(&ep)
 	m.segments[s.id] = s
 	m.serving = append(m.serving, s)
-	m.record(&Op{Kind: OpMountSegment, Client: clientID, Segment: standbySegment(s)})
-	return nil
+	return m.record(&Op{Kind: OpMountSegment, Client: clientID, Segment: standbySegment(s)}), nil
 }
 
 // UnmountResult reports what an unmount removed.
@@ -79,26 +86,38 @@ type UnmountResult struct {
 // lease or readability: the memory is going away. Objects left without
 // replicas are deleted.
 func (m *Master) UnmountSegment(ctx context.Context, clientID string, segmentID uint64) (UnmountResult, error) {
+	res, t, err := m.unmountSegment(ctx, clientID, segmentID)
+	if err != nil {
+		return UnmountResult{}, err
+	}
+	if err := durable(ctx, &Error{Op: "UnmountSegment", Segment: segmentID, Client: clientID}, t); err != nil {
+		return UnmountResult{}, err
+	}
+	return res, nil
+}
+
+func (m *Master) unmountSegment(ctx context.Context, clientID string, segmentID uint64) (UnmountResult, Ticket, error) {
 	fail := func(err error, hint string) error {
 		return &Error{Op: "UnmountSegment", Segment: segmentID, Client: clientID, Err: err, Hint: hint}
 	}
 	if err := ctx.Err(); err != nil {
-		return UnmountResult{}, fail(err, "")
+		return UnmountResult{}, nil, fail(err, "")
 	}
 	m.topo.Lock()
 	defer m.topo.Unlock()
 	s := m.segments[segmentID]
 	if s == nil {
-		return UnmountResult{}, fail(ErrSegmentNotFound, "nothing to unmount")
+		return UnmountResult{}, nil, fail(ErrSegmentNotFound, "nothing to unmount")
 	}
 	if s.client.id != clientID {
-		return UnmountResult{}, fail(fmt.Errorf("%w: segment is owned by %q", ErrWrongClient, s.client.id), "only the owning client may unmount it")
+		return UnmountResult{}, nil, fail(fmt.Errorf("%w: segment is owned by %q", ErrWrongClient, s.client.id), "only the owning client may unmount it")
 	}
 	var res UnmountResult
 	var gone []*object
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
+		m.preserve(sh)
 		for _, o := range sh.objects {
 			kept := o.replicas[:0:0]
 			hit := false
@@ -131,9 +150,9 @@ func (m *Master) UnmountSegment(ctx context.Context, clientID string, segmentID 
 			break
 		}
 	}
-	m.record(&Op{Kind: OpUnmountSegment, Client: clientID, Segment: standbySegment(s)})
+	t := m.record(&Op{Kind: OpUnmountSegment, Client: clientID, Segment: standbySegment(s)})
 	m.leave(gone...)
-	return res, nil
+	return res, t, nil
 }
 
 // RemountResult reports a successful remount.
@@ -172,11 +191,24 @@ type RemountResult struct {
 // A failure in 1-3 changes nothing: no lease, no allocator, no endpoint.
 // Remounting an already serving segment repeats the procedure, so a client
 // may retry after a lost response.
+//
+// The answer waits until the remount is durable in the operation log.
 func (m *Master) ReMountSegment(ctx context.Context, clientID string, specs []SegmentSpec) (RemountResult, error) {
+	res, t, err := m.reMountSegment(ctx, clientID, specs)
+	if err != nil {
+		return RemountResult{}, err
+	}
+	if err := durable(ctx, &Error{Op: "ReMountSegment", Client: clientID}, t); err != nil {
+		return RemountResult{}, err
+	}
+	return res, nil
+}
+
+func (m *Master) reMountSegment(ctx context.Context, clientID string, specs []SegmentSpec) (RemountResult, Ticket, error) {
 	start := time.Now()
-	fail := func(seg uint64, err error, hint string) (RemountResult, error) {
+	fail := func(seg uint64, err error, hint string) (RemountResult, Ticket, error) {
 		m.metrics.remountFailures.Inc()
-		return RemountResult{}, &Error{Op: "ReMountSegment", Segment: seg, Client: clientID, Err: err, Hint: hint}
+		return RemountResult{}, nil, &Error{Op: "ReMountSegment", Segment: seg, Client: clientID, Err: err, Hint: hint}
 	}
 	if clientID == "" {
 		return fail(0, fmt.Errorf("%w: empty client id", ErrInvalidArgument), "pass the client's id")
@@ -310,6 +342,7 @@ func (m *Master) ReMountSegment(ctx context.Context, clientID string, specs []Se
 
 	// 5. Publish: storing the endpoint clears the invalid endpoint of every
 	// replica on the segment at once; then the segment joins placement.
+	var t Ticket
 	for i, s := range segs {
 		ep := specs[i].Endpoint
 		s.endpoint.Store(&ep)
@@ -320,7 +353,7 @@ func (m *Master) ReMountSegment(ctx context.Context, clientID string, specs []Se
 			s.state = segmentServing
 			m.serving = append(m.serving, s)
 		}
-		m.record(&Op{Kind: OpRemountSegment, Client: clientID, Segment: standbySegment(s)})
+		t = m.record(&Op{Kind: OpRemountSegment, Client: clientID, Segment: standbySegment(s)})
 	}
 	visible := toDuration(deadline - m.clock.Steady())
 	res := RemountResult{
@@ -335,7 +368,7 @@ func (m *Master) ReMountSegment(ctx context.Context, clientID string, specs []Se
 	m.metrics.remountTotal.Observe(res.TotalDuration.Seconds())
 	m.metrics.recoveryTTL.Set(recoveryTTL.Seconds())
 	m.metrics.remountVisibleTTL.Set(visible.Seconds())
-	return res, nil
+	return res, t, nil
 }
 
 type shardRun struct {

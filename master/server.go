@@ -14,13 +14,25 @@ import (
 // NewHandler serves m's API over ConnectRPC (gRPC, gRPC-Web and JSON over
 // HTTP); mount the handler at the returned path.
 func NewHandler(m *Master, opts ...connect.HandlerOption) (string, http.Handler) {
-	return masterv1connect.NewMasterServiceHandler(&service{m: m}, opts...)
+	return NewHandlerFunc(func() (*Master, error) { return m, nil }, opts...)
+}
+
+// NewHandlerFunc serves the API of whichever master serving returns for
+// each request. An error (ErrNotPrimary, ErrFenced, ErrLogFailed) refuses
+// the request with it: a standby or a fenced master answers nothing but
+// Stats, which it answers from the master it has, if any.
+func NewHandlerFunc(serving func() (*Master, error), opts ...connect.HandlerOption) (string, http.Handler) {
+	return masterv1connect.NewMasterServiceHandler(&service{serving: serving}, opts...)
 }
 
 type service struct {
 	masterv1connect.UnimplementedMasterServiceHandler
-	m *Master
+	serving func() (*Master, error)
 }
+
+// ConnectError maps a master error to a Connect error with a typed
+// ErrorDetail (nil for nil).
+func ConnectError(err error) error { return connectError(err) }
 
 // connectError maps a master error to a Connect code and attaches an
 // ErrorDetail so a client can rebuild the typed error.
@@ -30,6 +42,9 @@ func connectError(err error) error {
 	}
 	code := connect.CodeInternal
 	switch {
+	case errors.Is(err, ErrNotPrimary), errors.Is(err, ErrFenced), errors.Is(err, ErrLogFailed):
+		// Go to another master: the request may succeed there.
+		code = connect.CodeUnavailable
 	case errors.Is(err, context.Canceled):
 		code = connect.CodeCanceled
 	case errors.Is(err, context.DeadlineExceeded):
@@ -89,7 +104,11 @@ func segmentSpec(s *masterv1.Segment) SegmentSpec {
 }
 
 func (s *service) PutStart(ctx context.Context, req *connect.Request[masterv1.PutStartRequest]) (*connect.Response[masterv1.PutStartResponse], error) {
-	reps, err := s.m.PutStart(ctx, putRequest(req.Msg))
+	m, err := s.serving()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	reps, err := m.PutStart(ctx, putRequest(req.Msg))
 	if err != nil {
 		return nil, connectError(err)
 	}
@@ -97,25 +116,37 @@ func (s *service) PutStart(ctx context.Context, req *connect.Request[masterv1.Pu
 }
 
 func (s *service) PutEnd(ctx context.Context, req *connect.Request[masterv1.PutEndRequest]) (*connect.Response[masterv1.PutEndResponse], error) {
-	if err := s.m.PutEnd(ctx, req.Msg.GetClientId(), req.Msg.GetTenant(), req.Msg.GetKey()); err != nil {
+	m, err := s.serving()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	if err := m.PutEnd(ctx, req.Msg.GetClientId(), req.Msg.GetTenant(), req.Msg.GetKey()); err != nil {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&masterv1.PutEndResponse{}), nil
 }
 
 func (s *service) PutRevoke(ctx context.Context, req *connect.Request[masterv1.PutRevokeRequest]) (*connect.Response[masterv1.PutRevokeResponse], error) {
-	if err := s.m.PutRevoke(ctx, req.Msg.GetClientId(), req.Msg.GetTenant(), req.Msg.GetKey()); err != nil {
+	m, err := s.serving()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	if err := m.PutRevoke(ctx, req.Msg.GetClientId(), req.Msg.GetTenant(), req.Msg.GetKey()); err != nil {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&masterv1.PutRevokeResponse{}), nil
 }
 
 func (s *service) BatchPutStart(ctx context.Context, req *connect.Request[masterv1.BatchPutStartRequest]) (*connect.Response[masterv1.BatchPutStartResponse], error) {
+	m, err := s.serving()
+	if err != nil {
+		return nil, connectError(err)
+	}
 	reqs := make([]PutRequest, len(req.Msg.GetItems()))
 	for i, it := range req.Msg.GetItems() {
 		reqs[i] = putRequest(it)
 	}
-	res := s.m.BatchPutStart(ctx, reqs)
+	res := m.BatchPutStart(ctx, reqs)
 	out := &masterv1.BatchPutStartResponse{Results: make([]*masterv1.PutStartResult, len(res))}
 	for i, r := range res {
 		out.Results[i] = &masterv1.PutStartResult{Replicas: replicasProto(r.Replicas), Error: itemError(r.Err)}
@@ -142,29 +173,45 @@ func itemErrors(errs []error) []*masterv1.ItemError {
 }
 
 func (s *service) BatchPutEnd(ctx context.Context, req *connect.Request[masterv1.BatchPutEndRequest]) (*connect.Response[masterv1.BatchPutEndResponse], error) {
-	errs := s.m.BatchPutEnd(ctx, refs(req.Msg.GetItems()))
+	m, err := s.serving()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	errs := m.BatchPutEnd(ctx, refs(req.Msg.GetItems()))
 	return connect.NewResponse(&masterv1.BatchPutEndResponse{Errors: itemErrors(errs)}), nil
 }
 
 func (s *service) BatchPutRevoke(ctx context.Context, req *connect.Request[masterv1.BatchPutRevokeRequest]) (*connect.Response[masterv1.BatchPutRevokeResponse], error) {
+	m, err := s.serving()
+	if err != nil {
+		return nil, connectError(err)
+	}
 	items := make([]*masterv1.PutEndRequest, len(req.Msg.GetItems()))
 	for i, it := range req.Msg.GetItems() {
 		items[i] = &masterv1.PutEndRequest{ClientId: it.GetClientId(), Tenant: it.GetTenant(), Key: it.GetKey()}
 	}
-	errs := s.m.BatchPutRevoke(ctx, refs(items))
+	errs := m.BatchPutRevoke(ctx, refs(items))
 	return connect.NewResponse(&masterv1.BatchPutRevokeResponse{Errors: itemErrors(errs)}), nil
 }
 
 func (s *service) GetReplicaList(ctx context.Context, req *connect.Request[masterv1.GetReplicaListRequest]) (*connect.Response[masterv1.GetReplicaListResponse], error) {
-	reps, err := s.m.GetReplicaList(ctx, req.Msg.GetTenant(), req.Msg.GetKey())
+	m, err := s.serving()
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return connect.NewResponse(&masterv1.GetReplicaListResponse{Replicas: replicasProto(reps), LeaseTtlMs: durationMS(s.m.cfg.DefaultLeaseTTL)}), nil
+	reps, err := m.GetReplicaList(ctx, req.Msg.GetTenant(), req.Msg.GetKey())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&masterv1.GetReplicaListResponse{Replicas: replicasProto(reps), LeaseTtlMs: durationMS(m.cfg.DefaultLeaseTTL)}), nil
 }
 
 func (s *service) Exist(ctx context.Context, req *connect.Request[masterv1.ExistRequest]) (*connect.Response[masterv1.ExistResponse], error) {
-	ok, err := s.m.Exist(ctx, req.Msg.GetTenant(), req.Msg.GetKey())
+	m, err := s.serving()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	ok, err := m.Exist(ctx, req.Msg.GetTenant(), req.Msg.GetKey())
 	if err != nil {
 		return nil, connectError(err)
 	}
@@ -172,21 +219,33 @@ func (s *service) Exist(ctx context.Context, req *connect.Request[masterv1.Exist
 }
 
 func (s *service) Remove(ctx context.Context, req *connect.Request[masterv1.RemoveRequest]) (*connect.Response[masterv1.RemoveResponse], error) {
-	if err := s.m.Remove(ctx, req.Msg.GetTenant(), req.Msg.GetKey(), req.Msg.GetForce()); err != nil {
+	m, err := s.serving()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	if err := m.Remove(ctx, req.Msg.GetTenant(), req.Msg.GetKey(), req.Msg.GetForce()); err != nil {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&masterv1.RemoveResponse{}), nil
 }
 
 func (s *service) MountSegment(ctx context.Context, req *connect.Request[masterv1.MountSegmentRequest]) (*connect.Response[masterv1.MountSegmentResponse], error) {
-	if err := s.m.MountSegment(ctx, req.Msg.GetClientId(), segmentSpec(req.Msg.GetSegment())); err != nil {
+	m, err := s.serving()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	if err := m.MountSegment(ctx, req.Msg.GetClientId(), segmentSpec(req.Msg.GetSegment())); err != nil {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&masterv1.MountSegmentResponse{}), nil
 }
 
 func (s *service) UnmountSegment(ctx context.Context, req *connect.Request[masterv1.UnmountSegmentRequest]) (*connect.Response[masterv1.UnmountSegmentResponse], error) {
-	res, err := s.m.UnmountSegment(ctx, req.Msg.GetClientId(), req.Msg.GetSegmentId())
+	m, err := s.serving()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	res, err := m.UnmountSegment(ctx, req.Msg.GetClientId(), req.Msg.GetSegmentId())
 	if err != nil {
 		return nil, connectError(err)
 	}
@@ -194,11 +253,15 @@ func (s *service) UnmountSegment(ctx context.Context, req *connect.Request[maste
 }
 
 func (s *service) ReMountSegment(ctx context.Context, req *connect.Request[masterv1.ReMountSegmentRequest]) (*connect.Response[masterv1.ReMountSegmentResponse], error) {
+	m, err := s.serving()
+	if err != nil {
+		return nil, connectError(err)
+	}
 	specs := make([]SegmentSpec, len(req.Msg.GetSegments()))
 	for i, sg := range req.Msg.GetSegments() {
 		specs[i] = segmentSpec(sg)
 	}
-	res, err := s.m.ReMountSegment(ctx, req.Msg.GetClientId(), specs)
+	res, err := m.ReMountSegment(ctx, req.Msg.GetClientId(), specs)
 	if err != nil {
 		return nil, connectError(err)
 	}
@@ -208,7 +271,11 @@ func (s *service) ReMountSegment(ctx context.Context, req *connect.Request[maste
 }
 
 func (s *service) Ping(ctx context.Context, req *connect.Request[masterv1.PingRequest]) (*connect.Response[masterv1.PingResponse], error) {
-	st, err := s.m.Ping(ctx, req.Msg.GetClientId())
+	m, err := s.serving()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	st, err := m.Ping(ctx, req.Msg.GetClientId())
 	if err != nil {
 		return nil, connectError(err)
 	}
@@ -220,7 +287,14 @@ func (s *service) Ping(ctx context.Context, req *connect.Request[masterv1.PingRe
 }
 
 func (s *service) Stats(context.Context, *connect.Request[masterv1.StatsRequest]) (*connect.Response[masterv1.StatsResponse], error) {
-	st := s.m.Stats()
+	m, err := s.serving()
+	if m == nil {
+		if err == nil {
+			err = ErrNotPrimary
+		}
+		return nil, connectError(err)
+	}
+	st := m.Stats()
 	out := &masterv1.StatsResponse{
 		Objects: st.Objects, Segments: st.Segments, SegmentsAwaitingRemount: st.SegmentsAwaitingRemount,
 		CapacityBytes: st.Capacity, UsedBytes: st.Used, EvictedObjects: st.EvictedObjects,

@@ -34,7 +34,12 @@ func (m *Master) RestoreStandby(ctx context.Context, segs []*masterv1.StandbySeg
 		return fail("", "", 0, err, "")
 	}
 	m.topo.Lock()
-	defer m.topo.Unlock()
+	unlocked := false
+	defer func() {
+		if !unlocked {
+			m.topo.Unlock()
+		}
+	}()
 
 	fresh := make(map[uint64]*masterv1.StandbySegment, len(segs))
 	for _, s := range segs {
@@ -76,10 +81,11 @@ func (m *Master) RestoreStandby(ctx context.Context, segs []*masterv1.StandbySeg
 		}
 	}
 
+	var t Ticket
 	for _, s := range segs {
 		seg := &segment{id: s.GetId(), name: s.GetName(), client: m.clientFor(s.GetClientId()), base: s.GetBase(), size: s.GetSize(), state: segmentAwaitingRemount}
 		m.segments[seg.id] = seg
-		m.record(&Op{Kind: OpRestoreSegment, Client: s.GetClientId(), Segment: s})
+		t = m.record(&Op{Kind: OpRestoreSegment, Client: s.GetClientId(), Segment: s})
 	}
 	res := RestoreResult{Segments: len(segs)}
 	for _, so := range objs {
@@ -90,16 +96,24 @@ func (m *Master) RestoreStandby(ctx context.Context, segs []*masterv1.StandbySeg
 		}
 		sh := m.shardFor(so.GetTenant(), so.GetKey())
 		sh.mu.Lock()
+		m.preserve(sh)
 		sh.objects[objectKey{so.GetTenant(), so.GetKey()}] = o
 		countReplicas(o.replicas, 1)
 		o.tenant.used.Add(o.memoryBytes())
 		o.tenant.objects.Add(1)
-		m.record(&Op{Kind: OpRestoreObject, Tenant: so.GetTenant(), Key: so.GetKey(), Client: so.GetClientId(), Object: so})
+		t = m.record(&Op{Kind: OpRestoreObject, Tenant: so.GetTenant(), Key: so.GetKey(), Client: so.GetClientId(), Object: so})
 		sh.mu.Unlock()
 		if o.group != nil {
 			m.join(o.group, o)
 		}
 		res.Objects++
+	}
+	m.topo.Unlock()
+	unlocked = true
+	// The journal acknowledges a prefix: the last record durable means
+	// every one is.
+	if err := durable(ctx, &Error{Op: "RestoreStandby"}, t); err != nil {
+		return RestoreResult{}, err
 	}
 	return res, nil
 }
@@ -240,6 +254,7 @@ func (m *Master) ReplayStandby(ctx context.Context, op *Op) error {
 		defer m.topo.RUnlock()
 		sh := m.shardFor(op.Tenant, op.Key)
 		sh.mu.Lock()
+		m.preserve(sh)
 		o := sh.objects[objectKey{op.Tenant, op.Key}]
 		if o != nil {
 			m.freeReplicasLocked(o.replicas)
@@ -268,6 +283,7 @@ func (m *Master) ReplayStandby(ctx context.Context, op *Op) error {
 		k := objectKey{op.Object.GetTenant(), op.Object.GetKey()}
 		sh := m.shardFor(k.tenant, k.key)
 		sh.mu.Lock()
+		m.preserve(sh)
 		old := sh.objects[k]
 		if old != nil {
 			m.freeReplicasLocked(old.replicas)

@@ -59,6 +59,18 @@ type Options struct {
 	Apply func(ctx context.Context, b translog.Batch) error
 	// Progress, when set, reports hydration and replay (serialized calls).
 	Progress func(Progress)
+	// AcceptCheckpoint, when set, judges each hydrated checkpoint before
+	// it is used (seal.HydrateOptions.Accept): an error refuses it and the
+	// next older lineage checkpoint is tried, with a longer replay.
+	AcceptCheckpoint func(m seal.Manifest, paths []string) error
+	// Resume, when set, says the caller already holds the shard's state up
+	// to a generation of the lineage (a hot standby that tailed the log):
+	// no checkpoint is hydrated and only the generations after it are
+	// replayed. If the sealed lineage does not hold that generation (the
+	// caller followed a history a successor cut off), Open fails with
+	// ErrResumeOffLineage before opening, and may be called again with the
+	// same term and allocation without Resume.
+	Resume *Position
 
 	// Writer configures the writer Open returns; Shard, Term,
 	// Allocation, StartGen and StartSeqNo are set by Open, and the
@@ -66,6 +78,19 @@ type Options struct {
 	// create them at the shard's first Open).
 	Writer translog.Options
 }
+
+// Position is a point of a shard's history: every op up to generation Gen
+// of the lineage, which lies in term Term, and NextSeqNo the sequence
+// number of the first op after it. Gen 0 is the empty history.
+type Position struct {
+	Term      int64
+	Gen       int64
+	NextSeqNo int64
+}
+
+// ErrResumeOffLineage: the position Open was asked to resume from is not
+// on the lineage the seal resolved; the caller's state must be rebuilt.
+var ErrResumeOffLineage = errors.New("resume position is not on the sealed lineage")
 
 // Progress reports how far a recovery got.
 type Progress struct {
@@ -177,7 +202,12 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 		return startPrefetch(ctx, store, shard, lin, restore.Term, res.MDs, from, restore.Gen, window, opts)
 	}
 	var pf *prefetcher
-	if opts.Dir != "" && restore.Gen > 0 {
+	if r := opts.Resume; r != nil {
+		if r.Gen < 0 || r.Gen > restore.Gen || (r.Gen > 0 && !lin.Contains(r.Term, r.Gen)) {
+			return fail("Resume", fmt.Errorf("%w: generation %d of term %d, the restore point is generation %d of term %d", ErrResumeOffLineage, r.Gen, r.Term, restore.Gen, restore.Term))
+		}
+		base, next = r.Gen, r.NextSeqNo
+	} else if opts.Dir != "" && restore.Gen > 0 {
 		cands, err := seal.Candidates(ctx, store, shard, lin, restore.Gen, so)
 		if err != nil {
 			return fail("Hydrate", err)
@@ -189,7 +219,7 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 			expected = cands[0].Gen
 		}
 		pf = prefetch(expected + 1)
-		ho := seal.HydrateOptions{Options: so, Candidates: cands}
+		ho := seal.HydrateOptions{Options: so, Candidates: cands, Accept: opts.AcceptCheckpoint}
 		if opts.Progress != nil {
 			ho.Progress = func(p seal.Progress) { opts.Progress(Progress{Phase: "hydrate", Progress: p}) }
 		}

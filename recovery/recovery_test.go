@@ -78,6 +78,8 @@ func scenarios() []struct {
 		{"CheckpointWithMissingFileFallsBackToThePreviousOne", scenarioCheckpointWithMissingFileFallsBackToThePreviousOne},
 		{"CheckpointOffTheLineageIsNeverUsed", scenarioCheckpointOffTheLineageIsNeverUsed},
 		{"NoAckedWriteLossAcrossTakeovers", scenarioNoAckedWriteLossAcrossTakeovers},
+		{"CheckpointTheCallerRefusesFallsBack", scenarioCheckpointTheCallerRefusesFallsBack},
+		{"ResumeReplaysOnlyWhatFollows", scenarioResumeReplaysOnlyWhatFollows},
 	}
 }
 
@@ -662,5 +664,91 @@ func scenarioNoAckedWriteLossAcrossTakeovers(t *testing.T, store *faulty.Contain
 	}
 	if total == 0 {
 		t.Fatal("no op was ever acknowledged: the test checked nothing")
+	}
+}
+
+// A checkpoint whose files verify but whose content the caller refuses
+// (AcceptCheckpoint) is passed over like a corrupt one: the next older one
+// is hydrated and the replay starts after it.
+func scenarioCheckpointTheCallerRefusesFallsBack(t *testing.T, store *faulty.Container) {
+	ctx := context.Background()
+	sh1 := open(t, store.Container, 1, "a1", options(nil))
+	src := t.TempDir()
+	appendOps(t, sh1.Writer, "a")
+	po := seal.PublishOptions{Options: seal.Options{Backoff: fastRetry}, NextSeqNo: 1}
+	if _, err := seal.PublishCheckpoint(ctx, store.Container, sh1.Chain, 1, writeFiles(t, src, map[string]string{"state": "a"}), po); err != nil {
+		t.Fatal(err)
+	}
+	appendOps(t, sh1.Writer, "b")
+	po.NextSeqNo = 2
+	m2, err := seal.PublishCheckpoint(ctx, store.Container, sh1.Chain, 2, writeFiles(t, src, map[string]string{"state": "garbled"}), po)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendOps(t, sh1.Writer, "c")
+	closeW(t, sh1.Writer)
+
+	var l log
+	o := options(&l)
+	o.Dir = t.TempDir()
+	var judged []int64
+	o.AcceptCheckpoint = func(m seal.Manifest, paths []string) error {
+		judged = append(judged, m.Gen)
+		b, err := os.ReadFile(paths[0])
+		if err != nil {
+			return err
+		}
+		if string(b) == "garbled" {
+			return errors.New("state does not decode")
+		}
+		return nil
+	}
+	sh2 := open(t, store.Container, 2, "a2", o)
+	if sh2.Checkpoint == nil || sh2.Checkpoint.Gen != 1 || fmt.Sprint(judged) != "[2 1]" {
+		t.Fatalf("hydrated %+v after judging %v, want the gen-1 checkpoint after refusing gen 2", sh2.Checkpoint, judged)
+	}
+	if len(sh2.Refused) != 1 || sh2.Refused[0].Key != m2.Key() || !strings.Contains(sh2.Refused[0].Reason, "does not decode") {
+		t.Fatalf("refused %+v", sh2.Refused)
+	}
+	if _, err := os.Stat(filepath.Join(o.Dir, "state")); err != nil {
+		t.Fatalf("the accepted checkpoint's file: %v", err)
+	}
+	if fmt.Sprint(l.ops) != "[b c]" {
+		t.Fatalf("replayed %q, want b c", l.ops)
+	}
+}
+
+// Resume: a caller that already applied the lineage up to a generation
+// (a hot standby) replays only what follows; a position the sealed
+// lineage does not hold is refused before anything opens, and the same
+// term can then be opened without it.
+func scenarioResumeReplaysOnlyWhatFollows(t *testing.T, store *faulty.Container) {
+	sh1 := open(t, store.Container, 1, "a1", options(nil))
+	appendOps(t, sh1.Writer, "a")
+	ack := appendOps(t, sh1.Writer, "b")
+	appendOps(t, sh1.Writer, "c")
+	closeW(t, sh1.Writer)
+
+	// Off the lineage: a generation past the restore point.
+	o := options(nil)
+	o.Resume = &recovery.Position{Term: 1, Gen: 9, NextSeqNo: 9}
+	if _, err := recovery.Open(context.Background(), store.Container, shard, 2, "a2", o); !errors.Is(err, recovery.ErrResumeOffLineage) {
+		t.Fatalf("resume past the restore point: %v", err)
+	}
+	// The same term and allocation open with a good position.
+	var l log
+	o = options(&l)
+	o.Resume = &recovery.Position{Term: 1, Gen: ack.Gen, NextSeqNo: ack.FirstSeqNo + 1}
+	sh2 := open(t, store.Container, 2, "a2", o)
+	if fmt.Sprint(l.ops) != "[c]" || sh2.Replay.From != 3 || sh2.NextSeqNo != 3 {
+		t.Fatalf("resumed replay %q from gen %d, next seq %d; want c from gen 3, next 3", l.ops, sh2.Replay.From, sh2.NextSeqNo)
+	}
+	// A position whose sequence number disagrees with the log is caught
+	// by the replay's continuity check.
+	closeW(t, sh2.Writer)
+	o = options(nil)
+	o.Resume = &recovery.Position{Term: 1, Gen: ack.Gen, NextSeqNo: 7}
+	if _, err := recovery.Open(context.Background(), store.Container, shard, 3, "a3", o); !errors.Is(err, fence.ErrCorruptBody) {
+		t.Fatalf("resume with a wrong sequence number: %v", err)
 	}
 }

@@ -260,6 +260,12 @@ type HydrateOptions struct {
 	// Progress, when set, is called after every verified file (calls are
 	// serialized).
 	Progress func(Progress)
+	// Accept, when set, judges a checkpoint whose files all verified, by
+	// what only the caller can read in them (a payload that does not
+	// decode, say). An error refuses the checkpoint like a corrupt file:
+	// its files are removed, the reason recorded in Refused, and the next
+	// older candidate tried.
+	Accept func(m Manifest, paths []string) error
 }
 
 // Hydrated is the outcome of Hydrate.
@@ -309,6 +315,18 @@ func Hydrate(ctx context.Context, store *blobstore.Container, shard string, lin 
 		if reason != "" {
 			out.Refused = append(out.Refused, Refusal{Key: key, Reason: reason})
 			continue
+		}
+		if opts.Accept != nil {
+			if err := opts.Accept(m, paths); err != nil {
+				if ctx.Err() != nil {
+					return nil, wrapErr("Hydrate", shard, key, c.Term, ctx.Err())
+				}
+				for _, p := range paths {
+					_ = os.Remove(p)
+				}
+				out.Refused = append(out.Refused, Refusal{Key: key, Reason: "refused by the caller: " + err.Error()})
+				continue
+			}
 		}
 		out.Manifest, out.Paths = &m, paths
 		return out, nil

@@ -4,22 +4,31 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/shardfence/shardfence/blobstore"
+	fsstore "github.com/shardfence/shardfence/blobstore/fs"
 	"github.com/shardfence/shardfence/master/masterbench"
 )
 
-const benchMasterSummary = "master: remount recovery-lease assignment, heap per object, GetReplicaList ops/s"
+const benchMasterSummary = "master: remount recovery-lease assignment, heap per object, GetReplicaList ops/s, snapshots, promotion, log cost per mutation"
 
 func runBenchMaster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench master", stderr)
-	objects := fs.String("objects", "1000000,10000000", "comma-separated object counts for the remount table (10M needs about 4 GB of memory)")
-	clients := fs.String("clients", "1,16", "comma-separated client counts for the GetReplicaList table; empty skips it")
-	keys := fs.Int("read-keys", 100000, "objects the GetReplicaList table reads from")
-	dur := fs.Duration("duration", 2*time.Second, "measuring time per GetReplicaList row")
-	if err := fs.Parse(args); err != nil {
+	fl := newFlags("bench master", stderr)
+	objects := fl.String("objects", "1000000,10000000", "comma-separated object counts for the remount table (10M needs about 4 GB of memory); empty skips it")
+	clients := fl.String("clients", "1,16", "comma-separated client counts for the GetReplicaList table; empty skips it")
+	keys := fl.Int("read-keys", 100000, "objects the GetReplicaList table reads from")
+	dur := fl.Duration("duration", 2*time.Second, "measuring time per GetReplicaList row")
+	storeURL := fl.String("store", "", "store URL for the snapshot, promotion and log tables (e.g. minio://...); empty: the fs driver in a temporary directory")
+	snapObjects := fl.String("snapshot-objects", "1000000", "comma-separated object counts for the snapshot table (10000000 needs about 12 GB of memory); empty skips it")
+	promoteObjects := fl.Int("promote-objects", 1000000, "objects of the promotion row; 0 skips it")
+	appendClients := fl.String("append-clients", "1,16", "comma-separated client counts for the log-cost table; empty skips it")
+	appendDur := fl.Duration("append-duration", 3*time.Second, "measuring time per log-cost row")
+	if err := fl.Parse(args); err != nil {
 		return err
 	}
 	sizes, err := intList(*objects)
@@ -30,10 +39,45 @@ func runBenchMaster(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return fmt.Errorf("%w: --clients: %v", errUsage, err)
 	}
-	if *keys < 1 || *dur <= 0 {
-		return fmt.Errorf("%w: --read-keys and --duration must be positive", errUsage)
+	snaps, err := intList(*snapObjects)
+	if err != nil {
+		return fmt.Errorf("%w: --snapshot-objects: %v", errUsage, err)
 	}
-	return masterbench.Run(ctx, stdout, masterbench.Options{RemountSizes: sizes, ReadClients: cl, ReadKeys: *keys, ReadDuration: *dur})
+	acl, err := intList(*appendClients)
+	if err != nil {
+		return fmt.Errorf("%w: --append-clients: %v", errUsage, err)
+	}
+	if *keys < 1 || *dur <= 0 || *appendDur <= 0 || *promoteObjects < 0 {
+		return fmt.Errorf("%w: --read-keys, --duration and --append-duration must be positive, --promote-objects not negative", errUsage)
+	}
+	if err := masterbench.Run(ctx, stdout, masterbench.Options{RemountSizes: sizes, ReadClients: cl, ReadKeys: *keys, ReadDuration: *dur}); err != nil {
+		return err
+	}
+	if len(snaps) == 0 && *promoteObjects == 0 && len(acl) == 0 {
+		return nil
+	}
+	work, err := os.MkdirTemp("", "shardfence-bench-master-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	o := masterbench.HAOptions{Dir: work, SnapshotSizes: snaps, PromoteObjects: *promoteObjects, AppendClients: acl, AppendDuration: *appendDur}
+	if *storeURL == "" {
+		c, err := fsstore.Open(filepath.Join(work, "store"))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		o.Store, o.Where = c, "fs (local disk)"
+	} else {
+		c, err := blobstore.Open(ctx, *storeURL)
+		if err != nil {
+			return fmt.Errorf("bench master: open %s: %w", blobstore.Redact(*storeURL), err)
+		}
+		defer c.Close()
+		o.Store, o.Where = c, blobstore.Redact(*storeURL)
+	}
+	return masterbench.RunHA(ctx, stdout, o)
 }
 
 func intList(s string) ([]int, error) {

@@ -8,22 +8,39 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
+	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/master"
+	"github.com/shardfence/shardfence/master/ha"
+	"github.com/shardfence/shardfence/seal"
 )
 
-const masterSummary = "run the master: leases, placement, eviction, remount (ConnectRPC: gRPC and JSON)"
+const masterSummary = "run the master: leases, placement, eviction, remount; with --store its state goes through the fenced store (standby, promote)"
+
+// masterStoreEnv passes the store URL without putting credentials on the
+// command line.
+const masterStoreEnv = envPrefix + "MASTER_STORE"
 
 func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "promote", "status", "snapshot":
+			return runMasterAdmin(ctx, args[0], args[1:], stdout, stderr)
+		}
+	}
 	fs := newFlags("master", stderr)
-	listen := fs.String("listen", "127.0.0.1:7500", "address to serve the API and /metrics on")
+	listen := fs.String("listen", "127.0.0.1:7500", "address to serve the API, /metrics, /healthz and /readyz on")
 	var cfg master.Config
 	fs.DurationVar(&cfg.DefaultLeaseTTL, "lease-ttl", 10*time.Second, "read lease TTL (default_kv_lease_ttl)")
 	fs.DurationVar(&cfg.RecoveryLeaseTTL, "recovery-lease-ttl", 0, "lease a remount grants its objects (recovery_kv_lease_ttl); 0 means --lease-ttl")
@@ -45,6 +62,19 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return nil
 	})
 	evictEvery := fs.Duration("eviction-interval", 100*time.Millisecond, "how often to check the high watermark")
+	store := fs.String("store", "", "store URL the master's operation log and snapshots live under (or $"+masterStoreEnv+"); empty keeps the state in memory only")
+	cluster := fs.String("cluster", "", "cluster name: the log is the shard master-NAME under --store (required with --store)")
+	standby := fs.Bool("standby", false, "run as a hot standby: tail the log read-only until promoted")
+	node := fs.String("node", "", "name of this master, recorded in fence keys for operators (default: the host name)")
+	dataDir := fs.String("data-dir", "", "scratch directory for snapshot files (default: the system's temporary directory)")
+	snapEvery := fs.Duration("snapshot-interval", 10*time.Minute, "take a complete snapshot this often while primary (0: only on request)")
+	snapFormat := fs.String("snapshot-format", "v2", "complete snapshot format to write: v2 (steady deadlines + clock pair) or v1 (wall-clock ms, for compatibility)")
+	fs.BoolVar(&cfg.SnapshotRestoreCleanup, "snapshot-cleanup-expired", false, "on restore from a complete snapshot, drop objects neither hard pinned nor leased nor soft pinned")
+	retainSnaps := fs.Int("retain-snapshots", 2, "complete snapshots GC keeps")
+	retainGens := fs.Int64("retain-gens", 1000, "log generations GC keeps below the newest snapshot (a standby lagging further reloads from the snapshot)")
+	maxLag := fs.Duration("standby-max-lag", 10*time.Second, "lag past which a standby reports not ready")
+	fenceCheck := fs.Duration("fence-check-interval", time.Second, "how often an idle primary checks the store for a newer master")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -54,17 +84,72 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *evictEvery <= 0 {
 		return fmt.Errorf("%w: --eviction-interval must be positive", errUsage)
 	}
+	if *store == "" {
+		*store = os.Getenv(masterStoreEnv)
+	}
+	format, err := master.ParseSnapshotFormat(*snapFormat)
+	if err != nil {
+		return fmt.Errorf("%w: --snapshot-format: %v", errUsage, err)
+	}
+	switch {
+	case *store == "" && (*standby || *cluster != ""):
+		return fmt.Errorf("%w: --standby and --cluster need --store", errUsage)
+	case *store != "" && *cluster == "":
+		return fmt.Errorf("%w: --store needs --cluster (the log's shard is master-CLUSTER)", errUsage)
+	case *retainSnaps < 1 || *retainGens < 0:
+		return fmt.Errorf("%w: --retain-snapshots must be at least 1 and --retain-gens not negative", errUsage)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("%w: --log-level: %v", errUsage, err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := master.New(cfg, master.Options{Metrics: master.NewMetrics(reg)})
-	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
+	mopts := master.Options{Metrics: master.NewMetrics(reg)}
 	mux := http.NewServeMux()
-	path, h := master.NewHandler(m)
-	mux.Handle(path, h)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+
+	// serving is the master eviction runs on: only a primary evicts (a
+	// standby's state is the log's, and eviction would be a change).
+	var serving func() (*master.Master, error)
+	var run func(ctx context.Context) error
+	if *store == "" {
+		m, err := master.New(cfg, mopts)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		path, h := master.NewHandler(m)
+		mux.Handle(path, h)
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ready in-memory\n")) })
+		serving = func() (*master.Master, error) { return m, nil }
+		log.Warn("master state is in memory only: a restart loses every object (run with --store and --cluster to keep it)")
+	} else {
+		if _, err := master.New(cfg, mopts); err != nil { // validate before touching the store
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		root, err := blobstore.Open(ctx, *store)
+		if err != nil {
+			return fmt.Errorf("master: open store %s: %w", blobstore.Redact(*store), err)
+		}
+		defer root.Close()
+		if err := blobstore.ProbePreconditions(ctx, root); err != nil {
+			return fmt.Errorf("master: %w", err)
+		}
+		n, err := ha.New(ha.Options{
+			Store: root, Cluster: *cluster, Standby: *standby, Node: *node, Config: cfg, MasterOptions: mopts,
+			Dir: *dataDir, SnapshotFormat: format, SnapshotInterval: *snapEvery,
+			Retain: seal.GCPolicy{RetainCheckpoints: *retainSnaps, RetainGens: *retainGens}, MaxLag: *maxLag,
+			FenceCheckInterval: *fenceCheck, Metrics: ha.NewMetrics(reg), Log: log,
+		})
+		if err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		n.Mount(mux)
+		serving, run = n.Serving, n.Run
+	}
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -77,30 +162,98 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 
-	log := slog.New(slog.NewTextHandler(stderr, nil))
-	log.Info("master serving", "addr", ln.Addr().String(), "lease_ttl", m.Config().DefaultLeaseTTL,
-		"recovery_lease_ttl", m.Config().RecoveryTTL(), "high_watermark", m.Config().HighWatermark)
+	log.Info("master serving", "addr", ln.Addr().String(), "cluster", *cluster, "standby", *standby,
+		"lease_ttl", cfg.DefaultLeaseTTL, "high_watermark", cfg.HighWatermark)
 	fmt.Fprintf(stdout, "master listening on %s\n", ln.Addr())
 
-	errc := make(chan error, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
+	runDone := make(chan struct{})
+	if run != nil {
+		go func() {
+			defer close(runDone)
+			if err := run(ctx); err != nil {
+				errc <- fmt.Errorf("master: %w", err)
+			}
+		}()
+	} else {
+		close(runDone)
+	}
 	tick := time.NewTicker(*evictEvery)
 	defer tick.Stop()
+	stop := func() error {
+		shutCtx, cancelShut := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancelShut()
+		err := srv.Shutdown(shutCtx)
+		cancel()
+		<-runDone
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("master: shutdown: %w", err)
+		}
+		return nil
+	}
 	for {
 		select {
 		case <-tick.C:
-			if r := m.Evict(); r.Objects > 0 {
-				log.Info("evicted", "objects", r.Objects, "bytes", r.Freed)
+			if m, err := serving(); err == nil {
+				if r := m.Evict(); r.Objects > 0 {
+					log.Info("evicted", "objects", r.Objects, "bytes", r.Freed)
+				}
 			}
 		case err := <-errc:
-			return fmt.Errorf("master: serve: %w", err)
+			_ = stop()
+			return err
 		case <-ctx.Done():
-			shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("master: shutdown: %w", err)
-			}
-			return nil
+			return stop()
 		}
 	}
+}
+
+// runMasterAdmin runs `shardfence master promote|status|snapshot`.
+func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("master "+cmd, stderr)
+	addr := fs.String("addr", "http://127.0.0.1:7500", "the master's URL")
+	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the answer")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	c := masterv1connect.NewMasterHAServiceClient(http.DefaultClient, strings.TrimRight(*addr, "/"))
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	switch cmd {
+	case "promote":
+		res, err := c.Promote(ctx, connect.NewRequest(&masterv1.PromoteRequest{}))
+		if err != nil {
+			return fmt.Errorf("promote %s: %w", *addr, err)
+		}
+		r := res.Msg
+		fmt.Fprintf(stdout, "promoted: term %d, log up to generation %d (%d replayed), %d objects, %d segments awaiting remount, %d ms\n",
+			r.GetTerm(), r.GetRestoreGen(), r.GetReplayedGens(), r.GetObjects(), r.GetSegmentsAwaitingRemount(), r.GetDurationMs())
+	case "status":
+		res, err := c.Status(ctx, connect.NewRequest(&masterv1.StatusRequest{}))
+		if err != nil {
+			return fmt.Errorf("status %s: %w", *addr, err)
+		}
+		r := res.Msg
+		role := strings.ToLower(strings.TrimPrefix(r.GetRole().String(), "MASTER_ROLE_"))
+		fmt.Fprintf(stdout, "role %s, cluster %q (shard %s), term %d, generation %d, next seq %d, lag %d entries / %d ms, snapshot %q (generation %d)\n",
+			role, r.GetCluster(), r.GetShard(), r.GetTerm(), r.GetAppliedGen(), r.GetNextSeqNo(), r.GetLagEntries(), r.GetLagMs(), r.GetLastSnapshot(), r.GetLastSnapshotGen())
+		if e := r.GetError(); e != "" {
+			fmt.Fprintf(stdout, "error: %s\n", e)
+		}
+	case "snapshot":
+		res, err := c.Snapshot(ctx, connect.NewRequest(&masterv1.SnapshotRequest{}))
+		if err != nil {
+			return fmt.Errorf("snapshot %s: %w", *addr, err)
+		}
+		r := res.Msg
+		fmt.Fprintf(stdout, "snapshot %s: generation %d, %d objects, %d bytes, %d ms (changes held back %d us)\n",
+			r.GetKey(), r.GetGen(), r.GetObjects(), r.GetBytes(), r.GetDurationMs(), r.GetPauseUs())
+	}
+	return nil
 }

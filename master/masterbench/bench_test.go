@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardfence/shardfence/blobstore/fs"
 	"github.com/shardfence/shardfence/master"
 )
 
@@ -89,4 +90,32 @@ func BenchmarkGetReplicaListParallel(b *testing.B) {
 			i += 7
 		}
 	})
+}
+
+// The HA tables run end to end on a small scale: a snapshot restores every
+// object, a promotion serves its segment, and group commit puts several
+// mutations in one generation under concurrent clients.
+func TestSmallHARun(t *testing.T) {
+	store, err := fs.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	o := HAOptions{Store: store, Where: "fs", Dir: t.TempDir(), SnapshotSizes: []int{3000}, PromoteObjects: 2000, AppendClients: []int{1, 8}, AppendDuration: 300 * time.Millisecond}
+	var out bytes.Buffer
+	if err := RunHA(context.Background(), &out, o); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"B/object", "promote to serving", "store writes/mutation", "3000", "2000"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	row, err := BenchAppend(context.Background(), o, 8, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.Mutations == 0 || row.Appends == 0 || row.Writes == 0 || row.Writes/uint64(row.Mutations) > 4 {
+		t.Fatalf("append row %+v", row)
+	}
 }

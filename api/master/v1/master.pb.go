@@ -2377,6 +2377,91 @@ func (x *StandbySegment) GetSize() uint64 {
 	return 0
 }
 
+// OplogEntry is one record of the master's operation log: the standby wire
+// format. An entry travels framed (format tag, standby wire version, kind)
+// and this message is the frame's body; the kind says which fields it must
+// carry. Like the rest of the standby model it never carries a lease or
+// soft-pin deadline. New kinds (shard assignments, for one) add fields here
+// and a kind to the frame, under the same version while every older reader
+// refuses the unknown kind rather than skipping it.
+type OplogEntry struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Tenant   string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	ClientId string                 `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// object is the object after the change (put end, evict, restore).
+	Object *StandbyObject `protobuf:"bytes,4,opt,name=object,proto3" json:"object,omitempty"`
+	// segment is the segment concerned (mount, unmount, remount, restore).
+	Segment       *StandbySegment `protobuf:"bytes,5,opt,name=segment,proto3" json:"segment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OplogEntry) Reset() {
+	*x = OplogEntry{}
+	mi := &file_master_v1_master_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OplogEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OplogEntry) ProtoMessage() {}
+
+func (x *OplogEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_master_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OplogEntry.ProtoReflect.Descriptor instead.
+func (*OplogEntry) Descriptor() ([]byte, []int) {
+	return file_master_v1_master_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *OplogEntry) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *OplogEntry) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *OplogEntry) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *OplogEntry) GetObject() *StandbyObject {
+	if x != nil {
+		return x.Object
+	}
+	return nil
+}
+
+func (x *OplogEntry) GetSegment() *StandbySegment {
+	if x != nil {
+		return x.Segment
+	}
+	return nil
+}
+
 var File_master_v1_master_proto protoreflect.FileDescriptor
 
 const file_master_v1_master_proto_rawDesc = "" +
@@ -2535,7 +2620,14 @@ const file_master_v1_master_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
 	"\tclient_id\x18\x03 \x01(\tR\bclientId\x12\x12\n" +
 	"\x04base\x18\x04 \x01(\x04R\x04base\x12\x12\n" +
-	"\x04size\x18\x05 \x01(\x04R\x04size*[\n" +
+	"\x04size\x18\x05 \x01(\x04R\x04size\"\xd0\x01\n" +
+	"\n" +
+	"OplogEntry\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1b\n" +
+	"\tclient_id\x18\x03 \x01(\tR\bclientId\x12;\n" +
+	"\x06object\x18\x04 \x01(\v2#.shardfence.master.v1.StandbyObjectR\x06object\x12>\n" +
+	"\asegment\x18\x05 \x01(\v2$.shardfence.master.v1.StandbySegmentR\asegment*[\n" +
 	"\vReplicaKind\x12\x1c\n" +
 	"\x18REPLICA_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13REPLICA_KIND_MEMORY\x10\x01\x12\x15\n" +
@@ -2581,7 +2673,7 @@ func file_master_v1_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_v1_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_master_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_master_v1_master_proto_goTypes = []any{
 	(ReplicaKind)(0),               // 0: shardfence.master.v1.ReplicaKind
 	(ReplicaStatus)(0),             // 1: shardfence.master.v1.ReplicaStatus
@@ -2623,6 +2715,7 @@ var file_master_v1_master_proto_goTypes = []any{
 	(*StandbyReplica)(nil),         // 37: shardfence.master.v1.StandbyReplica
 	(*StandbyObject)(nil),          // 38: shardfence.master.v1.StandbyObject
 	(*StandbySegment)(nil),         // 39: shardfence.master.v1.StandbySegment
+	(*OplogEntry)(nil),             // 40: shardfence.master.v1.OplogEntry
 }
 var file_master_v1_master_proto_depIdxs = []int32{
 	0,  // 0: shardfence.master.v1.Replica.kind:type_name -> shardfence.master.v1.ReplicaKind
@@ -2644,39 +2737,41 @@ var file_master_v1_master_proto_depIdxs = []int32{
 	0,  // 16: shardfence.master.v1.StandbyReplica.kind:type_name -> shardfence.master.v1.ReplicaKind
 	1,  // 17: shardfence.master.v1.StandbyReplica.status:type_name -> shardfence.master.v1.ReplicaStatus
 	37, // 18: shardfence.master.v1.StandbyObject.replicas:type_name -> shardfence.master.v1.StandbyReplica
-	6,  // 19: shardfence.master.v1.MasterService.PutStart:input_type -> shardfence.master.v1.PutStartRequest
-	8,  // 20: shardfence.master.v1.MasterService.PutEnd:input_type -> shardfence.master.v1.PutEndRequest
-	10, // 21: shardfence.master.v1.MasterService.PutRevoke:input_type -> shardfence.master.v1.PutRevokeRequest
-	12, // 22: shardfence.master.v1.MasterService.BatchPutStart:input_type -> shardfence.master.v1.BatchPutStartRequest
-	15, // 23: shardfence.master.v1.MasterService.BatchPutEnd:input_type -> shardfence.master.v1.BatchPutEndRequest
-	17, // 24: shardfence.master.v1.MasterService.BatchPutRevoke:input_type -> shardfence.master.v1.BatchPutRevokeRequest
-	19, // 25: shardfence.master.v1.MasterService.GetReplicaList:input_type -> shardfence.master.v1.GetReplicaListRequest
-	21, // 26: shardfence.master.v1.MasterService.Exist:input_type -> shardfence.master.v1.ExistRequest
-	23, // 27: shardfence.master.v1.MasterService.Remove:input_type -> shardfence.master.v1.RemoveRequest
-	26, // 28: shardfence.master.v1.MasterService.MountSegment:input_type -> shardfence.master.v1.MountSegmentRequest
-	28, // 29: shardfence.master.v1.MasterService.UnmountSegment:input_type -> shardfence.master.v1.UnmountSegmentRequest
-	30, // 30: shardfence.master.v1.MasterService.ReMountSegment:input_type -> shardfence.master.v1.ReMountSegmentRequest
-	32, // 31: shardfence.master.v1.MasterService.Ping:input_type -> shardfence.master.v1.PingRequest
-	34, // 32: shardfence.master.v1.MasterService.Stats:input_type -> shardfence.master.v1.StatsRequest
-	7,  // 33: shardfence.master.v1.MasterService.PutStart:output_type -> shardfence.master.v1.PutStartResponse
-	9,  // 34: shardfence.master.v1.MasterService.PutEnd:output_type -> shardfence.master.v1.PutEndResponse
-	11, // 35: shardfence.master.v1.MasterService.PutRevoke:output_type -> shardfence.master.v1.PutRevokeResponse
-	14, // 36: shardfence.master.v1.MasterService.BatchPutStart:output_type -> shardfence.master.v1.BatchPutStartResponse
-	16, // 37: shardfence.master.v1.MasterService.BatchPutEnd:output_type -> shardfence.master.v1.BatchPutEndResponse
-	18, // 38: shardfence.master.v1.MasterService.BatchPutRevoke:output_type -> shardfence.master.v1.BatchPutRevokeResponse
-	20, // 39: shardfence.master.v1.MasterService.GetReplicaList:output_type -> shardfence.master.v1.GetReplicaListResponse
-	22, // 40: shardfence.master.v1.MasterService.Exist:output_type -> shardfence.master.v1.ExistResponse
-	24, // 41: shardfence.master.v1.MasterService.Remove:output_type -> shardfence.master.v1.RemoveResponse
-	27, // 42: shardfence.master.v1.MasterService.MountSegment:output_type -> shardfence.master.v1.MountSegmentResponse
-	29, // 43: shardfence.master.v1.MasterService.UnmountSegment:output_type -> shardfence.master.v1.UnmountSegmentResponse
-	31, // 44: shardfence.master.v1.MasterService.ReMountSegment:output_type -> shardfence.master.v1.ReMountSegmentResponse
-	33, // 45: shardfence.master.v1.MasterService.Ping:output_type -> shardfence.master.v1.PingResponse
-	36, // 46: shardfence.master.v1.MasterService.Stats:output_type -> shardfence.master.v1.StatsResponse
-	33, // [33:47] is the sub-list for method output_type
-	19, // [19:33] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	38, // 19: shardfence.master.v1.OplogEntry.object:type_name -> shardfence.master.v1.StandbyObject
+	39, // 20: shardfence.master.v1.OplogEntry.segment:type_name -> shardfence.master.v1.StandbySegment
+	6,  // 21: shardfence.master.v1.MasterService.PutStart:input_type -> shardfence.master.v1.PutStartRequest
+	8,  // 22: shardfence.master.v1.MasterService.PutEnd:input_type -> shardfence.master.v1.PutEndRequest
+	10, // 23: shardfence.master.v1.MasterService.PutRevoke:input_type -> shardfence.master.v1.PutRevokeRequest
+	12, // 24: shardfence.master.v1.MasterService.BatchPutStart:input_type -> shardfence.master.v1.BatchPutStartRequest
+	15, // 25: shardfence.master.v1.MasterService.BatchPutEnd:input_type -> shardfence.master.v1.BatchPutEndRequest
+	17, // 26: shardfence.master.v1.MasterService.BatchPutRevoke:input_type -> shardfence.master.v1.BatchPutRevokeRequest
+	19, // 27: shardfence.master.v1.MasterService.GetReplicaList:input_type -> shardfence.master.v1.GetReplicaListRequest
+	21, // 28: shardfence.master.v1.MasterService.Exist:input_type -> shardfence.master.v1.ExistRequest
+	23, // 29: shardfence.master.v1.MasterService.Remove:input_type -> shardfence.master.v1.RemoveRequest
+	26, // 30: shardfence.master.v1.MasterService.MountSegment:input_type -> shardfence.master.v1.MountSegmentRequest
+	28, // 31: shardfence.master.v1.MasterService.UnmountSegment:input_type -> shardfence.master.v1.UnmountSegmentRequest
+	30, // 32: shardfence.master.v1.MasterService.ReMountSegment:input_type -> shardfence.master.v1.ReMountSegmentRequest
+	32, // 33: shardfence.master.v1.MasterService.Ping:input_type -> shardfence.master.v1.PingRequest
+	34, // 34: shardfence.master.v1.MasterService.Stats:input_type -> shardfence.master.v1.StatsRequest
+	7,  // 35: shardfence.master.v1.MasterService.PutStart:output_type -> shardfence.master.v1.PutStartResponse
+	9,  // 36: shardfence.master.v1.MasterService.PutEnd:output_type -> shardfence.master.v1.PutEndResponse
+	11, // 37: shardfence.master.v1.MasterService.PutRevoke:output_type -> shardfence.master.v1.PutRevokeResponse
+	14, // 38: shardfence.master.v1.MasterService.BatchPutStart:output_type -> shardfence.master.v1.BatchPutStartResponse
+	16, // 39: shardfence.master.v1.MasterService.BatchPutEnd:output_type -> shardfence.master.v1.BatchPutEndResponse
+	18, // 40: shardfence.master.v1.MasterService.BatchPutRevoke:output_type -> shardfence.master.v1.BatchPutRevokeResponse
+	20, // 41: shardfence.master.v1.MasterService.GetReplicaList:output_type -> shardfence.master.v1.GetReplicaListResponse
+	22, // 42: shardfence.master.v1.MasterService.Exist:output_type -> shardfence.master.v1.ExistResponse
+	24, // 43: shardfence.master.v1.MasterService.Remove:output_type -> shardfence.master.v1.RemoveResponse
+	27, // 44: shardfence.master.v1.MasterService.MountSegment:output_type -> shardfence.master.v1.MountSegmentResponse
+	29, // 45: shardfence.master.v1.MasterService.UnmountSegment:output_type -> shardfence.master.v1.UnmountSegmentResponse
+	31, // 46: shardfence.master.v1.MasterService.ReMountSegment:output_type -> shardfence.master.v1.ReMountSegmentResponse
+	33, // 47: shardfence.master.v1.MasterService.Ping:output_type -> shardfence.master.v1.PingResponse
+	36, // 48: shardfence.master.v1.MasterService.Stats:output_type -> shardfence.master.v1.StatsResponse
+	35, // [35:49] is the sub-list for method output_type
+	21, // [21:35] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_master_v1_master_proto_init() }
@@ -2690,7 +2785,7 @@ func file_master_v1_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_v1_master_proto_rawDesc), len(file_master_v1_master_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,409 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/master"
+	"github.com/shardfence/shardfence/recovery"
+	"github.com/shardfence/shardfence/seal"
+	"github.com/shardfence/shardfence/translog"
+)
+
+// oplog is the master's Journal over a fenced translog writer. Records are
+// queued in call order (the master calls Record under the lock of what it
+// changed, so the queue order is the apply order of every key) and one
+// pump hands them to the writer a batch at a time: while one batch is on
+// its way to the store, the next one fills (group commit), and every
+// ticket of a batch is answered by the one append that carried it. Batches
+// reach the writer strictly in order and the writer acknowledges
+// generations in order, so what is acknowledged is always a prefix of what
+// was recorded.
+//
+// A failed append is terminal: the master's memory holds changes the log
+// does not, so every pending and later ticket fails (with master.ErrFenced
+// when a newer term took the log, master.ErrLogFailed otherwise) and
+// onFail tells the node to stop serving.
+type oplog struct {
+	w        *translog.Writer
+	chain    *fence.Chain
+	clock    fence.Clock
+	maxBytes int
+	onFail   func(error)
+	metrics  *Metrics
+	// lease is how long a proof of ownership (a fence CAS or a listing
+	// with no higher term) lets this master hand out memory; notBefore is
+	// when a new term may start to (its claim's sweep, plus the lease and
+	// a margin, so a predecessor that has not learnt it lost the log has
+	// stopped placing before this one starts).
+	lease     time.Duration
+	notBefore int64
+	proveMu   sync.Mutex
+
+	mu      sync.Mutex
+	queue   []*batch // recorded, not yet handed to the writer, in order
+	open    *batch   // the batch new records join; nil after a cut
+	last    *batch   // the newest batch queued or in flight; nil when none
+	freed   *batch   // the batch of the newest record that freed memory
+	acked   recovery.Position
+	proof   seal.Proof
+	err     error
+	closing bool
+	kick    chan struct{}
+	done    chan struct{}
+}
+
+// batch is the records one append carries, and their shared ticket.
+type batch struct {
+	ops   []*master.Op
+	bytes int
+	done  chan struct{}
+	err   error
+	pos   recovery.Position // the log up to and with this batch
+}
+
+// maxBatchOps bounds the records of one batch.
+const maxBatchOps = 16384
+
+type oplogOptions struct {
+	from      recovery.Position
+	maxBytes  int
+	lease     time.Duration
+	notBefore int64
+	metrics   *Metrics
+	onFail    func(error)
+}
+
+func newOplog(w *translog.Writer, chain *fence.Chain, clock fence.Clock, o oplogOptions) *oplog {
+	l := &oplog{w: w, chain: chain, clock: clock, maxBytes: o.maxBytes, onFail: o.onFail, metrics: o.metrics, acked: o.from,
+		lease: o.lease, notBefore: o.notBefore, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	go l.pump()
+	return l
+}
+
+// Wait implements master.Ticket.
+func (b *batch) Wait(ctx context.Context) error {
+	select {
+	case <-b.done:
+		return b.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// position waits for the batch and returns the log position it ends at.
+func (b *batch) position(ctx context.Context) (recovery.Position, error) {
+	if err := b.Wait(ctx); err != nil {
+		return recovery.Position{}, err
+	}
+	return b.pos, nil
+}
+
+func doneBatch(pos recovery.Position, err error) *batch {
+	b := &batch{done: make(chan struct{}), pos: pos, err: err}
+	close(b.done)
+	return b
+}
+
+// entryBytes estimates an op's encoded size, to cut batches below the
+// writer's sync limit before encoding them.
+func entryBytes(op *master.Op) int {
+	n := 64 + len(op.Tenant) + len(op.Key) + len(op.Client)
+	if o := op.Object; o != nil {
+		n += 64 + len(o.GetTenant()) + len(o.GetKey()) + len(o.GetClientId()) + len(o.GetGroupId()) + 48*len(o.GetReplicas())
+	}
+	if s := op.Segment; s != nil {
+		n += 64 + len(s.GetName()) + len(s.GetClientId())
+	}
+	return n
+}
+
+// Record implements master.Journal.
+func (l *oplog) Record(op *master.Op) master.Ticket {
+	n := entryBytes(op)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return doneBatch(recovery.Position{}, l.err)
+	}
+	if l.closing {
+		return doneBatch(recovery.Position{}, fmt.Errorf("%w: the operation log is closing", master.ErrNotPrimary))
+	}
+	b := l.open
+	if b == nil || len(b.ops) >= maxBatchOps || b.bytes+n > l.maxBytes {
+		b = &batch{done: make(chan struct{})}
+		l.open, l.last = b, b
+		l.queue = append(l.queue, b)
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+	}
+	b.ops = append(b.ops, op)
+	b.bytes += n
+	if master.FreesMemory(op.Kind) {
+		l.freed = b
+	}
+	return b
+}
+
+// Sync implements master.Journal: the newest batch, whose acknowledgement
+// covers every record before it.
+func (l *oplog) Sync() master.Ticket {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return doneBatch(recovery.Position{}, l.err)
+	}
+	if l.last == nil {
+		return doneBatch(l.acked, nil)
+	}
+	return l.last
+}
+
+// Placement implements master.Journal: the batch of the newest record that
+// freed memory, and a proof that this master still holds the log, so
+// memory is handed out only while no newer master can be handing out the
+// same space. Placements do not wait for changes that freed nothing.
+func (l *oplog) Placement() master.Ticket {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return doneBatch(recovery.Position{}, l.err)
+	}
+	b := l.freed
+	if b == nil {
+		b = doneBatch(l.acked, nil)
+	}
+	return ownedTicket{b: b, l: l}
+}
+
+type ownedTicket struct {
+	b *batch
+	l *oplog
+}
+
+func (t ownedTicket) Wait(ctx context.Context) error {
+	if err := t.b.Wait(ctx); err != nil {
+		return err
+	}
+	return t.l.owned(ctx)
+}
+
+// owned returns nil once this master proved it holds the log within the
+// lease, listing the fence keys when the last proof is older; a higher
+// term fences it. A new term first waits out its predecessor's lease.
+func (l *oplog) owned(ctx context.Context) error {
+	if d := time.Duration(l.notBefore - l.clock.Now()); d > 0 {
+		if err := fence.Sleep(ctx, l.clock, d); err != nil {
+			return err
+		}
+	}
+	fresh := func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.proof.Valid && time.Duration(l.clock.Now()-l.proof.At) < l.lease
+	}
+	if fresh() {
+		return nil
+	}
+	l.proveMu.Lock()
+	defer l.proveMu.Unlock()
+	if fresh() {
+		return nil
+	}
+	return l.prove(ctx)
+}
+
+// prove lists the fence keys: none above the term proves ownership as of
+// the moment the listing was sent; one above fences the log.
+func (l *oplog) prove(ctx context.Context) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	sent := l.clock.Now()
+	h, err := l.chain.Superseded(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: could not prove this master still holds the operation log: %w", master.ErrNotPrimary, err)
+	}
+	if h > 0 {
+		l.fail(l.chain.Fence(h, fmt.Sprintf("master term %d claimed the operation log", h)))
+		return l.Err()
+	}
+	l.mu.Lock()
+	if !l.proof.Valid || sent > l.proof.At {
+		l.proof = seal.Proof{At: sent, Valid: true}
+	}
+	l.mu.Unlock()
+	return nil
+}
+
+// Cut ends the open batch, so the next record starts a new generation, and
+// returns the ticket of everything recorded so far: once acknowledged, its
+// position is exactly the log up to the cut. A complete snapshot calls it
+// while the master is frozen.
+func (l *oplog) Cut() *batch {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return doneBatch(recovery.Position{}, l.err)
+	}
+	l.open = nil
+	if l.last == nil {
+		return doneBatch(l.acked, nil)
+	}
+	return l.last
+}
+
+// Acked returns the last acknowledged position and the proof of the last
+// successful fence CAS.
+func (l *oplog) Acked() (recovery.Position, seal.Proof) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.acked, l.proof
+}
+
+// Err returns the terminal error, if any.
+func (l *oplog) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *oplog) pump() {
+	defer close(l.done)
+	for {
+		l.mu.Lock()
+		for len(l.queue) == 0 && !l.closing {
+			l.mu.Unlock()
+			<-l.kick
+			l.mu.Lock()
+		}
+		if len(l.queue) == 0 {
+			l.mu.Unlock()
+			return
+		}
+		b := l.queue[0]
+		l.queue = l.queue[1:]
+		if l.open == b {
+			l.open = nil
+		}
+		err := l.err
+		l.mu.Unlock()
+		if err != nil {
+			l.finish(b, err)
+			continue
+		}
+		if err := l.send(b); err != nil {
+			l.fail(err)
+			l.finish(b, l.Err())
+			continue
+		}
+		l.mu.Lock()
+		l.acked = b.pos
+		if l.last == b {
+			l.last = nil
+		}
+		if l.freed == b {
+			l.freed = nil
+		}
+		l.mu.Unlock()
+		l.finish(b, nil)
+	}
+}
+
+// send encodes the batch and appends it, in as many appends as the sync
+// limit needs (each its own generation; a cut still ends a generation).
+func (l *oplog) send(b *batch) error {
+	enc := make([][]byte, 0, len(b.ops))
+	for _, op := range b.ops {
+		e, err := master.EncodeEntry(op)
+		if err != nil {
+			return fmt.Errorf("%w: encode %v of (%q, %q): %w", master.ErrLogFailed, op.Kind, op.Tenant, op.Key, err)
+		}
+		enc = append(enc, e)
+	}
+	start := l.clock.Now()
+	for len(enc) > 0 {
+		n, size := 0, 0
+		for n < len(enc) && (n == 0 || size+len(enc[n])+16 <= l.maxBytes) {
+			size += len(enc[n]) + 16
+			n++
+		}
+		sent := l.clock.Now()
+		ack, err := l.w.Append(context.Background(), enc[:n])
+		if err != nil {
+			return err
+		}
+		enc = enc[n:]
+		b.pos = recovery.Position{Term: ack.Term, Gen: ack.Gen, NextSeqNo: ack.FirstSeqNo + int64(ack.Count)}
+		l.mu.Lock()
+		// Per-sync fencing: this acknowledgement needed a CAS sent after
+		// the append began.
+		if !l.proof.Valid || sent > l.proof.At {
+			l.proof = seal.Proof{At: sent, Valid: true}
+		}
+		l.mu.Unlock()
+		l.metrics.appends.Inc()
+	}
+	l.metrics.appendSeconds.Observe(float64(l.clock.Now()-start) / 1e9)
+	l.metrics.entries.Add(float64(len(b.ops)))
+	return nil
+}
+
+func (l *oplog) finish(b *batch, err error) {
+	b.err = err
+	close(b.done)
+}
+
+// fail records the terminal error once and tells the node.
+func (l *oplog) fail(cause error) {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.err = logError(cause)
+	err := l.err
+	queued := l.queue
+	l.queue, l.open, l.last, l.freed = nil, nil, nil, nil
+	l.mu.Unlock()
+	for _, q := range queued {
+		l.finish(q, err)
+	}
+	if l.onFail != nil {
+		l.onFail(err)
+	}
+}
+
+// logError wraps a writer failure in the master's error for it.
+func logError(err error) error {
+	if errors.Is(err, master.ErrFenced) || errors.Is(err, master.ErrLogFailed) || errors.Is(err, master.ErrNotPrimary) {
+		return err
+	}
+	if errors.Is(err, fence.ErrFenced) {
+		return fmt.Errorf("%w: %w", master.ErrFenced, err)
+	}
+	return fmt.Errorf("%w: %w", master.ErrLogFailed, err)
+}
+
+// Close stops taking records, appends what is queued and closes the
+// writer.
+func (l *oplog) Close(ctx context.Context) error {
+	l.mu.Lock()
+	l.closing = true
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case <-l.done:
+	case <-ctx.Done():
+	}
+	return l.w.Close(ctx)
+}
