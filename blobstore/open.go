@@ -58,6 +58,11 @@ func Open(ctx context.Context, rawURL string) (Container, error) {
 	if u.Scheme == "" {
 		return nil, fmt.Errorf("%w %s: no scheme (want one of %s://...)", ErrBadURL, RedactURL(u), strings.Join(Schemes(), "://, "))
 	}
+	if _, err := url.ParseQuery(u.RawQuery); err != nil {
+		// Query() would silently drop the pairs that do not parse: an
+		// option (credentials, an endpoint) would be ignored.
+		return nil, fmt.Errorf("%w %s: the query does not parse: %s", ErrBadURL, RedactURL(u), parseProblem(err))
+	}
 	registryMu.RLock()
 	open, ok := registry[u.Scheme]
 	registryMu.RUnlock()

@@ -14,8 +14,9 @@
 // remove, evict, restore) is described as an Op, in the standby wire model,
 // and handed to the Journal inside the critical section that made it, so
 // records of one key arrive in the order they were applied. Lease grants are
-// never logged. A standby applies the same records with ReplayStandby. The
-// fenced operation log plugs in as the Journal.
+// never logged. A standby applies the same records with ReplayStandby. No
+// durable Journal exists yet: the binary wires in none, so a restarted
+// master starts empty; a fenced operation log is meant to plug in here.
 //
 // Client liveness plugs in through ServingEligibility, which placement
 // consults; until the liveness state machine lands every client is Active.

@@ -22,7 +22,7 @@ type RewriteOptions struct {
 	// MaxWait bounds that wait; a rewrite that would need longer is
 	// rolled back. Default: seal.MaxLeaseInterval plus the margin.
 	MaxWait time.Duration
-	// Progress, when set, hears each step (freeze, claim, wait, install).
+	// Progress, when set, hears each step (freeze, claim, wait ..., install).
 	Progress func(step string)
 }
 
@@ -115,8 +115,8 @@ func RewriteFencing(ctx context.Context, store blobstore.Container, shard string
 				return rollback("LeaseWait", fmt.Errorf("%w: a term opened for writes under lease %v, so a zombie of it may acknowledge without a CAS for that long after its last renewal; the rewrite would have to wait %v (more than %v). Leave the shard as it is, or copy its data to a new shard",
 					ErrRewriteUnsafe, rw.From.LeaseInterval, wait, opts.MaxWait))
 			}
-			step("wait")
 			until := chain.SweptAt() + int64(wait)
+			step(fmt.Sprintf("wait %v: a lower term opened under lease %v and may still hold it", time.Duration(until-opts.Clock.Now()).Round(time.Millisecond), rw.From.LeaseInterval))
 			start := opts.Clock.Now()
 			if err := fence.Sleep(ctx, opts.Clock, time.Duration(until-start)); err != nil {
 				return rollback("LeaseWait", err)

@@ -129,22 +129,9 @@ func newServer(ctx context.Context, store blobstore.Container, opts Options, op 
 	if store == nil {
 		return nil, fmt.Errorf("%w: no store", ErrInvalidArgument)
 	}
-	if err := validateName("node", opts.Node, true); err != nil {
+	opts, err := opts.normalized()
+	if err != nil {
 		return nil, err
-	}
-	opts.Limits.setDefaults()
-	if err := opts.Limits.validate(); err != nil {
-		return nil, err
-	}
-	if opts.StallAfter == 0 {
-		opts.StallAfter = DefaultStallAfter
-	}
-	if opts.StallAfter < MinStallAfter || opts.StallAfter > MaxStallAfter {
-		return nil, fmt.Errorf("%w: stall-after %v is outside %v..%v", ErrInvalidArgument, opts.StallAfter, MinStallAfter, MaxStallAfter)
-	}
-	opts.Defaults = mergeSettings(DefaultSettings(), opts.Defaults)
-	if err := opts.Defaults.Validate(); err != nil {
-		return nil, fmt.Errorf("default shard settings: %w", err)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -174,6 +161,35 @@ func newServer(ctx context.Context, store blobstore.Container, opts Options, op 
 	s.metrics = newMetrics(opts.Registerer, s)
 	go s.watchHealth(context.WithoutCancel(ctx))
 	return s, nil
+}
+
+// Validate reports the first option outside its range (ErrInvalidArgument),
+// without touching any store: serve checks its flags with it first.
+func (o Options) Validate() error {
+	_, err := o.normalized()
+	return err
+}
+
+// normalized fills the defaults of o and checks every range.
+func (o Options) normalized() (Options, error) {
+	if err := validateName("node", o.Node, true); err != nil {
+		return o, err
+	}
+	o.Limits.setDefaults()
+	if err := o.Limits.validate(); err != nil {
+		return o, err
+	}
+	if o.StallAfter == 0 {
+		o.StallAfter = DefaultStallAfter
+	}
+	if o.StallAfter < MinStallAfter || o.StallAfter > MaxStallAfter {
+		return o, fmt.Errorf("%w: stall-after %v is outside %v..%v", ErrInvalidArgument, o.StallAfter, MinStallAfter, MaxStallAfter)
+	}
+	o.Defaults = mergeSettings(DefaultSettings(), o.Defaults)
+	if err := o.Defaults.Validate(); err != nil {
+		return o, fmt.Errorf("default shard settings: %w", err)
+	}
+	return o, nil
 }
 
 // mergeSettings fills the zero fields of req from def.

@@ -19,7 +19,7 @@ func runBenchMaster(ctx context.Context, args []string, stdout, stderr io.Writer
 	clients := fs.String("clients", "1,16", "comma-separated client counts for the GetReplicaList table; empty skips it")
 	keys := fs.Int("read-keys", 100000, "objects the GetReplicaList table reads from")
 	dur := fs.Duration("duration", 2*time.Second, "measuring time per GetReplicaList row")
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	sizes, err := intList(*objects)

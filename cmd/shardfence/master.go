@@ -45,7 +45,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return nil
 	})
 	evictEvery := fs.Duration("eviction-interval", 100*time.Millisecond, "how often to check the high watermark")
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
