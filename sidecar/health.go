@@ -124,31 +124,17 @@ func (s *Server) logHealth(sh *shard, now time.Time) {
 	}
 }
 
-// storeFault turns an Append whose deadline ran out while the shard's
-// syncs were retrying store errors into ErrStoreFault naming the cause:
-// the caller learns why, not only that time ran out. Other errors are
-// returned as they are.
-func storeFault(w *translog.Writer, err error) error {
-	if !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	h := w.StoreHealth()
-	if !h.Retrying() || h.LastError == nil {
-		return err
-	}
-	outcome := "nothing was written (the append waited for room behind the failing syncs)"
-	if blobstore.IsAmbiguous(err) {
-		outcome = "its outcome is unknown: its ops may still become durable once the store takes writes again"
-	}
-	return fmt.Errorf("%w: the shard's syncs have failed on the store for %v (last error: %v); the append's deadline ran out before it was acknowledged, so %s",
-		ErrStoreFault, time.Since(h.RetryingSince).Round(time.Millisecond), h.LastError, outcome)
-}
+// errFaultCut is the cause of an Append context the sidecar cut short
+// because the shard's syncs were failing on the store as the caller's
+// deadline came near.
+var errFaultCut = errors.New("cut short by a store fault")
 
-// answerBefore returns ctx with its deadline moved a little earlier (a
-// tenth of the time left, at most a second), so an Append that cannot be
-// acknowledged in time is answered, with its cause, before the caller's
-// own deadline fires and leaves it with a bare "deadline exceeded".
-func answerBefore(ctx context.Context) (context.Context, context.CancelFunc) {
+// cutOnStoreFault returns ctx, cancelled a little before its deadline (a
+// tenth of the time left, at most a second) if the shard's syncs are then
+// retrying store errors: the caller hears why its append is not
+// acknowledged, before its own deadline leaves it with a bare "deadline
+// exceeded". Without a store fault the append keeps its whole deadline.
+func cutOnStoreFault(ctx context.Context, w *translog.Writer) (context.Context, context.CancelFunc) {
 	d, ok := ctx.Deadline()
 	if !ok {
 		return ctx, func() {}
@@ -157,7 +143,36 @@ func answerBefore(ctx context.Context) (context.Context, context.CancelFunc) {
 	if margin <= 0 {
 		return ctx, func() {}
 	}
-	return context.WithDeadline(ctx, d.Add(-margin))
+	cctx, cancel := context.WithCancelCause(ctx)
+	t := time.AfterFunc(time.Until(d.Add(-margin)), func() {
+		if w.StoreHealth().Retrying() {
+			cancel(errFaultCut)
+		}
+	})
+	return cctx, func() {
+		t.Stop()
+		cancel(nil)
+	}
+}
+
+// storeFault turns the error of an Append cut short by cutOnStoreFault
+// into ErrStoreFault naming the cause; other errors are returned as they
+// are.
+func storeFault(ctx context.Context, w *translog.Writer, err error) error {
+	if !errors.Is(context.Cause(ctx), errFaultCut) {
+		return err
+	}
+	h := w.StoreHealth()
+	outcome := "nothing was written (the append waited for room behind the failing syncs)"
+	if blobstore.IsAmbiguous(err) {
+		outcome = "its outcome is unknown: its ops may still become durable once the store takes writes again"
+	}
+	since := "a while"
+	if h.Retrying() {
+		since = time.Since(h.RetryingSince).Round(time.Millisecond).String()
+	}
+	return fmt.Errorf("%w: the shard's syncs have failed on the store for %s (last error: %v); the append's deadline came before it was acknowledged, so %s",
+		ErrStoreFault, since, h.LastError, outcome)
 }
 
 // ShardReadiness is one shard's part of /readyz.

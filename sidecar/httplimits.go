@@ -51,6 +51,17 @@ func (g *requestGate) acquire(ctx context.Context, n int64) error {
 	}
 }
 
+// tryAcquire takes n bytes if they are free now.
+func (g *requestGate) tryAcquire(n int64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.avail < n {
+		return false
+	}
+	g.avail -= n
+	return true
+}
+
 func (g *requestGate) release(n int64) {
 	if n == 0 {
 		return
@@ -71,8 +82,11 @@ var streamingRequests = map[string]bool{}
 //   - a body announced larger than MaxRequestBytes is refused before any
 //     of it is read;
 //   - every call holds its body's bytes in a gate of
-//     MaxConcurrentRequestBytes (a body of unknown length as it is read),
-//     waiting at most BodyReadTimeout for room, then fails with ErrBusy;
+//     MaxConcurrentRequestBytes until it returns: a body with a
+//     Content-Length takes them before it is read, waiting at most
+//     BodyReadTimeout for room; a body of unknown length (gRPC) takes them
+//     as they arrive, without waiting. Either fails with ErrBusy when the
+//     gate stays full;
 //   - the body must arrive within BodyReadTimeout of the call's start.
 //     The deadline is lifted once the body was read, so a long Append
 //     wait or a long Read or Open stream is not cut.
@@ -82,12 +96,8 @@ func (s *Server) limitRequests(next http.Handler) http.Handler {
 	errw := connect.NewErrorWriter()
 	fail := func(w http.ResponseWriter, r *http.Request, status int, err error) {
 		s.metrics.errors.WithLabelValues("http", reasonLabel(err)).Inc()
-		ce := connect.NewError(connect.CodeResourceExhausted, err)
-		if d, derr := connect.NewErrorDetail(&sidecarv1.ErrorDetail{Reason: Reason(err)}); derr == nil {
-			ce.AddDetail(d)
-		}
 		if errw.IsSupported(r) {
-			_ = errw.Write(w, r, ce)
+			_ = errw.Write(w, r, tooLarge(err))
 			return
 		}
 		http.Error(w, err.Error(), status)
@@ -109,7 +119,8 @@ func (s *Server) limitRequests(next http.Handler) http.Handler {
 			}
 			held = r.ContentLength
 		}
-		b := &guardedBody{body: r.Body, gate: gate, deadline: deadline, timeout: lim.BodyReadTimeout, ctx: r.Context(), counted: r.ContentLength < 0}
+		b := &guardedBody{body: r.Body, gate: gate, deadline: deadline, timeout: lim.BodyReadTimeout, ctx: r.Context(),
+			counted: r.ContentLength < 0, limit: int64(lim.MaxRequestBytes) + envelopeSlack, maxRequest: lim.MaxRequestBytes}
 		defer func() { gate.release(held + b.taken) }()
 		if !streamingRequests[r.URL.Path] {
 			b.rc = http.NewResponseController(w)
@@ -117,8 +128,13 @@ func (s *Server) limitRequests(next http.Handler) http.Handler {
 				b.rc = nil
 			}
 		}
-		r.Body = b
-		next.ServeHTTP(w, r)
+		// A shallow copy carries the guarded body: the server's own request
+		// keeps its body, which it inspects after the call to decide
+		// whether the connection can be reused (not when the call stopped
+		// reading a body early).
+		r2 := r.WithContext(r.Context())
+		r2.Body = b
+		next.ServeHTTP(w, r2)
 	})
 }
 
@@ -133,17 +149,26 @@ type guardedBody struct {
 	rc       *http.ResponseController
 	counted  bool  // take bytes from the gate as they are read
 	taken    int64 // bytes taken from the gate by reads
-	done     bool
+	read     int64 // bytes read
+	limit    int64 // most bytes a request may carry, envelope included
+	// maxRequest is --max-request-bytes, for the message.
+	maxRequest int
+	done       bool
 }
 
 func (b *guardedBody) Read(p []byte) (int, error) {
 	n, err := b.body.Read(p)
+	b.read += int64(n)
+	if b.read > b.limit {
+		// A body of unknown length over the limit: stop here rather than
+		// read (and discard) the rest of it.
+		return 0, tooLarge(fmt.Errorf("%w: the request body is over %d bytes, the sidecar takes at most %d (--max-request-bytes): split the append", blobstore.ErrTooLarge, b.limit, b.maxRequest))
+	}
 	if n > 0 && b.counted {
-		ctx, cancel := context.WithDeadline(b.ctx, b.deadline)
-		gerr := b.gate.acquire(ctx, int64(n))
-		cancel()
-		if gerr != nil {
-			return 0, fmt.Errorf("%w: too many request bytes in flight (--max-concurrent-request-bytes); retry", ErrBusy)
+		// Without waiting: bodies that each hold part of the gate and wait
+		// for more would wait for one another.
+		if !b.gate.tryAcquire(int64(n)) {
+			return 0, tooLarge(fmt.Errorf("%w: too many request bytes in flight (--max-concurrent-request-bytes); nothing was done, retry", ErrBusy))
 		}
 		b.taken += int64(n)
 	}
@@ -154,6 +179,16 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 		err = fmt.Errorf("the request body did not arrive within %v (--body-read-timeout): %w", b.timeout, err)
 	}
 	return n, err
+}
+
+// tooLarge is err as the API error a body reader returns: connect passes a
+// *connect.Error from the reader on to the client as it is.
+func tooLarge(err error) error {
+	ce := connect.NewError(connect.CodeResourceExhausted, err)
+	if d, derr := connect.NewErrorDetail(&sidecarv1.ErrorDetail{Reason: Reason(err)}); derr == nil {
+		ce.AddDetail(d)
+	}
+	return ce
 }
 
 // Close leaves the deadline in place when the body was not read to its

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -497,5 +498,59 @@ func TestInspectShowsStoredSettings(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(res.Msg.GetLines(), "\n"), "settings: fencing lease (3s)") {
 		t.Fatalf("inspect lines %q", res.Msg.GetLines())
+	}
+}
+
+// Bodies without a Content-Length (gRPC, chunked uploads) take their bytes
+// from the gate as they arrive: over-limit ones are stopped at the limit
+// instead of read to the end, and many at once never wait on one another
+// (each fails with resource_exhausted instead); a small one goes through.
+func TestChunkedBodiesAreCappedWithoutDeadlock(t *testing.T) {
+	e := newEnv(t, Options{Limits: Limits{MaxRequestBytes: 1 << 20, MaxConcurrentRequestBytes: 1 << 20}}, HandlerOptions{})
+	openShard(t, e.client, "s", 1, "a")
+	post := func(size int) (int, string) {
+		body := io.MultiReader(strings.NewReader(strings.Repeat("x", size))) // no length: chunked
+		req, err := http.NewRequest(http.MethodPost, e.http.URL+"/shardfence.sidecar.v1.SidecarService/Append", body)
+		if err != nil {
+			t.Error(err)
+			return 0, ""
+		}
+		req.Header.Set("Content-Type", "application/proto")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range 8 {
+		wg.Go(func() {
+			if code, body := post(3 << 20); code != http.StatusTooManyRequests || !strings.Contains(body, "resource_exhausted") {
+				t.Errorf("chunked 3 MiB body: %d %s", code, body)
+			}
+		})
+	}
+	wg.Wait()
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("8 over-limit chunked bodies took %v: waiting on one another?", took)
+	}
+	var req bytes.Buffer
+	req.Write([]byte{0x0a, 1, 's', 0x12, 2, 'o', 'k'}) // AppendRequest{shard: "s", ops: ["ok"]}
+	r, err := http.NewRequest(http.MethodPost, e.http.URL+"/shardfence.sidecar.v1.SidecarService/Append", io.MultiReader(&req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Header.Set("Content-Type", "application/proto")
+	res, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("small chunked append after the flood: %d %s", res.StatusCode, b)
 	}
 }

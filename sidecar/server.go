@@ -633,9 +633,9 @@ func (s *Server) append(ctx context.Context, name string, ops [][]byte, expected
 	}
 	start, sent := time.Now(), s.clock.Now()
 	w := sh.writer()
-	actx, cancel := answerBefore(ctx)
+	actx, stop := cutOnStoreFault(ctx, w)
 	ack, err := w.Append(actx, ops)
-	cancel()
+	stop()
 	if err != nil {
 		sh.mu.Lock()
 		state, target = sh.state, sh.target
@@ -645,7 +645,7 @@ func (s *Server) append(ctx context.Context, name string, ops [][]byte, expected
 			return translog.Ack{}, opErr(op, name, fmt.Errorf("%w to allocation %q: %w", ErrHandingOff, target, err), "not acknowledged; retry on the target once it adopted the shard")
 		}
 		s.noteFailure(sh, err)
-		if ferr := storeFault(w, err); ferr != err {
+		if ferr := storeFault(actx, w, err); ferr != err {
 			return translog.Ack{}, opErr(op, name, ferr, "the store is failing (status shows the shard's store health); retry the append once it takes writes again")
 		}
 		return translog.Ack{}, opErr(op, name, err, hintFor(err))
