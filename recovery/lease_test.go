@@ -135,6 +135,37 @@ func TestLeaseOpenWaitsForALowerTermThatOpenedWithoutItsKey(t *testing.T) {
 	}
 }
 
+type rewriteOut struct {
+	res recovery.RewriteResult
+	err error
+}
+
+// rewriteBG runs a fencing rewrite in the background.
+func rewriteBG(store blobstore.Container, term int64, to seal.Fencing, o recovery.RewriteOptions) chan rewriteOut {
+	ch := make(chan rewriteOut, 1)
+	go func() {
+		res, err := recovery.RewriteFencing(context.Background(), store, shard, term, "admin", to, o)
+		ch <- rewriteOut{res, err}
+	}()
+	return ch
+}
+
+// rewriteDone returns the rewrite's result, failing the test if it erred
+// or still runs after 30s of real time (waiting on the fake clock).
+func rewriteDone(t *testing.T, ch chan rewriteOut, what string) recovery.RewriteResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("%s: %v", what, r.err)
+		}
+		return r.res
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s waited", what)
+	}
+	return recovery.RewriteResult{}
+}
+
 // storeFencing writes a settings body by hand, as a build without the
 // lease range could have stored it.
 func storeFencing(t *testing.T, store blobstore.Container, lease time.Duration) {
@@ -166,21 +197,7 @@ func TestRewriteRescuesAShardWhoseFirstOpenStoredAnAbsurdLease(t *testing.T) {
 		t.Fatalf("the refused open claimed term 2 (stat %v)", err)
 	}
 	to := seal.Fencing{Mode: translog.Lease, LeaseInterval: 2 * time.Second}
-	done := make(chan error, 1)
-	var res recovery.RewriteResult
-	go func() {
-		var err error
-		res, err = recovery.RewriteFencing(ctx, store, shard, 2, "admin", to, recovery.RewriteOptions{Clock: clock})
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the rewrite waited although no term ever opened")
-	}
+	res := rewriteDone(t, rewriteBG(store, 2, to, recovery.RewriteOptions{Clock: clock}), "the rewrite of a shard no term ever opened")
 	if res.Waited != 0 || res.From.LeaseInterval != 87600*time.Hour || res.To != to {
 		t.Fatalf("rewrite result %+v", res)
 	}
@@ -206,16 +223,12 @@ func TestRewriteShorteningTheLeaseWaitsOutTheRunningLease(t *testing.T) {
 	appendOps(t, sh1.Writer, acked[0])
 
 	to := seal.Fencing{Mode: translog.PerSync}
-	done := make(chan error, 1)
-	go func() {
-		_, err := recovery.RewriteFencing(ctx, store, shard, 2, "admin", to, recovery.RewriteOptions{Clock: clock})
-		done <- err
-	}()
+	done := rewriteBG(store, 2, to, recovery.RewriteOptions{Clock: clock})
 	deadline := time.Now().Add(30 * time.Second)
 	for clock.Waiters() == 0 {
 		select {
-		case err := <-done:
-			t.Fatalf("the rewrite finished without waiting out term 1's lease: %v", err)
+		case r := <-done:
+			t.Fatalf("the rewrite finished without waiting out term 1's lease: %v", r.err)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -234,9 +247,7 @@ func TestRewriteShorteningTheLeaseWaitsOutTheRunningLease(t *testing.T) {
 		t.Fatalf("open during the rewrite: %v, want ErrFencingRewrite", err)
 	}
 	clock.Advance(lease + time.Second)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	rewriteDone(t, done, "the rewrite after the lease")
 	if _, err := sh1.Writer.Append(ctx, [][]byte{[]byte("t1-2")}); !errors.Is(err, fence.ErrFenced) {
 		t.Fatalf("term 1 after the rewrite: %v, want fenced", err)
 	}
@@ -262,19 +273,7 @@ func TestRewriteThatCannotWeakenDoesNotWaitAndAnUnsafeOneRollsBack(t *testing.T)
 	sh1 := waitOpen(t, openBG(t, store, 1, "a1", leaseOptions(clock, time.Second, nil)), "term 1")
 	appendOps(t, sh1.Writer, "x")
 	longer := seal.Fencing{Mode: translog.Lease, LeaseInterval: 4 * time.Second}
-	done := make(chan error, 1)
-	go func() {
-		_, err := recovery.RewriteFencing(ctx, store, shard, 2, "admin", longer, recovery.RewriteOptions{Clock: clock})
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("a lengthening rewrite waited")
-	}
+	rewriteDone(t, rewriteBG(store, 2, longer, recovery.RewriteOptions{Clock: clock}), "a lengthening rewrite")
 	_, err := recovery.RewriteFencing(ctx, store, shard, 3, "admin", seal.Fencing{Mode: translog.PerSync}, recovery.RewriteOptions{Clock: clock, MaxWait: time.Second})
 	if !errors.Is(err, recovery.ErrRewriteUnsafe) {
 		t.Fatalf("a shortening that must wait 5s with at most 1s allowed: %v, want ErrRewriteUnsafe", err)

@@ -112,8 +112,12 @@ func RewriteFencing(ctx context.Context, store blobstore.Container, shard string
 		if opened {
 			wait := rw.From.LeaseInterval + opts.LeaseMargin
 			if wait > opts.MaxWait {
-				return rollback("LeaseWait", fmt.Errorf("%w: a term opened for writes under lease %v, so a zombie of it may acknowledge without a CAS for that long after its last renewal; the rewrite would have to wait %v (more than %v). Leave the shard as it is, or copy its data to a new shard",
-					ErrRewriteUnsafe, rw.From.LeaseInterval, wait, opts.MaxWait))
+				next := fmt.Sprintf("run it again allowing a wait of at least %v", wait)
+				if rw.From.LeaseInterval > seal.MaxLeaseInterval {
+					next = "no rewrite is safe before that: leave the shard as it is, or copy its data to a new shard"
+				}
+				return rollback("LeaseWait", fmt.Errorf("%w: a term opened for writes under lease %v, so a zombie of it may acknowledge without a CAS for that long after its last renewal; the rewrite would have to wait %v, more than the %v allowed; %s",
+					ErrRewriteUnsafe, rw.From.LeaseInterval, wait, opts.MaxWait, next))
 			}
 			until := chain.SweptAt() + int64(wait)
 			step(fmt.Sprintf("wait %v: a lower term opened under lease %v and may still hold it", time.Duration(until-opts.Clock.Now()).Round(time.Millisecond), rw.From.LeaseInterval))

@@ -135,12 +135,8 @@ var errFaultCut = errors.New("cut short by a store fault")
 // acknowledged, before its own deadline leaves it with a bare "deadline
 // exceeded". Without a store fault the append keeps its whole deadline.
 func cutOnStoreFault(ctx context.Context, w *translog.Writer) (context.Context, context.CancelFunc) {
-	d, ok := ctx.Deadline()
+	d, margin, ok := deadlineMargin(ctx)
 	if !ok {
-		return ctx, func() {}
-	}
-	margin := min(time.Until(d)/10, time.Second)
-	if margin <= 0 {
 		return ctx, func() {}
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
@@ -153,6 +149,28 @@ func cutOnStoreFault(ctx context.Context, w *translog.Writer) (context.Context, 
 		t.Stop()
 		cancel(nil)
 	}
+}
+
+// deadlineMargin is how much earlier than its caller's deadline the
+// sidecar gives up on a call: a tenth of the time left, at most a second.
+func deadlineMargin(ctx context.Context) (time.Time, time.Duration, bool) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return d, 0, false
+	}
+	m := min(time.Until(d)/10, time.Second)
+	return d, m, m > 0
+}
+
+// answerBefore moves ctx's deadline earlier by deadlineMargin, so a call
+// that runs out of time (an Open retrying a failing store) is answered with
+// its cause while the caller still listens.
+func answerBefore(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, m, ok := deadlineMargin(ctx)
+	if !ok {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, d.Add(-m))
 }
 
 // storeFault turns the error of an Append cut short by cutOnStoreFault

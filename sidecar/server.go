@@ -455,6 +455,10 @@ func (s *Server) shardStore(name string) (blobstore.Container, error) {
 // events receive the restore as it happens.
 func (s *Server) Open(ctx context.Context, name string, term int64, alloc string, req Settings, events func(openEvent) error) (ShardStatus, error) {
 	const op = "Open"
+	// An Open retried on a failing store is answered with the store's
+	// error before the caller's deadline; retrying it is safe.
+	ctx, cancel := answerBefore(ctx)
+	defer cancel()
 	res, err := s.open(ctx, name, term, alloc, req, events)
 	if err != nil {
 		s.metrics.opens.WithLabelValues(reasonLabel(err)).Inc()
@@ -646,7 +650,7 @@ func (s *Server) append(ctx context.Context, name string, ops [][]byte, expected
 		}
 		s.noteFailure(sh, err)
 		if ferr := storeFault(actx, w, err); ferr != err {
-			return translog.Ack{}, opErr(op, name, ferr, "the store is failing (status shows the shard's store health); retry the append once it takes writes again")
+			return translog.Ack{}, opErr(op, name, ferr, "the store is failing, see the shard's store health in status; retry the append once it takes writes again")
 		}
 		return translog.Ack{}, opErr(op, name, err, hintFor(err))
 	}

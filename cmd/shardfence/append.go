@@ -101,11 +101,18 @@ func appendFrom(ctx context.Context, args []string, stdin io.Reader, stdout, std
 				sent += len(pending)
 			}
 			if blank > 0 {
-				fmt.Fprintf(e.stderr, "skipped %d blank lines (--empty-ops appends them as empty ops)\n", blank)
+				fmt.Fprintf(e.stderr, "skipped %d blank %s (--empty-ops appends them as empty ops)\n", blank, plural(blank, "line", "lines"))
 			}
 			if sent == 0 {
 				return fmt.Errorf("%w: no ops to append: stdin had none (give --op, or one op per line on stdin)", errUsage)
 			}
 			return nil
 		}}, args, stdin, stdout, stderr)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -119,7 +119,7 @@ func TestClientCommandsAgainstServe(t *testing.T) {
 		t.Errorf("append with only blank lines: exit %d, %q", r.code, r.stderr)
 	}
 	r = cli(t, "a\n\nb\n", with("append")...)
-	if r.code != 0 || !strings.Contains(r.stdout, "acked 2 ops") || !strings.Contains(r.stderr, "skipped 1 blank line") {
+	if r.code != 0 || !strings.Contains(r.stdout, "acked 2 ops") || !strings.Contains(r.stderr, "skipped 1 blank line ") {
 		t.Errorf("append with a blank line: exit %d, %q, %q", r.code, r.stdout, r.stderr)
 	}
 	ends("append", r)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -103,6 +102,9 @@ func sidecarBase(addr string) (base, socket string, err error) {
 		return u.Scheme + "://" + u.Host, "", nil
 	}
 	host, port, err := net.SplitHostPort(addr)
+	if err != nil && !strings.Contains(addr, ":") {
+		return bad(fmt.Sprintf("%q has no port (it would dial port 80)", clipArg(addr)))
+	}
 	if err != nil || host == "" || port == "" {
 		return bad(fmt.Sprintf("%q has no HOST:PORT form", clipArg(addr)))
 	}
@@ -126,13 +128,9 @@ func (c *clientFlags) dial() (sidecarv1connect.SidecarServiceClient, error) {
 		}
 	}
 	if c.caCert != "" {
-		pem, err := os.ReadFile(c.caCert)
+		pool, err := loadCAs("--ca-cert", c.caCert)
 		if err != nil {
-			return nil, fmt.Errorf("%w: --ca-cert: %v", errUsage, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: --ca-cert %s holds no PEM certificate", errUsage, c.caCert)
+			return nil, err
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}

@@ -244,17 +244,26 @@ func tlsConfig(f *serveFlags) (*tls.Config, error) {
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
 	if f.tlsCA != "" {
-		pem, err := os.ReadFile(f.tlsCA)
+		pool, err := loadCAs("--tls-client-ca", f.tlsCA)
 		if err != nil {
-			return nil, fmt.Errorf("%w: --tls-client-ca: %v", errUsage, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: --tls-client-ca %s holds no PEM certificate", errUsage, f.tlsCA)
+			return nil, err
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
 	return cfg, nil
+}
+
+// loadCAs reads the PEM CA bundle a flag names.
+func loadCAs(flagName, path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", errUsage, flagName, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%w: %s %s holds no PEM certificate", errUsage, flagName, path)
+	}
+	return pool, nil
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
