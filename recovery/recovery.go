@@ -13,12 +13,14 @@
 //
 // The fencing mode (enabled or not, per-sync or lease, and the lease
 // interval) is the shard's, not the caller's: the first Open stores
-// Writer's as the immutable seal.FencingKey, and every later Open runs the
-// stored mode and interval whatever it asked for (Shard.Fencing reports
-// them). A successor therefore waits out a lease whenever the shard is in
-// lease mode, with the lease its predecessors ran. Only asking for fencing
-// on an unfenced shard, or the reverse, is refused (seal.ErrFencingMismatch),
-// before anything is claimed.
+// Writer's as seal.FencingKey, and every later Open runs the stored mode
+// and interval whatever it asked for (Shard.Fencing reports them), as read
+// after its sweep. A successor therefore waits out a lease whenever the
+// shard is in lease mode, with the lease its predecessors ran, unless the
+// shard has no predecessor at all. Only asking for fencing on an unfenced
+// shard, or the reverse, is refused (seal.ErrFencingMismatch), before
+// anything is claimed. RewriteFencing changes the stored fencing of a shard
+// with no live owner, safely (docs/PROTOCOL.md).
 package recovery
 
 import (
