@@ -85,6 +85,44 @@ func TestRedact(t *testing.T) {
 	}
 }
 
+// A secret in any position of a store URL never reaches an error or the
+// redacted form: user info, credential-like parameters, user info inside
+// endpoint=, fragments, unparseable queries, and URLs that do not parse at
+// all (a *url.Error repeats the whole raw URL).
+func TestRedactKeepsSecretsOutOfEveryPosition(t *testing.T) {
+	const secret = "SEKRIT9"
+	urls := []string{
+		"minio://AK:" + secret + "@127.0.0.1:1/bucket/p",
+		"minio://AK:" + secret + "@[::1/bucket/p",
+		"s3://bucket/p?secret_key=" + secret + "&access_key=AK",
+		"s3://bucket/p?secret=" + secret,
+		"s3://bucket/p?key=" + secret,
+		"azblob://acct/c/p?sig=" + secret,
+		"azblob://acct/c/p?SAS=" + secret,
+		"s3://bucket/p?endpoint=http://AK:" + secret + "@127.0.0.1:1",
+		"s3://bucket/p?endpoint=http://AK:" + secret + "@[::1",
+		"gs://bucket/p?endpoint=http%3A%2F%2Fu%3A" + secret + "%40127.0.0.1%3A1",
+		"s3://bucket/p?secret=" + secret + "%ZZ",
+		"s3://bucket/p?region=x;secret=" + secret,
+		"s3://bucket/p#" + secret,
+		"s3:AK:" + secret + "@bucket",
+		"file:///tmp/x?secret=" + secret + "\x01",
+		"minio://AK:" + secret + "@host:99999999/bucket",
+		"minio://host:" + secret + "/bucket",
+		"s3://bucket/p?secret=" + secret + "\n",
+		"\x00minio://AK:" + secret + "@host/b",
+	}
+	for _, raw := range urls {
+		if got := blobstore.Redact(raw); strings.Contains(got, secret) {
+			t.Errorf("Redact(%q) = %q", raw, got)
+		}
+		_, err := blobstore.Open(context.Background(), raw)
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("Open(%q): %v", raw, err)
+		}
+	}
+}
+
 func TestSubKeepsKeysInsideItsPrefix(t *testing.T) {
 	ctx := context.Background()
 	root := mem.New()

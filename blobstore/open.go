@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -48,35 +49,91 @@ func Schemes() []string {
 
 // Open opens the container a store URL names, for example
 // file:///var/lib/shardfence, file://./data, mem://test, s3://bucket/prefix.
+// Every error names the URL only in its redacted form (Redact).
 func Open(ctx context.Context, rawURL string) (*Container, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w %q: %v", ErrBadURL, Redact(rawURL), err)
+		return nil, fmt.Errorf("%w %s: %s", ErrBadURL, Redact(rawURL), parseProblem(err))
 	}
 	if u.Scheme == "" {
-		return nil, fmt.Errorf("%w %q: no scheme (want one of %s://...)", ErrBadURL, Redact(rawURL), strings.Join(Schemes(), "://, "))
+		return nil, fmt.Errorf("%w %s: no scheme (want one of %s://...)", ErrBadURL, RedactURL(u), strings.Join(Schemes(), "://, "))
+	}
+	if _, err := url.ParseQuery(u.RawQuery); err != nil {
+		// Query() would silently drop the pairs that do not parse: an
+		// option (credentials, an endpoint) would be ignored.
+		return nil, fmt.Errorf("%w %s: the query does not parse: %s", ErrBadURL, RedactURL(u), parseProblem(err))
 	}
 	registryMu.RLock()
 	open, ok := registry[u.Scheme]
 	registryMu.RUnlock()
 	if !ok {
 		known := Schemes()
-		return nil, fmt.Errorf("%w %q: unknown scheme %q (registered: %s; import blobstore/drivers to register all drivers)", ErrBadURL, Redact(rawURL), u.Scheme, strings.Join(known, ", "))
+		return nil, fmt.Errorf("%w %s: unknown scheme %q (registered: %s; import blobstore/drivers to register all drivers)", ErrBadURL, RedactURL(u), clip(u.Scheme, 32), strings.Join(known, ", "))
 	}
 	return open(ctx, u)
 }
 
-// secretParams are query parameters whose values never appear in messages.
-var secretParams = []string{"secret", "secret_key", "access_key", "key", "token", "password", "sas", "sig", "account_key"}
+// quoted matches a quoted fragment of a parse error: net/url quotes the
+// part of the URL it could not read (a port, a host, an escape), and that
+// part may be a credential.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
-// Redact returns a store URL fit for logs and errors: no user info, and the
-// values of credential-like query parameters replaced.
+// parseProblem says why url.Parse refused a URL without repeating any part
+// of the URL: a *url.Error carries the whole raw URL, secrets included.
+func parseProblem(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	msg := quoted.ReplaceAllString(err.Error(), "(not shown)")
+	return strings.TrimPrefix(msg, "net/url: ")
+}
+
+// secretWords mark query parameters whose values never appear in messages:
+// any parameter whose name contains one of them (case-insensitive), so
+// secret_key, access_key, sas, sig, x-amz-security-token and account_key
+// are all covered.
+var secretWords = []string{"secret", "token", "passw", "pwd", "sig", "key", "credential", "auth", "sas"}
+
+func secretParam(name string) bool {
+	n := strings.ToLower(name)
+	for _, w := range secretWords {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// Redact returns a store URL fit for logs and errors: no user info, no
+// fragment, the values of credential-like query parameters replaced, and
+// user info inside URL-valued parameters (endpoint=) removed. A URL that
+// does not parse shows only its scheme.
 func Redact(rawURL string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return "<unparseable store URL>"
+		scheme, _, found := strings.Cut(rawURL, "://")
+		if !found || !validScheme(scheme) {
+			return "<unparseable store URL>"
+		}
+		return scheme + "://<unparseable, not shown>"
 	}
 	return RedactURL(u)
+}
+
+// validScheme reports whether s is a URL scheme (RFC 3986), so it can be
+// shown without showing anything else.
+func validScheme(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i, c := range s {
+		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		if !letter && (i == 0 || !(c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return false
+		}
+	}
+	return true
 }
 
 // RedactURL is Redact for a parsed URL; u is not modified.
@@ -85,18 +142,48 @@ func RedactURL(u *url.URL) string {
 	if c.User != nil {
 		c.User = url.User("REDACTED")
 	}
-	q := c.Query()
-	changed := false
-	for k := range q {
-		for _, s := range secretParams {
-			if strings.EqualFold(k, s) {
-				q.Set(k, "REDACTED")
-				changed = true
+	if c.Opaque != "" {
+		c.Opaque = "REDACTED"
+	}
+	if c.Fragment != "" || c.RawFragment != "" {
+		c.Fragment, c.RawFragment = "REDACTED", ""
+	}
+	if c.RawQuery != "" {
+		q, err := url.ParseQuery(c.RawQuery)
+		if err != nil {
+			// A pair that does not parse is dropped by Query(): it could
+			// be a secret, so none of the raw query is shown.
+			c.RawQuery = "REDACTED"
+		} else {
+			for k, vs := range q {
+				for i, v := range vs {
+					switch {
+					case secretParam(k):
+						vs[i] = "REDACTED"
+					case strings.Contains(v, "@") || strings.Contains(v, "://"):
+						vs[i] = redactValue(v)
+					}
+				}
 			}
+			c.RawQuery = q.Encode()
 		}
 	}
-	if changed {
-		c.RawQuery = q.Encode()
-	}
 	return c.String()
+}
+
+// redactValue redacts a query value that is itself a URL (endpoint=).
+func redactValue(v string) string {
+	inner, err := url.Parse(v)
+	if err != nil || inner.Scheme == "" && strings.Contains(v, "@") {
+		return "REDACTED"
+	}
+	return RedactURL(inner)
+}
+
+// clip shortens s for a message.
+func clip(s string, n int) string {
+	if len(s) > n {
+		s = s[:n] + "..."
+	}
+	return strings.ToValidUTF8(s, "?")
 }

@@ -13,12 +13,14 @@
 //
 // The fencing mode (enabled or not, per-sync or lease, and the lease
 // interval) is the shard's, not the caller's: the first Open stores
-// Writer's as the immutable seal.FencingKey, and every later Open runs the
-// stored mode and interval whatever it asked for (Shard.Fencing reports
-// them). A successor therefore waits out a lease whenever the shard is in
-// lease mode, with the lease its predecessors ran. Only asking for fencing
-// on an unfenced shard, or the reverse, is refused (seal.ErrFencingMismatch),
-// before anything is claimed.
+// Writer's as seal.FencingKey, and every later Open runs the stored mode
+// and interval whatever it asked for (Shard.Fencing reports them), as read
+// after its sweep. A successor therefore waits out a lease whenever the
+// shard is in lease mode, with the lease its predecessors ran, unless the
+// shard has no predecessor at all. Only asking for fencing on an unfenced
+// shard, or the reverse, is refused (seal.ErrFencingMismatch), before
+// anything is claimed. RewriteFencing changes the stored fencing of a shard
+// with no live owner, safely (docs/PROTOCOL.md).
 package recovery
 
 import (
@@ -145,6 +147,28 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// leaseWait waits out the lease a predecessor may hold: the incumbent acks
+// without a CAS only while its lease, started before our sweep, runs. A
+// shard with no predecessor has nothing to wait for: no lower fence key
+// was swept, and no lower term stored a seal marker, which every term
+// stores before its writer opens (GC keeps the newest). A lower term that
+// opens its writer after our sweep has no fence key left to renew its
+// lease with, so it acknowledges nothing. The markers are listed after
+// the sweep, so a concurrent first claimant either shows up or is fenced.
+func leaseWait(ctx context.Context, store *blobstore.Container, shard string, term int64, chain *fence.Chain, f seal.Fencing, opts Options, so seal.Options) error {
+	if len(chain.Predecessors()) == 0 {
+		found, err := seal.LowerMarkers(ctx, store, shard, term, so)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return nil
+		}
+	}
+	until := chain.SweptAt() + int64(f.LeaseInterval+opts.LeaseMargin)
+	return fence.Sleep(ctx, opts.Clock, time.Duration(until-opts.Clock.Now()))
+}
+
 // Open claims term for allocation and opens the shard for writes. See the
 // package comment for the steps. A *fence.FencedError means the grant is
 // stale or another allocation holds the term; any other error leaves the
@@ -167,9 +191,10 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 		return nil, &Error{Step: step, Shard: shard, Term: term, Err: err}
 	}
 	so := seal.Options{Clock: opts.Clock, Backoff: opts.Backoff, Parallelism: opts.Parallelism}
-	// Before the claim, so a refused mode fences nobody.
-	fencing, err := seal.ShardFencing(ctx, store, shard, seal.FencingOf(opts.Writer), so)
-	if err != nil {
+	// Before the claim, so a refused mode fences nobody; a shard's first
+	// open creates the settings here.
+	want := seal.FencingOf(opts.Writer)
+	if _, err := seal.ShardFencing(ctx, store, shard, want, so); err != nil {
 		return fail("Settings", err)
 	}
 	chain, err := fence.Claim(ctx, store, shard, term, allocation,
@@ -177,11 +202,17 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 	if err != nil {
 		return fail("Claim", err)
 	}
+	// Read again after the sweep: that read is what this term runs and
+	// waits for. Every predecessor that may still hold a lease read the
+	// settings before its last CAS, which came before our sweep, and a
+	// rewrite never lets a later read see a shorter lease than a writer
+	// may still hold (docs/PROTOCOL.md, "Rewriting the stored fencing").
+	fencing, err := seal.ShardFencing(ctx, store, shard, want, so)
+	if err != nil {
+		return fail("Settings", err)
+	}
 	if !fencing.Disabled && fencing.Mode == translog.Lease {
-		// The incumbent acks without a CAS only while its lease, started
-		// before our delete, runs: wait it out from the sweep.
-		until := chain.SweptAt() + int64(fencing.LeaseInterval+opts.LeaseMargin)
-		if err := fence.Sleep(ctx, opts.Clock, time.Duration(until-opts.Clock.Now())); err != nil {
+		if err := leaseWait(ctx, store, shard, term, chain, fencing, opts, so); err != nil {
 			return fail("LeaseWait", err)
 		}
 	}

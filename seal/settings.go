@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -13,18 +14,38 @@ import (
 	"github.com/shardfence/shardfence/translog"
 )
 
-// FencingKey holds the shard's fencing settings, created at its first open
-// and never rewritten: a successor's lease wait depends on the mode its
-// predecessors ran, so the mode is the shard's, not the caller's.
+// FencingKey holds the shard's fencing settings, created at its first
+// open. Openers never rewrite it; only the fencing rewrite (BeginFencing
+// Rewrite, FinishFencingRewrite) changes it, under the rules of
+// docs/PROTOCOL.md ("Rewriting the stored fencing"): a successor's lease
+// wait depends on the mode its predecessors ran, so the mode is the
+// shard's, not the caller's.
 const FencingKey = "settings/fencing"
 
 // DefaultLeaseInterval is the lease a lease-mode shard records when its
 // first open left the interval zero (the translog's default).
 const DefaultLeaseInterval = 10 * time.Second
 
-// ErrFencingMismatch: an open asked for fencing on a shard created
-// unfenced, or the reverse.
-var ErrFencingMismatch = errors.New("fencing setting differs from the shard's")
+// The range of a stored lease interval. A longer lease would make every
+// failover of the shard wait that long; a shard whose stored lease lies
+// outside the range (stored before the range existed) does not open until
+// its fencing is rewritten.
+const (
+	MinLeaseInterval = 10 * time.Millisecond
+	MaxLeaseInterval = 10 * time.Minute
+)
+
+var (
+	// ErrFencingMismatch: an open asked for fencing on a shard created
+	// unfenced, or the reverse.
+	ErrFencingMismatch = errors.New("fencing setting differs from the shard's")
+	// ErrFencingRewrite: the shard's fencing is being rewritten; no term
+	// opens until the rewrite finished or was rolled back.
+	ErrFencingRewrite = errors.New("fencing settings are being rewritten")
+	// ErrFencingOutOfRange: the shard's stored lease interval lies outside
+	// MinLeaseInterval..MaxLeaseInterval.
+	ErrFencingOutOfRange = errors.New("stored lease interval out of range")
+)
 
 // Fencing is the write witness of a shard, fixed at its first open.
 type Fencing struct {
@@ -69,68 +90,160 @@ func (f Fencing) String() string {
 	return f.Mode.String()
 }
 
+// checkRange refuses a lease interval outside the stored range.
+func (f Fencing) checkRange() error {
+	if f.Disabled || f.Mode != translog.Lease {
+		return nil
+	}
+	if f.LeaseInterval < MinLeaseInterval || f.LeaseInterval > MaxLeaseInterval {
+		return fmt.Errorf("lease interval %v outside %v..%v", f.LeaseInterval, MinLeaseInterval, MaxLeaseInterval)
+	}
+	return nil
+}
+
+// Weakens reports whether writers running f while a successor runs to
+// could acknowledge after the successor stopped waiting: to waits less
+// than f may hold a lease (per_sync waits nothing; a shorter lease waits
+// less). Switching between fenced and unfenced is never a rewrite.
+func (f Fencing) Weakens(to Fencing) bool {
+	if f.Disabled || f.Mode != translog.Lease {
+		return false
+	}
+	return to.Mode != translog.Lease || to.LeaseInterval < f.LeaseInterval
+}
+
+// FencingRewrite is a rewrite of the shard's fencing in progress: From is
+// what writers may still run, To what the rewrite installs, Term the term
+// the rewrite claims. While it is stored, no term opens.
+type FencingRewrite struct {
+	From, To Fencing
+	Term     int64
+}
+
+func (rw FencingRewrite) String() string {
+	return fmt.Sprintf("from %s to %s by term %d", rw.From, rw.To, rw.Term)
+}
+
 const (
 	fencingTag     = "shardfence.fencing"
 	fencingVersion = "v1"
 	fencingFields  = 7
+	// rewriteVersion marks a rewrite in progress. A build that reads only
+	// v1 sees an unknown version and refuses to open the shard, which is
+	// what the rewrite needs of every opener.
+	rewriteVersion = "rewrite1"
+	rewriteFields  = 10
 )
 
-// encodeFencing is the body: "shardfence.fencing|v1|shard|enabled|mode|
-// lease ms|crc32c", a line an operator can read with any store client.
-func encodeFencing(shard string, f Fencing) []byte {
+func fencingParts(f Fencing) []string {
 	enabled := "enabled"
 	if f.Disabled {
 		enabled = "disabled"
 	}
-	s := strings.Join([]string{fencingTag, fencingVersion, shard, enabled, f.Mode.String(), itoa(f.LeaseInterval.Milliseconds())}, "|")
+	return []string{enabled, f.Mode.String(), itoa(f.LeaseInterval.Milliseconds())}
+}
+
+func sealed(parts ...string) []byte {
+	s := strings.Join(parts, "|")
 	return []byte(fmt.Sprintf("%s|%08x", s, translog.Checksum([]byte(s))))
 }
 
+// encodeFencing is the body: "shardfence.fencing|v1|shard|enabled|mode|
+// lease ms|crc32c", a line an operator can read with any store client.
+func encodeFencing(shard string, f Fencing) []byte {
+	return sealed(append([]string{fencingTag, fencingVersion, shard}, fencingParts(f)...)...)
+}
+
+// encodeRewrite is the body of a rewrite in progress: "shardfence.fencing|
+// rewrite1|shard|enabled|mode|lease ms|to mode|to lease ms|term|crc32c".
+func encodeRewrite(shard string, rw FencingRewrite) []byte {
+	to := fencingParts(rw.To)
+	return sealed(append(append([]string{fencingTag, rewriteVersion, shard}, fencingParts(rw.From)...), to[1], to[2], itoa(rw.Term))...)
+}
+
 // DecodeFencing parses the settings stored at FencingKey and checks they
-// belong to shard. Errors are *fence.BodyError.
+// belong to shard. Errors are *fence.BodyError, or ErrFencingRewrite while
+// a rewrite is in progress.
 func DecodeFencing(shard string, body []byte) (Fencing, error) {
-	bad := func(err error, format string, args ...any) (Fencing, error) {
-		return Fencing{}, &fence.BodyError{Shard: shard, Key: FencingKey, Err: err, Detail: fmt.Sprintf(format, args...)}
+	f, rw, err := decodeStored(shard, body)
+	if err == nil && rw != nil {
+		return Fencing{}, fmt.Errorf("%w (%s)", ErrFencingRewrite, rw)
+	}
+	return f, err
+}
+
+// decodeStored parses the stored settings: the fencing writers run, and the
+// rewrite in progress if any (then the fencing is its From).
+func decodeStored(shard string, body []byte) (Fencing, *FencingRewrite, error) {
+	bad := func(err error, format string, args ...any) (Fencing, *FencingRewrite, error) {
+		return Fencing{}, nil, &fence.BodyError{Shard: shard, Key: FencingKey, Err: err, Detail: fmt.Sprintf(format, args...)}
 	}
 	p := strings.Split(string(body), "|")
 	if len(p) < 2 || p[0] != fencingTag {
 		return bad(fence.ErrCorruptBody, "not fencing settings (%d bytes)", len(body))
 	}
-	if p[1] != fencingVersion {
-		return bad(fence.ErrUnknownVersion, "fencing settings version %q, this build reads %s", trunc(p[1]), fencingVersion)
+	want := fencingFields
+	switch p[1] {
+	case fencingVersion:
+	case rewriteVersion:
+		want = rewriteFields
+	default:
+		return bad(fence.ErrUnknownVersion, "fencing settings version %q, this build reads %s and %s", trunc(p[1]), fencingVersion, rewriteVersion)
 	}
-	if len(p) != fencingFields {
-		return bad(fence.ErrCorruptBody, "fencing settings have %d fields, want %d", len(p), fencingFields)
+	if len(p) != want {
+		return bad(fence.ErrCorruptBody, "fencing settings have %d fields, want %d", len(p), want)
 	}
+	f, err := parseFencing(p[3], p[4], p[5])
+	if err != nil {
+		return bad(fence.ErrCorruptBody, "%v", err)
+	}
+	var rw *FencingRewrite
+	if p[1] == rewriteVersion {
+		to, err := parseFencing(p[3], p[6], p[7])
+		if err != nil {
+			return bad(fence.ErrCorruptBody, "rewrite target: %v", err)
+		}
+		term, err := strconv.ParseInt(p[8], 10, 64)
+		if err != nil || term < 1 {
+			return bad(fence.ErrCorruptBody, "rewrite term %q", trunc(p[8]))
+		}
+		rw = &FencingRewrite{From: f, To: to, Term: term}
+		if string(encodeRewrite(p[2], *rw)) != string(body) {
+			return bad(fence.ErrCorruptBody, "fencing settings checksum or form does not match their content")
+		}
+	} else if string(encodeFencing(p[2], f)) != string(body) {
+		return bad(fence.ErrCorruptBody, "fencing settings checksum or form does not match their content")
+	}
+	if p[2] != shard {
+		return bad(fence.ErrForeignShard, "fencing settings name shard %q", trunc(p[2]))
+	}
+	return f, rw, nil
+}
+
+func parseFencing(enabled, mode, leaseMS string) (Fencing, error) {
 	var f Fencing
-	switch p[3] {
+	switch enabled {
 	case "enabled":
 	case "disabled":
 		f.Disabled = true
 	default:
-		return bad(fence.ErrCorruptBody, "fencing %q is neither enabled nor disabled", trunc(p[3]))
+		return Fencing{}, fmt.Errorf("fencing %q is neither enabled nor disabled", trunc(enabled))
 	}
-	switch p[4] {
+	switch mode {
 	case translog.PerSync.String():
 		f.Mode = translog.PerSync
 	case translog.Lease.String():
 		f.Mode = translog.Lease
 	default:
-		return bad(fence.ErrCorruptBody, "fencing mode %q", trunc(p[4]))
+		return Fencing{}, fmt.Errorf("fencing mode %q", trunc(mode))
 	}
-	ms, err := strconv.ParseInt(p[5], 10, 64)
-	if err != nil || ms < 0 {
-		return bad(fence.ErrCorruptBody, "lease interval %q is not a number of milliseconds", trunc(p[5]))
+	ms, err := strconv.ParseInt(leaseMS, 10, 64)
+	if err != nil || ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+		return Fencing{}, fmt.Errorf("lease interval %q is not a number of milliseconds", trunc(leaseMS))
 	}
 	f.LeaseInterval = time.Duration(ms) * time.Millisecond
-	if string(encodeFencing(p[2], f)) != string(body) {
-		return bad(fence.ErrCorruptBody, "fencing settings checksum or form does not match their content")
-	}
-	if p[2] != shard {
-		return bad(fence.ErrForeignShard, "fencing settings name shard %q", p[2])
-	}
 	if f.Mode == translog.Lease && f.LeaseInterval <= 0 {
-		return bad(fence.ErrCorruptBody, "lease mode without a lease interval")
+		return Fencing{}, errors.New("lease mode without a lease interval")
 	}
 	return f, nil
 }
@@ -139,53 +252,174 @@ func DecodeFencing(shard string, body []byte) (Fencing, error) {
 // when the shard has none yet (its first open). The stored mode and lease
 // interval win over want's, so that no term of the shard runs another
 // witness than its predecessors; asking for fencing on an unfenced shard,
-// or the reverse, is ErrFencingMismatch. A lost create response is settled
-// by reading what the key holds.
+// or the reverse, is ErrFencingMismatch. The key is read before anything
+// is written: a shard that has its settings opens on a store that takes
+// no writes (a full disk). A lost create response is settled by reading
+// what the key holds. A rewrite in progress is ErrFencingRewrite, a
+// stored lease outside the range ErrFencingOutOfRange.
 func ShardFencing(ctx context.Context, store *blobstore.Container, shard string, want Fencing, opts Options) (Fencing, error) {
 	s := io{store: store, shard: shard, opts: opts.withDefaults()}
-	var got Fencing
+	fail := func(err error) (Fencing, error) { return Fencing{}, wrapErr("Settings", shard, FencingKey, 0, err) }
+	var (
+		got Fencing
+		rw  *FencingRewrite
+	)
 	err := s.retry(ctx, func(ctx context.Context) error {
-		_, err := store.CreateIfAbsent(ctx, FencingKey, encodeFencing(shard, want))
-		if err == nil {
-			got = want
-			return nil
-		}
-		if !errors.Is(err, blobstore.ErrAlreadyExists) && !blobstore.IsAmbiguous(err) {
+		obj, found, err := s.get(ctx, FencingKey)
+		if err != nil {
 			return err
 		}
+		if found {
+			got, rw, err = decodeStored(shard, obj.Body)
+			return err
+		}
+		if err := want.checkRange(); err != nil {
+			return fmt.Errorf("%w: %v", fence.ErrInvalidArgument, err)
+		}
+		_, err = store.CreateIfAbsent(ctx, FencingKey, encodeFencing(shard, want))
+		switch {
+		case err == nil:
+			got = want
+			return nil
+		case errors.Is(err, blobstore.ErrAlreadyExists), blobstore.IsAmbiguous(err):
+			// Read again: our create, or a concurrent first open's.
+			return blobstore.Unavailable(fmt.Errorf("settling the fencing settings create: %w", err))
+		}
+		return err
+	})
+	switch {
+	case err != nil:
+		return fail(err)
+	case rw != nil:
+		return fail(fmt.Errorf("%w %s; no term opens until it finishes: run `shardfence settings` for the shard again (it finishes or rolls back)", ErrFencingRewrite, rw))
+	case got.Disabled != want.Disabled:
+		return fail(fmt.Errorf("%w: the shard was created with fencing %s, this open asks for fencing %s; open it with fencing %s (a shard never switches between fenced and unfenced)",
+			ErrFencingMismatch, got, want, enabledWord(got.Disabled)))
+	}
+	if err := got.checkRange(); err != nil {
+		return fail(fmt.Errorf("%w: %v; no term of the shard opens with it (every failover would wait that long): rewrite it with `shardfence settings`", ErrFencingOutOfRange, err))
+	}
+	return got, nil
+}
+
+// ReadFencing returns the shard's stored fencing settings, and the rewrite
+// in progress if any (then f is what writers may still run); found is
+// false when no open created them yet.
+func ReadFencing(ctx context.Context, store *blobstore.Container, shard string, opts Options) (f Fencing, rw *FencingRewrite, found bool, err error) {
+	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	obj, found, err := s.get(ctx, FencingKey)
+	if err != nil || !found {
+		return Fencing{}, nil, false, wrapErr("Settings", shard, FencingKey, 0, err)
+	}
+	f, rw, err = decodeStored(shard, obj.Body)
+	if err != nil {
+		return Fencing{}, nil, false, err
+	}
+	return f, rw, true, nil
+}
+
+// BeginFencingRewrite stores a rewrite of the shard's fencing to `to` by
+// term: from then on no term opens until FinishFencingRewrite installs it
+// or AbortFencingRewrite puts From back. A rewrite already in progress is
+// taken over (its From stays: that is what writers may still run). done is
+// true when the shard already runs `to` and nothing was written. The
+// caller claims term after this returns, never before (docs/PROTOCOL.md).
+func BeginFencingRewrite(ctx context.Context, store *blobstore.Container, shard string, to Fencing, term int64, opts Options) (rw FencingRewrite, done bool, err error) {
+	fail := func(err error) (FencingRewrite, bool, error) {
+		return FencingRewrite{}, false, wrapErr("RewriteSettings", shard, FencingKey, term, err)
+	}
+	if err := to.checkRange(); err != nil {
+		return fail(fmt.Errorf("%w: %v", fence.ErrInvalidArgument, err))
+	}
+	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	err = s.retry(ctx, func(ctx context.Context) error {
 		obj, found, err := s.get(ctx, FencingKey)
 		if err != nil {
 			return err
 		}
 		if !found {
-			return blobstore.Unavailable(errors.New("fencing settings create did not land; sending it again"))
+			return fmt.Errorf("%w: the shard has no stored fencing settings (no open created them): its first open stores the settings it asks for", fence.ErrInvalidArgument)
 		}
-		got, err = DecodeFencing(shard, obj.Body)
+		cur, prev, err := decodeStored(shard, obj.Body)
+		if err != nil {
+			return err
+		}
+		if cur.Disabled != to.Disabled {
+			return fmt.Errorf("%w: the shard runs fencing %s; a rewrite never switches between fenced and unfenced", ErrFencingMismatch, cur)
+		}
+		if prev == nil && cur == to {
+			done = true
+			return nil
+		}
+		rw = FencingRewrite{From: cur, To: to, Term: term}
+		body := encodeRewrite(shard, rw)
+		if prev != nil && *prev == rw {
+			return nil // our own, from a lost response
+		}
+		_, err = store.CompareAndSwap(ctx, FencingKey, obj.Token, body)
+		if errors.Is(err, blobstore.ErrPreconditionFailed) || blobstore.IsAmbiguous(err) {
+			// Read again: our CAS, or another rewrite's.
+			return blobstore.Unavailable(fmt.Errorf("settling the fencing rewrite: %w", err))
+		}
 		return err
 	})
 	if err != nil {
-		return Fencing{}, wrapErr("Settings", shard, FencingKey, 0, err)
+		return fail(err)
 	}
-	if got.Disabled != want.Disabled {
-		return Fencing{}, wrapErr("Settings", shard, FencingKey, 0, fmt.Errorf("%w: the shard was created with fencing %s, this open asks for fencing %s; open it with fencing %s (a shard never switches between fenced and unfenced)",
-			ErrFencingMismatch, got, want, enabledWord(got.Disabled)))
-	}
-	return got, nil
+	return rw, done, nil
 }
 
-// ReadFencing returns the shard's stored fencing settings; found is false
-// when no open created them yet.
-func ReadFencing(ctx context.Context, store *blobstore.Container, shard string, opts Options) (f Fencing, found bool, err error) {
+// FinishFencingRewrite installs rw.To if the shard still holds rw, and
+// AbortFencingRewrite puts rw.From back; either fails if another rewrite
+// took over. Only the caller that waited out what rw requires may finish
+// it (docs/PROTOCOL.md); aborting is always safe.
+func FinishFencingRewrite(ctx context.Context, store *blobstore.Container, shard string, rw FencingRewrite, opts Options) error {
+	return endRewrite(ctx, store, shard, rw, rw.To, opts)
+}
+
+// AbortFencingRewrite: see FinishFencingRewrite.
+func AbortFencingRewrite(ctx context.Context, store *blobstore.Container, shard string, rw FencingRewrite, opts Options) error {
+	return endRewrite(ctx, store, shard, rw, rw.From, opts)
+}
+
+func endRewrite(ctx context.Context, store *blobstore.Container, shard string, rw FencingRewrite, install Fencing, opts Options) error {
 	s := io{store: store, shard: shard, opts: opts.withDefaults()}
-	obj, found, err := s.get(ctx, FencingKey)
-	if err != nil || !found {
-		return Fencing{}, false, wrapErr("Settings", shard, FencingKey, 0, err)
-	}
-	f, err = DecodeFencing(shard, obj.Body)
+	body := encodeFencing(shard, install)
+	err := s.retry(ctx, func(ctx context.Context) error {
+		obj, found, err := s.get(ctx, FencingKey)
+		if err != nil {
+			return err
+		}
+		if found && string(obj.Body) == string(body) {
+			return nil // ours, from a lost response
+		}
+		if !found || string(obj.Body) != string(encodeRewrite(shard, rw)) {
+			return fmt.Errorf("%w: the shard no longer holds the rewrite %s (another rewrite took over)", ErrFencingRewrite, rw)
+		}
+		_, err = store.CompareAndSwap(ctx, FencingKey, obj.Token, body)
+		if errors.Is(err, blobstore.ErrPreconditionFailed) || blobstore.IsAmbiguous(err) {
+			return blobstore.Unavailable(fmt.Errorf("settling the fencing rewrite: %w", err))
+		}
+		return err
+	})
+	return wrapErr("RewriteSettings", shard, FencingKey, rw.Term, err)
+}
+
+// LowerMarkers reports whether any seal marker of a term below term is
+// stored: a term that ever opened a writer stored one first, and GC keeps
+// the newest.
+func LowerMarkers(ctx context.Context, store *blobstore.Container, shard string, term int64, opts Options) (bool, error) {
+	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	items, err := s.list(ctx, MarkerPrefix)
 	if err != nil {
-		return Fencing{}, false, err
+		return false, wrapErr("Markers", shard, MarkerPrefix, term, err)
 	}
-	return f, true, nil
+	for _, a := range items {
+		if t, ok := ParseMarkerKey(a.Key); ok && t < term {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func enabledWord(disabled bool) string {

@@ -55,14 +55,14 @@ func TestShardFencingIsFixedAtTheFirstOpen(t *testing.T) {
 	if err != nil || got != lease {
 		t.Fatalf("a per-sync open of the lease shard: %v, %v, want the stored %v", got, err, lease)
 	}
-	if f, found, err := ReadFencing(ctx, store.Container, "s", opts); err != nil || !found || f != lease {
-		t.Fatalf("read: %v %v %v", f, found, err)
+	if f, rw, found, err := ReadFencing(ctx, store.Container, "s", opts); err != nil || !found || f != lease || rw != nil {
+		t.Fatalf("read: %v %v %v %v", f, rw, found, err)
 	}
 	_, err = ShardFencing(ctx, store.Container, "s", Fencing{Disabled: true}, opts)
 	if !errors.Is(err, ErrFencingMismatch) || !strings.Contains(err.Error(), `"s"`) {
 		t.Fatalf("an unfenced open of a fenced shard: %v, want ErrFencingMismatch naming the shard", err)
 	}
-	if _, found, err := ReadFencing(ctx, mem.New(), "s", opts); err != nil || found {
+	if _, _, found, err := ReadFencing(ctx, mem.New(), "s", opts); err != nil || found {
 		t.Fatalf("a shard never opened: found %v, %v", found, err)
 	}
 }
@@ -76,5 +76,132 @@ func TestFencingOfNormalizes(t *testing.T) {
 	}
 	if f := FencingOf(translog.Options{FencingDisabled: true, FencingMode: translog.Lease}); f != (Fencing{Disabled: true}) {
 		t.Errorf("disabled: %v", f)
+	}
+}
+
+// A shard that has its settings opens without writing anything: the key is
+// read first, so a store that takes no writes (a full disk) still opens it.
+func TestShardFencingReadsBeforeItWrites(t *testing.T) {
+	ctx := context.Background()
+	store := faulty.New(mem.New(), 1)
+	opts := Options{Clock: fence.NewAutoClock(), Backoff: fence.Backoff{Attempts: 2}}
+	lease := Fencing{Mode: translog.Lease, LeaseInterval: 2 * time.Second}
+	if _, err := ShardFencing(ctx, store.Container, "s", lease, opts); err != nil {
+		t.Fatal(err)
+	}
+	store.MustAdd(faulty.Rule{Ops: faulty.Writes, Fault: faulty.Unavailable})
+	got, err := ShardFencing(ctx, store.Container, "s", Fencing{}, opts)
+	if err != nil || got != lease {
+		t.Fatalf("open of an existing shard on a store that takes no writes: %v, %v", got, err)
+	}
+	if n := store.Requests(blobstore.OpCreateIfAbsent); n != 1 {
+		t.Errorf("%d creates, want only the first open's", n)
+	}
+}
+
+// A lease outside the range is never stored, and one stored before the
+// range existed refuses the open (every failover would wait that long)
+// instead of waiting it out.
+func TestLeaseIntervalIsBounded(t *testing.T) {
+	ctx := context.Background()
+	opts := Options{Clock: fence.NewAutoClock()}
+	for _, d := range []time.Duration{time.Millisecond, MaxLeaseInterval + time.Millisecond, 87600 * time.Hour} {
+		store := mem.New()
+		_, err := ShardFencing(ctx, store, "s", Fencing{Mode: translog.Lease, LeaseInterval: d}, opts)
+		if !errors.Is(err, fence.ErrInvalidArgument) {
+			t.Errorf("lease %v: %v, want invalid argument", d, err)
+		}
+		if _, _, found, _ := ReadFencing(ctx, store, "s", opts); found {
+			t.Errorf("lease %v was stored", d)
+		}
+	}
+	store := mem.New()
+	if _, err := store.CreateIfAbsent(ctx, FencingKey, encodeFencing("s", Fencing{Mode: translog.Lease, LeaseInterval: 87600 * time.Hour})); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ShardFencing(ctx, store, "s", Fencing{}, opts)
+	if !errors.Is(err, ErrFencingOutOfRange) || !strings.Contains(err.Error(), "shardfence settings") {
+		t.Fatalf("open of a shard storing an 87600h lease: %v, want ErrFencingOutOfRange naming the way out", err)
+	}
+	if _, err := DecodeFencing("s", encodeFencing("s", Fencing{Mode: translog.Lease, LeaseInterval: 87600 * time.Hour})); err != nil {
+		t.Fatalf("an out-of-range lease must still decode, so inspect shows it: %v", err)
+	}
+}
+
+// A rewrite in progress stops every open, is readable by inspect, is taken
+// over by a second rewrite keeping its From, and ends by installing To or
+// putting From back; a body with a rewrite is unreadable to a build that
+// knows only v1.
+func TestFencingRewriteLifecycle(t *testing.T) {
+	ctx := context.Background()
+	store := faulty.New(mem.New(), 1)
+	opts := Options{Clock: fence.NewAutoClock()}
+	lease := Fencing{Mode: translog.Lease, LeaseInterval: 5 * time.Second}
+	if _, err := ShardFencing(ctx, store.Container, "s", lease, opts); err != nil {
+		t.Fatal(err)
+	}
+	if _, done, err := BeginFencingRewrite(ctx, store.Container, "s", lease, 2, opts); err != nil || !done {
+		t.Fatalf("rewrite to what runs: done %v, %v", done, err)
+	}
+	if _, _, err := BeginFencingRewrite(ctx, store.Container, "s", Fencing{Disabled: true}, 2, opts); !errors.Is(err, ErrFencingMismatch) {
+		t.Fatalf("rewrite to unfenced: %v", err)
+	}
+	store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Fault: faulty.LostResponse, Times: 1})
+	rw, _, err := BeginFencingRewrite(ctx, store.Container, "s", Fencing{Mode: translog.PerSync}, 2, opts)
+	if err != nil || rw.From != lease || rw.To.Mode != translog.PerSync || rw.Term != 2 {
+		t.Fatalf("begin: %+v, %v", rw, err)
+	}
+	if _, err := ShardFencing(ctx, store.Container, "s", Fencing{}, opts); !errors.Is(err, ErrFencingRewrite) {
+		t.Fatalf("open during a rewrite: %v, want ErrFencingRewrite", err)
+	}
+	obj, err := store.Get(ctx, FencingKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(obj.Body), "|"+rewriteVersion+"|") || strings.Contains(string(obj.Body), "|"+fencingVersion+"|") {
+		t.Fatalf("a rewrite must not look like a v1 body to an older build: %q", obj.Body)
+	}
+	f, got, found, err := ReadFencing(ctx, store.Container, "s", opts)
+	if err != nil || !found || f != lease || got == nil || *got != rw {
+		t.Fatalf("read during the rewrite: %v %+v %v %v", f, got, found, err)
+	}
+	shorter := Fencing{Mode: translog.Lease, LeaseInterval: time.Second}
+	rw2, _, err := BeginFencingRewrite(ctx, store.Container, "s", shorter, 3, opts)
+	if err != nil || rw2.From != lease || rw2.To != shorter {
+		t.Fatalf("take over: %+v, %v (From must stay what writers may run)", rw2, err)
+	}
+	if err := FinishFencingRewrite(ctx, store.Container, "s", rw, opts); !errors.Is(err, ErrFencingRewrite) {
+		t.Fatalf("finishing a rewrite another took over: %v", err)
+	}
+	if err := AbortFencingRewrite(ctx, store.Container, "s", rw2, opts); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ShardFencing(ctx, store.Container, "s", Fencing{}, opts); err != nil || got != lease {
+		t.Fatalf("after the abort: %v, %v, want %v", got, err, lease)
+	}
+	rw3, _, err := BeginFencingRewrite(ctx, store.Container, "s", shorter, 4, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Fault: faulty.LostResponse, Times: 1})
+	if err := FinishFencingRewrite(ctx, store.Container, "s", rw3, opts); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ShardFencing(ctx, store.Container, "s", Fencing{}, opts); err != nil || got != shorter {
+		t.Fatalf("after the rewrite: %v, %v, want %v", got, err, shorter)
+	}
+}
+
+func TestWeakens(t *testing.T) {
+	per := Fencing{Mode: translog.PerSync}
+	l5 := Fencing{Mode: translog.Lease, LeaseInterval: 5 * time.Second}
+	l9 := Fencing{Mode: translog.Lease, LeaseInterval: 9 * time.Second}
+	for _, c := range []struct {
+		from, to Fencing
+		want     bool
+	}{{per, l5, false}, {per, per, false}, {l5, l9, false}, {l5, l5, false}, {l9, l5, true}, {l5, per, true}} {
+		if got := c.from.Weakens(c.to); got != c.want {
+			t.Errorf("%v -> %v weakens: %v, want %v", c.from, c.to, got, c.want)
+		}
 	}
 }

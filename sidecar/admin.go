@@ -110,7 +110,7 @@ func writeChunks(dir string, chunks []FileChunk) ([]seal.LocalFile, error) {
 	for _, c := range chunks {
 		for _, seg := range strings.Split(c.Name, "/") {
 			if err := ValidateShardID(seg); err != nil {
-				return nil, fmt.Errorf("%w: checkpoint file name %q: each path segment must be a plain name", ErrInvalidArgument, c.Name)
+				return nil, fmt.Errorf("%w: checkpoint file name %q: each path segment must be a plain name", ErrInvalidArgument, clip(c.Name))
 			}
 		}
 		f := open[c.Name]
@@ -122,7 +122,7 @@ func writeChunks(dir string, chunks []FileChunk) ([]seal.LocalFile, error) {
 			var err error
 			if f, err = os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); err != nil {
 				if errors.Is(err, os.ErrExist) {
-					return nil, fmt.Errorf("%w: checkpoint file %q appears twice", ErrInvalidArgument, c.Name)
+					return nil, fmt.Errorf("%w: checkpoint file %q appears twice", ErrInvalidArgument, clip(c.Name))
 				}
 				return nil, err
 			}
@@ -130,7 +130,7 @@ func writeChunks(dir string, chunks []FileChunk) ([]seal.LocalFile, error) {
 			out = append(out, seal.LocalFile{Name: c.Name, Path: path})
 		}
 		if c.Offset != size[c.Name] {
-			return nil, fmt.Errorf("%w: checkpoint file %q: chunk at offset %d, expected %d (send each file's chunks in order)", ErrInvalidArgument, c.Name, c.Offset, size[c.Name])
+			return nil, fmt.Errorf("%w: checkpoint file %q: chunk at offset %d, expected %d (send each file's chunks in order)", ErrInvalidArgument, clip(c.Name), c.Offset, size[c.Name])
 		}
 		if _, err := f.Write(c.Data); err != nil {
 			return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -40,6 +41,13 @@ var (
 	// ErrUnfencedRefused: fencing was disabled for a shard without the
 	// sidecar allowing unfenced shards.
 	ErrUnfencedRefused = errors.New("unfenced shards are not allowed on this sidecar")
+	// ErrStoreFault: an Append's deadline ran out while the shard's syncs
+	// were retrying store errors. The outcome is unknown: the ops may
+	// still become durable once the store takes writes again.
+	ErrStoreFault = errors.New("store fault")
+	// ErrBusy: the sidecar holds as many request bytes as
+	// --max-concurrent-request-bytes allows; nothing was done, retry.
+	ErrBusy = errors.New("sidecar busy")
 )
 
 // Error is what every service operation returns on failure.
@@ -51,17 +59,38 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	msg := fmt.Sprintf("sidecar %s shard %q: %v", e.Op, e.Shard, e.Err)
+	inner := e.Err.Error()
+	var fe *fence.FencedError
+	if errors.As(e.Err, &fe) {
+		// The fencing verdict without the fence package's own advice: the
+		// hint below says what to do, once.
+		inner = strings.Replace(inner, fe.Error(), fencedCause(fe), 1)
+	}
+	// One subject: the shard is named here, not again by the cause.
+	inner = strings.TrimPrefix(inner, fmt.Sprintf("shard %q: ", e.Shard))
+	msg := fmt.Sprintf("sidecar %s shard %q: %s", e.Op, e.Shard, inner)
 	if e.Hint != "" {
 		msg += " (" + e.Hint + ")"
 	}
 	return msg
 }
 
+// fencedCause is a fencing verdict as one cause: which term and allocation
+// lost the shard, through which key, why, and to which term.
+func fencedCause(fe *fence.FencedError) string {
+	succ := "successor term unknown"
+	if fe.Successor > 0 {
+		succ = fmt.Sprintf("successor term %d", fe.Successor)
+	}
+	return fmt.Sprintf("primary fenced at term %d (allocation %q, key %q): %s; %s", fe.Term, fe.Allocation, fe.Key, fe.Reason, succ)
+}
+
 func (e *Error) Unwrap() error { return e.Err }
 
+// opErr names the operation and shard of err; the shard as the client sent
+// it, bounded (an invalid name can be any size).
 func opErr(op, shard string, err error, hint string) error {
-	return &Error{Op: op, Shard: shard, Err: err, Hint: hint}
+	return &Error{Op: op, Shard: clip(shard), Err: err, Hint: hint}
 }
 
 // reasons are the stable names the API carries in ErrorDetail.reason, in
@@ -75,6 +104,8 @@ var reasons = []struct {
 	{"handed_off", fence.ErrHandedOff, connect.CodeFailedPrecondition},
 	{"term_already_open", seal.ErrTermAlreadyOpen, connect.CodeFailedPrecondition},
 	{"fencing_mismatch", seal.ErrFencingMismatch, connect.CodeFailedPrecondition},
+	{"settings_rewrite", seal.ErrFencingRewrite, connect.CodeUnavailable},
+	{"settings_out_of_range", seal.ErrFencingOutOfRange, connect.CodeFailedPrecondition},
 	{"superseded", seal.ErrSuperseded, connect.CodeFailedPrecondition},
 	{"lineage_truncated", seal.ErrLineageTruncated, connect.CodeFailedPrecondition},
 	{"no_checkpoint", seal.ErrNoCheckpoint, connect.CodeFailedPrecondition},
@@ -88,6 +119,8 @@ var reasons = []struct {
 	{"shutting_down", ErrShuttingDown, connect.CodeUnavailable},
 	{"not_available", ErrNotAvailable, connect.CodeUnimplemented},
 	{"backpressure", translog.ErrBackpressure, connect.CodeResourceExhausted},
+	{"sidecar_busy", ErrBusy, connect.CodeResourceExhausted},
+	{"unavailable", ErrStoreFault, connect.CodeUnavailable},
 	{"closed", translog.ErrClosed, connect.CodeUnavailable},
 	{"too_large", blobstore.ErrTooLarge, connect.CodeInvalidArgument},
 	{"invalid_argument", ErrInvalidArgument, connect.CodeInvalidArgument},
@@ -149,8 +182,8 @@ func connectError(shard string, err error) error {
 			}
 		}
 	}
-	out := connect.NewError(code, err)
-	d := &sidecarv1.ErrorDetail{Reason: reason, Shard: shard}
+	out := connect.NewError(code, clippedError{err})
+	d := &sidecarv1.ErrorDetail{Reason: reason, Shard: clip(shard)}
 	var fe *fence.FencedError
 	if errors.As(err, &fe) {
 		d.Term, d.SuccessorTerm, d.Key = fe.Term, fe.Successor, fe.Key

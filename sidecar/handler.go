@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -36,24 +37,19 @@ func (s *Server) Handler(o HandlerOptions) http.Handler {
 		// CPU than the bytes it saves on loopback. Large read batches
 		// still compress for clients that ask.
 		connect.WithCompressMinBytes(16<<10))
-	mux.Handle(path, h)
+	mux.Handle(path, s.limitRequests(h))
 	if o.Metrics != nil {
 		mux.Handle("/metrics", o.Metrics)
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := s.Ready(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ready\n"))
-	})
+	mux.HandleFunc("/readyz", s.serveReadyz)
 	if o.AuthToken == "" {
 		return mux
 	}
 	want := sha256.Sum256([]byte(o.AuthToken))
+	errw := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
 			mux.ServeHTTP(w, r)
@@ -65,7 +61,12 @@ func (s *Server) Handler(o HandlerOptions) http.Handler {
 		sum := sha256.Sum256([]byte(got))
 		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="shardfence"`)
-			http.Error(w, "missing or wrong bearer token (pass the sidecar's auth token)", http.StatusUnauthorized)
+			const msg = "missing or wrong bearer token: send the sidecar's token as Authorization: Bearer TOKEN (the shardfence client commands read it from --auth-token-file or SHARDFENCE_AUTH_TOKEN_FILE)"
+			if errw.IsSupported(r) {
+				_ = errw.Write(w, r, connect.NewError(connect.CodeUnauthenticated, errors.New(msg)))
+				return
+			}
+			http.Error(w, msg, http.StatusUnauthorized)
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -109,19 +110,31 @@ func settingsFromProto(p *sidecarv1.ShardSettings) (Settings, error) {
 	default:
 		return s, fmt.Errorf("%w: ack order %d", ErrInvalidArgument, p.GetAckOrder())
 	}
-	if p.GetInlineLimitBytes() > 1<<30 {
-		return s, fmt.Errorf("%w: inline limit %d bytes", ErrInvalidArgument, p.GetInlineLimitBytes())
+	// Bounds before the unit conversions, so nothing overflows into a
+	// value that means something else (a huge delay turning negative
+	// would disable gathering).
+	var err error
+	bounded := func(what string, v, lo, hi int64) int64 {
+		if err == nil && (v < lo || v > hi) {
+			err = fmt.Errorf("%w: %s %d is outside %d..%d", ErrInvalidArgument, what, v, lo, hi)
+		}
+		return v
 	}
-	s.InlineLimit = int(p.GetInlineLimitBytes())
-	s.MaxSyncBytes = p.GetMaxSyncBytes()
-	s.MaxInFlightBytes = p.GetMaxInFlightBytes()
-	s.MaxPipeline = int(p.GetMaxPipeline())
-	s.MaxGatherDelay = time.Duration(p.GetMaxGatherDelayUs()) * time.Microsecond
-	s.LeaseInterval = time.Duration(p.GetLeaseIntervalMs()) * time.Millisecond
-	s.FreshnessInterval = time.Duration(p.GetFreshnessIntervalMs()) * time.Millisecond
-	s.RetentionGens = p.GetRetentionGens()
-	if p.GetMaxGatherDelayUs() < 0 {
-		return s, fmt.Errorf("%w: max gather delay %dus", ErrInvalidArgument, p.GetMaxGatherDelayUs())
+	s.InlineLimit = int(bounded("inline_limit_bytes", p.GetInlineLimitBytes(), 0, MaxInlineLimit))
+	s.MaxSyncBytes = bounded("max_sync_bytes", p.GetMaxSyncBytes(), 0, MaxSyncBytesLimit)
+	s.MaxInFlightBytes = bounded("max_in_flight_bytes", p.GetMaxInFlightBytes(), 0, MaxInFlightLimit)
+	s.MaxPipeline = int(bounded("max_pipeline", int64(p.GetMaxPipeline()), 0, MaxPipelineLimit))
+	gather := bounded("max_gather_delay_us", p.GetMaxGatherDelayUs(), math.MinInt64, MaxGatherDelayLimit.Microseconds())
+	if gather < 0 {
+		s.MaxGatherDelay = -1 // disabled
+	} else {
+		s.MaxGatherDelay = time.Duration(gather) * time.Microsecond
+	}
+	s.LeaseInterval = time.Duration(bounded("lease_interval_ms", p.GetLeaseIntervalMs(), 0, MaxLeaseInterval.Milliseconds())) * time.Millisecond
+	s.FreshnessInterval = time.Duration(bounded("freshness_interval_ms", p.GetFreshnessIntervalMs(), 0, MaxFreshnessInterval.Milliseconds())) * time.Millisecond
+	s.RetentionGens = bounded("retention_gens", p.GetRetentionGens(), 0, MaxRetentionGens)
+	if err != nil {
+		return Settings{}, err
 	}
 	return s, nil
 }
@@ -130,7 +143,7 @@ func settingsProto(s Settings) *sidecarv1.ShardSettings {
 	p := &sidecarv1.ShardSettings{
 		FencingDisabled: s.FencingDisabled, Mode: sidecarv1.FencingMode_FENCING_MODE_PER_SYNC, AckOrder: sidecarv1.AckOrder_ACK_ORDER_CONCURRENT,
 		InlineLimitBytes: int64(s.InlineLimit), MaxSyncBytes: s.MaxSyncBytes, MaxInFlightBytes: s.MaxInFlightBytes,
-		MaxPipeline: int32(s.MaxPipeline), MaxGatherDelayUs: s.MaxGatherDelay.Microseconds(),
+		MaxPipeline: int32(s.MaxPipeline), MaxGatherDelayUs: gatherUs(s.MaxGatherDelay),
 		LeaseIntervalMs: s.LeaseInterval.Milliseconds(), FreshnessIntervalMs: s.FreshnessInterval.Milliseconds(), RetentionGens: s.RetentionGens,
 	}
 	if s.Mode == translog.Lease {
@@ -142,15 +155,31 @@ func settingsProto(s Settings) *sidecarv1.ShardSettings {
 	return p
 }
 
+// gatherUs is the gather delay in the API's unit; -1 when disabled.
+func gatherUs(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return d.Microseconds()
+}
+
 func statusProto(st ShardStatus) *sidecarv1.ShardStatus {
 	age := int64(-1)
 	if st.LastCASAge >= 0 {
 		age = st.LastCASAge.Milliseconds()
 	}
+	ms := func(d time.Duration) int64 {
+		if d < 0 {
+			return -1
+		}
+		return d.Milliseconds()
+	}
 	return &sidecarv1.ShardStatus{
 		Shard: st.Shard, Term: st.Term, AllocationId: st.Allocation, Owner: st.Owner, Gen: st.Gen, NextSeqNo: st.NextSeqNo,
 		LastCasAgeMs: age, Fenced: st.Fenced, SuccessorTerm: st.SuccessorTerm, State: st.State, Error: st.Err,
 		Settings: settingsProto(st.Settings), Syncs: st.Stats.Syncs, Ops: st.Stats.Ops, Bytes: st.Stats.Bytes,
+		StoreHealth: st.StoreHealth, LastStoreError: clipN(st.LastStoreError, maxErrorMessage), LastStoreErrorAgeMs: ms(st.LastStoreErrorAge),
+		RetryingMs: st.RetryingFor.Milliseconds(), LastSyncAgeMs: ms(st.LastSyncAge), StoreRetries: st.StoreRetries,
 	}
 }
 

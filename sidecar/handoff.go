@@ -27,11 +27,11 @@ func (s *Server) StartHandoff(ctx context.Context, name, target, targetNode stri
 	if err != nil {
 		return nil, err
 	}
-	if err := fence.ValidateID("target allocation", target, false); err != nil {
-		return nil, opErr(op, name, fmt.Errorf("%w: %w", ErrInvalidArgument, err), "")
+	if err := validateName("target allocation", target, false); err != nil {
+		return nil, opErr(op, name, err, "")
 	}
-	if err := fence.ValidateID("target node", targetNode, true); err != nil {
-		return nil, opErr(op, name, fmt.Errorf("%w: %w", ErrInvalidArgument, err), "")
+	if err := validateName("target node", targetNode, true); err != nil {
+		return nil, opErr(op, name, err, "")
 	}
 	if sh.chain == nil {
 		return nil, opErr(op, name, fmt.Errorf("%w: a handoff moves the fence key; this shard is unfenced", ErrInvalidArgument), "")
@@ -101,7 +101,10 @@ func (s *Server) AdoptHandoff(ctx context.Context, raw []byte, req Settings) (Sh
 		s.mu.Unlock()
 		return ShardStatus{}, opErr(op, name, fmt.Errorf("%w: the shard is %s here at term %d", ErrShardBusy, prev.status().State, prev.term), "close it here first")
 	}
-	sh := &shard{name: name, store: store, term: hc.Term, alloc: hc.Target, settings: settings, state: stateOpening}
+	if err := validateName("target allocation", hc.Target, false); err != nil {
+		return ShardStatus{}, opErr(op, name, err, "")
+	}
+	sh := &shard{name: name, store: store, term: hc.Term, alloc: hc.Target, settings: settings, state: stateOpening, stallAfter: s.opts.StallAfter}
 	prev := s.shards[name]
 	s.shards[name] = sh
 	s.mu.Unlock()

@@ -25,6 +25,25 @@ func Inspect(ctx context.Context, root *blobstore.Container, shard string) (*sid
 		return nil, opErr(op, shard, fmt.Errorf("%w: %w", ErrInvalidArgument, err), "")
 	}
 	out := &sidecarv1.InspectResponse{Shard: shard}
+	// The stored fencing first: it says what every term runs and how long
+	// a successor waits.
+	f, rw, found, err := seal.ReadFencing(ctx, store, shard, seal.Options{})
+	switch {
+	case err != nil:
+		out.Lines = append(out.Lines, fmt.Sprintf("settings: %v", err))
+	case !found:
+		out.Lines = append(out.Lines, "settings: none stored (no open created them yet)")
+	default:
+		out.StoredSettings = fencingProto(f)
+		out.Lines = append(out.Lines, "settings: fencing "+f.String()+" ("+seal.FencingKey+")")
+		if f.Mode == translog.Lease && (f.LeaseInterval < seal.MinLeaseInterval || f.LeaseInterval > seal.MaxLeaseInterval) {
+			out.Lines = append(out.Lines, fmt.Sprintf("settings: the stored lease %v is outside %v..%v: no term opens until `shardfence settings` rewrites it", f.LeaseInterval, seal.MinLeaseInterval, seal.MaxLeaseInterval))
+		}
+		if rw != nil {
+			out.SettingsRewrite = rw.String()
+			out.Lines = append(out.Lines, "settings: rewrite in progress "+rw.String()+"; no term opens until it finishes (run `shardfence settings` again)")
+		}
+	}
 	keys, err := blobstore.ListAll(ctx, store, fence.KeyPrefix)
 	if err != nil {
 		return nil, opErr(op, shard, err, "check that the store is reachable")
@@ -76,6 +95,16 @@ func Inspect(ctx context.Context, root *blobstore.Container, shard string) (*sid
 	}
 	out.Lines = append(out.Lines, reportLines(rep)...)
 	return out, nil
+}
+
+// fencingProto is the stored fencing in the API's settings message (the
+// other fields are per open and stay unset).
+func fencingProto(f seal.Fencing) *sidecarv1.ShardSettings {
+	p := &sidecarv1.ShardSettings{FencingDisabled: f.Disabled, Mode: sidecarv1.FencingMode_FENCING_MODE_PER_SYNC}
+	if f.Mode == translog.Lease {
+		p.Mode, p.LeaseIntervalMs = sidecarv1.FencingMode_FENCING_MODE_LEASE, f.LeaseInterval.Milliseconds()
+	}
+	return p
 }
 
 // reportLines is the seal chain, lineage, checkpoints and what GC would

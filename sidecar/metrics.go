@@ -1,6 +1,8 @@
 package sidecar
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -18,6 +20,10 @@ const (
 	LeaseSkipsMetric    = "shardfence_sidecar_lease_skips_total"
 	OpensMetric         = "shardfence_sidecar_opens_total"
 	ServiceErrorsMetric = "shardfence_sidecar_errors_total"
+	StoreRetriesMetric  = "shardfence_sidecar_store_retries_total"
+	RetryingMetric      = "shardfence_sidecar_store_retrying_seconds"
+	LastSyncMetric      = "shardfence_sidecar_last_sync_timestamp_seconds"
+	StalledMetric       = "shardfence_sidecar_shard_stalled"
 )
 
 // metrics are the service's Prometheus metrics. Store requests (CAS results
@@ -66,13 +72,17 @@ var (
 	casDesc        = prometheus.NewDesc(CASWritesMetric, "Fence CAS writes sent by syncs of the shards open now.", []string{"shard"}, nil)
 	leaseSkipsDesc = prometheus.NewDesc(LeaseSkipsMetric, "Syncs acknowledged inside the lease without a CAS.", []string{"shard"}, nil)
 	openDesc       = prometheus.NewDesc(OpenShardsMetric, "Shards open on this sidecar, by state.", []string{"state"}, nil)
+	retriesDesc    = prometheus.NewDesc(StoreRetriesMetric, "Store errors the syncs of the shards open now retried.", []string{"shard"}, nil)
+	retryingDesc   = prometheus.NewDesc(RetryingMetric, "How long the shard's syncs have been retrying store errors (0: they are not).", []string{"shard"}, nil)
+	lastSyncDesc   = prometheus.NewDesc(LastSyncMetric, "Unix time of the shard's last acknowledged sync (0: none yet).", []string{"shard"}, nil)
+	stalledDesc    = prometheus.NewDesc(StalledMetric, "1 while the shard's syncs have been retrying store errors for longer than --stall-after.", []string{"shard"}, nil)
 )
 
 // writerCollector reads the open writers' counters at scrape time.
 type writerCollector struct{ s *Server }
 
 func (c *writerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{syncsDesc, syncedOpsDesc, casDesc, leaseSkipsDesc, openDesc} {
+	for _, d := range []*prometheus.Desc{syncsDesc, syncedOpsDesc, casDesc, leaseSkipsDesc, openDesc, retriesDesc, retryingDesc, lastSyncDesc, stalledDesc} {
 		ch <- d
 	}
 }
@@ -91,6 +101,22 @@ func (c *writerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(syncedOpsDesc, prometheus.CounterValue, float64(ws.Ops), sh.name)
 		ch <- prometheus.MustNewConstMetric(casDesc, prometheus.CounterValue, float64(ws.CASWrites), sh.name)
 		ch <- prometheus.MustNewConstMetric(leaseSkipsDesc, prometheus.CounterValue, float64(ws.LeaseSkips), sh.name)
+		h := w.StoreHealth()
+		now := time.Now()
+		retrying, last, stalled := 0.0, 0.0, 0.0
+		if h.Retrying() {
+			retrying = now.Sub(h.RetryingSince).Seconds()
+		}
+		if !h.LastSync.IsZero() {
+			last = float64(h.LastSync.UnixNano()) / 1e9
+		}
+		if storeHealthOf(h, sh.stallAfter, now) == HealthStalled {
+			stalled = 1
+		}
+		ch <- prometheus.MustNewConstMetric(retriesDesc, prometheus.CounterValue, float64(h.Retries), sh.name)
+		ch <- prometheus.MustNewConstMetric(retryingDesc, prometheus.GaugeValue, retrying, sh.name)
+		ch <- prometheus.MustNewConstMetric(lastSyncDesc, prometheus.GaugeValue, last, sh.name)
+		ch <- prometheus.MustNewConstMetric(stalledDesc, prometheus.GaugeValue, stalled, sh.name)
 	}
 	for st, n := range states {
 		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(n), st)

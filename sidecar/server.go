@@ -27,7 +27,20 @@ type Limits struct {
 	MaxOpsPerAppend int
 	// MaxRequestBytes bounds a request message on the wire. Default 32 MiB.
 	MaxRequestBytes int
+	// MaxConcurrentRequestBytes bounds the request bytes all calls hold at
+	// once (decoded, a request takes about twice its size in memory).
+	// Default 128 MiB; at least MaxRequestBytes.
+	MaxConcurrentRequestBytes int64
+	// BodyReadTimeout bounds how long a request body may take to arrive.
+	// Default 30s.
+	BodyReadTimeout time.Duration
 }
+
+// Bounds of Limits.BodyReadTimeout.
+const (
+	MinBodyReadTimeout = 100 * time.Millisecond
+	MaxBodyReadTimeout = 10 * time.Minute
+)
 
 func (l *Limits) setDefaults() {
 	if l.MaxOpBytes <= 0 {
@@ -39,6 +52,22 @@ func (l *Limits) setDefaults() {
 	if l.MaxRequestBytes <= 0 {
 		l.MaxRequestBytes = 32 << 20
 	}
+	if l.MaxConcurrentRequestBytes <= 0 {
+		l.MaxConcurrentRequestBytes = max(128<<20, int64(l.MaxRequestBytes))
+	}
+	if l.BodyReadTimeout <= 0 {
+		l.BodyReadTimeout = 30 * time.Second
+	}
+}
+
+func (l Limits) validate() error {
+	switch {
+	case l.MaxConcurrentRequestBytes < int64(l.MaxRequestBytes):
+		return fmt.Errorf("%w: max concurrent request bytes %d below max request bytes %d", ErrInvalidArgument, l.MaxConcurrentRequestBytes, l.MaxRequestBytes)
+	case l.BodyReadTimeout < MinBodyReadTimeout || l.BodyReadTimeout > MaxBodyReadTimeout:
+		return fmt.Errorf("%w: body read timeout %v is outside %v..%v", ErrInvalidArgument, l.BodyReadTimeout, MinBodyReadTimeout, MaxBodyReadTimeout)
+	}
+	return nil
 }
 
 // Options configure a Server.
@@ -60,6 +89,10 @@ type Options struct {
 	// StoreLabel is the store label of the store request metrics.
 	// Default "shards".
 	StoreLabel string
+	// StallAfter is how long a shard's syncs may retry store errors before
+	// it counts as stalled (Status, /readyz, metrics, an ERROR log line).
+	// Default 10s; MinStallAfter..MaxStallAfter.
+	StallAfter time.Duration
 }
 
 // Server holds the shards open on one sidecar. Its methods are the API;
@@ -75,6 +108,10 @@ type Server struct {
 	// clock stamps ownership proofs; GC and checkpoints read it too, so
 	// their freshness checks compare times of one steady clock.
 	clock fence.Clock
+
+	// stopped is closed by Shutdown; the health watcher ends with it.
+	stopped  chan struct{}
+	stopOnce sync.Once
 
 	mu       sync.Mutex
 	shards   map[string]*shard
@@ -92,21 +129,19 @@ func newServer(ctx context.Context, store *blobstore.Container, opts Options, op
 	if store == nil {
 		return nil, fmt.Errorf("%w: no store", ErrInvalidArgument)
 	}
-	if err := fence.ValidateID("node", opts.Node, true); err != nil {
+	opts, err := opts.normalized()
+	if err != nil {
 		return nil, err
-	}
-	opts.Limits.setDefaults()
-	opts.Defaults = mergeSettings(DefaultSettings(), opts.Defaults)
-	if err := opts.Defaults.Validate(); err != nil {
-		return nil, fmt.Errorf("default shard settings: %w", err)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	// No client input makes a log line large, whatever it is quoted in.
+	opts.Logger = slog.New(clipHandler{opts.Logger.Handler()})
 	if opts.StoreLabel == "" {
 		opts.StoreLabel = "shards"
 	}
-	s := &Server{opts: opts, opener: op, log: opts.Logger, shards: map[string]*shard{}, clock: fence.SystemClock()}
+	s := &Server{opts: opts, opener: op, log: opts.Logger, shards: map[string]*shard{}, clock: fence.SystemClock(), stopped: make(chan struct{})}
 	if opts.Registerer != nil {
 		m := metered.New(store, opts.StoreLabel)
 		opts.Registerer.MustRegister(m)
@@ -124,7 +159,37 @@ func newServer(ctx context.Context, store *blobstore.Container, opts Options, op
 		s.log.Warn("store does not enforce preconditions: serving unfenced shards only", "store", store.String(), "error", err.Error())
 	}
 	s.metrics = newMetrics(opts.Registerer, s)
+	go s.watchHealth(context.WithoutCancel(ctx))
 	return s, nil
+}
+
+// Validate reports the first option outside its range (ErrInvalidArgument),
+// without touching any store: serve checks its flags with it first.
+func (o Options) Validate() error {
+	_, err := o.normalized()
+	return err
+}
+
+// normalized fills the defaults of o and checks every range.
+func (o Options) normalized() (Options, error) {
+	if err := validateName("node", o.Node, true); err != nil {
+		return o, err
+	}
+	o.Limits.setDefaults()
+	if err := o.Limits.validate(); err != nil {
+		return o, err
+	}
+	if o.StallAfter == 0 {
+		o.StallAfter = DefaultStallAfter
+	}
+	if o.StallAfter < MinStallAfter || o.StallAfter > MaxStallAfter {
+		return o, fmt.Errorf("%w: stall-after %v is outside %v..%v", ErrInvalidArgument, o.StallAfter, MinStallAfter, MaxStallAfter)
+	}
+	o.Defaults = mergeSettings(DefaultSettings(), o.Defaults)
+	if err := o.Defaults.Validate(); err != nil {
+		return o, fmt.Errorf("default shard settings: %w", err)
+	}
+	return o, nil
 }
 
 // mergeSettings fills the zero fields of req from def.
@@ -199,6 +264,8 @@ type shard struct {
 	startGen int64
 	lineage  func(ctx context.Context, fn func(translog.Batch) error) error
 	opened   time.Time
+	// stallAfter is the server's Options.StallAfter.
+	stallAfter time.Duration
 
 	mu       sync.Mutex
 	w        *translog.Writer // replaced when an aborted handoff resumes
@@ -217,6 +284,9 @@ type shard struct {
 	// have collected below.
 	checkpoints [][2]int64
 	fenceErr    error
+	// healthLogged is the store health last logged, at healthLoggedAt.
+	healthLogged   string
+	healthLoggedAt time.Time
 }
 
 // ShardStatus is what Status reports of a shard.
@@ -235,6 +305,19 @@ type ShardStatus struct {
 	Settings      Settings
 	Stats         translog.Stats
 	Restore       RestorePoint
+
+	// StoreHealth is HealthOK, HealthRetrying or HealthStalled.
+	StoreHealth string
+	// LastStoreError is the last store error a sync retried ("" if none),
+	// LastStoreErrorAge how long ago (-1 if none).
+	LastStoreError    string
+	LastStoreErrorAge time.Duration
+	// RetryingFor is how long syncs have been retrying store errors.
+	RetryingFor time.Duration
+	// LastSyncAge is the time since the last acknowledged sync; -1 before
+	// the first.
+	LastSyncAge  time.Duration
+	StoreRetries int64
 }
 
 func (sh *shard) status() ShardStatus {
@@ -242,6 +325,7 @@ func (sh *shard) status() ShardStatus {
 	st := ShardStatus{
 		Shard: sh.name, Term: sh.term, Allocation: sh.alloc, Gen: sh.ackedGen, NextSeqNo: sh.nextSeq,
 		LastCASAge: -1, State: sh.state, Settings: sh.settings, Restore: sh.restore,
+		StoreHealth: HealthOK, LastStoreErrorAge: -1, LastSyncAge: -1,
 	}
 	if !sh.lastCAS.IsZero() {
 		st.LastCASAge = time.Since(sh.lastCAS)
@@ -255,6 +339,7 @@ func (sh *shard) status() ShardStatus {
 	}
 	if w := sh.writer(); w != nil {
 		st.Stats = w.Stats()
+		fillHealth(&st, w.StoreHealth(), sh.stallAfter, time.Now())
 		if err := w.Err(); err != nil && fenceErr == nil && st.State == stateOpen {
 			fenceErr = err
 		}
@@ -370,6 +455,10 @@ func (s *Server) shardStore(name string) (*blobstore.Container, error) {
 // events receive the restore as it happens.
 func (s *Server) Open(ctx context.Context, name string, term int64, alloc string, req Settings, events func(openEvent) error) (ShardStatus, error) {
 	const op = "Open"
+	// An Open retried on a failing store is answered with the store's
+	// error before the caller's deadline; retrying it is safe.
+	ctx, cancel := answerBefore(ctx)
+	defer cancel()
 	res, err := s.open(ctx, name, term, alloc, req, events)
 	if err != nil {
 		s.metrics.opens.WithLabelValues(reasonLabel(err)).Inc()
@@ -389,11 +478,11 @@ func (s *Server) open(ctx context.Context, name string, term int64, alloc string
 	if err := ValidateShardID(name); err != nil {
 		return ShardStatus{}, opErr(op, name, err, "")
 	}
-	if term < 1 {
-		return ShardStatus{}, opErr(op, name, fmt.Errorf("%w: term %d (terms start at 1)", ErrInvalidArgument, term), "")
+	if term < 1 || term > MaxTerm {
+		return ShardStatus{}, opErr(op, name, fmt.Errorf("%w: term %d is outside 1..%d", ErrInvalidArgument, term, int64(MaxTerm)), "")
 	}
-	if err := fence.ValidateID("allocation", alloc, false); err != nil {
-		return ShardStatus{}, opErr(op, name, fmt.Errorf("%w: %w", ErrInvalidArgument, err), "")
+	if err := validateName("allocation", alloc, false); err != nil {
+		return ShardStatus{}, opErr(op, name, err, "")
 	}
 	settings := mergeSettings(s.opts.Defaults, req)
 	if err := settings.Validate(); err != nil {
@@ -425,8 +514,8 @@ func (s *Server) open(ctx context.Context, name string, term int64, alloc string
 		case st.State == stateOpen && prev.term == term && prev.alloc == alloc:
 			s.mu.Unlock()
 			// The fencing fields are the shard's, whatever this call asked.
-			if prev.settings != settings.withFencing(seal.FencingOf(prev.settings.WriterOptions())) {
-				return ShardStatus{}, opErr(op, name, fmt.Errorf("%w: the shard is open at term %d with other settings (%+v)", ErrInvalidArgument, term, prev.settings), "settings are fixed when a shard opens; open a new term to change them")
+			if want := settings.withFencing(seal.FencingOf(prev.settings.WriterOptions())); prev.settings != want {
+				return ShardStatus{}, opErr(op, name, fmt.Errorf("%w: the shard is open at term %d with other settings: %s", ErrInvalidArgument, term, prev.settings.diff(want)), "settings are fixed when a shard opens; open a new term to change them")
 			}
 			// A retried Open of what is already open: answer it again.
 			return st, nil
@@ -435,7 +524,7 @@ func (s *Server) open(ctx context.Context, name string, term int64, alloc string
 			return ShardStatus{}, opErr(op, name, fmt.Errorf("%w: open here at term %d, above %d", ErrWrongTerm, prev.term, term), "a lower term cannot take the shard back")
 		}
 	}
-	sh := &shard{name: name, store: store, term: term, alloc: alloc, settings: settings, state: stateOpening}
+	sh := &shard{name: name, store: store, term: term, alloc: alloc, settings: settings, state: stateOpening, stallAfter: s.opts.StallAfter}
 	s.shards[name] = sh
 	s.mu.Unlock()
 
@@ -547,7 +636,10 @@ func (s *Server) append(ctx context.Context, name string, ops [][]byte, expected
 		return translog.Ack{}, opErr(op, name, err, "nothing was written; append on the shard's next primary")
 	}
 	start, sent := time.Now(), s.clock.Now()
-	ack, err := sh.writer().Append(ctx, ops)
+	w := sh.writer()
+	actx, stop := cutOnStoreFault(ctx, w)
+	ack, err := w.Append(actx, ops)
+	stop()
 	if err != nil {
 		sh.mu.Lock()
 		state, target = sh.state, sh.target
@@ -557,6 +649,9 @@ func (s *Server) append(ctx context.Context, name string, ops [][]byte, expected
 			return translog.Ack{}, opErr(op, name, fmt.Errorf("%w to allocation %q: %w", ErrHandingOff, target, err), "not acknowledged; retry on the target once it adopted the shard")
 		}
 		s.noteFailure(sh, err)
+		if ferr := storeFault(actx, w, err); ferr != err {
+			return translog.Ack{}, opErr(op, name, ferr, "the store is failing, see the shard's store health in status; retry the append once it takes writes again")
+		}
 		return translog.Ack{}, opErr(op, name, err, hintFor(err))
 	}
 	s.metrics.ackLatency.Observe(time.Since(start).Seconds())
@@ -694,6 +789,7 @@ func (s *Server) Close(ctx context.Context, name string) (ShardStatus, error) {
 // queued, answers every pending caller and closes the writers. Nothing
 // acknowledged is lost: an ack is only ever sent after its sync landed.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopOnce.Do(func() { close(s.stopped) })
 	s.mu.Lock()
 	s.draining = true
 	shards := make([]*shard, 0, len(s.shards))
@@ -740,6 +836,9 @@ func openHint(err error, term int64) string {
 	case errors.Is(err, seal.ErrTermAlreadyOpen):
 		return fmt.Sprintf("term %d already wrote and cannot be reopened: open the shard at a higher term", term)
 	case errors.Is(err, fence.ErrFenced):
+		if succ, ok := fence.SuccessorTerm(err); ok && succ >= MaxTerm {
+			return fmt.Sprintf("term %d, the highest term there is, holds the shard: it can no longer fail over", succ)
+		}
 		if succ, ok := fence.SuccessorTerm(err); ok && succ > term {
 			return fmt.Sprintf("term %d holds the shard: open it at a term above %d", succ, succ)
 		}

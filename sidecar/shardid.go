@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/shardfence/shardfence/blobstore"
 )
@@ -16,7 +15,7 @@ const MaxShardIDLen = 128
 // prefix or clash with another shard's keys.
 func ValidateShardID(id string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("%w: shard id %q %s (use 1-%d characters of A-Z a-z 0-9 . _ -, not starting with '.' or '-')", ErrInvalidArgument, trunc(id), why, MaxShardIDLen)
+		return fmt.Errorf("%w: shard id %q %s (use 1-%d characters of A-Z a-z 0-9 . _ -, not starting with '.' or '-')", ErrInvalidArgument, clip(id), why, MaxShardIDLen)
 	}
 	switch {
 	case id == "":
@@ -31,15 +30,18 @@ func ValidateShardID(id string) error {
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return bad(fmt.Sprintf("has %q at byte %d", c, i))
+			return bad(fmt.Sprintf("has %s at byte %d", byteName(c), i))
 		}
 	}
 	return nil
 }
 
-func trunc(s string) string {
-	if len(s) > 64 {
-		s = s[:64] + "..."
+// byteName shows one byte of a name: the character if it is printable
+// ASCII, else its value (a byte of a multi-byte character is not a
+// character of its own).
+func byteName(c byte) string {
+	if c >= 0x20 && c < 0x7f {
+		return fmt.Sprintf("%q", rune(c))
 	}
-	return strings.ToValidUTF8(s, "?")
+	return fmt.Sprintf("0x%02X", c)
 }

@@ -115,6 +115,28 @@ type Stats struct {
 	DataObjects int64 // syncs whose payload went to a data object
 }
 
+// StoreHealth is what the writer has seen of the store. Syncs retry store
+// trouble for as long as the writer is open (giving up would leave a
+// generation's outcome unknown), so appends simply wait during an outage;
+// this is how an operator learns why.
+type StoreHealth struct {
+	// LastError is the last store error a sync step retried; nil if none
+	// was seen. It stays after the store recovered (see LastErrorAt).
+	LastError   error
+	LastErrorAt time.Time
+	// RetryingSince is when the sync steps retrying now started failing;
+	// zero when no step is retrying.
+	RetryingSince time.Time
+	// LastSync is when the writer last acknowledged a generation; zero
+	// before the first.
+	LastSync time.Time
+	// Retries counts the store errors sync steps retried.
+	Retries int64
+}
+
+// Retrying reports whether a sync step is retrying store errors now.
+func (h StoreHealth) Retrying() bool { return !h.RetryingSince.IsZero() }
+
 type request struct {
 	ops  [][]byte
 	size int64
@@ -167,6 +189,8 @@ type Writer struct {
 	err         error // terminal: fenced, broken, closed
 	closing     bool
 	stats       Stats
+	health      StoreHealth
+	retrying    int // sync steps retrying store errors now
 }
 
 // Open starts a writer for the chain's term (or, with FencingDisabled, for
@@ -352,6 +376,39 @@ func (w *Writer) Stats() Stats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.stats
+}
+
+// StoreHealth reports the store errors the writer's syncs are retrying,
+// and when it last acknowledged a generation. Times are wall-clock.
+func (w *Writer) StoreHealth() StoreHealth {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.health
+}
+
+// noteStoreError records a store error a sync step is about to retry;
+// first says the step just started failing.
+func (w *Writer) noteStoreError(err error, first bool) {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.health.LastError, w.health.LastErrorAt = err, now
+	w.health.Retries++
+	if first {
+		if w.retrying == 0 {
+			w.health.RetryingSince = now
+		}
+		w.retrying++
+	}
+}
+
+// noteStepDone ends a sync step that retried store errors.
+func (w *Writer) noteStepDone() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.retrying--; w.retrying == 0 {
+		w.health.RetryingSince = time.Time{}
+	}
 }
 
 // NextGen is the generation the next sync will write.
@@ -617,6 +674,7 @@ func (w *Writer) tryAckLocked() {
 		}
 		w.inflight = w.inflight[1:]
 		w.lastSyncDur = w.clock.Now() - s.started
+		w.health.LastSync = time.Now()
 		seq := s.firstSeqNo
 		for _, r := range s.reqs {
 			w.finishReqLocked(r, Ack{Term: w.term, Gen: s.gen, FirstSeqNo: seq, Count: len(r.ops)}, nil)
@@ -703,6 +761,12 @@ func (w *Writer) terminal() error {
 // writer is open: giving up would leave the generation's outcome unknown
 // and the next generation with nothing to follow.
 func (w *Writer) retry(step func() (again bool, err error)) error {
+	failing := false
+	defer func() {
+		if failing {
+			w.noteStepDone()
+		}
+	}()
 	for attempt := 1; ; attempt++ {
 		if err := w.terminal(); err != nil {
 			return err
@@ -710,6 +774,10 @@ func (w *Writer) retry(step func() (again bool, err error)) error {
 		again, err := step()
 		if !again {
 			return err
+		}
+		if err != nil {
+			w.noteStoreError(err, !failing)
+			failing = true
 		}
 		if fence.Sleep(w.ctx, w.clock, w.opts.Backoff.Delay(attempt)) != nil {
 			return ErrClosed

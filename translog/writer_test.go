@@ -592,3 +592,41 @@ func TestNoAckOnceTheInstanceIsFencedElsewhere(t *testing.T) {
 		t.Fatalf("later append: %v, want fenced", err)
 	}
 }
+
+// A store outage is visible while syncs retry it: StoreHealth names the
+// last error and how long steps have been retrying, and clears the
+// retrying state (keeping the last error) once a sync lands.
+func TestStoreHealthShowsAnOutageWhileSyncsRetry(t *testing.T) {
+	r := newRig(t, 1, Options{})
+	r.mustAppend("before")
+	h := r.w.StoreHealth()
+	if h.Retrying() || h.LastError != nil || h.LastSync.IsZero() {
+		t.Fatalf("healthy writer reports %+v", h)
+	}
+	outage := r.store.MustAdd(faulty.Rule{Ops: faulty.Writes, Fault: faulty.Unavailable})
+	done := make(chan error, 1)
+	go func() { _, err := r.append("during"); done <- err }()
+	deadline := time.Now().Add(30 * time.Second)
+	for h = r.w.StoreHealth(); !h.Retrying() || h.Retries < 3; h = r.w.StoreHealth() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no retrying state after 30s of outage: %+v", h)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !errors.Is(h.LastError, blobstore.ErrUnavailable) || h.LastErrorAt.IsZero() {
+		t.Fatalf("health during the outage: %+v, want the injected unavailable error", h)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("append returned during the outage: %v", err)
+	default:
+	}
+	r.store.Remove(outage)
+	if err := <-done; err != nil {
+		t.Fatalf("append after the outage: %v", err)
+	}
+	after := r.w.StoreHealth()
+	if after.Retrying() || after.LastError == nil || !after.LastSync.After(h.LastSync) {
+		t.Fatalf("health after the outage: %+v (during: %+v)", after, h)
+	}
+}

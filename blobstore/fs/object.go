@@ -173,6 +173,15 @@ func newToken() ([tokenLen]byte, error) {
 	return t, err
 }
 
+// storeFull says so when a write failed for lack of space or quota: every
+// write needs a temporary file first, so a full device stops them all.
+func storeFull(err error) error {
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return fmt.Errorf("store full (free space or quota on the store's device): %w", err)
+	}
+	return err
+}
+
 // writeTemp writes header and body to a new temporary file and makes its
 // data durable. Errors here precede any visible effect.
 func (c *Bucket) writeTemp(body []byte) (*tempFile, blobstore.Token, error) {
@@ -182,15 +191,15 @@ func (c *Bucket) writeTemp(body []byte) (*tempFile, blobstore.Token, error) {
 	}
 	t, err := c.createTemp()
 	if err != nil {
-		return nil, "", blobstore.Unavailable(err)
+		return nil, "", blobstore.Unavailable(storeFull(err))
 	}
 	if err := writeBody(t.f, tok, body); err != nil {
 		t.discard()
-		return nil, "", blobstore.Unavailable(fmt.Errorf("writing temporary file %s: %w", t.path, err))
+		return nil, "", blobstore.Unavailable(storeFull(fmt.Errorf("writing temporary file %s: %w", t.path, err)))
 	}
 	if err := datasync(t.f); err != nil {
 		t.discard()
-		return nil, "", blobstore.Unavailable(fmt.Errorf("syncing temporary file %s: %w", t.path, err))
+		return nil, "", blobstore.Unavailable(storeFull(fmt.Errorf("syncing temporary file %s: %w", t.path, err)))
 	}
 	if c.hook != nil {
 		c.hook("temp-synced")

@@ -149,8 +149,9 @@ func open(ctx context.Context, u *url.URL) (*blobstore.Container, error) {
 		switch k {
 		case "endpoint":
 			ep, err := url.Parse(v)
-			if err != nil || (ep.Scheme != "http" && ep.Scheme != "https") || ep.Host == "" {
-				return nil, bad("endpoint %q is not an http(s) URL", v)
+			if err != nil || (ep.Scheme != "http" && ep.Scheme != "https") || ep.Host == "" || ep.User != nil {
+				// The value is not repeated: it may carry credentials.
+				return nil, bad("endpoint is not an http(s) URL without user info")
 			}
 			clientOpts = append(clientOpts,
 				option.WithEndpoint(strings.TrimRight(v, "/")+"/storage/v1/"),

@@ -111,6 +111,9 @@ func ParseURL(u *url.URL) (Config, error) {
 		case "region":
 			cfg.Region = v
 		case "endpoint":
+			if err := checkEndpoint(v); err != nil {
+				return Config{}, bad("%v", err)
+			}
 			cfg.Endpoint = v
 		case "path_style":
 			b, err := strconv.ParseBool(v)
@@ -138,6 +141,24 @@ func ParseURL(u *url.URL) (Config, error) {
 	return cfg, nil
 }
 
+// checkEndpoint refuses an endpoint the SDK could not use, without showing
+// it: the SDK would fail on the first request with the endpoint in its
+// message, user info included.
+func checkEndpoint(v string) error {
+	ep, err := url.Parse(v)
+	switch {
+	case err != nil:
+		return errors.New("endpoint is not a URL")
+	case ep.Scheme != "http" && ep.Scheme != "https":
+		return errors.New("endpoint must be an http:// or https:// URL")
+	case ep.Host == "":
+		return errors.New("endpoint has no host")
+	case ep.User != nil:
+		return errors.New("endpoint carries user info; give credentials with access_key and secret_key or the AWS credential chain")
+	}
+	return nil
+}
+
 // bucket is the driver: one bucket of an S3-compatible store.
 type bucket struct {
 	client *s3.Client
@@ -159,6 +180,11 @@ func New(ctx context.Context, cfg Config) (*blobstore.Container, error) {
 		return nil, fmt.Errorf("%w: s3 container needs a bucket", blobstore.ErrBadURL)
 	}
 	name := "s3://" + cfg.Bucket
+	if cfg.Endpoint != "" {
+		if err := checkEndpoint(cfg.Endpoint); err != nil {
+			return nil, fmt.Errorf("%w %s: %v", blobstore.ErrBadURL, name, err)
+		}
+	}
 	if (cfg.AccessKey == "") != (cfg.SecretKey == "") {
 		return nil, fmt.Errorf("%w %s: give both access_key and secret_key, or neither to use the AWS credential chain", blobstore.ErrBadURL, name)
 	}

@@ -99,7 +99,7 @@ func runBenchE2E(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	batch := fs.Int("ops-per-append", 1, "ops each client sends per Append call")
 	h2c := fs.Bool("h2c", true, "API clients share one HTTP/2 connection (h2c), as gRPC clients do; false: one HTTP/1.1 connection per client")
 	duration := fs.Duration("duration", 5*time.Second, "run time per path")
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -119,7 +119,7 @@ func runBenchE2E(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	root, err := blobstore.Open(ctx, url)
 	if err != nil {
-		return fmt.Errorf("open store %s: %w", blobstore.Redact(url), err)
+		return fmt.Errorf("open store: %w", err)
 	}
 	defer root.Close()
 	var rnd [6]byte

@@ -28,7 +28,7 @@ func runBenchMaster(ctx context.Context, args []string, stdout, stderr io.Writer
 	promoteObjects := fl.Int("promote-objects", 1000000, "objects of the promotion row; 0 skips it")
 	appendClients := fl.String("append-clients", "1,16", "comma-separated client counts for the log-cost table; empty skips it")
 	appendDur := fl.Duration("append-duration", 3*time.Second, "measuring time per log-cost row")
-	if err := fl.Parse(args); err != nil {
+	if err := parseArgs(fl, args); err != nil {
 		return err
 	}
 	sizes, err := intList(*objects)

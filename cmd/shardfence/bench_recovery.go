@@ -31,7 +31,7 @@ func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writ
 	fileMiB := flags.Int("file-mib", 64, "checkpoint file size in MiB")
 	syncKiB := flags.Int("sync-kib", 1024, "translog payload per generation in KiB (above 1 MiB inline limit: data objects)")
 	par := flags.Int("parallelism", 16, "concurrent requests of both the recovery and the plain GET")
-	if err := flags.Parse(args); err != nil {
+	if err := parseArgs(flags, args); err != nil {
 		return err
 	}
 	if flags.NArg() > 0 || *ckptMiB < 0 || *tlogMiB < 0 || *fileMiB < 1 || *syncKiB < 1 || *par < 1 {

@@ -36,7 +36,7 @@ func runBenchSeal(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	opSize := fs.Int("op-size", 256, "bytes per op (one op per generation)")
 	runs := fs.Int("runs", 3, "runs per scenario (the table shows the median)")
 	trace := fs.Bool("trace", false, "print every request of each measured Open with its start time to stderr")
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 || *gens < 1 || *runs < 1 || *latency < 0 {

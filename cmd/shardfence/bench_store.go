@@ -169,7 +169,7 @@ func runBenchStore(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "ops/s. Every key is written under a unique shardfence-bench/ prefix, removed afterwards.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

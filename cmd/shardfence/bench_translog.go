@@ -20,7 +20,7 @@ func runBenchTranslog(ctx context.Context, args []string, stdout, stderr io.Writ
 	duration := fs.Duration("duration", 5*time.Second, "run time per mode")
 	modes := fs.String("modes", "concurrent,sequenced,unfenced", "comma-separated modes: concurrent, sequenced, unfenced, lease")
 	seed := fs.Uint64("seed", 1, "seed of the fault injector")
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

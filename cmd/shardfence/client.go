@@ -3,17 +3,19 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -31,17 +33,20 @@ type clientFlags struct {
 	timeout                        time.Duration
 }
 
+// maxClientTimeout bounds --timeout.
+const maxClientTimeout = 24 * time.Hour
+
 func addClientFlags(fs *flag.FlagSet, withShard bool) *clientFlags {
 	c := &clientFlags{}
 	def := os.Getenv(envPrefix + "ADDR")
 	if def == "" {
 		def = "127.0.0.1:7400"
 	}
-	fs.StringVar(&c.addr, "addr", def, "sidecar address: HOST:PORT, http(s)://HOST:PORT or unix:///path (env SHARDFENCE_ADDR)")
-	fs.StringVar(&c.tokenFile, "auth-token-file", os.Getenv(envPrefix+"AUTH_TOKEN_FILE"), "file holding the sidecar's bearer token")
+	fs.StringVar(&c.addr, "addr", def, "sidecar address: HOST:PORT, http(s)://HOST[:PORT] or unix:///path (env SHARDFENCE_ADDR)")
+	fs.StringVar(&c.tokenFile, "auth-token-file", os.Getenv(envPrefix+"AUTH_TOKEN_FILE"), "file holding the sidecar's bearer token (env SHARDFENCE_AUTH_TOKEN_FILE)")
 	fs.StringVar(&c.caCert, "ca-cert", "", "CA bundle (PEM) to verify an HTTPS sidecar with")
 	fs.BoolVar(&c.asJSON, "json", false, "print JSON instead of a table")
-	fs.DurationVar(&c.timeout, "timeout", time.Minute, "give up after this long")
+	fs.DurationVar(&c.timeout, "timeout", time.Minute, "give up after this long (more than 0, at most 24h)")
 	if withShard {
 		fs.StringVar(&c.shard, "shard", "", "shard id (required)")
 	}
@@ -49,39 +54,83 @@ func addClientFlags(fs *flag.FlagSet, withShard bool) *clientFlags {
 }
 
 func (c *clientFlags) check(fs *flag.FlagSet, withShard bool) error {
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
-	}
-	if withShard && c.shard == "" {
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, clipArg(fs.Arg(0)))
+	case withShard && c.shard == "":
 		return fmt.Errorf("%w: --shard is required", errUsage)
+	case c.timeout <= 0 || c.timeout > maxClientTimeout:
+		return fmt.Errorf("%w: --timeout %v is outside (0, %v]", errUsage, c.timeout, maxClientTimeout)
 	}
-	return nil
+	_, _, err := sidecarBase(c.addr)
+	return err
+}
+
+// clipArg bounds what a usage error repeats of an argument.
+func clipArg(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "..."
+	}
+	return strings.ToValidUTF8(s, "?")
+}
+
+// sidecarBase turns --addr into the base URL of the API and, for a unix
+// socket, its path. A bare HOST without a port is refused (it would dial
+// port 80), and so is user info (credentials go in --auth-token-file).
+func sidecarBase(addr string) (base, socket string, err error) {
+	bad := func(why string) (string, string, error) {
+		return "", "", fmt.Errorf("%w: --addr: %s (use HOST:PORT, http(s)://HOST[:PORT] or unix:///path)", errUsage, why)
+	}
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		if path == "" {
+			return bad("unix:// needs a socket path")
+		}
+		return "http://sidecar", path, nil
+	}
+	if strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://") {
+		u, err := url.Parse(addr)
+		switch {
+		case err != nil:
+			return bad("not a URL")
+		case u.User != nil:
+			return bad("user info is not read; pass the token with --auth-token-file")
+		case u.Host == "" || u.Hostname() == "":
+			return bad("no host")
+		case u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "":
+			return bad("a path, query or fragment is not read")
+		}
+		return u.Scheme + "://" + u.Host, "", nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil && !strings.Contains(addr, ":") {
+		return bad(fmt.Sprintf("%q has no port (it would dial port 80)", clipArg(addr)))
+	}
+	if err != nil || host == "" || port == "" {
+		return bad(fmt.Sprintf("%q has no HOST:PORT form", clipArg(addr)))
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return bad(fmt.Sprintf("port %q is not 1..65535", clipArg(port)))
+	}
+	return "http://" + addr, "", nil
 }
 
 // dial returns a client of the sidecar at c.addr.
 func (c *clientFlags) dial() (sidecarv1connect.SidecarServiceClient, error) {
+	base, socket, err := sidecarBase(c.addr)
+	if err != nil {
+		return nil, err
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	base := c.addr
-	switch {
-	case strings.HasPrefix(base, "unix://"):
-		path := strings.TrimPrefix(base, "unix://")
+	if socket != "" {
 		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
+			return d.DialContext(ctx, "unix", socket)
 		}
-		base = "http://sidecar"
-	case strings.HasPrefix(base, "http://"), strings.HasPrefix(base, "https://"):
-	default:
-		base = "http://" + base
 	}
 	if c.caCert != "" {
-		pem, err := os.ReadFile(c.caCert)
+		pool, err := loadCAs("--ca-cert", c.caCert)
 		if err != nil {
-			return nil, fmt.Errorf("%w: --ca-cert: %v", errUsage, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: --ca-cert %s holds no PEM certificate", errUsage, c.caCert)
+			return nil, err
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
@@ -97,13 +146,14 @@ func (c *clientFlags) dial() (sidecarv1connect.SidecarServiceClient, error) {
 }
 
 // remoteErr turns an API error into one line that keeps the sidecar's
-// message and, when fenced, the successor term.
-func remoteErr(addr string, err error) error {
+// message, the stable reason and what to do about a missing token or a
+// sidecar that is not there.
+func (c *clientFlags) remoteErr(err error) error {
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
-		return fmt.Errorf("sidecar %s: %w", addr, err)
+		return fmt.Errorf("sidecar %s: %w", c.addr, err)
 	}
-	msg := fmt.Sprintf("sidecar %s: %s: %s", addr, ce.Code(), ce.Message())
+	msg := fmt.Sprintf("sidecar %s: %s: %s", c.addr, ce.Code(), ce.Message())
 	for _, d := range ce.Details() {
 		if v, derr := d.Value(); derr == nil {
 			if ed, ok := v.(*sidecarv1.ErrorDetail); ok && ed.GetReason() != "" {
@@ -111,10 +161,84 @@ func remoteErr(addr string, err error) error {
 			}
 		}
 	}
-	if ce.Code() == connect.CodeUnavailable && strings.Contains(ce.Message(), "connection refused") {
+	switch {
+	case ce.Code() == connect.CodeUnauthenticated && c.tokenFile == "":
+		msg += " (the sidecar wants a token: pass --auth-token-file FILE or set SHARDFENCE_AUTH_TOKEN_FILE)"
+	case ce.Code() == connect.CodeUnauthenticated:
+		msg += fmt.Sprintf(" (the sidecar refused the token in %s)", c.tokenFile)
+	case ce.Code() == connect.CodeUnavailable && strings.Contains(ce.Message(), "connection refused"):
 		msg += " (is `shardfence serve` running there?)"
 	}
 	return errors.New(msg)
+}
+
+// clientCmd is one sidecar client command: its own flags, and what it
+// does with a connected client. runClient does the rest, the same way for
+// every command.
+type clientCmd struct {
+	name      string
+	withShard bool
+	// flags adds the command's own flags; the returned check (optional)
+	// validates them after parsing.
+	flags func(fs *flag.FlagSet) func() error
+	// perCall: run bounds each call by --timeout itself (append);
+	// otherwise the whole run is.
+	perCall bool
+	run     func(ctx context.Context, e *clientEnv) error
+}
+
+// clientEnv is what a client command runs with.
+type clientEnv struct {
+	*clientFlags
+	client         sidecarv1connect.SidecarServiceClient
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+// runClient parses args, dials the sidecar and runs cmd; API errors come
+// back as one line (remoteErr).
+func runClient(ctx context.Context, cmd clientCmd, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags(cmd.name, stderr)
+	c := addClientFlags(fs, cmd.withShard)
+	var check func() error
+	if cmd.flags != nil {
+		check = cmd.flags(fs)
+	}
+	if err := parseArgs(fs, args); err != nil {
+		return err
+	}
+	if err := c.check(fs, cmd.withShard); err != nil {
+		return err
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	client, err := c.dial()
+	if err != nil {
+		return err
+	}
+	if !cmd.perCall {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	err = cmd.run(ctx, &clientEnv{clientFlags: c, client: client, stdin: stdin, stdout: stdout, stderr: stderr})
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return c.remoteErr(err)
+	}
+	return err
+}
+
+// output prints m as JSON with --json, else calls text.
+func (e *clientEnv) output(m proto.Message, text func(w io.Writer)) error {
+	if e.asJSON {
+		return printJSON(e.stdout, m)
+	}
+	text(e.stdout)
+	return nil
 }
 
 // printJSON writes m as one line of protobuf JSON.
@@ -127,12 +251,27 @@ func printJSON(w io.Writer, m proto.Message) error {
 	return err
 }
 
+// printable shows s as it is when every character is printable, else
+// quoted with escapes: a name or message never moves the cursor or turns
+// the text around on an operator's terminal.
+func printable(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return strconv.QuoteToGraphic(s)
+		}
+	}
+	return s
+}
+
+func ago(ms int64) string {
+	if ms < 0 {
+		return "never"
+	}
+	return (time.Duration(ms) * time.Millisecond).String() + " ago"
+}
+
 func printStatus(w io.Writer, s *sidecarv1.ShardStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	cas := "never"
-	if s.GetLastCasAgeMs() >= 0 {
-		cas = (time.Duration(s.GetLastCasAgeMs()) * time.Millisecond).String() + " ago"
-	}
 	fenced := "no"
 	if s.GetFenced() {
 		fenced = "yes"
@@ -140,19 +279,51 @@ func printStatus(w io.Writer, s *sidecarv1.ShardStatus) {
 			fenced = fmt.Sprintf("yes, by term %d", s.GetSuccessorTerm())
 		}
 	}
+	health := s.GetStoreHealth()
+	if health == "" {
+		health = "ok"
+	}
+	if s.GetRetryingMs() > 0 {
+		health += fmt.Sprintf(" (syncs retrying store errors for %v)", time.Duration(s.GetRetryingMs())*time.Millisecond)
+	}
 	rows := [][2]string{
 		{"shard", s.GetShard()}, {"state", s.GetState()}, {"term", fmt.Sprint(s.GetTerm())},
 		{"allocation", s.GetAllocationId()}, {"owner", s.GetOwner()}, {"gen", fmt.Sprint(s.GetGen())},
-		{"next seq", fmt.Sprint(s.GetNextSeqNo())}, {"last CAS", cas}, {"fenced", fenced},
+		{"next seq", fmt.Sprint(s.GetNextSeqNo())}, {"last CAS", ago(s.GetLastCasAgeMs())}, {"fenced", fenced},
+		{"store health", health}, {"last sync", ago(s.GetLastSyncAgeMs())},
 		{"syncs", fmt.Sprint(s.GetSyncs())}, {"ops", fmt.Sprint(s.GetOps())}, {"bytes", fmt.Sprint(s.GetBytes())},
-		{"mode", strings.ToLower(strings.TrimPrefix(s.GetSettings().GetMode().String(), "FENCING_MODE_"))},
-		{"ack order", strings.ToLower(strings.TrimPrefix(s.GetSettings().GetAckOrder().String(), "ACK_ORDER_"))},
 	}
+	if s.GetLastStoreError() != "" {
+		rows = append(rows, [2]string{"store error", fmt.Sprintf("%s (%s, %d retried)", s.GetLastStoreError(), ago(s.GetLastStoreErrorAgeMs()), s.GetStoreRetries())})
+	}
+	rows = append(rows, settingsRows(s.GetSettings())...)
 	if s.GetError() != "" {
 		rows = append(rows, [2]string{"error", s.GetError()})
 	}
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
+		fmt.Fprintf(tw, "%s\t%s\n", r[0], printable(r[1]))
 	}
 	tw.Flush()
+}
+
+// settingsRows are a shard's settings as status shows them; the fencing
+// (mode and lease) is the shard's stored one.
+func settingsRows(st *sidecarv1.ShardSettings) [][2]string {
+	mode := strings.ToLower(strings.TrimPrefix(st.GetMode().String(), "FENCING_MODE_"))
+	if st.GetFencingDisabled() {
+		mode = "disabled (unfenced)"
+	} else if st.GetMode() == sidecarv1.FencingMode_FENCING_MODE_LEASE {
+		mode += fmt.Sprintf(" (%v)", time.Duration(st.GetLeaseIntervalMs())*time.Millisecond)
+	}
+	gather := (time.Duration(st.GetMaxGatherDelayUs()) * time.Microsecond).String()
+	if st.GetMaxGatherDelayUs() < 0 {
+		gather = "off"
+	}
+	return [][2]string{
+		{"mode", mode},
+		{"ack order", strings.ToLower(strings.TrimPrefix(st.GetAckOrder().String(), "ACK_ORDER_"))},
+		{"settings", fmt.Sprintf("inline limit %d, max sync bytes %d, max in-flight bytes %d, max pipeline %d, max gather delay %s, freshness %v, retention %d gens",
+			st.GetInlineLimitBytes(), st.GetMaxSyncBytes(), st.GetMaxInFlightBytes(), st.GetMaxPipeline(), gather,
+			time.Duration(st.GetFreshnessIntervalMs())*time.Millisecond, st.GetRetentionGens())},
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -47,8 +48,8 @@ func TestClientCommands(t *testing.T) {
 	out = run(func(o, e *syncBuffer) error {
 		return runStatus(t.Context(), []string{"--addr", addr, "--shard", "cli"}, o, e)
 	})
-	for _, want := range []string{"term        1", "next seq    4", "fenced      no", "mode        per_sync"} {
-		if !strings.Contains(out, want) {
+	for _, want := range []string{`term\s+1\n`, `next seq\s+4\n`, `fenced\s+no\n`, `mode\s+per_sync\n`} {
+		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
 	}
@@ -69,7 +70,7 @@ func TestClientCommands(t *testing.T) {
 	out = run(func(o, e *syncBuffer) error {
 		return runHandoff(t.Context(), []string{"adopt", "--addr", addr2, "--context-file", ctxFile}, o, e)
 	})
-	if !strings.Contains(out, "allocation  a2") {
+	if !regexp.MustCompile(`allocation\s+a2\n`).MatchString(out) {
 		t.Errorf("adopt printed:\n%s", out)
 	}
 	var o, e syncBuffer

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"os"
 
 	"connectrpc.com/connect"
 
@@ -12,27 +13,11 @@ import (
 const closeSummary = "drain and release a shard on a sidecar (the term stays claimed)"
 
 func runClose(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("close", stderr)
-	c := addClientFlags(fs, true)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := c.check(fs, true); err != nil {
-		return err
-	}
-	client, err := c.dial()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	res, err := client.Close(ctx, connect.NewRequest(&sidecarv1.CloseRequest{Shard: c.shard}))
-	if err != nil {
-		return remoteErr(c.addr, err)
-	}
-	if c.asJSON {
-		return printJSON(stdout, res.Msg.GetStatus())
-	}
-	printStatus(stdout, res.Msg.GetStatus())
-	return nil
+	return runClient(ctx, clientCmd{name: "close", withShard: true, run: func(ctx context.Context, e *clientEnv) error {
+		res, err := e.client.Close(ctx, connect.NewRequest(&sidecarv1.CloseRequest{Shard: e.shard}))
+		if err != nil {
+			return err
+		}
+		return e.output(res.Msg.GetStatus(), func(w io.Writer) { printStatus(w, res.Msg.GetStatus()) })
+	}}, args, os.Stdin, stdout, stderr)
 }

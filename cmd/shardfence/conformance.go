@@ -53,7 +53,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -145,7 +145,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	storeURL := fs.String("store", "", "store URL for the demo's shard (default: a fresh file:// store in a temporary folder)")
 	phase := fs.Duration("phase", 3*time.Second, "how long each phase appends")
 	clients := fs.Int("clients", 8, "appending clients per sidecar")
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -165,7 +165,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	store, err := blobstore.Open(ctx, url)
 	if err != nil {
-		return fmt.Errorf("open store %s: %w", blobstore.Redact(url), err)
+		return fmt.Errorf("open store: %w", err)
 	}
 	defer store.Close()
 	tl := &demoTimeline{w: stdout, start: time.Now()}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,77 +16,94 @@ import (
 
 const handoffSummary = "relocate a shard within its term: handoff start|adopt|abort"
 
+const handoffUsage = `usage: shardfence handoff start --addr SOURCE --shard S --target-allocation ID [--target-node N] > ctx
+       shardfence handoff adopt --addr TARGET --context-file ctx
+       shardfence handoff abort --addr SOURCE --context-file ctx
+Run 'shardfence handoff start -h' (or adopt, abort) for the flags.
+`
+
 func runHandoff(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fmt.Fprint(stderr, handoffUsage)
+		return flag.ErrHelp
+	}
 	if len(args) == 0 || (args[0] != "start" && args[0] != "adopt" && args[0] != "abort") {
-		fmt.Fprintln(stderr, "usage: shardfence handoff start --addr SOURCE --shard S --target-allocation ID [--target-node N] > ctx")
-		fmt.Fprintln(stderr, "       shardfence handoff adopt --addr TARGET --context-file ctx")
-		fmt.Fprintln(stderr, "       shardfence handoff abort --addr SOURCE --context-file ctx")
+		fmt.Fprint(stderr, handoffUsage)
 		return fmt.Errorf("%w: handoff needs start, adopt or abort", errUsage)
 	}
 	sub := args[0]
-	fs := newFlags("handoff "+sub, stderr)
-	c := addClientFlags(fs, sub == "start")
-	target := fs.String("target-allocation", "", "allocation id of the target (start)")
-	node := fs.String("target-node", "", "node of the target, for operators (start)")
-	ctxFile := fs.String("context-file", "", "file with the handoff context `start` printed (adopt, abort); - for stdin")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	if err := c.check(fs, sub == "start"); err != nil {
-		return err
-	}
-	client, err := c.dial()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	if sub == "start" {
-		if *target == "" {
-			return fmt.Errorf("%w: --target-allocation is required", errUsage)
+	var target, node, ctxFile string
+	cmd := clientCmd{name: "handoff " + sub, withShard: sub == "start"}
+	cmd.flags = func(fs *flag.FlagSet) func() error {
+		if sub == "start" {
+			fs.StringVar(&target, "target-allocation", "", "allocation id of the target (required)")
+			fs.StringVar(&node, "target-node", "", "node of the target, for operators")
+			return func() error {
+				if target == "" {
+					return fmt.Errorf("%w: --target-allocation is required", errUsage)
+				}
+				return nil
+			}
 		}
-		res, err := client.StartHandoff(ctx, connect.NewRequest(&sidecarv1.StartHandoffRequest{Shard: c.shard, TargetAllocationId: *target, TargetNode: *node}))
+		fs.StringVar(&ctxFile, "context-file", "", "file with the handoff context `handoff start` printed; - for stdin (required)")
+		return func() error {
+			if ctxFile == "" {
+				return fmt.Errorf("%w: --context-file is required", errUsage)
+			}
+			return nil
+		}
+	}
+	cmd.run = func(ctx context.Context, e *clientEnv) error {
+		if sub == "start" {
+			res, err := e.client.StartHandoff(ctx, connect.NewRequest(&sidecarv1.StartHandoffRequest{Shard: e.shard, TargetAllocationId: target, TargetNode: node}))
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(e.stdout, base64.StdEncoding.EncodeToString(res.Msg.GetHandoffContext()))
+			return err
+		}
+		hc, err := readHandoffContext(ctxFile, e.stdin)
 		if err != nil {
-			return remoteErr(c.addr, err)
+			return err
 		}
-		_, err = fmt.Fprintln(stdout, base64.StdEncoding.EncodeToString(res.Msg.GetHandoffContext()))
-		return err
+		if sub == "adopt" {
+			res, err := e.client.AdoptHandoff(ctx, connect.NewRequest(&sidecarv1.AdoptHandoffRequest{HandoffContext: hc}))
+			if err != nil {
+				return err
+			}
+			return e.output(res.Msg.GetStatus(), func(w io.Writer) { printStatus(w, res.Msg.GetStatus()) })
+		}
+		res, err := e.client.AbortHandoff(ctx, connect.NewRequest(&sidecarv1.AbortHandoffRequest{HandoffContext: hc}))
+		if err != nil {
+			return err
+		}
+		return e.output(res.Msg, func(w io.Writer) {
+			if res.Msg.GetResumed() {
+				fmt.Fprintln(w, "handoff aborted: the source took the shard back and accepts appends")
+			} else {
+				fmt.Fprintln(w, "handoff not aborted: the target already wrote; the source stood down")
+			}
+		})
 	}
-	if *ctxFile == "" {
-		return fmt.Errorf("%w: --context-file is required", errUsage)
-	}
+	return runClient(ctx, cmd, args[1:], os.Stdin, stdout, stderr)
+}
+
+// readHandoffContext reads what `handoff start` printed, from a file or
+// stdin (-).
+func readHandoffContext(path string, stdin io.Reader) ([]byte, error) {
 	var raw []byte
-	if *ctxFile == "-" {
-		raw, err = io.ReadAll(os.Stdin)
+	var err error
+	if path == "-" {
+		raw, err = io.ReadAll(io.LimitReader(stdin, 1<<20))
 	} else {
-		raw, err = os.ReadFile(*ctxFile)
+		raw, err = os.ReadFile(path)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: --context-file: %v", errUsage, err)
+		return nil, fmt.Errorf("%w: --context-file: %v", errUsage, err)
 	}
 	hc, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(raw)))
 	if err != nil {
-		return fmt.Errorf("%w: --context-file does not hold what `handoff start` printed: %v", errUsage, err)
+		return nil, fmt.Errorf("%w: --context-file does not hold what `handoff start` printed: %v", errUsage, err)
 	}
-	if sub == "adopt" {
-		res, err := client.AdoptHandoff(ctx, connect.NewRequest(&sidecarv1.AdoptHandoffRequest{HandoffContext: hc}))
-		if err != nil {
-			return remoteErr(c.addr, err)
-		}
-		if c.asJSON {
-			return printJSON(stdout, res.Msg.GetStatus())
-		}
-		printStatus(stdout, res.Msg.GetStatus())
-		return nil
-	}
-	res, err := client.AbortHandoff(ctx, connect.NewRequest(&sidecarv1.AbortHandoffRequest{HandoffContext: hc}))
-	if err != nil {
-		return remoteErr(c.addr, err)
-	}
-	if res.Msg.GetResumed() {
-		fmt.Fprintln(stdout, "handoff aborted: the source took the shard back and accepts appends")
-	} else {
-		fmt.Fprintln(stdout, "handoff not aborted: the target already wrote; the source stood down")
-	}
-	return nil
+	return hc, nil
 }

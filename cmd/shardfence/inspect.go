@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -17,43 +19,33 @@ import (
 const inspectSummary = "show a shard's fence keys and translog, through a sidecar or straight from the store"
 
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("inspect", stderr)
-	c := addClientFlags(fs, true)
-	storeURL := fs.String("store", "", "read straight from this store URL instead of asking a sidecar (no sidecar needed)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := c.check(fs, true); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	var res *sidecarv1.InspectResponse
-	if *storeURL != "" {
-		store, err := blobstore.Open(ctx, *storeURL)
-		if err != nil {
-			return fmt.Errorf("open store %s: %w", blobstore.Redact(*storeURL), err)
-		}
-		defer store.Close()
-		if res, err = sidecar.Inspect(ctx, store, c.shard); err != nil {
-			return err
-		}
-	} else {
-		client, err := c.dial()
-		if err != nil {
-			return err
-		}
-		r, err := client.Inspect(ctx, connect.NewRequest(&sidecarv1.InspectRequest{Shard: c.shard}))
-		if err != nil {
-			return remoteErr(c.addr, err)
-		}
-		res = r.Msg
-	}
-	if c.asJSON {
-		return printJSON(stdout, res)
-	}
-	printInspect(stdout, res)
-	return nil
+	var storeURL string
+	cmd := clientCmd{name: "inspect", withShard: true,
+		flags: func(fs *flag.FlagSet) func() error {
+			fs.StringVar(&storeURL, "store", "", "read straight from this store URL instead of asking a sidecar (no sidecar needed)")
+			return nil
+		},
+		run: func(ctx context.Context, e *clientEnv) error {
+			var res *sidecarv1.InspectResponse
+			if storeURL != "" {
+				store, err := blobstore.Open(ctx, storeURL)
+				if err != nil {
+					return fmt.Errorf("open store: %w", err)
+				}
+				defer store.Close()
+				if res, err = sidecar.Inspect(ctx, store, e.shard); err != nil {
+					return err
+				}
+			} else {
+				r, err := e.client.Inspect(ctx, connect.NewRequest(&sidecarv1.InspectRequest{Shard: e.shard}))
+				if err != nil {
+					return err
+				}
+				res = r.Msg
+			}
+			return e.output(res, func(w io.Writer) { printInspect(w, res) })
+		}}
+	return runClient(ctx, cmd, args, os.Stdin, stdout, stderr)
 }
 
 func printInspect(w io.Writer, res *sidecarv1.InspectResponse) {
@@ -61,7 +53,7 @@ func printInspect(w io.Writer, res *sidecarv1.InspectResponse) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  TERM\tOWNER\tSEQ\tGEN\tNOTE")
 	for _, k := range res.GetFenceKeys() {
-		fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%s\n", k.GetTerm(), k.GetOwner(), k.GetSeq(), k.GetGen(), k.GetError())
+		fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%s\n", k.GetTerm(), printable(k.GetOwner()), k.GetSeq(), k.GetGen(), printable(k.GetError()))
 	}
 	tw.Flush()
 	if len(res.GetFenceKeys()) == 0 {
@@ -82,6 +74,6 @@ func printInspect(w io.Writer, res *sidecarv1.InspectResponse) {
 		fmt.Fprintln(w, "  empty")
 	}
 	for _, l := range res.GetLines() {
-		fmt.Fprintln(w, l)
+		fmt.Fprintln(w, printable(l))
 	}
 }

@@ -36,6 +36,7 @@ func commands() []command {
 		{"gc", gcSummary, runGC},
 		{"handoff", handoffSummary, runHandoff},
 		{"inspect", inspectSummary, runInspect},
+		{"settings", settingsSummary, runSettings},
 		{"demo", demoSummary, runDemo},
 	}
 }
@@ -91,9 +92,28 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return 2
 }
 
-// newFlags returns a flag set that reports errors instead of exiting.
+// newFlags returns a flag set that reports errors instead of exiting;
+// parse it with parseArgs.
 func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("shardfence "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	return fs
+}
+
+// parseArgs parses args into fs. -h prints the flags and returns
+// flag.ErrHelp (exit 0); a bad flag or value is a usage error (exit 2),
+// printed once, by dispatch.
+func parseArgs(fs *flag.FlagSet, args []string) error {
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return flag.ErrHelp
+	}
+	return fmt.Errorf("%w: %v (see '%s -h')", errUsage, err, fs.Name())
 }

@@ -75,7 +75,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	maxLag := fs.Duration("standby-max-lag", 10*time.Second, "lag past which a standby reports not ready")
 	fenceCheck := fs.Duration("fence-check-interval", time.Second, "how often an idle primary checks the store for a newer master")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -2,87 +2,91 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"time"
 
 	"connectrpc.com/connect"
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/sidecar"
 )
 
 const openSummary = "open a shard on a sidecar at a term (claim, seal, restore)"
 
 func runOpen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("open", stderr)
-	c := addClientFlags(fs, true)
-	term := fs.Int64("term", 0, "term granted to this primary (required, >= 1)")
-	alloc := fs.String("allocation", "", "allocation id of this copy of the shard (required)")
-	mode := fs.String("fencing-mode", "", "per_sync or lease (default: the sidecar's)")
-	order := fs.String("ack-order", "", "concurrent or sequenced (default: the sidecar's)")
-	lease := fs.Duration("lease-interval", 0, "lease of lease mode (default: the sidecar's)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := c.check(fs, true); err != nil {
-		return err
-	}
-	if *term < 1 || *alloc == "" {
-		return fmt.Errorf("%w: --term (>= 1) and --allocation are required", errUsage)
-	}
-	settings := &sidecarv1.ShardSettings{LeaseIntervalMs: lease.Milliseconds()}
-	if *mode != "" {
-		m, err := parseMode(*mode)
-		if err != nil {
-			return err
-		}
-		settings.Mode = sidecarv1.FencingMode(m + 1)
-	}
-	if *order != "" {
-		o, err := parseAckOrder(*order)
-		if err != nil {
-			return err
-		}
-		settings.AckOrder = sidecarv1.AckOrder(o + 1)
-	}
-	client, err := c.dial()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	st, err := client.Open(ctx, connect.NewRequest(&sidecarv1.OpenRequest{Shard: c.shard, Term: *term, AllocationId: *alloc, Settings: settings}))
-	if err != nil {
-		return remoteErr(c.addr, err)
-	}
-	defer st.Close()
-	var ops, files int64
-	for st.Receive() {
-		msg := st.Msg()
-		if c.asJSON {
-			if err := printJSON(stdout, msg); err != nil {
+	var (
+		term               int64
+		alloc, mode, order string
+		lease              time.Duration
+		settings           = &sidecarv1.ShardSettings{}
+	)
+	return runClient(ctx, clientCmd{name: "open", withShard: true,
+		flags: func(fs *flag.FlagSet) func() error {
+			fs.Int64Var(&term, "term", 0, fmt.Sprintf("term granted to this primary (required, 1..%d)", int64(sidecar.MaxTerm)))
+			fs.StringVar(&alloc, "allocation", "", "allocation id of this copy of the shard (required)")
+			fs.StringVar(&mode, "fencing-mode", "", "per_sync or lease (default: the sidecar's); a shard keeps the mode of its first open")
+			fs.StringVar(&order, "ack-order", "", "concurrent or sequenced (default: the sidecar's)")
+			fs.DurationVar(&lease, "lease-interval", 0, fmt.Sprintf("lease of lease mode, %v..%v (default: the sidecar's)", sidecar.MinLeaseInterval, sidecar.MaxLeaseInterval))
+			return func() error {
+				switch {
+				case term < 1 || term > sidecar.MaxTerm || alloc == "":
+					return fmt.Errorf("%w: --term (1..%d) and --allocation are required", errUsage, int64(sidecar.MaxTerm))
+				case lease != 0 && (lease < sidecar.MinLeaseInterval || lease > sidecar.MaxLeaseInterval):
+					return fmt.Errorf("%w: --lease-interval %v is outside %v..%v", errUsage, lease, sidecar.MinLeaseInterval, sidecar.MaxLeaseInterval)
+				}
+				settings.LeaseIntervalMs = lease.Milliseconds()
+				if mode != "" {
+					m, err := parseMode(mode)
+					if err != nil {
+						return err
+					}
+					settings.Mode = sidecarv1.FencingMode(m + 1)
+				}
+				if order != "" {
+					o, err := parseAckOrder(order)
+					if err != nil {
+						return err
+					}
+					settings.AckOrder = sidecarv1.AckOrder(o + 1)
+				}
+				return nil
+			}
+		},
+		run: func(ctx context.Context, e *clientEnv) error {
+			st, err := e.client.Open(ctx, connect.NewRequest(&sidecarv1.OpenRequest{Shard: e.shard, Term: term, AllocationId: alloc, Settings: settings}))
+			if err != nil {
 				return err
 			}
-			continue
-		}
-		switch ev := msg.GetEvent().(type) {
-		case *sidecarv1.OpenResponse_Progress:
-			p := ev.Progress
-			fmt.Fprintf(stderr, "%-8s %d/%d %d bytes\n", p.GetStep(), p.GetDone(), p.GetTotal(), p.GetBytes())
-		case *sidecarv1.OpenResponse_Ops:
-			ops += int64(len(ev.Ops.GetOps()))
-		case *sidecarv1.OpenResponse_CheckpointFile:
-			if ev.CheckpointFile.GetLast() {
-				files++
+			defer st.Close()
+			var ops, files int64
+			for st.Receive() {
+				msg := st.Msg()
+				if e.asJSON {
+					if err := printJSON(e.stdout, msg); err != nil {
+						return err
+					}
+					continue
+				}
+				switch ev := msg.GetEvent().(type) {
+				case *sidecarv1.OpenResponse_Progress:
+					p := ev.Progress
+					fmt.Fprintf(e.stderr, "%-8s %d/%d %d bytes\n", p.GetStep(), p.GetDone(), p.GetTotal(), p.GetBytes())
+				case *sidecarv1.OpenResponse_Ops:
+					ops += int64(len(ev.Ops.GetOps()))
+				case *sidecarv1.OpenResponse_CheckpointFile:
+					if ev.CheckpointFile.GetLast() {
+						files++
+					}
+				case *sidecarv1.OpenResponse_Opened:
+					r := ev.Opened.GetRestorePoint()
+					fmt.Fprintf(e.stdout, "opened shard %s at term %d (allocation %s)\n", e.shard, term, printable(alloc))
+					fmt.Fprintf(e.stdout, "restore point: term %d gen %d, next seq %d, checkpoint gen %d; replayed %d ops, %d checkpoint files\n",
+						r.GetTerm(), r.GetGen(), r.GetNextSeqNo(), r.GetCheckpointGen(), ops, files)
+				}
 			}
-		case *sidecarv1.OpenResponse_Opened:
-			r := ev.Opened.GetRestorePoint()
-			fmt.Fprintf(stdout, "opened shard %s at term %d (allocation %s)\n", c.shard, *term, *alloc)
-			fmt.Fprintf(stdout, "restore point: term %d gen %d, next seq %d, checkpoint gen %d; replayed %d ops, %d checkpoint files\n",
-				r.GetTerm(), r.GetGen(), r.GetNextSeqNo(), r.GetCheckpointGen(), ops, files)
-		}
-	}
-	if err := st.Err(); err != nil {
-		return remoteErr(c.addr, err)
-	}
-	return nil
+			return st.Err()
+		}}, args, os.Stdin, stdout, stderr)
 }

@@ -35,7 +35,8 @@ type serveFlags struct {
 	store, listen, config, node, logLevel string
 	authTokenFile, tlsCert, tlsKey, tlsCA string
 	insecureListen, allowUnfenced         bool
-	shutdownTimeout                       time.Duration
+	shutdownTimeout, idleTimeout          time.Duration
+	stallAfter                            time.Duration
 	limits                                sidecar.Limits
 	defaults                              sidecar.Settings
 	mode, ackOrder                        string
@@ -56,19 +57,23 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.tlsCA, "tls-client-ca", "", "CA bundle (PEM) client certificates must chain to (mutual TLS)")
 	fs.BoolVar(&f.insecureListen, "insecure-listen", false, "allow a non-loopback --listen without --auth-token-file")
 	fs.BoolVar(&f.allowUnfenced, "allow-unfenced", false, "allow shards opened with fencing disabled (benchmarks only: a zombie can lose acknowledged writes)")
-	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight syncs before abandoning them")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight syncs before abandoning them (1s..1h)")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", 2*time.Minute, "close a client connection idle this long (1s..1h)")
+	fs.DurationVar(&f.limits.BodyReadTimeout, "body-read-timeout", 30*time.Second, "a request body must arrive within this long (100ms..10m)")
+	fs.DurationVar(&f.stallAfter, "stall-after", sidecar.DefaultStallAfter, "a shard whose syncs retry store errors this long is stalled: /readyz answers 503 (1s..10m)")
 	fs.IntVar(&f.limits.MaxOpBytes, "max-op-bytes", 1<<20, "largest op an Append may carry")
 	fs.IntVar(&f.limits.MaxOpsPerAppend, "max-ops-per-append", 10000, "most ops one Append may carry")
 	fs.IntVar(&f.limits.MaxRequestBytes, "max-request-bytes", 32<<20, "largest request message")
+	fs.Int64Var(&f.limits.MaxConcurrentRequestBytes, "max-concurrent-request-bytes", 128<<20, "request bytes all calls may hold at once (at least --max-request-bytes)")
 	fs.StringVar(&f.mode, "fencing-mode", "per_sync", "default fencing mode of a shard: per_sync or lease")
 	fs.StringVar(&f.ackOrder, "ack-order", "concurrent", "default ack order of a shard: concurrent or sequenced")
 	fs.IntVar(&f.defaults.InlineLimit, "inline-limit", d.InlineLimit, "default: payloads up to this many bytes go inside the md object")
 	fs.Int64Var(&f.defaults.MaxSyncBytes, "max-sync-bytes", d.MaxSyncBytes, "default: payload cap of one sync")
 	fs.Int64Var(&f.defaults.MaxInFlightBytes, "max-in-flight-bytes", d.MaxInFlightBytes, "default: bytes appended but not yet acknowledged before appends wait")
 	fs.IntVar(&f.defaults.MaxPipeline, "max-pipeline", d.MaxPipeline, "default: md creates in flight per shard")
-	fs.DurationVar(&f.defaults.MaxGatherDelay, "max-gather-delay", d.MaxGatherDelay, "default: longest wait to fill a sync")
-	fs.DurationVar(&f.defaults.LeaseInterval, "lease-interval", d.LeaseInterval, "default lease of lease mode (failover waits this long)")
-	fs.DurationVar(&f.defaults.FreshnessInterval, "freshness-interval", d.FreshnessInterval, "default: how recent a CAS lets a checkpoint or GC skip listing the fence keys")
+	fs.DurationVar(&f.defaults.MaxGatherDelay, "max-gather-delay", d.MaxGatherDelay, "default: longest wait to fill a sync (up to 1s; negative disables)")
+	fs.DurationVar(&f.defaults.LeaseInterval, "lease-interval", d.LeaseInterval, "default lease of lease mode, failover waits this long (10ms..10m)")
+	fs.DurationVar(&f.defaults.FreshnessInterval, "freshness-interval", d.FreshnessInterval, "default: how recent a CAS lets a checkpoint or GC skip listing the fence keys (10ms..10m)")
 	fs.Int64Var(&f.defaults.RetentionGens, "retention-gens", d.RetentionGens, "default: generations GC keeps below the latest checkpoint")
 	return fs, f
 }
@@ -76,7 +81,7 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 // loadConfig applies the YAML file, then SHARDFENCE_* variables, then the
 // flags given on the command line, so flags win and the file loses.
 func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -148,6 +153,20 @@ func parseAckOrder(s string) (translog.AckOrder, error) {
 		return translog.Sequenced, nil
 	}
 	return 0, fmt.Errorf("%w: ack order %q (concurrent or sequenced)", errUsage, s)
+}
+
+// publicListen reports whether --listen is reachable from other machines,
+// without binding it: serve refuses an unauthenticated public listener
+// before it touches the store or the network.
+func publicListen(addr string) (bool, error) {
+	if strings.HasPrefix(addr, "unix://") {
+		return false, nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, fmt.Errorf("%w: --listen %q: %v (use HOST:PORT or unix:///path)", errUsage, addr, err)
+	}
+	return !isLoopback(host), nil
 }
 
 // isLoopback reports whether host names only this machine.
@@ -225,17 +244,26 @@ func tlsConfig(f *serveFlags) (*tls.Config, error) {
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
 	if f.tlsCA != "" {
-		pem, err := os.ReadFile(f.tlsCA)
+		pool, err := loadCAs("--tls-client-ca", f.tlsCA)
 		if err != nil {
-			return nil, fmt.Errorf("%w: --tls-client-ca: %v", errUsage, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: --tls-client-ca %s holds no PEM certificate", errUsage, f.tlsCA)
+			return nil, err
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
 	return cfg, nil
+}
+
+// loadCAs reads the PEM CA bundle a flag names.
+func loadCAs(flagName, path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", errUsage, flagName, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%w: %s %s holds no PEM certificate", errUsage, flagName, path)
+	}
+	return pool, nil
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -268,28 +296,46 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
-
-	store, err := blobstore.Open(ctx, f.store)
-	if err != nil {
-		return fmt.Errorf("open store %s: %w", blobstore.Redact(f.store), err)
-	}
-	defer store.Close()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := sidecar.New(ctx, store, sidecar.Options{
-		Node: f.node, Defaults: f.defaults, Limits: f.limits, AllowUnfenced: f.allowUnfenced, Logger: log, Registerer: reg,
-	})
-	if err != nil {
-		return err
-	}
-
-	ln, public, err := listenOn(f.listen)
+	// Everything the command line decides is checked before the store is
+	// opened and the address bound.
+	public, err := publicListen(f.listen)
 	if err != nil {
 		return err
 	}
 	if public && token == "" && !f.insecureListen {
-		ln.Close()
 		return fmt.Errorf("%w: --listen %s is reachable from other machines: give --auth-token-file (and TLS flags), or --insecure-listen to serve it unauthenticated", errUsage, f.listen)
+	}
+	for _, d := range []struct {
+		flag  string
+		v, lo time.Duration
+	}{{"--shutdown-timeout", f.shutdownTimeout, time.Second}, {"--idle-timeout", f.idleTimeout, time.Second}} {
+		if d.v < d.lo || d.v > time.Hour {
+			return fmt.Errorf("%w: %s %v is outside %v..1h", errUsage, d.flag, d.v, d.lo)
+		}
+	}
+	opts := sidecar.Options{
+		Node: f.node, Defaults: f.defaults, Limits: f.limits, AllowUnfenced: f.allowUnfenced, Logger: log, StallAfter: f.stallAfter,
+	}
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+
+	store, err := blobstore.Open(ctx, f.store)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer store.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	opts.Registerer = reg
+	srv, err := sidecar.New(ctx, store, opts)
+	if err != nil {
+		return err
+	}
+
+	ln, _, err := listenOn(f.listen)
+	if err != nil {
+		return err
 	}
 	if public && tlsCfg == nil {
 		log.Warn("serving off loopback without TLS: the bearer token and ops cross the network in clear text", "listen", f.listen)
@@ -297,8 +343,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	hs := &http.Server{
 		Handler:           srv.Handler(sidecar.HandlerOptions{AuthToken: token, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}),
 		ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig:         tlsCfg,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// Bodies have their own per-call deadline (--body-read-timeout),
+		// lifted once read, so long acks and streams are not cut.
+		IdleTimeout: f.idleTimeout,
+		TLSConfig:   tlsCfg,
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	// gRPC clients speak HTTP/2; without TLS that is h2c on loopback.
 	hs.Protocols = new(http.Protocols)

@@ -3,36 +3,21 @@ package main
 import (
 	"context"
 	"io"
+	"os"
 
 	"connectrpc.com/connect"
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 )
 
-const statusSummary = "show a shard's term, owner, generation, last CAS age and fencing state"
+const statusSummary = "show a shard's term, owner, generation, fencing, store health and settings"
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("status", stderr)
-	c := addClientFlags(fs, true)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := c.check(fs, true); err != nil {
-		return err
-	}
-	client, err := c.dial()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	res, err := client.Status(ctx, connect.NewRequest(&sidecarv1.StatusRequest{Shard: c.shard}))
-	if err != nil {
-		return remoteErr(c.addr, err)
-	}
-	if c.asJSON {
-		return printJSON(stdout, res.Msg.GetStatus())
-	}
-	printStatus(stdout, res.Msg.GetStatus())
-	return nil
+	return runClient(ctx, clientCmd{name: "status", withShard: true, run: func(ctx context.Context, e *clientEnv) error {
+		res, err := e.client.Status(ctx, connect.NewRequest(&sidecarv1.StatusRequest{Shard: e.shard}))
+		if err != nil {
+			return err
+		}
+		return e.output(res.Msg.GetStatus(), func(w io.Writer) { printStatus(w, res.Msg.GetStatus()) })
+	}}, args, os.Stdin, stdout, stderr)
 }

@@ -1469,6 +1469,21 @@ type ShardStatus struct {
 	Syncs         int64          `protobuf:"varint,13,opt,name=syncs,proto3" json:"syncs,omitempty"`
 	Ops           int64          `protobuf:"varint,14,opt,name=ops,proto3" json:"ops,omitempty"`
 	Bytes         int64          `protobuf:"varint,15,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// store_health: ok, retrying (syncs are retrying store errors) or
+	// stalled (they have been for longer than the sidecar's --stall-after).
+	// Appends wait while syncs retry; nothing is acknowledged until the
+	// store takes writes again.
+	StoreHealth string `protobuf:"bytes,16,opt,name=store_health,json=storeHealth,proto3" json:"store_health,omitempty"`
+	// The last store error a sync retried and how long ago; empty and -1
+	// when none was seen.
+	LastStoreError      string `protobuf:"bytes,17,opt,name=last_store_error,json=lastStoreError,proto3" json:"last_store_error,omitempty"`
+	LastStoreErrorAgeMs int64  `protobuf:"varint,18,opt,name=last_store_error_age_ms,json=lastStoreErrorAgeMs,proto3" json:"last_store_error_age_ms,omitempty"`
+	// How long syncs have been retrying store errors; 0 when they are not.
+	RetryingMs int64 `protobuf:"varint,19,opt,name=retrying_ms,json=retryingMs,proto3" json:"retrying_ms,omitempty"`
+	// Time since the last acknowledged sync; -1 before the first.
+	LastSyncAgeMs int64 `protobuf:"varint,20,opt,name=last_sync_age_ms,json=lastSyncAgeMs,proto3" json:"last_sync_age_ms,omitempty"`
+	// Store errors retried by syncs since the shard opened here.
+	StoreRetries  int64 `protobuf:"varint,21,opt,name=store_retries,json=storeRetries,proto3" json:"store_retries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1604,6 +1619,48 @@ func (x *ShardStatus) GetOps() int64 {
 func (x *ShardStatus) GetBytes() int64 {
 	if x != nil {
 		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetStoreHealth() string {
+	if x != nil {
+		return x.StoreHealth
+	}
+	return ""
+}
+
+func (x *ShardStatus) GetLastStoreError() string {
+	if x != nil {
+		return x.LastStoreError
+	}
+	return ""
+}
+
+func (x *ShardStatus) GetLastStoreErrorAgeMs() int64 {
+	if x != nil {
+		return x.LastStoreErrorAgeMs
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetRetryingMs() int64 {
+	if x != nil {
+		return x.RetryingMs
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetLastSyncAgeMs() int64 {
+	if x != nil {
+		return x.LastSyncAgeMs
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetStoreRetries() int64 {
+	if x != nil {
+		return x.StoreRetries
 	}
 	return 0
 }
@@ -1951,9 +2008,16 @@ type InspectResponse struct {
 	Translog  []*TermGens            `protobuf:"bytes,3,rep,name=translog,proto3" json:"translog,omitempty"`
 	// lines is a human summary of what the protocol packages know beyond
 	// fence and translog (seal chain, checkpoints, orphans).
-	Lines         []string `protobuf:"bytes,4,rep,name=lines,proto3" json:"lines,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Lines []string `protobuf:"bytes,4,rep,name=lines,proto3" json:"lines,omitempty"`
+	// stored_settings is the shard's stored fencing (settings/fencing): what
+	// every term runs and a successor waits for. Unset when no open created
+	// it yet.
+	StoredSettings *ShardSettings `protobuf:"bytes,5,opt,name=stored_settings,json=storedSettings,proto3" json:"stored_settings,omitempty"`
+	// settings_rewrite describes a fencing rewrite in progress (no term
+	// opens until it finishes), empty when none.
+	SettingsRewrite string `protobuf:"bytes,6,opt,name=settings_rewrite,json=settingsRewrite,proto3" json:"settings_rewrite,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *InspectResponse) Reset() {
@@ -2012,6 +2076,20 @@ func (x *InspectResponse) GetLines() []string {
 		return x.Lines
 	}
 	return nil
+}
+
+func (x *InspectResponse) GetStoredSettings() *ShardSettings {
+	if x != nil {
+		return x.StoredSettings
+	}
+	return nil
+}
+
+func (x *InspectResponse) GetSettingsRewrite() string {
+	if x != nil {
+		return x.SettingsRewrite
+	}
+	return ""
 }
 
 type GCRequest struct {
@@ -2294,7 +2372,7 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x14AbortHandoffResponse\x12\x18\n" +
 	"\aresumed\x18\x01 \x01(\bR\aresumed\"%\n" +
 	"\rStatusRequest\x12\x14\n" +
-	"\x05shard\x18\x01 \x01(\tR\x05shard\"\xb6\x03\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\"\xa8\x05\n" +
 	"\vShardStatus\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12#\n" +
@@ -2311,7 +2389,14 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\bsettings\x18\f \x01(\v2$.shardfence.sidecar.v1.ShardSettingsR\bsettings\x12\x14\n" +
 	"\x05syncs\x18\r \x01(\x03R\x05syncs\x12\x10\n" +
 	"\x03ops\x18\x0e \x01(\x03R\x03ops\x12\x14\n" +
-	"\x05bytes\x18\x0f \x01(\x03R\x05bytes\"L\n" +
+	"\x05bytes\x18\x0f \x01(\x03R\x05bytes\x12!\n" +
+	"\fstore_health\x18\x10 \x01(\tR\vstoreHealth\x12(\n" +
+	"\x10last_store_error\x18\x11 \x01(\tR\x0elastStoreError\x124\n" +
+	"\x17last_store_error_age_ms\x18\x12 \x01(\x03R\x13lastStoreErrorAgeMs\x12\x1f\n" +
+	"\vretrying_ms\x18\x13 \x01(\x03R\n" +
+	"retryingMs\x12'\n" +
+	"\x10last_sync_age_ms\x18\x14 \x01(\x03R\rlastSyncAgeMs\x12#\n" +
+	"\rstore_retries\x18\x15 \x01(\x03R\fstoreRetries\"L\n" +
 	"\x0eStatusResponse\x12:\n" +
 	"\x06status\x18\x01 \x01(\v2\".shardfence.sidecar.v1.ShardStatusR\x06status\"$\n" +
 	"\fCloseRequest\x12\x14\n" +
@@ -2332,13 +2417,15 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\tfirst_gen\x18\x02 \x01(\x03R\bfirstGen\x12\x19\n" +
 	"\blast_gen\x18\x03 \x01(\x03R\alastGen\x12\x14\n" +
 	"\x05count\x18\x04 \x01(\x03R\x05count\x12\x1a\n" +
-	"\bpoisoned\x18\x05 \x03(\x03R\bpoisoned\"\xba\x01\n" +
+	"\bpoisoned\x18\x05 \x03(\x03R\bpoisoned\"\xb4\x02\n" +
 	"\x0fInspectResponse\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12>\n" +
 	"\n" +
 	"fence_keys\x18\x02 \x03(\v2\x1f.shardfence.sidecar.v1.FenceKeyR\tfenceKeys\x12;\n" +
 	"\btranslog\x18\x03 \x03(\v2\x1f.shardfence.sidecar.v1.TermGensR\btranslog\x12\x14\n" +
-	"\x05lines\x18\x04 \x03(\tR\x05lines\":\n" +
+	"\x05lines\x18\x04 \x03(\tR\x05lines\x12M\n" +
+	"\x0fstored_settings\x18\x05 \x01(\v2$.shardfence.sidecar.v1.ShardSettingsR\x0estoredSettings\x12)\n" +
+	"\x10settings_rewrite\x18\x06 \x01(\tR\x0fsettingsRewrite\":\n" +
 	"\tGCRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\":\n" +
@@ -2442,33 +2529,34 @@ var file_sidecar_v1_sidecar_proto_depIdxs = []int32{
 	23, // 15: shardfence.sidecar.v1.CloseResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
 	28, // 16: shardfence.sidecar.v1.InspectResponse.fence_keys:type_name -> shardfence.sidecar.v1.FenceKey
 	29, // 17: shardfence.sidecar.v1.InspectResponse.translog:type_name -> shardfence.sidecar.v1.TermGens
-	3,  // 18: shardfence.sidecar.v1.SidecarService.Open:input_type -> shardfence.sidecar.v1.OpenRequest
-	10, // 19: shardfence.sidecar.v1.SidecarService.Append:input_type -> shardfence.sidecar.v1.AppendRequest
-	12, // 20: shardfence.sidecar.v1.SidecarService.Read:input_type -> shardfence.sidecar.v1.ReadRequest
-	14, // 21: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:input_type -> shardfence.sidecar.v1.PublishCheckpointRequest
-	16, // 22: shardfence.sidecar.v1.SidecarService.StartHandoff:input_type -> shardfence.sidecar.v1.StartHandoffRequest
-	18, // 23: shardfence.sidecar.v1.SidecarService.AdoptHandoff:input_type -> shardfence.sidecar.v1.AdoptHandoffRequest
-	20, // 24: shardfence.sidecar.v1.SidecarService.AbortHandoff:input_type -> shardfence.sidecar.v1.AbortHandoffRequest
-	22, // 25: shardfence.sidecar.v1.SidecarService.Status:input_type -> shardfence.sidecar.v1.StatusRequest
-	25, // 26: shardfence.sidecar.v1.SidecarService.Close:input_type -> shardfence.sidecar.v1.CloseRequest
-	27, // 27: shardfence.sidecar.v1.SidecarService.Inspect:input_type -> shardfence.sidecar.v1.InspectRequest
-	31, // 28: shardfence.sidecar.v1.SidecarService.GC:input_type -> shardfence.sidecar.v1.GCRequest
-	9,  // 29: shardfence.sidecar.v1.SidecarService.Open:output_type -> shardfence.sidecar.v1.OpenResponse
-	11, // 30: shardfence.sidecar.v1.SidecarService.Append:output_type -> shardfence.sidecar.v1.AppendResponse
-	13, // 31: shardfence.sidecar.v1.SidecarService.Read:output_type -> shardfence.sidecar.v1.ReadResponse
-	15, // 32: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:output_type -> shardfence.sidecar.v1.PublishCheckpointResponse
-	17, // 33: shardfence.sidecar.v1.SidecarService.StartHandoff:output_type -> shardfence.sidecar.v1.StartHandoffResponse
-	19, // 34: shardfence.sidecar.v1.SidecarService.AdoptHandoff:output_type -> shardfence.sidecar.v1.AdoptHandoffResponse
-	21, // 35: shardfence.sidecar.v1.SidecarService.AbortHandoff:output_type -> shardfence.sidecar.v1.AbortHandoffResponse
-	24, // 36: shardfence.sidecar.v1.SidecarService.Status:output_type -> shardfence.sidecar.v1.StatusResponse
-	26, // 37: shardfence.sidecar.v1.SidecarService.Close:output_type -> shardfence.sidecar.v1.CloseResponse
-	30, // 38: shardfence.sidecar.v1.SidecarService.Inspect:output_type -> shardfence.sidecar.v1.InspectResponse
-	32, // 39: shardfence.sidecar.v1.SidecarService.GC:output_type -> shardfence.sidecar.v1.GCResponse
-	29, // [29:40] is the sub-list for method output_type
-	18, // [18:29] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	2,  // 18: shardfence.sidecar.v1.InspectResponse.stored_settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	3,  // 19: shardfence.sidecar.v1.SidecarService.Open:input_type -> shardfence.sidecar.v1.OpenRequest
+	10, // 20: shardfence.sidecar.v1.SidecarService.Append:input_type -> shardfence.sidecar.v1.AppendRequest
+	12, // 21: shardfence.sidecar.v1.SidecarService.Read:input_type -> shardfence.sidecar.v1.ReadRequest
+	14, // 22: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:input_type -> shardfence.sidecar.v1.PublishCheckpointRequest
+	16, // 23: shardfence.sidecar.v1.SidecarService.StartHandoff:input_type -> shardfence.sidecar.v1.StartHandoffRequest
+	18, // 24: shardfence.sidecar.v1.SidecarService.AdoptHandoff:input_type -> shardfence.sidecar.v1.AdoptHandoffRequest
+	20, // 25: shardfence.sidecar.v1.SidecarService.AbortHandoff:input_type -> shardfence.sidecar.v1.AbortHandoffRequest
+	22, // 26: shardfence.sidecar.v1.SidecarService.Status:input_type -> shardfence.sidecar.v1.StatusRequest
+	25, // 27: shardfence.sidecar.v1.SidecarService.Close:input_type -> shardfence.sidecar.v1.CloseRequest
+	27, // 28: shardfence.sidecar.v1.SidecarService.Inspect:input_type -> shardfence.sidecar.v1.InspectRequest
+	31, // 29: shardfence.sidecar.v1.SidecarService.GC:input_type -> shardfence.sidecar.v1.GCRequest
+	9,  // 30: shardfence.sidecar.v1.SidecarService.Open:output_type -> shardfence.sidecar.v1.OpenResponse
+	11, // 31: shardfence.sidecar.v1.SidecarService.Append:output_type -> shardfence.sidecar.v1.AppendResponse
+	13, // 32: shardfence.sidecar.v1.SidecarService.Read:output_type -> shardfence.sidecar.v1.ReadResponse
+	15, // 33: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:output_type -> shardfence.sidecar.v1.PublishCheckpointResponse
+	17, // 34: shardfence.sidecar.v1.SidecarService.StartHandoff:output_type -> shardfence.sidecar.v1.StartHandoffResponse
+	19, // 35: shardfence.sidecar.v1.SidecarService.AdoptHandoff:output_type -> shardfence.sidecar.v1.AdoptHandoffResponse
+	21, // 36: shardfence.sidecar.v1.SidecarService.AbortHandoff:output_type -> shardfence.sidecar.v1.AbortHandoffResponse
+	24, // 37: shardfence.sidecar.v1.SidecarService.Status:output_type -> shardfence.sidecar.v1.StatusResponse
+	26, // 38: shardfence.sidecar.v1.SidecarService.Close:output_type -> shardfence.sidecar.v1.CloseResponse
+	30, // 39: shardfence.sidecar.v1.SidecarService.Inspect:output_type -> shardfence.sidecar.v1.InspectResponse
+	32, // 40: shardfence.sidecar.v1.SidecarService.GC:output_type -> shardfence.sidecar.v1.GCResponse
+	30, // [30:41] is the sub-list for method output_type
+	19, // [19:30] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_sidecar_v1_sidecar_proto_init() }

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/recovery"
+	"github.com/shardfence/shardfence/seal"
+	"github.com/shardfence/shardfence/sidecar"
+	"github.com/shardfence/shardfence/translog"
+)
+
+const settingsSummary = "show or rewrite a shard's stored fencing (admin; the shard must have no live owner)"
+
+func runSettings(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("settings", stderr)
+	storeURL := fs.String("store", "", "store URL all shards live under (required)")
+	shard := fs.String("shard", "", "shard id (required)")
+	term := fs.Int64("term", 0, "term the rewrite claims, above every term of the shard (rewrite only)")
+	alloc := fs.String("allocation", "", "allocation id recorded in the claimed fence key (rewrite only)")
+	node := fs.String("node", "", "node recorded in the claimed fence key")
+	mode := fs.String("fencing-mode", "", "per_sync or lease: the mode to store")
+	lease := fs.Duration("lease-interval", 0, fmt.Sprintf("lease to store with lease mode (%v..%v)", seal.MinLeaseInterval, seal.MaxLeaseInterval))
+	maxWait := fs.Duration("max-wait", seal.MaxLeaseInterval+time.Second, "longest wait for a running lease before the rewrite is rolled back")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: shardfence settings --store URL --shard S                      # show the stored fencing\n")
+		fmt.Fprintf(stderr, "       shardfence settings --store URL --shard S --term T --allocation A --fencing-mode lease --lease-interval 10s\n\n")
+		fmt.Fprintf(stderr, "A rewrite stops every open of the shard, claims term T (fencing every lower term), waits out\n")
+		fmt.Fprintf(stderr, "the old lease if the new setting would shorten a successor's wait and a term ever opened, then\n")
+		fmt.Fprintf(stderr, "stores the new setting. The shard's next open needs a term above T.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := parseArgs(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, clipArg(fs.Arg(0)))
+	case *storeURL == "" || *shard == "":
+		return fmt.Errorf("%w: --store and --shard are required", errUsage)
+	}
+	if err := sidecar.ValidateShardID(*shard); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	rewrite := *term != 0 || *alloc != "" || *mode != "" || *lease != 0
+	var to seal.Fencing
+	if rewrite {
+		switch {
+		case *term < 1 || *term > sidecar.MaxTerm || *alloc == "":
+			return fmt.Errorf("%w: a rewrite needs --term (1..%d, above every term of the shard) and --allocation", errUsage, int64(sidecar.MaxTerm))
+		case *mode == "":
+			return fmt.Errorf("%w: a rewrite needs --fencing-mode (per_sync or lease)", errUsage)
+		case *maxWait <= 0:
+			return fmt.Errorf("%w: --max-wait must be positive", errUsage)
+		}
+		m, err := parseMode(*mode)
+		if err != nil {
+			return err
+		}
+		to.Mode = m
+		if m == translog.Lease {
+			if *lease < seal.MinLeaseInterval || *lease > seal.MaxLeaseInterval {
+				return fmt.Errorf("%w: lease mode needs --lease-interval in %v..%v", errUsage, seal.MinLeaseInterval, seal.MaxLeaseInterval)
+			}
+			to.LeaseInterval = *lease
+		} else if *lease != 0 {
+			return fmt.Errorf("%w: --lease-interval goes with --fencing-mode lease", errUsage)
+		}
+	}
+
+	root, err := blobstore.Open(ctx, *storeURL)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer root.Close()
+	store, err := blobstore.Sub(root, *shard)
+	if err != nil {
+		return err
+	}
+	if !rewrite {
+		f, rw, found, err := seal.ReadFencing(ctx, store, *shard, seal.Options{})
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			fmt.Fprintf(stdout, "shard %s has no stored fencing: its first open stores what it asks for\n", *shard)
+		default:
+			fmt.Fprintf(stdout, "shard %s: fencing %s (%s)\n", *shard, f, seal.FencingKey)
+			if rw != nil {
+				fmt.Fprintf(stdout, "rewrite in progress %s: no term opens until it finishes (run the rewrite again)\n", rw)
+			}
+		}
+		return nil
+	}
+	res, err := recovery.RewriteFencing(ctx, store, *shard, *term, *alloc, to, recovery.RewriteOptions{
+		Node: *node, MaxWait: *maxWait,
+		Progress: func(step string) {
+			fmt.Fprintf(stderr, "%s\n", step)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if res.Unchanged {
+		fmt.Fprintf(stdout, "shard %s already runs fencing %s; nothing changed\n", *shard, res.To)
+		return nil
+	}
+	fmt.Fprintf(stdout, "shard %s: fencing %s -> %s (waited %v); term %d is claimed: the shard's next open needs a higher term\n",
+		*shard, res.From, res.To, res.Waited.Round(time.Millisecond), *term)
+	return nil
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/internal/sidecarproc"
+)
+
+// The fencing rewrite across processes, on a real store: sidecar A runs
+// term 1 in lease mode and keeps appending while `shardfence settings`, a
+// separate process, switches the shard to per-sync at term 2. Shortening
+// the successors' wait while a lease may run, the rewrite must wait out
+// A's lease after fencing it; meanwhile no term opens (B's open is
+// refused). Afterwards A is fenced, term 3 opens per-sync on sidecar B
+// without a lease wait of the old mode, and every op A acknowledged, in
+// its lease after the rewrite's sweep included, is in term 3's lineage.
+func TestSettingsRewriteAcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sidecar processes")
+	}
+	dir := t.TempDir()
+	storeURL := "file://" + filepath.Join(dir, "store")
+	const lease = 2 * time.Second
+	a := sidecarproc.Start(t, thisBinary(), "a", storeURL, "--fencing-mode", "lease", "--lease-interval", lease.String())
+	b := sidecarproc.Start(t, thisBinary(), "b", storeURL)
+	a.Open(t, "z", 1, "a1")
+
+	ctx, stop := context.WithCancel(t.Context())
+	var mu sync.Mutex
+	var acked []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ctx.Err() == nil; i++ {
+			op := fmt.Sprintf("a-%d", i)
+			_, err := a.Client.Append(ctx, connect.NewRequest(&sidecarv1.AppendRequest{Shard: "z", Ops: [][]byte{[]byte(op)}}))
+			if err == nil {
+				mu.Lock()
+				acked = append(acked, op)
+				mu.Unlock()
+			} else if sidecarproc.ReasonOf(err) == "fenced" {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	for {
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		if n >= 5 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	cmd := exec.Command(os.Args[0], "settings", "--store", storeURL, "--shard", "z", "--term", "2", "--allocation", "admin", "--fencing-mode", "per_sync")
+	cmd.Env = append(os.Environ(), asBinaryEnv+"=1")
+	var out, errOut syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	// While the rewrite waits, no term opens.
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(errOut.String(), "wait") {
+		select {
+		case err := <-waited:
+			t.Fatalf("the rewrite finished without waiting out term 1's lease (%v):\n%s%s", err, out.String(), errOut.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rewrite never started its wait:\n%s", errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, _, err := demoOpen(t.Context(), b.Client, "z", 3, "b3"); sidecarproc.ReasonOf(err) != "settings_rewrite" {
+		t.Errorf("open during the rewrite: %v, want [settings_rewrite]", err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("settings: %v\n%s%s", err, out.String(), errOut.String())
+	}
+	if took := time.Since(start); took < lease {
+		t.Errorf("the rewrite took %v, less than term 1's lease %v", took, lease)
+	}
+	if !strings.Contains(out.String(), "lease (2s) -> per_sync") {
+		t.Errorf("settings printed %q", out.String())
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("term 1 still acknowledges after the rewrite fenced it and its lease ran out")
+	}
+	stop()
+
+	opened, _, err := demoOpen(t.Context(), b.Client, "z", 3, "b3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := opened.GetStatus().GetSettings().GetMode(); m != sidecarv1.FencingMode_FENCING_MODE_PER_SYNC {
+		t.Errorf("term 3 runs %v, want per_sync", m)
+	}
+	st, err := b.Client.Read(t.Context(), connect.NewRequest(&sidecarv1.ReadRequest{Shard: "z"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for st.Receive() {
+		for _, op := range st.Msg().GetBatch().GetOps() {
+			got[string(op)] = true
+		}
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, op := range acked {
+		if !got[op] {
+			t.Fatalf("op %q acknowledged by term 1 is not in term 3's lineage (%d acked, %d read)", op, len(acked), len(got))
+		}
+	}
+	t.Logf("term 1 acknowledged %d ops; the rewrite took %v", len(acked), time.Since(start).Round(time.Millisecond))
+}
