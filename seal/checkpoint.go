@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -100,8 +101,8 @@ func DecodeManifest(shard, key string, body []byte) (Manifest, error) {
 	if m.Shard != shard {
 		return bad(fence.ErrForeignShard, "checkpoint manifest names shard %q", m.Shard)
 	}
-	if t, g, ok := ParseManifestKey(key); ok && (t != m.Term || g != m.Gen) {
-		return bad(fence.ErrForeignShard, "checkpoint of term %d gen %d under the key of term %d gen %d", m.Term, m.Gen, t, g)
+	if p, ok := layout.ParseManifestKey(key); ok && (p.Term != m.Term || p.Gen != m.Gen) {
+		return bad(fence.ErrForeignShard, "checkpoint of term %d gen %d under the key of term %d gen %d", m.Term, m.Gen, p.Term, p.Gen)
 	}
 	return m, nil
 }
@@ -238,8 +239,8 @@ func Candidates(ctx context.Context, store *blobstore.Container, shard string, l
 	}
 	cands := []CheckpointRef{}
 	for _, it := range items {
-		if t, g, ok := ParseManifestKey(it.Key); ok && g <= gen && lin.HasCheckpoint(t, g) {
-			cands = append(cands, CheckpointRef{t, g})
+		if p, ok := layout.ParseManifestKey(it.Key); ok && p.Gen <= gen && lin.HasCheckpoint(p.Term, p.Gen) {
+			cands = append(cands, CheckpointRef{p.Term, p.Gen})
 		}
 	}
 	sort.Slice(cands, func(i, j int) bool {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -73,7 +74,7 @@ func Seal(ctx context.Context, store *blobstore.Container, chain *fence.Chain, o
 		case i == 2:
 			guessGens, err = s.gens(ctx, guess)
 		default:
-			guessCkpts, err = s.list(ctx, ManifestPrefix+fence.Inv(guess)+"__")
+			guessCkpts, err = s.list(ctx, layout.ManifestTermPrefix(guess))
 		}
 		return err
 	})
@@ -126,7 +127,7 @@ func Seal(ctx context.Context, store *blobstore.Container, chain *fence.Chain, o
 			case i == 1:
 				gens, err = s.gens(ctx, top)
 			default:
-				ckpts, err = s.list(ctx, ManifestPrefix+fence.Inv(top)+"__")
+				ckpts, err = s.list(ctx, layout.ManifestTermPrefix(top))
 			}
 			return err
 		})
@@ -147,8 +148,8 @@ func Seal(ctx context.Context, store *blobstore.Container, chain *fence.Chain, o
 		}
 		from := prev.Restore.Gen
 		for _, it := range ckpts {
-			if t, g, ok := ParseManifestKey(it.Key); ok && t == top {
-				from = max(from, g)
+			if p, ok := layout.ParseManifestKey(it.Key); ok && p.Term == top {
+				from = max(from, p.Gen)
 			}
 		}
 		c, err := s.cut(ctx, top, from, term, gens, also)

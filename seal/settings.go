@@ -14,14 +14,6 @@ import (
 	"github.com/shardfence/shardfence/translog"
 )
 
-// FencingKey holds the shard's fencing settings, created at its first
-// open. Openers never rewrite it; only the fencing rewrite (BeginFencing
-// Rewrite, FinishFencingRewrite) changes it, under the rules of
-// docs/PROTOCOL.md ("Rewriting the stored fencing"): a successor's lease
-// wait depends on the mode its predecessors ran, so the mode is the
-// shard's, not the caller's.
-const FencingKey = "settings/fencing"
-
 // DefaultLeaseInterval is the lease a lease-mode shard records when its
 // first open left the interval zero (the translog's default).
 const DefaultLeaseInterval = 10 * time.Second
