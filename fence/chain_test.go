@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
@@ -309,35 +308,6 @@ func TestAdvanceRejectsGenerationRegression(t *testing.T) {
 	}
 	if _, err := c.Advance(context.Background(), 4); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("regression: %v", err)
-	}
-}
-
-func TestFakeClock(t *testing.T) {
-	clk := NewFakeClock()
-	ch := clk.After(time.Second)
-	if clk.Waiters() != 1 {
-		t.Fatalf("waiters %d", clk.Waiters())
-	}
-	clk.Advance(999 * time.Millisecond)
-	select {
-	case <-ch:
-		t.Fatal("fired early")
-	default:
-	}
-	clk.Advance(time.Millisecond)
-	<-ch
-	if clk.Now() != int64(time.Second) {
-		t.Fatalf("now %d", clk.Now())
-	}
-	auto := NewAutoClock()
-	if err := Sleep(context.Background(), auto, time.Minute); err != nil || auto.Now() != int64(time.Minute) {
-		t.Fatalf("auto clock: %v, now %d", err, auto.Now())
-	}
-	sys := SystemClock()
-	a := sys.Now()
-	<-sys.After(time.Millisecond)
-	if sys.Now()-a < int64(time.Millisecond) {
-		t.Fatal("system clock did not move")
 	}
 }
 

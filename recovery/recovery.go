@@ -31,6 +31,8 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -41,9 +43,9 @@ type Options struct {
 	Node string
 	// Clock is the steady clock for the lease wait and backoff. Default:
 	// the system's.
-	Clock fence.Clock
+	Clock steady.Clock
 	// Backoff bounds retries of requests without a definite answer.
-	Backoff fence.Backoff
+	Backoff retry.Backoff
 	// Parallelism caps concurrent reads and downloads. Default 32.
 	Parallelism int
 
@@ -166,7 +168,7 @@ func leaseWait(ctx context.Context, store *blobstore.Container, shard string, te
 		}
 	}
 	until := chain.SweptAt() + int64(f.LeaseInterval+opts.LeaseMargin)
-	return fence.Sleep(ctx, opts.Clock, time.Duration(until-opts.Clock.Now()))
+	return steady.Sleep(ctx, opts.Clock, time.Duration(until-opts.Clock.Now()))
 }
 
 // Open claims term for allocation and opens the shard for writes. See the
@@ -175,11 +177,9 @@ func leaseWait(ctx context.Context, store *blobstore.Container, shard string, te
 // store ready for a retry of the same call.
 func Open(ctx context.Context, store *blobstore.Container, shard string, term int64, allocation string, opts Options) (*Shard, error) {
 	if opts.Clock == nil {
-		opts.Clock = fence.SystemClock()
+		opts.Clock = steady.System()
 	}
-	if opts.Backoff == (fence.Backoff{}) {
-		opts.Backoff = fence.DefaultBackoff()
-	}
+	opts.Backoff = opts.Backoff.Or(retry.DefaultBackoff())
 	if opts.LeaseMargin <= 0 {
 		opts.LeaseMargin = time.Second
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/seal"
 )
 
@@ -15,8 +17,8 @@ import (
 type RewriteOptions struct {
 	// Node is recorded in the fence key the rewrite claims.
 	Node    string
-	Clock   fence.Clock
-	Backoff fence.Backoff
+	Clock   steady.Clock
+	Backoff retry.Backoff
 	// LeaseMargin is added to the lease the rewrite waits out. Default 1s.
 	LeaseMargin time.Duration
 	// MaxWait bounds that wait; a rewrite that would need longer is
@@ -57,11 +59,9 @@ var ErrRewriteUnsafe = errors.New("fencing rewrite cannot be made safe")
 // claimed: the shard's next Open needs a higher one.
 func RewriteFencing(ctx context.Context, store *blobstore.Container, shard string, term int64, allocation string, to seal.Fencing, opts RewriteOptions) (RewriteResult, error) {
 	if opts.Clock == nil {
-		opts.Clock = fence.SystemClock()
+		opts.Clock = steady.System()
 	}
-	if opts.Backoff == (fence.Backoff{}) {
-		opts.Backoff = fence.DefaultBackoff()
-	}
+	opts.Backoff = opts.Backoff.Or(retry.DefaultBackoff())
 	if opts.LeaseMargin <= 0 {
 		opts.LeaseMargin = time.Second
 	}
@@ -122,7 +122,7 @@ func RewriteFencing(ctx context.Context, store *blobstore.Container, shard strin
 			until := chain.SweptAt() + int64(wait)
 			step(fmt.Sprintf("wait %v: a lower term opened under lease %v and may still hold it", time.Duration(until-opts.Clock.Now()).Round(time.Millisecond), rw.From.LeaseInterval))
 			start := opts.Clock.Now()
-			if err := fence.Sleep(ctx, opts.Clock, time.Duration(until-start)); err != nil {
+			if err := steady.Sleep(ctx, opts.Clock, time.Duration(until-start)); err != nil {
 				return rollback("LeaseWait", err)
 			}
 			res.Waited = time.Duration(opts.Clock.Now() - start)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/ident"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -53,7 +54,7 @@ const (
 func (m Manifest) Key() string { return ManifestKey(m.Term, m.Gen) }
 
 func (m Manifest) validate() error {
-	if err := fence.ValidateID("shard", m.Shard, false); err != nil {
+	if err := ident.Validate("shard", m.Shard, false); err != nil {
 		return err
 	}
 	if m.Term < 1 || m.Gen < 0 || m.NextSeqNo < 0 {

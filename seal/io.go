@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/steady"
 )
 
 // Options configure the store access of seal, checkpoint, inspect and GC
@@ -15,20 +16,18 @@ import (
 type Options struct {
 	// Clock measures backoff and freshness. Default: the system's steady
 	// clock.
-	Clock fence.Clock
+	Clock steady.Clock
 	// Backoff bounds retries of requests without a definite answer.
-	Backoff fence.Backoff
+	Backoff retry.Backoff
 	// Parallelism caps concurrent requests of one call. Default 32.
 	Parallelism int
 }
 
 func (o Options) withDefaults() Options {
 	if o.Clock == nil {
-		o.Clock = fence.SystemClock()
+		o.Clock = steady.System()
 	}
-	if o.Backoff == (fence.Backoff{}) {
-		o.Backoff = fence.DefaultBackoff()
-	}
+	o.Backoff = o.Backoff.Or(retry.DefaultBackoff())
 	if o.Parallelism <= 0 {
 		o.Parallelism = 32
 	}
@@ -43,7 +42,7 @@ type io struct {
 }
 
 func (s io) retry(ctx context.Context, op func(ctx context.Context) error) error {
-	return fence.Retry(ctx, s.opts.Clock, s.opts.Backoff, op)
+	return retry.Do(ctx, s.opts.Clock, s.opts.Backoff, op)
 }
 
 func (s io) list(ctx context.Context, prefix string) ([]blobstore.Attrs, error) {

@@ -9,6 +9,9 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/ident"
+	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/steady"
 )
 
 // AckOrder is how one sync orders its md create and its fence CAS.
@@ -93,8 +96,8 @@ type Options struct {
 	// into a tiny and a large one. Default 2ms; negative disables.
 	MaxGatherDelay time.Duration
 
-	Clock   fence.Clock
-	Backoff fence.Backoff
+	Clock   steady.Clock
+	Backoff retry.Backoff
 }
 
 // Ack says where the ops of one Append landed.
@@ -165,7 +168,7 @@ type Writer struct {
 	shard    string
 	term     int64
 	alloc    string
-	clock    fence.Clock
+	clock    steady.Clock
 	fenced   bool
 	inline   int
 	ctx      context.Context
@@ -230,10 +233,10 @@ func Open(ctx context.Context, store *blobstore.Container, chain *fence.Chain, o
 			opts.StartGen = committed + 1
 		}
 	}
-	if err := fence.ValidateID("shard", opts.Shard, false); err != nil {
+	if err := ident.Validate("shard", opts.Shard, false); err != nil {
 		return fail(err)
 	}
-	if err := fence.ValidateID("allocation", opts.Allocation, false); err != nil {
+	if err := ident.Validate("allocation", opts.Allocation, false); err != nil {
 		return fail(err)
 	}
 	if opts.Term < 1 {
@@ -287,10 +290,10 @@ func setDefaults(o *Options) {
 		o.MaxGatherDelay = 2 * time.Millisecond
 	}
 	if o.Clock == nil {
-		o.Clock = fence.SystemClock()
+		o.Clock = steady.System()
 	}
 	if o.Backoff.Attempts == 0 && o.Backoff.Initial == 0 {
-		o.Backoff = fence.DefaultBackoff()
+		o.Backoff = retry.DefaultBackoff()
 	}
 }
 
@@ -779,7 +782,7 @@ func (w *Writer) retry(step func() (again bool, err error)) error {
 			w.noteStoreError(err, !failing)
 			failing = true
 		}
-		if fence.Sleep(w.ctx, w.clock, w.opts.Backoff.Delay(attempt)) != nil {
+		if steady.Sleep(w.ctx, w.clock, w.opts.Backoff.Delay(attempt)) != nil {
 			return ErrClosed
 		}
 	}
