@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/internal/settle"
 )
 
 // Instance is one allocation of one shard: the identity that claims terms
@@ -181,40 +182,39 @@ func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 	created := false
 	var verdictErr error
 	var attempts []Record
+	step := settle.Step[Record]{
+		Key: key, Get: in.get,
+		Decode: func(body []byte) (Record, error) { return DecodeRecord(in.shard, key, body) },
+		Ours: func(r Record) (bool, string) {
+			v := SettleCreate(Observation{Found: true, Record: r}, attempts...)
+			return v.Action == Adopt, v.Reason
+		},
+	}
 	err = Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error {
 		nonce, err := in.nonces()
 		if err != nil {
 			return err
 		}
 		attempted := Record{Shard: in.shard, Term: term, Allocation: in.allocation, Node: in.node, Nonce: nonce}
-		body, err := attempted.Encode()
-		if err != nil {
+		if step.Body, err = attempted.Encode(); err != nil {
 			return err
 		}
 		attempts = append(attempts, attempted)
-		tok, err := in.store.CreateIfAbsent(ctx, key, body)
-		if err == nil {
-			held2, created = State{Record: attempted, Token: tok}, true
-			return nil
-		}
-		if !errors.Is(err, blobstore.ErrAlreadyExists) && !blobstore.IsAmbiguous(err) && !isCtx(err) {
-			return err
-		}
-		obs, rerr := in.read(ctx, key)
-		if rerr != nil {
-			return rerr
-		}
-		v := SettleCreate(obs, attempts...)
+		v, err := settle.Create(ctx, in.store, step)
 		switch v.Action {
-		case Adopt:
-			held2, created = v.State, IsAttempt(obs.Record, attempts)
-			return nil
-		case Resend:
+		case settle.Created:
+			held2, created = State{Record: attempted, Token: v.Token}, true
+		case settle.Adopt:
+			// Any of this claim's attempts, or our allocation's earlier
+			// claim of the term (a restart): continue from it.
+			held2, created = State{Record: v.Held, Token: v.Token}, IsAttempt(v.Held, attempts)
+		case settle.Resend:
 			return errResend
-		default:
+		case settle.Lost:
 			verdictErr = in.fence(term, key, 0, v.Reason)
 			return verdictErr
 		}
+		return err
 	})
 	if verdictErr != nil {
 		return nil, verdictErr
@@ -362,31 +362,27 @@ func (in *Instance) list(ctx context.Context) (Listing, error) {
 	return ParseListing(items), err
 }
 
+// get reads key, retrying store trouble; found is false for a missing key.
+func (in *Instance) get(ctx context.Context, key string) (obj blobstore.Object, found bool, err error) {
+	err = Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error {
+		obj, found, err = settle.Once(ctx, in.store, key)
+		return err
+	})
+	return obj, found, err
+}
+
 // read returns what the key holds; a missing key is an observation, not an
 // error. A body that does not decode is a *BodyError and is not retried.
 func (in *Instance) read(ctx context.Context, key string) (Observation, error) {
-	var obs Observation
-	err := Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error {
-		o, err := in.store.Get(ctx, key)
-		if errors.Is(err, blobstore.ErrNotFound) {
-			obs = Observation{}
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		rec, err := DecodeRecord(in.shard, key, o.Body)
-		if err != nil {
-			return err
-		}
-		obs = Observation{Found: true, Record: rec, Token: o.Token}
-		return nil
-	})
-	return obs, err
-}
-
-func isCtx(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	obj, found, err := in.get(ctx, key)
+	if err != nil || !found {
+		return Observation{}, err
+	}
+	rec, err := DecodeRecord(in.shard, key, obj.Body)
+	if err != nil {
+		return Observation{}, err
+	}
+	return Observation{Found: true, Record: rec, Token: obj.Token}, nil
 }
 
 func appendUnique(s []int64, v int64) []int64 {

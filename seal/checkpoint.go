@@ -1,6 +1,7 @@
 package seal
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/ident"
+	"github.com/shardfence/shardfence/internal/settle"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -185,21 +187,20 @@ func PublishCheckpoint(ctx context.Context, store *blobstore.Container, chain *f
 	if err != nil {
 		return fail(key, err)
 	}
+	step := settle.Step[[]byte]{
+		Key: key, Body: body,
+		Decode: func(b []byte) ([]byte, error) { return b, nil },
+		Ours:   func(found []byte) (bool, string) { return bytes.Equal(found, body), "" },
+	}
 	err = s.retry(ctx, func(ctx context.Context) error {
-		_, err := store.CreateIfAbsent(ctx, key, body)
-		if err == nil || (!errors.Is(err, blobstore.ErrAlreadyExists) && !blobstore.IsAmbiguous(err)) {
-			return err
-		}
-		obj, found, err := s.get(ctx, key)
-		switch {
-		case err != nil:
-			return err
-		case !found:
-			return blobstore.Unavailable(errors.New("manifest create did not land; sending it again"))
-		case string(obj.Body) != string(body):
+		v, err := create(ctx, s, step)
+		switch v.Action {
+		case settle.Resend:
+			return errResend("manifest")
+		case settle.Lost:
 			return fmt.Errorf("%w: a different checkpoint of term %d at generation %d exists; checkpoints are immutable", blobstore.ErrAlreadyExists, term, gen)
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return fail(key, err)

@@ -2,12 +2,13 @@ package seal
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/settle"
 	"github.com/shardfence/shardfence/internal/steady"
 )
 
@@ -55,21 +56,26 @@ func (s io) list(ctx context.Context, prefix string) ([]blobstore.Attrs, error) 
 	return items, err
 }
 
-// get reads key; found is false for a missing key.
+// get reads key, retrying store trouble; found is false for a missing key.
 func (s io) get(ctx context.Context, key string) (obj blobstore.Object, found bool, err error) {
 	err = s.retry(ctx, func(ctx context.Context) error {
-		o, err := s.store.Get(ctx, key)
-		if errors.Is(err, blobstore.ErrNotFound) {
-			found = false
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		obj, found = o, true
-		return nil
+		obj, found, err = settle.Once(ctx, s.store, key)
+		return err
 	})
 	return obj, found, err
+}
+
+// create runs one create-if-absent of step, settled by reading (with
+// retries) what the key holds; the caller's retry sends it again.
+func create[T any](ctx context.Context, s io, step settle.Step[T]) (settle.Verdict[T], error) {
+	step.Get = s.get
+	return settle.Create(ctx, s.store, step)
+}
+
+// errResend makes a retry send a create of what again after settling
+// showed that it did not land.
+func errResend(what string) error {
+	return blobstore.Unavailable(fmt.Errorf("%s create did not land; sending it again", what))
 }
 
 func (s io) delete(ctx context.Context, key string) error {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/settle"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -263,8 +264,8 @@ func (s io) cut(ctx context.Context, tl, from, term int64, gens []int64, also fu
 	err := parallel(ctx, s.opts.Parallelism, len(prefix)+2, func(ctx context.Context, i int) error {
 		switch i {
 		case 0:
-			var err error
-			created, settled, first, err = s.poison(ctx, tl, k+1, term)
+			v, err := s.poison(ctx, tl, k+1, term)
+			created, settled, first = v.Action == settle.Created, v.Action == settle.Adopt || v.Action == settle.Lost, v.Held
 			return err
 		case 1:
 			if also != nil {
@@ -303,43 +304,38 @@ func (s io) cut(ctx context.Context, tl, from, term int64, gens []int64, also fu
 			m++
 			res.mds[m] = first
 		}
-		if created, settled, first, err = s.poison(ctx, tl, m+1, term); err != nil {
+		v, err := s.poison(ctx, tl, m+1, term)
+		if err != nil {
 			return cutResult{}, err
 		}
+		created, settled, first = v.Action == settle.Created, v.Action == settle.Adopt || v.Action == settle.Lost, v.Held
 	}
 }
 
-// poison creates the poison of (tl, gen). created: it landed now;
-// otherwise settled with the md found there, or neither when a create with
-// an unknown outcome did not land (send again).
-func (s io) poison(ctx context.Context, tl, gen, term int64) (created, settled bool, found translog.MD, err error) {
-	key := translog.MDKey(tl, gen)
+// poison creates the poison of (tl, gen) and settles it: Created (it
+// landed now), Adopt (a poison is there: ours from a lost response, or
+// another successor's), Lost (the lineage term's md landed first: it is on
+// the lineage), or Resend (a create with an unknown outcome did not land).
+func (s io) poison(ctx context.Context, tl, gen, term int64) (settle.Verdict[translog.MD], error) {
+	key := layout.MDKey(tl, gen)
 	body, err := translog.EncodePoison(s.shard, tl, gen, term)
 	if err != nil {
-		return false, false, translog.MD{}, err
+		return settle.Verdict[translog.MD]{}, err
 	}
+	step := settle.Step[translog.MD]{
+		Key: key, Body: body,
+		Decode: func(b []byte) (translog.MD, error) { return translog.DecodeMD(s.shard, key, b) },
+		Ours: func(md translog.MD) (bool, string) {
+			return md.Kind == translog.KindPoison, "the lineage term's md landed first"
+		},
+	}
+	var v settle.Verdict[translog.MD]
 	err = s.retry(ctx, func(ctx context.Context) error {
-		_, err := s.store.CreateIfAbsent(ctx, key, body)
-		if err == nil {
-			created = true
-			return nil
-		}
-		if errors.Is(err, blobstore.ErrAlreadyExists) || blobstore.IsAmbiguous(err) {
-			return nil // settled by reading below
-		}
+		var err error
+		v, err = create(ctx, s, step)
 		return err
 	})
-	if err != nil || created {
-		return created, false, translog.MD{}, err
-	}
-	md, err := s.readMD(ctx, tl, gen)
-	if errors.Is(err, translog.ErrMissingGen) {
-		return false, false, translog.MD{}, nil
-	}
-	if err != nil {
-		return false, false, translog.MD{}, err
-	}
-	return false, true, md, nil
+	return v, err
 }
 
 // readMD reads and decodes one md, retrying store trouble.
@@ -366,32 +362,28 @@ func (s io) writeMarker(ctx context.Context, chain *fence.Chain, want Marker) (M
 	}
 	var stored Marker
 	var fenced error
+	step := settle.Step[Marker]{
+		Key: key, Body: body,
+		Decode: func(b []byte) (Marker, error) { return DecodeMarker(s.shard, key, b) },
+		Ours: func(m Marker) (bool, string) {
+			return m.Allocation == want.Allocation, fmt.Sprintf("term %d was sealed by allocation %q", want.Term, m.Allocation)
+		},
+	}
 	err = s.retry(ctx, func(ctx context.Context) error {
-		_, err := s.store.CreateIfAbsent(ctx, key, body)
-		if err == nil {
+		v, err := create(ctx, s, step)
+		switch v.Action {
+		case settle.Created:
 			stored = want
-			return nil
-		}
-		if !errors.Is(err, blobstore.ErrAlreadyExists) && !blobstore.IsAmbiguous(err) {
-			return err
-		}
-		obj, found, err := s.get(ctx, key)
-		if err != nil {
-			return err
-		}
-		if !found {
-			return blobstore.Unavailable(errors.New("seal marker create did not land; sending it again"))
-		}
-		m, err := DecodeMarker(s.shard, key, obj.Body)
-		if err != nil {
-			return err
-		}
-		if m.Allocation != want.Allocation {
-			fenced = chain.Fence(0, fmt.Sprintf("term %d was sealed by allocation %q", want.Term, m.Allocation))
+		case settle.Adopt:
+			// An earlier attempt of this allocation.
+			stored = v.Held
+		case settle.Resend:
+			return errResend("seal marker")
+		case settle.Lost:
+			fenced = chain.Fence(0, v.Reason)
 			return fenced
 		}
-		stored = m
-		return nil
+		return err
 	})
 	if fenced != nil {
 		return Marker{}, fenced

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/settle"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -256,26 +257,43 @@ func ShardFencing(ctx context.Context, store *blobstore.Container, shard string,
 		got Fencing
 		rw  *FencingRewrite
 	)
+	step := settle.Step[storedFencing]{
+		Key: FencingKey, Body: encodeFencing(shard, want),
+		Decode: func(b []byte) (storedFencing, error) {
+			f, rw, err := decodeStored(shard, b)
+			return storedFencing{f, rw}, err
+		},
+		// Our create, or a concurrent first open's: the stored settings
+		// win either way.
+		Ours: func(storedFencing) (bool, string) { return true, "" },
+	}
+	readFirst := true
 	err := s.retry(ctx, func(ctx context.Context) error {
-		obj, found, err := s.get(ctx, FencingKey)
-		if err != nil {
-			return err
+		if readFirst {
+			obj, found, err := s.get(ctx, FencingKey)
+			if err != nil {
+				return err
+			}
+			if found {
+				got, rw, err = decodeStored(shard, obj.Body)
+				return err
+			}
 		}
-		if found {
-			got, rw, err = decodeStored(shard, obj.Body)
-			return err
-		}
+		readFirst = true
 		if err := want.checkRange(); err != nil {
 			return fmt.Errorf("%w: %v", fence.ErrInvalidArgument, err)
 		}
-		_, err = store.CreateIfAbsent(ctx, FencingKey, encodeFencing(shard, want))
-		switch {
-		case err == nil:
+		v, err := create(ctx, s, step)
+		switch v.Action {
+		case settle.Created:
 			got = want
-			return nil
-		case errors.Is(err, blobstore.ErrAlreadyExists), blobstore.IsAmbiguous(err):
-			// Read again: our create, or a concurrent first open's.
-			return blobstore.Unavailable(fmt.Errorf("settling the fencing settings create: %w", err))
+		case settle.Adopt:
+			got, rw = v.Held.fencing, v.Held.rewrite
+		case settle.Resend:
+			// The read-back just found the key empty: send the create
+			// again without another read first.
+			readFirst = false
+			return errResend("fencing settings")
 		}
 		return err
 	})
@@ -292,6 +310,13 @@ func ShardFencing(ctx context.Context, store *blobstore.Container, shard string,
 		return fail(fmt.Errorf("%w: %v; no term of the shard opens with it (every failover would wait that long): rewrite it with `shardfence settings`", ErrFencingOutOfRange, err))
 	}
 	return got, nil
+}
+
+// storedFencing is what FencingKey holds: the fencing writers run, and the
+// rewrite in progress if any.
+type storedFencing struct {
+	fencing Fencing
+	rewrite *FencingRewrite
 }
 
 // ReadFencing returns the shard's stored fencing settings, and the rewrite

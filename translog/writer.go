@@ -11,6 +11,7 @@ import (
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/ident"
 	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/settle"
 	"github.com/shardfence/shardfence/internal/steady"
 )
 
@@ -775,6 +776,11 @@ func (w *Writer) retry(step func() (again bool, err error)) error {
 			return err
 		}
 		again, err := step()
+		if errors.Is(err, context.Canceled) && w.ctx.Err() != nil {
+			// Close gave up on the syncs in progress and cancelled the
+			// step's request: its outcome is abandoned.
+			return ErrClosed
+		}
 		if !again {
 			return err
 		}
@@ -806,40 +812,32 @@ func (w *Writer) putData(gen int64, payload []byte) error {
 }
 
 // createMD creates the generation's md, settling AlreadyExists and lost
-// responses by reading what the key holds.
+// responses by reading what the key holds: our own record is success, a
+// poison or another writer's md is fenced, an empty key is sent again.
 func (w *Writer) createMD(md MD, body []byte) error {
 	key := MDKey(md.Term, md.Gen)
+	step := settle.Step[MD]{
+		Key: key, Body: body,
+		Get: func(ctx context.Context, key string) (blobstore.Object, bool, error) {
+			return settle.Once(ctx, w.store, key)
+		},
+		Decode: func(b []byte) (MD, error) { return DecodeMD(w.shard, key, b) },
+		Ours: func(found MD) (bool, string) {
+			v := SettleMDCreate(found, md)
+			return v.Action == fence.Adopt, v.Reason
+		},
+	}
 	return w.retry(func() (bool, error) {
-		_, err := w.store.CreateIfAbsent(w.ctx, key, body)
+		v, err := settle.Create(w.ctx, w.store, step)
 		switch {
-		case err == nil:
-			return false, nil
-		case errors.Is(err, blobstore.ErrAlreadyExists), blobstore.IsAmbiguous(err):
-		case blobstore.IsRetryable(err):
-			return true, err
-		case w.ctx.Err() != nil:
-			return false, ErrClosed
-		default:
-			return false, &Error{Op: "Append", Shard: w.shard, Key: key, Gen: md.Gen, Err: err}
-		}
-		obj, err := w.store.Get(w.ctx, key)
-		switch {
-		case errors.Is(err, blobstore.ErrNotFound):
-			return true, nil // the create did not land: send it again
-		case err != nil && blobstore.IsRetryable(err):
-			return true, err
 		case err != nil:
-			return false, &Error{Op: "Append", Shard: w.shard, Key: key, Gen: md.Gen, Err: err}
+			return blobstore.IsRetryable(err), err
+		case v.Action == settle.Resend:
+			return true, nil // the create did not land: send it again
+		case v.Action == settle.Lost:
+			return false, w.fence(SettleMDCreate(v.Held, md).Successor, key, fmt.Sprintf("%s (md key %q)", v.Reason, key))
 		}
-		found, err := DecodeMD(w.shard, key, obj.Body)
-		if err != nil {
-			return false, err
-		}
-		v := SettleMDCreate(found, md)
-		if v.Action == fence.Adopt {
-			return false, nil
-		}
-		return false, w.fence(v.Successor, key, fmt.Sprintf("%s (md key %q)", v.Reason, key))
+		return false, nil
 	})
 }
 
