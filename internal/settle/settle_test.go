@@ -123,7 +123,9 @@ func TestCreateSettlesEveryAnswerByContent(t *testing.T) {
 				f.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Fault: c.fault, Times: 1})
 			}
 			s := step("mine")
-			s.Get = func(ctx context.Context, key string) (blobstore.Object, bool, error) { return Once(ctx, f.Container, key) }
+			s.Get = func(ctx context.Context, key string) (blobstore.Object, bool, error) {
+				return Once(ctx, f.Container, key)
+			}
 			cctx := ctx
 			if c.ctxDone {
 				var cancel context.CancelFunc
