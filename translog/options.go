@@ -1,0 +1,164 @@
+package translog
+
+import (
+	"time"
+
+	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/steady"
+)
+
+// AckOrder is how one sync orders its md create and its fence CAS.
+type AckOrder int
+
+const (
+	// Concurrent sends the md create and the CAS together: one round trip
+	// per sync. Safe because md is create-only and successors poison.
+	Concurrent AckOrder = iota
+	// Sequenced creates the md, then CASes: two round trips, the order of
+	// the reference design, kept for comparison.
+	Sequenced
+)
+
+func (o AckOrder) String() string {
+	if o == Sequenced {
+		return "sequenced"
+	}
+	return "concurrent"
+}
+
+// FencingMode is how often a sync CASes the fence key.
+type FencingMode int
+
+const (
+	// PerSync CASes on every sync.
+	PerSync FencingMode = iota
+	// Lease CASes at most once per lease interval and acks without a CAS
+	// while the steady clock is inside the lease. The successor must wait
+	// the interval plus a margin after its sweep.
+	Lease
+)
+
+func (m FencingMode) String() string {
+	if m == Lease {
+		return "lease"
+	}
+	return "per_sync"
+}
+
+// Options configure a Writer. The fencing settings are fixed when the
+// writer opens.
+type Options struct {
+	// Shard, Term and Allocation name the writer when fencing is
+	// disabled; with fencing they come from the chain (and must match it
+	// when set).
+	Shard      string
+	Term       int64
+	Allocation string
+
+	// StartGen is the first generation to write: the restore point's
+	// generation + 1. Default 1.
+	StartGen int64
+	// StartSeqNo is the sequence number of the first op. Default 0.
+	StartSeqNo int64
+
+	AckOrder AckOrder
+	// FencingDisabled runs the unfenced baseline: md creates only, no CAS.
+	FencingDisabled bool
+	FencingMode     FencingMode
+	// LeaseInterval is the lease of Lease mode. Default 10s.
+	LeaseInterval time.Duration
+
+	// InlineLimit: payloads up to this size go inside the md; larger ones
+	// are written to a data object first. Default 1 MiB, capped by the
+	// store's conditional-body limit.
+	InlineLimit int
+	// MaxSyncBytes caps the payload of one sync. Default 16 MiB.
+	MaxSyncBytes int64
+	// MaxInFlightBytes caps the bytes appended but not yet acknowledged.
+	// Append waits for room, or fails with ErrBackpressure if FailFast.
+	// Default 64 MiB.
+	MaxInFlightBytes int64
+	FailFast         bool
+	// MaxPipeline caps md creates in flight in Concurrent per-sync mode:
+	// the next sync may start once the previous CAS returned, while its
+	// md is still on the wire. Default 4.
+	MaxPipeline int
+	// MaxGatherDelay bounds how long a sync waits for a batch as large as
+	// the previous one (at most 1/8 of the last sync's duration), so a
+	// closed loop of appenders lands in one sync instead of splitting
+	// into a tiny and a large one. Default 2ms; negative disables.
+	MaxGatherDelay time.Duration
+
+	Clock   steady.Clock
+	Backoff retry.Backoff
+}
+
+// Ack says where the ops of one Append landed.
+type Ack struct {
+	Term       int64
+	Gen        int64
+	FirstSeqNo int64 // the ops got FirstSeqNo .. FirstSeqNo+Count-1
+	Count      int
+}
+
+// Stats are the writer's counters.
+type Stats struct {
+	Syncs       int64
+	Ops         int64
+	Bytes       int64 // payload bytes
+	CASWrites   int64 // fence advances sent by syncs
+	LeaseSkips  int64 // syncs acknowledged inside the lease without a CAS
+	DataObjects int64 // syncs whose payload went to a data object
+}
+
+// StoreHealth is what the writer has seen of the store. Syncs retry store
+// trouble for as long as the writer is open (giving up would leave a
+// generation's outcome unknown), so appends simply wait during an outage;
+// this is how an operator learns why.
+type StoreHealth struct {
+	// LastError is the last store error a sync step retried; nil if none
+	// was seen. It stays after the store recovered (see LastErrorAt).
+	LastError   error
+	LastErrorAt time.Time
+	// RetryingSince is when the sync steps retrying now started failing;
+	// zero when no step is retrying.
+	RetryingSince time.Time
+	// LastSync is when the writer last acknowledged a generation; zero
+	// before the first.
+	LastSync time.Time
+	// Retries counts the store errors sync steps retried.
+	Retries int64
+}
+
+// Retrying reports whether a sync step is retrying store errors now.
+func (h StoreHealth) Retrying() bool { return !h.RetryingSince.IsZero() }
+
+func setDefaults(o *Options) {
+	if o.StartGen == 0 {
+		o.StartGen = 1
+	}
+	if o.LeaseInterval <= 0 {
+		o.LeaseInterval = 10 * time.Second
+	}
+	if o.InlineLimit <= 0 {
+		o.InlineLimit = 1 << 20
+	}
+	if o.MaxSyncBytes <= 0 {
+		o.MaxSyncBytes = 16 << 20
+	}
+	if o.MaxInFlightBytes <= 0 {
+		o.MaxInFlightBytes = 64 << 20
+	}
+	if o.MaxPipeline <= 0 {
+		o.MaxPipeline = 4
+	}
+	if o.MaxGatherDelay == 0 {
+		o.MaxGatherDelay = 2 * time.Millisecond
+	}
+	if o.Clock == nil {
+		o.Clock = steady.System()
+	}
+	if o.Backoff.Attempts == 0 && o.Backoff.Initial == 0 {
+		o.Backoff = retry.DefaultBackoff()
+	}
+}
