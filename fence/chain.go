@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/shardfence/shardfence/internal/settle"
 )
@@ -53,6 +54,22 @@ func (c *Chain) Created() bool { return c.created }
 // gone. A lease-mode successor waits lease+margin from here before it
 // resolves the lineage.
 func (c *Chain) SweptAt() int64 { return c.sweptAt }
+
+// LeaseLeft is how much of a wait of d counted from the sweep is left now
+// on the instance's steady clock (zero or negative: none).
+func (c *Chain) LeaseLeft(d time.Duration) time.Duration {
+	return time.Duration(c.sweptAt + int64(d) - c.in.clock.Now())
+}
+
+// WaitOutLease waits until d has passed on the instance's steady clock
+// since the sweep (protocol section 4 step 5): d is the lease a deposed
+// lease-mode writer may still hold, plus a margin, so every ack it makes
+// without a CAS happens before the wait ends and the lineage is read. It
+// is the protocol's one lease wait; whether and how long to wait is the
+// caller's (recovery.Open, recovery.RewriteFencing).
+func (c *Chain) WaitOutLease(ctx context.Context, d time.Duration) error {
+	return Sleep(ctx, c.in.clock, c.LeaseLeft(d))
+}
 
 // Predecessors lists the lower terms whose keys this claim deleted.
 func (c *Chain) Predecessors() []int64 { return append([]int64(nil), c.predecessors...) }

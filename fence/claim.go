@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/internal/settle"
@@ -26,7 +25,6 @@ type Instance struct {
 	clock         Clock
 	backoff       Backoff
 	sweepAttempts int
-	leaseWait     time.Duration
 	nonces        func() (string, error)
 
 	mu     sync.Mutex
@@ -45,12 +43,6 @@ func WithClock(c Clock) Option { return func(in *Instance) { in.clock = c } }
 
 // WithBackoff sets how requests without a definite answer are retried.
 func WithBackoff(b Backoff) Option { return func(in *Instance) { in.backoff = b } }
-
-// WithLeaseWait makes Claim wait d on the steady clock after the sweep
-// (protocol section 4 step 5) when the shard's writers run in lease mode: d
-// is the lease interval plus a margin, so any ack the deposed writer made
-// without a CAS happened before Claim returns and the lineage is read.
-func WithLeaseWait(d time.Duration) Option { return func(in *Instance) { in.leaseWait = d } }
 
 // NonceSource hands out the nonces that make every claim attempt's body
 // unique. A Clock that also implements it (FakeClock does) is used when no
@@ -138,14 +130,13 @@ func (in *Instance) Fenced() error {
 // not land.
 var errResend = blobstore.Unavailable(errors.New("write did not take effect; sending it again"))
 
-// Claim takes term for this instance (protocol section 4, steps 1-5): LIST
+// Claim takes term for this instance (protocol section 4, steps 1-4): LIST
 // for a higher term, create our key if absent, delete every lower-term key,
-// verify by LIST, re-read our key and LIST once more, and with
-// WithLeaseWait outwait a lease-mode predecessor. It returns the chain to
-// write with, or a *FencedError (a higher term exists, or another
+// verify by LIST, re-read our key and LIST once more. It returns the chain
+// to write with, or a *FencedError (a higher term exists, or another
 // allocation holds this term), or an *Error that is retryable (store
-// trouble, a lower key that would not go away). Steps 6-7 (seal, restore)
-// belong to the caller.
+// trouble, a lower key that would not go away). Steps 5-7 (the lease
+// wait, Chain.WaitOutLease; seal; restore) belong to the caller.
 func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 	key := Key(max(term, 1))
 	fail := func(err error) (*Chain, error) {
@@ -278,21 +269,6 @@ func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 	}
 	if h := l.Above(term); h > 0 {
 		return withdraw(fmt.Sprintf("term %d claimed the shard during this claim", h), h)
-	}
-
-	// Step 5: in lease mode, outwait the deposed writer's lease, counted
-	// from the moment its key was seen gone. A higher term that claimed
-	// meanwhile makes the wait moot.
-	if in.leaseWait > 0 {
-		if err := Sleep(ctx, in.clock, time.Duration(sweptAt+int64(in.leaseWait)-in.clock.Now())); err != nil {
-			return fail(err)
-		}
-		if l, err = in.list(ctx); err != nil {
-			return fail(err)
-		}
-		if h := l.Above(term); h > 0 {
-			return withdraw(fmt.Sprintf("term %d claimed the shard during the lease wait", h), h)
-		}
 	}
 
 	in.mu.Lock()

@@ -167,8 +167,7 @@ func leaseWait(ctx context.Context, store *blobstore.Container, shard string, te
 			return nil
 		}
 	}
-	until := chain.SweptAt() + int64(f.LeaseInterval+opts.LeaseMargin)
-	return steady.Sleep(ctx, opts.Clock, time.Duration(until-opts.Clock.Now()))
+	return chain.WaitOutLease(ctx, f.LeaseInterval+opts.LeaseMargin)
 }
 
 // Open claims term for allocation and opens the shard for writes. See the

@@ -119,10 +119,9 @@ func RewriteFencing(ctx context.Context, store *blobstore.Container, shard strin
 				return rollback("LeaseWait", fmt.Errorf("%w: a term opened for writes under lease %v, so a zombie of it may acknowledge without a CAS for that long after its last renewal; the rewrite would have to wait %v, more than the %v allowed; %s",
 					ErrRewriteUnsafe, rw.From.LeaseInterval, wait, opts.MaxWait, next))
 			}
-			until := chain.SweptAt() + int64(wait)
-			step(fmt.Sprintf("wait %v: a lower term opened under lease %v and may still hold it", time.Duration(until-opts.Clock.Now()).Round(time.Millisecond), rw.From.LeaseInterval))
+			step(fmt.Sprintf("wait %v: a lower term opened under lease %v and may still hold it", chain.LeaseLeft(wait).Round(time.Millisecond), rw.From.LeaseInterval))
 			start := opts.Clock.Now()
-			if err := steady.Sleep(ctx, opts.Clock, time.Duration(until-start)); err != nil {
+			if err := chain.WaitOutLease(ctx, wait); err != nil {
 				return rollback("LeaseWait", err)
 			}
 			res.Waited = time.Duration(opts.Clock.Now() - start)
