@@ -84,7 +84,9 @@ func poisonMD(tl, gen, by int64) translog.MD {
 	return translog.MD{Kind: translog.KindPoison, Term: tl, Gen: gen, SealedBy: by}
 }
 
-func syncMDAt(tl, gen int64) translog.MD { return translog.MD{Kind: translog.KindSync, Term: tl, Gen: gen} }
+func syncMDAt(tl, gen int64) translog.MD {
+	return translog.MD{Kind: translog.KindSync, Term: tl, Gen: gen}
+}
 
 // The walk of lineage term 3 for successor term 5, from generation 10.
 func TestWalkFindsTheCut(t *testing.T) {
@@ -110,7 +112,7 @@ func TestWalkFindsTheCut(t *testing.T) {
 			poisons: []settle.Verdict[translog.MD]{verdict(settle.Created, translog.MD{})}, cut: 12, how: "created", included: []int64{11, 12}, sent: 1},
 		{name: "the lineage term's md lands before the poison", gens: []int64{11}, wantLo: 11, wantHi: 11, firstAt: 12,
 			poisons: []settle.Verdict[translog.MD]{verdict(settle.Lost, syncMDAt(3, 12)), verdict(settle.Lost, syncMDAt(3, 13)), verdict(settle.Created, translog.MD{})},
-			cut: 13, how: "created", included: []int64{11, 12, 13}, sent: 3},
+			cut:     13, how: "created", included: []int64{11, 12, 13}, sent: 3},
 		{name: "another successor's poison at the gap", gens: nil, wantLo: 11, wantHi: 10, firstAt: 11,
 			poisons: []settle.Verdict[translog.MD]{verdict(settle.Adopt, poisonMD(3, 11, 4))}, cut: 10, how: "found", sent: 1},
 		{name: "our own poison from a lost response", gens: nil, wantLo: 11, wantHi: 10, firstAt: 11,
