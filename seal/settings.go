@@ -17,7 +17,7 @@ import (
 
 // DefaultLeaseInterval is the lease a lease-mode shard records when its
 // first open left the interval zero (the translog's default).
-const DefaultLeaseInterval = 10 * time.Second
+const DefaultLeaseInterval = translog.DefaultLeaseInterval
 
 // The range of a stored lease interval. A longer lease would make every
 // failover of the shard wait that long; a shard whose stored lease lies
@@ -51,15 +51,25 @@ type Fencing struct {
 // FencingOf returns the fencing the writer options o ask for, normalized as
 // the shard stores it.
 func FencingOf(o translog.Options) Fencing {
-	f := Fencing{Disabled: o.FencingDisabled, Mode: o.FencingMode}
-	if f.Disabled {
-		return Fencing{Disabled: true}
-	}
-	if f.Mode == translog.Lease {
+	f := Fencing{Disabled: o.FencingDisabled, Mode: o.FencingMode}.normalized()
+	if f.Mode == translog.Lease && !f.Disabled {
 		f.LeaseInterval = o.LeaseInterval
 		if f.LeaseInterval <= 0 {
 			f.LeaseInterval = DefaultLeaseInterval
 		}
+	}
+	return f
+}
+
+// normalized is f as the shard stores it: an unspecified mode is the
+// translog's default (per_sync), and an unfenced shard has no mode or
+// lease of its own.
+func (f Fencing) normalized() Fencing {
+	if f.Disabled {
+		return Fencing{Disabled: true, Mode: translog.PerSync}
+	}
+	if f.Mode == 0 {
+		f.Mode = translog.DefaultOptions().FencingMode
 	}
 	return f
 }
@@ -129,6 +139,7 @@ const (
 )
 
 func fencingParts(f Fencing) []string {
+	f = f.normalized()
 	enabled := "enabled"
 	if f.Disabled {
 		enabled = "disabled"
@@ -252,6 +263,7 @@ func parseFencing(enabled, mode, leaseMS string) (Fencing, error) {
 // stored lease outside the range ErrFencingOutOfRange.
 func ShardFencing(ctx context.Context, store *blobstore.Container, shard string, want Fencing, opts Options) (Fencing, error) {
 	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	want = want.normalized()
 	fail := func(err error) (Fencing, error) { return Fencing{}, wrapErr("Settings", shard, FencingKey, 0, err) }
 	var (
 		got Fencing
@@ -345,6 +357,7 @@ func BeginFencingRewrite(ctx context.Context, store *blobstore.Container, shard 
 	fail := func(err error) (FencingRewrite, bool, error) {
 		return FencingRewrite{}, false, wrapErr("RewriteSettings", shard, FencingKey, term, err)
 	}
+	to = to.normalized()
 	if err := to.checkRange(); err != nil {
 		return fail(fmt.Errorf("%w: %v", fence.ErrInvalidArgument, err))
 	}

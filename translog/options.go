@@ -7,46 +7,55 @@ import (
 	"github.com/shardfence/shardfence/internal/steady"
 )
 
-// AckOrder is how one sync orders its md create and its fence CAS.
+// AckOrder is how one sync orders its md create and its fence CAS. The
+// zero AckOrder is unspecified: DefaultOptions' (Concurrent) applies.
 type AckOrder int
 
 const (
 	// Concurrent sends the md create and the CAS together: one round trip
 	// per sync. Safe because md is create-only and successors poison.
-	Concurrent AckOrder = iota
+	Concurrent AckOrder = iota + 1
 	// Sequenced creates the md, then CASes: two round trips, the order of
 	// the reference design, kept for comparison.
 	Sequenced
 )
 
 func (o AckOrder) String() string {
-	if o == Sequenced {
+	switch o {
+	case Concurrent:
+		return "concurrent"
+	case Sequenced:
 		return "sequenced"
 	}
-	return "concurrent"
+	return "unspecified"
 }
 
-// FencingMode is how often a sync CASes the fence key.
+// FencingMode is how often a sync CASes the fence key. The zero
+// FencingMode is unspecified: DefaultOptions' (PerSync) applies.
 type FencingMode int
 
 const (
 	// PerSync CASes on every sync.
-	PerSync FencingMode = iota
+	PerSync FencingMode = iota + 1
 	// Lease CASes at most once per lease interval and acks without a CAS
 	// while the steady clock is inside the lease. The successor must wait
 	// the interval plus a margin after its sweep.
 	Lease
 )
 
+// String is the mode's name in the shard's stored settings and the API.
 func (m FencingMode) String() string {
-	if m == Lease {
+	switch m {
+	case PerSync:
+		return "per_sync"
+	case Lease:
 		return "lease"
 	}
-	return "per_sync"
+	return "unspecified"
 }
 
 // Options configure a Writer. The fencing settings are fixed when the
-// writer opens.
+// writer opens. A zero field takes DefaultOptions' value.
 type Options struct {
 	// Shard, Term and Allocation name the writer when fencing is
 	// disabled; with fencing they come from the chain (and must match it
@@ -61,10 +70,12 @@ type Options struct {
 	// StartSeqNo is the sequence number of the first op. Default 0.
 	StartSeqNo int64
 
+	// AckOrder: default Concurrent.
 	AckOrder AckOrder
 	// FencingDisabled runs the unfenced baseline: md creates only, no CAS.
 	FencingDisabled bool
-	FencingMode     FencingMode
+	// FencingMode: default PerSync.
+	FencingMode FencingMode
 	// LeaseInterval is the lease of Lease mode. Default 10s.
 	LeaseInterval time.Duration
 
@@ -133,32 +144,60 @@ type StoreHealth struct {
 // Retrying reports whether a sync step is retrying store errors now.
 func (h StoreHealth) Retrying() bool { return !h.RetryingSince.IsZero() }
 
-func setDefaults(o *Options) {
+// DefaultLeaseInterval is the lease of Lease mode when none is given; a
+// lease-mode shard stores it at its first open.
+const DefaultLeaseInterval = 10 * time.Second
+
+// DefaultOptions are the writer options a zero field takes: per-sync
+// fencing in the concurrent order, 1 MiB inline, 16 MiB syncs, 64 MiB in
+// flight, 4 md creates in the pipeline, a 2ms gather delay, a 10s lease,
+// the system's steady clock and the default backoff.
+func DefaultOptions() Options {
+	return Options{
+		AckOrder: Concurrent, FencingMode: PerSync, LeaseInterval: DefaultLeaseInterval,
+		InlineLimit: 1 << 20, MaxSyncBytes: 16 << 20, MaxInFlightBytes: 64 << 20,
+		MaxPipeline: 4, MaxGatherDelay: 2 * time.Millisecond,
+		Clock: steady.System(), Backoff: retry.DefaultBackoff(),
+	}
+}
+
+// withDefaults fills the zero fields of o from DefaultOptions (and a
+// non-positive lease, limit or pipeline; a negative gather delay stays:
+// it disables gathering).
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
 	if o.StartGen == 0 {
 		o.StartGen = 1
 	}
+	if o.AckOrder == 0 {
+		o.AckOrder = d.AckOrder
+	}
+	if o.FencingMode == 0 {
+		o.FencingMode = d.FencingMode
+	}
 	if o.LeaseInterval <= 0 {
-		o.LeaseInterval = 10 * time.Second
+		o.LeaseInterval = d.LeaseInterval
 	}
 	if o.InlineLimit <= 0 {
-		o.InlineLimit = 1 << 20
+		o.InlineLimit = d.InlineLimit
 	}
 	if o.MaxSyncBytes <= 0 {
-		o.MaxSyncBytes = 16 << 20
+		o.MaxSyncBytes = d.MaxSyncBytes
 	}
 	if o.MaxInFlightBytes <= 0 {
-		o.MaxInFlightBytes = 64 << 20
+		o.MaxInFlightBytes = d.MaxInFlightBytes
 	}
 	if o.MaxPipeline <= 0 {
-		o.MaxPipeline = 4
+		o.MaxPipeline = d.MaxPipeline
 	}
 	if o.MaxGatherDelay == 0 {
-		o.MaxGatherDelay = 2 * time.Millisecond
+		o.MaxGatherDelay = d.MaxGatherDelay
 	}
 	if o.Clock == nil {
-		o.Clock = steady.System()
+		o.Clock = d.Clock
 	}
 	if o.Backoff.Attempts == 0 && o.Backoff.Initial == 0 {
-		o.Backoff = retry.DefaultBackoff()
+		o.Backoff = d.Backoff
 	}
+	return o
 }

@@ -14,8 +14,7 @@ import (
 
 func testPipeline(o Options) *pipeline {
 	o.Shard, o.Term, o.Allocation = shard, 3, "a1"
-	setDefaults(&o)
-	p := newPipeline(o)
+	p := newPipeline(o.withDefaults())
 	return &p
 }
 

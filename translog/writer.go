@@ -93,7 +93,7 @@ func Open(ctx context.Context, store *blobstore.Container, chain *fence.Chain, o
 	if !caps.ConditionalCreate || (!opts.FencingDisabled && !caps.ConditionalUpdate) {
 		return fail(fmt.Errorf("%w: %s does not advertise the conditional create and update fenced writes need", blobstore.ErrPreconditionsNotEnforced, store))
 	}
-	setDefaults(&opts)
+	opts = opts.withDefaults()
 	if opts.StartGen < 1 || opts.StartSeqNo < 0 {
 		return fail(fmt.Errorf("%w: start generation %d, start sequence number %d", fence.ErrInvalidArgument, opts.StartGen, opts.StartSeqNo))
 	}
