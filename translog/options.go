@@ -20,15 +20,7 @@ const (
 	Sequenced
 )
 
-func (o AckOrder) String() string {
-	switch o {
-	case Concurrent:
-		return "concurrent"
-	case Sequenced:
-		return "sequenced"
-	}
-	return "unspecified"
-}
+func (o AckOrder) String() string { return enumName(int(o), "concurrent", "sequenced") }
 
 // FencingMode is how often a sync CASes the fence key. The zero
 // FencingMode is unspecified: DefaultOptions' (PerSync) applies.
@@ -44,14 +36,15 @@ const (
 )
 
 // String is the mode's name in the shard's stored settings and the API.
-func (m FencingMode) String() string {
-	switch m {
-	case PerSync:
-		return "per_sync"
-	case Lease:
-		return "lease"
+func (m FencingMode) String() string { return enumName(int(m), "per_sync", "lease") }
+
+// enumName names value n of an enum numbered from 1, whose zero is
+// unspecified.
+func enumName(n int, names ...string) string {
+	if n < 1 || n > len(names) {
+		return "unspecified"
 	}
-	return "unspecified"
+	return names[n-1]
 }
 
 // Options configure a Writer. The fencing settings are fixed when the
