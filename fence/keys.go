@@ -2,14 +2,10 @@ package fence
 
 import "github.com/shardfence/shardfence/layout"
 
-// The fence keys' names, kept here for callers of this package; the store
-// layout lives in package layout.
+// The fence keys' names of package layout, for callers of this package.
 const (
-	// Dir is the folder of a shard's fence keys (layout.FenceDir).
-	Dir = layout.FenceDir
-	// KeyPrefix is the common prefix of every fence key
-	// (layout.FencePrefix).
-	KeyPrefix = layout.FencePrefix
+	Dir       = layout.FenceDir    // the fence keys
+	KeyPrefix = layout.FencePrefix // every fence key
 )
 
 // Inv is layout.Inv: MaxInt64-n, zero-padded to 19 digits, so a plain

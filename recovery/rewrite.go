@@ -58,13 +58,7 @@ var ErrRewriteUnsafe = errors.New("fencing rewrite cannot be made safe")
 // A failure after step 1 puts the old setting back. The claimed term stays
 // claimed: the shard's next Open needs a higher one.
 func RewriteFencing(ctx context.Context, store *blobstore.Container, shard string, term int64, allocation string, to seal.Fencing, opts RewriteOptions) (RewriteResult, error) {
-	if opts.Clock == nil {
-		opts.Clock = steady.System()
-	}
-	opts.Backoff = opts.Backoff.Or(retry.DefaultBackoff())
-	if opts.LeaseMargin <= 0 {
-		opts.LeaseMargin = time.Second
-	}
+	defaults(&opts.Clock, &opts.Backoff, &opts.LeaseMargin)
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = seal.MaxLeaseInterval + opts.LeaseMargin
 	}

@@ -2,26 +2,20 @@ package seal
 
 import "github.com/shardfence/shardfence/layout"
 
-// The seal, checkpoint and settings key names, kept here for callers of
-// this package; the store layout lives in package layout.
+// The seal, checkpoint and settings key names of package layout, for
+// callers of this package. FencingKey holds the shard's fencing settings,
+// created at its first open. Openers never rewrite it; only the fencing
+// rewrite (BeginFencingRewrite, FinishFencingRewrite) changes it, under the
+// rules of docs/PROTOCOL.md ("Rewriting the stored fencing"): a successor's
+// lease wait depends on the mode its predecessors ran, so the mode is the
+// shard's, not the caller's.
 const (
-	// Dir is the folder of a shard's seal markers (layout.SealDir).
-	Dir = layout.SealDir
-	// MarkerPrefix is the common prefix of every seal marker key.
-	MarkerPrefix = layout.MarkerPrefix
-	// CheckpointDir is the folder of a shard's checkpoints.
-	CheckpointDir = layout.CheckpointDir
-	// ManifestPrefix is the common prefix of every checkpoint manifest.
-	ManifestPrefix = layout.ManifestPrefix
-	// FilesDir holds checkpoint files, under <term>/<gen>/.
-	FilesDir = layout.FilesDir
-	// FencingKey holds the shard's fencing settings (layout.FencingKey),
-	// created at its first open. Openers never rewrite it; only the
-	// fencing rewrite (BeginFencingRewrite, FinishFencingRewrite) changes
-	// it, under the rules of docs/PROTOCOL.md ("Rewriting the stored
-	// fencing"): a successor's lease wait depends on the mode its
-	// predecessors ran, so the mode is the shard's, not the caller's.
-	FencingKey = layout.FencingKey
+	Dir            = layout.SealDir        // seal markers
+	MarkerPrefix   = layout.MarkerPrefix   // every seal marker key
+	CheckpointDir  = layout.CheckpointDir  // checkpoints
+	ManifestPrefix = layout.ManifestPrefix // every checkpoint manifest
+	FilesDir       = layout.FilesDir       // checkpoint files, under <term>/<gen>/
+	FencingKey     = layout.FencingKey     // the shard's fencing settings
 )
 
 // MarkerKey is the seal marker of term (layout.MarkerKey).

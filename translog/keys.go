@@ -2,15 +2,12 @@ package translog
 
 import "github.com/shardfence/shardfence/layout"
 
-// The translog's key names, kept here for callers of this package; the
-// store layout lives in package layout.
+// The translog's key names of package layout, for callers of this
+// package.
 const (
-	// Dir is the folder of a shard's translog (layout.TranslogDir).
-	Dir = layout.TranslogDir
-	// MDPrefix is the common prefix of every md key (layout.MDPrefix).
-	MDPrefix = layout.MDPrefix
-	// DataDir holds the payloads too large to inline (layout.DataDir).
-	DataDir = layout.DataDir
+	Dir      = layout.TranslogDir // the translog
+	MDPrefix = layout.MDPrefix    // every md key
+	DataDir  = layout.DataDir     // payloads too large to inline
 )
 
 // MDKey is the md key of generation gen of term (layout.MDKey).
