@@ -1,8 +1,12 @@
 package translog
 
 import (
+	"fmt"
 	"time"
 
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/ident"
 	"github.com/shardfence/shardfence/internal/retry"
 	"github.com/shardfence/shardfence/internal/steady"
 )
@@ -193,4 +197,65 @@ func (o Options) withDefaults() Options {
 		o.Backoff = d.Backoff
 	}
 	return o
+}
+
+// check validates o for a writer on store and chain (identity from the
+// chain, the start generation above what the fence key commits, the
+// store's conditional writes) and fills its defaults; inline is the inline
+// limit capped below the store's conditional-body limit.
+func (opts Options) check(store *blobstore.Container, chain *fence.Chain) (Options, int, error) {
+	fail := func(err error) (Options, int, error) {
+		return Options{}, 0, &Error{Op: "Open", Shard: opts.Shard, Key: Dir, Err: err}
+	}
+	if store == nil {
+		return fail(fmt.Errorf("%w: nil store", fence.ErrInvalidArgument))
+	}
+	if !opts.FencingDisabled {
+		if chain == nil {
+			return fail(fmt.Errorf("%w: fencing is enabled but no fence chain was given (claim the term first)", fence.ErrInvalidArgument))
+		}
+		if err := chain.Err(); err != nil {
+			return Options{}, 0, err
+		}
+		for _, m := range []struct {
+			what string
+			ok   bool
+		}{
+			{"shard", opts.Shard == "" || opts.Shard == chain.Shard()},
+			{"term", opts.Term == 0 || opts.Term == chain.Term()},
+			{"allocation", opts.Allocation == "" || opts.Allocation == chain.Allocation()},
+		} {
+			if !m.ok {
+				return fail(fmt.Errorf("%w: options name another %s than the fence chain", fence.ErrInvalidArgument, m.what))
+			}
+		}
+		opts.Shard, opts.Term, opts.Allocation = chain.Shard(), chain.Term(), chain.Allocation()
+		if committed := chain.State().Record.Gen; opts.StartGen != 0 && opts.StartGen <= committed {
+			return fail(fmt.Errorf("%w: start generation %d is not above generation %d the fence key already commits", fence.ErrInvalidArgument, opts.StartGen, committed))
+		} else if opts.StartGen == 0 {
+			opts.StartGen = committed + 1
+		}
+	}
+	if err := ident.Validate("shard", opts.Shard, false); err != nil {
+		return fail(err)
+	}
+	if err := ident.Validate("allocation", opts.Allocation, false); err != nil {
+		return fail(err)
+	}
+	if opts.Term < 1 {
+		return fail(fmt.Errorf("%w: term %d", fence.ErrInvalidArgument, opts.Term))
+	}
+	caps := store.Capabilities()
+	if !caps.ConditionalCreate || (!opts.FencingDisabled && !caps.ConditionalUpdate) {
+		return fail(fmt.Errorf("%w: %s does not advertise the conditional create and update fenced writes need", blobstore.ErrPreconditionsNotEnforced, store))
+	}
+	opts = opts.withDefaults()
+	if opts.StartGen < 1 || opts.StartSeqNo < 0 {
+		return fail(fmt.Errorf("%w: start generation %d, start sequence number %d", fence.ErrInvalidArgument, opts.StartGen, opts.StartSeqNo))
+	}
+	inline := opts.InlineLimit
+	if caps.MaxConditionalBody > 0 && int64(inline)+1024 > caps.MaxConditionalBody {
+		inline = int(max(0, caps.MaxConditionalBody-1024))
+	}
+	return opts, inline, nil
 }

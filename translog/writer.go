@@ -8,7 +8,6 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
-	"github.com/shardfence/shardfence/internal/ident"
 	"github.com/shardfence/shardfence/internal/steady"
 )
 
@@ -48,58 +47,9 @@ type Writer struct {
 // protocol relies on, as advertised; the caller probes the real store with
 // blobstore.ProbePreconditions at start-up.
 func Open(ctx context.Context, store *blobstore.Container, chain *fence.Chain, opts Options) (*Writer, error) {
-	fail := func(err error) (*Writer, error) {
-		return nil, &Error{Op: "Open", Shard: opts.Shard, Key: Dir, Err: err}
-	}
-	if store == nil {
-		return fail(fmt.Errorf("%w: nil store", fence.ErrInvalidArgument))
-	}
-	if !opts.FencingDisabled {
-		if chain == nil {
-			return fail(fmt.Errorf("%w: fencing is enabled but no fence chain was given (claim the term first)", fence.ErrInvalidArgument))
-		}
-		if err := chain.Err(); err != nil {
-			return nil, err
-		}
-		for _, m := range []struct {
-			what string
-			ok   bool
-		}{
-			{"shard", opts.Shard == "" || opts.Shard == chain.Shard()},
-			{"term", opts.Term == 0 || opts.Term == chain.Term()},
-			{"allocation", opts.Allocation == "" || opts.Allocation == chain.Allocation()},
-		} {
-			if !m.ok {
-				return fail(fmt.Errorf("%w: options name another %s than the fence chain", fence.ErrInvalidArgument, m.what))
-			}
-		}
-		opts.Shard, opts.Term, opts.Allocation = chain.Shard(), chain.Term(), chain.Allocation()
-		if committed := chain.State().Record.Gen; opts.StartGen != 0 && opts.StartGen <= committed {
-			return fail(fmt.Errorf("%w: start generation %d is not above generation %d the fence key already commits", fence.ErrInvalidArgument, opts.StartGen, committed))
-		} else if opts.StartGen == 0 {
-			opts.StartGen = committed + 1
-		}
-	}
-	if err := ident.Validate("shard", opts.Shard, false); err != nil {
-		return fail(err)
-	}
-	if err := ident.Validate("allocation", opts.Allocation, false); err != nil {
-		return fail(err)
-	}
-	if opts.Term < 1 {
-		return fail(fmt.Errorf("%w: term %d", fence.ErrInvalidArgument, opts.Term))
-	}
-	caps := store.Capabilities()
-	if !caps.ConditionalCreate || (!opts.FencingDisabled && !caps.ConditionalUpdate) {
-		return fail(fmt.Errorf("%w: %s does not advertise the conditional create and update fenced writes need", blobstore.ErrPreconditionsNotEnforced, store))
-	}
-	opts = opts.withDefaults()
-	if opts.StartGen < 1 || opts.StartSeqNo < 0 {
-		return fail(fmt.Errorf("%w: start generation %d, start sequence number %d", fence.ErrInvalidArgument, opts.StartGen, opts.StartSeqNo))
-	}
-	inline := opts.InlineLimit
-	if caps.MaxConditionalBody > 0 && int64(inline)+1024 > caps.MaxConditionalBody {
-		inline = int(max(0, caps.MaxConditionalBody-1024))
+	opts, inline, err := opts.check(store, chain)
+	if err != nil {
+		return nil, err
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w := &Writer{
