@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
-	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/internal/settle"
 )
 
 // Chain is a claimed term's fence key and the token this instance holds for
@@ -53,6 +54,22 @@ func (c *Chain) Created() bool { return c.created }
 // gone. A lease-mode successor waits lease+margin from here before it
 // resolves the lineage.
 func (c *Chain) SweptAt() int64 { return c.sweptAt }
+
+// LeaseLeft is how much of a wait of d counted from the sweep is left now
+// on the instance's steady clock (zero or negative: none).
+func (c *Chain) LeaseLeft(d time.Duration) time.Duration {
+	return time.Duration(c.sweptAt + int64(d) - c.in.clock.Now())
+}
+
+// WaitOutLease waits until d has passed on the instance's steady clock
+// since the sweep (protocol section 4 step 5): d is the lease a deposed
+// lease-mode writer may still hold, plus a margin, so every ack it makes
+// without a CAS happens before the wait ends and the lineage is read. It
+// is the protocol's one lease wait; whether and how long to wait is the
+// caller's (recovery.Open, recovery.RewriteFencing).
+func (c *Chain) WaitOutLease(ctx context.Context, d time.Duration) error {
+	return Sleep(ctx, c.in.clock, c.LeaseLeft(d))
+}
 
 // Predecessors lists the lower terms whose keys this claim deleted.
 func (c *Chain) Predecessors() []int64 { return append([]int64(nil), c.predecessors...) }
@@ -115,7 +132,7 @@ func (c *Chain) TransferTo(ctx context.Context, allocation, node string) (State,
 		r.Allocation, r.Node = allocation, node
 		return r
 	}
-	settle := func(obs Observation, prev State, attempts ...Record) Verdict {
+	decide := func(obs Observation, prev State, attempts ...Record) Verdict {
 		// A lost transfer response and a target that already continued
 		// the chain: the transfer landed.
 		if obs.Found && obs.Record.Allocation == allocation && obs.Record.Seq > prev.Record.Seq+1 {
@@ -123,7 +140,7 @@ func (c *Chain) TransferTo(ctx context.Context, allocation, node string) (State,
 		}
 		return SettleWrite(obs, prev, attempts...)
 	}
-	st, err := c.writeLocked(ctx, "TransferTo", next, settle)
+	st, err := c.writeLocked(ctx, "TransferTo", next, decide)
 	if err == nil {
 		c.handedOff = true
 	}
@@ -148,7 +165,7 @@ func (c *Chain) Revert(ctx context.Context) (bool, error) {
 		r.Allocation, r.Node = c.in.allocation, c.in.node
 		return r
 	}
-	settle := func(obs Observation, prev State, attempts ...Record) Verdict {
+	decide := func(obs Observation, prev State, attempts ...Record) Verdict {
 		v := SettleWrite(obs, prev, attempts...)
 		if v.Action == Fenced && obs.Found && obs.Record.Allocation == target {
 			standDown = true
@@ -156,7 +173,7 @@ func (c *Chain) Revert(ctx context.Context) (bool, error) {
 		}
 		return v
 	}
-	_, err := c.writeLocked(ctx, "Revert", next, settle)
+	_, err := c.writeLocked(ctx, "Revert", next, decide)
 	switch {
 	case err == nil:
 		c.handedOff = false
@@ -182,7 +199,7 @@ type settleFunc func(obs Observation, prev State, attempts ...Record) Verdict
 
 // writeLocked CASes the key from c.state to next(c.state.Record) with seq+1.
 // c.mu must be held.
-func (c *Chain) writeLocked(ctx context.Context, op string, next func(Record) Record, settle settleFunc) (State, error) {
+func (c *Chain) writeLocked(ctx context.Context, op string, next func(Record) Record, decide settleFunc) (State, error) {
 	if err := c.in.Fenced(); err != nil {
 		return State{}, err
 	}
@@ -203,7 +220,7 @@ func (c *Chain) writeLocked(ctx context.Context, op string, next func(Record) Re
 		if err != nil {
 			return false, err
 		}
-		v := settle(obs, c.state, c.maybe...)
+		v := decide(obs, c.state, c.maybe...)
 		switch v.Action {
 		case Adopt:
 			c.adoptLocked(v.State)
@@ -247,16 +264,13 @@ func (c *Chain) writeLocked(ctx context.Context, op string, next func(Record) Re
 			c.adoptLocked(State{Record: want, Token: tok})
 			return nil
 		}
-		switch {
-		case errors.Is(err, blobstore.ErrConflict), errors.Is(err, blobstore.ErrUnavailable):
-			// Refused before taking effect: safe to send again.
-			return err
-		case errors.Is(err, blobstore.ErrPreconditionFailed), errors.Is(err, blobstore.ErrNotFound),
-			blobstore.IsAmbiguous(err), isCtx(err):
-			c.maybe = appendRecord(c.maybe, want)
-		default:
+		if out := settle.Classify(err); out == settle.Definite {
+			// It did not take effect: a conflict or an unavailable store
+			// is sent again, anything else ends the call.
 			return err
 		}
+		// Refused or unknown: the key's content decides.
+		c.maybe = appendRecord(c.maybe, want)
 		ok, serr := settleNow(ctx)
 		switch {
 		case serr != nil:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
@@ -93,10 +92,18 @@ func TestDelayedWriteFromEarlierCallIsAdoptedNotFenced(t *testing.T) {
 	fs := faulty.New(mem.New(), 1)
 	c := mustClaim(t, fs.Container, 1, "a")
 	before := c.State()
-	// Advance(1) gives up on a cancelled context: its CAS outcome is
-	// unknown and the request is still travelling.
+	// Advance(1) gives up when its context ends while the CAS is in
+	// flight: the outcome is unknown and the request is still travelling.
+	// (A context already done before the CAS left is refused before
+	// sending: a definite failure, nothing in flight.)
 	short, cancel := context.WithCancel(ctx)
-	cancel()
+	fs.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
+		if q.Op == blobstore.OpCompareAndSwap {
+			cancel()
+			return blobstore.Ambiguous(context.Canceled)
+		}
+		return nil
+	}})
 	if _, err := c.Advance(short, 1); err == nil || errors.Is(err, ErrFenced) {
 		t.Fatalf("advance under a cancelled context: %v", err)
 	}
@@ -312,35 +319,6 @@ func TestAdvanceRejectsGenerationRegression(t *testing.T) {
 	}
 }
 
-func TestFakeClock(t *testing.T) {
-	clk := NewFakeClock()
-	ch := clk.After(time.Second)
-	if clk.Waiters() != 1 {
-		t.Fatalf("waiters %d", clk.Waiters())
-	}
-	clk.Advance(999 * time.Millisecond)
-	select {
-	case <-ch:
-		t.Fatal("fired early")
-	default:
-	}
-	clk.Advance(time.Millisecond)
-	<-ch
-	if clk.Now() != int64(time.Second) {
-		t.Fatalf("now %d", clk.Now())
-	}
-	auto := NewAutoClock()
-	if err := Sleep(context.Background(), auto, time.Minute); err != nil || auto.Now() != int64(time.Minute) {
-		t.Fatalf("auto clock: %v, now %d", err, auto.Now())
-	}
-	sys := SystemClock()
-	a := sys.Now()
-	<-sys.After(time.Millisecond)
-	if sys.Now()-a < int64(time.Millisecond) {
-		t.Fatal("system clock did not move")
-	}
-}
-
 func TestChainSendsNoRetryOnceTheInstanceIsFenced(t *testing.T) {
 	// The first CAS is refused (unavailable) and, while it backs off, the
 	// writer's md path finds a poison and fences the instance. The retry
@@ -369,5 +347,27 @@ func TestChainSendsNoRetryOnceTheInstanceIsFenced(t *testing.T) {
 	}
 	if r, _ := readRecord(t, fs.Container, 1); r.Seq != 0 {
 		t.Fatalf("fence key at seq %d: a fenced instance advanced it", r.Seq)
+	}
+}
+
+// A context already done when Advance is called is refused before any
+// request leaves: a definite failure, so the next Advance has nothing to
+// settle and writes at once.
+func TestAdvanceWithADoneContextLeavesNothingToSettle(t *testing.T) {
+	ctx := context.Background()
+	fs := faulty.New(mem.New(), 1)
+	c := mustClaim(t, fs.Container, 1, "a")
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := c.Advance(done, 1); !errors.Is(err, context.Canceled) || errors.Is(err, ErrFenced) {
+		t.Fatalf("advance under a done context: %v", err)
+	}
+	gets := fs.Requests(blobstore.OpGet)
+	st, err := c.Advance(ctx, 1)
+	if err != nil || st.Record.Seq != 1 || st.Record.Gen != 1 {
+		t.Fatalf("advance: %+v, %v", st.Record, err)
+	}
+	if got := fs.Requests(blobstore.OpGet) - gets; got != 0 {
+		t.Fatalf("%d reads before the CAS: a write that never left was settled", got)
 	}
 }

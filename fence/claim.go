@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/internal/settle"
 )
 
 // Instance is one allocation of one shard: the identity that claims terms
@@ -25,7 +25,6 @@ type Instance struct {
 	clock         Clock
 	backoff       Backoff
 	sweepAttempts int
-	leaseWait     time.Duration
 	nonces        func() (string, error)
 
 	mu     sync.Mutex
@@ -44,12 +43,6 @@ func WithClock(c Clock) Option { return func(in *Instance) { in.clock = c } }
 
 // WithBackoff sets how requests without a definite answer are retried.
 func WithBackoff(b Backoff) Option { return func(in *Instance) { in.backoff = b } }
-
-// WithLeaseWait makes Claim wait d on the steady clock after the sweep
-// (protocol section 4 step 5) when the shard's writers run in lease mode: d
-// is the lease interval plus a margin, so any ack the deposed writer made
-// without a CAS happened before Claim returns and the lineage is read.
-func WithLeaseWait(d time.Duration) Option { return func(in *Instance) { in.leaseWait = d } }
 
 // NonceSource hands out the nonces that make every claim attempt's body
 // unique. A Clock that also implements it (FakeClock does) is used when no
@@ -137,14 +130,13 @@ func (in *Instance) Fenced() error {
 // not land.
 var errResend = blobstore.Unavailable(errors.New("write did not take effect; sending it again"))
 
-// Claim takes term for this instance (protocol section 4, steps 1-5): LIST
+// Claim takes term for this instance (protocol section 4, steps 1-4): LIST
 // for a higher term, create our key if absent, delete every lower-term key,
-// verify by LIST, re-read our key and LIST once more, and with
-// WithLeaseWait outwait a lease-mode predecessor. It returns the chain to
-// write with, or a *FencedError (a higher term exists, or another
+// verify by LIST, re-read our key and LIST once more. It returns the chain
+// to write with, or a *FencedError (a higher term exists, or another
 // allocation holds this term), or an *Error that is retryable (store
-// trouble, a lower key that would not go away). Steps 6-7 (seal, restore)
-// belong to the caller.
+// trouble, a lower key that would not go away). Steps 5-7 (the lease
+// wait, Chain.WaitOutLease; seal; restore) belong to the caller.
 func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 	key := Key(max(term, 1))
 	fail := func(err error) (*Chain, error) {
@@ -181,40 +173,39 @@ func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 	created := false
 	var verdictErr error
 	var attempts []Record
+	step := settle.Step[Record]{
+		Key: key, Get: in.get,
+		Decode: func(body []byte) (Record, error) { return DecodeRecord(in.shard, key, body) },
+		Ours: func(r Record) (bool, string) {
+			v := SettleCreate(Observation{Found: true, Record: r}, attempts...)
+			return v.Action == Adopt, v.Reason
+		},
+	}
 	err = Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error {
 		nonce, err := in.nonces()
 		if err != nil {
 			return err
 		}
 		attempted := Record{Shard: in.shard, Term: term, Allocation: in.allocation, Node: in.node, Nonce: nonce}
-		body, err := attempted.Encode()
-		if err != nil {
+		if step.Body, err = attempted.Encode(); err != nil {
 			return err
 		}
 		attempts = append(attempts, attempted)
-		tok, err := in.store.CreateIfAbsent(ctx, key, body)
-		if err == nil {
-			held2, created = State{Record: attempted, Token: tok}, true
-			return nil
-		}
-		if !errors.Is(err, blobstore.ErrAlreadyExists) && !blobstore.IsAmbiguous(err) && !isCtx(err) {
-			return err
-		}
-		obs, rerr := in.read(ctx, key)
-		if rerr != nil {
-			return rerr
-		}
-		v := SettleCreate(obs, attempts...)
+		v, err := settle.Create(ctx, in.store, step)
 		switch v.Action {
-		case Adopt:
-			held2, created = v.State, IsAttempt(obs.Record, attempts)
-			return nil
-		case Resend:
+		case settle.Created:
+			held2, created = State{Record: attempted, Token: v.Token}, true
+		case settle.Adopt:
+			// Any of this claim's attempts, or our allocation's earlier
+			// claim of the term (a restart): continue from it.
+			held2, created = State{Record: v.Held, Token: v.Token}, IsAttempt(v.Held, attempts)
+		case settle.Resend:
 			return errResend
-		default:
+		case settle.Lost:
 			verdictErr = in.fence(term, key, 0, v.Reason)
 			return verdictErr
 		}
+		return err
 	})
 	if verdictErr != nil {
 		return nil, verdictErr
@@ -278,21 +269,6 @@ func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 	}
 	if h := l.Above(term); h > 0 {
 		return withdraw(fmt.Sprintf("term %d claimed the shard during this claim", h), h)
-	}
-
-	// Step 5: in lease mode, outwait the deposed writer's lease, counted
-	// from the moment its key was seen gone. A higher term that claimed
-	// meanwhile makes the wait moot.
-	if in.leaseWait > 0 {
-		if err := Sleep(ctx, in.clock, time.Duration(sweptAt+int64(in.leaseWait)-in.clock.Now())); err != nil {
-			return fail(err)
-		}
-		if l, err = in.list(ctx); err != nil {
-			return fail(err)
-		}
-		if h := l.Above(term); h > 0 {
-			return withdraw(fmt.Sprintf("term %d claimed the shard during the lease wait", h), h)
-		}
 	}
 
 	in.mu.Lock()
@@ -362,31 +338,27 @@ func (in *Instance) list(ctx context.Context) (Listing, error) {
 	return ParseListing(items), err
 }
 
+// get reads key, retrying store trouble; found is false for a missing key.
+func (in *Instance) get(ctx context.Context, key string) (obj blobstore.Object, found bool, err error) {
+	err = Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error {
+		obj, found, err = settle.Once(ctx, in.store, key)
+		return err
+	})
+	return obj, found, err
+}
+
 // read returns what the key holds; a missing key is an observation, not an
 // error. A body that does not decode is a *BodyError and is not retried.
 func (in *Instance) read(ctx context.Context, key string) (Observation, error) {
-	var obs Observation
-	err := Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error {
-		o, err := in.store.Get(ctx, key)
-		if errors.Is(err, blobstore.ErrNotFound) {
-			obs = Observation{}
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		rec, err := DecodeRecord(in.shard, key, o.Body)
-		if err != nil {
-			return err
-		}
-		obs = Observation{Found: true, Record: rec, Token: o.Token}
-		return nil
-	})
-	return obs, err
-}
-
-func isCtx(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	obj, found, err := in.get(ctx, key)
+	if err != nil || !found {
+		return Observation{}, err
+	}
+	rec, err := DecodeRecord(in.shard, key, obj.Body)
+	if err != nil {
+		return Observation{}, err
+	}
+	return Observation{Found: true, Record: rec, Token: obj.Token}, nil
 }
 
 func appendUnique(s []int64, v int64) []int64 {

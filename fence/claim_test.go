@@ -339,7 +339,10 @@ func TestLeaseWaitCountsFromTheSweep(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		c, err := Claim(context.Background(), store, shard, 2, "new", WithClock(clk), WithLeaseWait(12*time.Second))
+		c, err := Claim(context.Background(), store, shard, 2, "new", WithClock(clk))
+		if err == nil {
+			err = c.WaitOutLease(context.Background(), 12*time.Second)
+		}
 		done <- result{c, err}
 	}()
 	for clk.Waiters() == 0 {
@@ -348,7 +351,7 @@ func TestLeaseWaitCountsFromTheSweep(t *testing.T) {
 	clk.Advance(12*time.Second - 1)
 	select {
 	case r := <-done:
-		t.Fatalf("claim returned before the lease wait ran out: %v", r.err)
+		t.Fatalf("the wait ended before the lease ran out: %v", r.err)
 	case <-time.After(20 * time.Millisecond):
 	}
 	clk.Advance(1)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/internal/ident"
 )
 
 // ErrFenced: this instance lost the right to acknowledge writes for the
@@ -35,7 +36,7 @@ var (
 	ErrSweepIncomplete = errors.New("lower-term fence key survived deletion")
 	// ErrInvalidArgument: a caller passed a value the protocol cannot use
 	// (term < 1, a separator inside an identifier, ...).
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = ident.ErrInvalidArgument
 	// ErrHandedOff: the chain was transferred to a relocation target; the
 	// source must not write again unless Revert wins the key back.
 	ErrHandedOff = errors.New("fence handed off to the relocation target")

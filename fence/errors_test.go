@@ -1,11 +1,9 @@
 package fence
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
 )
@@ -39,39 +37,5 @@ func TestErrorsNameShardKeyAndNextStep(t *testing.T) {
 	}
 	if !blobstore.IsRetryable(retry) || !errors.Is(body, ErrForeignShard) {
 		t.Fatal("wrapped errors must stay matchable")
-	}
-}
-
-func TestBackoff(t *testing.T) {
-	b := Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, Attempts: 4}
-	var got []time.Duration
-	for a := 1; a <= 5; a++ {
-		got = append(got, b.Delay(a))
-	}
-	want := []time.Duration{10, 20, 40, 50, 50}
-	for i := range want {
-		if got[i] != want[i]*time.Millisecond {
-			t.Fatalf("delays %v", got)
-		}
-	}
-	clk := NewAutoClock()
-	calls := 0
-	err := Retry(context.Background(), clk, b, func(context.Context) error {
-		calls++
-		return blobstore.ErrConflict
-	})
-	if calls != 4 || !errors.Is(err, blobstore.ErrConflict) {
-		t.Fatalf("%d calls, %v", calls, err)
-	}
-	if clk.Now() != int64(70*time.Millisecond) {
-		t.Fatalf("slept %v, want 70ms", time.Duration(clk.Now()))
-	}
-	calls = 0
-	err = Retry(context.Background(), clk, b, func(context.Context) error {
-		calls++
-		return blobstore.ErrPreconditionFailed
-	})
-	if calls != 1 || !errors.Is(err, blobstore.ErrPreconditionFailed) {
-		t.Fatalf("a definite answer must not be retried: %d calls, %v", calls, err)
 	}
 }

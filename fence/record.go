@@ -2,9 +2,9 @@ package fence
 
 import (
 	"fmt"
+	"github.com/shardfence/shardfence/internal/ident"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 )
 
 // Record is the content of a fence key. No body is ever written twice:
@@ -32,7 +32,7 @@ const (
 	bodyVersion = "v1"
 	bodyFields  = 9
 	// MaxIDLen bounds shard, allocation and node identifiers.
-	MaxIDLen = 256
+	MaxIDLen = ident.MaxLen
 	// MaxNonceLen bounds a claim attempt's nonce.
 	MaxNonceLen = 64
 )
@@ -40,22 +40,7 @@ const (
 // ValidateID checks an identifier stored in a body: non-empty unless
 // optional, at most MaxIDLen bytes, valid UTF-8, no '|' separator, no
 // control characters.
-func ValidateID(what, s string, optional bool) error {
-	switch {
-	case s == "" && !optional:
-		return fmt.Errorf("%w: empty %s", ErrInvalidArgument, what)
-	case len(s) > MaxIDLen:
-		return fmt.Errorf("%w: %s is %d bytes, more than %d", ErrInvalidArgument, what, len(s), MaxIDLen)
-	case !utf8.ValidString(s):
-		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidArgument, what, s)
-	}
-	for _, r := range s {
-		if r == '|' || r < 0x20 || r == 0x7f {
-			return fmt.Errorf("%w: %s %q contains the separator or a control character %U", ErrInvalidArgument, what, s, r)
-		}
-	}
-	return nil
-}
+func ValidateID(what, s string, optional bool) error { return ident.Validate(what, s, optional) }
 
 func (r Record) validate() error {
 	if err := ValidateID("shard", r.Shard, false); err != nil {

@@ -17,7 +17,8 @@
 // and interval whatever it asked for (Shard.Fencing reports them), as read
 // after its sweep. A successor therefore waits out a lease whenever the
 // shard is in lease mode, with the lease its predecessors ran, unless the
-// shard has no predecessor at all. Only asking for fencing on an unfenced
+// shard has no predecessor at all (the wait is fence.Chain.WaitOutLease,
+// the protocol's only one, which RewriteFencing uses too). Only asking for fencing on an unfenced
 // shard, or the reverse, is refused (seal.ErrFencingMismatch), before
 // anything is claimed. RewriteFencing changes the stored fencing of a shard
 // with no live owner, safely (docs/PROTOCOL.md).
@@ -31,6 +32,8 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -41,9 +44,9 @@ type Options struct {
 	Node string
 	// Clock is the steady clock for the lease wait and backoff. Default:
 	// the system's.
-	Clock fence.Clock
+	Clock steady.Clock
 	// Backoff bounds retries of requests without a definite answer.
-	Backoff fence.Backoff
+	Backoff retry.Backoff
 	// Parallelism caps concurrent reads and downloads. Default 32.
 	Parallelism int
 
@@ -147,6 +150,18 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// defaults fills the steady clock, the backoff and the lease margin of
+// Open and RewriteFencing: the system's clock, the default backoff, 1s.
+func defaults(c *steady.Clock, b *retry.Backoff, margin *time.Duration) {
+	if *c == nil {
+		*c = steady.System()
+	}
+	*b = b.Or(retry.DefaultBackoff())
+	if *margin <= 0 {
+		*margin = time.Second
+	}
+}
+
 // leaseWait waits out the lease a predecessor may hold: the incumbent acks
 // without a CAS only while its lease, started before our sweep, runs. A
 // shard with no predecessor has nothing to wait for: no lower fence key
@@ -165,8 +180,7 @@ func leaseWait(ctx context.Context, store *blobstore.Container, shard string, te
 			return nil
 		}
 	}
-	until := chain.SweptAt() + int64(f.LeaseInterval+opts.LeaseMargin)
-	return fence.Sleep(ctx, opts.Clock, time.Duration(until-opts.Clock.Now()))
+	return chain.WaitOutLease(ctx, f.LeaseInterval+opts.LeaseMargin)
 }
 
 // Open claims term for allocation and opens the shard for writes. See the
@@ -174,15 +188,7 @@ func leaseWait(ctx context.Context, store *blobstore.Container, shard string, te
 // stale or another allocation holds the term; any other error leaves the
 // store ready for a retry of the same call.
 func Open(ctx context.Context, store *blobstore.Container, shard string, term int64, allocation string, opts Options) (*Shard, error) {
-	if opts.Clock == nil {
-		opts.Clock = fence.SystemClock()
-	}
-	if opts.Backoff == (fence.Backoff{}) {
-		opts.Backoff = fence.DefaultBackoff()
-	}
-	if opts.LeaseMargin <= 0 {
-		opts.LeaseMargin = time.Second
-	}
+	defaults(&opts.Clock, &opts.Backoff, &opts.LeaseMargin)
 	fail := func(step string, err error) (*Shard, error) {
 		var fe *fence.FencedError
 		if errors.As(err, &fe) {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/seal"
 )
 
@@ -15,8 +17,8 @@ import (
 type RewriteOptions struct {
 	// Node is recorded in the fence key the rewrite claims.
 	Node    string
-	Clock   fence.Clock
-	Backoff fence.Backoff
+	Clock   steady.Clock
+	Backoff retry.Backoff
 	// LeaseMargin is added to the lease the rewrite waits out. Default 1s.
 	LeaseMargin time.Duration
 	// MaxWait bounds that wait; a rewrite that would need longer is
@@ -56,15 +58,7 @@ var ErrRewriteUnsafe = errors.New("fencing rewrite cannot be made safe")
 // A failure after step 1 puts the old setting back. The claimed term stays
 // claimed: the shard's next Open needs a higher one.
 func RewriteFencing(ctx context.Context, store *blobstore.Container, shard string, term int64, allocation string, to seal.Fencing, opts RewriteOptions) (RewriteResult, error) {
-	if opts.Clock == nil {
-		opts.Clock = fence.SystemClock()
-	}
-	if opts.Backoff == (fence.Backoff{}) {
-		opts.Backoff = fence.DefaultBackoff()
-	}
-	if opts.LeaseMargin <= 0 {
-		opts.LeaseMargin = time.Second
-	}
+	defaults(&opts.Clock, &opts.Backoff, &opts.LeaseMargin)
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = seal.MaxLeaseInterval + opts.LeaseMargin
 	}
@@ -119,10 +113,9 @@ func RewriteFencing(ctx context.Context, store *blobstore.Container, shard strin
 				return rollback("LeaseWait", fmt.Errorf("%w: a term opened for writes under lease %v, so a zombie of it may acknowledge without a CAS for that long after its last renewal; the rewrite would have to wait %v, more than the %v allowed; %s",
 					ErrRewriteUnsafe, rw.From.LeaseInterval, wait, opts.MaxWait, next))
 			}
-			until := chain.SweptAt() + int64(wait)
-			step(fmt.Sprintf("wait %v: a lower term opened under lease %v and may still hold it", time.Duration(until-opts.Clock.Now()).Round(time.Millisecond), rw.From.LeaseInterval))
+			step(fmt.Sprintf("wait %v: a lower term opened under lease %v and may still hold it", chain.LeaseLeft(wait).Round(time.Millisecond), rw.From.LeaseInterval))
 			start := opts.Clock.Now()
-			if err := fence.Sleep(ctx, opts.Clock, time.Duration(until-start)); err != nil {
+			if err := chain.WaitOutLease(ctx, wait); err != nil {
 				return rollback("LeaseWait", err)
 			}
 			res.Waited = time.Duration(opts.Clock.Now() - start)

@@ -18,6 +18,9 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/ident"
+	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -73,7 +76,7 @@ func Unmarshal(b []byte) (HandoffContext, error) {
 
 func (h HandoffContext) validate() error {
 	for _, c := range []struct{ what, v string }{{"shard", h.Shard}, {"source allocation", h.Source}, {"target allocation", h.Target}} {
-		if err := fence.ValidateID(c.what, c.v, false); err != nil {
+		if err := ident.Validate(c.what, c.v, false); err != nil {
 			return err
 		}
 	}
@@ -255,8 +258,8 @@ func (s *Source) Abort(ctx context.Context) (Outcome, error) {
 // AdoptOptions configure Adopt.
 type AdoptOptions struct {
 	Node    string
-	Clock   fence.Clock
-	Backoff fence.Backoff
+	Clock   steady.Clock
+	Backoff retry.Backoff
 	// Writer configures the target's writer; StartGen and StartSeqNo come
 	// from the context, the fencing fields from the shard's stored
 	// settings (seal.ShardFencing), which Writer's cannot change.
@@ -292,7 +295,7 @@ func Adopt(ctx context.Context, store *blobstore.Container, allocation string, h
 	if opts.Clock != nil {
 		fo = append(fo, fence.WithClock(opts.Clock))
 	}
-	if opts.Backoff != (fence.Backoff{}) {
+	if opts.Backoff != (retry.Backoff{}) {
 		fo = append(fo, fence.WithBackoff(opts.Backoff))
 	}
 	in, err := fence.NewInstance(store, hc.Shard, allocation, fo...)

@@ -1,6 +1,7 @@
 package seal
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,9 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/ident"
+	"github.com/shardfence/shardfence/internal/settle"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -52,7 +56,7 @@ const (
 func (m Manifest) Key() string { return ManifestKey(m.Term, m.Gen) }
 
 func (m Manifest) validate() error {
-	if err := fence.ValidateID("shard", m.Shard, false); err != nil {
+	if err := ident.Validate("shard", m.Shard, false); err != nil {
 		return err
 	}
 	if m.Term < 1 || m.Gen < 0 || m.NextSeqNo < 0 {
@@ -100,8 +104,8 @@ func DecodeManifest(shard, key string, body []byte) (Manifest, error) {
 	if m.Shard != shard {
 		return bad(fence.ErrForeignShard, "checkpoint manifest names shard %q", m.Shard)
 	}
-	if t, g, ok := ParseManifestKey(key); ok && (t != m.Term || g != m.Gen) {
-		return bad(fence.ErrForeignShard, "checkpoint of term %d gen %d under the key of term %d gen %d", m.Term, m.Gen, t, g)
+	if p, ok := layout.ParseManifestKey(key); ok && (p.Term != m.Term || p.Gen != m.Gen) {
+		return bad(fence.ErrForeignShard, "checkpoint of term %d gen %d under the key of term %d gen %d", m.Term, m.Gen, p.Term, p.Gen)
 	}
 	return m, nil
 }
@@ -183,21 +187,20 @@ func PublishCheckpoint(ctx context.Context, store *blobstore.Container, chain *f
 	if err != nil {
 		return fail(key, err)
 	}
+	step := settle.Step[[]byte]{
+		Key: key, Body: body,
+		Decode: func(b []byte) ([]byte, error) { return b, nil },
+		Ours:   func(found []byte) (bool, string) { return bytes.Equal(found, body), "" },
+	}
 	err = s.retry(ctx, func(ctx context.Context) error {
-		_, err := store.CreateIfAbsent(ctx, key, body)
-		if err == nil || (!errors.Is(err, blobstore.ErrAlreadyExists) && !blobstore.IsAmbiguous(err)) {
-			return err
-		}
-		obj, found, err := s.get(ctx, key)
-		switch {
-		case err != nil:
-			return err
-		case !found:
-			return blobstore.Unavailable(errors.New("manifest create did not land; sending it again"))
-		case string(obj.Body) != string(body):
+		v, err := create(ctx, s, step)
+		switch v.Action {
+		case settle.Resend:
+			return errResend("manifest")
+		case settle.Lost:
 			return fmt.Errorf("%w: a different checkpoint of term %d at generation %d exists; checkpoints are immutable", blobstore.ErrAlreadyExists, term, gen)
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return fail(key, err)
@@ -238,8 +241,8 @@ func Candidates(ctx context.Context, store *blobstore.Container, shard string, l
 	}
 	cands := []CheckpointRef{}
 	for _, it := range items {
-		if t, g, ok := ParseManifestKey(it.Key); ok && g <= gen && lin.HasCheckpoint(t, g) {
-			cands = append(cands, CheckpointRef{t, g})
+		if p, ok := layout.ParseManifestKey(it.Key); ok && p.Gen <= gen && lin.HasCheckpoint(p.Term, p.Gen) {
+			cands = append(cands, CheckpointRef{p.Term, p.Gen})
 		}
 	}
 	sort.Slice(cands, func(i, j int) bool {

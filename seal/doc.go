@@ -5,11 +5,15 @@
 // complete an acknowledgement the restore point lacks, and records the
 // restore point in its own immutable marker. It also owns what depends on
 // the lineage: checkpoints (published and selected only on it), orphans
-// (every md or checkpoint of a lower term off it), Inspect and GC.
+// (every md or checkpoint of a lower term off it), the shard's fencing
+// settings, Inspect and GC.
 //
-// The decisions are pure functions over what was read (ChainFrom,
-// LineageOf, Lineage.Contains, ContiguousAfter, PlanGC); the I/O around
-// them goes through a
-// blobstore.Container only, so a checker can drive the same code over a
-// controlled store.
+// The decisions are pure over what was read: the order of a seal's steps
+// is a planner (sealplan.go: sealPlan names the lineage term and the
+// marker, walk finds the cut), and ChainFrom, LineageOf, Lineage.Contains,
+// ContiguousAfter and PlanGC decide the rest. Seal and the other calls are
+// drivers that do the I/O, through a blobstore.Container only, so a checker
+// can drive the same code over a controlled store. Every object seal
+// creates (poison, marker, manifest, fencing settings) goes through the
+// shared create-if-absent-then-settle step (internal/settle).
 package seal

@@ -8,7 +8,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
-	"github.com/shardfence/shardfence/translog"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // GCPolicy says how much history GC keeps.
@@ -42,13 +42,13 @@ type GCInput struct {
 	Owner   int64 // the term collecting; its own newest history stays
 	Lineage Lineage
 	MDs     []MDInfo
-	Data    [][2]int64 // (term, gen) of every data object
+	Data    []layout.TermGen // every data object
 	// Checkpoints are the manifests, newest gen first; Complete marks
 	// those whose files were all listed with the manifest's sizes.
 	Checkpoints []CheckpointInfo
 	Complete    map[string]bool
-	Files       map[[2]int64][]string
-	Markers     []int64 // every readable marker's term
+	Files       map[layout.TermGen][]string // file keys by checkpoint
+	Markers     []int64                     // every readable marker's term
 	Policy      GCPolicy
 }
 
@@ -89,31 +89,31 @@ func PlanGC(in GCInput) []Object {
 			out = append(out, Object{Key: md.Key, Reason: fmt.Sprintf("translog at or below generation %d, covered by a checkpoint", cut)})
 		}
 	}
-	mdKind := map[[2]int64]MDInfo{}
+	mdKind := map[layout.TermGen]MDInfo{}
 	for _, md := range in.MDs {
-		mdKind[[2]int64{md.Term, md.Gen}] = md
+		mdKind[layout.TermGen{Term: md.Term, Gen: md.Gen}] = md
 	}
 	for _, d := range in.Data {
 		md, hasMD := mdKind[d]
-		key := translog.DataKey(d[0], d[1])
+		key := layout.DataKey(d.Term, d.Gen)
 		switch {
 		case hasMD && (md.Err != "" || md.Poison):
 			// Its md is unreadable, or a poison sits there: keep.
-		case isOrphan(d[0], d[1]):
+		case isOrphan(d.Term, d.Gen):
 			out = append(out, Object{Key: key, Reason: "payload of an orphan generation"})
-		case lin.Contains(d[0], d[1]) && d[1] <= cut:
+		case lin.Contains(d.Term, d.Gen) && d.Gen <= cut:
 			out = append(out, Object{Key: key, Reason: fmt.Sprintf("translog payload at or below generation %d", cut)})
 		}
 	}
 	dropCkpt := func(c CheckpointInfo, reason string) {
 		out = append(out, Object{Key: c.Key, Reason: reason})
-		for _, f := range in.Files[[2]int64{c.Term, c.Gen}] {
+		for _, f := range in.Files[layout.TermGen{Term: c.Term, Gen: c.Gen}] {
 			out = append(out, Object{Key: f, Reason: "file of " + c.Key})
 		}
 	}
-	hasManifest := map[[2]int64]bool{}
+	hasManifest := map[layout.TermGen]bool{}
 	for _, c := range in.Checkpoints {
-		hasManifest[[2]int64{c.Term, c.Gen}] = true
+		hasManifest[layout.TermGen{Term: c.Term, Gen: c.Gen}] = true
 		switch {
 		case c.Err != "" || keptKey[c.Key] || c.Term >= owner && !c.OnLineage:
 		case !c.OnLineage:
@@ -122,17 +122,15 @@ func PlanGC(in GCInput) []Object {
 			dropCkpt(c, fmt.Sprintf("beyond the %d retained checkpoints", len(kept)))
 		}
 	}
-	var strays [][2]int64
+	var strays []layout.TermGen
 	for k := range in.Files {
 		// A lower term's publish can no longer complete usefully: if its
 		// manifest lands after this, the missing files get it refused.
-		if !hasManifest[k] && k[0] < owner {
+		if !hasManifest[k] && k.Term < owner {
 			strays = append(strays, k)
 		}
 	}
-	sort.Slice(strays, func(i, j int) bool {
-		return strays[i][0] < strays[j][0] || strays[i][0] == strays[j][0] && strays[i][1] < strays[j][1]
-	})
+	sort.Slice(strays, func(i, j int) bool { return strays[i].Less(strays[j]) })
 	for _, k := range strays {
 		for _, f := range in.Files[k] {
 			out = append(out, Object{Key: f, Reason: "file of a checkpoint whose manifest never landed"})
@@ -174,7 +172,7 @@ func (st *shardState) planInput(owner int64, p GCPolicy) GCInput {
 		// Complete: the manifest read and as many files listed as it
 		// names. Sizes are checked by Hydrate; a shorter listing means a
 		// file is gone and the checkpoint cannot be a base.
-		if c.Err == "" && len(st.files[[2]int64{c.Term, c.Gen}]) == c.Files {
+		if c.Err == "" && len(st.files[layout.TermGen{Term: c.Term, Gen: c.Gen}]) == c.Files {
 			in.Complete[c.Key] = true
 		}
 	}

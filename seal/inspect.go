@@ -7,6 +7,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -89,19 +90,19 @@ type shardState struct {
 	top       int64
 	lin       Lineage
 	mds       []MDInfo
-	data      [][2]int64
+	data      []layout.TermGen
 	dataKeys  []string
 	ckpts     []CheckpointInfo
-	manifests map[[2]int64]Manifest
-	files     map[[2]int64][]string // file keys by checkpoint
+	manifests map[layout.TermGen]Manifest
+	files     map[layout.TermGen][]string // file keys by checkpoint
 }
 
 // gather reads the shard. md bodies are read only where it matters: off
 // the lineage (to keep poisons and unreadable bodies) when readOffLineage.
 func (s io) gather(ctx context.Context, readFence bool) (*shardState, error) {
-	st := &shardState{shard: s.shard, markers: map[int64]Marker{}, manifests: map[[2]int64]Manifest{}, files: map[[2]int64][]string{}}
+	st := &shardState{shard: s.shard, markers: map[int64]Marker{}, manifests: map[layout.TermGen]Manifest{}, files: map[layout.TermGen][]string{}}
 	var fenceItems, markerItems, tlItems, ckItems []blobstore.Attrs
-	prefixes := []string{fence.Dir, Dir, translog.Dir, CheckpointDir}
+	prefixes := []string{layout.FenceDir, layout.SealDir, layout.TranslogDir, layout.CheckpointDir}
 	outs := []*[]blobstore.Attrs{&fenceItems, &markerItems, &tlItems, &ckItems}
 	if err := parallel(ctx, s.opts.Parallelism, len(prefixes), func(ctx context.Context, i int) error {
 		if i == 0 && !readFence {
@@ -115,7 +116,7 @@ func (s io) gather(ctx context.Context, readFence bool) (*shardState, error) {
 	}
 	// Fence keys.
 	for _, it := range fenceItems {
-		if t, ok := fence.ParseKey(it.Key); ok {
+		if t, ok := layout.ParseFenceKey(it.Key); ok {
 			st.fence = append(st.fence, FenceKey{Key: it.Key, Term: t})
 		}
 	}
@@ -182,10 +183,10 @@ func (s io) gather(ctx context.Context, readFence bool) (*shardState, error) {
 	}
 	// Translog.
 	for _, it := range tlItems {
-		if t, g, ok := translog.ParseMDKey(it.Key); ok {
-			st.mds = append(st.mds, MDInfo{Key: it.Key, Term: t, Gen: g})
-		} else if t, g, ok := parseDataKey(it.Key); ok {
-			st.data = append(st.data, [2]int64{t, g})
+		if p, ok := layout.ParseMDKey(it.Key); ok {
+			st.mds = append(st.mds, MDInfo{Key: it.Key, Term: p.Term, Gen: p.Gen})
+		} else if p, ok := layout.ParseDataKey(it.Key); ok {
+			st.data = append(st.data, p)
 			st.dataKeys = append(st.dataKeys, it.Key)
 		}
 	}
@@ -217,10 +218,10 @@ func (s io) gather(ctx context.Context, readFence bool) (*shardState, error) {
 	}
 	// Checkpoints.
 	for _, it := range ckItems {
-		if t, g, ok := ParseManifestKey(it.Key); ok {
-			st.ckpts = append(st.ckpts, CheckpointInfo{Key: it.Key, Term: t, Gen: g, OnLineage: st.lin.HasCheckpoint(t, g)})
-		} else if t, g, ok := parseFileKey(it.Key); ok {
-			st.files[[2]int64{t, g}] = append(st.files[[2]int64{t, g}], it.Key)
+		if p, ok := layout.ParseManifestKey(it.Key); ok {
+			st.ckpts = append(st.ckpts, CheckpointInfo{Key: it.Key, Term: p.Term, Gen: p.Gen, OnLineage: st.lin.HasCheckpoint(p.Term, p.Gen)})
+		} else if p, ok := layout.ParseFileKey(it.Key); ok {
+			st.files[p] = append(st.files[p], it.Key)
 		}
 	}
 	if err := parallel(ctx, s.opts.Parallelism, len(st.ckpts), func(ctx context.Context, i int) error {
@@ -246,7 +247,7 @@ func (s io) gather(ctx context.Context, readFence bool) (*shardState, error) {
 	// Manifests are kept for the completeness check of GC's base.
 	for _, c := range st.ckpts {
 		if c.Err == "" {
-			st.manifests[[2]int64{c.Term, c.Gen}] = Manifest{Term: c.Term, Gen: c.Gen}
+			st.manifests[layout.TermGen{Term: c.Term, Gen: c.Gen}] = Manifest{Term: c.Term, Gen: c.Gen}
 		}
 	}
 	sort.Slice(st.ckpts, func(i, j int) bool {

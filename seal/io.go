@@ -2,12 +2,14 @@ package seal
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/settle"
+	"github.com/shardfence/shardfence/internal/steady"
 )
 
 // Options configure the store access of seal, checkpoint, inspect and GC
@@ -15,20 +17,18 @@ import (
 type Options struct {
 	// Clock measures backoff and freshness. Default: the system's steady
 	// clock.
-	Clock fence.Clock
+	Clock steady.Clock
 	// Backoff bounds retries of requests without a definite answer.
-	Backoff fence.Backoff
+	Backoff retry.Backoff
 	// Parallelism caps concurrent requests of one call. Default 32.
 	Parallelism int
 }
 
 func (o Options) withDefaults() Options {
 	if o.Clock == nil {
-		o.Clock = fence.SystemClock()
+		o.Clock = steady.System()
 	}
-	if o.Backoff == (fence.Backoff{}) {
-		o.Backoff = fence.DefaultBackoff()
-	}
+	o.Backoff = o.Backoff.Or(retry.DefaultBackoff())
 	if o.Parallelism <= 0 {
 		o.Parallelism = 32
 	}
@@ -43,7 +43,7 @@ type io struct {
 }
 
 func (s io) retry(ctx context.Context, op func(ctx context.Context) error) error {
-	return fence.Retry(ctx, s.opts.Clock, s.opts.Backoff, op)
+	return retry.Do(ctx, s.opts.Clock, s.opts.Backoff, op)
 }
 
 func (s io) list(ctx context.Context, prefix string) ([]blobstore.Attrs, error) {
@@ -56,21 +56,26 @@ func (s io) list(ctx context.Context, prefix string) ([]blobstore.Attrs, error) 
 	return items, err
 }
 
-// get reads key; found is false for a missing key.
+// get reads key, retrying store trouble; found is false for a missing key.
 func (s io) get(ctx context.Context, key string) (obj blobstore.Object, found bool, err error) {
 	err = s.retry(ctx, func(ctx context.Context) error {
-		o, err := s.store.Get(ctx, key)
-		if errors.Is(err, blobstore.ErrNotFound) {
-			found = false
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		obj, found = o, true
-		return nil
+		obj, found, err = settle.Once(ctx, s.store, key)
+		return err
 	})
 	return obj, found, err
+}
+
+// create runs one create-if-absent of step, settled by reading (with
+// retries) what the key holds; the caller's retry sends it again.
+func create[T any](ctx context.Context, s io, step settle.Step[T]) (settle.Verdict[T], error) {
+	step.Get = s.get
+	return settle.Create(ctx, s.store, step)
+}
+
+// errResend makes a retry send a create of what again after settling
+// showed that it did not land.
+func errResend(what string) error {
+	return blobstore.Unavailable(fmt.Errorf("%s create did not land; sending it again", what))
 }
 
 func (s io) delete(ctx context.Context, key string) error {

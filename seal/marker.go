@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/ident"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -40,10 +41,10 @@ const (
 )
 
 func (m Marker) validate() error {
-	if err := fence.ValidateID("shard", m.Shard, false); err != nil {
+	if err := ident.Validate("shard", m.Shard, false); err != nil {
 		return err
 	}
-	if err := fence.ValidateID("allocation", m.Allocation, false); err != nil {
+	if err := ident.Validate("allocation", m.Allocation, false); err != nil {
 		return err
 	}
 	r := m.Restore

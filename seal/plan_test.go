@@ -3,6 +3,7 @@ package seal
 import (
 	"testing"
 
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -33,10 +34,10 @@ func TestPlanGCSafety(t *testing.T) {
 	mds := []MDInfo{md(1, 1), md(1, 2), md(1, 3), md(1, 4), poison, md(1, 6), md(2, 5), unreadable, md(3, 5), md(3, 8), md(3, 9), md(4, 10)}
 	in := GCInput{
 		Owner: 3, Lineage: lin, MDs: mds,
-		Data:        [][2]int64{{1, 2}, {1, 6}, {3, 10}, {2, 9}},
+		Data:        []layout.TermGen{{Term: 1, Gen: 2}, {Term: 1, Gen: 6}, {Term: 3, Gen: 10}, {Term: 2, Gen: 9}},
 		Checkpoints: []CheckpointInfo{{Key: ManifestKey(3, 8), Term: 3, Gen: 8, OnLineage: true, Files: 1}, {Key: ManifestKey(2, 6), Term: 2, Gen: 6, Files: 1}},
 		Complete:    map[string]bool{ManifestKey(3, 8): true, ManifestKey(2, 6): true},
-		Files:       map[[2]int64][]string{{3, 8}: {FilePrefix(3, 8) + "f"}, {2, 6}: {FilePrefix(2, 6) + "f"}, {1, 3}: {FilePrefix(1, 3) + "x"}, {3, 12}: {FilePrefix(3, 12) + "y"}},
+		Files:       map[layout.TermGen][]string{{Term: 3, Gen: 8}: {FilePrefix(3, 8) + "f"}, {Term: 2, Gen: 6}: {FilePrefix(2, 6) + "f"}, {Term: 1, Gen: 3}: {FilePrefix(1, 3) + "x"}, {Term: 3, Gen: 12}: {FilePrefix(3, 12) + "y"}},
 		Markers:     []int64{3, 2, 1},
 		Policy:      GCPolicy{}.withDefaults(),
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/settle"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -49,15 +51,9 @@ func Seal(ctx context.Context, store *blobstore.Container, chain *fence.Chain, o
 	if err := chain.Err(); err != nil {
 		return nil, err
 	}
-	// The predecessor whose fence key the claim deleted is usually the
-	// lineage term: its marker, md and checkpoints are read beside the LIST
-	// of seal/ (all of it after the sweep), and used if the LIST agrees.
-	guess := int64(0)
-	for _, t := range chain.Predecessors() {
-		if t < term {
-			guess = max(guess, t)
-		}
-	}
+	plan := newSealPlan(s.shard, chain.Allocation(), term, chain.Predecessors())
+	// Step 1: the LIST of seal/ and the read-ahead of the guess, all of it
+	// after the sweep.
 	var items []blobstore.Attrs
 	var guessed *Marker
 	var guessGens []int64
@@ -66,67 +62,48 @@ func Seal(ctx context.Context, store *blobstore.Container, chain *fence.Chain, o
 		var err error
 		switch {
 		case i == 0:
-			items, err = s.list(ctx, MarkerPrefix)
-		case guess == 0:
+			items, err = s.list(ctx, layout.MarkerPrefix)
+		case plan.guess == 0:
 		case i == 1:
-			guessed, err = s.readMarker(ctx, guess)
+			guessed, err = s.readMarker(ctx, plan.guess)
 		case i == 2:
-			guessGens, err = s.gens(ctx, guess)
+			guessGens, err = s.gens(ctx, plan.guess)
 		default:
-			guessCkpts, err = s.list(ctx, ManifestPrefix+fence.Inv(guess)+"__")
+			guessCkpts, err = s.list(ctx, layout.ManifestTermPrefix(plan.guess))
 		}
 		return err
 	})
 	if err != nil {
 		return fail(Dir, err)
 	}
-	var terms, others []int64
-	top, own := int64(0), false
-	for _, it := range items {
-		if t, ok := ParseMarkerKey(it.Key); ok {
-			if t > term {
-				return nil, chain.Fence(t, fmt.Sprintf("stale term: term %d already sealed the shard (marker %q)", t, it.Key))
-			}
-			terms = append(terms, t)
-			own = own || t == term
-			if t < term {
-				top = max(top, t)
-			}
-		}
+	// Step 2: the lineage term.
+	if t, key := plan.listed(items); t > 0 {
+		return nil, chain.Fence(t, fmt.Sprintf("stale term: term %d already sealed the shard (marker %q)", t, key))
 	}
+	top := plan.top
 	var markers map[int64]Marker
 	var gens []int64
 	var ckpts []blobstore.Attrs
 	var also func(ctx context.Context) error
 	var older map[int64]Marker
-	if top > 0 && top == guess && guessed != nil && !own {
+	if plan.guessed(guessed) {
 		markers, gens, ckpts = map[int64]Marker{top: *guessed}, guessGens, guessCkpts
-		for _, t := range terms {
-			if t != top {
-				others = append(others, t)
-			}
-		}
-		// The older markers only shape the lineage below the cut: read
-		// them while the cut is found.
 		also = func(ctx context.Context) error {
 			var err error
-			older, err = s.readMarkers(ctx, others)
+			older, err = s.readMarkers(ctx, plan.others())
 			return err
 		}
 	} else {
-		// The markers, the lineage term's md and its checkpoints are read
-		// together: the LIST names the lineage term, the marker only where
-		// its history begins.
 		err = parallel(ctx, 3, 3, func(ctx context.Context, i int) error {
 			var err error
 			switch {
 			case i == 0:
-				markers, err = s.readMarkers(ctx, terms)
+				markers, err = s.readMarkers(ctx, plan.terms)
 			case top == 0:
 			case i == 1:
 				gens, err = s.gens(ctx, top)
 			default:
-				ckpts, err = s.list(ctx, ManifestPrefix+fence.Inv(top)+"__")
+				ckpts, err = s.list(ctx, layout.ManifestTermPrefix(top))
 			}
 			return err
 		})
@@ -137,38 +114,31 @@ func Seal(ctx context.Context, store *blobstore.Container, chain *fence.Chain, o
 			return s.reopen(ctx, chain, m, markers)
 		}
 	}
-	want := Marker{Shard: s.shard, Term: term, Allocation: chain.Allocation()}
+	// Step 3: walk the lineage term.
 	res := &Result{}
 	lin := Lineage{Complete: true}
+	var prev Marker
+	var w *walk
 	if top > 0 {
-		prev, ok := markers[top]
-		if !ok {
+		var ok bool
+		if prev, ok = markers[top]; !ok {
 			return fail(MarkerKey(top), blobstore.Unavailable(errors.New("the newest seal marker vanished between LIST and GET")))
 		}
-		from := prev.Restore.Gen
-		for _, it := range ckpts {
-			if t, g, ok := ParseManifestKey(it.Key); ok && t == top {
-				from = max(from, g)
-			}
-		}
-		c, err := s.cut(ctx, top, from, term, gens, also)
-		if err != nil {
+		w = newWalk(top, plan.walkFrom(prev, ckpts), term, gens)
+		if err := s.walk(ctx, w, also); err != nil {
 			return fail(translog.MDTermPrefix(top), err)
 		}
 		for t, m := range older {
 			markers[t] = m
 		}
-		res.Found, res.MDs = c.how, c.mds
-		want.Restore = RestorePoint{Term: top, Gen: c.cut, MDKey: prev.Restore.MDKey}
-		if c.cut > prev.Restore.Gen {
-			want.Restore.MDKey = translog.MDKey(top, c.cut)
-		}
-		want.Poisoned, want.Prev = c.poisoned, MarkerKey(top)
+		res.Found, res.MDs = w.how, w.mds
 		chainMs, complete := ChainFrom(markers, top)
-		if lin, err = LineageOf(s.shard, chainMs, complete, c.cut); err != nil {
+		if lin, err = LineageOf(s.shard, chainMs, complete, w.cut); err != nil {
 			return fail(MarkerKey(top), err)
 		}
 	}
+	// Step 4: the marker.
+	want := plan.marker(prev, w)
 	stored, err := s.writeMarker(ctx, chain, want)
 	if err != nil {
 		return nil, err
@@ -229,116 +199,69 @@ func (s io) readMarkers(ctx context.Context, terms []int64) (map[int64]Marker, e
 	return markers, nil
 }
 
-type cutResult struct {
-	cut      int64
-	poisoned string
-	how      string
-	mds      map[int64]translog.MD
-}
-
-// cut finds where lineage term tl ends for successor term: the md after
-// from (gens lists tl's md) are read, the first missing generation is
-// poisoned, a real md found there is included and the next one tried, and
-// a poison (ours from a lost response, or another successor's) ends the
-// walk. The first poison is sent while the prefix is read: if the prefix
-// holds another successor's poison, the cut is there and our poison
-// further up is one more never-acknowledged md past it.
-//
-// GC deletes translog at or below a complete checkpoint, so from is the
-// newest checkpoint of tl when it is past tl's restore gen: a checkpoint is
-// published only for acknowledged generations, which every successor's
-// restore point holds, so nothing at or below it can be a gap.
-//
-// also, when set, runs beside the first round (other reads the caller needs
-// later).
-func (s io) cut(ctx context.Context, tl, from, term int64, gens []int64, also func(ctx context.Context) error) (cutResult, error) {
-	k := ContiguousAfter(gens, from)
-	res := cutResult{mds: make(map[int64]translog.MD, k-from+1)}
-	prefix := make([]translog.MD, k-from)
-	var created, settled bool
-	var first translog.MD
-	// The poison and also go first so they never wait for a slot behind
-	// the reads.
+// walk carries out w: the first poison and the md of the prefix go out
+// together (the poison and also first, so they never wait for a slot
+// behind the reads), then one poison at a time until the walk ends. also,
+// when set, runs beside the first round (reads the caller needs later).
+func (s io) walk(ctx context.Context, w *walk, also func(ctx context.Context) error) error {
+	lo, hi := w.prefix()
+	prefix := make([]translog.MD, max(0, hi-lo+1))
+	gen := w.next
+	var first settle.Verdict[translog.MD]
 	err := parallel(ctx, s.opts.Parallelism, len(prefix)+2, func(ctx context.Context, i int) error {
+		var err error
 		switch i {
 		case 0:
-			var err error
-			created, settled, first, err = s.poison(ctx, tl, k+1, term)
-			return err
+			first, err = s.poison(ctx, w.tl, gen, w.term)
 		case 1:
 			if also != nil {
-				return also(ctx)
+				err = also(ctx)
 			}
-			return nil
+		default:
+			prefix[i-2], err = s.readMD(ctx, w.tl, lo+int64(i-2))
 		}
-		md, err := s.readMD(ctx, tl, from+int64(i-1))
-		prefix[i-2] = md
 		return err
 	})
 	if err != nil {
-		return cutResult{}, err
+		return err
 	}
-	for _, md := range prefix {
-		if md.Kind == translog.KindPoison {
-			res.cut, res.poisoned, res.how = md.Gen-1, translog.MDKey(tl, md.Gen), "found"
-			return res, nil
-		}
-		res.mds[md.Gen] = md
+	if w.readPrefix(prefix); !w.done {
+		w.poisonSettled(first)
 	}
-	m := k
-	for {
-		switch {
-		case created:
-			res.cut, res.poisoned, res.how = m, translog.MDKey(tl, m+1), "created"
-			return res, nil
-		case settled && first.Kind == translog.KindPoison:
-			res.cut, res.poisoned, res.how = m, translog.MDKey(tl, m+1), "found"
-			if first.SealedBy == term {
-				res.how = "created"
-			}
-			return res, nil
-		case settled:
-			// The lineage term's md landed first: it is on the lineage.
-			m++
-			res.mds[m] = first
+	for !w.done {
+		v, err := s.poison(ctx, w.tl, w.next, w.term)
+		if err != nil {
+			return err
 		}
-		if created, settled, first, err = s.poison(ctx, tl, m+1, term); err != nil {
-			return cutResult{}, err
-		}
+		w.poisonSettled(v)
 	}
+	return nil
 }
 
-// poison creates the poison of (tl, gen). created: it landed now;
-// otherwise settled with the md found there, or neither when a create with
-// an unknown outcome did not land (send again).
-func (s io) poison(ctx context.Context, tl, gen, term int64) (created, settled bool, found translog.MD, err error) {
-	key := translog.MDKey(tl, gen)
+// poison creates the poison of (tl, gen) and settles it: Created (it
+// landed now), Adopt (a poison is there: ours from a lost response, or
+// another successor's), Lost (the lineage term's md landed first: it is on
+// the lineage), or Resend (a create with an unknown outcome did not land).
+func (s io) poison(ctx context.Context, tl, gen, term int64) (settle.Verdict[translog.MD], error) {
+	key := layout.MDKey(tl, gen)
 	body, err := translog.EncodePoison(s.shard, tl, gen, term)
 	if err != nil {
-		return false, false, translog.MD{}, err
+		return settle.Verdict[translog.MD]{}, err
 	}
+	step := settle.Step[translog.MD]{
+		Key: key, Body: body,
+		Decode: func(b []byte) (translog.MD, error) { return translog.DecodeMD(s.shard, key, b) },
+		Ours: func(md translog.MD) (bool, string) {
+			return md.Kind == translog.KindPoison, "the lineage term's md landed first"
+		},
+	}
+	var v settle.Verdict[translog.MD]
 	err = s.retry(ctx, func(ctx context.Context) error {
-		_, err := s.store.CreateIfAbsent(ctx, key, body)
-		if err == nil {
-			created = true
-			return nil
-		}
-		if errors.Is(err, blobstore.ErrAlreadyExists) || blobstore.IsAmbiguous(err) {
-			return nil // settled by reading below
-		}
+		var err error
+		v, err = create(ctx, s, step)
 		return err
 	})
-	if err != nil || created {
-		return created, false, translog.MD{}, err
-	}
-	md, err := s.readMD(ctx, tl, gen)
-	if errors.Is(err, translog.ErrMissingGen) {
-		return false, false, translog.MD{}, nil
-	}
-	if err != nil {
-		return false, false, translog.MD{}, err
-	}
-	return false, true, md, nil
+	return v, err
 }
 
 // readMD reads and decodes one md, retrying store trouble.
@@ -365,32 +288,28 @@ func (s io) writeMarker(ctx context.Context, chain *fence.Chain, want Marker) (M
 	}
 	var stored Marker
 	var fenced error
+	step := settle.Step[Marker]{
+		Key: key, Body: body,
+		Decode: func(b []byte) (Marker, error) { return DecodeMarker(s.shard, key, b) },
+		Ours: func(m Marker) (bool, string) {
+			return m.Allocation == want.Allocation, fmt.Sprintf("term %d was sealed by allocation %q", want.Term, m.Allocation)
+		},
+	}
 	err = s.retry(ctx, func(ctx context.Context) error {
-		_, err := s.store.CreateIfAbsent(ctx, key, body)
-		if err == nil {
+		v, err := create(ctx, s, step)
+		switch v.Action {
+		case settle.Created:
 			stored = want
-			return nil
-		}
-		if !errors.Is(err, blobstore.ErrAlreadyExists) && !blobstore.IsAmbiguous(err) {
-			return err
-		}
-		obj, found, err := s.get(ctx, key)
-		if err != nil {
-			return err
-		}
-		if !found {
-			return blobstore.Unavailable(errors.New("seal marker create did not land; sending it again"))
-		}
-		m, err := DecodeMarker(s.shard, key, obj.Body)
-		if err != nil {
-			return err
-		}
-		if m.Allocation != want.Allocation {
-			fenced = chain.Fence(0, fmt.Sprintf("term %d was sealed by allocation %q", want.Term, m.Allocation))
+		case settle.Adopt:
+			// An earlier attempt of this allocation.
+			stored = v.Held
+		case settle.Resend:
+			return errResend("seal marker")
+		case settle.Lost:
+			fenced = chain.Fence(0, v.Reason)
 			return fenced
 		}
-		stored = m
-		return nil
+		return err
 	})
 	if fenced != nil {
 		return Marker{}, fenced
@@ -410,12 +329,7 @@ func (s io) reopen(ctx context.Context, chain *fence.Chain, own Marker, markers 
 	if g := chain.State().Record.Gen; g > own.Restore.Gen {
 		return nil, wrapErr("Seal", s.shard, chain.Key(), term, fmt.Errorf("%w: the fence key commits generation %d, past the restore point %d", ErrTermAlreadyOpen, g, own.Restore.Gen))
 	}
-	var gens []int64
-	err := s.retry(ctx, func(ctx context.Context) error {
-		var err error
-		gens, err = translog.NewReader(s.store, s.shard).Gens(ctx, term)
-		return err
-	})
+	gens, err := s.gens(ctx, term)
 	if err != nil {
 		return nil, wrapErr("Seal", s.shard, translog.MDTermPrefix(term), term, err)
 	}

@@ -11,20 +11,13 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/settle"
 	"github.com/shardfence/shardfence/translog"
 )
 
-// FencingKey holds the shard's fencing settings, created at its first
-// open. Openers never rewrite it; only the fencing rewrite (BeginFencing
-// Rewrite, FinishFencingRewrite) changes it, under the rules of
-// docs/PROTOCOL.md ("Rewriting the stored fencing"): a successor's lease
-// wait depends on the mode its predecessors ran, so the mode is the
-// shard's, not the caller's.
-const FencingKey = "settings/fencing"
-
 // DefaultLeaseInterval is the lease a lease-mode shard records when its
 // first open left the interval zero (the translog's default).
-const DefaultLeaseInterval = 10 * time.Second
+const DefaultLeaseInterval = translog.DefaultLeaseInterval
 
 // The range of a stored lease interval. A longer lease would make every
 // failover of the shard wait that long; a shard whose stored lease lies
@@ -58,15 +51,25 @@ type Fencing struct {
 // FencingOf returns the fencing the writer options o ask for, normalized as
 // the shard stores it.
 func FencingOf(o translog.Options) Fencing {
-	f := Fencing{Disabled: o.FencingDisabled, Mode: o.FencingMode}
-	if f.Disabled {
-		return Fencing{Disabled: true}
-	}
-	if f.Mode == translog.Lease {
+	f := Fencing{Disabled: o.FencingDisabled, Mode: o.FencingMode}.normalized()
+	if f.Mode == translog.Lease && !f.Disabled {
 		f.LeaseInterval = o.LeaseInterval
 		if f.LeaseInterval <= 0 {
 			f.LeaseInterval = DefaultLeaseInterval
 		}
+	}
+	return f
+}
+
+// normalized is f as the shard stores it: an unspecified mode is the
+// translog's default (per_sync), and an unfenced shard has no mode or
+// lease of its own.
+func (f Fencing) normalized() Fencing {
+	if f.Disabled {
+		return Fencing{Disabled: true, Mode: translog.PerSync}
+	}
+	if f.Mode == 0 {
+		f.Mode = translog.DefaultOptions().FencingMode
 	}
 	return f
 }
@@ -136,6 +139,7 @@ const (
 )
 
 func fencingParts(f Fencing) []string {
+	f = f.normalized()
 	enabled := "enabled"
 	if f.Disabled {
 		enabled = "disabled"
@@ -259,31 +263,49 @@ func parseFencing(enabled, mode, leaseMS string) (Fencing, error) {
 // stored lease outside the range ErrFencingOutOfRange.
 func ShardFencing(ctx context.Context, store *blobstore.Container, shard string, want Fencing, opts Options) (Fencing, error) {
 	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	want = want.normalized()
 	fail := func(err error) (Fencing, error) { return Fencing{}, wrapErr("Settings", shard, FencingKey, 0, err) }
 	var (
 		got Fencing
 		rw  *FencingRewrite
 	)
+	step := settle.Step[storedFencing]{
+		Key: FencingKey, Body: encodeFencing(shard, want),
+		Decode: func(b []byte) (storedFencing, error) {
+			f, rw, err := decodeStored(shard, b)
+			return storedFencing{f, rw}, err
+		},
+		// Our create, or a concurrent first open's: the stored settings
+		// win either way.
+		Ours: func(storedFencing) (bool, string) { return true, "" },
+	}
+	readFirst := true
 	err := s.retry(ctx, func(ctx context.Context) error {
-		obj, found, err := s.get(ctx, FencingKey)
-		if err != nil {
-			return err
+		if readFirst {
+			obj, found, err := s.get(ctx, FencingKey)
+			if err != nil {
+				return err
+			}
+			if found {
+				got, rw, err = decodeStored(shard, obj.Body)
+				return err
+			}
 		}
-		if found {
-			got, rw, err = decodeStored(shard, obj.Body)
-			return err
-		}
+		readFirst = true
 		if err := want.checkRange(); err != nil {
 			return fmt.Errorf("%w: %v", fence.ErrInvalidArgument, err)
 		}
-		_, err = store.CreateIfAbsent(ctx, FencingKey, encodeFencing(shard, want))
-		switch {
-		case err == nil:
+		v, err := create(ctx, s, step)
+		switch v.Action {
+		case settle.Created:
 			got = want
-			return nil
-		case errors.Is(err, blobstore.ErrAlreadyExists), blobstore.IsAmbiguous(err):
-			// Read again: our create, or a concurrent first open's.
-			return blobstore.Unavailable(fmt.Errorf("settling the fencing settings create: %w", err))
+		case settle.Adopt:
+			got, rw = v.Held.fencing, v.Held.rewrite
+		case settle.Resend:
+			// The read-back just found the key empty: send the create
+			// again without another read first.
+			readFirst = false
+			return errResend("fencing settings")
 		}
 		return err
 	})
@@ -300,6 +322,13 @@ func ShardFencing(ctx context.Context, store *blobstore.Container, shard string,
 		return fail(fmt.Errorf("%w: %v; no term of the shard opens with it (every failover would wait that long): rewrite it with `shardfence settings`", ErrFencingOutOfRange, err))
 	}
 	return got, nil
+}
+
+// storedFencing is what FencingKey holds: the fencing writers run, and the
+// rewrite in progress if any.
+type storedFencing struct {
+	fencing Fencing
+	rewrite *FencingRewrite
 }
 
 // ReadFencing returns the shard's stored fencing settings, and the rewrite
@@ -328,6 +357,7 @@ func BeginFencingRewrite(ctx context.Context, store *blobstore.Container, shard 
 	fail := func(err error) (FencingRewrite, bool, error) {
 		return FencingRewrite{}, false, wrapErr("RewriteSettings", shard, FencingKey, term, err)
 	}
+	to = to.normalized()
 	if err := to.checkRange(); err != nil {
 		return fail(fmt.Errorf("%w: %v", fence.ErrInvalidArgument, err))
 	}

@@ -17,7 +17,7 @@ import (
 func TestFencingRoundTripAndRejects(t *testing.T) {
 	for _, f := range []Fencing{{Mode: translog.PerSync}, {Mode: translog.Lease, LeaseInterval: 3 * time.Second}, {Disabled: true}} {
 		got, err := DecodeFencing("s", encodeFencing("s", f))
-		if err != nil || got != f {
+		if err != nil || got != f.normalized() {
 			t.Fatalf("round trip of %v: %v, %v", f, got, err)
 		}
 	}
@@ -74,8 +74,26 @@ func TestFencingOfNormalizes(t *testing.T) {
 	if f := FencingOf(translog.Options{FencingMode: translog.PerSync, LeaseInterval: time.Second}); f.LeaseInterval != 0 {
 		t.Errorf("per-sync records no lease: %v", f)
 	}
-	if f := FencingOf(translog.Options{FencingDisabled: true, FencingMode: translog.Lease}); f != (Fencing{Disabled: true}) {
-		t.Errorf("disabled: %v", f)
+	if f := FencingOf(translog.Options{FencingDisabled: true, FencingMode: translog.Lease}); f != (Fencing{Disabled: true, Mode: translog.PerSync}) {
+		t.Errorf("disabled: %+v", f)
+	}
+	if f := FencingOf(translog.Options{}); f != (Fencing{Mode: translog.PerSync}) {
+		t.Errorf("an unspecified mode is the translog's default: %+v", f)
+	}
+	// Every spelling of the same fencing stores the same bytes as before
+	// the modes had an unspecified zero.
+	for _, c := range []struct {
+		f    Fencing
+		body string
+	}{
+		{Fencing{}, "shardfence.fencing|v1|s|enabled|per_sync|0"},
+		{Fencing{Mode: translog.PerSync}, "shardfence.fencing|v1|s|enabled|per_sync|0"},
+		{Fencing{Disabled: true}, "shardfence.fencing|v1|s|disabled|per_sync|0"},
+		{Fencing{Mode: translog.Lease, LeaseInterval: 1500 * time.Millisecond}, "shardfence.fencing|v1|s|enabled|lease|1500"},
+	} {
+		if got := string(encodeFencing("s", c.f)); !strings.HasPrefix(got, c.body+"|") {
+			t.Errorf("%+v stored as %q, want %q and its checksum", c.f, got, c.body)
+		}
 	}
 }
 

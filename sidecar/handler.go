@@ -94,7 +94,7 @@ func settingsFromProto(p *sidecarv1.ShardSettings) (Settings, error) {
 	case sidecarv1.FencingMode_FENCING_MODE_UNSPECIFIED:
 		// The sidecar's default decides.
 	case sidecarv1.FencingMode_FENCING_MODE_PER_SYNC:
-		s.Mode, s.modeSet = translog.PerSync, true
+		s.Mode = translog.PerSync
 	case sidecarv1.FencingMode_FENCING_MODE_LEASE:
 		s.Mode = translog.Lease
 	default:
@@ -104,7 +104,7 @@ func settingsFromProto(p *sidecarv1.ShardSettings) (Settings, error) {
 	case sidecarv1.AckOrder_ACK_ORDER_UNSPECIFIED:
 		// The sidecar's default decides.
 	case sidecarv1.AckOrder_ACK_ORDER_CONCURRENT:
-		s.AckOrder, s.ackOrderSet = translog.Concurrent, true
+		s.AckOrder = translog.Concurrent
 	case sidecarv1.AckOrder_ACK_ORDER_SEQUENCED:
 		s.AckOrder = translog.Sequenced
 	default:

@@ -99,25 +99,22 @@ type Settings struct {
 	LeaseInterval     time.Duration        `json:"lease_interval"`
 	FreshnessInterval time.Duration        `json:"freshness_interval"`
 	RetentionGens     int64                `json:"retention_gens"`
-
-	// modeSet and ackOrderSet record that a request named PerSync or
-	// Concurrent on purpose: they are the zero values, so without the flag
-	// a sidecar whose default is lease or sequenced could not tell "per_sync,
-	// please" from "whatever the default is". mergeSettings clears them.
-	modeSet, ackOrderSet bool
 }
 
-// DefaultSettings are the settings of a shard whose Open leaves them zero.
+// DefaultSettings are the settings of a shard whose Open leaves them zero:
+// the writer's (translog.DefaultOptions), a 5s freshness interval and no
+// retained generations.
 func DefaultSettings() Settings {
+	w := translog.DefaultOptions()
 	return Settings{
-		Mode:              translog.PerSync,
-		AckOrder:          translog.Concurrent,
-		InlineLimit:       1 << 20,
-		MaxSyncBytes:      16 << 20,
-		MaxInFlightBytes:  64 << 20,
-		MaxPipeline:       4,
-		MaxGatherDelay:    2 * time.Millisecond,
-		LeaseInterval:     10 * time.Second,
+		Mode:              w.FencingMode,
+		AckOrder:          w.AckOrder,
+		InlineLimit:       w.InlineLimit,
+		MaxSyncBytes:      w.MaxSyncBytes,
+		MaxInFlightBytes:  w.MaxInFlightBytes,
+		MaxPipeline:       w.MaxPipeline,
+		MaxGatherDelay:    w.MaxGatherDelay,
+		LeaseInterval:     w.LeaseInterval,
 		FreshnessInterval: 5 * time.Second,
 		RetentionGens:     0,
 	}

@@ -195,13 +195,12 @@ func (o Options) normalized() (Options, error) {
 // mergeSettings fills the zero fields of req from def.
 func mergeSettings(def, req Settings) Settings {
 	out := req
-	if out.Mode == translog.PerSync && !req.modeSet {
+	if out.Mode == 0 {
 		out.Mode = def.Mode
 	}
-	if out.AckOrder == translog.Concurrent && !req.ackOrderSet {
+	if out.AckOrder == 0 {
 		out.AckOrder = def.AckOrder
 	}
-	out.modeSet, out.ackOrderSet = false, false
 	if out.InlineLimit == 0 {
 		out.InlineLimit = def.InlineLimit
 	}

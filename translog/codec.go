@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/ident"
 )
 
 // Kind tells a sync record from a poison.
@@ -174,7 +175,7 @@ func (d *dec) str(what string) string { return string(d.take(d.num(what+" length
 // the fields as uvarints and length-prefixed strings, and a CRC-32C of
 // everything before it.
 func EncodeMD(m MD) ([]byte, error) {
-	if err := fence.ValidateID("shard", m.Shard, false); err != nil {
+	if err := ident.Validate("shard", m.Shard, false); err != nil {
 		return nil, err
 	}
 	if m.Term < 1 || m.Gen < 1 {
@@ -189,7 +190,7 @@ func EncodeMD(m MD) ([]byte, error) {
 	e.num(m.Gen)
 	switch m.Kind {
 	case KindSync:
-		if err := fence.ValidateID("allocation", m.Allocation, false); err != nil {
+		if err := ident.Validate("allocation", m.Allocation, false); err != nil {
 			return nil, err
 		}
 		if m.PrevGen < 0 || m.PrevGen >= m.Gen || m.FirstSeqNo < 0 || m.OpCount < 0 || m.OpCount > maxOps || m.PayloadLen < 0 {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
-	"sort"
 	"testing"
 
 	"github.com/shardfence/shardfence/fence"
@@ -19,31 +18,6 @@ func syncMD(payload []byte, inline bool) MD {
 		m.Payload = payload
 	}
 	return m
-}
-
-func TestMDKeysSortNewestFirst(t *testing.T) {
-	var keys []string
-	for _, tg := range [][2]int64{{1, 1}, {1, 2}, {1, 10}, {2, 1}, {2, 3}, {10, 11}} {
-		k := MDKey(tg[0], tg[1])
-		keys = append(keys, k)
-		term, gen, ok := ParseMDKey(k)
-		if !ok || term != tg[0] || gen != tg[1] {
-			t.Fatalf("ParseMDKey(%q) = %d, %d, %v", k, term, gen, ok)
-		}
-	}
-	sort.Strings(keys)
-	want := []string{MDKey(10, 11), MDKey(2, 3), MDKey(2, 1), MDKey(1, 10), MDKey(1, 2), MDKey(1, 1)}
-	if !reflect.DeepEqual(keys, want) {
-		t.Fatalf("sorted %v, want %v", keys, want)
-	}
-	for _, bad := range []string{"", MDPrefix, MDTermPrefix(1), MDTermPrefix(1) + "x", DataKey(1, 1), MDKey(1, 1) + "__1", "translog/md__" + fence.Inv(0) + "__" + fence.Inv(1)} {
-		if _, _, ok := ParseMDKey(bad); ok {
-			t.Errorf("ParseMDKey(%q) accepted", bad)
-		}
-	}
-	if DataKey(12, 345) != "translog/data/12/345.tlog" {
-		t.Fatalf("DataKey = %q", DataKey(12, 345))
-	}
 }
 
 func TestOpsRoundTrip(t *testing.T) {

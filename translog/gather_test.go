@@ -24,7 +24,7 @@ func (r *rig) appendOrError(op string) Ack {
 func (w *Writer) pendingCount() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.pending)
+	return len(w.p.queue)
 }
 
 // The committer waits, on the injected clock and at most MaxGatherDelay, for

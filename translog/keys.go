@@ -1,52 +1,28 @@
 package translog
 
-import (
-	"strconv"
-	"strings"
+import "github.com/shardfence/shardfence/layout"
 
-	"github.com/shardfence/shardfence/fence"
-)
-
+// The translog's key names of package layout, for callers of this
+// package.
 const (
-	// Dir is the folder of a shard's translog.
-	Dir = "translog/"
-	// MDPrefix is the common prefix of every md key.
-	MDPrefix = Dir + "md__"
-	// DataDir holds the payloads too large to inline.
-	DataDir = Dir + "data/"
+	Dir      = layout.TranslogDir // the translog
+	MDPrefix = layout.MDPrefix    // every md key
+	DataDir  = layout.DataDir     // payloads too large to inline
 )
 
-// MDKey is the md key of generation gen of term: translog/md__<inv T>__<inv g>.
-// Inverted numbers make a LIST return the newest term, then its newest
-// generation, first.
-func MDKey(term, gen int64) string {
-	return MDPrefix + fence.Inv(term) + "__" + fence.Inv(gen)
-}
+// MDKey is the md key of generation gen of term (layout.MDKey).
+func MDKey(term, gen int64) string { return layout.MDKey(term, gen) }
 
 // MDTermPrefix is the prefix of every md key of term.
-func MDTermPrefix(term int64) string { return MDPrefix + fence.Inv(term) + "__" }
+func MDTermPrefix(term int64) string { return layout.MDTermPrefix(term) }
 
-// ParseMDKey returns the term and generation an md key names.
+// ParseMDKey returns the term and generation an md key names
+// (layout.ParseMDKey).
 func ParseMDKey(key string) (term, gen int64, ok bool) {
-	rest, ok := strings.CutPrefix(key, MDPrefix)
-	if !ok {
-		return 0, 0, false
-	}
-	ts, gs, ok := strings.Cut(rest, "__")
-	if !ok {
-		return 0, 0, false
-	}
-	term, ok1 := fence.ParseInv(ts)
-	gen, ok2 := fence.ParseInv(gs)
-	if !ok1 || !ok2 || term < 1 || gen < 1 {
-		return 0, 0, false
-	}
-	return term, gen, true
+	p, ok := layout.ParseMDKey(key)
+	return p.Term, p.Gen, ok
 }
 
-// DataKey is where the payload of a sync too large to inline lives:
-// translog/data/<T>/<g>.tlog. The name is fixed by (term, generation), so a
-// retried PUT rewrites the same bytes.
-func DataKey(term, gen int64) string {
-	return DataDir + strconv.FormatInt(term, 10) + "/" + strconv.FormatInt(gen, 10) + ".tlog"
-}
+// DataKey is where the payload of a sync too large to inline lives
+// (layout.DataKey).
+func DataKey(term, gen int64) string { return layout.DataKey(term, gen) }

@@ -100,8 +100,10 @@ func TestSuccessorLeaseWaitOutlastsZombieAcks(t *testing.T) {
 	r.mustAppend("with CAS") // lease from t=0
 	done := make(chan error, 1)
 	go func() {
-		_, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor",
-			fence.WithClock(clk), fence.WithLeaseWait(lease+time.Second))
+		c, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor", fence.WithClock(clk))
+		if err == nil {
+			err = c.WaitOutLease(context.Background(), lease+time.Second)
+		}
 		done <- err
 	}()
 	waitFor(t, func() bool { return clk.Waiters() == 1 }) // the successor is waiting

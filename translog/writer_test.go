@@ -465,7 +465,7 @@ func TestBackpressure(t *testing.T) {
 func (w *Writer) inflightBytes() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.inflightB
+	return w.p.inflight
 }
 
 func waitFor(t *testing.T, cond func() bool) {

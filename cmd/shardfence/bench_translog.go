@@ -45,37 +45,6 @@ func runBenchTranslog(ctx context.Context, args []string, stdout, stderr io.Writ
 		results = append(results, r)
 	}
 	tlbench.WriteTable(stdout, cfg, results)
-	writeTranslogTargets(stdout, cfg, results)
+	tlbench.WriteTargets(stdout, cfg, results)
 	return nil
-}
-
-// writeTranslogTargets checks the results against the design targets: the
-// concurrent order acks in about one round trip, fencing costs at most 10%
-// of the unfenced throughput, and an inline sync is two PUTs.
-func writeTranslogTargets(out io.Writer, cfg tlbench.Config, rs []tlbench.Result) {
-	by := map[string]tlbench.Result{}
-	for _, r := range rs {
-		by[r.Mode] = r
-	}
-	c, okC := by["concurrent"]
-	u, okU := by["unfenced"]
-	if !okC {
-		return
-	}
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "MISSED"
-	}
-	fmt.Fprintln(out)
-	if cfg.Latency > 0 {
-		x := float64(c.P50) / float64(cfg.Latency)
-		fmt.Fprintf(out, "target concurrent ack p50 <= 1.3 round trips: %.2f (%s)\n", x, verdict(x <= 1.3))
-	}
-	if okU && u.OpsPerSec > 0 {
-		x := c.OpsPerSec / u.OpsPerSec
-		fmt.Fprintf(out, "target fenced throughput >= 0.9x unfenced: %.2fx (%s)\n", x, verdict(x >= 0.9))
-	}
-	fmt.Fprintf(out, "target 2 PUTs per inline sync: %.2f (%s)\n", c.WritesPerSync(), verdict(c.WritesPerSync() <= 2.0))
 }

@@ -6,6 +6,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/translog"
 )
 
 // The CLI clients against a serve command: open, append from stdin and
@@ -98,5 +101,20 @@ func TestClientCommands(t *testing.T) {
 	}
 	if err := runOpen(t.Context(), []string{"--addr", addr2, "--shard", "cli"}, &o, &e); err == nil || !strings.Contains(err.Error(), "--term") {
 		t.Errorf("open without a term: %v", err)
+	}
+}
+
+// open sends --fencing-mode and --ack-order as the API's enums by number:
+// the API and translog number them alike (0 unspecified).
+func TestModeNumbersMatchTheAPI(t *testing.T) {
+	for _, m := range []translog.FencingMode{translog.PerSync, translog.Lease} {
+		if got, want := sidecarv1.FencingMode(m).String(), "FENCING_MODE_"+strings.ToUpper(m.String()); got != want {
+			t.Errorf("fencing mode %v is %s in the API, want %s", m, got, want)
+		}
+	}
+	for _, o := range []translog.AckOrder{translog.Concurrent, translog.Sequenced} {
+		if got, want := sidecarv1.AckOrder(o).String(), "ACK_ORDER_"+strings.ToUpper(o.String()); got != want {
+			t.Errorf("ack order %v is %s in the API, want %s", o, got, want)
+		}
 	}
 }

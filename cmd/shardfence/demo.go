@@ -2,143 +2,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"connectrpc.com/connect"
-
-	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
-	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/sidecar"
+	"github.com/shardfence/shardfence/internal/demo"
 )
 
 const demoSummary = "a guided failover: term 2 fences a live term 1, a handoff moves it on, no acknowledged op lost"
-
-// demoSidecar is one sidecar of the demo, served over HTTP on loopback.
-type demoSidecar struct {
-	name   string
-	srv    *sidecar.Server
-	hs     *http.Server
-	client sidecarv1connect.SidecarServiceClient
-}
-
-func startDemoSidecar(ctx context.Context, name string, store *blobstore.Container) (*demoSidecar, error) {
-	srv, err := sidecar.New(ctx, store, sidecar.Options{Node: name, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	hs := &http.Server{Handler: srv.Handler(sidecar.HandlerOptions{}), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
-	return &demoSidecar{name: name, srv: srv, hs: hs,
-		client: sidecarv1connect.NewSidecarServiceClient(http.DefaultClient, "http://"+ln.Addr().String())}, nil
-}
-
-func (d *demoSidecar) stop() {
-	_ = d.srv.Shutdown(context.Background())
-	_ = d.hs.Close()
-}
-
-// demoTimeline prints events with the time since the demo started.
-type demoTimeline struct {
-	mu    sync.Mutex
-	w     io.Writer
-	start time.Time
-}
-
-func (t *demoTimeline) say(format string, args ...any) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	fmt.Fprintf(t.w, "[%6.2fs] %s\n", time.Since(t.start).Seconds(), fmt.Sprintf(format, args...))
-}
-
-func demoOpen(ctx context.Context, c sidecarv1connect.SidecarServiceClient, shard string, term int64, alloc string) (*sidecarv1.Opened, int, error) {
-	st, err := c.Open(ctx, connect.NewRequest(&sidecarv1.OpenRequest{Shard: shard, Term: term, AllocationId: alloc}))
-	if err != nil {
-		return nil, 0, err
-	}
-	defer st.Close()
-	var opened *sidecarv1.Opened
-	replayed := 0
-	for st.Receive() {
-		if o := st.Msg().GetOpened(); o != nil {
-			opened = o
-		}
-		replayed += len(st.Msg().GetOps().GetOps())
-	}
-	if err := st.Err(); err != nil {
-		return nil, 0, err
-	}
-	if opened == nil {
-		return nil, 0, errors.New("open stream ended without the opened event")
-	}
-	return opened, replayed, nil
-}
-
-// demoWriter appends unique ops to one sidecar from several clients until
-// stopped or fenced, and remembers every op acknowledged.
-type demoWriter struct {
-	name     string
-	acked    sync.Map
-	ackedN   atomic.Int64
-	fenced   atomic.Int64 // successor term seen, 0 if none
-	moved    atomic.Bool  // told the shard was handed off
-	lastAck  atomic.Int64 // unix nanos of the last ack
-	firstErr atomic.Value
-}
-
-func (w *demoWriter) run(ctx context.Context, c sidecarv1connect.SidecarServiceClient, shard string, clients int, stop <-chan struct{}) *sync.WaitGroup {
-	var wg sync.WaitGroup
-	for g := range clients {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				case <-ctx.Done():
-					return
-				default:
-				}
-				op := fmt.Sprintf("%s-%d-%d", w.name, g, i)
-				_, err := c.Append(ctx, connect.NewRequest(&sidecarv1.AppendRequest{Shard: shard, Ops: [][]byte{[]byte(op)}}))
-				if err != nil {
-					var ce *connect.Error
-					if errors.As(err, &ce) {
-						for _, d := range ce.Details() {
-							if v, derr := d.Value(); derr == nil {
-								if ed, ok := v.(*sidecarv1.ErrorDetail); ok && ed.GetReason() == "fenced" {
-									w.fenced.Store(max(ed.GetSuccessorTerm(), 1))
-									return
-								} else if ok && (ed.GetReason() == "handed_off" || ed.GetReason() == "handing_off") {
-									w.moved.Store(true)
-									return
-								}
-							}
-						}
-					}
-					w.firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				w.acked.Store(op, true)
-				w.ackedN.Add(1)
-				w.lastAck.Store(time.Now().UnixNano())
-			}
-		})
-	}
-	return &wg
-}
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("demo", stderr)
@@ -154,155 +27,31 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *clients < 1 || *phase <= 0 {
 		return fmt.Errorf("%w: --clients and --phase must be positive", errUsage)
 	}
-	url := *storeURL
-	if url == "" {
-		dir, err := os.MkdirTemp("", "shardfence-demo-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		url = "file://" + dir
-	}
-	store, err := blobstore.Open(ctx, url)
-	if err != nil {
-		return fmt.Errorf("open store: %w", err)
-	}
-	defer store.Close()
-	tl := &demoTimeline{w: stdout, start: time.Now()}
-	tl.say("store %s; starting sidecars A and B on loopback", blobstore.Redact(url))
-	a, err := startDemoSidecar(ctx, "A", store)
+	store, where, closeStore, err := openStoreOrTemp(ctx, *storeURL, "shardfence-demo-")
 	if err != nil {
 		return err
 	}
-	defer a.stop()
-	b, err := startDemoSidecar(ctx, "B", store)
-	if err != nil {
-		return err
-	}
-	defer b.stop()
-	const shard = "demo"
-
-	if _, _, err := demoOpen(ctx, a.client, shard, 1, "alloc-a"); err != nil {
-		return fmt.Errorf("open term 1 on A: %w", err)
-	}
-	tl.say("A opened shard %q at term 1 (a new shard: empty restore point)", shard)
-	wa := &demoWriter{name: "a"}
-	stopA := make(chan struct{})
-	wgA := wa.run(ctx, a.client, shard, *clients, stopA)
-	tl.say("A: %d clients appending", *clients)
-	if err := sleepCtx(ctx, *phase); err != nil {
-		return err
-	}
-	tl.say("A acknowledged %d ops so far; opening term 2 on B while A keeps appending", wa.ackedN.Load())
-	claimAt := time.Now()
-	opened, replayed, err := demoOpen(ctx, b.client, shard, 2, "alloc-b")
-	if err != nil {
-		close(stopA)
-		wgA.Wait()
-		return fmt.Errorf("open term 2 on B: %w", err)
-	}
-	rp := opened.GetRestorePoint()
-	tl.say("B opened term 2 in %v: restore point term %d gen %d, %d ops replayed", time.Since(claimAt).Round(time.Millisecond), rp.GetTerm(), rp.GetGen(), replayed)
-	done := make(chan struct{})
-	go func() { wgA.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		close(stopA)
-		<-done
-		return errors.New("sidecar A was not fenced within 30s of the open on B")
-	}
-	if e := wa.firstErr.Load(); e != nil {
-		return fmt.Errorf("the clients of sidecar A failed with something other than fencing: %v", e)
-	}
-	tl.say("A fenced: its clients were told \"primary fenced, successor term %d\"; A acknowledged %d ops in all", wa.fenced.Load(), wa.ackedN.Load())
-	if last := time.Unix(0, wa.lastAck.Load()); !last.IsZero() {
-		tl.say("A's last acknowledgement reached its client at %+v relative to the start of B's open", last.Sub(claimAt).Round(time.Millisecond))
-	}
-
-	wb := &demoWriter{name: "b"}
-	stopB := make(chan struct{})
-	wgB := wb.run(ctx, b.client, shard, *clients, stopB)
-	if err := sleepCtx(ctx, *phase); err != nil {
-		return err
-	}
-	tl.say("B acknowledged %d ops at term 2; starting sidecar C and handing the shard off B -> C (same term, no seal) while B's clients append", wb.ackedN.Load())
-	c, err := startDemoSidecar(ctx, "C", store)
-	if err != nil {
-		close(stopB)
-		wgB.Wait()
-		return err
-	}
-	defer c.stop()
-	hoAt := time.Now()
-	hc, err := b.client.StartHandoff(ctx, connect.NewRequest(&sidecarv1.StartHandoffRequest{Shard: shard, TargetAllocationId: "alloc-c", TargetNode: "C"}))
-	if err != nil {
-		close(stopB)
-		wgB.Wait()
-		return fmt.Errorf("handoff on B: %w", err)
-	}
-	ad, err := c.client.AdoptHandoff(ctx, connect.NewRequest(&sidecarv1.AdoptHandoffRequest{HandoffContext: hc.Msg.GetHandoffContext()}))
-	close(stopB)
-	wgB.Wait()
-	if err != nil {
-		return fmt.Errorf("adopt on C: %w", err)
-	}
-	if e := wb.firstErr.Load(); e != nil {
-		return fmt.Errorf("the clients of sidecar B failed: %v", e)
-	}
-	tl.say("C adopted term %d at seq %d in %v; B's clients were told the shard moved (%v); B acknowledged %d ops in all",
-		ad.Msg.GetStatus().GetTerm(), ad.Msg.GetStatus().GetNextSeqNo(), time.Since(hoAt).Round(time.Millisecond), wb.moved.Load(), wb.ackedN.Load())
-
-	wc := &demoWriter{name: "c"}
-	stopC := make(chan struct{})
-	wgC := wc.run(ctx, c.client, shard, *clients, stopC)
-	if err := sleepCtx(ctx, *phase); err != nil {
-		return err
-	}
-	close(stopC)
-	wgC.Wait()
-	if e := wc.firstErr.Load(); e != nil {
-		return fmt.Errorf("the clients of sidecar C failed: %v", e)
-	}
-	tl.say("C acknowledged %d ops at term 2", wc.ackedN.Load())
-
-	// Every acknowledged op of every sidecar must be in C's lineage.
-	st, err := c.client.Read(ctx, connect.NewRequest(&sidecarv1.ReadRequest{Shard: shard}))
-	if err != nil {
-		return fmt.Errorf("read on C: %w", err)
-	}
-	read := map[string]bool{}
-	for st.Receive() {
-		for _, op := range st.Msg().GetBatch().GetOps() {
-			read[string(op)] = true
-		}
-	}
-	if err := st.Err(); err != nil {
-		return fmt.Errorf("read on C: %w", err)
-	}
-	lost := 0
-	for _, w := range []*demoWriter{wa, wb, wc} {
-		w.acked.Range(func(k, _ any) bool {
-			if !read[k.(string)] {
-				lost++
-			}
-			return true
-		})
-	}
-	total := wa.ackedN.Load() + wb.ackedN.Load() + wc.ackedN.Load()
-	tl.say("C's lineage holds %d ops; acknowledged %d (A %d + B %d + C %d); lost %d", len(read), total, wa.ackedN.Load(), wb.ackedN.Load(), wc.ackedN.Load(), lost)
-	if lost > 0 {
-		return fmt.Errorf("%d acknowledged ops are missing from the lineage", lost)
-	}
-	tl.say("ok: every acknowledged op is readable (ops in flight when A was fenced or B handed off were never acknowledged; a client retries them on the new primary)")
-	return nil
+	defer closeStore()
+	return demo.Run(ctx, demo.Config{Store: store, Where: where, Phase: *phase, Clients: *clients}, stdout)
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
+// openStoreOrTemp opens the store at url, or a fresh file:// store in a
+// temporary folder named after tempPrefix when url is empty; where names
+// it for output, and done closes it (and removes the folder).
+func openStoreOrTemp(ctx context.Context, url, tempPrefix string) (c *blobstore.Container, where string, done func(), err error) {
+	cleanup := func() {}
+	if url == "" {
+		dir, err := os.MkdirTemp("", tempPrefix)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		cleanup = func() { _ = os.RemoveAll(dir) }
+		url = "file://" + dir
 	}
+	c, err = blobstore.Open(ctx, url)
+	if err != nil {
+		cleanup()
+		return nil, "", nil, fmt.Errorf("open store: %w", err)
+	}
+	return c, blobstore.Redact(url), func() { _ = c.Close(); cleanup() }, nil
 }

@@ -43,14 +43,14 @@ func runOpen(ctx context.Context, args []string, stdout, stderr io.Writer) error
 					if err != nil {
 						return err
 					}
-					settings.Mode = sidecarv1.FencingMode(m + 1)
+					settings.Mode = sidecarv1.FencingMode(m) // the API and translog number the modes alike
 				}
 				if order != "" {
 					o, err := parseAckOrder(order)
 					if err != nil {
 						return err
 					}
-					settings.AckOrder = sidecarv1.AckOrder(o + 1)
+					settings.AckOrder = sidecarv1.AckOrder(o) // numbered alike too
 				}
 				return nil
 			}

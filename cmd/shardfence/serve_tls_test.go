@@ -22,6 +22,7 @@ import (
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
+	"github.com/shardfence/shardfence/internal/demo"
 	"github.com/shardfence/shardfence/internal/sidecarproc"
 )
 
@@ -111,7 +112,7 @@ func TestServeAnswersGRPC(t *testing.T) {
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	h2c := &http.Client{Transport: tr}
 	c := sidecarv1connect.NewSidecarServiceClient(h2c, "http://"+addr, connect.WithGRPC())
-	if _, _, err := demoOpen(t.Context(), c, "g", 1, "a"); err != nil {
+	if _, _, err := demo.OpenShard(t.Context(), c, "g", 1, "a"); err != nil {
 		t.Fatalf("open over gRPC: %v", err)
 	}
 	res, err := c.Append(t.Context(), connect.NewRequest(&sidecarv1.AppendRequest{Shard: "g", Ops: [][]byte{[]byte("x")}}))

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/internal/demo"
 	"github.com/shardfence/shardfence/internal/sidecarproc"
 )
 
@@ -88,7 +89,7 @@ func TestSettingsRewriteAcrossProcesses(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, _, err := demoOpen(t.Context(), b.Client, "z", 3, "b3"); sidecarproc.ReasonOf(err) != "settings_rewrite" {
+	if _, _, err := demo.OpenShard(t.Context(), b.Client, "z", 3, "b3"); sidecarproc.ReasonOf(err) != "settings_rewrite" {
 		t.Errorf("open during the rewrite: %v, want [settings_rewrite]", err)
 	}
 	if err := <-waited; err != nil {
@@ -107,7 +108,7 @@ func TestSettingsRewriteAcrossProcesses(t *testing.T) {
 	}
 	stop()
 
-	opened, _, err := demoOpen(t.Context(), b.Client, "z", 3, "b3")
+	opened, _, err := demo.OpenShard(t.Context(), b.Client, "z", 3, "b3")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
@@ -50,29 +51,17 @@ func (r Role) String() string {
 	return fmt.Sprintf("role(%d)", int(r))
 }
 
-// ShardPrefix starts the id of every master's log shard.
-const ShardPrefix = "master-"
+// ShardPrefix starts the id of every master's log shard
+// (layout.MasterShardPrefix).
+const ShardPrefix = layout.MasterShardPrefix
 
 // ShardID is the id of the shard holding cluster's operation log and
-// snapshots: "master-<cluster>". A cluster name is 1 to 128 characters of
-// A-Z a-z 0-9 . _ -, not starting with '.' or '-'.
+// snapshots: "master-<cluster>". A cluster name follows the rules of a
+// shard id (layout.CheckName): 1 to 128 characters of A-Z a-z 0-9 . _ -,
+// not starting with '.' or '-'.
 func ShardID(cluster string) (string, error) {
-	bad := func(why string) (string, error) {
-		return "", fmt.Errorf("%w: cluster name %q %s (use 1-128 characters of A-Z a-z 0-9 . _ -, not starting with '.' or '-')", master.ErrInvalidArgument, cluster, why)
-	}
-	switch {
-	case cluster == "":
-		return bad("is empty")
-	case len(cluster) > 128:
-		return bad("is too long")
-	case cluster[0] == '.' || cluster[0] == '-':
-		return bad("starts with '.' or '-'")
-	}
-	for i := 0; i < len(cluster); i++ {
-		c := cluster[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return bad("holds a character outside the allowed set")
-		}
+	if err := layout.CheckName(cluster); err != nil {
+		return "", fmt.Errorf("%w: cluster name %q %v (use 1-%d characters of A-Z a-z 0-9 . _ -, not starting with '.' or '-')", master.ErrInvalidArgument, cluster, err, layout.MaxNameLen)
 	}
 	return ShardPrefix + cluster, nil
 }

@@ -225,3 +225,34 @@ func peakRSS() int64 {
 	}
 	return -1
 }
+
+// WriteTargets checks the results against the design targets: the
+// concurrent order acks in about one round trip, fencing costs at most 10%
+// of the unfenced throughput, and an inline sync is two PUTs.
+func WriteTargets(out io.Writer, cfg Config, rs []Result) {
+	by := map[string]Result{}
+	for _, r := range rs {
+		by[r.Mode] = r
+	}
+	c, okC := by["concurrent"]
+	u, okU := by["unfenced"]
+	if !okC {
+		return
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "MISSED"
+	}
+	fmt.Fprintln(out)
+	if cfg.Latency > 0 {
+		x := float64(c.P50) / float64(cfg.Latency)
+		fmt.Fprintf(out, "target concurrent ack p50 <= 1.3 round trips: %.2f (%s)\n", x, verdict(x <= 1.3))
+	}
+	if okU && u.OpsPerSec > 0 {
+		x := c.OpsPerSec / u.OpsPerSec
+		fmt.Fprintf(out, "target fenced throughput >= 0.9x unfenced: %.2fx (%s)\n", x, verdict(x >= 0.9))
+	}
+	fmt.Fprintf(out, "target 2 PUTs per inline sync: %.2f (%s)\n", c.WritesPerSync(), verdict(c.WritesPerSync() <= 2.0))
+}

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package main
+package recoverybench
 
 // flushDirty has nothing to flush where the fs driver does not build.
 func flushDirty() {}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package recoverybench
 
 import "golang.org/x/sys/unix"
 

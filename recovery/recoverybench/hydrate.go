@@ -1,0 +1,288 @@
+package recoverybench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/fs"
+	"github.com/shardfence/shardfence/blobstore/metered"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
+	"github.com/shardfence/shardfence/recovery"
+	"github.com/shardfence/shardfence/seal"
+	"github.com/shardfence/shardfence/translog"
+)
+
+// HydrateConfig is one hydrate-and-replay bench run.
+type HydrateConfig struct {
+	// Store is where the shard is written, under a fresh prefix; nil: the
+	// fs driver in a temporary directory. Where names it in the table.
+	Store *blobstore.Container
+	Where string
+	// CheckpointMiB and TranslogMiB size the shard: a checkpoint in files
+	// of FileMiB, and translog after it in generations of SyncKiB (above
+	// the 1 MiB inline limit: data objects).
+	CheckpointMiB, TranslogMiB, FileMiB, SyncKiB int
+	// Parallelism is the concurrent requests of both the recovery and the
+	// plain GET.
+	Parallelism int
+}
+
+// RunHydrate writes a shard, then measures recovery.Open (hydrate and
+// replay) against a plain parallel GET of the same bytes, twice each, and
+// writes the table to out; progress goes to log.
+func RunHydrate(ctx context.Context, cfg HydrateConfig, out, log io.Writer) error {
+	work, err := os.MkdirTemp("", "shardfence-bench-recovery-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	var base *blobstore.Container
+	where := cfg.Where
+	if cfg.Store == nil {
+		c, err := fs.Open(filepath.Join(work, "store"))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		base, where = c, "fs (temporary directory)"
+	} else if base, err = blobstore.Sub(cfg.Store, fmt.Sprintf("bench-recovery-%d", time.Now().UnixNano())); err != nil {
+		return err
+	}
+	store := metered.New(base, "bench")
+	defer cleanup(context.WithoutCancel(ctx), base)
+
+	fmt.Fprintf(log, "writing a %d MiB checkpoint and %d MiB of translog to %s...\n", cfg.CheckpointMiB, cfg.TranslogMiB, where)
+	ckptBytes, tlogBytes, err := fillShard(ctx, store.Container, work, int64(cfg.CheckpointMiB)<<20, int64(cfg.TranslogMiB)<<20, int64(cfg.FileMiB)<<20, cfg.SyncKiB<<10)
+	if err != nil {
+		return fmt.Errorf("bench recovery: setup: %w", err)
+	}
+	flushDirty()
+	total := ckptBytes + tlogBytes
+	type measured struct {
+		name    string
+		bytes   int64
+		elapsed time.Duration
+		reqs    uint64
+	}
+	var rows []measured
+	measure := func(name string, fn func() (int64, error)) error {
+		before := store.Snapshot()
+		start := time.Now()
+		n, err := fn()
+		if err != nil {
+			return fmt.Errorf("bench recovery %s: %w", name, err)
+		}
+		rows = append(rows, measured{name, n, time.Since(start), store.Snapshot().Sub(before).Requests()})
+		return nil
+	}
+	get := func() (int64, error) { return plainGet(ctx, store.Container, cfg.Parallelism, "") }
+	getWrite := func() (int64, error) {
+		dir, err := os.MkdirTemp(work, "written-")
+		if err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(dir)
+		return plainGet(ctx, store.Container, cfg.Parallelism, dir)
+	}
+	if err := measure("plain parallel GET", get); err != nil {
+		return err
+	}
+	term := int64(2)
+	rec := func() (int64, error) {
+		dir, err := os.MkdirTemp(work, "hydrated-")
+		if err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(dir)
+		var replayed atomic.Int64
+		start := time.Now()
+		var mu sync.Mutex
+		phases := map[string][2]time.Duration{}
+		o := recovery.Options{Dir: dir, Parallelism: cfg.Parallelism, Progress: func(p recovery.Progress) {
+			mu.Lock()
+			defer mu.Unlock()
+			t := time.Since(start)
+			ph, ok := phases[p.Phase]
+			if !ok {
+				ph[0] = t
+			}
+			ph[1] = t
+			phases[p.Phase] = ph
+		}, Apply: func(_ context.Context, b translog.Batch) error {
+			for _, op := range b.Ops {
+				replayed.Add(int64(len(op)))
+			}
+			return nil
+		}}
+		sh, err := recovery.Open(ctx, store.Container, shard, term, fmt.Sprintf("a%d", term), o)
+		if err != nil {
+			return 0, err
+		}
+		term++
+		_ = sh.Writer.Close(ctx)
+		mu.Lock()
+		for _, name := range []string{"hydrate", "replay"} {
+			ph := phases[name]
+			fmt.Fprintf(log, "  %s: first progress at %.2fs, last at %.2fs\n", name, ph[0].Seconds(), ph[1].Seconds())
+		}
+		mu.Unlock()
+		fmt.Fprintf(log, "  open returned at %.2fs\n", time.Since(start).Seconds())
+		if sh.Checkpoint == nil {
+			return 0, fmt.Errorf("no checkpoint hydrated (refused: %+v)", sh.Refused)
+		}
+		return sh.Checkpoint.Bytes() + replayed.Load(), nil
+	}
+	if err := measure("recovery (hydrate + replay)", rec); err != nil {
+		return err
+	}
+	if err := measure("plain parallel GET", get); err != nil {
+		return err
+	}
+	if err := measure("recovery (hydrate + replay)", rec); err != nil {
+		return err
+	}
+	if err := measure("reference: GET + write checkpoint files locally", getWrite); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "store %s; checkpoint %d MiB in %d MiB files, translog %d MiB in %d KiB generations; parallelism %d\n\n",
+		where, ckptBytes>>20, cfg.FileMiB, tlogBytes>>20, cfg.SyncKiB, cfg.Parallelism)
+	fmt.Fprintln(out, "| run | MiB | requests | seconds | MB/s |")
+	fmt.Fprintln(out, "| --- | ---: | ---: | ---: | ---: |")
+	var getRate, recRate []float64
+	for _, r := range rows {
+		rate := float64(r.bytes) / 1e6 / r.elapsed.Seconds()
+		fmt.Fprintf(out, "| %s | %d | %d | %.2f | %.0f |\n", r.name, r.bytes>>20, r.reqs, r.elapsed.Seconds(), rate)
+		switch {
+		case strings.HasPrefix(r.name, "plain"):
+			getRate = append(getRate, rate)
+		case strings.HasPrefix(r.name, "recovery"):
+			recRate = append(recRate, rate)
+			if r.bytes != total {
+				return fmt.Errorf("bench recovery: restored %d bytes, wrote %d", r.bytes, total)
+			}
+		}
+	}
+	g, rc := mean(getRate), mean(recRate)
+	verdict := "met"
+	if rc < 0.8*g {
+		verdict = "MISSED"
+	}
+	fmt.Fprintf(out, "\ntarget hydrate + replay >= 0.8x plain parallel GET: %.2fx (%s)\n", rc/g, verdict)
+	return nil
+}
+
+func mean(v []float64) float64 {
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(max(1, len(v)))
+}
+
+// fillShard writes term 1: a checkpoint at gen 0 and translog after it.
+func fillShard(ctx context.Context, store *blobstore.Container, work string, ckpt, tlog, fileSize int64, syncSize int) (int64, int64, error) {
+	sh, err := recovery.Open(ctx, store, shard, 1, "a1", recovery.Options{Clock: fence.SystemClock()})
+	if err != nil {
+		return 0, 0, err
+	}
+	src := filepath.Join(work, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return 0, 0, err
+	}
+	rng := rand.NewChaCha8([32]byte{1})
+	var files []seal.LocalFile
+	var written int64
+	for i := 0; written < ckpt; i++ {
+		n := min(fileSize, ckpt-written)
+		buf := make([]byte, n)
+		_, _ = rng.Read(buf)
+		p := filepath.Join(src, fmt.Sprintf("seg-%04d", i))
+		if err := os.WriteFile(p, buf, 0o644); err != nil {
+			return 0, 0, err
+		}
+		files = append(files, seal.LocalFile{Name: filepath.Base(p), Path: p})
+		written += n
+	}
+	if _, err := seal.PublishCheckpoint(ctx, store, sh.Chain, 0, files, seal.PublishOptions{Options: seal.Options{Parallelism: 4}}); err != nil {
+		return 0, 0, err
+	}
+	const opSize = 64 << 10
+	op := make([]byte, opSize)
+	_, _ = rng.Read(op)
+	var tl int64
+	for tl < tlog {
+		var ops [][]byte
+		for sz := 0; sz < syncSize && tl < tlog; sz += opSize {
+			ops = append(ops, op)
+			tl += opSize
+		}
+		if _, err := sh.Writer.Append(ctx, ops); err != nil {
+			return 0, 0, err
+		}
+	}
+	return written, tl, sh.Writer.Close(ctx)
+}
+
+// plainGet reads every checkpoint file and translog object of the shard
+// with par concurrent GETs and returns the bytes read: the reference a
+// recovery is measured against. With dir, checkpoint files are written
+// there too, as a hydration must.
+func plainGet(ctx context.Context, store *blobstore.Container, par int, dir string) (int64, error) {
+	var keys []string
+	for _, prefix := range []string{layout.FilesDir, layout.TranslogDir} {
+		items, err := blobstore.ListAll(ctx, store, prefix)
+		if err != nil {
+			return 0, err
+		}
+		for _, it := range items {
+			keys = append(keys, it.Key)
+		}
+	}
+	var n atomic.Int64
+	var first error
+	var once sync.Once
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			obj, err := store.Get(ctx, k)
+			if err != nil {
+				once.Do(func() { first = err })
+				return
+			}
+			if strings.HasPrefix(k, layout.FilesDir) || strings.HasPrefix(k, layout.DataDir) {
+				n.Add(int64(len(obj.Body)))
+			}
+			if dir != "" && strings.HasPrefix(k, layout.FilesDir) {
+				if err := os.WriteFile(filepath.Join(dir, strings.ReplaceAll(k, "/", "_")), obj.Body, 0o644); err != nil {
+					once.Do(func() { first = err })
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return n.Load(), first
+}
+
+// cleanup deletes what the run wrote.
+func cleanup(ctx context.Context, store *blobstore.Container) {
+	items, err := blobstore.ListAll(ctx, store, "")
+	if err != nil {
+		return
+	}
+	for _, it := range items {
+		_ = store.Delete(ctx, it.Key)
+	}
+}

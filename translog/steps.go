@@ -1,0 +1,167 @@
+package translog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/settle"
+	"github.com/shardfence/shardfence/internal/steady"
+)
+
+// The store requests of a sync. Each is idempotent and retried with capped
+// backoff for as long as the writer is open: giving up would leave the
+// generation's outcome unknown and the next generation with nothing to
+// follow. What a step returns is final for its sync.
+
+// StoreHealth reports the store errors the writer's syncs are retrying,
+// and when it last acknowledged a generation. Times are wall-clock.
+func (w *Writer) StoreHealth() StoreHealth {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.health
+}
+
+// noteStoreError records a store error a sync step is about to retry;
+// first says the step just started failing.
+func (w *Writer) noteStoreError(err error, first bool) {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.health.LastError, w.health.LastErrorAt = err, now
+	w.health.Retries++
+	if first {
+		if w.retrying == 0 {
+			w.health.RetryingSince = now
+		}
+		w.retrying++
+	}
+}
+
+// noteStepDone ends a sync step that retried store errors.
+func (w *Writer) noteStepDone() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.retrying--; w.retrying == 0 {
+		w.health.RetryingSince = time.Time{}
+	}
+}
+
+// terminal returns the writer's terminal error or the closing context's.
+func (w *Writer) terminal() error {
+	w.mu.Lock()
+	err := w.p.err
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if w.ctx.Err() != nil {
+		return ErrClosed
+	}
+	return nil
+}
+
+// retry runs one idempotent step of a sync until it succeeds or fails for
+// good (again false).
+func (w *Writer) retry(step func() (again bool, err error)) error {
+	failing := false
+	defer func() {
+		if failing {
+			w.noteStepDone()
+		}
+	}()
+	for attempt := 1; ; attempt++ {
+		if err := w.terminal(); err != nil {
+			return err
+		}
+		again, err := step()
+		if errors.Is(err, context.Canceled) && w.ctx.Err() != nil {
+			// Close gave up on the syncs in progress and cancelled the
+			// step's request: its outcome is abandoned.
+			return ErrClosed
+		}
+		if !again {
+			return err
+		}
+		if err != nil {
+			w.noteStoreError(err, !failing)
+			failing = true
+		}
+		if steady.Sleep(w.ctx, w.clock, w.opts.Backoff.Delay(attempt)) != nil {
+			return ErrClosed
+		}
+	}
+}
+
+// putData writes the payload of a sync too large to inline, with a plain
+// PUT: the name is this generation's alone, and a resend writes the same
+// bytes.
+func (w *Writer) putData(gen int64, payload []byte) error {
+	key := DataKey(w.opts.Term, gen)
+	body := EncodeData(w.opts.Shard, w.opts.Term, gen, payload)
+	return w.retry(func() (bool, error) {
+		_, err := w.store.Put(w.ctx, key, body)
+		if err != nil && blobstore.IsRetryable(err) {
+			return true, err
+		}
+		if err != nil {
+			return false, &Error{Op: "Append", Shard: w.opts.Shard, Key: key, Gen: gen, Err: err}
+		}
+		return false, nil
+	})
+}
+
+// createMD creates the generation's md, settling AlreadyExists and lost
+// responses by reading what the key holds: our own record is success, a
+// poison or another writer's md is fenced, an empty key is sent again.
+func (w *Writer) createMD(md MD, body []byte) error {
+	key := MDKey(md.Term, md.Gen)
+	step := settle.Step[MD]{
+		Key: key, Body: body,
+		Get: func(ctx context.Context, key string) (blobstore.Object, bool, error) {
+			return settle.Once(ctx, w.store, key)
+		},
+		Decode: func(b []byte) (MD, error) { return DecodeMD(w.opts.Shard, key, b) },
+		Ours: func(found MD) (bool, string) {
+			v := SettleMDCreate(found, md)
+			return v.Action == fence.Adopt, v.Reason
+		},
+	}
+	return w.retry(func() (bool, error) {
+		v, err := settle.Create(w.ctx, w.store, step)
+		switch {
+		case err != nil:
+			return blobstore.IsRetryable(err), err
+		case v.Action == settle.Resend:
+			return true, nil // the create did not land: send it again
+		case v.Action == settle.Lost:
+			return false, w.fence(SettleMDCreate(v.Held, md).Successor, key, fmt.Sprintf("%s (md key %q)", v.Reason, key))
+		}
+		return false, nil
+	})
+}
+
+// advance CASes the fence key for the sync's generation, retrying store
+// trouble, and returns the outcome with the steady time it was sent.
+func (w *Writer) advance(s *syncState) outcome {
+	w.locked(func(p *pipeline) { p.noteCAS() })
+	sent := w.clock.Now()
+	err := w.retry(func() (bool, error) {
+		_, err := w.chain.Advance(w.ctx, s.gen)
+		if err != nil && blobstore.IsRetryable(err) && !errors.Is(err, fence.ErrFenced) {
+			return true, err
+		}
+		return false, err
+	})
+	return outcome{sync: s, step: stepCAS, err: err, sent: sent}
+}
+
+func (w *Writer) fence(successor int64, key, reason string) error {
+	if w.chain != nil {
+		return w.chain.Fence(successor, reason)
+	}
+	return &fence.FencedError{Shard: w.opts.Shard, Key: key, Term: w.opts.Term, Allocation: w.opts.Allocation, Successor: successor, Reason: reason}
+}
