@@ -90,7 +90,7 @@ func (s *Server) PublishCheckpoint(ctx context.Context, name string, gen int64, 
 		return "", opErr(op, name, err, hintFor(err))
 	}
 	sh.mu.Lock()
-	sh.checkpoints = append(sh.checkpoints, [2]int64{gen, next})
+	sh.checkpoints = append(sh.checkpoints, seal.Manifest{Term: m.Term, Gen: m.Gen, NextSeqNo: m.NextSeqNo})
 	sh.mu.Unlock()
 	s.log.Info("checkpoint published", append(sh.logAttrs(), "checkpoint_gen", gen, "files", len(local), "key", m.Key())...)
 	return m.Key(), nil

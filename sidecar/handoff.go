@@ -8,7 +8,6 @@ import (
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/relocation"
 	"github.com/shardfence/shardfence/seal"
-	"github.com/shardfence/shardfence/translog"
 )
 
 // stateHandedOff: the fence key names the relocation target; this sidecar
@@ -145,14 +144,8 @@ func (s *Server) AdoptHandoff(ctx context.Context, raw []byte, req Settings) (Sh
 	if err != nil {
 		return undo(err)
 	}
-	lin := rep.Lineage
-	sh.chain, sh.startGen = chain, hc.Gen+1
+	sh.chain, sh.startGen, sh.lineage = chain, hc.Gen+1, rep.Lineage
 	sh.restore = RestorePoint{Term: hc.Term, Gen: hc.Gen, NextSeqNo: hc.NextSeqNo}
-	if hc.Gen > 0 {
-		sh.lineage = func(ctx context.Context, fn func(translog.Batch) error) error {
-			return readLineage(ctx, store, name, lin, hc.Gen, fn)
-		}
-	}
 	sh.opened = time.Now()
 	sh.mu.Lock()
 	sh.w, sh.ackedGen, sh.nextSeq, sh.state = w, hc.Gen, hc.NextSeqNo, stateOpen

@@ -64,10 +64,9 @@ type opened struct {
 	// Fencing is the shard's stored fencing, which the writer runs
 	// whatever the open asked for.
 	Fencing seal.Fencing
-	// ReadLineage calls fn, in order, with the batches of the lineage the
-	// term inherited, up to and including the restore point; nil when the
-	// shard had no history.
-	ReadLineage func(ctx context.Context, fn func(translog.Batch) error) error
+	// Lineage is the lineage the term inherited (empty for a new shard);
+	// Read reads it up to the restore point.
+	Lineage seal.Lineage
 }
 
 // shardOpener is the one seam between the service and the protocol

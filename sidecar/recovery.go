@@ -12,7 +12,6 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/recovery"
-	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -96,38 +95,12 @@ func (r recoveryOpener) Open(ctx context.Context, store *blobstore.Container, p 
 	rp := sh.Restore()
 	o := &opened{
 		Writer: sh.Writer, Chain: sh.Chain, StartGen: rp.Gen + 1, Fencing: sh.Fencing,
-		Restore: RestorePoint{Term: rp.Term, Gen: rp.Gen, NextSeqNo: sh.NextSeqNo},
+		Restore: RestorePoint{Term: rp.Term, Gen: rp.Gen, NextSeqNo: sh.NextSeqNo}, Lineage: sh.Seal.Lineage,
 	}
 	if sh.Checkpoint != nil {
 		o.Restore.CheckpointGen = sh.Checkpoint.Gen
 	}
-	if rp.Gen > 0 {
-		lin := sh.Seal.Lineage
-		o.ReadLineage = func(ctx context.Context, fn func(translog.Batch) error) error {
-			return readLineage(ctx, store, p.Shard, lin, rp.Gen, fn)
-		}
-	}
 	return o, nil
-}
-
-// readLineage reads generations of lin up to gen, oldest first. Below the
-// lineage's base the translog may be collected; a read from there fails
-// with seal.ErrLineageTruncated.
-func readLineage(ctx context.Context, store *blobstore.Container, shard string, lin seal.Lineage, gen int64, fn func(translog.Batch) error) error {
-	if base := lin.Base(); base > 0 {
-		return fmt.Errorf("%w: generations 1..%d are only in checkpoints now; read from a later sequence number", seal.ErrLineageTruncated, base)
-	}
-	r := translog.NewReader(store, shard)
-	for _, rg := range lin.Ranges {
-		to := min(rg.To, gen)
-		if to < rg.From {
-			continue
-		}
-		if err := r.Iterate(ctx, rg.Term, rg.From, to, fn); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // streamFiles sends the files under dir, in name order, in chunks.

@@ -262,7 +262,7 @@ type shard struct {
 	chain    *fence.Chain
 	restore  RestorePoint
 	startGen int64
-	lineage  func(ctx context.Context, fn func(translog.Batch) error) error
+	lineage  seal.Lineage
 	opened   time.Time
 	// stallAfter is the server's Options.StallAfter.
 	stallAfter time.Duration
@@ -279,10 +279,10 @@ type shard struct {
 	// proof is a steady time no later than when the last successful fence
 	// CAS was sent: the start of the Append whose ack first saw it.
 	proof seal.Proof
-	// checkpoints are (gen, next seq) of checkpoints published here: a
-	// Read from at or after one starts after its generation, which GC may
-	// have collected below.
-	checkpoints [][2]int64
+	// checkpoints are the checkpoints published here (without their
+	// files): a Read from at or after one starts after its generation,
+	// which GC may have collected below.
+	checkpoints []seal.Manifest
 	fenceErr    error
 	// healthLogged is the store health last logged, at healthLoggedAt.
 	healthLogged   string
@@ -357,6 +357,17 @@ func (sh *shard) status() ShardStatus {
 		}
 	}
 	return st
+}
+
+// history is what Read may read of the shard: the lineage it inherited,
+// then its own generations up to the last acknowledged one.
+func (sh *shard) history() seal.History {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return seal.History{
+		Lineage: sh.lineage, RestoreGen: sh.restore.Gen, RestoreNextSeqNo: sh.restore.NextSeqNo,
+		Term: sh.term, StartGen: sh.startGen, AckedGen: sh.ackedGen, Checkpoints: sh.checkpoints,
+	}
 }
 
 func (sh *shard) writer() *translog.Writer {
@@ -561,7 +572,7 @@ func (s *Server) open(ctx context.Context, name string, term int64, alloc string
 	if err != nil {
 		return restoreFail(err)
 	}
-	sh.chain, sh.restore, sh.startGen, sh.lineage = o.Chain, o.Restore, o.StartGen, o.ReadLineage
+	sh.chain, sh.restore, sh.startGen, sh.lineage = o.Chain, o.Restore, o.StartGen, o.Lineage
 	sh.opened = time.Now()
 	sh.mu.Lock()
 	sh.w = o.Writer
@@ -686,48 +697,19 @@ func (s *Server) Read(ctx context.Context, name string, fromSeq, maxOps int64, f
 	if err != nil {
 		return err
 	}
-	sh.mu.Lock()
-	upTo := sh.ackedGen
-	first := sh.startGen
-	for _, c := range sh.checkpoints {
-		if c[1] <= fromSeq {
-			first = max(first, c[0]+1)
-		}
+	ranges, err := sh.history().Ranges(fromSeq)
+	if err != nil {
+		return opErr(op, name, err, hintFor(err))
 	}
-	sh.mu.Unlock()
-	sent := int64(0)
-	errEnough := errors.New("enough")
-	emit := func(b translog.Batch) error {
-		end := b.FirstSeqNo + int64(len(b.Ops))
-		if end <= fromSeq {
+	window := &translog.SeqWindow{From: fromSeq, Max: maxOps}
+	emit := window.Filter(fn)
+	r := translog.NewReader(sh.store, name)
+	for _, rg := range ranges {
+		err := r.Iterate(ctx, rg.Term, rg.From, rg.To, emit)
+		if errors.Is(err, translog.ErrWindowFull) {
 			return nil
 		}
-		if skip := fromSeq - b.FirstSeqNo; skip > 0 {
-			b.Ops, b.FirstSeqNo = b.Ops[skip:], fromSeq
-		}
-		if maxOps > 0 && sent+int64(len(b.Ops)) > maxOps {
-			b.Ops = b.Ops[:maxOps-sent]
-		}
-		sent += int64(len(b.Ops))
-		if err := fn(b); err != nil {
-			return err
-		}
-		if maxOps > 0 && sent >= maxOps {
-			return errEnough
-		}
-		return nil
-	}
-	if fromSeq < sh.restore.NextSeqNo && sh.lineage != nil {
-		if err := sh.lineage(ctx, emit); err != nil {
-			if errors.Is(err, errEnough) {
-				return nil
-			}
-			return opErr(op, name, err, hintFor(err))
-		}
-	}
-	if upTo >= first {
-		err := translog.NewReader(sh.store, name).Iterate(ctx, sh.term, first, upTo, emit)
-		if err != nil && !errors.Is(err, errEnough) {
+		if err != nil {
 			return opErr(op, name, err, hintFor(err))
 		}
 	}
