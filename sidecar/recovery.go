@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/recovery"
+	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -20,22 +19,17 @@ const fileChunk = 1 << 20
 
 // recoveryOpener opens shards through the protocol's recovery path: claim,
 // lease wait, seal, hydrate, replay, open the writer.
-type recoveryOpener struct {
-	// tmpDir is where checkpoints are hydrated before they are streamed;
-	// empty means the system's temporary folder.
-	tmpDir string
-}
+type recoveryOpener struct{}
 
-func (r recoveryOpener) Open(ctx context.Context, store *blobstore.Container, p openParams, events func(openEvent) error) (*opened, error) {
+func (recoveryOpener) Open(ctx context.Context, store *blobstore.Container, p openParams, events func(openEvent) error) (*opened, error) {
 	if err := events(openEvent{Progress: &Progress{Step: "claim"}}); err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(r.tmpDir, "shardfence-hydrate-")
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint folder: %w", err)
-	}
-	defer os.RemoveAll(dir)
-
+	// The checkpoint is held in memory until it is streamed: it was
+	// published through this API, one request of at most
+	// --max-request-bytes, and hydration held its files in memory anyway
+	// (a store read returns a whole object).
+	files := seal.NewMemFiles()
 	var (
 		mu        sync.Mutex
 		eventErr  error
@@ -48,12 +42,12 @@ func (r recoveryOpener) Open(ctx context.Context, store *blobstore.Container, p 
 			return nil
 		}
 		filesSent = true
-		return streamFiles(dir, events)
+		return streamFiles(files, events)
 	}
 	wo := p.Settings.writerOptions(p, 0, 0)
 	opts := recovery.Options{
-		Node: p.Node,
-		Dir:  dir,
+		Node:  p.Node,
+		Files: files,
 		Apply: func(_ context.Context, b translog.Batch) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -103,44 +97,40 @@ func (r recoveryOpener) Open(ctx context.Context, store *blobstore.Container, p 
 	return o, nil
 }
 
-// streamFiles sends the files under dir, in name order, in chunks.
-func streamFiles(dir string, events func(openEvent) error) error {
-	var names []string
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			names = append(names, path)
+// streamFiles sends the hydrated checkpoint's files, in name order, each
+// dropped once sent.
+func streamFiles(files *seal.MemFiles, events func(openEvent) error) error {
+	for _, name := range files.Names() {
+		if err := streamFile(files, name, events); err != nil {
+			return err
 		}
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("checkpoint folder: %w", err)
-	}
-	buf := make([]byte, fileChunk)
-	for _, path := range names {
-		rel, _ := filepath.Rel(dir, path)
-		f, err := os.Open(path)
-		if err != nil {
-			return fmt.Errorf("checkpoint file: %w", err)
-		}
-		off := int64(0)
-		for {
-			n, rerr := io.ReadFull(f, buf)
-			last := rerr == io.EOF || rerr == io.ErrUnexpectedEOF
-			if rerr != nil && !last {
-				f.Close()
-				return fmt.Errorf("checkpoint file %s: %w", rel, rerr)
-			}
-			chunk := &FileChunk{Name: filepath.ToSlash(rel), Offset: off, Data: append([]byte(nil), buf[:n]...), Last: last}
-			if err := events(openEvent{File: chunk}); err != nil {
-				f.Close()
-				return err
-			}
-			off += int64(n)
-			if last {
-				break
-			}
-		}
-		f.Close()
+		_ = files.Remove(name)
 	}
 	return nil
+}
+
+// streamFile sends the file name of fsys in chunks of at most fileChunk
+// bytes; the last chunk says so (an empty file is one empty chunk).
+func streamFile(fsys fs.FS, name string, events func(openEvent) error) error {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return fmt.Errorf("checkpoint file: %w", err)
+	}
+	defer f.Close()
+	buf := make([]byte, fileChunk)
+	for off := int64(0); ; {
+		n, err := io.ReadFull(f, buf)
+		last := err == io.EOF || err == io.ErrUnexpectedEOF
+		if err != nil && !last {
+			return fmt.Errorf("checkpoint file %s: %w", name, err)
+		}
+		chunk := &FileChunk{Name: name, Offset: off, Data: append([]byte(nil), buf[:n]...), Last: last}
+		if err := events(openEvent{File: chunk}); err != nil {
+			return err
+		}
+		if last {
+			return nil
+		}
+		off += int64(n)
+	}
 }
