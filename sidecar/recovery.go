@@ -9,7 +9,9 @@ import (
 	"sync"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/recovery"
+	"github.com/shardfence/shardfence/relocation"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -95,6 +97,35 @@ func (recoveryOpener) Open(ctx context.Context, store *blobstore.Container, p op
 		o.Restore.CheckpointGen = sh.Checkpoint.Gen
 	}
 	return o, nil
+}
+
+// Adopt takes the shard over from a handoff's source: the writer runs the
+// shard's stored fencing (relocation.Adopt enforces it too), and the
+// newest seal marker must be the handed-off term's, whose lineage the
+// target then reads up to hc.Gen. That lineage is read before the chain is
+// taken.
+func (recoveryOpener) Adopt(ctx context.Context, store *blobstore.Container, hc relocation.HandoffContext, p openParams) (*opened, error) {
+	fencing, err := seal.ShardFencing(ctx, store, p.Shard, seal.FencingOf(p.Settings.WriterOptions()), seal.Options{})
+	if err != nil {
+		return nil, err
+	}
+	rep, err := seal.Inspect(ctx, store, p.Shard, seal.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if len(rep.Lineage.Chain) == 0 || rep.Lineage.Chain[0].Term != hc.Term {
+		return nil, fmt.Errorf("%w: the shard's newest seal marker is not of handed-off term %d", fence.ErrFenced, hc.Term)
+	}
+	chain, w, err := relocation.Adopt(ctx, store, p.Allocation, hc, relocation.AdoptOptions{
+		Node: p.Node, Writer: p.Settings.withFencing(fencing).WriterOptions(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &opened{
+		Writer: w, Chain: chain, StartGen: hc.Gen + 1, Fencing: fencing, Lineage: rep.Lineage,
+		Restore: RestorePoint{Term: hc.Term, Gen: hc.Gen, NextSeqNo: hc.NextSeqNo},
+	}, nil
 }
 
 // streamFiles sends the hydrated checkpoint's files, in name order, each
