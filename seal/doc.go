@@ -5,7 +5,11 @@
 // complete an acknowledgement the restore point lacks, and records the
 // restore point in its own immutable marker. It also owns what depends on
 // the lineage: checkpoints (published and selected only on it), orphans
-// (every md or checkpoint of a lower term off it), Inspect and GC.
+// (every md or checkpoint of a lower term off it), Inspect (and Describe,
+// what `shardfence inspect` shows), GC, and what a term open for writes
+// may read back (History.Ranges). Checkpoints are published from an fs.FS
+// and hydrated into a directory or a FileSink (MemFiles holds them in
+// memory).
 //
 // The decisions are pure functions over what was read (ChainFrom,
 // LineageOf, Lineage.Contains, ContiguousAfter, PlanGC); the I/O around
