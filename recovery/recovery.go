@@ -56,9 +56,12 @@ type Options struct {
 	// stored interval: every term of the shard runs that mode.
 	LeaseMargin time.Duration
 
-	// Dir receives the checkpoint's files. Empty: no checkpoint is
-	// hydrated and the whole lineage is replayed.
+	// Dir receives the checkpoint's files. Empty, and Files nil: no
+	// checkpoint is hydrated and the whole lineage is replayed.
 	Dir string
+	// Files, when set, receives the checkpoint's files instead of Dir
+	// (seal.HydrateOptions.Into; a seal.MemFiles keeps them in memory).
+	Files seal.FileSink
 	// Apply receives the replayed generations in order. Nil: the
 	// translog is read and verified but its ops are dropped.
 	Apply func(ctx context.Context, b translog.Batch) error
@@ -121,7 +124,8 @@ type Shard struct {
 	Fencing seal.Fencing
 	// Checkpoint is the hydrated checkpoint, nil when none was used.
 	Checkpoint *seal.Manifest
-	// Files are the checkpoint's local files.
+	// Files are where the checkpoint's files were put: local paths under
+	// Options.Dir, or the names Options.Files took them under.
 	Files []string
 	// Refused lists checkpoints passed over and why.
 	Refused   []seal.Refusal
@@ -244,7 +248,7 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 			return fail("Resume", fmt.Errorf("%w: generation %d of term %d, the restore point is generation %d of term %d", ErrResumeOffLineage, r.Gen, r.Term, restore.Gen, restore.Term))
 		}
 		base, next = r.Gen, r.NextSeqNo
-	} else if opts.Dir != "" && restore.Gen > 0 {
+	} else if (opts.Dir != "" || opts.Files != nil) && restore.Gen > 0 {
 		cands, err := seal.Candidates(ctx, store, shard, lin, restore.Gen, so)
 		if err != nil {
 			return fail("Hydrate", err)
@@ -256,7 +260,7 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 			expected = cands[0].Gen
 		}
 		pf = prefetch(expected + 1)
-		ho := seal.HydrateOptions{Options: so, Candidates: cands, Accept: opts.AcceptCheckpoint}
+		ho := seal.HydrateOptions{Options: so, Candidates: cands, Accept: opts.AcceptCheckpoint, Into: opts.Files}
 		if opts.Progress != nil {
 			ho.Progress = func(p seal.Progress) { opts.Progress(Progress{Phase: "hydrate", Progress: p}) }
 		}

@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -136,13 +136,9 @@ type PublishOptions struct {
 	NextSeqNo int64
 }
 
-// PublishCheckpoint uploads files as the checkpoint of the chain's term at
-// gen (every op up to gen must be in them, and gen must be acknowledged),
-// then creates its manifest. The gate: a successful CAS within the
-// freshness interval, else a LIST of fence/ for a higher term (refused with
-// ErrSuperseded); an unreadable fence publishes anyway, because a
-// checkpoint off the lineage is never used and GC removes it.
-func PublishCheckpoint(ctx context.Context, store *blobstore.Container, chain *fence.Chain, gen int64, files []LocalFile, opts PublishOptions) (Manifest, error) {
+// publish uploads the named files of fsys as the checkpoint of the chain's
+// term at gen, then creates its manifest (PublishCheckpointFS).
+func publish(ctx context.Context, store *blobstore.Container, chain *fence.Chain, gen int64, fsys fs.FS, names []string, opts PublishOptions) (Manifest, error) {
 	o := opts.Options.withDefaults()
 	if opts.Freshness <= 0 {
 		opts.Freshness = 10 * time.Second
@@ -156,9 +152,9 @@ func PublishCheckpoint(ctx context.Context, store *blobstore.Container, chain *f
 	if err := chain.Err(); err != nil {
 		return Manifest{}, err
 	}
-	m := Manifest{Shard: s.shard, Term: term, Gen: gen, NextSeqNo: opts.NextSeqNo, Files: make([]ManifestFile, len(files))}
-	for i, f := range files {
-		m.Files[i].Name = filepath.ToSlash(f.Name)
+	m := Manifest{Shard: s.shard, Term: term, Gen: gen, NextSeqNo: opts.NextSeqNo, Files: make([]ManifestFile, len(names))}
+	for i, name := range names {
+		m.Files[i].Name = name
 	}
 	if err := m.validate(); err != nil {
 		return fail(key, err)
@@ -168,10 +164,10 @@ func PublishCheckpoint(ctx context.Context, store *blobstore.Container, chain *f
 			return fail(key, fmt.Errorf("%w: term %d claimed the shard; this checkpoint would never be used", ErrSuperseded, h))
 		}
 	}
-	err := parallel(ctx, o.Parallelism, len(files), func(ctx context.Context, i int) error {
-		body, err := os.ReadFile(files[i].Path)
+	err := parallel(ctx, o.Parallelism, len(names), func(ctx context.Context, i int) error {
+		body, err := fs.ReadFile(fsys, names[i])
 		if err != nil {
-			return fmt.Errorf("checkpoint file %q: %w", files[i].Name, err)
+			return fmt.Errorf("checkpoint file %q: %w", names[i], err)
 		}
 		m.Files[i].Size, m.Files[i].CRC32C = int64(len(body)), translog.Checksum(body)
 		fk := FilePrefix(term, gen) + m.Files[i].Name
@@ -267,20 +263,25 @@ type HydrateOptions struct {
 	// what only the caller can read in them (a payload that does not
 	// decode, say). An error refuses the checkpoint like a corrupt file:
 	// its files are removed, the reason recorded in Refused, and the next
-	// older candidate tried.
+	// older candidate tried. paths are where the files were put.
 	Accept func(m Manifest, paths []string) error
+	// Into, when set, receives the files instead of Hydrate's dir (a
+	// MemFiles holds them in memory).
+	Into FileSink
 }
 
 // Hydrated is the outcome of Hydrate.
 type Hydrated struct {
 	// Manifest is the checkpoint hydrated; nil when none was usable.
 	Manifest *Manifest
-	// Paths are the local files written, in manifest order.
+	// Paths are where the files were put (local paths under dir, or what
+	// HydrateOptions.Into returned), in manifest order.
 	Paths   []string
 	Refused []Refusal
 }
 
-// Hydrate downloads into dir the newest checkpoint on lin at or below gen,
+// Hydrate downloads into dir (or opts.Into) the newest checkpoint on lin at
+// or below gen,
 // verifying every file's size and checksum. A checkpoint with a missing,
 // short or corrupt file (or a corrupt manifest) is refused, its partial
 // files removed, and the previous lineage checkpoint tried. Store trouble is
@@ -288,6 +289,10 @@ type Hydrated struct {
 // longer replay.
 func Hydrate(ctx context.Context, store *blobstore.Container, shard string, lin Lineage, gen int64, dir string, opts HydrateOptions) (*Hydrated, error) {
 	s := io{store: store, shard: shard, opts: opts.Options.withDefaults()}
+	sink := opts.Into
+	if sink == nil {
+		sink = dirSink(dir)
+	}
 	cands := opts.Candidates
 	if cands == nil {
 		var err error
@@ -311,7 +316,7 @@ func Hydrate(ctx context.Context, store *blobstore.Container, shard string, lin 
 			out.Refused = append(out.Refused, Refusal{Key: key, Reason: err.Error()})
 			continue
 		}
-		paths, reason, err := s.download(ctx, m, dir, opts.Progress)
+		paths, reason, err := s.download(ctx, m, sink, opts.Progress)
 		if err != nil {
 			return nil, wrapErr("Hydrate", shard, key, c.Term, err)
 		}
@@ -324,8 +329,8 @@ func Hydrate(ctx context.Context, store *blobstore.Container, shard string, lin 
 				if ctx.Err() != nil {
 					return nil, wrapErr("Hydrate", shard, key, c.Term, ctx.Err())
 				}
-				for _, p := range paths {
-					_ = os.Remove(p)
+				for _, f := range m.Files {
+					_ = sink.Remove(f.Name)
 				}
 				out.Refused = append(out.Refused, Refusal{Key: key, Reason: "refused by the caller: " + err.Error()})
 				continue
@@ -337,10 +342,10 @@ func Hydrate(ctx context.Context, store *blobstore.Container, shard string, lin 
 	return out, nil
 }
 
-// download fetches m's files into dir in parallel. A definite problem with
-// the checkpoint is returned as a reason (and its files removed); store
-// trouble as an error.
-func (s io) download(ctx context.Context, m Manifest, dir string, progress func(Progress)) ([]string, string, error) {
+// download fetches m's files into sink in parallel. A definite problem
+// with the checkpoint is returned as a reason (and its files removed);
+// store trouble as an error.
+func (s io) download(ctx context.Context, m Manifest, sink FileSink, progress func(Progress)) ([]string, string, error) {
 	paths := make([]string, len(m.Files))
 	var mu sync.Mutex
 	p := Progress{Checkpoint: m.Key(), FilesTotal: len(m.Files), BytesTotal: m.Bytes()}
@@ -369,11 +374,8 @@ func (s io) download(ctx context.Context, m Manifest, dir string, progress func(
 		case translog.Checksum(obj.Body) != f.CRC32C:
 			return bad("checksum %08x, manifest says %08x", translog.Checksum(obj.Body), f.CRC32C)
 		}
-		path := filepath.Join(dir, filepath.FromSlash(f.Name))
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(path, obj.Body, 0o644); err != nil {
+		path, err := sink.WriteFile(f.Name, obj.Body)
+		if err != nil {
 			return err
 		}
 		paths[i] = path
@@ -387,9 +389,9 @@ func (s io) download(ctx context.Context, m Manifest, dir string, progress func(
 		return nil
 	})
 	if errors.Is(err, errBad) {
-		for _, path := range paths {
+		for i, path := range paths {
 			if path != "" {
-				_ = os.Remove(path)
+				_ = sink.Remove(m.Files[i].Name)
 			}
 		}
 		return nil, reason, nil

@@ -6,7 +6,10 @@
 // restore point in its own immutable marker. It also owns what depends on
 // the lineage: checkpoints (published and selected only on it), orphans
 // (every md or checkpoint of a lower term off it), the shard's fencing
-// settings, Inspect and GC.
+// settings, Inspect (and Describe, what `shardfence inspect` shows), GC,
+// and what a term open for writes may read back (History.Ranges).
+// Checkpoints are published from an fs.FS and hydrated into a directory or
+// a FileSink (MemFiles holds them in memory).
 //
 // The decisions are pure over what was read: the order of a seal's steps
 // is a planner (sealplan.go: sealPlan names the lineage term and the

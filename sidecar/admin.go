@@ -2,10 +2,8 @@ package sidecar
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"path"
 	"strings"
 
 	"github.com/shardfence/shardfence/seal"
@@ -49,7 +47,7 @@ func (s *Server) GC(ctx context.Context, name string, dryRun bool) (GCResult, er
 // PublishCheckpoint stores files as the checkpoint of the shard's state up
 // to gen: gen must be acknowledged by this term, or be its restore point.
 // It is refused once a higher term exists.
-func (s *Server) PublishCheckpoint(ctx context.Context, name string, gen int64, files []FileChunk) (string, error) {
+func (s *Server) PublishCheckpoint(ctx context.Context, name string, gen int64, chunks []FileChunk) (string, error) {
 	const op = "PublishCheckpoint"
 	sh, err := s.get(op, name)
 	if err != nil {
@@ -74,68 +72,56 @@ func (s *Server) PublishCheckpoint(ctx context.Context, name string, gen int64, 
 	default:
 		return "", opErr(op, name, fmt.Errorf("%w: generation %d is neither acknowledged by term %d (%d..%d) nor its restore point %d", ErrInvalidArgument, gen, sh.term, sh.startGen, acked, sh.restore.Gen), "checkpoint a generation this term acknowledged")
 	}
-	dir, err := os.MkdirTemp("", "shardfence-checkpoint-")
+	files, err := assembleChunks(chunks)
 	if err != nil {
 		return "", opErr(op, name, err, "")
 	}
-	defer os.RemoveAll(dir)
-	local, err := writeChunks(dir, files)
-	if err != nil {
-		return "", opErr(op, name, err, "")
-	}
-	m, err := seal.PublishCheckpoint(ctx, sh.store, sh.chain, gen, local, seal.PublishOptions{
+	m, err := seal.PublishCheckpointFS(ctx, sh.store, sh.chain, gen, files, seal.PublishOptions{
 		Options: seal.Options{Clock: s.clock}, Freshness: sh.settings.FreshnessInterval, LastCAS: proof, NextSeqNo: next,
 	})
 	if err != nil {
 		return "", opErr(op, name, err, hintFor(err))
 	}
 	sh.mu.Lock()
-	sh.checkpoints = append(sh.checkpoints, [2]int64{gen, next})
+	sh.checkpoints = append(sh.checkpoints, seal.Manifest{Term: m.Term, Gen: m.Gen, NextSeqNo: m.NextSeqNo})
 	sh.mu.Unlock()
-	s.log.Info("checkpoint published", append(sh.logAttrs(), "checkpoint_gen", gen, "files", len(local), "key", m.Key())...)
+	s.log.Info("checkpoint published", append(sh.logAttrs(), "checkpoint_gen", gen, "files", len(m.Files), "key", m.Key())...)
 	return m.Key(), nil
 }
 
-// writeChunks reassembles file chunks under dir. Names are checked like
-// shard ids, segment by segment, so none escapes dir.
-func writeChunks(dir string, chunks []FileChunk) ([]seal.LocalFile, error) {
-	var out []seal.LocalFile
-	open := map[string]*os.File{}
-	size := map[string]int64{}
-	defer func() {
-		for _, f := range open {
-			f.Close()
-		}
-	}()
+// assembleChunks reassembles file chunks in memory. Names are checked like
+// shard ids, segment by segment, so each is a plain relative path; a file's
+// chunks come in order; no name is both a file and a folder of another.
+func assembleChunks(chunks []FileChunk) (*seal.MemFiles, error) {
+	bodies := map[string][]byte{}
 	for _, c := range chunks {
 		for _, seg := range strings.Split(c.Name, "/") {
 			if err := ValidateShardID(seg); err != nil {
 				return nil, fmt.Errorf("%w: checkpoint file name %q: each path segment must be a plain name", ErrInvalidArgument, clip(c.Name))
 			}
 		}
-		f := open[c.Name]
-		if f == nil {
-			path := filepath.Join(dir, filepath.FromSlash(c.Name))
-			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-				return nil, err
-			}
-			var err error
-			if f, err = os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); err != nil {
-				if errors.Is(err, os.ErrExist) {
-					return nil, fmt.Errorf("%w: checkpoint file %q appears twice", ErrInvalidArgument, clip(c.Name))
-				}
-				return nil, err
-			}
-			open[c.Name] = f
-			out = append(out, seal.LocalFile{Name: c.Name, Path: path})
+		body, seen := bodies[c.Name]
+		if c.Offset != int64(len(body)) {
+			return nil, fmt.Errorf("%w: checkpoint file %q: chunk at offset %d, expected %d (send each file's chunks in order)", ErrInvalidArgument, clip(c.Name), c.Offset, len(body))
 		}
-		if c.Offset != size[c.Name] {
-			return nil, fmt.Errorf("%w: checkpoint file %q: chunk at offset %d, expected %d (send each file's chunks in order)", ErrInvalidArgument, clip(c.Name), c.Offset, size[c.Name])
+		if !seen {
+			// The request's own bytes, capped so that a later chunk
+			// appends to a copy.
+			bodies[c.Name] = c.Data[:len(c.Data):len(c.Data)]
+			continue
 		}
-		if _, err := f.Write(c.Data); err != nil {
-			return nil, err
-		}
-		size[c.Name] += int64(len(c.Data))
+		bodies[c.Name] = append(body, c.Data...)
 	}
-	return out, nil
+	files := seal.NewMemFiles()
+	for name, body := range bodies {
+		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
+			if _, ok := bodies[dir]; ok {
+				return nil, fmt.Errorf("%w: checkpoint file %q appears twice, as a file and as a folder of %q", ErrInvalidArgument, clip(dir), clip(name))
+			}
+		}
+		if _, err := files.WriteFile(name, body); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
+	}
+	return files, nil
 }

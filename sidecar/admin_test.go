@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -118,5 +119,34 @@ func TestCheckpointGCAndInspect(t *testing.T) {
 	}
 	if len(ins.Msg.GetFenceKeys()) != 1 || ins.Msg.GetFenceKeys()[0].GetTerm() != 2 {
 		t.Errorf("fence keys after term 2's claim: %v", ins.Msg.GetFenceKeys())
+	}
+}
+
+// A checkpoint's chunks are put together in memory: in order per file,
+// interleaved files allowed, plain names only, no name both a file and a
+// folder.
+func TestAssembleChunks(t *testing.T) {
+	files, err := assembleChunks([]FileChunk{
+		{Name: "a", Data: []byte("12")}, {Name: "d/b", Data: []byte("x")}, {Name: "a", Offset: 2, Data: []byte("3"), Last: true}, {Name: "e", Last: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(files.Names()); got != "[a d/b e]" {
+		t.Fatalf("names %s", got)
+	}
+	if b, _ := files.ReadFile("a"); string(b) != "123" {
+		t.Errorf("a = %q", b)
+	}
+	for _, bad := range [][]FileChunk{
+		{{Name: "../x"}},
+		{{Name: "a//b"}},
+		{{Name: "a", Data: []byte("1")}, {Name: "a", Offset: 2}},
+		{{Name: "a"}, {Name: "a/b"}},
+		{{Name: "a/b/c"}, {Name: "a/b"}},
+	} {
+		if _, err := assembleChunks(bad); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("chunks %+v: %v, want invalid argument", bad, err)
+		}
 	}
 }

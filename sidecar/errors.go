@@ -167,21 +167,7 @@ func connectError(shard string, err error) error {
 	if errors.As(err, &ce) {
 		return err
 	}
-	code := connect.CodeInternal
-	reason := ""
-	switch {
-	case errors.Is(err, context.Canceled):
-		code, reason = connect.CodeCanceled, "canceled"
-	case errors.Is(err, context.DeadlineExceeded):
-		code, reason = connect.CodeDeadlineExceeded, "deadline_exceeded"
-	default:
-		for _, r := range reasons {
-			if errors.Is(err, r.err) {
-				code, reason = r.code, r.name
-				break
-			}
-		}
-	}
+	reason, code := classify(err)
 	out := connect.NewError(code, clippedError{err})
 	d := &sidecarv1.ErrorDetail{Reason: reason, Shard: clip(shard)}
 	var fe *fence.FencedError
@@ -196,4 +182,43 @@ func connectError(shard string, err error) error {
 		out.AddDetail(detail)
 	}
 	return out
+}
+
+// classify is the stable reason and the API code of err: the caller's
+// cancellation or deadline, else the first class of reasons that matches
+// ("" and internal when none does).
+func classify(err error) (string, connect.Code) {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return "canceled", connect.CodeCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline_exceeded", connect.CodeDeadlineExceeded
+	}
+	for _, r := range reasons {
+		if errors.Is(err, r.err) {
+			return r.name, r.code
+		}
+	}
+	return "", connect.CodeInternal
+}
+
+// reasonLabel is the metric label of err: its reason, or internal.
+func reasonLabel(err error) string {
+	if r, _ := classify(err); r != "" {
+		return r
+	}
+	return "internal"
+}
+
+// hintFor says what a caller does next about an error from below.
+func hintFor(err error) string {
+	switch {
+	case errors.Is(err, fence.ErrFenced):
+		return "a successor holds the shard: stop writing here and send appends to the new primary"
+	case errors.Is(err, translog.ErrClosed):
+		return "not acknowledged; open the shard again or use its new primary"
+	case errors.Is(err, ErrNotAvailable):
+		return "use a build with the recovery path"
+	}
+	return ""
 }

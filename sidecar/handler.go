@@ -90,30 +90,22 @@ func settingsFromProto(p *sidecarv1.ShardSettings) (Settings, error) {
 		return s, nil
 	}
 	s.FencingDisabled = p.GetFencingDisabled()
-	switch p.GetMode() {
-	case sidecarv1.FencingMode_FENCING_MODE_UNSPECIFIED:
-		// The sidecar's default decides.
-	case sidecarv1.FencingMode_FENCING_MODE_PER_SYNC:
-		s.Mode = translog.PerSync
-	case sidecarv1.FencingMode_FENCING_MODE_LEASE:
-		s.Mode = translog.Lease
-	default:
-		return s, fmt.Errorf("%w: fencing mode %d", ErrInvalidArgument, p.GetMode())
+	var err error
+	if s.Mode, err = enumFromProto("fencing mode", p.GetMode(), map[sidecarv1.FencingMode]translog.FencingMode{
+		sidecarv1.FencingMode_FENCING_MODE_PER_SYNC: translog.PerSync,
+		sidecarv1.FencingMode_FENCING_MODE_LEASE:    translog.Lease,
+	}); err != nil {
+		return Settings{}, err
 	}
-	switch p.GetAckOrder() {
-	case sidecarv1.AckOrder_ACK_ORDER_UNSPECIFIED:
-		// The sidecar's default decides.
-	case sidecarv1.AckOrder_ACK_ORDER_CONCURRENT:
-		s.AckOrder = translog.Concurrent
-	case sidecarv1.AckOrder_ACK_ORDER_SEQUENCED:
-		s.AckOrder = translog.Sequenced
-	default:
-		return s, fmt.Errorf("%w: ack order %d", ErrInvalidArgument, p.GetAckOrder())
+	if s.AckOrder, err = enumFromProto("ack order", p.GetAckOrder(), map[sidecarv1.AckOrder]translog.AckOrder{
+		sidecarv1.AckOrder_ACK_ORDER_CONCURRENT: translog.Concurrent,
+		sidecarv1.AckOrder_ACK_ORDER_SEQUENCED:  translog.Sequenced,
+	}); err != nil {
+		return Settings{}, err
 	}
 	// Bounds before the unit conversions, so nothing overflows into a
 	// value that means something else (a huge delay turning negative
 	// would disable gathering).
-	var err error
 	bounded := func(what string, v, lo, hi int64) int64 {
 		if err == nil && (v < lo || v > hi) {
 			err = fmt.Errorf("%w: %s %d is outside %d..%d", ErrInvalidArgument, what, v, lo, hi)
@@ -137,6 +129,19 @@ func settingsFromProto(p *sidecarv1.ShardSettings) (Settings, error) {
 		return Settings{}, err
 	}
 	return s, nil
+}
+
+// enumFromProto is the value an API enum names; its zero (unspecified)
+// is the zero value, which leaves the choice to the sidecar's default.
+func enumFromProto[P ~int32, T any](what string, p P, values map[P]T) (v T, err error) {
+	if p == 0 {
+		return v, nil
+	}
+	v, ok := values[p]
+	if !ok {
+		return v, fmt.Errorf("%w: %s %d", ErrInvalidArgument, what, p)
+	}
+	return v, nil
 }
 
 func settingsProto(s Settings) *sidecarv1.ShardSettings {
@@ -176,7 +181,7 @@ func statusProto(st ShardStatus) *sidecarv1.ShardStatus {
 	}
 	return &sidecarv1.ShardStatus{
 		Shard: st.Shard, Term: st.Term, AllocationId: st.Allocation, Owner: st.Owner, Gen: st.Gen, NextSeqNo: st.NextSeqNo,
-		LastCasAgeMs: age, Fenced: st.Fenced, SuccessorTerm: st.SuccessorTerm, State: st.State, Error: st.Err,
+		LastCasAgeMs: age, Fenced: st.Fenced, SuccessorTerm: st.SuccessorTerm, State: st.State.String(), Error: st.Err,
 		Settings: settingsProto(st.Settings), Syncs: st.Stats.Syncs, Ops: st.Stats.Ops, Bytes: st.Stats.Bytes,
 		StoreHealth: st.StoreHealth, LastStoreError: clipN(st.LastStoreError, maxErrorMessage), LastStoreErrorAgeMs: ms(st.LastStoreErrorAge),
 		RetryingMs: st.RetryingFor.Milliseconds(), LastSyncAgeMs: ms(st.LastSyncAge), StoreRetries: st.StoreRetries,

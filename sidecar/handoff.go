@@ -2,21 +2,12 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
-	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/relocation"
-	"github.com/shardfence/shardfence/seal"
-	"github.com/shardfence/shardfence/translog"
 )
-
-// stateHandedOff: the fence key names the relocation target; this sidecar
-// no longer acknowledges the shard.
-const stateHandedOff = "handed_off"
-
-// stateHandingOff: the source is draining and transferring the key.
-const stateHandingOff = "handing_off"
 
 // StartHandoff drains the shard's in-flight syncs, stops its appends and
 // transfers the term's fence key to target. The returned context goes to
@@ -42,10 +33,10 @@ func (s *Server) StartHandoff(ctx context.Context, name, target, targetNode stri
 	sh.mu.Lock()
 	if sh.src == nil {
 		// The options a resumed writer reopens with: the shard's own.
-		sh.src = relocation.NewSource(sh.store, sh.chain, sh.w, sh.settings.writerOptions(openParams{}, 0, 0))
+		sh.src = relocation.NewSource(sh.store, sh.chain, sh.w, sh.settings.WriterOptions())
 	}
 	src := sh.src
-	sh.state, sh.target = stateHandingOff, target
+	sh.state, sh.target = ShardHandingOff, target
 	sh.mu.Unlock()
 	start := time.Now()
 	hc, err := src.Handoff(ctx, target, targetNode)
@@ -58,16 +49,16 @@ func (s *Server) StartHandoff(ctx context.Context, name, target, targetNode stri
 	if err != nil {
 		return nil, opErr(op, name, err, "")
 	}
-	sh.mu.Lock()
-	sh.state, sh.target = stateHandedOff, target
-	sh.mu.Unlock()
+	sh.setState(ShardHandedOff, target)
 	s.log.Info("handed off", append(sh.logAttrs(), "target", target, "target_node", targetNode, "handoff_gen", hc.Gen,
 		"duration_ms", time.Since(start).Milliseconds())...)
 	return b, nil
 }
 
 // AdoptHandoff opens the shard on this sidecar as the target of a handoff:
-// same term, continuing the fence chain at the context's token.
+// same term, continuing the fence chain at the context's token. What the
+// adoption checks and does is the opener's Adopt; the shard takes a slot
+// here only where this sidecar's own term no longer writes.
 func (s *Server) AdoptHandoff(ctx context.Context, raw []byte, req Settings) (ShardStatus, error) {
 	const op = "AdoptHandoff"
 	hc, err := relocation.Unmarshal(raw)
@@ -78,85 +69,40 @@ func (s *Server) AdoptHandoff(ctx context.Context, raw []byte, req Settings) (Sh
 	if err := ValidateShardID(name); err != nil {
 		return ShardStatus{}, opErr(op, name, err, "")
 	}
-	settings := mergeSettings(s.opts.Defaults, req)
-	if err := settings.Validate(); err != nil {
-		return ShardStatus{}, opErr(op, name, err, "")
+	settings, err := s.settingsFor(op, name, req)
+	if err != nil {
+		return ShardStatus{}, err
 	}
 	if settings.FencingDisabled {
 		return ShardStatus{}, opErr(op, name, fmt.Errorf("%w: a handed-off shard stays fenced", ErrInvalidArgument), "")
 	}
-	if s.probeErr != nil {
-		return ShardStatus{}, opErr(op, name, s.probeErr, "use a store that enforces conditional writes")
-	}
-	store, err := s.shardStore(name)
+	store, err := s.storeFor(op, name, settings)
 	if err != nil {
-		return ShardStatus{}, opErr(op, name, fmt.Errorf("%w: %w", ErrInvalidArgument, err), "")
-	}
-	s.mu.Lock()
-	if s.draining {
-		s.mu.Unlock()
-		return ShardStatus{}, opErr(op, name, ErrShuttingDown, "adopt the shard on another sidecar")
-	}
-	if prev := s.shards[name]; prev != nil && prev.status().State != stateHandedOff && prev.status().State != stateFenced {
-		s.mu.Unlock()
-		return ShardStatus{}, opErr(op, name, fmt.Errorf("%w: the shard is %s here at term %d", ErrShardBusy, prev.status().State, prev.term), "close it here first")
+		return ShardStatus{}, err
 	}
 	if err := validateName("target allocation", hc.Target, false); err != nil {
 		return ShardStatus{}, opErr(op, name, err, "")
 	}
-	sh := &shard{name: name, store: store, term: hc.Term, alloc: hc.Target, settings: settings, state: stateOpening, stallAfter: s.opts.StallAfter}
-	prev := s.shards[name]
-	s.shards[name] = sh
-	s.mu.Unlock()
-	undo := func(err error) (ShardStatus, error) {
-		s.mu.Lock()
-		if s.shards[name] == sh {
-			if prev != nil {
-				s.shards[name] = prev
-			} else {
-				delete(s.shards, name)
-			}
+	admit := func(prev *shard) error {
+		if prev == nil {
+			return nil
 		}
-		s.mu.Unlock()
-		return ShardStatus{}, opErr(op, name, err, hintFor(err))
+		if st := prev.status(); !st.State.yieldsToAdopt() {
+			return opErr(op, name, fmt.Errorf("%w: the shard is %s here at term %d", ErrShardBusy, st.State, prev.term), "close it here first")
+		}
+		return nil
 	}
-	// The term continues in the shard's stored fencing mode, not this
-	// sidecar's defaults (relocation.Adopt enforces the same).
-	fencing, err := seal.ShardFencing(ctx, store, name, seal.FencingOf(settings.WriterOptions()), seal.Options{})
-	if err != nil {
-		return undo(err)
-	}
-	settings = settings.withFencing(fencing)
-	sh.mu.Lock()
-	sh.settings = settings
-	sh.mu.Unlock()
-	// The lineage the source's term inherited, read before the chain is
-	// taken: its newest marker must be the handed-off term's.
-	rep, err := seal.Inspect(ctx, store, name, seal.Options{})
-	if err != nil {
-		return undo(err)
-	}
-	if len(rep.Lineage.Chain) == 0 || rep.Lineage.Chain[0].Term != hc.Term {
-		return undo(fmt.Errorf("%w: the shard's newest seal marker is not of handed-off term %d", fence.ErrFenced, hc.Term))
-	}
-	chain, w, err := relocation.Adopt(ctx, store, hc.Target, hc, relocation.AdoptOptions{
-		Node: s.opts.Node, Writer: settings.writerOptions(openParams{}, 0, 0),
+	sh := &shard{name: name, store: store, term: hc.Term, alloc: hc.Target, settings: settings, state: ShardOpening, stallAfter: s.opts.StallAfter}
+	_, err = s.openIn(ctx, op, sh, admit, func() (*opened, error) {
+		return s.opener.Adopt(ctx, store, hc, openParams{Shard: name, Term: hc.Term, Allocation: hc.Target, Node: s.opts.Node, Settings: settings})
 	})
 	if err != nil {
-		return undo(err)
-	}
-	lin := rep.Lineage
-	sh.chain, sh.startGen = chain, hc.Gen+1
-	sh.restore = RestorePoint{Term: hc.Term, Gen: hc.Gen, NextSeqNo: hc.NextSeqNo}
-	if hc.Gen > 0 {
-		sh.lineage = func(ctx context.Context, fn func(translog.Batch) error) error {
-			return readLineage(ctx, store, name, lin, hc.Gen, fn)
+		var e *Error
+		if errors.As(err, &e) {
+			return ShardStatus{}, err
 		}
+		return ShardStatus{}, opErr(op, name, err, hintFor(err))
 	}
-	sh.opened = time.Now()
-	sh.mu.Lock()
-	sh.w, sh.ackedGen, sh.nextSeq, sh.state = w, hc.Gen, hc.NextSeqNo, stateOpen
-	sh.mu.Unlock()
 	s.log.Info("shard adopted", append(sh.logAttrs(), "source", hc.Source)...)
 	return sh.status(), nil
 }
@@ -174,9 +120,7 @@ func (s *Server) AbortHandoff(ctx context.Context, raw []byte) (bool, error) {
 	if err := ValidateShardID(name); err != nil {
 		return false, opErr(op, name, err, "")
 	}
-	s.mu.Lock()
-	sh := s.shards[name]
-	s.mu.Unlock()
+	sh := s.reg.lookup(name)
 	if sh == nil || sh.alloc != hc.Source || sh.term != hc.Term {
 		return false, opErr(op, name, ErrShardNotOpen, fmt.Sprintf("abort on the source: the sidecar of allocation %q at term %d", hc.Source, hc.Term))
 	}
@@ -190,12 +134,12 @@ func (s *Server) AbortHandoff(ctx context.Context, raw []byte) (bool, error) {
 	if err != nil {
 		return false, opErr(op, name, err, "retry AbortHandoff")
 	}
-	sh.mu.Lock()
 	resumed := outcome == relocation.Resumed
 	if resumed {
-		sh.w, sh.state, sh.target = src.Writer(), stateOpen, ""
+		sh.mu.Lock()
+		sh.w, sh.state, sh.target = src.Writer(), ShardOpen, ""
+		sh.mu.Unlock()
 	}
-	sh.mu.Unlock()
 	s.log.Info("handoff aborted", append(sh.logAttrs(), "outcome", outcome.String())...)
 	return resumed, nil
 }

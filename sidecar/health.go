@@ -82,7 +82,7 @@ func (s *Server) watchHealth(ctx context.Context) {
 		case <-s.stopped:
 			return
 		case now := <-t.C:
-			for _, sh := range s.snapshot() {
+			for _, sh := range s.reg.all() {
 				s.logHealth(sh, now)
 			}
 		}
@@ -195,10 +195,10 @@ func storeFault(ctx context.Context, w *translog.Writer, err error) error {
 
 // ShardReadiness is one shard's part of /readyz.
 type ShardReadiness struct {
-	Shard       string `json:"shard"`
-	Term        int64  `json:"term"`
-	State       string `json:"state"`
-	StoreHealth string `json:"store_health"`
+	Shard       string     `json:"shard"`
+	Term        int64      `json:"term"`
+	State       ShardState `json:"state"`
+	StoreHealth string     `json:"store_health"`
 	// LastStoreError is the last store error a sync retried, if any.
 	LastStoreError string `json:"last_store_error,omitempty"`
 	RetryingMs     int64  `json:"retrying_ms"`
@@ -225,8 +225,8 @@ func readinessOf(st ShardStatus) ShardReadiness {
 		r.LastSyncAgeMs = st.LastSyncAge.Milliseconds()
 	}
 	switch {
-	case st.State != stateOpen:
-		r.Ready, r.Reason = false, "shard is "+st.State
+	case st.State != ShardOpen:
+		r.Ready, r.Reason = false, "shard is "+st.State.String()
 	case st.StoreHealth == HealthStalled:
 		r.Ready, r.Reason = false, fmt.Sprintf("stalled: syncs have failed on the store for %v: %s", st.RetryingFor.Round(time.Millisecond), r.LastStoreError)
 	}

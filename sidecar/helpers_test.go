@@ -14,6 +14,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/relocation"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -55,6 +56,12 @@ func (freshOpener) Open(ctx context.Context, store *blobstore.Container, p openP
 		return nil, err
 	}
 	return &opened{Writer: w, Chain: chain, StartGen: 1, Fencing: seal.FencingOf(p.Settings.writerOptions(p, 1, 0))}, nil
+}
+
+// Adopt is the relocation path's; a handoff is tested on the production
+// opener.
+func (freshOpener) Adopt(context.Context, *blobstore.Container, relocation.HandoffContext, openParams) (*opened, error) {
+	return nil, fmt.Errorf("%w: test opener: adopting is the relocation path's job", ErrNotAvailable)
 }
 
 type env struct {

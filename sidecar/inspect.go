@@ -7,14 +7,14 @@ import (
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
 
 // Inspect reads a shard's fence keys and translog layout straight from
 // root (the store all shards live under), without opening the shard. It
-// writes nothing, so it is safe next to a live primary.
+// writes nothing, so it is safe next to a live primary. What it reports is
+// seal.Describe's; this is its rendering for the API.
 func Inspect(ctx context.Context, root *blobstore.Container, shard string) (*sidecarv1.InspectResponse, error) {
 	const op = "Inspect"
 	if err := ValidateShardID(shard); err != nil {
@@ -24,77 +24,56 @@ func Inspect(ctx context.Context, root *blobstore.Container, shard string) (*sid
 	if err != nil {
 		return nil, opErr(op, shard, fmt.Errorf("%w: %w", ErrInvalidArgument, err), "")
 	}
+	d, err := seal.Describe(ctx, store, shard, seal.Options{})
+	if err != nil {
+		return nil, opErr(op, shard, err, "check that the store is reachable")
+	}
 	out := &sidecarv1.InspectResponse{Shard: shard}
 	// The stored fencing first: it says what every term runs and how long
 	// a successor waits.
-	f, rw, found, err := seal.ReadFencing(ctx, store, shard, seal.Options{})
-	switch {
-	case err != nil:
-		out.Lines = append(out.Lines, fmt.Sprintf("settings: %v", err))
-	case !found:
-		out.Lines = append(out.Lines, "settings: none stored (no open created them yet)")
-	default:
-		out.StoredSettings = fencingProto(f)
-		out.Lines = append(out.Lines, "settings: fencing "+f.String()+" ("+seal.FencingKey+")")
-		if f.Mode == translog.Lease && (f.LeaseInterval < seal.MinLeaseInterval || f.LeaseInterval > seal.MaxLeaseInterval) {
-			out.Lines = append(out.Lines, fmt.Sprintf("settings: the stored lease %v is outside %v..%v: no term opens until `shardfence settings` rewrites it", f.LeaseInterval, seal.MinLeaseInterval, seal.MaxLeaseInterval))
-		}
-		if rw != nil {
-			out.SettingsRewrite = rw.String()
-			out.Lines = append(out.Lines, "settings: rewrite in progress "+rw.String()+"; no term opens until it finishes (run `shardfence settings` again)")
+	out.Lines = settingsLines(d.Settings)
+	if st := d.Settings; st.Found {
+		out.StoredSettings = fencingProto(st.Fencing)
+		if st.Rewrite != nil {
+			out.SettingsRewrite = st.Rewrite.String()
 		}
 	}
-	keys, err := blobstore.ListAll(ctx, store, fence.KeyPrefix)
-	if err != nil {
-		return nil, opErr(op, shard, err, "check that the store is reachable")
-	}
-	for _, a := range keys {
-		fk := &sidecarv1.FenceKey{Key: a.Key}
-		fk.Term, _ = fence.ParseKey(a.Key)
-		obj, err := store.Get(ctx, a.Key)
-		if err == nil {
-			var rec fence.Record
-			if rec, err = fence.DecodeRecord(shard, a.Key, obj.Body); err == nil {
-				fk.Owner, fk.Seq, fk.Gen = rec.Allocation, rec.Seq, rec.Gen
-			}
+	for _, fk := range d.Fence {
+		p := &sidecarv1.FenceKey{Key: fk.Key, Term: fk.Term, Error: fk.Err}
+		if fk.Err == "" {
+			p.Owner, p.Seq, p.Gen = fk.Record.Allocation, fk.Record.Seq, fk.Record.Gen
 		}
-		if err != nil {
-			fk.Error = err.Error()
+		out.FenceKeys = append(out.FenceKeys, p)
+	}
+	for _, key := range d.Unexpected {
+		out.Lines = append(out.Lines, fmt.Sprintf("unexpected key %q under %s", key, translog.MDPrefix))
+	}
+	for _, tl := range d.Translog {
+		out.Translog = append(out.Translog, &sidecarv1.TermGens{Term: tl.Term, FirstGen: tl.FirstGen, LastGen: tl.LastGen, Count: tl.Count, Poisoned: tl.Poisoned})
+		if tl.Err != "" {
+			out.Lines = append(out.Lines, fmt.Sprintf("term %d generation %d: %s", tl.Term, tl.LastGen, tl.Err))
 		}
-		out.FenceKeys = append(out.FenceKeys, fk)
 	}
-	mds, err := blobstore.ListAll(ctx, store, translog.MDPrefix)
-	if err != nil {
-		return nil, opErr(op, shard, err, "check that the store is reachable")
-	}
-	var cur *sidecarv1.TermGens
-	// Inverted names list the newest term first, its newest generation
-	// first.
-	for _, a := range mds {
-		term, gen, ok := translog.ParseMDKey(a.Key)
-		if !ok {
-			out.Lines = append(out.Lines, fmt.Sprintf("unexpected key %q under %s", a.Key, translog.MDPrefix))
-			continue
-		}
-		if cur == nil || cur.Term != term {
-			cur = &sidecarv1.TermGens{Term: term, LastGen: gen}
-			out.Translog = append(out.Translog, cur)
-			// A poison, if any, is the newest generation of its term.
-			if md, err := translog.NewReader(store, shard).ReadMD(ctx, term, gen); err != nil {
-				out.Lines = append(out.Lines, fmt.Sprintf("term %d generation %d: %v", term, gen, err))
-			} else if md.Kind == translog.KindPoison {
-				cur.Poisoned = append(cur.Poisoned, gen)
-			}
-		}
-		cur.FirstGen = gen
-		cur.Count++
-	}
-	rep, err := seal.Inspect(ctx, store, shard, seal.Options{})
-	if err != nil {
-		return nil, opErr(op, shard, err, "check that the store is reachable")
-	}
-	out.Lines = append(out.Lines, reportLines(rep)...)
+	out.Lines = append(out.Lines, reportLines(d.Report)...)
 	return out, nil
+}
+
+// settingsLines is the stored fencing, one fact per line.
+func settingsLines(st seal.StoredSettings) []string {
+	switch {
+	case st.Err != nil:
+		return []string{fmt.Sprintf("settings: %v", st.Err)}
+	case !st.Found:
+		return []string{"settings: none stored (no open created them yet)"}
+	}
+	l := []string{"settings: fencing " + st.Fencing.String() + " (" + seal.FencingKey + ")"}
+	if st.OutOfRange != nil {
+		l = append(l, fmt.Sprintf("settings: the stored lease %v is outside %v..%v: no term opens until `shardfence settings` rewrites it", st.Fencing.LeaseInterval, seal.MinLeaseInterval, seal.MaxLeaseInterval))
+	}
+	if st.Rewrite != nil {
+		l = append(l, "settings: rewrite in progress "+st.Rewrite.String()+"; no term opens until it finishes (run `shardfence settings` again)")
+	}
+	return l
 }
 
 // fencingProto is the stored fencing in the API's settings message (the

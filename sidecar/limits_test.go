@@ -435,7 +435,7 @@ func TestSlowBodyIsCutOffButALongAppendIsNot(t *testing.T) {
 // instead of more memory; once the first returns, calls go through again.
 func TestConcurrentRequestBytesAreCapped(t *testing.T) {
 	store := faulty.New(mem.New(), 1)
-	e := newEnvOn(t, store.Container, Options{Limits: Limits{MaxRequestBytes: 1 << 20, MaxConcurrentRequestBytes: 1 << 20, BodyReadTimeout: 300 * time.Millisecond}}, HandlerOptions{})
+	e := newEnvOn(t, store.Container, Options{Limits: Limits{MaxRequestBytes: 1 << 20, MaxConcurrentRequestBytes: 1 << 20, BodyReadTimeout: 2 * time.Second}}, HandlerOptions{})
 	openShard(t, e.client, "s", 1, "a")
 	release := make(chan struct{})
 	held := make(chan struct{}, 1)
@@ -455,7 +455,14 @@ func TestConcurrentRequestBytesAreCapped(t *testing.T) {
 		_, err := appendOps(context.Background(), e.client, "s", big)
 		first <- err
 	}()
-	<-held
+	// The first append holds its bytes until its md create is released;
+	// should it fail before it gets there (its body late on a loaded
+	// machine), say so rather than wait for ever.
+	select {
+	case <-held:
+	case err := <-first:
+		t.Fatalf("the first append ended before it reached the store: %v", err)
+	}
 	_, err := appendOps(t.Context(), e.client, "s", big)
 	if err == nil || !strings.Contains(err.Error(), "sidecar busy") {
 		t.Errorf("a second large append while the first holds the cap: %v, want sidecar busy", err)

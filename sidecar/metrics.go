@@ -88,8 +88,8 @@ func (c *writerCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *writerCollector) Collect(ch chan<- prometheus.Metric) {
-	states := map[string]int{}
-	for _, sh := range c.s.snapshot() {
+	states := map[ShardState]int{}
+	for _, sh := range c.s.reg.all() {
 		st := sh.status()
 		states[st.State]++
 		w := sh.writer()
@@ -119,6 +119,6 @@ func (c *writerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(stalledDesc, prometheus.GaugeValue, stalled, sh.name)
 	}
 	for st, n := range states {
-		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(n), st)
+		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(n), st.String())
 	}
 }

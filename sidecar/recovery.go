@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/recovery"
+	"github.com/shardfence/shardfence/relocation"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -21,22 +21,17 @@ const fileChunk = 1 << 20
 
 // recoveryOpener opens shards through the protocol's recovery path: claim,
 // lease wait, seal, hydrate, replay, open the writer.
-type recoveryOpener struct {
-	// tmpDir is where checkpoints are hydrated before they are streamed;
-	// empty means the system's temporary folder.
-	tmpDir string
-}
+type recoveryOpener struct{}
 
-func (r recoveryOpener) Open(ctx context.Context, store *blobstore.Container, p openParams, events func(openEvent) error) (*opened, error) {
+func (recoveryOpener) Open(ctx context.Context, store *blobstore.Container, p openParams, events func(openEvent) error) (*opened, error) {
 	if err := events(openEvent{Progress: &Progress{Step: "claim"}}); err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(r.tmpDir, "shardfence-hydrate-")
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint folder: %w", err)
-	}
-	defer os.RemoveAll(dir)
-
+	// The checkpoint is held in memory until it is streamed: it was
+	// published through this API, one request of at most
+	// --max-request-bytes, and hydration held its files in memory anyway
+	// (a store read returns a whole object).
+	files := seal.NewMemFiles()
 	var (
 		mu        sync.Mutex
 		eventErr  error
@@ -49,12 +44,12 @@ func (r recoveryOpener) Open(ctx context.Context, store *blobstore.Container, p 
 			return nil
 		}
 		filesSent = true
-		return streamFiles(dir, events)
+		return streamFiles(files, events)
 	}
 	wo := p.Settings.writerOptions(p, 0, 0)
 	opts := recovery.Options{
-		Node: p.Node,
-		Dir:  dir,
+		Node:  p.Node,
+		Files: files,
 		Apply: func(_ context.Context, b translog.Batch) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -96,78 +91,77 @@ func (r recoveryOpener) Open(ctx context.Context, store *blobstore.Container, p 
 	rp := sh.Restore()
 	o := &opened{
 		Writer: sh.Writer, Chain: sh.Chain, StartGen: rp.Gen + 1, Fencing: sh.Fencing,
-		Restore: RestorePoint{Term: rp.Term, Gen: rp.Gen, NextSeqNo: sh.NextSeqNo},
+		Restore: RestorePoint{Term: rp.Term, Gen: rp.Gen, NextSeqNo: sh.NextSeqNo}, Lineage: sh.Seal.Lineage,
 	}
 	if sh.Checkpoint != nil {
 		o.Restore.CheckpointGen = sh.Checkpoint.Gen
 	}
-	if rp.Gen > 0 {
-		lin := sh.Seal.Lineage
-		o.ReadLineage = func(ctx context.Context, fn func(translog.Batch) error) error {
-			return readLineage(ctx, store, p.Shard, lin, rp.Gen, fn)
-		}
-	}
 	return o, nil
 }
 
-// readLineage reads generations of lin up to gen, oldest first. Below the
-// lineage's base the translog may be collected; a read from there fails
-// with seal.ErrLineageTruncated.
-func readLineage(ctx context.Context, store *blobstore.Container, shard string, lin seal.Lineage, gen int64, fn func(translog.Batch) error) error {
-	if base := lin.Base(); base > 0 {
-		return fmt.Errorf("%w: generations 1..%d are only in checkpoints now; read from a later sequence number", seal.ErrLineageTruncated, base)
+// Adopt takes the shard over from a handoff's source: the writer runs the
+// shard's stored fencing (relocation.Adopt enforces it too), and the
+// newest seal marker must be the handed-off term's, whose lineage the
+// target then reads up to hc.Gen. That lineage is read before the chain is
+// taken.
+func (recoveryOpener) Adopt(ctx context.Context, store *blobstore.Container, hc relocation.HandoffContext, p openParams) (*opened, error) {
+	fencing, err := seal.ShardFencing(ctx, store, p.Shard, seal.FencingOf(p.Settings.WriterOptions()), seal.Options{})
+	if err != nil {
+		return nil, err
 	}
-	r := translog.NewReader(store, shard)
-	for _, rg := range lin.Ranges {
-		to := min(rg.To, gen)
-		if to < rg.From {
-			continue
-		}
-		if err := r.Iterate(ctx, rg.Term, rg.From, to, fn); err != nil {
+	rep, err := seal.Inspect(ctx, store, p.Shard, seal.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if len(rep.Lineage.Chain) == 0 || rep.Lineage.Chain[0].Term != hc.Term {
+		return nil, fmt.Errorf("%w: the shard's newest seal marker is not of handed-off term %d", fence.ErrFenced, hc.Term)
+	}
+	chain, w, err := relocation.Adopt(ctx, store, p.Allocation, hc, relocation.AdoptOptions{
+		Node: p.Node, Writer: p.Settings.withFencing(fencing).WriterOptions(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &opened{
+		Writer: w, Chain: chain, StartGen: hc.Gen + 1, Fencing: fencing, Lineage: rep.Lineage,
+		Restore: RestorePoint{Term: hc.Term, Gen: hc.Gen, NextSeqNo: hc.NextSeqNo},
+	}, nil
+}
+
+// streamFiles sends the hydrated checkpoint's files, in name order, each
+// dropped once sent.
+func streamFiles(files *seal.MemFiles, events func(openEvent) error) error {
+	for _, name := range files.Names() {
+		if err := streamFile(files, name, events); err != nil {
 			return err
 		}
+		_ = files.Remove(name)
 	}
 	return nil
 }
 
-// streamFiles sends the files under dir, in name order, in chunks.
-func streamFiles(dir string, events func(openEvent) error) error {
-	var names []string
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			names = append(names, path)
-		}
-		return err
-	})
+// streamFile sends the file name of fsys in chunks of at most fileChunk
+// bytes; the last chunk says so (an empty file is one empty chunk).
+func streamFile(fsys fs.FS, name string, events func(openEvent) error) error {
+	f, err := fsys.Open(name)
 	if err != nil {
-		return fmt.Errorf("checkpoint folder: %w", err)
+		return fmt.Errorf("checkpoint file: %w", err)
 	}
+	defer f.Close()
 	buf := make([]byte, fileChunk)
-	for _, path := range names {
-		rel, _ := filepath.Rel(dir, path)
-		f, err := os.Open(path)
-		if err != nil {
-			return fmt.Errorf("checkpoint file: %w", err)
+	for off := int64(0); ; {
+		n, err := io.ReadFull(f, buf)
+		last := err == io.EOF || err == io.ErrUnexpectedEOF
+		if err != nil && !last {
+			return fmt.Errorf("checkpoint file %s: %w", name, err)
 		}
-		off := int64(0)
-		for {
-			n, rerr := io.ReadFull(f, buf)
-			last := rerr == io.EOF || rerr == io.ErrUnexpectedEOF
-			if rerr != nil && !last {
-				f.Close()
-				return fmt.Errorf("checkpoint file %s: %w", rel, rerr)
-			}
-			chunk := &FileChunk{Name: filepath.ToSlash(rel), Offset: off, Data: append([]byte(nil), buf[:n]...), Last: last}
-			if err := events(openEvent{File: chunk}); err != nil {
-				f.Close()
-				return err
-			}
-			off += int64(n)
-			if last {
-				break
-			}
+		chunk := &FileChunk{Name: name, Offset: off, Data: append([]byte(nil), buf[:n]...), Last: last}
+		if err := events(openEvent{File: chunk}); err != nil {
+			return err
 		}
-		f.Close()
+		if last {
+			return nil
+		}
+		off += int64(n)
 	}
-	return nil
 }

@@ -20,7 +20,14 @@ import (
 // process would.
 func sidecarOn(t *testing.T, store *blobstore.Container) sidecarv1connect.SidecarServiceClient {
 	t.Helper()
-	srv, err := New(t.Context(), store, Options{})
+	_, c := serveOn(t, store, Options{})
+	return c
+}
+
+// serveOn is sidecarOn with options, returning the server too.
+func serveOn(t *testing.T, store *blobstore.Container, opts Options) (*Server, sidecarv1connect.SidecarServiceClient) {
+	t.Helper()
+	srv, err := New(t.Context(), store, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +36,7 @@ func sidecarOn(t *testing.T, store *blobstore.Container) sidecarv1connect.Sideca
 		_ = srv.Shutdown(context.Background())
 		hs.Close()
 	})
-	return sidecarv1connect.NewSidecarServiceClient(http.DefaultClient, hs.URL)
+	return srv, sidecarv1connect.NewSidecarServiceClient(http.DefaultClient, hs.URL)
 }
 
 // A successor opens the shard while the incumbent's clients keep

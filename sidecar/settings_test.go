@@ -1,16 +1,12 @@
 package sidecar
 
 import (
-	"context"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
-	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -20,16 +16,7 @@ import (
 // (Open waits out a lease-mode predecessor's lease plus a margin, so the
 // lease is short.)
 func TestSettingsAreFixedAtOpen(t *testing.T) {
-	srv, err := New(t.Context(), mem.New(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler(HandlerOptions{}))
-	t.Cleanup(func() {
-		_ = srv.Shutdown(context.Background())
-		hs.Close()
-	})
-	c := sidecarv1connect.NewSidecarServiceClient(http.DefaultClient, hs.URL)
+	srv, c := serveOn(t, mem.New(), Options{})
 	lease := &sidecarv1.ShardSettings{Mode: sidecarv1.FencingMode_FENCING_MODE_LEASE, LeaseIntervalMs: 2000, AckOrder: sidecarv1.AckOrder_ACK_ORDER_SEQUENCED}
 	st, err := c.Open(t.Context(), connect.NewRequest(&sidecarv1.OpenRequest{Shard: "l", Term: 1, AllocationId: "a", Settings: lease}))
 	if err != nil {

@@ -112,7 +112,7 @@ func TestOpenAppendReadStatusClose(t *testing.T) {
 	if len(steps) == 0 || steps[len(steps)-1] != "open" {
 		t.Errorf("open progress steps %v, want them to end with open", steps)
 	}
-	if got := opened.GetStatus(); got.GetTerm() != 3 || got.GetAllocationId() != "alloc-a" || got.GetOwner() != "alloc-a" || got.GetState() != stateOpen {
+	if got := opened.GetStatus(); got.GetTerm() != 3 || got.GetAllocationId() != "alloc-a" || got.GetOwner() != "alloc-a" || got.GetState() != ShardOpen.String() {
 		t.Fatalf("opened status = %v", got)
 	}
 	var want []string
@@ -227,7 +227,7 @@ func TestFencedAppendNamesSuccessorTerm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := st.Msg.GetStatus(); !s.GetFenced() || s.GetSuccessorTerm() != 2 || s.GetState() != stateFenced {
+	if s := st.Msg.GetStatus(); !s.GetFenced() || s.GetSuccessorTerm() != 2 || s.GetState() != ShardFenced.String() {
 		t.Fatalf("status after fencing = %v", s)
 	}
 	if n := counterValue(t, e, FencedMetric, nil); n != 1 {

@@ -1,0 +1,239 @@
+package sidecar
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/relocation"
+	"github.com/shardfence/shardfence/seal"
+	"github.com/shardfence/shardfence/translog"
+)
+
+// shard is one shard open (or opening) on this sidecar. The fields above
+// mu are set by install, under mu, before the shard leaves ShardOpening,
+// and do not change after.
+type shard struct {
+	name     string
+	store    *blobstore.Container
+	term     int64
+	alloc    string
+	settings Settings
+	chain    *fence.Chain
+	restore  RestorePoint
+	startGen int64
+	lineage  seal.Lineage
+	// stallAfter is the server's Options.StallAfter.
+	stallAfter time.Duration
+
+	mu       sync.Mutex
+	w        *translog.Writer // replaced when an aborted handoff resumes
+	src      *relocation.Source
+	target   string // allocation the shard was handed off to
+	state    ShardState
+	ackedGen int64 // last generation whose ops were acknowledged
+	nextSeq  int64 // sequence number after the last acknowledged op
+	casSeq   int64 // writer's CAS count seen at the last acknowledgement
+	lastCAS  time.Time
+	// proof is a steady time no later than when the last successful fence
+	// CAS was sent: the start of the Append whose ack first saw it.
+	proof seal.Proof
+	// checkpoints are the checkpoints published here (without their
+	// files): a Read from at or after one starts after its generation,
+	// which GC may have collected below.
+	checkpoints []seal.Manifest
+	fenceErr    error
+	// healthLogged is the store health last logged, at healthLoggedAt.
+	healthLogged   string
+	healthLoggedAt time.Time
+}
+
+// install makes sh the shard the lifecycle opened: its writer, chain,
+// restore point and lineage, the settings with the shard's stored
+// fencing, and state open.
+func (sh *shard) install(o *opened) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.chain, sh.restore, sh.startGen, sh.lineage = o.Chain, o.Restore, o.StartGen, o.Lineage
+	sh.w = o.Writer
+	sh.settings = sh.settings.withFencing(o.Fencing)
+	sh.ackedGen, sh.nextSeq = o.Restore.Gen, o.Restore.NextSeqNo
+	sh.state = ShardOpen
+}
+
+// lifecycle returns the shard's lifecycle state and its handoff target.
+func (sh *shard) lifecycle() (ShardState, string) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.state, sh.target
+}
+
+// setState moves the shard to state, naming the handoff target.
+func (sh *shard) setState(state ShardState, target string) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.state, sh.target = state, target
+}
+
+// ShardStatus is what Status reports of a shard.
+type ShardStatus struct {
+	Shard         string
+	Term          int64
+	Allocation    string
+	Owner         string
+	Gen           int64
+	NextSeqNo     int64
+	LastCASAge    time.Duration // -1 when no CAS was seen yet
+	Fenced        bool
+	SuccessorTerm int64
+	State         ShardState
+	Err           string
+	Settings      Settings
+	Stats         translog.Stats
+	Restore       RestorePoint
+
+	// StoreHealth is HealthOK, HealthRetrying or HealthStalled.
+	StoreHealth string
+	// LastStoreError is the last store error a sync retried ("" if none),
+	// LastStoreErrorAge how long ago (-1 if none).
+	LastStoreError    string
+	LastStoreErrorAge time.Duration
+	// RetryingFor is how long syncs have been retrying store errors.
+	RetryingFor time.Duration
+	// LastSyncAge is the time since the last acknowledged sync; -1 before
+	// the first.
+	LastSyncAge  time.Duration
+	StoreRetries int64
+}
+
+func (sh *shard) status() ShardStatus {
+	sh.mu.Lock()
+	st := ShardStatus{
+		Shard: sh.name, Term: sh.term, Allocation: sh.alloc, Gen: sh.ackedGen, NextSeqNo: sh.nextSeq,
+		LastCASAge: -1, State: sh.state, Settings: sh.settings, Restore: sh.restore,
+		StoreHealth: HealthOK, LastStoreErrorAge: -1, LastSyncAge: -1,
+	}
+	if !sh.lastCAS.IsZero() {
+		st.LastCASAge = time.Since(sh.lastCAS)
+	}
+	fenceErr, chain, w := sh.fenceErr, sh.chain, sh.w
+	sh.mu.Unlock()
+	if chain != nil {
+		st.Owner = chain.State().Record.Allocation
+	} else if w != nil {
+		st.Owner = sh.alloc
+	}
+	if w != nil {
+		st.Stats = w.Stats()
+		fillHealth(&st, w.StoreHealth(), sh.stallAfter, time.Now())
+		if err := w.Err(); err != nil && fenceErr == nil && st.State == ShardOpen {
+			fenceErr = err
+		}
+	}
+	if fenceErr != nil {
+		st.Err = fenceErr.Error()
+		if errors.Is(fenceErr, fence.ErrFenced) {
+			st.Fenced = true
+			st.SuccessorTerm, _ = fence.SuccessorTerm(fenceErr)
+			if st.State == ShardOpen {
+				st.State = ShardFenced
+			}
+		} else if st.State == ShardOpen {
+			st.State = ShardFailed
+		}
+	}
+	return st
+}
+
+// history is what Read may read of the shard: the lineage it inherited,
+// then its own generations up to the last acknowledged one.
+func (sh *shard) history() seal.History {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return seal.History{
+		Lineage: sh.lineage, RestoreGen: sh.restore.Gen, RestoreNextSeqNo: sh.restore.NextSeqNo,
+		Term: sh.term, StartGen: sh.startGen, AckedGen: sh.ackedGen, Checkpoints: sh.checkpoints,
+	}
+}
+
+func (sh *shard) writer() *translog.Writer {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.w
+}
+
+func (sh *shard) writerOrNil() *translog.Writer {
+	if sh == nil {
+		return nil
+	}
+	return sh.writer()
+}
+
+// acked records an acknowledgement: acks come in generation order, so the
+// highest acked generation says every lower one of the term is durable.
+func (sh *shard) acked(ack translog.Ack, sentBy int64) {
+	// The writer's CAS count, not the chain's state: the chain holds its
+	// lock across the next CAS round trip, and waiting for it here would
+	// hold every ack back by one sync.
+	var cas int64
+	sh.mu.Lock()
+	w, fenced := sh.w, sh.chain != nil
+	sh.mu.Unlock()
+	if fenced && w != nil {
+		cas = w.Stats().CASWrites
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.ackedGen = max(sh.ackedGen, ack.Gen)
+	sh.nextSeq = max(sh.nextSeq, ack.FirstSeqNo+int64(ack.Count))
+	if cas > sh.casSeq || sh.lastCAS.IsZero() {
+		sh.casSeq = cas
+		sh.lastCAS = time.Now()
+		// In lease mode an ack may come without a CAS, so only per-sync
+		// acks prove a CAS sent after the append began.
+		if cas > 0 && sh.settings.Mode == translog.PerSync && (!sh.proof.Valid || sentBy > sh.proof.At) {
+			sh.proof = seal.Proof{At: sentBy, Valid: true}
+		}
+	}
+}
+
+// failed records a writer failure once; it reports whether this call was
+// the first to see it.
+func (sh *shard) failed(err error) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.fenceErr != nil {
+		return false
+	}
+	sh.fenceErr = err
+	return true
+}
+
+func (sh *shard) logAttrs() []any {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return []any{"shard", sh.name, "term", sh.term, "allocation", sh.alloc, "gen", sh.ackedGen}
+}
+
+// Status reports the shard's term, owner, generation and fencing state.
+func (s *Server) Status(name string) (ShardStatus, error) {
+	if err := ValidateShardID(name); err != nil {
+		return ShardStatus{}, opErr("Status", name, err, "")
+	}
+	sh := s.reg.lookup(name)
+	if sh == nil {
+		return ShardStatus{}, opErr("Status", name, ErrShardNotOpen, "open it first with Open(shard, term, allocation)")
+	}
+	return sh.status(), nil
+}
+
+// Shards lists the status of every shard on this sidecar.
+func (s *Server) Shards() []ShardStatus {
+	var out []ShardStatus
+	for _, sh := range s.reg.all() {
+		out = append(out, sh.status())
+	}
+	return out
+}
