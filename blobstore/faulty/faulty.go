@@ -172,7 +172,7 @@ type Container struct {
 
 	pending []pendingCall // LandLater requests, in arrival order; under mu
 
-	ignorePre atomic.Bool
+	ignorePre atomic.Uint32 // an OpSet of conditional ops served unconditionally
 	hooks     atomic.Pointer[Hooks]
 	seq       atomic.Uint64
 	requests  [blobstore.NumOps]atomic.Int64
@@ -254,7 +254,20 @@ func (c *Container) Fired(id RuleID) int {
 // conditional write: CreateIfAbsent overwrites, CompareAndSwap ignores the
 // token (and creates missing keys), DeleteIfMatch deletes. Capabilities still
 // claim enforcement, as a misconfigured S3-compatible store would.
-func (c *Container) SetIgnorePreconditions(on bool) { c.ignorePre.Store(on) }
+func (c *Container) SetIgnorePreconditions(on bool) {
+	if on {
+		c.IgnorePreconditionsOf(Conditional)
+	} else {
+		c.IgnorePreconditionsOf(0)
+	}
+}
+
+// IgnorePreconditionsOf breaks only some conditional writes, as a driver
+// that forgets one header would: with Ops(OpCompareAndSwap) every CAS is
+// sent without If-Match (a plain PUT), with Ops(OpCreateIfAbsent) every
+// create without If-None-Match. The empty set (0) turns it off; unlike a
+// rule's, it does not mean every op.
+func (c *Container) IgnorePreconditionsOf(ops OpSet) { c.ignorePre.Store(uint32(ops & Conditional)) }
 
 // SetHooks installs h for every later request; the zero Hooks removes them.
 func (c *Container) SetHooks(h Hooks) {
@@ -415,7 +428,7 @@ func (c *Container) intercept(ctx context.Context, call blobstore.Call, next blo
 // apply performs a call on the store, honouring SetIgnorePreconditions;
 // shared by live and held requests.
 func (c *Container) apply(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
-	if c.ignorePre.Load() && call.Op.Conditional() {
+	if ign := OpSet(c.ignorePre.Load()); ign != 0 && ign.Has(call.Op) && call.Op.Conditional() {
 		c.injected[call.Op][PreconditionIgnored].Add(1)
 		if call.Op == blobstore.OpDeleteIfMatch {
 			call.Op = blobstore.OpDelete
