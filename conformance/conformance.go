@@ -200,13 +200,13 @@ type CheckResult struct {
 
 // Report is the outcome of Run.
 type Report struct {
-	Suite        Suite  `json:"suite"`
-	SuiteVersion int    `json:"suite_version"`
-	Store        string `json:"store"`
-	Prefix  string        `json:"prefix"`
-	Started time.Time     `json:"started"`
-	Elapsed time.Duration `json:"elapsed_ns"`
-	Results []CheckResult `json:"results"`
+	Suite        Suite         `json:"suite"`
+	SuiteVersion int           `json:"suite_version"`
+	Store        string        `json:"store"`
+	Prefix       string        `json:"prefix"`
+	Started      time.Time     `json:"started"`
+	Elapsed      time.Duration `json:"elapsed_ns"`
+	Results      []CheckResult `json:"results"`
 	// CleanupError says which scratch keys could not be removed, if any.
 	CleanupError string `json:"cleanup_error,omitempty"`
 }
