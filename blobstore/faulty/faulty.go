@@ -179,11 +179,11 @@ type Container struct {
 	restarting atomic.Bool
 	vmu        sync.Mutex
 	versions   map[string]version // per key, while restarting; under vmu
-	hooks     atomic.Pointer[Hooks]
-	seq       atomic.Uint64
-	requests  [blobstore.NumOps]atomic.Int64
-	injected  [blobstore.NumOps][numFaults]atomic.Int64
-	delayed   [blobstore.NumOps]atomic.Int64
+	hooks      atomic.Pointer[Hooks]
+	seq        atomic.Uint64
+	requests   [blobstore.NumOps]atomic.Int64
+	injected   [blobstore.NumOps][numFaults]atomic.Int64
+	delayed    [blobstore.NumOps]atomic.Int64
 }
 
 // New wraps inner. The same seed and the same sequence of requests give the
