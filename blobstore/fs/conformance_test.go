@@ -24,6 +24,32 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// The fencing suite on a directory, as serve on file://./data runs it.
+func TestFencing(t *testing.T) {
+	t.Parallel()
+	c, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conformance.RunSuiteWithLimits(t, conformance.FencingSuite, c, nil)
+}
+
+// The same with every request alternating between two buckets on one
+// directory, as two processes sharing it would.
+func TestFencingSharedDirectory(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, err := OpenBucket(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenBucket(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conformance.RunSuiteWithLimits(t, conformance.FencingSuite, blobstore.New(&alternating{Bucket: a, other: b}), nil)
+}
+
 // Two buckets on one directory behave as one store, as two processes
 // sharing it would.
 func TestConformanceSharedDirectory(t *testing.T) {
