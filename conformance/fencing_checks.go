@@ -164,20 +164,38 @@ func claimRaceRound(t T, c *blobstore.Container, order []int, gap time.Duration)
 	e.verifyLineage(staleWriterHint)
 }
 
+// zombie is term 1 caught mid-sync: two generations acknowledged, the
+// third on the wire with its md create held and its CAS landed. From here
+// on nothing but the create-only md stops it from acknowledging.
+type zombie struct {
+	a       *actor
+	sh      *recovery.Shard
+	gen     int64  // the generation on the wire
+	gap     string // its md key
+	md      *hold  // its md create
+	pending <-chan appended
+}
+
+func (e *fencingEnv) stageZombie() *zombie {
+	e.t.Helper()
+	z := &zombie{a: e.actor("term 1")}
+	z.sh = e.mustOpen(z.a, 1, "a1", nil)
+	e.mustAppend(z.sh.Writer, "term 1", "z-1")
+	e.mustAppend(z.sh.Writer, "term 1", "z-2")
+	z.gen = z.sh.Writer.NextGen()
+	z.gap = translog.MDKey(1, z.gen)
+	z.md = z.a.hold(fmt.Sprintf("term 1's md create for gen %d", z.gen), request(blobstore.OpCreateIfAbsent, z.gap))
+	z.pending = e.appendAsync(z.sh.Writer, "term 1", "z-3")
+	e.await(z.md)
+	// The concurrent order sent the CAS beside the md.
+	e.waitFenceGen(1, z.gen)
+	return z
+}
+
 func checkZombieMDAfterSeal(t T, c *blobstore.Container) {
 	e := newFencingEnv(t, c)
-	z := e.actor("term 1")
-	sh1 := e.mustOpen(z, 1, "a1", nil)
-	e.mustAppend(sh1.Writer, "term 1", "z-1")
-	e.mustAppend(sh1.Writer, "term 1", "z-2")
-	gen := sh1.Writer.NextGen()
-	gap := translog.MDKey(1, gen)
-	h := z.hold(fmt.Sprintf("term 1's md create for gen %d", gen), request(blobstore.OpCreateIfAbsent, gap))
-	pending := e.appendAsync(sh1.Writer, "term 1", "z-3")
-	e.await(h)
-	// The concurrent order sent the CAS beside the md: once it landed,
-	// nothing but the create-only md stops the zombie from acknowledging.
-	e.waitFenceGen(1, gen)
+	z := e.stageZombie()
+	sh1, gen, gap, h, pending := z.sh, z.gen, z.gap, z.md, z.pending
 
 	s := e.actor("term 2")
 	sh2 := e.mustOpen(s, 2, "a2", nil)
@@ -196,16 +214,8 @@ func checkZombieMDAfterSeal(t T, c *blobstore.Container) {
 
 func checkZombieMDBeforePoison(t T, c *blobstore.Container) {
 	e := newFencingEnv(t, c)
-	z := e.actor("term 1")
-	sh1 := e.mustOpen(z, 1, "a1", nil)
-	e.mustAppend(sh1.Writer, "term 1", "z-1")
-	e.mustAppend(sh1.Writer, "term 1", "z-2")
-	gen := sh1.Writer.NextGen()
-	gap := translog.MDKey(1, gen)
-	hz := z.hold(fmt.Sprintf("term 1's md create for gen %d", gen), request(blobstore.OpCreateIfAbsent, gap))
-	pz := e.appendAsync(sh1.Writer, "term 1", "z-3")
-	e.await(hz)
-	e.waitFenceGen(1, gen)
+	z := e.stageZombie()
+	sh1, gen, gap, hz, pz := z.sh, z.gen, z.gap, z.md, z.pending
 
 	s := e.actor("term 2")
 	hs := s.hold(fmt.Sprintf("term 2's poison create at gen %d", gen), request(blobstore.OpCreateIfAbsent, gap))
@@ -522,16 +532,8 @@ func checkHandoffRacingTarget(t T, c *blobstore.Container) {
 
 func checkGCBesideZombie(t T, c *blobstore.Container) {
 	e := newFencingEnv(t, c)
-	z := e.actor("term 1")
-	sh1 := e.mustOpen(z, 1, "a1", nil)
-	e.mustAppend(sh1.Writer, "term 1", "z-1")
-	e.mustAppend(sh1.Writer, "term 1", "z-2")
-	gen := sh1.Writer.NextGen()
-	gap := translog.MDKey(1, gen)
-	h := z.hold(fmt.Sprintf("term 1's md create for gen %d", gen), request(blobstore.OpCreateIfAbsent, gap))
-	pz := e.appendAsync(sh1.Writer, "term 1", "z-3")
-	e.await(h)
-	e.waitFenceGen(1, gen)
+	z := e.stageZombie()
+	sh1, gen, gap, h, pz := z.sh, z.gen, z.gap, z.md, z.pending
 
 	s := e.actor("term 2")
 	col := &collector{}
@@ -558,7 +560,7 @@ func checkGCBesideZombie(t T, c *blobstore.Container) {
 	t.Logf("term 2's GC deleted %d objects", len(res.Deleted))
 
 	// The zombie's own GC: superseded, it must delete nothing.
-	zres, zerr := seal.GC(e.ctx, z.store, sh1.Chain, seal.GCOptions{Options: e.sealOptions(), Freshness: time.Minute})
+	zres, zerr := seal.GC(e.ctx, z.a.store, sh1.Chain, seal.GCOptions{Options: e.sealOptions(), Freshness: time.Minute})
 	if zerr == nil {
 		violated(t, GCSafety, "GC on behalf of superseded term 1 ran (deleted %d objects): only the owner may collect", len(zres.Deleted))
 	} else if zres != nil && len(zres.Deleted) > 0 {

@@ -38,6 +38,19 @@ func TestFencing(t *testing.T) {
 // directory, as two processes sharing it would.
 func TestFencingSharedDirectory(t *testing.T) {
 	t.Parallel()
+	conformance.RunSuiteWithLimits(t, conformance.FencingSuite, sharedDirectory(t), nil)
+}
+
+// Two buckets on one directory behave as one store, as two processes
+// sharing it would.
+func TestConformanceSharedDirectory(t *testing.T) {
+	t.Parallel()
+	conformance.RunContainer(t, sharedDirectory)
+}
+
+// sharedDirectory is a store whose requests alternate between two buckets
+// on one new directory.
+func sharedDirectory(t *testing.T) *blobstore.Container {
 	dir := t.TempDir()
 	a, err := OpenBucket(dir)
 	if err != nil {
@@ -47,25 +60,7 @@ func TestFencingSharedDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conformance.RunSuiteWithLimits(t, conformance.FencingSuite, blobstore.New(&alternating{Bucket: a, other: b}), nil)
-}
-
-// Two buckets on one directory behave as one store, as two processes
-// sharing it would.
-func TestConformanceSharedDirectory(t *testing.T) {
-	t.Parallel()
-	conformance.RunContainer(t, func(t *testing.T) *blobstore.Container {
-		dir := t.TempDir()
-		a, err := OpenBucket(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := OpenBucket(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return blobstore.New(&alternating{Bucket: a, other: b})
-	})
+	return blobstore.New(&alternating{Bucket: a, other: b})
 }
 
 // alternating sends each request to one of two buckets in turn, so reads
