@@ -211,6 +211,26 @@ func TestConformanceJSON(t *testing.T) {
 	if r, _ := doc.Report.Result("linearizable"); r.Status != conformance.Skip {
 		t.Errorf("unselected row: %+v", r)
 	}
+
+	code, out, errOut = runCmd(t, "conformance", "--store", "mem://cmd-json", "--json", "--fencing-only", "--no-certificate")
+	if code != 0 {
+		t.Fatalf("--fencing-only: exit %d\n%s\n%s", code, out, errOut)
+	}
+	var fdoc conformanceOutput
+	if err := json.Unmarshal([]byte(out), &fdoc); err != nil {
+		t.Fatalf("stdout is not one JSON document: %v\n%s", err, out)
+	}
+	n := len(conformance.FencingSuite.Checks())
+	if fdoc.Report != nil || fdoc.Fencing == nil || len(fdoc.Fencing.Results) != n || fdoc.Passed != n || fdoc.Fencing.Suite != conformance.FencingSuite || fdoc.Certificate != nil {
+		t.Errorf("--fencing-only --no-certificate JSON document: %s", out)
+	}
+	c, err := blobstore.Open(t.Context(), "mem://cmd-json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conformance.ReadCertificate(t.Context(), c); !errors.Is(err, conformance.ErrNoCertificate) {
+		t.Errorf("--no-certificate recorded one: %v", err)
+	}
 }
 
 func TestConformanceRefusesStoreIgnoringPreconditions(t *testing.T) {
@@ -256,6 +276,8 @@ func TestConformanceUsage(t *testing.T) {
 		{"conformance"},
 		{"conformance", "--store", "mem://x", "--only", "no-such-check"},
 		{"conformance", "mem://x"},
+		{"conformance", "--store", "mem://x", "--fencing-only", "--blob-only"},
+		{"conformance", "--store", "mem://x", "--blob-only", "--only", "claim-race"},
 	} {
 		if code, _, errOut := runCmd(t, args...); code != 2 || !strings.Contains(errOut, "shardfence conformance:") {
 			t.Errorf("%q: exit %d, stderr %q; want 2 with a message", args, code, errOut)
@@ -264,7 +286,7 @@ func TestConformanceUsage(t *testing.T) {
 	if code, _, errOut := runCmd(t, "conformance", "--store", "nosuchscheme://x"); code != 1 || !strings.Contains(errOut, "unknown scheme") {
 		t.Errorf("unknown scheme: exit %d, stderr %q", code, errOut)
 	}
-	if code, _, errOut := runCmd(t, "conformance", "-h"); code != 0 || !strings.Contains(errOut, "linearizable") {
+	if code, _, errOut := runCmd(t, "conformance", "-h"); code != 0 || !strings.Contains(errOut, "linearizable") || !strings.Contains(errOut, "zombie-md-after-seal") {
 		t.Errorf("-h: exit %d, stderr %q", code, errOut)
 	}
 }
