@@ -316,7 +316,7 @@ func (e *fencingEnv) mustOpen(a *actor, term int64, alloc string, col *collector
 	sh, err := e.open(a, term, alloc, col)
 	switch {
 	case errors.Is(err, fence.ErrFenced):
-		violated(e.t, HigherTermPrevails, "term %d (%s), the highest claim, was fenced opening the shard: %v", term, alloc, err)
+		violated(e.t, HigherTermPrevails, "term %d (%s) was fenced opening the shard, though no higher term claims it: %v", term, alloc, err)
 		e.t.Fatalf("stopping: the rest of the check builds on this open")
 	case err != nil:
 		unstaged(e.t, "open term %d as %s: %v", term, alloc, err)

@@ -475,8 +475,8 @@ func checkHandoffRevert(t T, c *blobstore.Container) {
 		t.Errorf("the revert after the target wrote failed: %v; want a stand-down", err)
 	case out != relocation.StoodDown:
 		violated(t, SingleAcker, "the revert after the target wrote ended %v, not stood down: the store accepted a CAS expecting the transfer's token after the target's CAS had replaced it (If-Match not enforced)", out)
-		e.expectFenced(src.Writer(), "the source", "b-late", SingleAcker, "the target had written")
 	}
+	e.expectFenced(src.Writer(), "the source", "b-late", SingleAcker, "the target had written after the second handoff")
 	e.mustAppend(wd2, "the second target", "d")
 	e.verifyLineage(staleWriterHint)
 }

@@ -3,6 +3,7 @@ package conformance
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
 )
@@ -48,6 +49,7 @@ func RunSuiteWithLimits(t *testing.T, suite Suite, c *blobstore.Container, limit
 			for _, l := range res.Logs {
 				t.Log(l)
 			}
+			t.Logf("%s: %s in %s", res.Name, res.Status, res.Duration.Round(time.Millisecond))
 			switch res.Status {
 			case Pass:
 				return
