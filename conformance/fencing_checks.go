@@ -27,7 +27,7 @@ func fencingChecks() []Check {
 		{Name: "zombie-md-before-poison", Guards: []string{NoAckedWriteLoss, AckOrder},
 			Description: "a zombie's CAS lands while its md is in flight and the md lands while the successor's poison create is on the wire: what the zombie acknowledged is restored", run: checkZombieMDBeforePoison},
 		{Name: "lost-responses", Guards: []string{NoSpuriousFencing, NoAckedWriteLoss, HigherTermPrevails},
-			Description: "lost responses on claim, settings, marker, md, data and CAS, 409s, refused and lost requests, a dropped sweep delete: no primary is fenced, every op is restored", run: checkLostResponses},
+			Description: "lost responses on claim, settings, marker, md, data, CAS and sweep delete, 409s, refused and lost requests, a dropped sweep delete: no primary is fenced, every op is restored", run: checkLostResponses},
 		{Name: "fence-aba", Guards: []string{SingleAcker, FencedTerminal, NoAckedWriteLoss},
 			Description: "same-body rewrites of the fence key: a lost claim create landing after the successor's sweep, a token from before a handoff tried after its revert; no stale CAS passes", run: checkFenceABA},
 		{Name: "handoff-revert", Guards: []string{SingleAcker, NoSpuriousFencing, NoAckedWriteLoss},
@@ -286,6 +286,7 @@ func checkLostResponses(t T, c *blobstore.Container) {
 		{"a lost md create response", "p-md", []faulty.Rule{{Ops: create, Prefix: translog.MDPrefix, Fault: faulty.LostResponse}}},
 		{"a lost fence CAS response", "p-cas", []faulty.Rule{{Ops: cas, Prefix: fence.Dir, Fault: faulty.LostResponse}}},
 		{"two 409 ConditionalRequestConflict answers to the fence CAS", "p-409", []faulty.Rule{{Ops: cas, Prefix: fence.Dir, Fault: faulty.Conflict, Times: 2}}},
+		{"a 409 ConditionalRequestConflict answer to the md create", "p-409md", []faulty.Rule{{Ops: create, Prefix: translog.MDPrefix, Fault: faulty.Conflict}}},
 		{"a refused (unavailable) fence CAS and md create", "p-503", []faulty.Rule{{Ops: cas, Prefix: fence.Dir, Fault: faulty.Unavailable}, {Ops: create, Prefix: translog.MDPrefix, Fault: faulty.Unavailable}}},
 		{"a fence CAS lost before it reached the store", "p-lostreq", []faulty.Rule{{Ops: cas, Prefix: fence.Dir, Fault: faulty.LostRequest}}},
 		{"lost responses to both the md create and the CAS of one sync", "p-both", []faulty.Rule{{Ops: create, Prefix: translog.MDPrefix, Fault: faulty.LostResponse}, {Ops: cas, Prefix: fence.Dir, Fault: faulty.LostResponse}}},
@@ -303,8 +304,10 @@ func checkLostResponses(t T, c *blobstore.Container) {
 	want := sh1.Writer.NextGen() - 1
 
 	s := e.actor("term 2")
+	inject(s, "a 409 answer to term 2's fence create", faulty.Rule{Ops: create, Prefix: fence.Dir, Fault: faulty.Conflict})
 	inject(s, "a lost response to term 2's fence create", faulty.Rule{Ops: create, Prefix: fence.Dir, Fault: faulty.LostResponse})
 	inject(s, "a sweep delete the store silently dropped", faulty.Rule{Ops: faulty.Ops(blobstore.OpDelete), Prefix: fence.Dir, Fault: faulty.DropDelete})
+	inject(s, "a lost response to a sweep delete", faulty.Rule{Ops: faulty.Ops(blobstore.OpDelete), Prefix: fence.Dir, Fault: faulty.LostResponse})
 	inject(s, "a lost response to term 2's poison create", faulty.Rule{Ops: create, Prefix: translog.MDPrefix, Fault: faulty.LostResponse})
 	inject(s, "a lost response to term 2's marker create", faulty.Rule{Ops: create, Prefix: seal.Dir, Fault: faulty.LostResponse})
 	sh2, err := e.open(s, 2, "a2", nil)
