@@ -1,12 +1,27 @@
-// Package conformance is the contract every blobstore driver must pass before
-// the fencing protocol may run on it: CRUD with version tokens, listing order
-// and pagination, create-if-absent and compare-and-swap races, conditional
-// delete, key rules, cancellation, typed errors and a linearizability check of
-// concurrent histories.
+// Package conformance certifies a store for the fencing protocol, in two
+// suites.
 //
-// The same checks run under go test (RunContainer, one subtest per check) and
-// from the shardfence conformance command against a live store (Run, which
-// keeps every check under its own scratch prefix and reports per check).
+// The blob suite is the contract every blobstore driver must pass: CRUD with
+// version tokens, listing order and pagination, create-if-absent and
+// compare-and-swap races, conditional delete, key rules, cancellation, typed
+// errors and a linearizability check of concurrent histories.
+//
+// The fencing suite runs the real fence, translog, seal, recovery and
+// relocation code against the store, with faults injected on the client side
+// of it (requests held on the wire and released after a successor's seal,
+// responses lost after the store applied the request, requests refused), and
+// checks the invariants of docs/PROTOCOL.md section 8 on the outcome: claim
+// races, zombies whose md create or CAS lands late, lost responses that must
+// not fence, same-body rewrites of the fence key, handoffs, GC beside a live
+// zombie and the checkpoint publish gate. Each check names the invariants it
+// guards, and each failure says which one broke and what in the store breaks
+// it.
+//
+// The same checks run under go test (RunContainer and RunSuiteWithLimits, one
+// subtest per check) and from the shardfence conformance command against a
+// live store (Run, which keeps every check under its own scratch prefix and
+// reports per check). The command records the outcome in a Certificate in
+// the store, which shardfence serve reads at start-up.
 package conformance
 
 import (
@@ -45,12 +60,68 @@ type Check struct {
 	// advisory check is reported as Warn: worth knowing for other users of
 	// the bucket, not a reason to refuse the store.
 	Advisory bool
-	run      func(t T, c *blobstore.Container)
+	// Guards names the invariants of docs/PROTOCOL.md section 8 a fencing
+	// check guards; empty for the blob checks.
+	Guards []string
+	run    func(t T, c *blobstore.Container)
 }
 
-// Checks returns every check, in the order they run.
+// Suite is a set of checks: the blob contract or the fencing protocol.
+type Suite string
+
+// The suites, in the order shardfence conformance runs them.
+const (
+	// BlobSuite is the blobstore contract (checks.go).
+	BlobSuite Suite = "blob"
+	// FencingSuite runs the protocol's code against the store (fencing.go).
+	FencingSuite Suite = "fencing"
+)
+
+// Suites returns every suite, in the order they run.
+func Suites() []Suite { return []Suite{BlobSuite, FencingSuite} }
+
+// Checks returns the suite's checks, in the order they run; nil for an
+// unknown suite.
+func (s Suite) Checks() []Check {
+	switch s {
+	case BlobSuite:
+		return slices.Clone(allChecks)
+	case FencingSuite:
+		return fencingChecks()
+	}
+	return nil
+}
+
+// Version is the suite's version: it grows when a check is added or made
+// stricter, so a certificate says which checks the store passed.
+func (s Suite) Version() int {
+	switch s {
+	case BlobSuite:
+		return BlobVersion
+	case FencingSuite:
+		return FencingVersion
+	}
+	return 0
+}
+
+// BlobVersion is the blob suite's version.
+const BlobVersion = 1
+
+// Checks returns every check of the blob suite, in the order they run.
 func Checks() []Check {
-	return slices.Clone(allChecks)
+	return BlobSuite.Checks()
+}
+
+// SuiteOf returns the suite that has a check named name.
+func SuiteOf(name string) (Suite, bool) {
+	for _, s := range Suites() {
+		for _, ch := range s.Checks() {
+			if ch.Name == name {
+				return s, true
+			}
+		}
+	}
+	return "", false
 }
 
 // RunContainer runs every check as a subtest, each on a fresh, empty
@@ -87,6 +158,8 @@ func RunContainer(t *testing.T, newContainer func(t *testing.T) *blobstore.Conta
 
 // Options tunes Run.
 type Options struct {
+	// Suite is the suite to run; empty means BlobSuite.
+	Suite Suite
 	// Prefix is the scratch prefix every check runs under; empty means a
 	// unique "shardfence-conformance/<random>" so concurrent runs on one
 	// bucket never meet.
@@ -127,11 +200,13 @@ type CheckResult struct {
 
 // Report is the outcome of Run.
 type Report struct {
-	Store   string        `json:"store"`
-	Prefix  string        `json:"prefix"`
-	Started time.Time     `json:"started"`
-	Elapsed time.Duration `json:"elapsed_ns"`
-	Results []CheckResult `json:"results"`
+	Suite        Suite         `json:"suite"`
+	SuiteVersion int           `json:"suite_version"`
+	Store        string        `json:"store"`
+	Prefix       string        `json:"prefix"`
+	Started      time.Time     `json:"started"`
+	Elapsed      time.Duration `json:"elapsed_ns"`
+	Results      []CheckResult `json:"results"`
 	// CleanupError says which scratch keys could not be removed, if any.
 	CleanupError string `json:"cleanup_error,omitempty"`
 }
@@ -171,7 +246,12 @@ func ScratchPrefix() string {
 // unique run prefix), scratch keys removed afterwards, with per-check result
 // and latency. Run never fails as a whole; problems are in the report.
 func Run(ctx context.Context, c *blobstore.Container, opts Options) Report {
-	rep := Report{Store: c.String(), Started: time.Now()}
+	suite := opts.Suite
+	if suite == "" {
+		suite = BlobSuite
+	}
+	checks := suite.Checks()
+	rep := Report{Suite: suite, SuiteVersion: suite.Version(), Store: c.String(), Started: time.Now()}
 	prefix := strings.Trim(opts.Prefix, "/")
 	if prefix == "" {
 		prefix = ScratchPrefix()
@@ -181,7 +261,11 @@ func Run(ctx context.Context, c *blobstore.Container, opts Options) Report {
 	if timeout <= 0 {
 		timeout = 2 * time.Minute
 	}
-	for _, ch := range allChecks {
+	if checks == nil {
+		rep.CleanupError = fmt.Sprintf("no suite named %q", suite)
+		return rep
+	}
+	for _, ch := range checks {
 		var res CheckResult
 		switch {
 		case len(opts.Only) > 0 && !slices.Contains(opts.Only, ch.Name):

@@ -3,6 +3,7 @@ package conformance
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
 )
@@ -26,22 +27,29 @@ func AllMention(s string) func([]string) bool {
 	}
 }
 
-// RunWithLimits runs every check on c through Run (each under its own
-// scratch prefix), one subtest per check. A check named in limits whose
-// failure matches is skipped with the reason; an advisory warning is skipped
-// with its details; any other failure fails the test, and so do scratch keys
-// that could not be removed.
+// RunWithLimits is RunSuiteWithLimits for the blob suite.
 func RunWithLimits(t *testing.T, c *blobstore.Container, limits map[string]Limit) {
 	t.Helper()
-	rep := Run(t.Context(), c, Options{})
-	if len(rep.Results) != len(allChecks) {
-		t.Fatalf("report has %d results for %d checks", len(rep.Results), len(allChecks))
+	RunSuiteWithLimits(t, BlobSuite, c, limits)
+}
+
+// RunSuiteWithLimits runs every check of suite on c through Run (each under
+// its own scratch prefix), one subtest per check. A check named in limits
+// whose failure matches is skipped with the reason; an advisory warning is
+// skipped with its details; any other failure fails the test, and so do
+// scratch keys that could not be removed.
+func RunSuiteWithLimits(t *testing.T, suite Suite, c *blobstore.Container, limits map[string]Limit) {
+	t.Helper()
+	rep := Run(t.Context(), c, Options{Suite: suite})
+	if n := len(suite.Checks()); len(rep.Results) != n {
+		t.Fatalf("report has %d results for %d checks", len(rep.Results), n)
 	}
 	for _, res := range rep.Results {
 		t.Run(res.Name, func(t *testing.T) {
 			for _, l := range res.Logs {
 				t.Log(l)
 			}
+			t.Logf("%s: %s in %s", res.Name, res.Status, res.Duration.Round(time.Millisecond))
 			switch res.Status {
 			case Pass:
 				return

@@ -47,6 +47,9 @@ func TestAzurite(t *testing.T) {
 	t.Run("conformance", func(t *testing.T) {
 		conformance.RunContainer(t, func(t *testing.T) *blobstore.Container { return open(t, "") })
 	})
+	t.Run("fencing", func(t *testing.T) {
+		conformance.RunSuiteWithLimits(t, conformance.FencingSuite, open(t, ""), nil)
+	})
 	t.Run("probe", func(t *testing.T) {
 		if err := blobstore.ProbePreconditions(t.Context(), open(t, "")); err != nil {
 			t.Fatalf("probe refused Azurite: %v", err)

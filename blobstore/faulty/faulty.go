@@ -19,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -172,12 +174,16 @@ type Container struct {
 
 	pending []pendingCall // LandLater requests, in arrival order; under mu
 
-	ignorePre atomic.Bool
-	hooks     atomic.Pointer[Hooks]
-	seq       atomic.Uint64
-	requests  [blobstore.NumOps]atomic.Int64
-	injected  [blobstore.NumOps][numFaults]atomic.Int64
-	delayed   [blobstore.NumOps]atomic.Int64
+	ignorePre atomic.Uint32 // an OpSet of conditional ops served unconditionally
+
+	restarting atomic.Bool
+	vmu        sync.Mutex
+	versions   map[string]version // per key, while restarting; under vmu
+	hooks      atomic.Pointer[Hooks]
+	seq        atomic.Uint64
+	requests   [blobstore.NumOps]atomic.Int64
+	injected   [blobstore.NumOps][numFaults]atomic.Int64
+	delayed    [blobstore.NumOps]atomic.Int64
 }
 
 // New wraps inner. The same seed and the same sequence of requests give the
@@ -254,7 +260,20 @@ func (c *Container) Fired(id RuleID) int {
 // conditional write: CreateIfAbsent overwrites, CompareAndSwap ignores the
 // token (and creates missing keys), DeleteIfMatch deletes. Capabilities still
 // claim enforcement, as a misconfigured S3-compatible store would.
-func (c *Container) SetIgnorePreconditions(on bool) { c.ignorePre.Store(on) }
+func (c *Container) SetIgnorePreconditions(on bool) {
+	if on {
+		c.IgnorePreconditionsOf(Conditional)
+	} else {
+		c.IgnorePreconditionsOf(0)
+	}
+}
+
+// IgnorePreconditionsOf breaks only some conditional writes, as a driver
+// that forgets one header would: with Ops(OpCompareAndSwap) every CAS is
+// sent without If-Match (a plain PUT), with Ops(OpCreateIfAbsent) every
+// create without If-None-Match. The empty set (0) turns it off; unlike a
+// rule's, it does not mean every op.
+func (c *Container) IgnorePreconditionsOf(ops OpSet) { c.ignorePre.Store(uint32(ops & Conditional)) }
 
 // SetHooks installs h for every later request; the zero Hooks removes them.
 func (c *Container) SetHooks(h Hooks) {
@@ -415,7 +434,7 @@ func (c *Container) intercept(ctx context.Context, call blobstore.Call, next blo
 // apply performs a call on the store, honouring SetIgnorePreconditions;
 // shared by live and held requests.
 func (c *Container) apply(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
-	if c.ignorePre.Load() && call.Op.Conditional() {
+	if ign := OpSet(c.ignorePre.Load()); ign != 0 && ign.Has(call.Op) && call.Op.Conditional() {
 		c.injected[call.Op][PreconditionIgnored].Add(1)
 		if call.Op == blobstore.OpDeleteIfMatch {
 			call.Op = blobstore.OpDelete
@@ -424,5 +443,81 @@ func (c *Container) apply(ctx context.Context, call blobstore.Call, next blobsto
 		}
 		call.Expected = ""
 	}
+	if c.restarting.Load() {
+		return c.applyRestarting(ctx, call, next)
+	}
 	return next(ctx, call)
+}
+
+// SetRestartingTokens makes the store's tokens per-key version numbers
+// ("1", "2", ...) that start again at 1 whenever a key is created, as a
+// store that counts versions per object and forgets the count on delete
+// would. Preconditions are still enforced against the version, so the
+// start-up probe accepts the store; but a key deleted and created again
+// hands out a token an earlier holder may still have (ABA), which only
+// protocol-level checks catch. Turning it on forgets what it knew.
+func (c *Container) SetRestartingTokens(on bool) {
+	c.vmu.Lock()
+	c.versions = map[string]version{}
+	c.vmu.Unlock()
+	c.restarting.Store(on)
+}
+
+// version is a key's current version while tokens restart: the inner
+// store's token and the number shown instead.
+type version struct {
+	real blobstore.Token
+	n    int
+}
+
+func (v version) token() blobstore.Token { return blobstore.Token(strconv.Itoa(v.n)) }
+
+func (c *Container) applyRestarting(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
+	if call.Op == blobstore.OpCompareAndSwap || call.Op == blobstore.OpDeleteIfMatch {
+		c.vmu.Lock()
+		v, ok := c.versions[call.Key]
+		c.vmu.Unlock()
+		if ok && call.Expected == v.token() {
+			call.Expected = v.real
+		} else {
+			call.Expected = "no-such-version"
+		}
+	}
+	res, err := next(ctx, call)
+	if err != nil {
+		return res, err
+	}
+	c.vmu.Lock()
+	defer c.vmu.Unlock()
+	switch call.Op {
+	case blobstore.OpPut, blobstore.OpCreateIfAbsent, blobstore.OpCompareAndSwap:
+		// Zero for a key created now: its count starts again.
+		v := version{real: res.Token, n: c.versions[call.Key].n + 1}
+		c.versions[call.Key] = v
+		res.Token = v.token()
+	case blobstore.OpDelete, blobstore.OpDeleteIfMatch:
+		delete(c.versions, call.Key)
+	case blobstore.OpGet:
+		res.Object.Token = c.observeLocked(call.Key, res.Object.Token)
+	case blobstore.OpStat:
+		res.Attrs.Token = c.observeLocked(call.Key, res.Attrs.Token)
+	case blobstore.OpList:
+		items := slices.Clone(res.Page.Items)
+		for i := range items {
+			items[i].Token = c.observeLocked(items[i].Key, items[i].Token)
+		}
+		res.Page.Items = items
+	}
+	return res, nil
+}
+
+// observeLocked maps a token read from the inner store to the key's
+// version, counting a write this layer did not see as a new version.
+func (c *Container) observeLocked(key string, real blobstore.Token) blobstore.Token {
+	v, ok := c.versions[key]
+	if !ok || v.real != real {
+		v = version{real: real, n: v.n + 1}
+		c.versions[key] = v
+	}
+	return v.token()
 }

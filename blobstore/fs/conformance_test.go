@@ -24,22 +24,43 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// The fencing suite on a directory, as serve on file://./data runs it.
+func TestFencing(t *testing.T) {
+	t.Parallel()
+	c, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conformance.RunSuiteWithLimits(t, conformance.FencingSuite, c, nil)
+}
+
+// The same with every request alternating between two buckets on one
+// directory, as two processes sharing it would.
+func TestFencingSharedDirectory(t *testing.T) {
+	t.Parallel()
+	conformance.RunSuiteWithLimits(t, conformance.FencingSuite, sharedDirectory(t), nil)
+}
+
 // Two buckets on one directory behave as one store, as two processes
 // sharing it would.
 func TestConformanceSharedDirectory(t *testing.T) {
 	t.Parallel()
-	conformance.RunContainer(t, func(t *testing.T) *blobstore.Container {
-		dir := t.TempDir()
-		a, err := OpenBucket(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := OpenBucket(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return blobstore.New(&alternating{Bucket: a, other: b})
-	})
+	conformance.RunContainer(t, sharedDirectory)
+}
+
+// sharedDirectory is a store whose requests alternate between two buckets
+// on one new directory.
+func sharedDirectory(t *testing.T) *blobstore.Container {
+	dir := t.TempDir()
+	a, err := OpenBucket(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenBucket(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return blobstore.New(&alternating{Bucket: a, other: b})
 }
 
 // alternating sends each request to one of two buckets in turn, so reads

@@ -106,6 +106,12 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// The fencing suite runs through a store opened by URL (JSON reads), the
+// way serve opens it; the blob suite above covers the XML read path.
+func TestFencing(t *testing.T) {
+	conformance.RunSuiteWithLimits(t, conformance.FencingSuite, openURL(t, ""), nil)
+}
+
 func TestProbePreconditions(t *testing.T) {
 	if err := blobstore.ProbePreconditions(t.Context(), newContainer(t, gcs.Options{})); err != nil {
 		t.Fatalf("probe refused fake-gcs-server: %v", err)

@@ -27,6 +27,9 @@ func TestMinIO(t *testing.T) {
 	t.Run("conformance", func(t *testing.T) {
 		conformance.RunWithLimits(t, newContainer(t), nil)
 	})
+	t.Run("fencing", func(t *testing.T) {
+		conformance.RunSuiteWithLimits(t, conformance.FencingSuite, newContainer(t), nil)
+	})
 	t.Run("probe", func(t *testing.T) {
 		if err := blobstore.ProbePreconditions(t.Context(), newContainer(t)); err != nil {
 			t.Fatalf("probe refused MinIO: %v", err)

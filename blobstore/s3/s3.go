@@ -164,6 +164,17 @@ type bucket struct {
 	client *s3.Client
 	bucket string
 	caps   blobstore.Capabilities
+	// broken, set only by the package's tests (export_test.go), drops a
+	// precondition header from every conditional write while the
+	// capabilities still claim it: the driver bug the fencing suite must
+	// catch. Production code never sets it.
+	broken brokenPreconditions
+}
+
+// brokenPreconditions says which precondition headers a broken driver
+// forgets to send.
+type brokenPreconditions struct {
+	ifMatch, ifNoneMatch bool
 }
 
 var (
@@ -176,6 +187,14 @@ var (
 // credentials show on the first operation (run `shardfence conformance` to
 // check a store before use).
 func New(ctx context.Context, cfg Config) (*blobstore.Container, error) {
+	b, err := newBucket(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return blobstore.NewAt(b, cfg.Prefix)
+}
+
+func newBucket(ctx context.Context, cfg Config) (*bucket, error) {
 	if cfg.Bucket == "" {
 		return nil, fmt.Errorf("%w: s3 container needs a bucket", blobstore.ErrBadURL)
 	}
@@ -212,7 +231,7 @@ func New(ctx context.Context, cfg Config) (*blobstore.Container, error) {
 		// stores that keep none) are normal here, not worth a log line.
 		o.DisableLogOutputChecksumValidationSkipped = true
 	})
-	return blobstore.NewAt(&bucket{
+	return &bucket{
 		client: client,
 		bucket: cfg.Bucket,
 		caps: blobstore.Capabilities{
@@ -222,7 +241,7 @@ func New(ctx context.Context, cfg Config) (*blobstore.Container, error) {
 			MaxConditionalBody: MaxSinglePut,
 			MaxBody:            MaxSinglePut,
 		},
-	}, cfg.Prefix)
+	}, nil
 }
 
 func (b *bucket) String() string                       { return "s3://" + b.bucket }
@@ -284,10 +303,14 @@ func (b *bucket) Write(ctx context.Context, key string, body []byte, pre driver.
 	var optFns []func(*s3.Options)
 	switch {
 	case pre.IfAbsent:
-		in.IfNoneMatch = aws.String("*")
+		if !b.broken.ifNoneMatch {
+			in.IfNoneMatch = aws.String("*")
+		}
 		optFns = append(optFns, once)
 	case pre.IfMatch != "":
-		in.IfMatch = aws.String(string(pre.IfMatch))
+		if !b.broken.ifMatch {
+			in.IfMatch = aws.String(string(pre.IfMatch))
+		}
 		optFns = append(optFns, once)
 	}
 	out, err := b.client.PutObject(ctx, in, optFns...)

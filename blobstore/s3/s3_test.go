@@ -11,7 +11,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
-	_ "github.com/shardfence/shardfence/blobstore/s3"
+	"github.com/shardfence/shardfence/blobstore/s3"
 	"github.com/shardfence/shardfence/conformance"
 	"github.com/shardfence/shardfence/internal/testservers"
 )
@@ -35,6 +35,15 @@ func TestMinIO(t *testing.T) {
 	newContainer := opener(srv)
 	t.Run("conformance", func(t *testing.T) {
 		conformance.RunWithLimits(t, newContainer(t), minioLimits)
+	})
+	t.Run("fencing", func(t *testing.T) {
+		conformance.RunSuiteWithLimits(t, conformance.FencingSuite, newContainer(t), nil)
+	})
+	t.Run("fencing-refuses-cas-without-if-match", func(t *testing.T) {
+		testFencingRefusesBrokenDriver(t, srv, true, false, conformance.SingleAcker, "fence-aba", "handoff-revert", "handoff-racing-target")
+	})
+	t.Run("fencing-refuses-create-without-if-none-match", func(t *testing.T) {
+		testFencingRefusesBrokenDriver(t, srv, false, true, conformance.NoAckedWriteLoss, "zombie-md-after-seal", "zombie-md-before-poison")
 	})
 	t.Run("object-and-prefix-of-one-name", func(t *testing.T) { testNameCollision(t, newContainer(t)) })
 	t.Run("probe", func(t *testing.T) {
@@ -100,6 +109,9 @@ func TestVersityGW(t *testing.T) {
 	t.Run("conformance", func(t *testing.T) {
 		conformance.RunWithLimits(t, newContainer(t), testservers.VersityGWLimits())
 	})
+	t.Run("fencing", func(t *testing.T) {
+		conformance.RunSuiteWithLimits(t, conformance.FencingSuite, newContainer(t), nil)
+	})
 	t.Run("probe", func(t *testing.T) {
 		if err := blobstore.ProbePreconditions(t.Context(), newContainer(t)); err != nil {
 			t.Fatalf("probe refused versitygw: %v", err)
@@ -127,6 +139,42 @@ func TestVersityGW(t *testing.T) {
 			t.Fatalf("after a refused delete: %q %s %v; want \"two\" %s", obj.Body, obj.Token, err, cur)
 		}
 	})
+}
+
+// testFencingRefusesBrokenDriver runs the fencing suite through an s3
+// driver that forgets one precondition header (s3.OpenBroken), against the
+// real server: the store then applies those writes unconditionally. The
+// checks named must fail, each with a message that names inv, the
+// invariant the missing header breaks.
+func testFencingRefusesBrokenDriver(t *testing.T, srv *testservers.S3Server, dropIfMatch, dropIfNoneMatch bool, inv string, mustFail ...string) {
+	raw := srv.S3URL(fmt.Sprintf("broken-%v-%v", dropIfMatch, dropIfNoneMatch))
+	c, err := s3.OpenBroken(t.Context(), raw, dropIfMatch, dropIfNoneMatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := conformance.Run(t.Context(), c, conformance.Options{Suite: conformance.FencingSuite})
+	if rep.OK() {
+		t.Fatalf("the fencing suite passed a driver that drops If-Match=%v If-None-Match=%v", dropIfMatch, dropIfNoneMatch)
+	}
+	for _, name := range mustFail {
+		r, ok := rep.Result(name)
+		if !ok || r.Status != conformance.Fail {
+			t.Errorf("%s on the broken driver: %s, want FAIL", name, r.Status)
+			continue
+		}
+		named := false
+		for _, d := range r.Details {
+			named = named || strings.HasPrefix(d, inv+" violated: ")
+		}
+		if !named {
+			t.Errorf("%s failed without naming %s: %q", name, inv, r.Details)
+		}
+		t.Logf("%s: %s", name, r.Details[0])
+	}
+	// The start-up probe refuses the same driver on its own.
+	if err := blobstore.ProbePreconditions(t.Context(), c); !errors.Is(err, blobstore.ErrPreconditionsNotEnforced) {
+		t.Errorf("the precondition probe on the broken driver: %v, want a refusal", err)
+	}
 }
 
 // minioLimits are conformance checks MinIO fails for a reason of its own.

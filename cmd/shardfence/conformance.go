@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,23 +14,37 @@ import (
 	"github.com/shardfence/shardfence/conformance"
 )
 
-const conformanceSummary = "check that an object store keeps the contract fencing relies on"
+const conformanceSummary = "certify an object store for fencing: the blob contract, then the fencing protocol run against it"
 
 // conformanceOutput is the --json document.
 type conformanceOutput struct {
-	Store   string              `json:"store"`
-	Prefix  string              `json:"prefix"`
-	Probe   probeOutput         `json:"probe"`
-	Report  *conformance.Report `json:"report,omitempty"`
-	Passed  int                 `json:"passed"`
-	Failed  int                 `json:"failed"`
-	Skipped int                 `json:"skipped"`
-	Warned  int                 `json:"warned"`
+	Store  string      `json:"store"`
+	Prefix string      `json:"prefix"`
+	Probe  probeOutput `json:"probe"`
+	// Report is the blob suite's, Fencing the fencing suite's; either is
+	// absent when not run.
+	Report      *conformance.Report `json:"report,omitempty"`
+	Fencing     *conformance.Report `json:"fencing,omitempty"`
+	Certificate *certificateOutput  `json:"certificate,omitempty"`
+	Passed      int                 `json:"passed"`
+	Failed      int                 `json:"failed"`
+	Skipped     int                 `json:"skipped"`
+	Warned      int                 `json:"warned"`
 }
 
 type probeOutput struct {
 	Status conformance.Status `json:"status"`
 	Detail string             `json:"detail,omitempty"`
+}
+
+// certificateOutput says what was recorded for serve to read.
+type certificateOutput struct {
+	Key      string `json:"key"`
+	Recorded bool   `json:"recorded"`
+	// Refuses is true when serve will refuse the store (a fencing check
+	// failed).
+	Refuses bool   `json:"refuses"`
+	Error   string `json:"error,omitempty"`
 }
 
 // maxDetails caps the failure lines printed per check; the JSON has all.
@@ -38,17 +53,26 @@ const maxDetails = 8
 func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("conformance", stderr)
 	store := fs.String("store", "", "store URL to check, e.g. file://./data, s3://bucket/prefix, mem://name")
-	asJSON := fs.Bool("json", false, "print one JSON document instead of the table")
+	asJSON := fs.Bool("json", false, "print one JSON document instead of the tables")
 	timeout := fs.Duration("timeout", 10*time.Minute, "stop the whole run after this long; unfinished checks are reported as skipped")
-	only := fs.String("only", "", "comma-separated check names to run (default: all)")
+	only := fs.String("only", "", "comma-separated check names to run, of either suite (default: all)")
+	fencingOnly := fs.Bool("fencing-only", false, "run only the fencing suite (after the precondition probe)")
+	blobOnly := fs.Bool("blob-only", false, "run only the blob suite; records no certificate")
+	noCert := fs.Bool("no-certificate", false, "do not record the outcome in the store for serve to read")
 	verbose := fs.Bool("v", false, "print what failing checks logged, not only their failures")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: shardfence conformance --store URL [--json] [--timeout D] [--only a,b] [-v]\n\n")
-		fmt.Fprintf(stderr, "Runs the blobstore contract suite against a live store. Every key it writes is under a\n")
-		fmt.Fprintf(stderr, "unique shardfence-conformance/ prefix and removed afterwards. Exit status 1 if the store\n")
-		fmt.Fprintf(stderr, "ignores preconditions or any check fails.\n\nChecks:\n")
-		for _, ch := range conformance.Checks() {
-			fmt.Fprintf(stderr, "  %-22s %s\n", ch.Name, ch.Description)
+		fmt.Fprintf(stderr, "usage: shardfence conformance --store URL [--fencing-only | --blob-only] [--json] [--timeout D] [--only a,b] [--no-certificate] [-v]\n\n")
+		fmt.Fprintf(stderr, "Certifies a live store in two suites: the blob contract, then the fencing protocol (the real\n")
+		fmt.Fprintf(stderr, "fence, translog, seal, recovery and relocation code run against the store with injected\n")
+		fmt.Fprintf(stderr, "faults). Every key it writes is under a unique shardfence-conformance/ prefix and removed\n")
+		fmt.Fprintf(stderr, "afterwards. When the fencing suite ran, the outcome is recorded at %s under the\n", conformance.CertificateKey)
+		fmt.Fprintf(stderr, "store URL: serve refuses a store that failed a fencing check. Exit status 1 if the store\n")
+		fmt.Fprintf(stderr, "ignores preconditions or any check fails.\n")
+		for _, suite := range conformance.Suites() {
+			fmt.Fprintf(stderr, "\n%s checks:\n", suiteTitle(suite))
+			for _, ch := range suite.Checks() {
+				fmt.Fprintf(stderr, "  %-24s %s\n", ch.Name, ch.Description)
+			}
 		}
 		fmt.Fprintf(stderr, "\nFlags:\n")
 		fs.PrintDefaults()
@@ -62,19 +86,33 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *store == "" {
 		return fmt.Errorf("%w: --store URL is required, e.g. --store file://./data", errUsage)
 	}
+	if *fencingOnly && *blobOnly {
+		return fmt.Errorf("%w: --fencing-only and --blob-only exclude each other", errUsage)
+	}
+	suites := conformance.Suites()
+	switch {
+	case *fencingOnly:
+		suites = []conformance.Suite{conformance.FencingSuite}
+	case *blobOnly:
+		suites = []conformance.Suite{conformance.BlobSuite}
+	}
 	var selected []string
 	if *only != "" {
-		known := map[string]bool{}
-		for _, ch := range conformance.Checks() {
-			known[ch.Name] = true
-		}
 		for name := range strings.SplitSeq(*only, ",") {
 			name = strings.TrimSpace(name)
-			if !known[name] {
+			suite, ok := conformance.SuiteOf(name)
+			if !ok {
 				return fmt.Errorf("%w: --only: no check named %q (see shardfence conformance -h)", errUsage, name)
+			}
+			if !slices.Contains(suites, suite) {
+				return fmt.Errorf("%w: --only: %q is a check of the %s suite, which this run leaves out", errUsage, name, suite)
 			}
 			selected = append(selected, name)
 		}
+		// Only the suites that have a selected check run.
+		suites = slices.DeleteFunc(suites, func(s conformance.Suite) bool {
+			return !slices.ContainsFunc(s.Checks(), func(ch conformance.Check) bool { return slices.Contains(selected, ch.Name) })
+		})
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
@@ -93,7 +131,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 
 	// The probe comes first: on a store that accepts stale writes, the
-	// suite's failures would only restate that fencing cannot work there.
+	// suites' failures would only restate that fencing cannot work there.
 	probeStore, err := blobstore.Sub(c, prefix)
 	if err != nil {
 		return err
@@ -113,62 +151,136 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		return fmt.Errorf("precondition probe on %s could not finish (is the store reachable and writable?): %w", c, err)
 	}
 	out.Probe = probeOutput{Status: conformance.Pass}
-
-	width := len("CHECK")
-	for _, ch := range conformance.Checks() {
-		width = max(width, len(ch.Name))
-	}
-	opts := conformance.Options{Prefix: prefix, Only: selected}
 	if !*asJSON {
-		fmt.Fprintf(stdout, "Precondition probe: ok (a second create, a stale CAS and a CAS on a missing key are refused)\n\n")
-		fmt.Fprintf(stdout, "%-*s  %-6s  %10s\n", width, "CHECK", "RESULT", "LATENCY")
-		descriptions := map[string]string{}
-		for _, ch := range conformance.Checks() {
-			descriptions[ch.Name] = ch.Description
-		}
-		opts.Progress = func(r conformance.CheckResult) { printRow(stdout, width, r, descriptions[r.Name], *verbose) }
+		fmt.Fprintf(stdout, "Precondition probe: ok (a second create, a stale CAS and a CAS on a missing key are refused)\n")
 	}
-	rep := conformance.Run(ctx, c, opts)
-	out.Report = &rep
-	out.Passed, out.Failed, out.Skipped = rep.Count(conformance.Pass), rep.Count(conformance.Fail), rep.Count(conformance.Skip)
-	out.Warned = rep.Count(conformance.Warn)
+
+	var reports []conformance.Report
+	for _, suite := range suites {
+		rep := runSuite(ctx, c, suite, prefix, selected, *asJSON, *verbose, stdout)
+		reports = append(reports, rep)
+		switch suite {
+		case conformance.BlobSuite:
+			out.Report = &reports[len(reports)-1]
+		case conformance.FencingSuite:
+			out.Fencing = &reports[len(reports)-1]
+		}
+		out.Passed += rep.Count(conformance.Pass)
+		out.Failed += rep.Count(conformance.Fail)
+		out.Skipped += rep.Count(conformance.Skip)
+		out.Warned += rep.Count(conformance.Warn)
+	}
+
+	if out.Fencing != nil && !*noCert {
+		// Recorded even after a timeout: a skipped check is unverified, a
+		// failed one still refuses. Checks this run did not select keep
+		// what an earlier run of the same suite version recorded.
+		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		cert := conformance.NewCertificate(c.String(), time.Now(), reports...)
+		if prev, err := conformance.ReadCertificate(wctx, c); err == nil {
+			cert = conformance.MergeCertificates(prev, cert)
+		}
+		co := &certificateOutput{Key: conformance.CertificateKey, Refuses: cert.Refusal() != nil}
+		if err := conformance.WriteCertificate(wctx, c, cert); err != nil {
+			co.Error = err.Error()
+		} else {
+			co.Recorded = true
+		}
+		wcancel()
+		out.Certificate = co
+	}
 
 	if *asJSON {
 		if err := writeJSON(stdout, out); err != nil {
 			return err
 		}
-	} else {
-		fmt.Fprintf(stdout, "\n%d passed, %d failed", out.Passed, out.Failed)
-		if out.Skipped > 0 {
-			fmt.Fprintf(stdout, ", %d skipped", out.Skipped)
+	} else if co := out.Certificate; co != nil {
+		switch {
+		case !co.Recorded:
+			fmt.Fprintf(stdout, "\nCertificate: not recorded: %s\n", co.Error)
+		case co.Refuses:
+			fmt.Fprintf(stdout, "\nCertificate: recorded at %s; shardfence serve will refuse this store (a fencing check failed) unless given --allow-fencing-failures.\n", co.Key)
+		default:
+			fmt.Fprintf(stdout, "\nCertificate: recorded at %s; shardfence serve reads it at start-up.\n", co.Key)
 		}
-		fmt.Fprintf(stdout, " in %s on %s\n", rep.Elapsed.Round(time.Millisecond), c)
-		if out.Warned > 0 {
-			fmt.Fprintf(stdout, "%d advisory check(s) warned: a property the fencing protocol does not rely on is missing (see above).\n", out.Warned)
-		}
-		if rep.CleanupError != "" {
-			fmt.Fprintf(stdout, "Cleanup: %s\n", rep.CleanupError)
-		}
+	}
+	total := 0
+	for _, rep := range reports {
+		total += len(rep.Results)
 	}
 	switch {
 	case out.Failed > 0:
-		return fmt.Errorf("%d of %d checks failed on %s; the store (or its driver) does not keep the contract, do not run fenced shards on it", out.Failed, len(rep.Results), c)
+		return fmt.Errorf("%d of %d checks failed on %s; the store (or its driver) does not keep the contract, do not run fenced shards on it", out.Failed, total, c)
 	case ctx.Err() != nil:
 		return fmt.Errorf("run stopped after --timeout %s with %d checks skipped on %s", *timeout, out.Skipped, c)
 	}
 	return nil
 }
 
-func printRow(w io.Writer, width int, r conformance.CheckResult, description string, verbose bool) {
+func suiteTitle(s conformance.Suite) string {
+	switch s {
+	case conformance.BlobSuite:
+		return "Blob contract"
+	case conformance.FencingSuite:
+		return "Fencing protocol"
+	}
+	return string(s)
+}
+
+// runSuite runs one suite and, unless asJSON, prints its table as rows
+// finish and its summary line.
+func runSuite(ctx context.Context, c *blobstore.Container, suite conformance.Suite, prefix string, selected []string, asJSON, verbose bool, stdout io.Writer) conformance.Report {
+	checks := suite.Checks()
+	opts := conformance.Options{Suite: suite, Prefix: prefix, Only: selected}
+	fencing := suite == conformance.FencingSuite
+	if !asJSON {
+		width := len("CHECK")
+		for _, ch := range checks {
+			width = max(width, len(ch.Name))
+		}
+		fmt.Fprintf(stdout, "\n%s (suite %s v%d)\n", suiteTitle(suite), suite, suite.Version())
+		if fencing {
+			fmt.Fprintf(stdout, "%-*s  %-6s  %10s  %s\n", width, "CHECK", "RESULT", "LATENCY", "GUARDS")
+		} else {
+			fmt.Fprintf(stdout, "%-*s  %-6s  %10s\n", width, "CHECK", "RESULT", "LATENCY")
+		}
+		byName := map[string]conformance.Check{}
+		for _, ch := range checks {
+			byName[ch.Name] = ch
+		}
+		opts.Progress = func(r conformance.CheckResult) { printRow(stdout, width, r, byName[r.Name], verbose) }
+	}
+	rep := conformance.Run(ctx, c, opts)
+	if !asJSON {
+		fmt.Fprintf(stdout, "%d passed, %d failed", rep.Count(conformance.Pass), rep.Count(conformance.Fail))
+		if n := rep.Count(conformance.Skip); n > 0 {
+			fmt.Fprintf(stdout, ", %d skipped", n)
+		}
+		fmt.Fprintf(stdout, " in %s on %s\n", rep.Elapsed.Round(time.Millisecond), c)
+		if n := rep.Count(conformance.Warn); n > 0 {
+			fmt.Fprintf(stdout, "%d advisory check(s) warned: a property the fencing protocol does not rely on is missing (see above).\n", n)
+		}
+		if rep.CleanupError != "" {
+			fmt.Fprintf(stdout, "Cleanup: %s\n", rep.CleanupError)
+		}
+	}
+	return rep
+}
+
+func printRow(w io.Writer, width int, r conformance.CheckResult, ch conformance.Check, verbose bool) {
 	lat := "-"
 	if r.Status != conformance.Skip {
 		lat = fmtLatency(r.Duration)
 	}
-	fmt.Fprintf(w, "%-*s  %-6s  %10s\n", width, r.Name, r.Status, lat)
+	if len(ch.Guards) > 0 {
+		fmt.Fprintf(w, "%-*s  %-6s  %10s  %s\n", width, r.Name, r.Status, lat, strings.Join(ch.Guards, ", "))
+	} else {
+		fmt.Fprintf(w, "%-*s  %-6s  %10s\n", width, r.Name, r.Status, lat)
+	}
 	if r.Status != conformance.Fail && r.Status != conformance.Warn {
 		return
 	}
-	fmt.Fprintf(w, "    expected: %s\n", description)
+	fmt.Fprintf(w, "    expected: %s\n", ch.Description)
 	for i, d := range r.Details {
 		if i == maxDetails {
 			fmt.Fprintf(w, "    ... and %d more (use --json for all)\n", len(r.Details)-maxDetails)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -8,12 +9,14 @@ import (
 	"github.com/shardfence/shardfence/internal/testservers"
 )
 
-// allChecksBut is every conformance check except those named.
+// allChecksBut is every check of both suites except those named.
 func allChecksBut(skip ...string) string {
 	var only []string
-	for _, ch := range conformance.Checks() {
-		if !strings.Contains(","+strings.Join(skip, ",")+",", ","+ch.Name+",") {
-			only = append(only, ch.Name)
+	for _, s := range conformance.Suites() {
+		for _, ch := range s.Checks() {
+			if !strings.Contains(","+strings.Join(skip, ",")+",", ","+ch.Name+",") {
+				only = append(only, ch.Name)
+			}
 		}
 	}
 	return strings.Join(only, ",")
@@ -23,14 +26,15 @@ func allChecksBut(skip ...string) string {
 // against fake-gcs-server over TCP, the way a user points the command at an
 // emulator. list-pagination (a thousand-key listing, slow on the emulator)
 // runs in blobstore/gcs's own tests against the same server; here every
-// other check must pass and the command must exit 0.
+// other check of both suites must pass, the command must exit 0 and record
+// a certificate that serve accepts.
 func TestConformanceGCSOnFakeGCS(t *testing.T) {
 	srv := testservers.NewFakeGCS(t)
 	code, out, errOut := runCmd(t, "conformance", "--store", srv.StoreURL("cmd"), "--only", allChecksBut("list-pagination"))
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
-	for _, want := range []string{"gs://" + srv.Bucket + "/cmd", "Precondition probe: ok", "delete-if-match", "0 failed"} {
+	for _, want := range []string{"gs://" + srv.Bucket + "/cmd", "Precondition probe: ok", "delete-if-match", "0 failed", "Fencing protocol", "gc-beside-zombie", fmt.Sprintf("%d passed, 0 failed", len(conformance.FencingSuite.Checks())), "Certificate: recorded"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

@@ -11,8 +11,8 @@ import (
 )
 
 // TestConformanceS3OnMinIO runs the whole `shardfence conformance --store
-// s3://...` against a local MinIO: every required check passes and the
-// command exits 0. MinIO cannot list an object and a prefix of the same name
+// s3://...` (blob and fencing suites) against a local MinIO: every required
+// check passes, the command exits 0 and records a certificate. MinIO cannot list an object and a prefix of the same name
 // (blobstore/s3's tests pin that down), which the advisory
 // keys-object-and-prefix check reports as a warning, not a failure.
 func TestConformanceS3OnMinIO(t *testing.T) {
@@ -25,7 +25,8 @@ func TestConformanceS3OnMinIO(t *testing.T) {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	want := fmt.Sprintf("%d passed, 0 failed", len(conformance.Checks())-1)
-	for _, want := range []string{"s3://" + srv.Bucket + "/cmd", "Precondition probe: ok", "delete-if-match", want} {
+	fencing := fmt.Sprintf("%d passed, 0 failed", len(conformance.FencingSuite.Checks()))
+	for _, want := range []string{"s3://" + srv.Bucket + "/cmd", "Precondition probe: ok", "delete-if-match", want, "Fencing protocol", fencing, "Certificate: recorded"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/conformance"
 	"github.com/shardfence/shardfence/sidecar"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -35,6 +36,7 @@ type serveFlags struct {
 	store, listen, config, node, logLevel string
 	authTokenFile, tlsCert, tlsKey, tlsCA string
 	insecureListen, allowUnfenced         bool
+	allowFencingFailures                  bool
 	shutdownTimeout, idleTimeout          time.Duration
 	stallAfter                            time.Duration
 	limits                                sidecar.Limits
@@ -57,6 +59,7 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.tlsCA, "tls-client-ca", "", "CA bundle (PEM) client certificates must chain to (mutual TLS)")
 	fs.BoolVar(&f.insecureListen, "insecure-listen", false, "allow a non-loopback --listen without --auth-token-file")
 	fs.BoolVar(&f.allowUnfenced, "allow-unfenced", false, "allow shards opened with fencing disabled (benchmarks only: a zombie can lose acknowledged writes)")
+	fs.BoolVar(&f.allowFencingFailures, "allow-fencing-failures", false, "serve a store whose conformance certificate records a failed fencing check (a fenced shard there can lose acknowledged writes)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight syncs before abandoning them (1s..1h)")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 2*time.Minute, "close a client connection idle this long (1s..1h)")
 	fs.DurationVar(&f.limits.BodyReadTimeout, "body-read-timeout", 30*time.Second, "a request body must arrive within this long (100ms..10m)")
@@ -328,6 +331,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts.Registerer = reg
+	if err := checkCertificate(ctx, store, f.allowFencingFailures, log); err != nil {
+		return err
+	}
 	srv, err := sidecar.New(ctx, store, opts)
 	if err != nil {
 		return err
@@ -395,4 +401,46 @@ func displayAddr(listen string, ln net.Listener) string {
 		return listen
 	}
 	return ln.Addr().String()
+}
+
+// checkCertificate reads what shardfence conformance recorded in the store
+// (one GET, so a healthy store starts as fast as before): a store whose
+// certificate records a failed fencing check is refused, naming the check,
+// unless allow; a missing, unreadable, foreign or partial certificate is a
+// warning, since a store is certified by running the suite, not by serve.
+func checkCertificate(ctx context.Context, store *blobstore.Container, allow bool, log *slog.Logger) error {
+	cert, err := conformance.ReadCertificate(ctx, store)
+	switch {
+	case errors.Is(err, conformance.ErrNoCertificate):
+		log.Warn("store not certified for fencing: run `shardfence conformance --store URL` once; it records the outcome in the store, and serve refuses a store that fails a fencing check", "store", store.String())
+		return nil
+	case err != nil:
+		// Store trouble shows again in the precondition probe next.
+		log.Warn("conformance certificate not read; run `shardfence conformance --store URL` again", "store", store.String(), "error", err.Error())
+		return nil
+	case cert.Store != store.String():
+		log.Warn("conformance certificate was recorded for another store or driver; ignoring it: run `shardfence conformance --store URL` on this one", "store", store.String(), "certified", cert.Store)
+		return nil
+	}
+	if rerr := cert.Refusal(); rerr != nil {
+		if !allow {
+			return fmt.Errorf("sidecar start-up: refusing %w (fix the store or its driver and run `shardfence conformance --store URL` again, or pass --allow-fencing-failures to serve anyway)", rerr)
+		}
+		log.Warn("serving a store that failed fencing checks (--allow-fencing-failures)", "store", store.String(), "error", rerr.Error())
+	}
+	v := cert.Judge()
+	if len(v.Unverified) > 0 {
+		log.Warn("conformance certificate does not show every fencing check of this build passed; run `shardfence conformance --store URL` again", "store", store.String(), "unverified", strings.Join(v.Unverified, ","), "issued", cert.Issued)
+	}
+	if len(v.BlobFailed) > 0 {
+		names := make([]string, len(v.BlobFailed))
+		for i, ch := range v.BlobFailed {
+			names[i] = ch.Name
+		}
+		log.Warn("store failed blob contract checks the fencing protocol does not rely on (see OPERATIONS.md, known store limitations)", "store", store.String(), "checks", strings.Join(names, ","))
+	}
+	if len(v.Failed) == 0 && len(v.Unverified) == 0 {
+		log.Info("store certified for fencing", "store", store.String(), "issued", cert.Issued, "fencing_suite", conformance.FencingVersion)
+	}
+	return nil
 }

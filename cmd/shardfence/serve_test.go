@@ -82,6 +82,13 @@ func TestServeRefusesUnsafeListen(t *testing.T) {
 // returns its address.
 func startServe(t *testing.T, args ...string) (string, func() error) {
 	t.Helper()
+	addr, stop, _ := startServeLogs(t, args...)
+	return addr, stop
+}
+
+// startServeLogs is startServe that also returns serve's stderr (its log).
+func startServeLogs(t *testing.T, args ...string) (string, func() error, *syncBuffer) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errOut syncBuffer
 	done := make(chan error, 1)
@@ -117,7 +124,7 @@ func startServe(t *testing.T, args ...string) (string, func() error) {
 		return stopErr
 	}
 	t.Cleanup(func() { _ = stop() })
-	return addr, stop
+	return addr, stop, &errOut
 }
 
 func TestServeOverUnixSocketWithJSONLogsAndMetrics(t *testing.T) {

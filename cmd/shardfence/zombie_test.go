@@ -31,8 +31,10 @@ func thisBinary() sidecarproc.Command {
 	return sidecarproc.Command{Path: os.Args[0], Env: []string{asBinaryEnv + "=1"}}
 }
 
-// The zombie scenario (sidecarproc.RunZombie) on each store; the e2e module
-// runs it against MinIO in a container as well.
+// The zombie scenario (sidecarproc.RunZombie) on each store: the
+// filesystem and every real server the tests start (MinIO, versitygw,
+// Azurite, fake-gcs-server); the e2e module runs it against MinIO in a
+// container as well.
 func TestZombieProcessesOnFS(t *testing.T) {
 	sidecarproc.RunZombie(t, thisBinary(), "file://"+t.TempDir(), "", zombiePhase)
 }
@@ -43,4 +45,23 @@ func TestZombieProcessesOnMinIO(t *testing.T) {
 		testservers.Unavailable(t, "MinIO", err)
 	}
 	sidecarproc.RunZombie(t, thisBinary(), srv.MinioURL("zombie"), srv.SecretKey, zombiePhase)
+}
+
+func TestZombieProcessesOnVersityGW(t *testing.T) {
+	srv, err := testservers.StartVersityGW(t)
+	if err != nil {
+		testservers.Unavailable(t, "versitygw", err)
+	}
+	sidecarproc.RunZombie(t, thisBinary(), srv.S3URL("zombie"), srv.SecretKey, zombiePhase)
+}
+
+func TestZombieProcessesOnAzurite(t *testing.T) {
+	srv := testservers.StartAzurite(t)
+	srv.SetEnv(t) // the sidecars inherit the account key
+	sidecarproc.RunZombie(t, thisBinary(), srv.StoreURL("zombie"), testservers.AzuriteKey, zombiePhase)
+}
+
+func TestZombieProcessesOnFakeGCS(t *testing.T) {
+	srv := testservers.NewFakeGCS(t)
+	sidecarproc.RunZombie(t, thisBinary(), srv.StoreURL("zombie"), "", zombiePhase)
 }
