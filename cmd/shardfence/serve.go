@@ -33,13 +33,13 @@ const envPrefix = "SHARDFENCE_"
 
 type serveFlags struct {
 	store, listen, config, node, logLevel string
-	authTokenFile, tlsCert, tlsKey, tlsCA string
-	insecureListen, allowUnfenced         bool
-	shutdownTimeout, idleTimeout          time.Duration
-	stallAfter                            time.Duration
-	limits                                sidecar.Limits
-	defaults                              sidecar.Settings
-	mode, ackOrder                        string
+	serverSecurity
+	allowUnfenced                bool
+	shutdownTimeout, idleTimeout time.Duration
+	stallAfter                   time.Duration
+	limits                       sidecar.Limits
+	defaults                     sidecar.Settings
+	mode, ackOrder               string
 }
 
 func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
@@ -51,11 +51,7 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.config, "config", "", "YAML file of flag values (keys are flag names); flags and SHARDFENCE_* variables win over it")
 	fs.StringVar(&f.node, "node", "", "name of this node, recorded in fence keys for operators")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "file holding the bearer token every API and /metrics call must carry (required off loopback)")
-	fs.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key serves HTTPS")
-	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS private key file (PEM)")
-	fs.StringVar(&f.tlsCA, "tls-client-ca", "", "CA bundle (PEM) client certificates must chain to (mutual TLS)")
-	fs.BoolVar(&f.insecureListen, "insecure-listen", false, "allow a non-loopback --listen without --auth-token-file")
+	f.serverSecurity.addFlags(fs, "sidecar")
 	fs.BoolVar(&f.allowUnfenced, "allow-unfenced", false, "allow shards opened with fencing disabled (benchmarks only: a zombie can lose acknowledged writes)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight syncs before abandoning them (1s..1h)")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 2*time.Minute, "close a client connection idle this long (1s..1h)")
@@ -81,6 +77,15 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 // loadConfig applies the YAML file, then SHARDFENCE_* variables, then the
 // flags given on the command line, so flags win and the file loses.
 func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	return loadConfigAliased(fs, args, getenv, nil)
+}
+
+// configAlias maps a config file key that is not a flag name (the seed's
+// client_active_ttl_sec, say) to the flag it sets and the value.
+type configAlias func(v any) (flagName, value string)
+
+// loadConfigAliased is loadConfig with extra config file keys.
+func loadConfigAliased(fs *flag.FlagSet, args []string, getenv func(string) string, aliases map[string]configAlias) error {
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
@@ -89,7 +94,13 @@ func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) err
 	}
 	given := map[string]string{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = f.Value.String() })
+	// The file and the environment fill only what the command line left
+	// alone, so flags win without being set twice (a repeatable flag
+	// would count a value twice).
 	set := func(name, value, from string) error {
+		if _, ok := given[name]; ok {
+			return nil
+		}
 		if err := fs.Set(name, value); err != nil {
 			return fmt.Errorf("%w: %s: %s: %v", errUsage, from, name, err)
 		}
@@ -109,8 +120,15 @@ func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) err
 			return fmt.Errorf("%w: config file %s: %v", errUsage, path, err)
 		}
 		for k, v := range doc {
+			if a := aliases[k]; a != nil {
+				name, value := a(v)
+				if err := set(name, value, "config file "+path+" key "+k); err != nil {
+					return err
+				}
+				continue
+			}
 			if k == "config" || fs.Lookup(k) == nil {
-				return fmt.Errorf("%w: config file %s: unknown key %q (keys are serve's flag names)", errUsage, path, k)
+				return fmt.Errorf("%w: config file %s: unknown key %q (keys are the command's flag names)", errUsage, path, k)
 			}
 			if err := set(k, fmt.Sprint(v), "config file "+path); err != nil {
 				return err
@@ -124,15 +142,7 @@ func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) err
 			envErr = set(f.Name, v, "environment "+name)
 		}
 	})
-	if envErr != nil {
-		return envErr
-	}
-	for k, v := range given {
-		if err := set(k, v, "flag"); err != nil {
-			return err
-		}
-	}
-	return nil
+	return envErr
 }
 
 func parseMode(s string) (translog.FencingMode, error) {
@@ -228,7 +238,43 @@ func readToken(path string) (string, error) {
 	return tok, nil
 }
 
-func tlsConfig(f *serveFlags) (*tls.Config, error) {
+// serverSecurity is the listener security the sidecar and the master
+// share: a bearer token, TLS, optional mutual TLS, and the explicit
+// opt-out for a public listener without a token.
+type serverSecurity struct {
+	authTokenFile, tlsCert, tlsKey, tlsCA string
+	insecureListen                        bool
+}
+
+func (s *serverSecurity) addFlags(fs *flag.FlagSet, what string) {
+	fs.StringVar(&s.authTokenFile, "auth-token-file", "", "file holding the bearer token every API and /metrics call must carry (required off loopback)")
+	fs.StringVar(&s.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key serves HTTPS")
+	fs.StringVar(&s.tlsKey, "tls-key", "", "TLS private key file (PEM)")
+	fs.StringVar(&s.tlsCA, "tls-client-ca", "", "CA bundle (PEM) client certificates must chain to (mutual TLS)")
+	fs.BoolVar(&s.insecureListen, "insecure-listen", false, "allow a non-loopback --listen without --auth-token-file (the "+what+" is then open to anyone who reaches it)")
+}
+
+// resolve reads the token and TLS files and refuses a public listener
+// without a token, before anything is opened or bound.
+func (s *serverSecurity) resolve(listen string) (token string, tlsCfg *tls.Config, public bool, err error) {
+	if tlsCfg, err = tlsConfig(s); err != nil {
+		return "", nil, false, err
+	}
+	if s.authTokenFile != "" {
+		if token, err = readToken(s.authTokenFile); err != nil {
+			return "", nil, false, err
+		}
+	}
+	if public, err = publicListen(listen); err != nil {
+		return "", nil, false, err
+	}
+	if public && token == "" && !s.insecureListen {
+		return "", nil, false, fmt.Errorf("%w: --listen %s is reachable from other machines: give --auth-token-file (and TLS flags), or --insecure-listen to serve it unauthenticated", errUsage, listen)
+	}
+	return token, tlsCfg, public, nil
+}
+
+func tlsConfig(f *serverSecurity) (*tls.Config, error) {
 	if f.tlsCert == "" && f.tlsKey == "" {
 		if f.tlsCA != "" {
 			return nil, fmt.Errorf("%w: --tls-client-ca needs --tls-cert and --tls-key", errUsage)
@@ -286,24 +332,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: --log-level %q", errUsage, f.logLevel)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	tlsCfg, err := tlsConfig(f)
-	if err != nil {
-		return err
-	}
-	token := ""
-	if f.authTokenFile != "" {
-		if token, err = readToken(f.authTokenFile); err != nil {
-			return err
-		}
-	}
 	// Everything the command line decides is checked before the store is
 	// opened and the address bound.
-	public, err := publicListen(f.listen)
+	token, tlsCfg, public, err := f.serverSecurity.resolve(f.listen)
 	if err != nil {
 		return err
-	}
-	if public && token == "" && !f.insecureListen {
-		return fmt.Errorf("%w: --listen %s is reachable from other machines: give --auth-token-file (and TLS flags), or --insecure-listen to serve it unauthenticated", errUsage, f.listen)
 	}
 	for _, d := range []struct {
 		flag  string
