@@ -225,7 +225,8 @@ func (c *Bucket) checkFormat() error {
 // checkOnlyOurs refuses to turn a directory that holds other files into a
 // store (a mistyped URL pointing at a home directory, say). Subdirectories
 // of the layout are allowed: an earlier Open may have stopped before FORMAT
-// was written.
+// was written; so is a FORMAT that another process's first Open wrote
+// after this one found none.
 func (c *Bucket) checkOnlyOurs() error {
 	d, err := os.Open(c.root)
 	if err != nil {
@@ -237,6 +238,11 @@ func (c *Bucket) checkOnlyOurs() error {
 		return err
 	}
 	for _, n := range names {
+		if n == formatName {
+			// A concurrent first Open wrote it since checkFormat ran
+			// (it appears whole: a no-replace rename): check it.
+			return c.checkFormat()
+		}
 		if n != objectsDir && n != locksDir && n != tmpDir {
 			return fmt.Errorf("%w: the directory holds %q but no %s file, so it is not a store; use a new or empty directory", ErrBadLayout, n, formatName)
 		}

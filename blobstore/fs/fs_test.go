@@ -551,3 +551,26 @@ func TestKeyLockSurvivesLockFileRemoval(t *testing.T) {
 	}
 	unlockC(false)
 }
+
+// Two processes opening the same new directory: one finds no FORMAT, the
+// other writes it, and the first then lists the directory. It must take the
+// FORMAT for a concurrent first open, not for a foreign file.
+func TestFirstOpenSeesAConcurrentFirstOpensFormat(t *testing.T) {
+	dir := t.TempDir()
+	late := &Bucket{root: dir}
+	if err := late.checkFormat(); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a new directory: checkFormat = %v, want not exist", err)
+	}
+	if _, err := OpenBucket(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := late.checkOnlyOurs(); err != nil {
+		t.Fatalf("the directory after another first open: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, formatName), []byte("other\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := late.checkOnlyOurs(); !errors.Is(err, ErrBadLayout) {
+		t.Fatalf("a FORMAT of another kind: %v, want ErrBadLayout", err)
+	}
+}
