@@ -454,10 +454,11 @@ func (f *fleet) reportLocked(e *shardEntry, r ShardReport) []change {
 			// The target could not adopt: cancel the handoff, the source
 			// takes the shard back.
 			return f.cancelHandoffLocked(e, fmt.Sprintf("handoff to %s failed: %s", r.Node, clip(r.Err)))
-		case owner && (r.Reason == "fenced" && r.SuccessorTerm > c.GetTerm() || r.Reason == "term_already_open"):
-			// A stale grant: the store holds a higher term, or this
-			// allocation already wrote at this term (its process
-			// restarted). Raise the term above it, durably, and retry.
+		case owner && (r.Reason == "fenced" || r.Reason == "term_already_open"):
+			// A stale grant: the store holds a higher term (or another
+			// allocation holds this one), or this allocation already
+			// wrote at this term (its process restarted). Raise the
+			// term above it, durably, and retry.
 			e.staleGrants++
 			if e.staleGrants > maxStaleGrants {
 				e.state, e.reason = ShardFailed, fmt.Sprintf("gave up after %d raised terms: %s", maxStaleGrants, clip(r.Err))

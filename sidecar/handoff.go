@@ -146,6 +146,8 @@ func (s *Server) AdoptHandoff(ctx context.Context, raw []byte, req Settings) (Sh
 		return undo(err)
 	}
 	lin := rep.Lineage
+	sh.mu.Lock()
+	// Under the lock: Status may read the shard while it is adopted.
 	sh.chain, sh.startGen = chain, hc.Gen+1
 	sh.restore = RestorePoint{Term: hc.Term, Gen: hc.Gen, NextSeqNo: hc.NextSeqNo}
 	if hc.Gen > 0 {
@@ -154,11 +156,12 @@ func (s *Server) AdoptHandoff(ctx context.Context, raw []byte, req Settings) (Sh
 		}
 	}
 	sh.opened = time.Now()
-	sh.mu.Lock()
 	sh.w, sh.ackedGen, sh.nextSeq, sh.state = w, hc.Gen, hc.NextSeqNo, stateOpen
 	sh.mu.Unlock()
 	s.log.Info("shard adopted", append(sh.logAttrs(), "source", hc.Source)...)
-	return sh.status(), nil
+	st := sh.status()
+	s.watch.opened(name, hc.Term, hc.Target, st, nil)
+	return st, nil
 }
 
 // AbortHandoff ends a handoff on the source: it takes the fence key back

@@ -116,6 +116,10 @@ type Server struct {
 	mu       sync.Mutex
 	shards   map[string]*shard
 	draining bool
+
+	// watch tells watchers (the primary) what this sidecar gained, lost
+	// or was fenced from.
+	watch *watchHub
 }
 
 // New probes store for enforced preconditions and returns a server for
@@ -142,6 +146,7 @@ func newServer(ctx context.Context, store *blobstore.Container, opts Options, op
 		opts.StoreLabel = "shards"
 	}
 	s := &Server{opts: opts, opener: op, log: opts.Logger, shards: map[string]*shard{}, clock: fence.SystemClock(), stopped: make(chan struct{})}
+	s.watch = newWatchHub(s)
 	if opts.Registerer != nil {
 		m := metered.New(store, opts.StoreLabel)
 		opts.Registerer.MustRegister(m)
@@ -330,10 +335,10 @@ func (sh *shard) status() ShardStatus {
 	if !sh.lastCAS.IsZero() {
 		st.LastCASAge = time.Since(sh.lastCAS)
 	}
-	fenceErr := sh.fenceErr
+	fenceErr, chain := sh.fenceErr, sh.chain
 	sh.mu.Unlock()
-	if sh.chain != nil {
-		st.Owner = sh.chain.State().Record.Allocation
+	if chain != nil {
+		st.Owner = chain.State().Record.Allocation
 	} else if sh.writer() != nil {
 		st.Owner = sh.alloc
 	}
@@ -459,7 +464,8 @@ func (s *Server) Open(ctx context.Context, name string, term int64, alloc string
 	// error before the caller's deadline; retrying it is safe.
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
-	res, err := s.open(ctx, name, term, alloc, req, events)
+	res, err := s.open(ctx, name, term, alloc, req, s.watch.tee(name, term, alloc, events))
+	s.watch.opened(name, term, alloc, res, err)
 	if err != nil {
 		s.metrics.opens.WithLabelValues(reasonLabel(err)).Inc()
 		s.log.Warn("open failed", "shard", name, "term", term, "allocation", alloc, "error", err.Error())
@@ -561,9 +567,10 @@ func (s *Server) open(ctx context.Context, name string, term int64, alloc string
 	if err != nil {
 		return restoreFail(err)
 	}
+	sh.mu.Lock()
+	// Under the lock: Status may read the shard while it opens.
 	sh.chain, sh.restore, sh.startGen, sh.lineage = o.Chain, o.Restore, o.StartGen, o.ReadLineage
 	sh.opened = time.Now()
-	sh.mu.Lock()
 	sh.w = o.Writer
 	sh.settings = settings.withFencing(o.Fencing)
 	sh.ackedGen, sh.nextSeq = o.Restore.Gen, o.Restore.NextSeqNo

@@ -21,7 +21,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/shardfence/shardfence/blobstore"
+	masterLib "github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/sidecar"
+	"github.com/shardfence/shardfence/sidecar/agent"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -38,6 +40,8 @@ type serveFlags struct {
 	shutdownTimeout, idleTimeout time.Duration
 	stallAfter                   time.Duration
 	limits                       sidecar.Limits
+	masters, advertise           string
+	masterConn                   masterConn
 	defaults                     sidecar.Settings
 	mode, ackOrder               string
 }
@@ -52,6 +56,12 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.node, "node", "", "name of this node, recorded in fence keys for operators")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.serverSecurity.addFlags(fs, "sidecar")
+	fs.StringVar(&f.masters, "master", "", "register with the master at this URL (comma-separated: the master and its standbys) and carry out its shard assignments (automatic failover); needs --node")
+	fs.StringVar(&f.advertise, "advertise", "", "URL of this sidecar's API as the master and primaries reach it (default: http(s)://the --listen address)")
+	fs.StringVar(&f.masterConn.tokenFile, "master-token-file", "", "file holding the master's bearer token")
+	fs.StringVar(&f.masterConn.caCert, "master-ca-cert", "", "CA bundle (PEM) to verify an HTTPS master with")
+	fs.StringVar(&f.masterConn.clientCert, "master-client-cert", "", "client certificate (PEM) for a master that requires mutual TLS")
+	fs.StringVar(&f.masterConn.clientKey, "master-client-key", "", "client certificate's key (PEM)")
 	fs.BoolVar(&f.allowUnfenced, "allow-unfenced", false, "allow shards opened with fencing disabled (benchmarks only: a zombie can lose acknowledged writes)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight syncs before abandoning them (1s..1h)")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 2*time.Minute, "close a client connection idle this long (1s..1h)")
@@ -346,6 +356,25 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("%w: %s %v is outside %v..1h", errUsage, d.flag, d.v, d.lo)
 		}
 	}
+	var masters []string
+	if f.masters != "" {
+		if f.node == "" {
+			return fmt.Errorf("%w: --master needs --node (the node's name at the master)", errUsage)
+		}
+		if err := masterLib.ValidateNodeName(f.node); err != nil {
+			return fmt.Errorf("%w: --node: %v", errUsage, err)
+		}
+		for _, m := range strings.Split(f.masters, ",") {
+			base, err := masterBase(m)
+			if err != nil {
+				return err
+			}
+			masters = append(masters, base)
+		}
+		if strings.HasPrefix(f.listen, "unix://") && f.advertise == "" {
+			return fmt.Errorf("%w: --master with a unix socket --listen needs --advertise (the URL the master and primaries reach this sidecar at)", errUsage)
+		}
+	}
 	opts := sidecar.Options{
 		Node: f.node, Defaults: f.defaults, Limits: f.limits, AllowUnfenced: f.allowUnfenced, Logger: log, StallAfter: f.stallAfter,
 	}
@@ -400,12 +429,30 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			errc <- hs.Serve(ln)
 		}
 	}()
+	agentDone := make(chan struct{})
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	defer stopAgent()
+	if len(masters) > 0 {
+		ag, err := newAgent(f, masters, ln, tlsCfg != nil, srv, log)
+		if err != nil {
+			_ = srv.Shutdown(context.Background())
+			return err
+		}
+		go func() {
+			defer close(agentDone)
+			_ = ag.Run(agentCtx)
+		}()
+	} else {
+		close(agentDone)
+	}
 	select {
 	case err := <-errc:
 		_ = srv.Shutdown(context.Background())
 		return fmt.Errorf("sidecar: serve: %w", err)
 	case <-ctx.Done():
 	}
+	stopAgent()
+	<-agentDone
 	log.Info("shutting down: draining appends")
 	shutCtx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
 	defer cancel()
@@ -421,6 +468,26 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	log.Info("sidecar stopped")
 	return nil
+}
+
+// newAgent makes the sidecar a node of the master (serve --master).
+func newAgent(f *serveFlags, masters []string, ln net.Listener, tls bool, srv *sidecar.Server, log *slog.Logger) (*agent.Agent, error) {
+	hc, copts, err := f.masterConn.dial()
+	if err != nil {
+		return nil, err
+	}
+	addr := f.advertise
+	if addr == "" {
+		scheme := "http"
+		if tls {
+			scheme = "https"
+		}
+		addr = scheme + "://" + ln.Addr().String()
+	}
+	return agent.New(agent.Options{
+		Server: srv, Node: f.node, Addr: addr, Store: blobstore.Redact(f.store), Masters: masters,
+		HTTPClient: hc, ClientOptions: copts, Logger: log,
+	})
 }
 
 func displayAddr(listen string, ln net.Listener) string {
