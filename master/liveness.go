@@ -464,6 +464,8 @@ func (m *Master) CheckLiveness(ctx context.Context) LivenessPass {
 	p := m.live.pass(m.clock.Steady())
 	if p.Stalled {
 		m.metrics.livenessStalls.Inc()
+		m.log.Warn("the liveness monitor did not observe for a while (the master was paused or starved); that time is not counted against any client",
+			"unobserved", p.Unobserved.Round(time.Millisecond))
 	}
 	for _, r := range p.Suspected {
 		m.metrics.clientTransitions.WithLabelValues("active", "suspected").Inc()
