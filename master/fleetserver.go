@@ -114,8 +114,14 @@ func (s *fleetService) ListNodes(context.Context, *connect.Request[masterv1.List
 		if n.SinceSignal >= 0 {
 			age = n.SinceSignal.Milliseconds()
 		}
-		out.Nodes = append(out.Nodes, &masterv1.NodeInfo{Name: n.Name, Addr: n.Addr, State: n.State.String(), LastPingAgeMs: age,
-			Incarnation: n.Incarnation, Draining: n.Draining, Shards: uint32(n.Shards), Store: n.Store, Fencing: n.Fencing, Offboarding: n.Offboarding})
+		state, note := n.State.String(), n.Offboarding
+		if n.State == 0 {
+			// Known from the table, with no live incarnation: offboarded
+			// (or not registered since this master started).
+			state, note = "offline", "no live incarnation: offboarded, or not registered since this master started"
+		}
+		out.Nodes = append(out.Nodes, &masterv1.NodeInfo{Name: n.Name, Addr: n.Addr, State: state, LastPingAgeMs: age,
+			Incarnation: n.Incarnation, Draining: n.Draining, Shards: uint32(n.Shards), Store: n.Store, Fencing: n.Fencing, Offboarding: note})
 	}
 	return connect.NewResponse(out), nil
 }

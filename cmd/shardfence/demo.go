@@ -145,8 +145,19 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	storeURL := fs.String("store", "", "store URL for the demo's shard (default: a fresh file:// store in a temporary folder)")
 	phase := fs.Duration("phase", 3*time.Second, "how long each phase appends")
 	clients := fs.Int("clients", 8, "appending clients per sidecar")
+	auto := fs.Bool("auto", false, "automatic failover instead: a master and three sidecar processes; the shard's sidecar is SIGKILLed and the shard comes back on another by itself")
 	if err := parseArgs(fs, args); err != nil {
 		return err
+	}
+	if *auto {
+		if fs.NArg() > 0 || *phase <= 0 {
+			return fmt.Errorf("%w: unexpected argument, or --phase not positive", errUsage)
+		}
+		c, err := selfCmd()
+		if err != nil {
+			return err
+		}
+		return runDemoAuto(ctx, c, *storeURL, *phase, stdout)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))

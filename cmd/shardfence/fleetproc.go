@@ -138,6 +138,7 @@ type procFleet struct {
 	cmd       fleetCmd
 	shardURL  string // the sidecars' store
 	masterURL string // the master's store
+	cluster   string // the master's cluster name (default "fleet")
 	master    *fleetProc
 	base      string // the master's API URL
 	fc        masterv1connect.MasterFleetServiceClient
@@ -154,7 +155,11 @@ func newProcFleet(c fleetCmd, shardURL, masterURL string) *procFleet {
 
 // startMaster runs the master of cluster "fleet" with extra flags.
 func (f *procFleet) startMaster(extra ...string) error {
-	args := append([]string{"master", "--listen", "127.0.0.1:0", "--cluster", "fleet", "--node", "m1", "--shards", "16", "--snapshot-interval", "0"}, extra...)
+	cluster := f.cluster
+	if cluster == "" {
+		cluster = "fleet"
+	}
+	args := append([]string{"master", "--listen", "127.0.0.1:0", "--cluster", cluster, "--node", "m1", "--shards", "16", "--snapshot-interval", "0"}, extra...)
 	p, err := startFleetProc(f.cmd, "master", "master listening on ", []string{masterStoreEnv + "=" + f.masterURL}, args...)
 	if err != nil {
 		return err

@@ -1031,8 +1031,9 @@ type NodeInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Addr  string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
-	// state: active, suspected, offline, or unknown (not registered since
-	// the master started, or offboarded).
+	// state: active, suspected or offline (an offline node with no
+	// incarnation was offboarded, or has not registered since this master
+	// started).
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	// last_ping_age_ms: since the last liveness signal; -1 when unknown.
 	LastPingAgeMs int64  `protobuf:"varint,4,opt,name=last_ping_age_ms,json=lastPingAgeMs,proto3" json:"last_ping_age_ms,omitempty"`
