@@ -29,6 +29,9 @@ const (
 	WatchLost
 	// WatchFenced: a higher term (SuccessorTerm) took the shard.
 	WatchFenced
+	// WatchSynced: the shards here when the watch started were all
+	// listed; live events follow.
+	WatchSynced
 )
 
 // Reasons of a WatchLost event.
@@ -254,7 +257,7 @@ func (h *watchHub) poll() {
 
 // Watch calls fn with the events of the shards named (all when none),
 // starting with a WatchGained (Current) or WatchFenced for each shard
-// there now, until ctx ends, fn fails, or the watcher falls behind
+// there now and a WatchSynced, until ctx ends, fn fails, or the watcher falls behind
 // (ErrWatchBehind).
 func (s *Server) Watch(ctx context.Context, shards []string, fn func(WatchEvent) error) error {
 	for _, name := range shards {
@@ -288,6 +291,7 @@ func (s *Server) Watch(ctx context.Context, shards []string, fn func(WatchEvent)
 			sub.queue = append(sub.queue, WatchEvent{Kind: WatchGained, Shard: st.Shard, Term: st.Term, Allocation: st.Allocation, Status: &stc, Current: true})
 		}
 	}
+	sub.queue = append(sub.queue, WatchEvent{Kind: WatchSynced})
 	h.subs[sub] = struct{}{}
 	if !h.polling {
 		h.polling = true

@@ -49,6 +49,10 @@ const (
 	// FENCED: a higher term took the shard (successor_term): stop writing
 	// here.
 	WatchEventKind_WATCH_EVENT_KIND_FENCED WatchEventKind = 8
+	// SYNCED: the shards open when the watch started were all listed (as
+	// GAINED with current, or FENCED); live events follow. Sent first
+	// thing after them, so a watch of an idle sidecar is answered at once.
+	WatchEventKind_WATCH_EVENT_KIND_SYNCED WatchEventKind = 9
 )
 
 // Enum value maps for WatchEventKind.
@@ -63,6 +67,7 @@ var (
 		6: "WATCH_EVENT_KIND_OPEN_FAILED",
 		7: "WATCH_EVENT_KIND_LOST",
 		8: "WATCH_EVENT_KIND_FENCED",
+		9: "WATCH_EVENT_KIND_SYNCED",
 	}
 	WatchEventKind_value = map[string]int32{
 		"WATCH_EVENT_KIND_UNSPECIFIED":     0,
@@ -74,6 +79,7 @@ var (
 		"WATCH_EVENT_KIND_OPEN_FAILED":     6,
 		"WATCH_EVENT_KIND_LOST":            7,
 		"WATCH_EVENT_KIND_FENCED":          8,
+		"WATCH_EVENT_KIND_SYNCED":          9,
 	}
 )
 
@@ -2720,7 +2726,7 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x05shard\x18\x02 \x01(\tR\x05shard\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x03R\x04term\x12%\n" +
 	"\x0esuccessor_term\x18\x04 \x01(\x03R\rsuccessorTerm\x12\x10\n" +
-	"\x03key\x18\x05 \x01(\tR\x03key*\xa6\x02\n" +
+	"\x03key\x18\x05 \x01(\tR\x03key*\xc3\x02\n" +
 	"\x0eWatchEventKind\x12 \n" +
 	"\x1cWATCH_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18WATCH_EVENT_KIND_OPENING\x10\x01\x12\x1d\n" +
@@ -2730,7 +2736,8 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x17WATCH_EVENT_KIND_GAINED\x10\x05\x12 \n" +
 	"\x1cWATCH_EVENT_KIND_OPEN_FAILED\x10\x06\x12\x19\n" +
 	"\x15WATCH_EVENT_KIND_LOST\x10\a\x12\x1b\n" +
-	"\x17WATCH_EVENT_KIND_FENCED\x10\b*^\n" +
+	"\x17WATCH_EVENT_KIND_FENCED\x10\b\x12\x1b\n" +
+	"\x17WATCH_EVENT_KIND_SYNCED\x10\t*^\n" +
 	"\vFencingMode\x12\x1c\n" +
 	"\x18FENCING_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15FENCING_MODE_PER_SYNC\x10\x01\x12\x16\n" +
