@@ -287,3 +287,74 @@ func TestMasterPauseMultiProcess(t *testing.T) {
 		t.Fatal("the master did not notice its own stall")
 	}
 }
+
+// The fleet's admin commands: assign, nodes, shards, drain (a
+// source-performed handoff, same term), undrain, unassign.
+func TestMasterFleetCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a master and sidecar processes")
+	}
+	url := "file://" + t.TempDir()
+	f := newProcFleet(fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}, url, url)
+	t.Cleanup(f.stop)
+	if err := f.startMaster(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"n1", "n2"} {
+		if _, err := f.startSidecar(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := f.waitNodes(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		var out, errOut syncBuffer
+		if err := runMaster(ctx, append(args, "--addr", f.base), &out, &errOut); err != nil {
+			t.Fatalf("master %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errOut.String())
+		}
+		return out.String()
+	}
+	if out := run("assign", "--shard", "c1", "--node", "n1", "--auto-restore", "--takeover", "suspected"); !strings.Contains(out, "assigned c1 to node n1 at term 1") {
+		t.Fatalf("assign: %q", out)
+	}
+	if out := run("assign", "--shard", "c2", "--unfenced"); !strings.Contains(out, "assigned c2") {
+		t.Fatalf("assign unfenced: %q", out)
+	}
+	if _, err := f.openOn(ctx, "c1", ""); err != nil {
+		t.Fatal(err)
+	}
+	nodes := run("nodes")
+	for _, want := range []string{"NODE", "n1", "n2", "active"} {
+		if !strings.Contains(nodes, want) {
+			t.Fatalf("nodes table lacks %q:\n%s", want, nodes)
+		}
+	}
+	shards := run("shards")
+	for _, want := range []string{"SHARD", "c1", "open", "at suspected", "off (unfenced)"} {
+		if !strings.Contains(shards, want) {
+			t.Fatalf("shards table lacks %q:\n%s", want, shards)
+		}
+	}
+	if out := run("drain", "--node", "n1", "--wait", "60s"); !strings.Contains(out, "node n1 holds no shard") {
+		t.Fatalf("drain: %q\n%s", out, run("shards"))
+	}
+	row, err := f.openOn(ctx, "c1", "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.GetAssignment().GetTerm() != 1 || row.GetAssignment().GetNode() != "n2" {
+		t.Fatalf("after the drain: %v (a handoff keeps the term)", row.GetAssignment())
+	}
+	run("undrain", "--node", "n1")
+	if out := run("unassign", "--shard", "c1"); !strings.Contains(out, "unassigned c1") {
+		t.Fatalf("unassign: %q", out)
+	}
+	var js syncBuffer
+	if err := runMaster(ctx, []string{"shards", "--json", "--addr", f.base}, &js, &js); err != nil || strings.Contains(js.String(), "\"c1\"") {
+		t.Fatalf("shards --json after unassign: %v\n%s", err, js.String())
+	}
+}
