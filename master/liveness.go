@@ -73,8 +73,9 @@ type ClientLivenessRecord struct {
 // ClientID is the client the record belongs to.
 func (r *ClientLivenessRecord) ClientID() string { return r.client }
 
-// Incarnation numbers the client's incarnations on this master (process
-// local; it restarts from 1 after a promotion).
+// Incarnation is the number this master gave the incarnation: unique and
+// increasing across all its clients, process-local (a promoted master
+// numbers afresh).
 func (r *ClientLivenessRecord) Incarnation() uint64 { return r.incarnation }
 
 // State is the incarnation's liveness; a nil record is unknown (0).
