@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"sync"
 	"text/tabwriter"
@@ -108,15 +107,11 @@ func runBenchE2E(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *clients < 1 || *opSize < 1 || *batch < 1 || *duration <= 0 {
 		return fmt.Errorf("%w: --clients, --op-size, --ops-per-append and --duration must be positive", errUsage)
 	}
-	url := *storeURL
-	if url == "" {
-		dir, err := os.MkdirTemp("", "shardfence-bench-e2e-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		url = "file://" + dir
+	url, cleanup, err := storeOrTemp(*storeURL, "shardfence-bench-e2e-")
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	root, err := blobstore.Open(ctx, url)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -53,15 +52,11 @@ func runBenchFailover(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		pairs = append(pairs, [2]time.Duration{da, ds})
 	}
-	url := *store
-	if url == "" {
-		dir, err := os.MkdirTemp("", "shardfence-bench-failover-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		url = "file://" + dir
+	url, cleanup, err := storeOrTemp(*store, "shardfence-bench-failover-")
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	c, err := selfCmd()
 	if err != nil {
 		return err

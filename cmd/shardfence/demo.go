@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -165,15 +164,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *clients < 1 || *phase <= 0 {
 		return fmt.Errorf("%w: --clients and --phase must be positive", errUsage)
 	}
-	url := *storeURL
-	if url == "" {
-		dir, err := os.MkdirTemp("", "shardfence-demo-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		url = "file://" + dir
+	url, cleanup, err := storeOrTemp(*storeURL, "shardfence-demo-")
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	store, err := blobstore.Open(ctx, url)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -16,14 +15,11 @@ import (
 // owner; the owner is SIGKILLed and the shard comes back on another
 // sidecar with no command, holding every acknowledged op.
 func runDemoAuto(ctx context.Context, c fleetCmd, url string, phase time.Duration, stdout io.Writer) error {
-	if url == "" {
-		dir, err := os.MkdirTemp("", "shardfence-demo-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		url = "file://" + dir
+	url, cleanup, err := storeOrTemp(url, "shardfence-demo-")
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	const active, suspicion = time.Second, time.Second
 	tl := &demoTimeline{w: stdout, start: time.Now()}
 	f := newProcFleet(c, url, url)

@@ -27,6 +27,19 @@ import (
 // SIGSTOP. `demo --auto`, `bench failover` and the multi-process failover
 // tests run it.
 
+// storeOrTemp returns url, or when it is empty a file:// store in a new
+// temporary directory that cleanup removes.
+func storeOrTemp(url, prefix string) (string, func(), error) {
+	if url != "" {
+		return url, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	return "file://" + dir, func() { _ = os.RemoveAll(dir) }, nil
+}
+
 // fleetCmd is how to run the shardfence command.
 type fleetCmd struct {
 	path string
