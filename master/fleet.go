@@ -408,10 +408,12 @@ func (m *Master) ReportShard(ctx context.Context, r ShardReport) error {
 	m.topo.RLock()
 	f.mu.Lock()
 	n := f.nodes[r.Node]
-	if n == nil || n.session != r.Session || n.owner.Load().State() == 0 {
+	if n == nil || n.session != r.Session || !m.eligibility.ShouldRetain(n) {
+		// An offline incarnation's word changes nothing: its shards are
+		// being moved, or were.
 		f.mu.Unlock()
 		m.topo.RUnlock()
-		return fail(fmt.Errorf("%w: session %.64q of node %q is not registered", ErrClientOffline, r.Session, r.Node), "register the node again")
+		return fail(fmt.Errorf("%w: session %.64q of node %q is not a live incarnation", ErrClientOffline, r.Session, r.Node), "register the node again")
 	}
 	var changes []change
 	e := f.shards[r.Shard]
