@@ -294,11 +294,13 @@ func (l *Liveness) pass(now SteadyTime) LivenessPass {
 			p.Stalled = true
 			p.Unobserved = gap - l.cfg.MonitorInterval
 			l.stalls++
+			// Every window, including one a signal restarted between
+			// the last pass and the stall, moves by the unobserved time;
+			// none past now (a signal that came in while only the
+			// monitor was starved gets a whole window from now).
 			for _, r := range l.records {
-				if r.lastSignal < l.lastPass {
-					r.lastSignal = min(r.lastSignal.Add(p.Unobserved), now)
-				}
-				if r.State() == ClientSuspected && r.suspectedAt < l.lastPass {
+				r.lastSignal = min(r.lastSignal.Add(p.Unobserved), now)
+				if r.State() == ClientSuspected {
 					r.suspectedAt = min(r.suspectedAt.Add(p.Unobserved), now)
 				}
 			}

@@ -500,3 +500,21 @@ func TestLivenessConfigRanges(t *testing.T) {
 		}
 	}
 }
+
+// A signal between the monitor's last pass and the stall restarts a window
+// the stall must not eat either.
+func TestStallAfterALateSignal(t *testing.T) {
+	m, clk := newTestMaster(t, liveCfg(true), Options{})
+	mount(t, m, "c1", 1, 1000)
+	m.CheckLiveness(context.Background())
+	clk.Advance(500 * time.Millisecond)
+	ping(t, m, "c1") // after the last pass, before the master froze
+	clk.Advance(time.Hour)
+	if p := m.CheckLiveness(context.Background()); !p.Stalled || len(p.Suspected) != 0 {
+		t.Fatalf("pass after the stall: %+v", p)
+	}
+	tick(m, clk, 8*time.Second)
+	if s := state(m, "c1"); s != ClientActive {
+		t.Fatalf("8 s after the stall: %v, want active (the ping's window was not eaten)", s)
+	}
+}
