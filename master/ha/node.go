@@ -489,7 +489,12 @@ func (n *Node) openPrimary(ctx context.Context, resume bool) error {
 				return nil
 			}
 			sh, err = recovery.Open(ctx, n.store, n.shard, term, n.alloc, ro)
-			if errors.Is(err, recovery.ErrResumeOffLineage) || errors.Is(err, seal.ErrLineageTruncated) {
+			// A generation missing after the standby's position was
+			// collected below a newer snapshot (the old primary's GC can
+			// land while the promotion reads): the snapshot holds it, and
+			// the rebuild fails on its own if a generation it needs is
+			// missing for any other reason.
+			if errors.Is(err, recovery.ErrResumeOffLineage) || errors.Is(err, seal.ErrLineageTruncated) || errors.Is(err, translog.ErrMissingGen) {
 				n.log.Warn("the standby's position is not on the sealed lineage; rebuilding from the newest snapshot", "term", pos.Term, "gen", pos.Gen, "err", err)
 				sh, err = nil, nil
 			} else if err != nil {
