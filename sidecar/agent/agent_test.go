@@ -260,3 +260,35 @@ func TestAgentReportsItsFailures(t *testing.T) {
 		t.Fatal("registered with no master")
 	}
 }
+
+// Given the master and its standby, the agent registers with whichever
+// serves as primary.
+func TestAgentFindsThePrimary(t *testing.T) {
+	c := newCluster(t)
+	standby := http.NewServeMux()
+	notPrimary := func() (*master.Master, error) { return nil, master.ErrNotPrimary }
+	p, h := master.NewFleetHandlerFunc(notPrimary)
+	standby.Handle(p, h)
+	p, h = master.NewHandlerFunc(notPrimary)
+	standby.Handle(p, h)
+	hs := httptest.NewServer(standby)
+	t.Cleanup(hs.Close)
+	srv, err := sidecar.New(context.Background(), c.store, sidecar.Options{Node: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	ag, err := New(Options{Server: srv, Node: "a", Addr: "http://a", Masters: []string{hs.URL, c.url}, RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ag.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "registration with the primary", func() bool { st := ag.Status(); return st.Registered && st.Master == c.url })
+	if _, err := c.m.AssignShard(context.Background(), master.AssignRequest{Shard: "s1", AutoRestore: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "s1 open on a", func() bool { return openAt(srv, "s1", 1) })
+}
