@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -20,6 +19,7 @@ import (
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
+	"github.com/shardfence/shardfence/internal/syncbuf"
 )
 
 // A fleet of real processes: one master and sidecars registered with it,
@@ -60,27 +60,10 @@ type fleetProc struct {
 	name   string
 	cmd    *exec.Cmd
 	addr   string
-	log    *lockedLog
+	log    *syncbuf.Buffer
 	done   chan struct{}
 	err    error
 	killed atomic.Bool
-}
-
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // startFleetProc starts `shardfence args...` with env added and waits for
@@ -88,7 +71,7 @@ func (l *lockedLog) String() string {
 func startFleetProc(c fleetCmd, name, prefix string, env []string, args ...string) (*fleetProc, error) {
 	cmd := exec.Command(c.path, args...)
 	cmd.Env = append(append(os.Environ(), c.env...), env...)
-	p := &fleetProc{name: name, cmd: cmd, log: &lockedLog{}, done: make(chan struct{})}
+	p := &fleetProc{name: name, cmd: cmd, log: &syncbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.log
 	out, err := cmd.StdoutPipe()
 	if err != nil {
