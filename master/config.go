@@ -42,6 +42,11 @@ type Config struct {
 	// TenantQuotas caps the memory bytes (size times memory replicas) of a
 	// tenant; a tenant not listed is unlimited.
 	TenantQuotas map[string]uint64
+	// Liveness are the client liveness TTLs (Active -> Suspected ->
+	// Offline) and the monitor's pace.
+	Liveness LivenessConfig
+	// Offboarding tunes how the offboarding of Offline clients runs.
+	Offboarding OffboardingConfig
 }
 
 // RecoveryTTL is the effective recovery lease TTL.
@@ -68,6 +73,8 @@ func (c Config) withDefaults() Config {
 	if c.Shards == 0 {
 		c.Shards = 1024
 	}
+	c.Liveness = c.Liveness.withDefaults()
+	c.Offboarding = c.Offboarding.withDefaults()
 	return c
 }
 
@@ -82,5 +89,5 @@ func (c Config) validate() error {
 	case c.Shards < 1 || c.Shards > 1<<20:
 		return fmt.Errorf("%w: shard count %d must be in [1, 1048576]", ErrInvalidArgument, c.Shards)
 	}
-	return nil
+	return c.Liveness.validate()
 }

@@ -27,6 +27,22 @@
 // deadlines, in msgpack, v2 with one (wall, steady) clock pair or v1 with
 // wall-clock milliseconds; see snapclock.go for the conversion.
 //
-// Client liveness plugs in through ServingEligibility, which placement
-// consults; until the liveness state machine lands every client is Active.
+// Client liveness (liveness.go): every client incarnation has a
+// ClientLivenessRecord that goes Active -> Suspected -> Offline on two
+// steady-clock TTLs; Ping and successful mounts (and a sidecar node's
+// registration) are the only liveness signals. The one ServingEligibility
+// seam decides whether a client-owned resource may take new work, and
+// every path that hands out a resource asks it (placement, read
+// descriptors, shard placement, drain targets). An Offline incarnation is
+// retired by a ClientOffboardingJob (offboard.go), completed synchronously
+// or on an asynchronous executor with the same steps. The records are
+// process-local: a promoted or restarted master starts every restored
+// client Active with a fresh window (RestoreLiveness), and the monitor
+// never counts time it did not observe (a stall) against a client.
+//
+// Sidecar nodes are clients too (fleet.go): the shard assignment table
+// (shard, term, allocation, node, settings) is logged with the rest of the
+// state, and a node is told of a change only once the log holds it. When
+// a node goes Offline (or Suspected, per shard) its auto-restore shards
+// move to a live node at term+1 with a new allocation.
 package master

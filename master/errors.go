@@ -34,6 +34,18 @@ var (
 	// ErrLogFailed: an append to the operation log failed for good; the
 	// master stops serving, since its memory holds changes the log lacks.
 	ErrLogFailed = errors.New("master operation log failed")
+	// ErrClientOffline: the client's incarnation went offline and is being
+	// offboarded (a barrier to its mounts and registration until that
+	// completes), or the master does not know it: it must register or
+	// mount again.
+	ErrClientOffline = errors.New("client offline")
+	// ErrShardAssigned: the shard is already in the assignment table.
+	ErrShardAssigned = errors.New("shard already assigned")
+	// ErrShardNotAssigned: the shard is not in the assignment table.
+	ErrShardNotAssigned = errors.New("shard not assigned")
+	// ErrNodeNotEligible: no node can take the shard (or the one named
+	// cannot): not registered, not active, draining, or on another store.
+	ErrNodeNotEligible = errors.New("no eligible node")
 )
 
 // Error is what every master operation returns on failure.
@@ -110,4 +122,8 @@ var reasons = [...]struct {
 	{"NOT_PRIMARY", ErrNotPrimary},
 	{"FENCED", ErrFenced},
 	{"LOG_FAILED", ErrLogFailed},
+	{"CLIENT_OFFLINE", ErrClientOffline},
+	{"SHARD_ASSIGNED", ErrShardAssigned},
+	{"SHARD_NOT_ASSIGNED", ErrShardNotAssigned},
+	{"NODE_NOT_ELIGIBLE", ErrNodeNotEligible},
 }

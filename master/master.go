@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -29,9 +30,15 @@ const (
 	OpEvict
 	OpRestoreSegment
 	OpRestoreObject
+	// OpNode records a sidecar node (registration, address, store,
+	// drain).
+	OpNode
+	// OpAssignShard records a shard assignment after a change (assign,
+	// takeover at a higher term, handoff start, end or cancel, unassign).
+	OpAssignShard
 )
 
-var opNames = [...]string{"", "MountSegment", "UnmountSegment", "ReMountSegment", "PutStart", "PutEnd", "PutRevoke", "Remove", "Evict", "RestoreSegment", "RestoreObject"}
+var opNames = [...]string{"", "MountSegment", "UnmountSegment", "ReMountSegment", "PutStart", "PutEnd", "PutRevoke", "Remove", "Evict", "RestoreSegment", "RestoreObject", "Node", "AssignShard"}
 
 func (k OpKind) String() string {
 	if int(k) < len(opNames) && k > 0 {
@@ -52,6 +59,10 @@ type Op struct {
 	Object *masterv1.StandbyObject
 	// Segment is the segment concerned (Mount, Unmount, Remount, Restore).
 	Segment *masterv1.StandbySegment
+	// Node is the sidecar node after the change (OpNode).
+	Node *masterv1.NodeRecord
+	// Shard is the shard assignment after the change (OpAssignShard).
+	Shard *masterv1.ShardAssignment
 }
 
 // Journal is the master's operation log. Record is called while the
@@ -103,36 +114,21 @@ type Offloader interface {
 	Offload(tenant, key string, source ReplicaInfo)
 }
 
-// ClientState is a client incarnation's liveness.
-type ClientState uint8
-
-// Liveness states (Active -> Suspected -> Offline).
-const (
-	ClientActive ClientState = iota + 1
-	ClientSuspected
-	ClientOffline
-)
-
-// ServingEligibility decides whether a client-owned resource may take new
-// work. Placement asks it for every candidate segment. The liveness state
-// machine and offboarding plug in here; until then every known client is
-// Active.
-type ServingEligibility interface {
-	// ClientState reports the liveness of the client that owns a resource.
-	ClientState(clientID string) ClientState
-}
-
-type alwaysActive struct{}
-
-func (alwaysActive) ClientState(string) ClientState { return ClientActive }
-
 // Options wire a Master to its environment. Nil fields get defaults.
 type Options struct {
-	Clock       Clock
-	Journal     Journal
-	Offloader   Offloader
+	Clock     Clock
+	Journal   Journal
+	Offloader Offloader
+	// Eligibility decides whether a client-owned resource may take new
+	// work; default LivenessEligibility.
 	Eligibility ServingEligibility
 	Metrics     *Metrics
+	// ExternalCleanup, when set, is the last step of every client
+	// offboarding (after its segments and shards): cleanup outside the
+	// master, retried with the job until it succeeds.
+	ExternalCleanup func(ctx context.Context, job *ClientOffboardingJob) error
+	// Logger receives liveness, offboarding and failover events.
+	Logger *slog.Logger
 }
 
 // Master holds the metadata of every object, segment and client.
@@ -147,8 +143,14 @@ type Master struct {
 	offloader   Offloader
 	eligibility ServingEligibility
 	metrics     *Metrics
+	log         *slog.Logger
 	seed        maphash.Seed
-	shards      []shard
+
+	live            *Liveness
+	offboarding     *offboarder
+	fleet           *fleet
+	externalCleanup func(ctx context.Context, job *ClientOffboardingJob) error
+	shards          []shard
 
 	// topo guards the segment set and every segment's state: shared by
 	// operations that place or free replicas, exclusive for mount, unmount,
@@ -191,6 +193,7 @@ func New(cfg Config, opts Options) (*Master, error) {
 		offloader:   opts.Offloader,
 		eligibility: opts.Eligibility,
 		metrics:     opts.Metrics,
+		log:         opts.Logger,
 		seed:        maphash.MakeSeed(),
 		shards:      make([]shard, cfg.Shards),
 		segments:    map[uint64]*segment{},
@@ -202,11 +205,18 @@ func New(cfg Config, opts Options) (*Master, error) {
 		m.clock = NewRealClock()
 	}
 	if m.eligibility == nil {
-		m.eligibility = alwaysActive{}
+		m.eligibility = LivenessEligibility{}
 	}
 	if m.metrics == nil {
 		m.metrics = NewMetrics(nil)
 	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	m.externalCleanup = opts.ExternalCleanup
+	m.live = newLiveness(cfg.Liveness, m.clock)
+	m.offboarding = newOffboarder(m, cfg.Offboarding, m.log)
+	m.fleet = newFleet(m)
 	for i := range m.shards {
 		m.shards[i].objects = map[objectKey]*object{}
 		m.shards[i].idx = i

@@ -19,6 +19,17 @@ type Metrics struct {
 	snapshotRestoresV1      prometheus.Counter
 	snapshotRestoresV2      prometheus.Counter
 	clockConversionFailures prometheus.Counter
+
+	clients              *prometheus.GaugeVec
+	clientTransitions    *prometheus.CounterVec
+	livenessStalls       prometheus.Counter
+	offboardingSubmitted prometheus.Counter
+	offboardingQueue     prometheus.Gauge
+	offboardingRetries   prometheus.Counter
+	offboardingJobs      *prometheus.CounterVec
+	offboardingBatch     prometheus.Histogram
+	offboardingSeconds   prometheus.Histogram
+	takeovers            prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -70,11 +81,53 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "shardfence_master_snapshot_clock_conversion_failures_total",
 			Help: "Complete snapshot candidates refused because a deadline did not convert without overflow.",
 		}),
+		clients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "shardfence_master_clients",
+			Help: "Client incarnations (memory clients and sidecar nodes) by liveness state.",
+		}, []string{"state"}),
+		clientTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardfence_master_client_transitions_total",
+			Help: "Liveness transitions committed (active to suspected, suspected to active on a signal, suspected to offline).",
+		}, []string{"from", "to"}),
+		livenessStalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardfence_master_liveness_monitor_stalls_total",
+			Help: "Monitor passes that found the monitor itself had not observed for longer than its stall threshold; the unobserved time was not counted against any client.",
+		}),
+		offboardingSubmitted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardfence_master_offboarding_jobs_submitted_total",
+			Help: "Client offboarding jobs prepared (the client went offline).",
+		}),
+		offboardingQueue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shardfence_master_offboarding_queue_depth",
+			Help: "Offboarding jobs waiting to be completed (queued or waiting for a retry).",
+		}),
+		offboardingRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardfence_master_offboarding_retries_total",
+			Help: "Offboarding job attempts after a failure.",
+		}),
+		offboardingJobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardfence_master_offboarding_attempts_total",
+			Help: "Offboarding job attempts by result (completed, failed).",
+		}, []string{"result"}),
+		offboardingBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "shardfence_master_offboarding_batch_jobs", Buckets: prometheus.ExponentialBuckets(1, 2, 8),
+			Help: "Jobs completed together in one executor round.",
+		}),
+		offboardingSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "shardfence_master_offboarding_batch_seconds", Buckets: buckets,
+			Help: "Time to complete one round of offboarding jobs.",
+		}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardfence_master_shard_takeovers_total",
+			Help: "Shards moved to another node at a higher term (owner offline or suspected, stood-down handoff, unassigned shard placed).",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.remountMatched, m.remountAssign, m.remountTotal, m.recoveryTTL,
 			m.remountVisibleTTL, m.remountFailures, m.skippedUnreadable, m.evictedObjects,
-			m.snapshotRestoresV1, m.snapshotRestoresV2, m.clockConversionFailures)
+			m.snapshotRestoresV1, m.snapshotRestoresV2, m.clockConversionFailures,
+			m.clients, m.clientTransitions, m.livenessStalls, m.offboardingSubmitted, m.offboardingQueue,
+			m.offboardingRetries, m.offboardingJobs, m.offboardingBatch, m.offboardingSeconds, m.takeovers)
 	}
 	return m
 }

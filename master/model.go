@@ -190,7 +190,11 @@ type segment struct {
 	base     uint64
 	size     uint64
 	endpoint atomic.Pointer[string]
-	state    segmentState
+	// owner is the client incarnation that mounted (or remounted) the
+	// segment; eligibility serves it only while that incarnation is
+	// Active, so a later incarnation never revives it.
+	owner atomic.Pointer[ClientLivenessRecord]
+	state segmentState
 	// remountSlot is 1+index of the segment in the remount in progress, 0
 	// otherwise; it lets the remount scan match replicas without a map.
 	remountSlot int

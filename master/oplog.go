@@ -67,13 +67,13 @@ func (e *EntryError) Error() string {
 func (e *EntryError) Unwrap() error { return e.Err }
 
 // knownKind reports whether this build reads entries of kind k.
-func knownKind(k OpKind) bool { return k >= OpMountSegment && k <= OpRestoreObject }
+func knownKind(k OpKind) bool { return k >= OpMountSegment && k <= OpAssignShard }
 
 // EncodeEntry returns op in the standby wire format. It refuses an op that
 // DecodeEntry would refuse, so the log never holds an entry its readers
 // cannot apply.
 func EncodeEntry(op *Op) ([]byte, error) {
-	e := &masterv1.OplogEntry{Tenant: op.Tenant, Key: op.Key, ClientId: op.Client, Object: op.Object, Segment: op.Segment}
+	e := &masterv1.OplogEntry{Tenant: op.Tenant, Key: op.Key, ClientId: op.Client, Object: op.Object, Segment: op.Segment, Node: op.Node, Shard: op.Shard}
 	if err := checkEntry(op.Kind, e); err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func DecodeEntry(b []byte) (*Op, error) {
 	if err := checkEntry(k, &e); err != nil {
 		return nil, err
 	}
-	return &Op{Kind: k, Tenant: e.GetTenant(), Key: e.GetKey(), Client: e.GetClientId(), Object: e.GetObject(), Segment: e.GetSegment()}, nil
+	return &Op{Kind: k, Tenant: e.GetTenant(), Key: e.GetKey(), Client: e.GetClientId(), Object: e.GetObject(), Segment: e.GetSegment(), Node: e.GetNode(), Shard: e.GetShard()}, nil
 }
 
 // checkEntry refuses an entry that lacks what its kind needs or carries
@@ -132,7 +132,42 @@ func checkEntry(k OpKind, e *masterv1.OplogEntry) error {
 	if len(e.GetTenant()) > maxKeyLen || len(e.GetKey()) > maxKeyLen {
 		return bad("tenant or key longer than %d bytes", maxKeyLen)
 	}
+	if k != OpNode && e.GetNode() != nil {
+		return bad("a %v entry carries a node", k)
+	}
+	if k != OpAssignShard && e.GetShard() != nil {
+		return bad("a %v entry carries a shard assignment", k)
+	}
 	switch k {
+	case OpNode:
+		n := e.GetNode()
+		switch {
+		case n == nil:
+			return bad("no node")
+		case e.GetObject() != nil || e.GetSegment() != nil || e.GetKey() != "":
+			return bad("a node entry names an object or a segment")
+		}
+		if err := ValidateNodeName(n.GetName()); err != nil {
+			return bad("%v", err)
+		}
+	case OpAssignShard:
+		a := e.GetShard()
+		switch {
+		case a == nil:
+			return bad("no shard assignment")
+		case e.GetObject() != nil || e.GetSegment() != nil || e.GetKey() != "":
+			return bad("a shard entry names an object or a segment")
+		case !a.GetRemoved() && (a.GetTerm() < 1 || a.GetAllocation() == ""):
+			return bad("shard %.64q assigned without a term and an allocation", a.GetShard())
+		}
+		if err := ValidateShardName(a.GetShard()); err != nil {
+			return bad("%v", err)
+		}
+		if a.GetNode() != "" {
+			if err := ValidateNodeName(a.GetNode()); err != nil {
+				return bad("%v", err)
+			}
+		}
 	case OpMountSegment, OpUnmountSegment, OpRemountSegment, OpRestoreSegment:
 		s := e.GetSegment()
 		switch {

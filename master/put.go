@@ -190,12 +190,14 @@ func (m *Master) reserveQuotaLocked(t *tenant, need uint64) error {
 }
 
 // placeLocked allocates n replicas of size bytes on distinct segments that
-// may serve, going round the segments from a moving cursor to spread load.
+// may serve (ServingEligibility: a Suspected or Offline client's segment
+// takes no new replica), going round the segments from a moving cursor to
+// spread load.
 // The caller holds topo.
 func (m *Master) placeLocked(size uint64, n int) ([]replica, error) {
 	var eligible, fits int
 	for _, s := range m.serving {
-		if m.eligibility.ClientState(s.client.id) != ClientActive {
+		if !m.eligibility.CanServe(s) {
 			continue
 		}
 		eligible++
@@ -215,7 +217,7 @@ func (m *Master) placeLocked(size uint64, n int) ([]replica, error) {
 	start := m.cursor.Add(1)
 	for i := 0; i < len(m.serving) && len(reps) < n; i++ {
 		s := m.serving[(start+uint64(i))%uint64(len(m.serving))]
-		if s.size < size || m.eligibility.ClientState(s.client.id) != ClientActive {
+		if s.size < size || !m.eligibility.CanServe(s) {
 			continue
 		}
 		s.mu.Lock()

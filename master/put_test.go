@@ -287,15 +287,15 @@ func TestQuotaUnderConcurrency(t *testing.T) {
 
 type suspects map[string]bool
 
-func (s suspects) ClientState(id string) ClientState {
-	if s[id] {
-		return ClientSuspected
-	}
-	return ClientActive
+func (s suspects) CanServe(r Resource) bool {
+	return r.Serviceable() && !s[r.Owner().ClientID()]
 }
 
-// Placement asks the serving-eligibility seam: a Suspected client's segment
-// takes no new replicas, though its existing objects stay readable.
+func (s suspects) ShouldRetain(Resource) bool { return true }
+
+// Placement and reads ask the serving-eligibility seam: a Suspected
+// client's segment takes no new replicas and gives out no descriptor,
+// though its objects are retained.
 func TestPlacementAsksServingEligibility(t *testing.T) {
 	sus := suspects{}
 	m, _ := newTestMaster(t, Config{}, Options{Eligibility: sus})
@@ -312,8 +312,11 @@ func TestPlacementAsksServingEligibility(t *testing.T) {
 	}
 	_, err := m.PutStart(ctx, PutRequest{Client: "c1", Tenant: "t", Key: "two", Size: 10, PutOptions: PutOptions{Replicas: 2}})
 	wantErr(t, err, ErrNotEnoughSegments)
-	if reps, err := m.GetReplicaList(ctx, "t", "old"); err != nil || len(reps) != 2 {
-		t.Fatalf("existing object on the suspected client's segment: %+v %v", reps, err)
+	if reps, err := m.GetReplicaList(ctx, "t", "old"); err != nil || len(reps) != 1 || reps[0].SegmentID != 1 {
+		t.Fatalf("object on a suspected and an active client's segments: %+v %v, want the active one's replica only", reps, err)
+	}
+	if ok, err := m.Exist(ctx, "t", "old"); !ok || err != nil {
+		t.Fatalf("the object is retained: exist %v %v", ok, err)
 	}
 }
 

@@ -8,18 +8,21 @@ import (
 
 // GetReplicaList grants the object a read lease (and its group, with the same
 // now) and returns its readable replicas. The read path is a shard read lock,
-// a map lookup and an atomic lease extension. There is no recovery flag, no
-// segment lookup and no liveness check: readability is the replica's status
-// and the endpoint it points at, which the reply carries anyway. A replica
-// that is not readable (still being written, or restored and awaiting its
-// segment's remount) is left out; an object with none fails with
-// ErrNoReadableReplica.
+// a map lookup and an atomic lease extension. There is no recovery flag and
+// no segment lookup: readability is the replica's status and the endpoint
+// it points at, which the reply carries anyway, and liveness is one atomic
+// load through the segment's owner (ServingEligibility). A replica that is
+// not readable (still being written, or restored and awaiting its
+// segment's remount) or whose client is not Active is left out; an object
+// with none fails with ErrNoReadableReplica.
 func (m *Master) GetReplicaList(ctx context.Context, tenant, key string) ([]ReplicaInfo, error) {
 	return m.AppendReplicaList(ctx, nil, tenant, key)
 }
 
 // AppendReplicaList is GetReplicaList appending to dst, for callers that
-// reuse a buffer.
+// reuse a buffer. A memory replica is returned only if ServingEligibility
+// serves its segment (one atomic load of the owner's state): a Suspected
+// client's replicas are retained but get no new descriptor.
 func (m *Master) AppendReplicaList(ctx context.Context, dst []ReplicaInfo, tenant, key string) ([]ReplicaInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return dst, &Error{Op: "GetReplicaList", Tenant: tenant, Key: key, Err: err}
@@ -34,13 +37,21 @@ func (m *Master) AppendReplicaList(ctx context.Context, dst []ReplicaInfo, tenan
 	now := m.clock.Steady()
 	o.GrantLease(now, m.cfg.DefaultLeaseTTL, m.cfg.SoftPinTTL)
 	n := len(dst)
-	processing := false
+	processing, held := false, false
 	for i := range o.replicas {
 		r := &o.replicas[i]
-		if r.readable() {
-			dst = append(dst, r.info())
+		if !r.readable() {
+			processing = processing || r.status == ReplicaProcessing
+			continue
 		}
-		processing = processing || r.status == ReplicaProcessing
+		// A descriptor is new work for the segment's owner: none for a
+		// client that is not Active (its replica is retained, not
+		// served).
+		if r.kind == MemoryReplica && !m.eligibility.CanServe(r.seg) {
+			held = true
+			continue
+		}
+		dst = append(dst, r.info())
 	}
 	g := o.group
 	sh.mu.RUnlock()
@@ -49,8 +60,11 @@ func (m *Master) AppendReplicaList(ctx context.Context, dst []ReplicaInfo, tenan
 	}
 	if len(dst) == n {
 		hint := "its segments are awaiting remount after a master failover; retry after the client remounts"
-		if processing {
+		switch {
+		case processing:
 			hint = "it is still being written; retry after PutEnd"
+		case held:
+			hint = "the clients holding its memory are not responding (suspected or offline); retry shortly, or put it again"
 		}
 		return dst, &Error{Op: "GetReplicaList", Tenant: tenant, Key: key, Err: ErrNoReadableReplica, Hint: hint}
 	}

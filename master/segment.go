@@ -59,16 +59,31 @@ func (m *Master) mountSegment(ctx context.Context, clientID string, spec Segment
 	}
 	m.topo.Lock()
 	defer m.topo.Unlock()
+	retry := false
 	if s := m.segments[spec.ID]; s != nil {
-		if s.state == segmentServing && s.client.id == clientID && s.base == spec.Base && s.size == spec.Size && s.endpointString() == spec.Endpoint {
-			return m.sync(), nil // a retry: answered once the first mount is durable
-		}
-		if s.state == segmentAwaitingRemount {
+		switch {
+		case s.state == segmentServing && s.client.id == clientID && s.base == spec.Base && s.size == spec.Size && s.endpointString() == spec.Endpoint:
+			retry = true
+		case s.state == segmentAwaitingRemount:
 			return fail(ErrSegmentExists, "the segment is known from before a master failover; call ReMountSegment")
+		default:
+			return fail(fmt.Errorf("%w: owned by client %q, size %d", ErrSegmentExists, s.client.id, s.size), "unmount it first or use another segment id")
 		}
-		return fail(fmt.Errorf("%w: owned by client %q, size %d", ErrSegmentExists, s.client.id, s.size), "unmount it first or use another segment id")
+	}
+	// A successful mount is a liveness signal; an Offline incarnation is
+	// a barrier until its offboarding completed.
+	rec, recovered, err := m.live.signal(clientID, true)
+	if err != nil {
+		return fail(err, "the client went offline and is being offboarded; mount again once Ping no longer answers NEED_REMOUNT for an offline client (its old segments are being removed)")
+	}
+	if recovered {
+		m.metrics.clientTransitions.WithLabelValues("suspected", "active").Inc()
+	}
+	if retry {
+		return m.sync(), nil // answered once the first mount is durable
 	}
 	s := &segment{id: spec.ID, name: spec.Name, client: m.clientFor(clientID), base: spec.Base, size: spec.Size, state: segmentServing, alloc: newAllocator(spec.Size)}
+	s.owner.Store(rec)
 	ep := spec.Endpoint
 	s.endpoint.Store(&ep)
 	m.segments[s.id] = s
@@ -80,6 +95,54 @@ func (m *Master) mountSegment(ctx context.Context, clientID string, spec Segment
 type UnmountResult struct {
 	Replicas uint64
 	Objects  uint64
+}
+
+// dropSegmentsLocked removes segs and every replica on them in one pass
+// over the metadata; objects left without replicas are deleted and
+// returned (the caller drops them from their groups once it holds no
+// shard lock). Nothing is logged here. The caller holds topo exclusively.
+func (m *Master) dropSegmentsLocked(segs map[*segment]bool) (UnmountResult, []*object) {
+	var res UnmountResult
+	var gone []*object
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		m.preserve(sh)
+		for _, o := range sh.objects {
+			kept := o.replicas[:0:0]
+			hit := false
+			for _, r := range o.replicas {
+				if r.seg != nil && segs[r.seg] {
+					hit = true
+					res.Replicas++
+				} else {
+					kept = append(kept, r)
+				}
+			}
+			if !hit {
+				continue
+			}
+			before := o.memoryBytes()
+			o.replicas = kept
+			o.tenant.release(before - o.memoryBytes())
+			if len(kept) == 0 {
+				m.deleteLocked(sh, o)
+				gone = append(gone, o)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	res.Objects = uint64(len(gone))
+	for s := range segs {
+		delete(m.segments, s.id)
+		for i, x := range m.serving {
+			if x == s {
+				m.serving = append(m.serving[:i], m.serving[i+1:]...)
+				break
+			}
+		}
+	}
+	return res, gone
 }
 
 // UnmountSegment removes a segment and every replica on it, whatever its
@@ -112,44 +175,7 @@ func (m *Master) unmountSegment(ctx context.Context, clientID string, segmentID 
 	if s.client.id != clientID {
 		return UnmountResult{}, nil, fail(fmt.Errorf("%w: segment is owned by %q", ErrWrongClient, s.client.id), "only the owning client may unmount it")
 	}
-	var res UnmountResult
-	var gone []*object
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.Lock()
-		m.preserve(sh)
-		for _, o := range sh.objects {
-			kept := o.replicas[:0:0]
-			hit := false
-			for _, r := range o.replicas {
-				if r.seg == s {
-					hit = true
-					res.Replicas++
-				} else {
-					kept = append(kept, r)
-				}
-			}
-			if !hit {
-				continue
-			}
-			before := o.memoryBytes()
-			o.replicas = kept
-			o.tenant.release(before - o.memoryBytes())
-			if len(kept) == 0 {
-				m.deleteLocked(sh, o)
-				gone = append(gone, o)
-			}
-		}
-		sh.mu.Unlock()
-	}
-	res.Objects = uint64(len(gone))
-	delete(m.segments, s.id)
-	for i, x := range m.serving {
-		if x == s {
-			m.serving = append(m.serving[:i], m.serving[i+1:]...)
-			break
-		}
-	}
+	res, gone := m.dropSegmentsLocked(map[*segment]bool{s: true})
 	t := m.record(&Op{Kind: OpUnmountSegment, Client: clientID, Segment: standbySegment(s)})
 	m.leave(gone...)
 	return res, t, nil
@@ -248,6 +274,9 @@ func (m *Master) reMountSegment(ctx context.Context, clientID string, specs []Se
 		s.remountSlot = i + 1
 		segs[i] = s
 	}
+	if m.live.ClientState(clientID) == ClientOffline {
+		return fail(0, fmt.Errorf("%w: the client's incarnation is being offboarded", ErrClientOffline), "remount once its offboarding completed (mount its segments afresh then)")
+	}
 
 	// 2. Collect: one entry per object (a vector, no hash map; an object
 	// with several matching replicas is appended once) and one per matched
@@ -307,6 +336,15 @@ func (m *Master) reMountSegment(ctx context.Context, clientID string, specs []Se
 		allocs[i], handles[i] = a, h
 		ext[i] = nil
 	}
+	// The remount is a liveness signal, taken before anything changes: a
+	// client that went Offline since step 1 is refused with nothing done.
+	rec, recovered, err := m.live.signal(clientID, true)
+	if err != nil {
+		return fail(0, err, "remount once its offboarding completed (mount its segments afresh then)")
+	}
+	if recovered {
+		m.metrics.clientTransitions.WithLabelValues("suspected", "active").Inc()
+	}
 
 	// Install the rebuilt handles while the replicas are still unreadable
 	// (one shard lock at a time, so reads elsewhere go on): this is O(N)
@@ -344,6 +382,7 @@ func (m *Master) reMountSegment(ctx context.Context, clientID string, specs []Se
 	// replica on the segment at once; then the segment joins placement.
 	var t Ticket
 	for i, s := range segs {
+		s.owner.Store(rec)
 		ep := specs[i].Endpoint
 		s.endpoint.Store(&ep)
 		s.mu.Lock()

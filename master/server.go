@@ -51,16 +51,17 @@ func connectError(err error) error {
 		code = connect.CodeDeadlineExceeded
 	case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrObjectTooLarge), errors.Is(err, ErrDuplicateBatchObject):
 		code = connect.CodeInvalidArgument
-	case errors.Is(err, ErrObjectNotFound), errors.Is(err, ErrSegmentNotFound):
+	case errors.Is(err, ErrObjectNotFound), errors.Is(err, ErrSegmentNotFound), errors.Is(err, ErrShardNotAssigned):
 		code = connect.CodeNotFound
-	case errors.Is(err, ErrObjectExists), errors.Is(err, ErrSegmentExists):
+	case errors.Is(err, ErrObjectExists), errors.Is(err, ErrSegmentExists), errors.Is(err, ErrShardAssigned):
 		code = connect.CodeAlreadyExists
 	case errors.Is(err, ErrWrongClient):
 		code = connect.CodePermissionDenied
 	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrQuotaExceeded):
 		code = connect.CodeResourceExhausted
 	case errors.Is(err, ErrObjectLeased), errors.Is(err, ErrObjectNotComplete),
-		errors.Is(err, ErrNoReadableReplica), errors.Is(err, ErrSegmentMismatch), errors.Is(err, ErrNotEnoughSegments):
+		errors.Is(err, ErrNoReadableReplica), errors.Is(err, ErrSegmentMismatch), errors.Is(err, ErrNotEnoughSegments),
+		errors.Is(err, ErrClientOffline), errors.Is(err, ErrNodeNotEligible):
 		code = connect.CodeFailedPrecondition
 	}
 	ce := connect.NewError(code, err)

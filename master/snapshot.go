@@ -14,6 +14,9 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
+	"google.golang.org/protobuf/proto"
+
+	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 )
 
 // A complete snapshot is the whole master state at one instant, as files:
@@ -21,6 +24,9 @@ import (
 //	manifest            the manifest line (see snapclock.go)
 //	segments            header, then one record per segment
 //	objects-NNNNNN      header, then up to ObjectsPerChunk object records
+//	fleet               header, then one record per sidecar node and per
+//	                    shard assignment (absent in snapshots taken before
+//	                    the fleet existed: the table restores empty)
 //
 // Every payload file opens with a header naming the format, the snapshot
 // version (which must be the manifest's), the snapshot id and what follows;
@@ -35,6 +41,7 @@ import (
 const (
 	SnapshotManifestFile = "manifest"
 	snapshotSegmentsFile = "segments"
+	snapshotFleetFile    = "fleet"
 	snapshotObjectsFile  = "objects-"
 	payloadFormat        = "shardfence.master.snapshot"
 	// ObjectsPerChunk is how many objects one objects file holds.
@@ -53,6 +60,8 @@ type Snapshot struct {
 	Copy     time.Duration
 	segments []snapSegment
 	parts    []snapPart // one per metadata shard
+	nodes    []*masterv1.NodeRecord
+	fleet    []*masterv1.ShardAssignment
 }
 
 // snapPart is one metadata shard's objects as they were at the freeze.
@@ -139,6 +148,9 @@ func (m *Master) freeze(cut func()) (*Snapshot, *snapshotCopy) {
 			endpoint: seg.endpointString(), serving: seg.state == segmentServing,
 		})
 	}
+	// The fleet changes only under topo shared, so its table is at the cut
+	// too; its records are immutable, so the copy is of pointers.
+	s.nodes, s.fleet = m.fleet.freeze()
 	c := &snapshotCopy{parts: make([]snapPart, len(m.shards)), copied: make([]bool, len(m.shards))}
 	m.cow.Store(c)
 	m.topo.Unlock()
@@ -282,6 +294,20 @@ func (s *Snapshot) WriteFiles(dir string, format SnapshotFormat, id string) ([]S
 	if err != nil {
 		return nil, err
 	}
+	err = write(snapshotFleetFile, func(e *msgpack.Encoder) error {
+		w := encoder{e: e}
+		w.header(man, snapshotFleetFile, len(s.nodes)+len(s.fleet))
+		for _, n := range s.nodes {
+			w.fleetRecord(fleetRecordNode, n)
+		}
+		for _, a := range s.fleet {
+			w.fleetRecord(fleetRecordShard, a)
+		}
+		return w.err
+	})
+	if err != nil {
+		return nil, err
+	}
 	part, next := 0, 0 // where the next object to encode is
 	for c := 0; c < chunks; c++ {
 		count := min(ObjectsPerChunk, total-c*ObjectsPerChunk)
@@ -372,6 +398,20 @@ func (w *encoder) uint(v uint64) { w.do(w.e.EncodeUint(v)) }
 func (w *encoder) int(v int64)   { w.do(w.e.EncodeInt(v)) }
 func (w *encoder) bool(v bool)   { w.do(w.e.EncodeBool(v)) }
 func (w *encoder) nil()          { w.do(w.e.EncodeNil()) }
+
+// Fleet records: [kind, protobuf body].
+const (
+	fleetRecordNode  = 1
+	fleetRecordShard = 2
+)
+
+func (w *encoder) fleetRecord(kind uint64, msg proto.Message) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	w.do(err)
+	w.arr(2)
+	w.uint(kind)
+	w.do(w.e.EncodeBytes(b))
+}
 
 // header opens a payload file: [format, version, id, part, count].
 func (w *encoder) header(m SnapshotManifest, part string, count int) {
@@ -541,7 +581,12 @@ func (m *Master) restoreSnapshotAt(ctx context.Context, files map[string]string,
 	if err := checkRanges(segs, objs); err != nil {
 		return bad("", ErrSnapshotPayload, "%v", err)
 	}
+	nodes, assigns, err := readFleet(files, man)
+	if err != nil {
+		return bad(snapshotFleetFile, ErrSnapshotPayload, "%v", err)
+	}
 	m.install(st, segs, objs, maxReplica)
+	m.fleet.install(nodes, assigns)
 	res.Segments, res.Objects = len(segs), len(objs)
 	return res, nil
 }
@@ -756,6 +801,55 @@ func (m *Master) install(st *restoreState, segs map[uint64]*segment, objs []*obj
 	}
 }
 
+// readFleet decodes the fleet file; a snapshot without one restores an
+// empty table. Every record is checked as the log's entries are.
+func readFleet(files map[string]string, man SnapshotManifest) ([]*masterv1.NodeRecord, []*masterv1.ShardAssignment, error) {
+	if _, ok := files[snapshotFleetFile]; !ok {
+		return nil, nil, nil
+	}
+	d, closeFile, err := openPayload(files, snapshotFleetFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer closeFile()
+	r := decoder{d: d}
+	n := r.header(man, snapshotFleetFile)
+	var nodes []*masterv1.NodeRecord
+	var assigns []*masterv1.ShardAssignment
+	for i := 0; i < n && r.err == nil; i++ {
+		r.arr(2)
+		kind := r.uint()
+		body := r.bytes()
+		if r.err != nil {
+			break
+		}
+		switch kind {
+		case fleetRecordNode:
+			var rec masterv1.NodeRecord
+			if err := proto.Unmarshal(body, &rec); err != nil {
+				return nil, nil, fmt.Errorf("record %d: %v", i, err)
+			}
+			if err := checkEntry(OpNode, &masterv1.OplogEntry{Node: &rec}); err != nil {
+				return nil, nil, fmt.Errorf("record %d: %v", i, err)
+			}
+			nodes = append(nodes, &rec)
+		case fleetRecordShard:
+			var a masterv1.ShardAssignment
+			if err := proto.Unmarshal(body, &a); err != nil {
+				return nil, nil, fmt.Errorf("record %d: %v", i, err)
+			}
+			if err := checkEntry(OpAssignShard, &masterv1.OplogEntry{Shard: &a}); err != nil {
+				return nil, nil, fmt.Errorf("record %d: %v", i, err)
+			}
+			assigns = append(assigns, &a)
+		default:
+			r.fail("record %d of kind %d", i, kind)
+		}
+	}
+	r.end()
+	return nodes, assigns, r.err
+}
+
 // readSnapshotFile reads a small snapshot file whole.
 func readSnapshotFile(files map[string]string, name string, limit int64) ([]byte, error) {
 	path, ok := files[name]
@@ -911,6 +1005,22 @@ func (r *decoder) optInt() (int64, bool) {
 		return 0, false
 	}
 	return r.int(), true
+}
+
+func (r *decoder) bytes() []byte {
+	c, ok := r.code()
+	if !ok {
+		return nil
+	}
+	if !msgpcode.IsBin(c) {
+		r.fail("code %#x where bytes are required", c)
+		return nil
+	}
+	b, err := r.d.DecodeBytes()
+	if err != nil {
+		r.fail("%v", err)
+	}
+	return b
 }
 
 func (r *decoder) bool() bool {

@@ -180,18 +180,32 @@ type PingStatus uint8
 // Ping answers.
 const (
 	PingOK PingStatus = iota + 1
-	// PingNeedRemount: the master does not know the client, or knows its
-	// segments only from before a failover; the client must (re)mount.
+	// PingNeedRemount: the master does not know the client, its
+	// incarnation went offline, or it knows its segments only from before
+	// a failover; the client must (re)mount, or a node register again.
 	PingNeedRemount
 )
 
-// Ping is a client's liveness signal.
+// Ping is a client's liveness signal. A Suspected client that pings is
+// Active again, with nothing cleaned up; an unknown or Offline one is told
+// NEED_REMOUNT (Offline is a remount barrier until its offboarding
+// completed). The remount-readiness check follows, unchanged: a client
+// with a segment awaiting its remount after a failover is told
+// NEED_REMOUNT too; a registered sidecar node, which mounts nothing, is
+// ready once registered.
 func (m *Master) Ping(ctx context.Context, clientID string) (PingStatus, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, &Error{Op: "Ping", Client: clientID, Err: err}
 	}
 	if clientID == "" {
 		return 0, &Error{Op: "Ping", Err: fmt.Errorf("%w: empty client id", ErrInvalidArgument), Hint: "pass the client's id"}
+	}
+	rec, recovered, err := m.live.signal(clientID, false)
+	if recovered {
+		m.metrics.clientTransitions.WithLabelValues("suspected", "active").Inc()
+	}
+	if rec == nil || err != nil {
+		return PingNeedRemount, nil
 	}
 	m.topo.RLock()
 	defer m.topo.RUnlock()
@@ -205,7 +219,7 @@ func (m *Master) Ping(ctx context.Context, clientID string) (PingStatus, error) 
 		}
 		serving = true
 	}
-	if !serving {
+	if !serving && !m.fleet.registered(clientID, rec) {
 		return PingNeedRemount, nil
 	}
 	return PingOK, nil
@@ -227,6 +241,14 @@ func (m *Master) ReplayStandby(ctx context.Context, op *Op) error {
 	}
 	switch op.Kind {
 	case OpPutStart, OpRemountSegment:
+		return nil
+	case OpNode, OpAssignShard:
+		if op.Node == nil && op.Shard == nil {
+			return fail(fmt.Errorf("%w: %v record without its body", ErrInvalidArgument, op.Kind))
+		}
+		m.topo.RLock()
+		defer m.topo.RUnlock()
+		m.fleet.replay(op)
 		return nil
 	case OpMountSegment, OpRestoreSegment:
 		if op.Segment == nil {

@@ -2,19 +2,17 @@ package sidecar
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
+	"github.com/shardfence/shardfence/internal/httpauth"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -48,29 +46,9 @@ func (s *Server) Handler(o HandlerOptions) http.Handler {
 	if o.AuthToken == "" {
 		return mux
 	}
-	want := sha256.Sum256([]byte(o.AuthToken))
-	errw := connect.NewErrorWriter()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
-			mux.ServeHTTP(w, r)
-			return
-		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		// Comparing digests keeps the comparison constant-time whatever
-		// the lengths.
-		sum := sha256.Sum256([]byte(got))
-		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="shardfence"`)
-			const msg = "missing or wrong bearer token: send the sidecar's token as Authorization: Bearer TOKEN (the shardfence client commands read it from --auth-token-file or SHARDFENCE_AUTH_TOKEN_FILE)"
-			if errw.IsSupported(r) {
-				_ = errw.Write(w, r, connect.NewError(connect.CodeUnauthenticated, errors.New(msg)))
-				return
-			}
-			http.Error(w, msg, http.StatusUnauthorized)
-			return
-		}
-		mux.ServeHTTP(w, r)
-	})
+	return httpauth.RequireBearer(o.AuthToken,
+		"missing or wrong bearer token: send the sidecar's token as Authorization: Bearer TOKEN (the shardfence client commands read it from --auth-token-file or SHARDFENCE_AUTH_TOKEN_FILE)",
+		mux, "/healthz", "/readyz")
 }
 
 type service struct {
@@ -343,27 +321,4 @@ func (sv *service) GC(ctx context.Context, req *connect.Request[sidecarv1.GCRequ
 
 // BearerToken is a client interceptor that sends token as the bearer
 // token of every call.
-func BearerToken(token string) connect.Interceptor {
-	return bearer(token)
-}
-
-type bearer string
-
-func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+string(b))
-		return next(ctx, req)
-	}
-}
-
-func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
-		return conn
-	}
-}
-
-func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
-}
+func BearerToken(token string) connect.Interceptor { return httpauth.BearerToken(token) }

@@ -104,7 +104,9 @@ func (s *Server) AdoptHandoff(ctx context.Context, raw []byte, req Settings) (Sh
 		return ShardStatus{}, opErr(op, name, err, hintFor(err))
 	}
 	s.log.Info("shard adopted", append(sh.logAttrs(), "source", hc.Source)...)
-	return sh.status(), nil
+	st := sh.status()
+	s.watch.opened(name, hc.Term, hc.Target, st, nil)
+	return st, nil
 }
 
 // AbortHandoff ends a handoff on the source: it takes the fence key back

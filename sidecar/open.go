@@ -19,7 +19,8 @@ func (s *Server) Open(ctx context.Context, name string, term int64, alloc string
 	// error before the caller's deadline; retrying it is safe.
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
-	res, err := s.open(ctx, name, term, alloc, req, events)
+	res, err := s.open(ctx, name, term, alloc, req, s.watch.tee(name, term, alloc, events))
+	s.watch.opened(name, term, alloc, res, err)
 	if err != nil {
 		s.metrics.opens.WithLabelValues(reasonLabel(err)).Inc()
 		s.log.Warn("open failed", "shard", name, "term", term, "allocation", alloc, "error", err.Error())

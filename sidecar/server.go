@@ -44,6 +44,10 @@ type Server struct {
 	// stopped is closed by Shutdown; the health watcher ends with it.
 	stopped  chan struct{}
 	stopOnce sync.Once
+
+	// watch tells watchers (the primary) what this sidecar gained, lost
+	// or was fenced from.
+	watch *watchHub
 }
 
 // New probes store for enforced preconditions and returns a server for
@@ -70,6 +74,7 @@ func newServer(ctx context.Context, store *blobstore.Container, opts Options, op
 		opts.StoreLabel = "shards"
 	}
 	s := &Server{opts: opts, opener: op, log: opts.Logger, reg: newRegistry(), clock: fence.SystemClock(), stopped: make(chan struct{})}
+	s.watch = newWatchHub(s)
 	if opts.Registerer != nil {
 		m := metered.New(store, opts.StoreLabel)
 		opts.Registerer.MustRegister(m)

@@ -25,6 +25,7 @@ func benchTargets() []benchTarget {
 		{"recovery", benchRecoverySummary, runBenchRecovery},
 		{"store", benchStoreSummary, runBenchStore},
 		{"e2e", benchE2ESummary, runBenchE2E},
+		{"failover", benchFailoverSummary, runBenchFailover},
 	}
 }
 

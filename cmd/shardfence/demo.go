@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
@@ -18,8 +17,19 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	storeURL := fs.String("store", "", "store URL for the demo's shard (default: a fresh file:// store in a temporary folder)")
 	phase := fs.Duration("phase", 3*time.Second, "how long each phase appends")
 	clients := fs.Int("clients", 8, "appending clients per sidecar")
+	auto := fs.Bool("auto", false, "automatic failover instead: a master and three sidecar processes; the shard's sidecar is SIGKILLed and the shard comes back on another by itself")
 	if err := parseArgs(fs, args); err != nil {
 		return err
+	}
+	if *auto {
+		if fs.NArg() > 0 || *phase <= 0 {
+			return fmt.Errorf("%w: unexpected argument, or --phase not positive", errUsage)
+		}
+		c, err := selfCmd()
+		if err != nil {
+			return err
+		}
+		return runDemoAuto(ctx, c, *storeURL, *phase, stdout)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
@@ -39,14 +49,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // temporary folder named after tempPrefix when url is empty; where names
 // it for output, and done closes it (and removes the folder).
 func openStoreOrTemp(ctx context.Context, url, tempPrefix string) (c *blobstore.Container, where string, done func(), err error) {
-	cleanup := func() {}
-	if url == "" {
-		dir, err := os.MkdirTemp("", tempPrefix)
-		if err != nil {
-			return nil, "", nil, err
-		}
-		cleanup = func() { _ = os.RemoveAll(dir) }
-		url = "file://" + dir
+	url, cleanup, err := storeOrTemp(url, tempPrefix)
+	if err != nil {
+		return nil, "", nil, err
 	}
 	c, err = blobstore.Open(ctx, url)
 	if err != nil {

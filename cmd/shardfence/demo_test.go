@@ -1,8 +1,10 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDemoLosesNoAcknowledgedOp(t *testing.T) {
@@ -13,6 +15,22 @@ func TestDemoLosesNoAcknowledgedOp(t *testing.T) {
 	for _, want := range []string{"opened shard \"demo\" at term 1", "B opened term 2", "A fenced", "successor term 2", "C adopted term 2", "lost 0", "ok: every acknowledged op is readable"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestDemoAutoFailsOverByItself(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a master and three sidecar processes")
+	}
+	var out syncBuffer
+	c := fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}
+	if err := runDemoAuto(t.Context(), c, "file://"+t.TempDir(), 500*time.Millisecond, &out); err != nil {
+		t.Fatalf("demo --auto: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"SIGKILL sidecar A", "taken over: term 2", "with no command", "lost 0", "holds nothing", "ok: the shard failed over by itself"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo --auto output lacks %q:\n%s", want, out.String())
 		}
 	}
 }

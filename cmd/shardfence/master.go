@@ -13,14 +13,12 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	masterv1 "github.com/shardfence/shardfence/api/master/v1"
-	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/internal/httpauth"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/master/ha"
 	"github.com/shardfence/shardfence/seal"
@@ -35,12 +33,18 @@ const masterStoreEnv = envPrefix + "MASTER_STORE"
 func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
-		case "promote", "status", "snapshot":
+		case "promote", "status", "snapshot", "nodes", "shards", "assign", "unassign", "drain", "undrain":
 			return runMasterAdmin(ctx, args[0], args[1:], stdout, stderr)
 		}
 	}
 	fs := newFlags("master", stderr)
 	listen := fs.String("listen", "127.0.0.1:7500", "address to serve the API, /metrics, /healthz and /readyz on")
+	fs.String("config", "", "YAML file of flag values (keys are flag names; client_active_ttl_sec, client_suspicion_ttl_sec and client_live_ttl_sec are read too); flags win over it")
+	var sec serverSecurity
+	sec.addFlags(fs, "master")
+	var ttl livenessFlags
+	ttl.add(fs)
+	offboarding := fs.String("offboarding", "async", "how the offboarding of offline clients runs: async (a background executor with batching and retries) or sync (inside the liveness monitor)")
 	var cfg master.Config
 	fs.DurationVar(&cfg.DefaultLeaseTTL, "lease-ttl", 10*time.Second, "read lease TTL (default_kv_lease_ttl)")
 	fs.DurationVar(&cfg.RecoveryLeaseTTL, "recovery-lease-ttl", 0, "lease a remount grants its objects (recovery_kv_lease_ttl); 0 means --lease-ttl")
@@ -75,11 +79,8 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	maxLag := fs.Duration("standby-max-lag", 10*time.Second, "lag past which a standby reports not ready")
 	fenceCheck := fs.Duration("fence-check-interval", time.Second, "how often an idle primary checks the store for a newer master")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	if err := parseArgs(fs, args); err != nil {
+	if err := loadConfigAliased(fs, args, func(string) string { return "" }, seedConfigAliases); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	if *evictEvery <= 0 {
 		return fmt.Errorf("%w: --eviction-interval must be positive", errUsage)
@@ -104,10 +105,28 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("%w: --log-level: %v", errUsage, err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	warnings, err := ttl.resolve(fs, &cfg.Liveness)
+	if err != nil {
+		return err
+	}
+	for _, w := range warnings {
+		log.Warn(w)
+	}
+	switch *offboarding {
+	case "async":
+	case "sync":
+		cfg.Offboarding.Sync = true
+	default:
+		return fmt.Errorf("%w: --offboarding %q (async or sync)", errUsage, *offboarding)
+	}
+	token, tlsCfg, public, err := sec.resolve(*listen)
+	if err != nil {
+		return err
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	mopts := master.Options{Metrics: master.NewMetrics(reg)}
+	mopts := master.Options{Metrics: master.NewMetrics(reg), Logger: log}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 
@@ -115,6 +134,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	// standby's state is the log's, and eviction would be a change).
 	var serving func() (*master.Master, error)
 	var run func(ctx context.Context) error
+	var liveness func(ctx context.Context) // the in-memory master's monitor (an HA node runs its own)
 	if *store == "" {
 		m, err := master.New(cfg, mopts)
 		if err != nil {
@@ -122,9 +142,16 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		path, h := master.NewHandler(m)
 		mux.Handle(path, h)
+		// A table a restart loses would tell every sidecar it holds
+		// nothing: automatic failover needs the durable master.
+		path, h = master.NewFleetHandlerFunc(func() (*master.Master, error) {
+			return nil, fmt.Errorf("%w: automatic failover needs a master with --store and --cluster: its shard assignment table must survive the master", master.ErrInvalidArgument)
+		})
+		mux.Handle(path, h)
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ready in-memory\n")) })
 		serving = func() (*master.Master, error) { return m, nil }
+		liveness = m.RunLiveness
 		log.Warn("master state is in memory only: a restart loses every object (run with --store and --cluster to keep it)")
 	} else {
 		if _, err := master.New(cfg, mopts); err != nil { // validate before touching the store
@@ -155,23 +182,44 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("master: listen on %s: %w (is another master running there? pick another --listen)", *listen, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	// gRPC clients speak HTTP/2 without TLS on a local network; Connect and
-	// JSON clients use HTTP/1.1 or HTTP/2.
+	var handler http.Handler = mux
+	if token != "" {
+		handler = httpauth.RequireBearer(token, "missing or wrong bearer token: send the master's token as Authorization: Bearer TOKEN (the shardfence master commands read it from --auth-token-file or SHARDFENCE_MASTER_TOKEN_FILE, a sidecar from --master-token-file)",
+			mux, "/healthz", "/readyz")
+	}
+	if public && tlsCfg == nil {
+		log.Warn("serving off loopback without TLS: the bearer token and the API cross the network in clear text", "listen", *listen)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}
+	// gRPC clients speak HTTP/2 (h2c without TLS); Connect and JSON
+	// clients use HTTP/1.1 or HTTP/2.
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetHTTP2(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 
 	log.Info("master serving", "addr", ln.Addr().String(), "cluster", *cluster, "standby", *standby,
-		"lease_ttl", cfg.DefaultLeaseTTL, "high_watermark", cfg.HighWatermark)
+		"lease_ttl", cfg.DefaultLeaseTTL, "high_watermark", cfg.HighWatermark, "tls", tlsCfg != nil, "auth", token != "",
+		"client_active_ttl", cfg.Liveness.ActiveTTL, "client_suspicion_ttl", cfg.Liveness.SuspicionTTL)
 	fmt.Fprintf(stdout, "master listening on %s\n", ln.Addr())
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if tlsCfg != nil {
+			errc <- srv.ServeTLS(ln, "", "")
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
 	runDone := make(chan struct{})
-	if run != nil {
+	if liveness != nil {
+		go func() {
+			defer close(runDone)
+			liveness(ctx)
+		}()
+	} else if run != nil {
 		go func() {
 			defer close(runDone)
 			if err := run(ctx); err != nil {
@@ -209,51 +257,4 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return stop()
 		}
 	}
-}
-
-// runMasterAdmin runs `shardfence master promote|status|snapshot`.
-func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("master "+cmd, stderr)
-	addr := fs.String("addr", "http://127.0.0.1:7500", "the master's URL")
-	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the answer")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
-	}
-	c := masterv1connect.NewMasterHAServiceClient(http.DefaultClient, strings.TrimRight(*addr, "/"))
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	switch cmd {
-	case "promote":
-		res, err := c.Promote(ctx, connect.NewRequest(&masterv1.PromoteRequest{}))
-		if err != nil {
-			return fmt.Errorf("promote %s: %w", *addr, err)
-		}
-		r := res.Msg
-		fmt.Fprintf(stdout, "promoted: term %d, log up to generation %d (%d replayed), %d objects, %d segments awaiting remount, %d ms\n",
-			r.GetTerm(), r.GetRestoreGen(), r.GetReplayedGens(), r.GetObjects(), r.GetSegmentsAwaitingRemount(), r.GetDurationMs())
-	case "status":
-		res, err := c.Status(ctx, connect.NewRequest(&masterv1.StatusRequest{}))
-		if err != nil {
-			return fmt.Errorf("status %s: %w", *addr, err)
-		}
-		r := res.Msg
-		role := strings.ToLower(strings.TrimPrefix(r.GetRole().String(), "MASTER_ROLE_"))
-		fmt.Fprintf(stdout, "role %s, cluster %q (shard %s), term %d, generation %d, next seq %d, lag %d entries / %d ms, snapshot %q (generation %d)\n",
-			role, r.GetCluster(), r.GetShard(), r.GetTerm(), r.GetAppliedGen(), r.GetNextSeqNo(), r.GetLagEntries(), r.GetLagMs(), r.GetLastSnapshot(), r.GetLastSnapshotGen())
-		if e := r.GetError(); e != "" {
-			fmt.Fprintf(stdout, "error: %s\n", e)
-		}
-	case "snapshot":
-		res, err := c.Snapshot(ctx, connect.NewRequest(&masterv1.SnapshotRequest{}))
-		if err != nil {
-			return fmt.Errorf("snapshot %s: %w", *addr, err)
-		}
-		r := res.Msg
-		fmt.Fprintf(stdout, "snapshot %s: generation %d, %d objects, %d bytes, %d ms (changes held back %d us)\n",
-			r.GetKey(), r.GetGen(), r.GetObjects(), r.GetBytes(), r.GetDurationMs(), r.GetPauseUs())
-	}
-	return nil
 }

@@ -112,6 +112,25 @@ func TestMasterFailoverMultiProcess(t *testing.T) {
 	if err := a.client.MountSegment(ctx, "c1", seg); err != nil {
 		t.Fatal(err)
 	}
+	// Client c1 pings whichever master the test points it at, as a live
+	// client does: without its pings it would go suspected after the
+	// active TTL and lose its segment after the suspicion TTL.
+	var target atomic.Pointer[client.Client]
+	target.Store(a.client)
+	stopPing := make(chan struct{})
+	defer close(stopPing)
+	go func() {
+		for {
+			select {
+			case <-stopPing:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			_, _ = target.Load().Ping(pctx, "c1")
+			cancel()
+		}
+	}()
 	led := &ledger{keys: map[string]keyState{}}
 	// A state large enough that a snapshot takes a while to upload.
 	const prefill = 60_000
@@ -141,8 +160,6 @@ func TestMasterFailoverMultiProcess(t *testing.T) {
 	b.waitReady(t)
 
 	// Client load against whichever master the test points it at.
-	var target atomic.Pointer[client.Client]
-	target.Store(a.client)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var acks atomic.Int64

@@ -6,30 +6,16 @@ import (
 	"errors"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/shardfence/shardfence/internal/syncbuf"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/master/client"
 )
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer holds a command's output while it runs.
+type syncBuffer = syncbuf.Buffer
 
 // The master subcommand serves the API until its context ends.
 func TestMasterCommandServes(t *testing.T) {

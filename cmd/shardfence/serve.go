@@ -22,7 +22,9 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/conformance"
+	masterLib "github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/sidecar"
+	"github.com/shardfence/shardfence/sidecar/agent"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -34,14 +36,16 @@ const envPrefix = "SHARDFENCE_"
 
 type serveFlags struct {
 	store, listen, config, node, logLevel string
-	authTokenFile, tlsCert, tlsKey, tlsCA string
-	insecureListen, allowUnfenced         bool
-	allowFencingFailures                  bool
-	shutdownTimeout, idleTimeout          time.Duration
-	stallAfter                            time.Duration
-	limits                                sidecar.Limits
-	defaults                              sidecar.Settings
-	mode, ackOrder                        string
+	serverSecurity
+	allowUnfenced                bool
+	allowFencingFailures         bool
+	shutdownTimeout, idleTimeout time.Duration
+	stallAfter                   time.Duration
+	limits                       sidecar.Limits
+	masters, advertise           string
+	masterConn                   masterConn
+	defaults                     sidecar.Settings
+	mode, ackOrder               string
 }
 
 func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
@@ -53,11 +57,13 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.config, "config", "", "YAML file of flag values (keys are flag names); flags and SHARDFENCE_* variables win over it")
 	fs.StringVar(&f.node, "node", "", "name of this node, recorded in fence keys for operators")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "file holding the bearer token every API and /metrics call must carry (required off loopback)")
-	fs.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key serves HTTPS")
-	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS private key file (PEM)")
-	fs.StringVar(&f.tlsCA, "tls-client-ca", "", "CA bundle (PEM) client certificates must chain to (mutual TLS)")
-	fs.BoolVar(&f.insecureListen, "insecure-listen", false, "allow a non-loopback --listen without --auth-token-file")
+	f.serverSecurity.addFlags(fs, "sidecar")
+	fs.StringVar(&f.masters, "master", "", "register with the master at this URL (comma-separated: the master and its standbys) and carry out its shard assignments (automatic failover); needs --node")
+	fs.StringVar(&f.advertise, "advertise", "", "URL of this sidecar's API as the master and primaries reach it (default: http(s)://the --listen address)")
+	fs.StringVar(&f.masterConn.tokenFile, "master-token-file", "", "file holding the master's bearer token")
+	fs.StringVar(&f.masterConn.caCert, "master-ca-cert", "", "CA bundle (PEM) to verify an HTTPS master with")
+	fs.StringVar(&f.masterConn.clientCert, "master-client-cert", "", "client certificate (PEM) for a master that requires mutual TLS")
+	fs.StringVar(&f.masterConn.clientKey, "master-client-key", "", "client certificate's key (PEM)")
 	fs.BoolVar(&f.allowUnfenced, "allow-unfenced", false, "allow shards opened with fencing disabled (benchmarks only: a zombie can lose acknowledged writes)")
 	fs.BoolVar(&f.allowFencingFailures, "allow-fencing-failures", false, "serve a store whose conformance certificate records a failed fencing check (a fenced shard there can lose acknowledged writes)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight syncs before abandoning them (1s..1h)")
@@ -84,6 +90,15 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 // loadConfig applies the YAML file, then SHARDFENCE_* variables, then the
 // flags given on the command line, so flags win and the file loses.
 func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	return loadConfigAliased(fs, args, getenv, nil)
+}
+
+// configAlias maps a config file key that is not a flag name (the seed's
+// client_active_ttl_sec, say) to the flag it sets and the value.
+type configAlias func(v any) (flagName, value string)
+
+// loadConfigAliased is loadConfig with extra config file keys.
+func loadConfigAliased(fs *flag.FlagSet, args []string, getenv func(string) string, aliases map[string]configAlias) error {
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
@@ -92,7 +107,13 @@ func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) err
 	}
 	given := map[string]string{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = f.Value.String() })
+	// The file and the environment fill only what the command line left
+	// alone, so flags win without being set twice (a repeatable flag
+	// would count a value twice).
 	set := func(name, value, from string) error {
+		if _, ok := given[name]; ok {
+			return nil
+		}
 		if err := fs.Set(name, value); err != nil {
 			return fmt.Errorf("%w: %s: %s: %v", errUsage, from, name, err)
 		}
@@ -112,8 +133,15 @@ func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) err
 			return fmt.Errorf("%w: config file %s: %v", errUsage, path, err)
 		}
 		for k, v := range doc {
+			if a := aliases[k]; a != nil {
+				name, value := a(v)
+				if err := set(name, value, "config file "+path+" key "+k); err != nil {
+					return err
+				}
+				continue
+			}
 			if k == "config" || fs.Lookup(k) == nil {
-				return fmt.Errorf("%w: config file %s: unknown key %q (keys are serve's flag names)", errUsage, path, k)
+				return fmt.Errorf("%w: config file %s: unknown key %q (keys are the command's flag names)", errUsage, path, k)
 			}
 			if err := set(k, fmt.Sprint(v), "config file "+path); err != nil {
 				return err
@@ -127,15 +155,7 @@ func loadConfig(fs *flag.FlagSet, args []string, getenv func(string) string) err
 			envErr = set(f.Name, v, "environment "+name)
 		}
 	})
-	if envErr != nil {
-		return envErr
-	}
-	for k, v := range given {
-		if err := set(k, v, "flag"); err != nil {
-			return err
-		}
-	}
-	return nil
+	return envErr
 }
 
 func parseMode(s string) (translog.FencingMode, error) {
@@ -231,7 +251,43 @@ func readToken(path string) (string, error) {
 	return tok, nil
 }
 
-func tlsConfig(f *serveFlags) (*tls.Config, error) {
+// serverSecurity is the listener security the sidecar and the master
+// share: a bearer token, TLS, optional mutual TLS, and the explicit
+// opt-out for a public listener without a token.
+type serverSecurity struct {
+	authTokenFile, tlsCert, tlsKey, tlsCA string
+	insecureListen                        bool
+}
+
+func (s *serverSecurity) addFlags(fs *flag.FlagSet, what string) {
+	fs.StringVar(&s.authTokenFile, "auth-token-file", "", "file holding the bearer token every API and /metrics call must carry (required off loopback)")
+	fs.StringVar(&s.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key serves HTTPS")
+	fs.StringVar(&s.tlsKey, "tls-key", "", "TLS private key file (PEM)")
+	fs.StringVar(&s.tlsCA, "tls-client-ca", "", "CA bundle (PEM) client certificates must chain to (mutual TLS)")
+	fs.BoolVar(&s.insecureListen, "insecure-listen", false, "allow a non-loopback --listen without --auth-token-file (the "+what+" is then open to anyone who reaches it)")
+}
+
+// resolve reads the token and TLS files and refuses a public listener
+// without a token, before anything is opened or bound.
+func (s *serverSecurity) resolve(listen string) (token string, tlsCfg *tls.Config, public bool, err error) {
+	if tlsCfg, err = tlsConfig(s); err != nil {
+		return "", nil, false, err
+	}
+	if s.authTokenFile != "" {
+		if token, err = readToken(s.authTokenFile); err != nil {
+			return "", nil, false, err
+		}
+	}
+	if public, err = publicListen(listen); err != nil {
+		return "", nil, false, err
+	}
+	if public && token == "" && !s.insecureListen {
+		return "", nil, false, fmt.Errorf("%w: --listen %s is reachable from other machines: give --auth-token-file (and TLS flags), or --insecure-listen to serve it unauthenticated", errUsage, listen)
+	}
+	return token, tlsCfg, public, nil
+}
+
+func tlsConfig(f *serverSecurity) (*tls.Config, error) {
 	if f.tlsCert == "" && f.tlsKey == "" {
 		if f.tlsCA != "" {
 			return nil, fmt.Errorf("%w: --tls-client-ca needs --tls-cert and --tls-key", errUsage)
@@ -289,24 +345,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: --log-level %q", errUsage, f.logLevel)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	tlsCfg, err := tlsConfig(f)
-	if err != nil {
-		return err
-	}
-	token := ""
-	if f.authTokenFile != "" {
-		if token, err = readToken(f.authTokenFile); err != nil {
-			return err
-		}
-	}
 	// Everything the command line decides is checked before the store is
 	// opened and the address bound.
-	public, err := publicListen(f.listen)
+	token, tlsCfg, public, err := f.serverSecurity.resolve(f.listen)
 	if err != nil {
 		return err
-	}
-	if public && token == "" && !f.insecureListen {
-		return fmt.Errorf("%w: --listen %s is reachable from other machines: give --auth-token-file (and TLS flags), or --insecure-listen to serve it unauthenticated", errUsage, f.listen)
 	}
 	for _, d := range []struct {
 		flag  string
@@ -314,6 +357,25 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}{{"--shutdown-timeout", f.shutdownTimeout, time.Second}, {"--idle-timeout", f.idleTimeout, time.Second}} {
 		if d.v < d.lo || d.v > time.Hour {
 			return fmt.Errorf("%w: %s %v is outside %v..1h", errUsage, d.flag, d.v, d.lo)
+		}
+	}
+	var masters []string
+	if f.masters != "" {
+		if f.node == "" {
+			return fmt.Errorf("%w: --master needs --node (the node's name at the master)", errUsage)
+		}
+		if err := masterLib.ValidateNodeName(f.node); err != nil {
+			return fmt.Errorf("%w: --node: %v", errUsage, err)
+		}
+		for _, m := range strings.Split(f.masters, ",") {
+			base, err := masterBase(m)
+			if err != nil {
+				return err
+			}
+			masters = append(masters, base)
+		}
+		if strings.HasPrefix(f.listen, "unix://") && f.advertise == "" {
+			return fmt.Errorf("%w: --master with a unix socket --listen needs --advertise (the URL the master and primaries reach this sidecar at)", errUsage)
 		}
 	}
 	opts := sidecar.Options{
@@ -373,12 +435,30 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			errc <- hs.Serve(ln)
 		}
 	}()
+	agentDone := make(chan struct{})
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	defer stopAgent()
+	if len(masters) > 0 {
+		ag, err := newAgent(f, masters, ln, tlsCfg != nil, srv, log)
+		if err != nil {
+			_ = srv.Shutdown(context.Background())
+			return err
+		}
+		go func() {
+			defer close(agentDone)
+			_ = ag.Run(agentCtx)
+		}()
+	} else {
+		close(agentDone)
+	}
 	select {
 	case err := <-errc:
 		_ = srv.Shutdown(context.Background())
 		return fmt.Errorf("sidecar: serve: %w", err)
 	case <-ctx.Done():
 	}
+	stopAgent()
+	<-agentDone
 	log.Info("shutting down: draining appends")
 	shutCtx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
 	defer cancel()
@@ -394,6 +474,26 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	log.Info("sidecar stopped")
 	return nil
+}
+
+// newAgent makes the sidecar a node of the master (serve --master).
+func newAgent(f *serveFlags, masters []string, ln net.Listener, tls bool, srv *sidecar.Server, log *slog.Logger) (*agent.Agent, error) {
+	hc, copts, err := f.masterConn.dial()
+	if err != nil {
+		return nil, err
+	}
+	addr := f.advertise
+	if addr == "" {
+		scheme := "http"
+		if tls {
+			scheme = "https"
+		}
+		addr = scheme + "://" + ln.Addr().String()
+	}
+	return agent.New(agent.Options{
+		Server: srv, Node: f.node, Addr: addr, Store: blobstore.Redact(f.store), Masters: masters,
+		HTTPClient: hc, ClientOptions: copts, Logger: log,
+	})
 }
 
 func displayAddr(listen string, ln net.Listener) string {

@@ -62,14 +62,18 @@ func (d *sidecarProc) stop() {
 	_ = d.hs.Close()
 }
 
-// timeline prints events with the time since the demo started.
-type timeline struct {
+// Timeline prints events with the time since the demo started.
+type Timeline struct {
 	mu    sync.Mutex
 	w     io.Writer
 	start time.Time
 }
 
-func (t *timeline) say(format string, args ...any) {
+// NewTimeline starts a timeline printing to w.
+func NewTimeline(w io.Writer) *Timeline { return &Timeline{w: w, start: time.Now()} }
+
+// Say prints one event.
+func (t *Timeline) Say(format string, args ...any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	fmt.Fprintf(t.w, "[%6.2fs] %s\n", time.Since(t.start).Seconds(), fmt.Sprintf(format, args...))
@@ -158,8 +162,8 @@ func (w *writer) run(ctx context.Context, c sidecarv1connect.SidecarServiceClien
 // op is missing from the lineage at the end.
 func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	store := cfg.Store
-	tl := &timeline{w: out, start: time.Now()}
-	tl.say("store %s; starting sidecars A and B on loopback", cfg.Where)
+	tl := &Timeline{w: out, start: time.Now()}
+	tl.Say("store %s; starting sidecars A and B on loopback", cfg.Where)
 	a, err := startSidecar(ctx, "A", store)
 	if err != nil {
 		return err
@@ -175,15 +179,15 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	if _, _, err := OpenShard(ctx, a.client, shard, 1, "alloc-a"); err != nil {
 		return fmt.Errorf("open term 1 on A: %w", err)
 	}
-	tl.say("A opened shard %q at term 1 (a new shard: empty restore point)", shard)
+	tl.Say("A opened shard %q at term 1 (a new shard: empty restore point)", shard)
 	wa := &writer{name: "a"}
 	stopA := make(chan struct{})
 	wgA := wa.run(ctx, a.client, shard, cfg.Clients, stopA)
-	tl.say("A: %d clients appending", cfg.Clients)
-	if err := sleepCtx(ctx, cfg.Phase); err != nil {
+	tl.Say("A: %d clients appending", cfg.Clients)
+	if err := Sleep(ctx, cfg.Phase); err != nil {
 		return err
 	}
-	tl.say("A acknowledged %d ops so far; opening term 2 on B while A keeps appending", wa.ackedN.Load())
+	tl.Say("A acknowledged %d ops so far; opening term 2 on B while A keeps appending", wa.ackedN.Load())
 	claimAt := time.Now()
 	opened, replayed, err := OpenShard(ctx, b.client, shard, 2, "alloc-b")
 	if err != nil {
@@ -192,7 +196,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 		return fmt.Errorf("open term 2 on B: %w", err)
 	}
 	rp := opened.GetRestorePoint()
-	tl.say("B opened term 2 in %v: restore point term %d gen %d, %d ops replayed", time.Since(claimAt).Round(time.Millisecond), rp.GetTerm(), rp.GetGen(), replayed)
+	tl.Say("B opened term 2 in %v: restore point term %d gen %d, %d ops replayed", time.Since(claimAt).Round(time.Millisecond), rp.GetTerm(), rp.GetGen(), replayed)
 	done := make(chan struct{})
 	go func() { wgA.Wait(); close(done) }()
 	select {
@@ -205,18 +209,18 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	if e := wa.firstErr.Load(); e != nil {
 		return fmt.Errorf("the clients of sidecar A failed with something other than fencing: %v", e)
 	}
-	tl.say("A fenced: its clients were told \"primary fenced, successor term %d\"; A acknowledged %d ops in all", wa.fenced.Load(), wa.ackedN.Load())
+	tl.Say("A fenced: its clients were told \"primary fenced, successor term %d\"; A acknowledged %d ops in all", wa.fenced.Load(), wa.ackedN.Load())
 	if last := time.Unix(0, wa.lastAck.Load()); !last.IsZero() {
-		tl.say("A's last acknowledgement reached its client at %+v relative to the start of B's open", last.Sub(claimAt).Round(time.Millisecond))
+		tl.Say("A's last acknowledgement reached its client at %+v relative to the start of B's open", last.Sub(claimAt).Round(time.Millisecond))
 	}
 
 	wb := &writer{name: "b"}
 	stopB := make(chan struct{})
 	wgB := wb.run(ctx, b.client, shard, cfg.Clients, stopB)
-	if err := sleepCtx(ctx, cfg.Phase); err != nil {
+	if err := Sleep(ctx, cfg.Phase); err != nil {
 		return err
 	}
-	tl.say("B acknowledged %d ops at term 2; starting sidecar C and handing the shard off B -> C (same term, no seal) while B's clients append", wb.ackedN.Load())
+	tl.Say("B acknowledged %d ops at term 2; starting sidecar C and handing the shard off B -> C (same term, no seal) while B's clients append", wb.ackedN.Load())
 	c, err := startSidecar(ctx, "C", store)
 	if err != nil {
 		close(stopB)
@@ -240,13 +244,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	if e := wb.firstErr.Load(); e != nil {
 		return fmt.Errorf("the clients of sidecar B failed: %v", e)
 	}
-	tl.say("C adopted term %d at seq %d in %v; B's clients were told the shard moved (%v); B acknowledged %d ops in all",
+	tl.Say("C adopted term %d at seq %d in %v; B's clients were told the shard moved (%v); B acknowledged %d ops in all",
 		ad.Msg.GetStatus().GetTerm(), ad.Msg.GetStatus().GetNextSeqNo(), time.Since(hoAt).Round(time.Millisecond), wb.moved.Load(), wb.ackedN.Load())
 
 	wc := &writer{name: "c"}
 	stopC := make(chan struct{})
 	wgC := wc.run(ctx, c.client, shard, cfg.Clients, stopC)
-	if err := sleepCtx(ctx, cfg.Phase); err != nil {
+	if err := Sleep(ctx, cfg.Phase); err != nil {
 		return err
 	}
 	close(stopC)
@@ -254,7 +258,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	if e := wc.firstErr.Load(); e != nil {
 		return fmt.Errorf("the clients of sidecar C failed: %v", e)
 	}
-	tl.say("C acknowledged %d ops at term 2", wc.ackedN.Load())
+	tl.Say("C acknowledged %d ops at term 2", wc.ackedN.Load())
 
 	// Every acknowledged op of every sidecar must be in C's lineage.
 	st, err := c.client.Read(ctx, connect.NewRequest(&sidecarv1.ReadRequest{Shard: shard}))
@@ -280,15 +284,16 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 		})
 	}
 	total := wa.ackedN.Load() + wb.ackedN.Load() + wc.ackedN.Load()
-	tl.say("C's lineage holds %d ops; acknowledged %d (A %d + B %d + C %d); lost %d", len(read), total, wa.ackedN.Load(), wb.ackedN.Load(), wc.ackedN.Load(), lost)
+	tl.Say("C's lineage holds %d ops; acknowledged %d (A %d + B %d + C %d); lost %d", len(read), total, wa.ackedN.Load(), wb.ackedN.Load(), wc.ackedN.Load(), lost)
 	if lost > 0 {
 		return fmt.Errorf("%d acknowledged ops are missing from the lineage", lost)
 	}
-	tl.say("ok: every acknowledged op is readable (ops in flight when A was fenced or B handed off were never acknowledged; a client retries them on the new primary)")
+	tl.Say("ok: every acknowledged op is readable (ops in flight when A was fenced or B handed off were never acknowledged; a client retries them on the new primary)")
 	return nil
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// Sleep waits d, or until ctx ends (returning its error).
+func Sleep(ctx context.Context, d time.Duration) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()

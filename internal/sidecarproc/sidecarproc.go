@@ -7,7 +7,6 @@ package sidecarproc
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +22,7 @@ import (
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
+	"github.com/shardfence/shardfence/internal/syncbuf"
 )
 
 // StoreEnv is the environment variable `shardfence serve` reads its store
@@ -43,7 +42,7 @@ type Proc struct {
 	Cmd    *exec.Cmd
 	Addr   string
 	Client sidecarv1connect.SidecarServiceClient
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 	done   chan struct{}
 	err    error // Wait's error; read after done is closed
 }
@@ -56,7 +55,7 @@ func Start(t testing.TB, cmd Command, name, storeURL string, extra ...string) *P
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--node", name}, extra...)
 	c := exec.Command(cmd.Path, args...)
 	c.Env = append(append(os.Environ(), cmd.Env...), StoreEnv+"="+storeURL)
-	p := &Proc{Name: name, Cmd: c, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p := &Proc{Name: name, Cmd: c, stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	c.Stderr = p.stderr
 	out, err := c.StdoutPipe()
 	if err != nil {
@@ -213,22 +212,4 @@ func ReasonOf(err error) string {
 		}
 	}
 	return ""
-}
-
-// lockedBuffer is a bytes.Buffer safe for a writing process and readers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -11,12 +11,14 @@ import (
 	"github.com/shardfence/shardfence/master"
 )
 
-// Mount serves the node on mux: the master API (answered only while
-// primary; a standby, opening, fenced or failed master refuses with a
+// Mount serves the node on mux: the master API and the fleet API (answered
+// only while primary; a standby, opening, fenced or failed master refuses with a
 // typed error saying so), the HA API (promote, status, snapshot), /healthz
 // (the process is up) and /readyz (see Ready).
 func (n *Node) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	path, h := master.NewHandlerFunc(n.Serving, opts...)
+	mux.Handle(path, h)
+	path, h = master.NewFleetHandlerFunc(n.Serving, opts...)
 	mux.Handle(path, h)
 	path, h = masterv1connect.NewMasterHAServiceHandler(&haService{n: n}, opts...)
 	mux.Handle(path, h)

@@ -150,6 +150,8 @@ type Node struct {
 	claim    int64 // a term claimed by a promotion that did not open yet
 	tail     *tailer
 	lastSnap snapshotInfo
+	// stopLiveness stops the liveness monitor of the primary.
+	stopLiveness context.CancelFunc
 }
 
 type request struct {
@@ -476,7 +478,12 @@ func (n *Node) openPrimary(ctx context.Context, resume bool) error {
 				return nil
 			}
 			sh, err = recovery.Open(ctx, n.store, n.shard, term, n.alloc, ro)
-			if errors.Is(err, recovery.ErrResumeOffLineage) || errors.Is(err, seal.ErrLineageTruncated) {
+			// A generation missing after the standby's position was
+			// collected below a newer snapshot (the old primary's GC can
+			// land while the promotion reads): the snapshot holds it, and
+			// the rebuild fails on its own if a generation it needs is
+			// missing for any other reason.
+			if errors.Is(err, recovery.ErrResumeOffLineage) || errors.Is(err, seal.ErrLineageTruncated) || errors.Is(err, translog.ErrMissingGen) {
 				n.log.Warn("the standby's position is not on the sealed lineage; rebuilding from the newest snapshot", "term", pos.Term, "gen", pos.Gen, "err", err)
 				sh, err = nil, nil
 			} else if err != nil {
@@ -518,6 +525,9 @@ func (n *Node) openPrimary(ctx context.Context, resume bool) error {
 		lease: n.opts.AllocationLease, notBefore: sh.Chain.SweptAt() + int64(n.opts.AllocationLease+n.opts.AllocationLeaseMargin),
 	})
 	cur.SetJournal(lg)
+	// Every client the restored state names starts a fresh Active window:
+	// the old master's windows are not carried over.
+	restoredClients := cur.RestoreLiveness()
 	n.mu.Lock()
 	n.m, n.sh, n.oplog, n.term, n.claim = cur, sh, lg, term, 0
 	n.role, n.err, n.tail = RolePrimary, nil, nil
@@ -529,7 +539,8 @@ func (n *Node) openPrimary(ctx context.Context, resume bool) error {
 	n.opts.Metrics.term.Set(float64(term))
 	st := cur.Stats()
 	n.log.Info("master is primary", "term", term, "allocation", n.alloc, "restore_term", restore.Term, "restore_gen", restore.Gen,
-		"replayed_gens", max(0, sh.Replay.To-sh.Replay.From+1), "objects", st.Objects, "segments_awaiting_remount", st.SegmentsAwaitingRemount)
+		"replayed_gens", max(0, sh.Replay.To-sh.Replay.From+1), "objects", st.Objects, "segments_awaiting_remount", st.SegmentsAwaitingRemount,
+		"restored_clients", restoredClients)
 	return nil
 }
 
@@ -553,6 +564,14 @@ func (n *Node) syncLimit() int64 {
 
 // onLogFail turns the node fenced or failed when an append fails for good.
 func (n *Node) onLogFail(err error) {
+	n.mu.Lock()
+	stop := n.stopLiveness
+	n.mu.Unlock()
+	if stop != nil {
+		// A master that stopped serving judges no client: its monitor
+		// would only commit transitions it can no longer log.
+		stop()
+	}
 	role := RoleFailed
 	if errors.Is(err, master.ErrFenced) {
 		role = RoleFenced
@@ -573,6 +592,22 @@ func (n *Node) runPrimary(ctx context.Context) {
 	}
 	fenceTick := time.NewTicker(n.opts.FenceCheckInterval)
 	defer fenceTick.Stop()
+	// The liveness monitor (and its offboarding executor) runs while this
+	// node is primary; it drains when the node stops or stops serving.
+	liveCtx, stopLive := context.WithCancel(ctx)
+	n.mu.Lock()
+	m := n.m
+	n.stopLiveness = stopLive
+	n.mu.Unlock()
+	liveDone := make(chan struct{})
+	go func() {
+		defer close(liveDone)
+		m.RunLiveness(liveCtx)
+	}()
+	defer func() {
+		stopLive()
+		<-liveDone
+	}()
 	for {
 		select {
 		case <-ctx.Done():

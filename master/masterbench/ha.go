@@ -279,6 +279,19 @@ func BenchAppend(ctx context.Context, o HAOptions, clients int, d time.Duration)
 	if _, err := m.PutStart(ctx, master.PutRequest{Client: "bench", Tenant: "bench", Key: "warm", Size: ObjectSize}); err != nil {
 		return row, err
 	}
+	// The bench client pings like a live client, so a long run does not
+	// see it suspected (and its segment refused) after the active TTL.
+	pingCtx, stopPing := context.WithCancel(ctx)
+	defer stopPing()
+	go func() {
+		for pingCtx.Err() == nil {
+			_, _ = m.Ping(pingCtx, "bench")
+			select {
+			case <-pingCtx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
 	before := store.Snapshot()
 	appendsBefore := p.Status().Position.Gen
 	var mu sync.Mutex

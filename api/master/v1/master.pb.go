@@ -12,6 +12,7 @@
 package masterv1
 
 import (
+	v1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -2381,9 +2382,10 @@ func (x *StandbySegment) GetSize() uint64 {
 // format. An entry travels framed (format tag, standby wire version, kind)
 // and this message is the frame's body; the kind says which fields it must
 // carry. Like the rest of the standby model it never carries a lease or
-// soft-pin deadline. New kinds (shard assignments, for one) add fields here
-// and a kind to the frame, under the same version while every older reader
-// refuses the unknown kind rather than skipping it.
+// soft-pin deadline. New kinds add fields here and a kind to the frame,
+// under the same version, while every older reader refuses the unknown
+// kind rather than skipping it: sidecar nodes (node) and shard
+// assignments (shard) came that way.
 type OplogEntry struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Tenant   string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -2392,7 +2394,12 @@ type OplogEntry struct {
 	// object is the object after the change (put end, evict, restore).
 	Object *StandbyObject `protobuf:"bytes,4,opt,name=object,proto3" json:"object,omitempty"`
 	// segment is the segment concerned (mount, unmount, remount, restore).
-	Segment       *StandbySegment `protobuf:"bytes,5,opt,name=segment,proto3" json:"segment,omitempty"`
+	Segment *StandbySegment `protobuf:"bytes,5,opt,name=segment,proto3" json:"segment,omitempty"`
+	// node is a sidecar node's durable description (registration, drain).
+	Node *NodeRecord `protobuf:"bytes,6,opt,name=node,proto3" json:"node,omitempty"`
+	// shard is a shard assignment after the change (assign, takeover,
+	// handoff, unassign).
+	Shard         *ShardAssignment `protobuf:"bytes,7,opt,name=shard,proto3" json:"shard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2462,11 +2469,256 @@ func (x *OplogEntry) GetSegment() *StandbySegment {
 	return nil
 }
 
+func (x *OplogEntry) GetNode() *NodeRecord {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *OplogEntry) GetShard() *ShardAssignment {
+	if x != nil {
+		return x.Shard
+	}
+	return nil
+}
+
+// NodeRecord is what the master keeps of a sidecar node across failovers.
+// Its liveness is not here: a restored node starts a fresh window.
+type NodeRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// addr is the URL of the sidecar's API, as the node registered it.
+	Addr string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	// store is the node's store URL (credentials redacted): shards move
+	// only between nodes of the same store.
+	Store string `protobuf:"bytes,3,opt,name=store,proto3" json:"store,omitempty"`
+	// fencing: the store passed the sidecar's precondition probe, so fenced
+	// shards can run there.
+	Fencing bool `protobuf:"varint,4,opt,name=fencing,proto3" json:"fencing,omitempty"`
+	// draining: planned maintenance; the node takes no shard and its shards
+	// are handed off.
+	Draining      bool `protobuf:"varint,5,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeRecord) Reset() {
+	*x = NodeRecord{}
+	mi := &file_master_v1_master_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeRecord) ProtoMessage() {}
+
+func (x *NodeRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_master_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeRecord.ProtoReflect.Descriptor instead.
+func (*NodeRecord) Descriptor() ([]byte, []int) {
+	return file_master_v1_master_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *NodeRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NodeRecord) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *NodeRecord) GetStore() string {
+	if x != nil {
+		return x.Store
+	}
+	return ""
+}
+
+func (x *NodeRecord) GetFencing() bool {
+	if x != nil {
+		return x.Fencing
+	}
+	return false
+}
+
+func (x *NodeRecord) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+// ShardAssignment is one row of the master's shard assignment table.
+type ShardAssignment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// term and allocation are what the owner opens the shard with; a
+	// takeover records term+1 with a new allocation before telling anyone.
+	Term       int64  `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	Allocation string `protobuf:"bytes,3,opt,name=allocation,proto3" json:"allocation,omitempty"`
+	// node owns the shard; empty when it is unassigned (its owner went
+	// offline and no live node could take it, or auto_restore is off).
+	Node     string            `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	Settings *v1.ShardSettings `protobuf:"bytes,5,opt,name=settings,proto3" json:"settings,omitempty"`
+	// auto_restore: when the owner goes offline (or suspected, with
+	// takeover_at_suspected) the master moves the shard to a live node at a
+	// higher term by itself. Only fenced shards on a store that passed the
+	// probe.
+	AutoRestore         bool   `protobuf:"varint,6,opt,name=auto_restore,json=autoRestore,proto3" json:"auto_restore,omitempty"`
+	TakeoverAtSuspected bool   `protobuf:"varint,7,opt,name=takeover_at_suspected,json=takeoverAtSuspected,proto3" json:"takeover_at_suspected,omitempty"`
+	Store               string `protobuf:"bytes,8,opt,name=store,proto3" json:"store,omitempty"`
+	// handoff_node and handoff_allocation: a drain is moving the shard
+	// there within the term (source-performed handoff).
+	HandoffNode       string `protobuf:"bytes,9,opt,name=handoff_node,json=handoffNode,proto3" json:"handoff_node,omitempty"`
+	HandoffAllocation string `protobuf:"bytes,10,opt,name=handoff_allocation,json=handoffAllocation,proto3" json:"handoff_allocation,omitempty"`
+	// reason says why the shard is unassigned, or why auto_restore does
+	// not apply.
+	Reason string `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	// removed: the shard left the table (an unassign entry).
+	Removed       bool `protobuf:"varint,12,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardAssignment) Reset() {
+	*x = ShardAssignment{}
+	mi := &file_master_v1_master_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardAssignment) ProtoMessage() {}
+
+func (x *ShardAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_master_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardAssignment.ProtoReflect.Descriptor instead.
+func (*ShardAssignment) Descriptor() ([]byte, []int) {
+	return file_master_v1_master_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ShardAssignment) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *ShardAssignment) GetTerm() int64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ShardAssignment) GetAllocation() string {
+	if x != nil {
+		return x.Allocation
+	}
+	return ""
+}
+
+func (x *ShardAssignment) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ShardAssignment) GetSettings() *v1.ShardSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+func (x *ShardAssignment) GetAutoRestore() bool {
+	if x != nil {
+		return x.AutoRestore
+	}
+	return false
+}
+
+func (x *ShardAssignment) GetTakeoverAtSuspected() bool {
+	if x != nil {
+		return x.TakeoverAtSuspected
+	}
+	return false
+}
+
+func (x *ShardAssignment) GetStore() string {
+	if x != nil {
+		return x.Store
+	}
+	return ""
+}
+
+func (x *ShardAssignment) GetHandoffNode() string {
+	if x != nil {
+		return x.HandoffNode
+	}
+	return ""
+}
+
+func (x *ShardAssignment) GetHandoffAllocation() string {
+	if x != nil {
+		return x.HandoffAllocation
+	}
+	return ""
+}
+
+func (x *ShardAssignment) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ShardAssignment) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
 var File_master_v1_master_proto protoreflect.FileDescriptor
 
 const file_master_v1_master_proto_rawDesc = "" +
 	"\n" +
-	"\x16master/v1/master.proto\x12\x14shardfence.master.v1\"\x97\x02\n" +
+	"\x16master/v1/master.proto\x12\x14shardfence.master.v1\x1a\x18sidecar/v1/sidecar.proto\"\x97\x02\n" +
 	"\aReplica\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x125\n" +
 	"\x04kind\x18\x02 \x01(\x0e2!.shardfence.master.v1.ReplicaKindR\x04kind\x12;\n" +
@@ -2620,14 +2872,39 @@ const file_master_v1_master_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
 	"\tclient_id\x18\x03 \x01(\tR\bclientId\x12\x12\n" +
 	"\x04base\x18\x04 \x01(\x04R\x04base\x12\x12\n" +
-	"\x04size\x18\x05 \x01(\x04R\x04size\"\xd0\x01\n" +
+	"\x04size\x18\x05 \x01(\x04R\x04size\"\xc3\x02\n" +
 	"\n" +
 	"OplogEntry\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1b\n" +
 	"\tclient_id\x18\x03 \x01(\tR\bclientId\x12;\n" +
 	"\x06object\x18\x04 \x01(\v2#.shardfence.master.v1.StandbyObjectR\x06object\x12>\n" +
-	"\asegment\x18\x05 \x01(\v2$.shardfence.master.v1.StandbySegmentR\asegment*[\n" +
+	"\asegment\x18\x05 \x01(\v2$.shardfence.master.v1.StandbySegmentR\asegment\x124\n" +
+	"\x04node\x18\x06 \x01(\v2 .shardfence.master.v1.NodeRecordR\x04node\x12;\n" +
+	"\x05shard\x18\a \x01(\v2%.shardfence.master.v1.ShardAssignmentR\x05shard\"\x80\x01\n" +
+	"\n" +
+	"NodeRecord\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
+	"\x05store\x18\x03 \x01(\tR\x05store\x12\x18\n" +
+	"\afencing\x18\x04 \x01(\bR\afencing\x12\x1a\n" +
+	"\bdraining\x18\x05 \x01(\bR\bdraining\"\xa2\x03\n" +
+	"\x0fShardAssignment\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x03R\x04term\x12\x1e\n" +
+	"\n" +
+	"allocation\x18\x03 \x01(\tR\n" +
+	"allocation\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12@\n" +
+	"\bsettings\x18\x05 \x01(\v2$.shardfence.sidecar.v1.ShardSettingsR\bsettings\x12!\n" +
+	"\fauto_restore\x18\x06 \x01(\bR\vautoRestore\x122\n" +
+	"\x15takeover_at_suspected\x18\a \x01(\bR\x13takeoverAtSuspected\x12\x14\n" +
+	"\x05store\x18\b \x01(\tR\x05store\x12!\n" +
+	"\fhandoff_node\x18\t \x01(\tR\vhandoffNode\x12-\n" +
+	"\x12handoff_allocation\x18\n" +
+	" \x01(\tR\x11handoffAllocation\x12\x16\n" +
+	"\x06reason\x18\v \x01(\tR\x06reason\x12\x18\n" +
+	"\aremoved\x18\f \x01(\bR\aremoved*[\n" +
 	"\vReplicaKind\x12\x1c\n" +
 	"\x18REPLICA_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13REPLICA_KIND_MEMORY\x10\x01\x12\x15\n" +
@@ -2673,7 +2950,7 @@ func file_master_v1_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_v1_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_master_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_master_v1_master_proto_goTypes = []any{
 	(ReplicaKind)(0),               // 0: shardfence.master.v1.ReplicaKind
 	(ReplicaStatus)(0),             // 1: shardfence.master.v1.ReplicaStatus
@@ -2716,6 +2993,9 @@ var file_master_v1_master_proto_goTypes = []any{
 	(*StandbyObject)(nil),          // 38: shardfence.master.v1.StandbyObject
 	(*StandbySegment)(nil),         // 39: shardfence.master.v1.StandbySegment
 	(*OplogEntry)(nil),             // 40: shardfence.master.v1.OplogEntry
+	(*NodeRecord)(nil),             // 41: shardfence.master.v1.NodeRecord
+	(*ShardAssignment)(nil),        // 42: shardfence.master.v1.ShardAssignment
+	(*v1.ShardSettings)(nil),       // 43: shardfence.sidecar.v1.ShardSettings
 }
 var file_master_v1_master_proto_depIdxs = []int32{
 	0,  // 0: shardfence.master.v1.Replica.kind:type_name -> shardfence.master.v1.ReplicaKind
@@ -2739,39 +3019,42 @@ var file_master_v1_master_proto_depIdxs = []int32{
 	37, // 18: shardfence.master.v1.StandbyObject.replicas:type_name -> shardfence.master.v1.StandbyReplica
 	38, // 19: shardfence.master.v1.OplogEntry.object:type_name -> shardfence.master.v1.StandbyObject
 	39, // 20: shardfence.master.v1.OplogEntry.segment:type_name -> shardfence.master.v1.StandbySegment
-	6,  // 21: shardfence.master.v1.MasterService.PutStart:input_type -> shardfence.master.v1.PutStartRequest
-	8,  // 22: shardfence.master.v1.MasterService.PutEnd:input_type -> shardfence.master.v1.PutEndRequest
-	10, // 23: shardfence.master.v1.MasterService.PutRevoke:input_type -> shardfence.master.v1.PutRevokeRequest
-	12, // 24: shardfence.master.v1.MasterService.BatchPutStart:input_type -> shardfence.master.v1.BatchPutStartRequest
-	15, // 25: shardfence.master.v1.MasterService.BatchPutEnd:input_type -> shardfence.master.v1.BatchPutEndRequest
-	17, // 26: shardfence.master.v1.MasterService.BatchPutRevoke:input_type -> shardfence.master.v1.BatchPutRevokeRequest
-	19, // 27: shardfence.master.v1.MasterService.GetReplicaList:input_type -> shardfence.master.v1.GetReplicaListRequest
-	21, // 28: shardfence.master.v1.MasterService.Exist:input_type -> shardfence.master.v1.ExistRequest
-	23, // 29: shardfence.master.v1.MasterService.Remove:input_type -> shardfence.master.v1.RemoveRequest
-	26, // 30: shardfence.master.v1.MasterService.MountSegment:input_type -> shardfence.master.v1.MountSegmentRequest
-	28, // 31: shardfence.master.v1.MasterService.UnmountSegment:input_type -> shardfence.master.v1.UnmountSegmentRequest
-	30, // 32: shardfence.master.v1.MasterService.ReMountSegment:input_type -> shardfence.master.v1.ReMountSegmentRequest
-	32, // 33: shardfence.master.v1.MasterService.Ping:input_type -> shardfence.master.v1.PingRequest
-	34, // 34: shardfence.master.v1.MasterService.Stats:input_type -> shardfence.master.v1.StatsRequest
-	7,  // 35: shardfence.master.v1.MasterService.PutStart:output_type -> shardfence.master.v1.PutStartResponse
-	9,  // 36: shardfence.master.v1.MasterService.PutEnd:output_type -> shardfence.master.v1.PutEndResponse
-	11, // 37: shardfence.master.v1.MasterService.PutRevoke:output_type -> shardfence.master.v1.PutRevokeResponse
-	14, // 38: shardfence.master.v1.MasterService.BatchPutStart:output_type -> shardfence.master.v1.BatchPutStartResponse
-	16, // 39: shardfence.master.v1.MasterService.BatchPutEnd:output_type -> shardfence.master.v1.BatchPutEndResponse
-	18, // 40: shardfence.master.v1.MasterService.BatchPutRevoke:output_type -> shardfence.master.v1.BatchPutRevokeResponse
-	20, // 41: shardfence.master.v1.MasterService.GetReplicaList:output_type -> shardfence.master.v1.GetReplicaListResponse
-	22, // 42: shardfence.master.v1.MasterService.Exist:output_type -> shardfence.master.v1.ExistResponse
-	24, // 43: shardfence.master.v1.MasterService.Remove:output_type -> shardfence.master.v1.RemoveResponse
-	27, // 44: shardfence.master.v1.MasterService.MountSegment:output_type -> shardfence.master.v1.MountSegmentResponse
-	29, // 45: shardfence.master.v1.MasterService.UnmountSegment:output_type -> shardfence.master.v1.UnmountSegmentResponse
-	31, // 46: shardfence.master.v1.MasterService.ReMountSegment:output_type -> shardfence.master.v1.ReMountSegmentResponse
-	33, // 47: shardfence.master.v1.MasterService.Ping:output_type -> shardfence.master.v1.PingResponse
-	36, // 48: shardfence.master.v1.MasterService.Stats:output_type -> shardfence.master.v1.StatsResponse
-	35, // [35:49] is the sub-list for method output_type
-	21, // [21:35] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	41, // 21: shardfence.master.v1.OplogEntry.node:type_name -> shardfence.master.v1.NodeRecord
+	42, // 22: shardfence.master.v1.OplogEntry.shard:type_name -> shardfence.master.v1.ShardAssignment
+	43, // 23: shardfence.master.v1.ShardAssignment.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	6,  // 24: shardfence.master.v1.MasterService.PutStart:input_type -> shardfence.master.v1.PutStartRequest
+	8,  // 25: shardfence.master.v1.MasterService.PutEnd:input_type -> shardfence.master.v1.PutEndRequest
+	10, // 26: shardfence.master.v1.MasterService.PutRevoke:input_type -> shardfence.master.v1.PutRevokeRequest
+	12, // 27: shardfence.master.v1.MasterService.BatchPutStart:input_type -> shardfence.master.v1.BatchPutStartRequest
+	15, // 28: shardfence.master.v1.MasterService.BatchPutEnd:input_type -> shardfence.master.v1.BatchPutEndRequest
+	17, // 29: shardfence.master.v1.MasterService.BatchPutRevoke:input_type -> shardfence.master.v1.BatchPutRevokeRequest
+	19, // 30: shardfence.master.v1.MasterService.GetReplicaList:input_type -> shardfence.master.v1.GetReplicaListRequest
+	21, // 31: shardfence.master.v1.MasterService.Exist:input_type -> shardfence.master.v1.ExistRequest
+	23, // 32: shardfence.master.v1.MasterService.Remove:input_type -> shardfence.master.v1.RemoveRequest
+	26, // 33: shardfence.master.v1.MasterService.MountSegment:input_type -> shardfence.master.v1.MountSegmentRequest
+	28, // 34: shardfence.master.v1.MasterService.UnmountSegment:input_type -> shardfence.master.v1.UnmountSegmentRequest
+	30, // 35: shardfence.master.v1.MasterService.ReMountSegment:input_type -> shardfence.master.v1.ReMountSegmentRequest
+	32, // 36: shardfence.master.v1.MasterService.Ping:input_type -> shardfence.master.v1.PingRequest
+	34, // 37: shardfence.master.v1.MasterService.Stats:input_type -> shardfence.master.v1.StatsRequest
+	7,  // 38: shardfence.master.v1.MasterService.PutStart:output_type -> shardfence.master.v1.PutStartResponse
+	9,  // 39: shardfence.master.v1.MasterService.PutEnd:output_type -> shardfence.master.v1.PutEndResponse
+	11, // 40: shardfence.master.v1.MasterService.PutRevoke:output_type -> shardfence.master.v1.PutRevokeResponse
+	14, // 41: shardfence.master.v1.MasterService.BatchPutStart:output_type -> shardfence.master.v1.BatchPutStartResponse
+	16, // 42: shardfence.master.v1.MasterService.BatchPutEnd:output_type -> shardfence.master.v1.BatchPutEndResponse
+	18, // 43: shardfence.master.v1.MasterService.BatchPutRevoke:output_type -> shardfence.master.v1.BatchPutRevokeResponse
+	20, // 44: shardfence.master.v1.MasterService.GetReplicaList:output_type -> shardfence.master.v1.GetReplicaListResponse
+	22, // 45: shardfence.master.v1.MasterService.Exist:output_type -> shardfence.master.v1.ExistResponse
+	24, // 46: shardfence.master.v1.MasterService.Remove:output_type -> shardfence.master.v1.RemoveResponse
+	27, // 47: shardfence.master.v1.MasterService.MountSegment:output_type -> shardfence.master.v1.MountSegmentResponse
+	29, // 48: shardfence.master.v1.MasterService.UnmountSegment:output_type -> shardfence.master.v1.UnmountSegmentResponse
+	31, // 49: shardfence.master.v1.MasterService.ReMountSegment:output_type -> shardfence.master.v1.ReMountSegmentResponse
+	33, // 50: shardfence.master.v1.MasterService.Ping:output_type -> shardfence.master.v1.PingResponse
+	36, // 51: shardfence.master.v1.MasterService.Stats:output_type -> shardfence.master.v1.StatsResponse
+	38, // [38:52] is the sub-list for method output_type
+	24, // [24:38] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_master_v1_master_proto_init() }
@@ -2785,7 +3068,7 @@ func file_master_v1_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_v1_master_proto_rawDesc), len(file_master_v1_master_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   38,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,90 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type WatchEventKind int32
+
+const (
+	WatchEventKind_WATCH_EVENT_KIND_UNSPECIFIED WatchEventKind = 0
+	// OPENING: this sidecar started opening the shard (claim, seal,
+	// restore); progress, checkpoint files and ops follow.
+	WatchEventKind_WATCH_EVENT_KIND_OPENING         WatchEventKind = 1
+	WatchEventKind_WATCH_EVENT_KIND_PROGRESS        WatchEventKind = 2
+	WatchEventKind_WATCH_EVENT_KIND_CHECKPOINT_FILE WatchEventKind = 3
+	WatchEventKind_WATCH_EVENT_KIND_OPS             WatchEventKind = 4
+	// GAINED: the shard is open here for appends at (term, allocation);
+	// status and restore_point say where it starts. current is set for the
+	// shards already open when the watch started (no restore stream was
+	// sent: Read the lineage).
+	WatchEventKind_WATCH_EVENT_KIND_GAINED WatchEventKind = 5
+	// OPEN_FAILED: an open or adoption here failed (error, reason).
+	WatchEventKind_WATCH_EVENT_KIND_OPEN_FAILED WatchEventKind = 6
+	// LOST: the shard no longer takes appends here (reason: closed,
+	// handed_off, superseded).
+	WatchEventKind_WATCH_EVENT_KIND_LOST WatchEventKind = 7
+	// FENCED: a higher term took the shard (successor_term): stop writing
+	// here.
+	WatchEventKind_WATCH_EVENT_KIND_FENCED WatchEventKind = 8
+	// SYNCED: the shards open when the watch started were all listed (as
+	// GAINED with current, or FENCED); live events follow. Sent first
+	// thing after them, so a watch of an idle sidecar is answered at once.
+	WatchEventKind_WATCH_EVENT_KIND_SYNCED WatchEventKind = 9
+)
+
+// Enum value maps for WatchEventKind.
+var (
+	WatchEventKind_name = map[int32]string{
+		0: "WATCH_EVENT_KIND_UNSPECIFIED",
+		1: "WATCH_EVENT_KIND_OPENING",
+		2: "WATCH_EVENT_KIND_PROGRESS",
+		3: "WATCH_EVENT_KIND_CHECKPOINT_FILE",
+		4: "WATCH_EVENT_KIND_OPS",
+		5: "WATCH_EVENT_KIND_GAINED",
+		6: "WATCH_EVENT_KIND_OPEN_FAILED",
+		7: "WATCH_EVENT_KIND_LOST",
+		8: "WATCH_EVENT_KIND_FENCED",
+		9: "WATCH_EVENT_KIND_SYNCED",
+	}
+	WatchEventKind_value = map[string]int32{
+		"WATCH_EVENT_KIND_UNSPECIFIED":     0,
+		"WATCH_EVENT_KIND_OPENING":         1,
+		"WATCH_EVENT_KIND_PROGRESS":        2,
+		"WATCH_EVENT_KIND_CHECKPOINT_FILE": 3,
+		"WATCH_EVENT_KIND_OPS":             4,
+		"WATCH_EVENT_KIND_GAINED":          5,
+		"WATCH_EVENT_KIND_OPEN_FAILED":     6,
+		"WATCH_EVENT_KIND_LOST":            7,
+		"WATCH_EVENT_KIND_FENCED":          8,
+		"WATCH_EVENT_KIND_SYNCED":          9,
+	}
+)
+
+func (x WatchEventKind) Enum() *WatchEventKind {
+	p := new(WatchEventKind)
+	*p = x
+	return p
+}
+
+func (x WatchEventKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WatchEventKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_sidecar_v1_sidecar_proto_enumTypes[0].Descriptor()
+}
+
+func (WatchEventKind) Type() protoreflect.EnumType {
+	return &file_sidecar_v1_sidecar_proto_enumTypes[0]
+}
+
+func (x WatchEventKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WatchEventKind.Descriptor instead.
+func (WatchEventKind) EnumDescriptor() ([]byte, []int) {
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{0}
+}
+
 type FencingMode int32
 
 const (
@@ -61,11 +145,11 @@ func (x FencingMode) String() string {
 }
 
 func (FencingMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_sidecar_v1_sidecar_proto_enumTypes[0].Descriptor()
+	return file_sidecar_v1_sidecar_proto_enumTypes[1].Descriptor()
 }
 
 func (FencingMode) Type() protoreflect.EnumType {
-	return &file_sidecar_v1_sidecar_proto_enumTypes[0]
+	return &file_sidecar_v1_sidecar_proto_enumTypes[1]
 }
 
 func (x FencingMode) Number() protoreflect.EnumNumber {
@@ -74,7 +158,7 @@ func (x FencingMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FencingMode.Descriptor instead.
 func (FencingMode) EnumDescriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{0}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{1}
 }
 
 type AckOrder int32
@@ -112,11 +196,11 @@ func (x AckOrder) String() string {
 }
 
 func (AckOrder) Descriptor() protoreflect.EnumDescriptor {
-	return file_sidecar_v1_sidecar_proto_enumTypes[1].Descriptor()
+	return file_sidecar_v1_sidecar_proto_enumTypes[2].Descriptor()
 }
 
 func (AckOrder) Type() protoreflect.EnumType {
-	return &file_sidecar_v1_sidecar_proto_enumTypes[1]
+	return &file_sidecar_v1_sidecar_proto_enumTypes[2]
 }
 
 func (x AckOrder) Number() protoreflect.EnumNumber {
@@ -125,7 +209,192 @@ func (x AckOrder) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AckOrder.Descriptor instead.
 func (AckOrder) EnumDescriptor() ([]byte, []int) {
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{2}
+}
+
+type WatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// shards limits the watch to these shards; empty watches every shard.
+	Shards        []string `protobuf:"bytes,1,rep,name=shards,proto3" json:"shards,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *WatchRequest) GetShards() []string {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+type WatchResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Kind           WatchEventKind         `protobuf:"varint,1,opt,name=kind,proto3,enum=shardfence.sidecar.v1.WatchEventKind" json:"kind,omitempty"`
+	Shard          string                 `protobuf:"bytes,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	Term           int64                  `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	Allocation     string                 `protobuf:"bytes,4,opt,name=allocation,proto3" json:"allocation,omitempty"`
+	Progress       *OpenProgress          `protobuf:"bytes,5,opt,name=progress,proto3" json:"progress,omitempty"`
+	CheckpointFile *CheckpointFile        `protobuf:"bytes,6,opt,name=checkpoint_file,json=checkpointFile,proto3" json:"checkpoint_file,omitempty"`
+	Ops            *OpBatch               `protobuf:"bytes,7,opt,name=ops,proto3" json:"ops,omitempty"`
+	Status         *ShardStatus           `protobuf:"bytes,8,opt,name=status,proto3" json:"status,omitempty"`
+	RestorePoint   *RestorePoint          `protobuf:"bytes,9,opt,name=restore_point,json=restorePoint,proto3" json:"restore_point,omitempty"`
+	Current        bool                   `protobuf:"varint,10,opt,name=current,proto3" json:"current,omitempty"`
+	Reason         string                 `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	Error          string                 `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	SuccessorTerm  int64                  `protobuf:"varint,13,opt,name=successor_term,json=successorTerm,proto3" json:"successor_term,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *WatchResponse) Reset() {
+	*x = WatchResponse{}
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResponse) ProtoMessage() {}
+
+func (x *WatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
+func (*WatchResponse) Descriptor() ([]byte, []int) {
 	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WatchResponse) GetKind() WatchEventKind {
+	if x != nil {
+		return x.Kind
+	}
+	return WatchEventKind_WATCH_EVENT_KIND_UNSPECIFIED
+}
+
+func (x *WatchResponse) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *WatchResponse) GetTerm() int64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *WatchResponse) GetAllocation() string {
+	if x != nil {
+		return x.Allocation
+	}
+	return ""
+}
+
+func (x *WatchResponse) GetProgress() *OpenProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetCheckpointFile() *CheckpointFile {
+	if x != nil {
+		return x.CheckpointFile
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetOps() *OpBatch {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetStatus() *ShardStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetRestorePoint() *RestorePoint {
+	if x != nil {
+		return x.RestorePoint
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetCurrent() bool {
+	if x != nil {
+		return x.Current
+	}
+	return false
+}
+
+func (x *WatchResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *WatchResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *WatchResponse) GetSuccessorTerm() int64 {
+	if x != nil {
+		return x.SuccessorTerm
+	}
+	return 0
 }
 
 // ShardSettings are fixed when a shard opens; a live shard never changes
@@ -155,7 +424,7 @@ type ShardSettings struct {
 
 func (x *ShardSettings) Reset() {
 	*x = ShardSettings{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[0]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -167,7 +436,7 @@ func (x *ShardSettings) String() string {
 func (*ShardSettings) ProtoMessage() {}
 
 func (x *ShardSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[0]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -180,7 +449,7 @@ func (x *ShardSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardSettings.ProtoReflect.Descriptor instead.
 func (*ShardSettings) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{0}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ShardSettings) GetFencingDisabled() bool {
@@ -272,7 +541,7 @@ type OpenRequest struct {
 
 func (x *OpenRequest) Reset() {
 	*x = OpenRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[1]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -284,7 +553,7 @@ func (x *OpenRequest) String() string {
 func (*OpenRequest) ProtoMessage() {}
 
 func (x *OpenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[1]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -297,7 +566,7 @@ func (x *OpenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
 func (*OpenRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{1}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *OpenRequest) GetShard() string {
@@ -344,7 +613,7 @@ type RestorePoint struct {
 
 func (x *RestorePoint) Reset() {
 	*x = RestorePoint{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[2]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +625,7 @@ func (x *RestorePoint) String() string {
 func (*RestorePoint) ProtoMessage() {}
 
 func (x *RestorePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[2]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +638,7 @@ func (x *RestorePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestorePoint.ProtoReflect.Descriptor instead.
 func (*RestorePoint) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{2}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RestorePoint) GetTerm() int64 {
@@ -413,7 +682,7 @@ type OpenProgress struct {
 
 func (x *OpenProgress) Reset() {
 	*x = OpenProgress{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[3]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +694,7 @@ func (x *OpenProgress) String() string {
 func (*OpenProgress) ProtoMessage() {}
 
 func (x *OpenProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[3]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +707,7 @@ func (x *OpenProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenProgress.ProtoReflect.Descriptor instead.
 func (*OpenProgress) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{3}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *OpenProgress) GetStep() string {
@@ -481,7 +750,7 @@ type CheckpointFile struct {
 
 func (x *CheckpointFile) Reset() {
 	*x = CheckpointFile{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[4]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -493,7 +762,7 @@ func (x *CheckpointFile) String() string {
 func (*CheckpointFile) ProtoMessage() {}
 
 func (x *CheckpointFile) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[4]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -506,7 +775,7 @@ func (x *CheckpointFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointFile.ProtoReflect.Descriptor instead.
 func (*CheckpointFile) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{4}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CheckpointFile) GetName() string {
@@ -550,7 +819,7 @@ type OpBatch struct {
 
 func (x *OpBatch) Reset() {
 	*x = OpBatch{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[5]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +831,7 @@ func (x *OpBatch) String() string {
 func (*OpBatch) ProtoMessage() {}
 
 func (x *OpBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[5]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +844,7 @@ func (x *OpBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpBatch.ProtoReflect.Descriptor instead.
 func (*OpBatch) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{5}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *OpBatch) GetTerm() int64 {
@@ -616,7 +885,7 @@ type Opened struct {
 
 func (x *Opened) Reset() {
 	*x = Opened{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[6]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +897,7 @@ func (x *Opened) String() string {
 func (*Opened) ProtoMessage() {}
 
 func (x *Opened) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[6]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +910,7 @@ func (x *Opened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Opened.ProtoReflect.Descriptor instead.
 func (*Opened) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{6}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Opened) GetRestorePoint() *RestorePoint {
@@ -673,7 +942,7 @@ type OpenResponse struct {
 
 func (x *OpenResponse) Reset() {
 	*x = OpenResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[7]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +954,7 @@ func (x *OpenResponse) String() string {
 func (*OpenResponse) ProtoMessage() {}
 
 func (x *OpenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[7]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +967,7 @@ func (x *OpenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenResponse.ProtoReflect.Descriptor instead.
 func (*OpenResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{7}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *OpenResponse) GetEvent() isOpenResponse_Event {
@@ -786,7 +1055,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[8]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +1067,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[8]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +1080,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{8}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AppendRequest) GetShard() string {
@@ -848,7 +1117,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[9]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +1129,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[9]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +1142,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{9}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AppendResponse) GetTerm() int64 {
@@ -916,7 +1185,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[10]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1197,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[10]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1210,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{10}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReadRequest) GetShard() string {
@@ -974,7 +1243,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[11]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1255,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[11]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1268,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{11}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReadResponse) GetBatch() *OpBatch {
@@ -1021,7 +1290,7 @@ type PublishCheckpointRequest struct {
 
 func (x *PublishCheckpointRequest) Reset() {
 	*x = PublishCheckpointRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[12]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +1302,7 @@ func (x *PublishCheckpointRequest) String() string {
 func (*PublishCheckpointRequest) ProtoMessage() {}
 
 func (x *PublishCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[12]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +1315,7 @@ func (x *PublishCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*PublishCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{12}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PublishCheckpointRequest) GetShard() string {
@@ -1079,7 +1348,7 @@ type PublishCheckpointResponse struct {
 
 func (x *PublishCheckpointResponse) Reset() {
 	*x = PublishCheckpointResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[13]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1360,7 @@ func (x *PublishCheckpointResponse) String() string {
 func (*PublishCheckpointResponse) ProtoMessage() {}
 
 func (x *PublishCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[13]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1373,7 @@ func (x *PublishCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*PublishCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{13}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PublishCheckpointResponse) GetKey() string {
@@ -1125,7 +1394,7 @@ type StartHandoffRequest struct {
 
 func (x *StartHandoffRequest) Reset() {
 	*x = StartHandoffRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[14]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1406,7 @@ func (x *StartHandoffRequest) String() string {
 func (*StartHandoffRequest) ProtoMessage() {}
 
 func (x *StartHandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[14]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1419,7 @@ func (x *StartHandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartHandoffRequest.ProtoReflect.Descriptor instead.
 func (*StartHandoffRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{14}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StartHandoffRequest) GetShard() string {
@@ -1185,7 +1454,7 @@ type StartHandoffResponse struct {
 
 func (x *StartHandoffResponse) Reset() {
 	*x = StartHandoffResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[15]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1466,7 @@ func (x *StartHandoffResponse) String() string {
 func (*StartHandoffResponse) ProtoMessage() {}
 
 func (x *StartHandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[15]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1479,7 @@ func (x *StartHandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartHandoffResponse.ProtoReflect.Descriptor instead.
 func (*StartHandoffResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{15}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StartHandoffResponse) GetHandoffContext() []byte {
@@ -1230,7 +1499,7 @@ type AdoptHandoffRequest struct {
 
 func (x *AdoptHandoffRequest) Reset() {
 	*x = AdoptHandoffRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[16]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1511,7 @@ func (x *AdoptHandoffRequest) String() string {
 func (*AdoptHandoffRequest) ProtoMessage() {}
 
 func (x *AdoptHandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[16]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1524,7 @@ func (x *AdoptHandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptHandoffRequest.ProtoReflect.Descriptor instead.
 func (*AdoptHandoffRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{16}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AdoptHandoffRequest) GetHandoffContext() []byte {
@@ -1281,7 +1550,7 @@ type AdoptHandoffResponse struct {
 
 func (x *AdoptHandoffResponse) Reset() {
 	*x = AdoptHandoffResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[17]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1562,7 @@ func (x *AdoptHandoffResponse) String() string {
 func (*AdoptHandoffResponse) ProtoMessage() {}
 
 func (x *AdoptHandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[17]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1575,7 @@ func (x *AdoptHandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptHandoffResponse.ProtoReflect.Descriptor instead.
 func (*AdoptHandoffResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{17}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AdoptHandoffResponse) GetStatus() *ShardStatus {
@@ -1325,7 +1594,7 @@ type AbortHandoffRequest struct {
 
 func (x *AbortHandoffRequest) Reset() {
 	*x = AbortHandoffRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[18]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1606,7 @@ func (x *AbortHandoffRequest) String() string {
 func (*AbortHandoffRequest) ProtoMessage() {}
 
 func (x *AbortHandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[18]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1619,7 @@ func (x *AbortHandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortHandoffRequest.ProtoReflect.Descriptor instead.
 func (*AbortHandoffRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{18}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AbortHandoffRequest) GetHandoffContext() []byte {
@@ -1371,7 +1640,7 @@ type AbortHandoffResponse struct {
 
 func (x *AbortHandoffResponse) Reset() {
 	*x = AbortHandoffResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[19]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1652,7 @@ func (x *AbortHandoffResponse) String() string {
 func (*AbortHandoffResponse) ProtoMessage() {}
 
 func (x *AbortHandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[19]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1665,7 @@ func (x *AbortHandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortHandoffResponse.ProtoReflect.Descriptor instead.
 func (*AbortHandoffResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{19}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AbortHandoffResponse) GetResumed() bool {
@@ -1415,7 +1684,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[20]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1696,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[20]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1709,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{20}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StatusRequest) GetShard() string {
@@ -1490,7 +1759,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[21]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1771,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[21]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,7 +1784,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{21}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ShardStatus) GetShard() string {
@@ -1674,7 +1943,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[22]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1955,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[22]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1968,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{22}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatusResponse) GetStatus() *ShardStatus {
@@ -1718,7 +1987,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[23]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1999,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[23]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +2012,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{23}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CloseRequest) GetShard() string {
@@ -1762,7 +2031,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[24]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +2043,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[24]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +2056,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{24}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CloseResponse) GetStatus() *ShardStatus {
@@ -1806,7 +2075,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[25]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +2087,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[25]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +2100,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{25}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *InspectRequest) GetShard() string {
@@ -1855,7 +2124,7 @@ type FenceKey struct {
 
 func (x *FenceKey) Reset() {
 	*x = FenceKey{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[26]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +2136,7 @@ func (x *FenceKey) String() string {
 func (*FenceKey) ProtoMessage() {}
 
 func (x *FenceKey) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[26]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +2149,7 @@ func (x *FenceKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceKey.ProtoReflect.Descriptor instead.
 func (*FenceKey) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{26}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FenceKey) GetKey() string {
@@ -1938,7 +2207,7 @@ type TermGens struct {
 
 func (x *TermGens) Reset() {
 	*x = TermGens{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[27]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2219,7 @@ func (x *TermGens) String() string {
 func (*TermGens) ProtoMessage() {}
 
 func (x *TermGens) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[27]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2232,7 @@ func (x *TermGens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TermGens.ProtoReflect.Descriptor instead.
 func (*TermGens) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{27}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TermGens) GetTerm() int64 {
@@ -2022,7 +2291,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[28]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2303,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[28]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2316,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{28}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *InspectResponse) GetShard() string {
@@ -2102,7 +2371,7 @@ type GCRequest struct {
 
 func (x *GCRequest) Reset() {
 	*x = GCRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[29]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2114,7 +2383,7 @@ func (x *GCRequest) String() string {
 func (*GCRequest) ProtoMessage() {}
 
 func (x *GCRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[29]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2127,7 +2396,7 @@ func (x *GCRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCRequest.ProtoReflect.Descriptor instead.
 func (*GCRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{29}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GCRequest) GetShard() string {
@@ -2158,7 +2427,7 @@ type GCResponse struct {
 
 func (x *GCResponse) Reset() {
 	*x = GCResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[30]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2439,7 @@ func (x *GCResponse) String() string {
 func (*GCResponse) ProtoMessage() {}
 
 func (x *GCResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[30]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2452,7 @@ func (x *GCResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCResponse.ProtoReflect.Descriptor instead.
 func (*GCResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{30}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GCResponse) GetDeleted() []string {
@@ -2217,7 +2486,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[31]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2498,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[31]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2511,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{31}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ErrorDetail) GetReason() string {
@@ -2284,7 +2553,26 @@ var File_sidecar_v1_sidecar_proto protoreflect.FileDescriptor
 
 const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\n" +
-	"\x18sidecar/v1/sidecar.proto\x12\x15shardfence.sidecar.v1\"\x8c\x04\n" +
+	"\x18sidecar/v1/sidecar.proto\x12\x15shardfence.sidecar.v1\"&\n" +
+	"\fWatchRequest\x12\x16\n" +
+	"\x06shards\x18\x01 \x03(\tR\x06shards\"\xcc\x04\n" +
+	"\rWatchResponse\x129\n" +
+	"\x04kind\x18\x01 \x01(\x0e2%.shardfence.sidecar.v1.WatchEventKindR\x04kind\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\tR\x05shard\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x03R\x04term\x12\x1e\n" +
+	"\n" +
+	"allocation\x18\x04 \x01(\tR\n" +
+	"allocation\x12?\n" +
+	"\bprogress\x18\x05 \x01(\v2#.shardfence.sidecar.v1.OpenProgressR\bprogress\x12N\n" +
+	"\x0fcheckpoint_file\x18\x06 \x01(\v2%.shardfence.sidecar.v1.CheckpointFileR\x0echeckpointFile\x120\n" +
+	"\x03ops\x18\a \x01(\v2\x1e.shardfence.sidecar.v1.OpBatchR\x03ops\x12:\n" +
+	"\x06status\x18\b \x01(\v2\".shardfence.sidecar.v1.ShardStatusR\x06status\x12H\n" +
+	"\rrestore_point\x18\t \x01(\v2#.shardfence.sidecar.v1.RestorePointR\frestorePoint\x12\x18\n" +
+	"\acurrent\x18\n" +
+	" \x01(\bR\acurrent\x12\x16\n" +
+	"\x06reason\x18\v \x01(\tR\x06reason\x12\x14\n" +
+	"\x05error\x18\f \x01(\tR\x05error\x12%\n" +
+	"\x0esuccessor_term\x18\r \x01(\x03R\rsuccessorTerm\"\x8c\x04\n" +
 	"\rShardSettings\x12)\n" +
 	"\x10fencing_disabled\x18\x01 \x01(\bR\x0ffencingDisabled\x126\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\".shardfence.sidecar.v1.FencingModeR\x04mode\x12<\n" +
@@ -2438,7 +2726,18 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x05shard\x18\x02 \x01(\tR\x05shard\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x03R\x04term\x12%\n" +
 	"\x0esuccessor_term\x18\x04 \x01(\x03R\rsuccessorTerm\x12\x10\n" +
-	"\x03key\x18\x05 \x01(\tR\x03key*^\n" +
+	"\x03key\x18\x05 \x01(\tR\x03key*\xc3\x02\n" +
+	"\x0eWatchEventKind\x12 \n" +
+	"\x1cWATCH_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18WATCH_EVENT_KIND_OPENING\x10\x01\x12\x1d\n" +
+	"\x19WATCH_EVENT_KIND_PROGRESS\x10\x02\x12$\n" +
+	" WATCH_EVENT_KIND_CHECKPOINT_FILE\x10\x03\x12\x18\n" +
+	"\x14WATCH_EVENT_KIND_OPS\x10\x04\x12\x1b\n" +
+	"\x17WATCH_EVENT_KIND_GAINED\x10\x05\x12 \n" +
+	"\x1cWATCH_EVENT_KIND_OPEN_FAILED\x10\x06\x12\x19\n" +
+	"\x15WATCH_EVENT_KIND_LOST\x10\a\x12\x1b\n" +
+	"\x17WATCH_EVENT_KIND_FENCED\x10\b\x12\x1b\n" +
+	"\x17WATCH_EVENT_KIND_SYNCED\x10\t*^\n" +
 	"\vFencingMode\x12\x1c\n" +
 	"\x18FENCING_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15FENCING_MODE_PER_SYNC\x10\x01\x12\x16\n" +
@@ -2446,7 +2745,7 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\bAckOrder\x12\x19\n" +
 	"\x15ACK_ORDER_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ACK_ORDER_CONCURRENT\x10\x01\x12\x17\n" +
-	"\x13ACK_ORDER_SEQUENCED\x10\x022\x90\b\n" +
+	"\x13ACK_ORDER_SEQUENCED\x10\x022\xe6\b\n" +
 	"\x0eSidecarService\x12Q\n" +
 	"\x04Open\x12\".shardfence.sidecar.v1.OpenRequest\x1a#.shardfence.sidecar.v1.OpenResponse0\x01\x12U\n" +
 	"\x06Append\x12$.shardfence.sidecar.v1.AppendRequest\x1a%.shardfence.sidecar.v1.AppendResponse\x12Q\n" +
@@ -2458,7 +2757,8 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x06Status\x12$.shardfence.sidecar.v1.StatusRequest\x1a%.shardfence.sidecar.v1.StatusResponse\x12R\n" +
 	"\x05Close\x12#.shardfence.sidecar.v1.CloseRequest\x1a$.shardfence.sidecar.v1.CloseResponse\x12X\n" +
 	"\aInspect\x12%.shardfence.sidecar.v1.InspectRequest\x1a&.shardfence.sidecar.v1.InspectResponse\x12I\n" +
-	"\x02GC\x12 .shardfence.sidecar.v1.GCRequest\x1a!.shardfence.sidecar.v1.GCResponseB;Z9github.com/shardfence/shardfence/api/sidecar/v1;sidecarv1b\x06proto3"
+	"\x02GC\x12 .shardfence.sidecar.v1.GCRequest\x1a!.shardfence.sidecar.v1.GCResponse\x12T\n" +
+	"\x05Watch\x12#.shardfence.sidecar.v1.WatchRequest\x1a$.shardfence.sidecar.v1.WatchResponse0\x01B;Z9github.com/shardfence/shardfence/api/sidecar/v1;sidecarv1b\x06proto3"
 
 var (
 	file_sidecar_v1_sidecar_proto_rawDescOnce sync.Once
@@ -2472,91 +2772,102 @@ func file_sidecar_v1_sidecar_proto_rawDescGZIP() []byte {
 	return file_sidecar_v1_sidecar_proto_rawDescData
 }
 
-var file_sidecar_v1_sidecar_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sidecar_v1_sidecar_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_sidecar_v1_sidecar_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_sidecar_v1_sidecar_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_sidecar_v1_sidecar_proto_goTypes = []any{
-	(FencingMode)(0),                  // 0: shardfence.sidecar.v1.FencingMode
-	(AckOrder)(0),                     // 1: shardfence.sidecar.v1.AckOrder
-	(*ShardSettings)(nil),             // 2: shardfence.sidecar.v1.ShardSettings
-	(*OpenRequest)(nil),               // 3: shardfence.sidecar.v1.OpenRequest
-	(*RestorePoint)(nil),              // 4: shardfence.sidecar.v1.RestorePoint
-	(*OpenProgress)(nil),              // 5: shardfence.sidecar.v1.OpenProgress
-	(*CheckpointFile)(nil),            // 6: shardfence.sidecar.v1.CheckpointFile
-	(*OpBatch)(nil),                   // 7: shardfence.sidecar.v1.OpBatch
-	(*Opened)(nil),                    // 8: shardfence.sidecar.v1.Opened
-	(*OpenResponse)(nil),              // 9: shardfence.sidecar.v1.OpenResponse
-	(*AppendRequest)(nil),             // 10: shardfence.sidecar.v1.AppendRequest
-	(*AppendResponse)(nil),            // 11: shardfence.sidecar.v1.AppendResponse
-	(*ReadRequest)(nil),               // 12: shardfence.sidecar.v1.ReadRequest
-	(*ReadResponse)(nil),              // 13: shardfence.sidecar.v1.ReadResponse
-	(*PublishCheckpointRequest)(nil),  // 14: shardfence.sidecar.v1.PublishCheckpointRequest
-	(*PublishCheckpointResponse)(nil), // 15: shardfence.sidecar.v1.PublishCheckpointResponse
-	(*StartHandoffRequest)(nil),       // 16: shardfence.sidecar.v1.StartHandoffRequest
-	(*StartHandoffResponse)(nil),      // 17: shardfence.sidecar.v1.StartHandoffResponse
-	(*AdoptHandoffRequest)(nil),       // 18: shardfence.sidecar.v1.AdoptHandoffRequest
-	(*AdoptHandoffResponse)(nil),      // 19: shardfence.sidecar.v1.AdoptHandoffResponse
-	(*AbortHandoffRequest)(nil),       // 20: shardfence.sidecar.v1.AbortHandoffRequest
-	(*AbortHandoffResponse)(nil),      // 21: shardfence.sidecar.v1.AbortHandoffResponse
-	(*StatusRequest)(nil),             // 22: shardfence.sidecar.v1.StatusRequest
-	(*ShardStatus)(nil),               // 23: shardfence.sidecar.v1.ShardStatus
-	(*StatusResponse)(nil),            // 24: shardfence.sidecar.v1.StatusResponse
-	(*CloseRequest)(nil),              // 25: shardfence.sidecar.v1.CloseRequest
-	(*CloseResponse)(nil),             // 26: shardfence.sidecar.v1.CloseResponse
-	(*InspectRequest)(nil),            // 27: shardfence.sidecar.v1.InspectRequest
-	(*FenceKey)(nil),                  // 28: shardfence.sidecar.v1.FenceKey
-	(*TermGens)(nil),                  // 29: shardfence.sidecar.v1.TermGens
-	(*InspectResponse)(nil),           // 30: shardfence.sidecar.v1.InspectResponse
-	(*GCRequest)(nil),                 // 31: shardfence.sidecar.v1.GCRequest
-	(*GCResponse)(nil),                // 32: shardfence.sidecar.v1.GCResponse
-	(*ErrorDetail)(nil),               // 33: shardfence.sidecar.v1.ErrorDetail
+	(WatchEventKind)(0),               // 0: shardfence.sidecar.v1.WatchEventKind
+	(FencingMode)(0),                  // 1: shardfence.sidecar.v1.FencingMode
+	(AckOrder)(0),                     // 2: shardfence.sidecar.v1.AckOrder
+	(*WatchRequest)(nil),              // 3: shardfence.sidecar.v1.WatchRequest
+	(*WatchResponse)(nil),             // 4: shardfence.sidecar.v1.WatchResponse
+	(*ShardSettings)(nil),             // 5: shardfence.sidecar.v1.ShardSettings
+	(*OpenRequest)(nil),               // 6: shardfence.sidecar.v1.OpenRequest
+	(*RestorePoint)(nil),              // 7: shardfence.sidecar.v1.RestorePoint
+	(*OpenProgress)(nil),              // 8: shardfence.sidecar.v1.OpenProgress
+	(*CheckpointFile)(nil),            // 9: shardfence.sidecar.v1.CheckpointFile
+	(*OpBatch)(nil),                   // 10: shardfence.sidecar.v1.OpBatch
+	(*Opened)(nil),                    // 11: shardfence.sidecar.v1.Opened
+	(*OpenResponse)(nil),              // 12: shardfence.sidecar.v1.OpenResponse
+	(*AppendRequest)(nil),             // 13: shardfence.sidecar.v1.AppendRequest
+	(*AppendResponse)(nil),            // 14: shardfence.sidecar.v1.AppendResponse
+	(*ReadRequest)(nil),               // 15: shardfence.sidecar.v1.ReadRequest
+	(*ReadResponse)(nil),              // 16: shardfence.sidecar.v1.ReadResponse
+	(*PublishCheckpointRequest)(nil),  // 17: shardfence.sidecar.v1.PublishCheckpointRequest
+	(*PublishCheckpointResponse)(nil), // 18: shardfence.sidecar.v1.PublishCheckpointResponse
+	(*StartHandoffRequest)(nil),       // 19: shardfence.sidecar.v1.StartHandoffRequest
+	(*StartHandoffResponse)(nil),      // 20: shardfence.sidecar.v1.StartHandoffResponse
+	(*AdoptHandoffRequest)(nil),       // 21: shardfence.sidecar.v1.AdoptHandoffRequest
+	(*AdoptHandoffResponse)(nil),      // 22: shardfence.sidecar.v1.AdoptHandoffResponse
+	(*AbortHandoffRequest)(nil),       // 23: shardfence.sidecar.v1.AbortHandoffRequest
+	(*AbortHandoffResponse)(nil),      // 24: shardfence.sidecar.v1.AbortHandoffResponse
+	(*StatusRequest)(nil),             // 25: shardfence.sidecar.v1.StatusRequest
+	(*ShardStatus)(nil),               // 26: shardfence.sidecar.v1.ShardStatus
+	(*StatusResponse)(nil),            // 27: shardfence.sidecar.v1.StatusResponse
+	(*CloseRequest)(nil),              // 28: shardfence.sidecar.v1.CloseRequest
+	(*CloseResponse)(nil),             // 29: shardfence.sidecar.v1.CloseResponse
+	(*InspectRequest)(nil),            // 30: shardfence.sidecar.v1.InspectRequest
+	(*FenceKey)(nil),                  // 31: shardfence.sidecar.v1.FenceKey
+	(*TermGens)(nil),                  // 32: shardfence.sidecar.v1.TermGens
+	(*InspectResponse)(nil),           // 33: shardfence.sidecar.v1.InspectResponse
+	(*GCRequest)(nil),                 // 34: shardfence.sidecar.v1.GCRequest
+	(*GCResponse)(nil),                // 35: shardfence.sidecar.v1.GCResponse
+	(*ErrorDetail)(nil),               // 36: shardfence.sidecar.v1.ErrorDetail
 }
 var file_sidecar_v1_sidecar_proto_depIdxs = []int32{
-	0,  // 0: shardfence.sidecar.v1.ShardSettings.mode:type_name -> shardfence.sidecar.v1.FencingMode
-	1,  // 1: shardfence.sidecar.v1.ShardSettings.ack_order:type_name -> shardfence.sidecar.v1.AckOrder
-	2,  // 2: shardfence.sidecar.v1.OpenRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	4,  // 3: shardfence.sidecar.v1.Opened.restore_point:type_name -> shardfence.sidecar.v1.RestorePoint
-	23, // 4: shardfence.sidecar.v1.Opened.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	5,  // 5: shardfence.sidecar.v1.OpenResponse.progress:type_name -> shardfence.sidecar.v1.OpenProgress
-	6,  // 6: shardfence.sidecar.v1.OpenResponse.checkpoint_file:type_name -> shardfence.sidecar.v1.CheckpointFile
-	7,  // 7: shardfence.sidecar.v1.OpenResponse.ops:type_name -> shardfence.sidecar.v1.OpBatch
-	8,  // 8: shardfence.sidecar.v1.OpenResponse.opened:type_name -> shardfence.sidecar.v1.Opened
-	7,  // 9: shardfence.sidecar.v1.ReadResponse.batch:type_name -> shardfence.sidecar.v1.OpBatch
-	6,  // 10: shardfence.sidecar.v1.PublishCheckpointRequest.files:type_name -> shardfence.sidecar.v1.CheckpointFile
-	2,  // 11: shardfence.sidecar.v1.AdoptHandoffRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	23, // 12: shardfence.sidecar.v1.AdoptHandoffResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	2,  // 13: shardfence.sidecar.v1.ShardStatus.settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	23, // 14: shardfence.sidecar.v1.StatusResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	23, // 15: shardfence.sidecar.v1.CloseResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	28, // 16: shardfence.sidecar.v1.InspectResponse.fence_keys:type_name -> shardfence.sidecar.v1.FenceKey
-	29, // 17: shardfence.sidecar.v1.InspectResponse.translog:type_name -> shardfence.sidecar.v1.TermGens
-	2,  // 18: shardfence.sidecar.v1.InspectResponse.stored_settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	3,  // 19: shardfence.sidecar.v1.SidecarService.Open:input_type -> shardfence.sidecar.v1.OpenRequest
-	10, // 20: shardfence.sidecar.v1.SidecarService.Append:input_type -> shardfence.sidecar.v1.AppendRequest
-	12, // 21: shardfence.sidecar.v1.SidecarService.Read:input_type -> shardfence.sidecar.v1.ReadRequest
-	14, // 22: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:input_type -> shardfence.sidecar.v1.PublishCheckpointRequest
-	16, // 23: shardfence.sidecar.v1.SidecarService.StartHandoff:input_type -> shardfence.sidecar.v1.StartHandoffRequest
-	18, // 24: shardfence.sidecar.v1.SidecarService.AdoptHandoff:input_type -> shardfence.sidecar.v1.AdoptHandoffRequest
-	20, // 25: shardfence.sidecar.v1.SidecarService.AbortHandoff:input_type -> shardfence.sidecar.v1.AbortHandoffRequest
-	22, // 26: shardfence.sidecar.v1.SidecarService.Status:input_type -> shardfence.sidecar.v1.StatusRequest
-	25, // 27: shardfence.sidecar.v1.SidecarService.Close:input_type -> shardfence.sidecar.v1.CloseRequest
-	27, // 28: shardfence.sidecar.v1.SidecarService.Inspect:input_type -> shardfence.sidecar.v1.InspectRequest
-	31, // 29: shardfence.sidecar.v1.SidecarService.GC:input_type -> shardfence.sidecar.v1.GCRequest
-	9,  // 30: shardfence.sidecar.v1.SidecarService.Open:output_type -> shardfence.sidecar.v1.OpenResponse
-	11, // 31: shardfence.sidecar.v1.SidecarService.Append:output_type -> shardfence.sidecar.v1.AppendResponse
-	13, // 32: shardfence.sidecar.v1.SidecarService.Read:output_type -> shardfence.sidecar.v1.ReadResponse
-	15, // 33: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:output_type -> shardfence.sidecar.v1.PublishCheckpointResponse
-	17, // 34: shardfence.sidecar.v1.SidecarService.StartHandoff:output_type -> shardfence.sidecar.v1.StartHandoffResponse
-	19, // 35: shardfence.sidecar.v1.SidecarService.AdoptHandoff:output_type -> shardfence.sidecar.v1.AdoptHandoffResponse
-	21, // 36: shardfence.sidecar.v1.SidecarService.AbortHandoff:output_type -> shardfence.sidecar.v1.AbortHandoffResponse
-	24, // 37: shardfence.sidecar.v1.SidecarService.Status:output_type -> shardfence.sidecar.v1.StatusResponse
-	26, // 38: shardfence.sidecar.v1.SidecarService.Close:output_type -> shardfence.sidecar.v1.CloseResponse
-	30, // 39: shardfence.sidecar.v1.SidecarService.Inspect:output_type -> shardfence.sidecar.v1.InspectResponse
-	32, // 40: shardfence.sidecar.v1.SidecarService.GC:output_type -> shardfence.sidecar.v1.GCResponse
-	30, // [30:41] is the sub-list for method output_type
-	19, // [19:30] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	0,  // 0: shardfence.sidecar.v1.WatchResponse.kind:type_name -> shardfence.sidecar.v1.WatchEventKind
+	8,  // 1: shardfence.sidecar.v1.WatchResponse.progress:type_name -> shardfence.sidecar.v1.OpenProgress
+	9,  // 2: shardfence.sidecar.v1.WatchResponse.checkpoint_file:type_name -> shardfence.sidecar.v1.CheckpointFile
+	10, // 3: shardfence.sidecar.v1.WatchResponse.ops:type_name -> shardfence.sidecar.v1.OpBatch
+	26, // 4: shardfence.sidecar.v1.WatchResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	7,  // 5: shardfence.sidecar.v1.WatchResponse.restore_point:type_name -> shardfence.sidecar.v1.RestorePoint
+	1,  // 6: shardfence.sidecar.v1.ShardSettings.mode:type_name -> shardfence.sidecar.v1.FencingMode
+	2,  // 7: shardfence.sidecar.v1.ShardSettings.ack_order:type_name -> shardfence.sidecar.v1.AckOrder
+	5,  // 8: shardfence.sidecar.v1.OpenRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	7,  // 9: shardfence.sidecar.v1.Opened.restore_point:type_name -> shardfence.sidecar.v1.RestorePoint
+	26, // 10: shardfence.sidecar.v1.Opened.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	8,  // 11: shardfence.sidecar.v1.OpenResponse.progress:type_name -> shardfence.sidecar.v1.OpenProgress
+	9,  // 12: shardfence.sidecar.v1.OpenResponse.checkpoint_file:type_name -> shardfence.sidecar.v1.CheckpointFile
+	10, // 13: shardfence.sidecar.v1.OpenResponse.ops:type_name -> shardfence.sidecar.v1.OpBatch
+	11, // 14: shardfence.sidecar.v1.OpenResponse.opened:type_name -> shardfence.sidecar.v1.Opened
+	10, // 15: shardfence.sidecar.v1.ReadResponse.batch:type_name -> shardfence.sidecar.v1.OpBatch
+	9,  // 16: shardfence.sidecar.v1.PublishCheckpointRequest.files:type_name -> shardfence.sidecar.v1.CheckpointFile
+	5,  // 17: shardfence.sidecar.v1.AdoptHandoffRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	26, // 18: shardfence.sidecar.v1.AdoptHandoffResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	5,  // 19: shardfence.sidecar.v1.ShardStatus.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	26, // 20: shardfence.sidecar.v1.StatusResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	26, // 21: shardfence.sidecar.v1.CloseResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	31, // 22: shardfence.sidecar.v1.InspectResponse.fence_keys:type_name -> shardfence.sidecar.v1.FenceKey
+	32, // 23: shardfence.sidecar.v1.InspectResponse.translog:type_name -> shardfence.sidecar.v1.TermGens
+	5,  // 24: shardfence.sidecar.v1.InspectResponse.stored_settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	6,  // 25: shardfence.sidecar.v1.SidecarService.Open:input_type -> shardfence.sidecar.v1.OpenRequest
+	13, // 26: shardfence.sidecar.v1.SidecarService.Append:input_type -> shardfence.sidecar.v1.AppendRequest
+	15, // 27: shardfence.sidecar.v1.SidecarService.Read:input_type -> shardfence.sidecar.v1.ReadRequest
+	17, // 28: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:input_type -> shardfence.sidecar.v1.PublishCheckpointRequest
+	19, // 29: shardfence.sidecar.v1.SidecarService.StartHandoff:input_type -> shardfence.sidecar.v1.StartHandoffRequest
+	21, // 30: shardfence.sidecar.v1.SidecarService.AdoptHandoff:input_type -> shardfence.sidecar.v1.AdoptHandoffRequest
+	23, // 31: shardfence.sidecar.v1.SidecarService.AbortHandoff:input_type -> shardfence.sidecar.v1.AbortHandoffRequest
+	25, // 32: shardfence.sidecar.v1.SidecarService.Status:input_type -> shardfence.sidecar.v1.StatusRequest
+	28, // 33: shardfence.sidecar.v1.SidecarService.Close:input_type -> shardfence.sidecar.v1.CloseRequest
+	30, // 34: shardfence.sidecar.v1.SidecarService.Inspect:input_type -> shardfence.sidecar.v1.InspectRequest
+	34, // 35: shardfence.sidecar.v1.SidecarService.GC:input_type -> shardfence.sidecar.v1.GCRequest
+	3,  // 36: shardfence.sidecar.v1.SidecarService.Watch:input_type -> shardfence.sidecar.v1.WatchRequest
+	12, // 37: shardfence.sidecar.v1.SidecarService.Open:output_type -> shardfence.sidecar.v1.OpenResponse
+	14, // 38: shardfence.sidecar.v1.SidecarService.Append:output_type -> shardfence.sidecar.v1.AppendResponse
+	16, // 39: shardfence.sidecar.v1.SidecarService.Read:output_type -> shardfence.sidecar.v1.ReadResponse
+	18, // 40: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:output_type -> shardfence.sidecar.v1.PublishCheckpointResponse
+	20, // 41: shardfence.sidecar.v1.SidecarService.StartHandoff:output_type -> shardfence.sidecar.v1.StartHandoffResponse
+	22, // 42: shardfence.sidecar.v1.SidecarService.AdoptHandoff:output_type -> shardfence.sidecar.v1.AdoptHandoffResponse
+	24, // 43: shardfence.sidecar.v1.SidecarService.AbortHandoff:output_type -> shardfence.sidecar.v1.AbortHandoffResponse
+	27, // 44: shardfence.sidecar.v1.SidecarService.Status:output_type -> shardfence.sidecar.v1.StatusResponse
+	29, // 45: shardfence.sidecar.v1.SidecarService.Close:output_type -> shardfence.sidecar.v1.CloseResponse
+	33, // 46: shardfence.sidecar.v1.SidecarService.Inspect:output_type -> shardfence.sidecar.v1.InspectResponse
+	35, // 47: shardfence.sidecar.v1.SidecarService.GC:output_type -> shardfence.sidecar.v1.GCResponse
+	4,  // 48: shardfence.sidecar.v1.SidecarService.Watch:output_type -> shardfence.sidecar.v1.WatchResponse
+	37, // [37:49] is the sub-list for method output_type
+	25, // [25:37] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_sidecar_v1_sidecar_proto_init() }
@@ -2564,7 +2875,7 @@ func file_sidecar_v1_sidecar_proto_init() {
 	if File_sidecar_v1_sidecar_proto != nil {
 		return
 	}
-	file_sidecar_v1_sidecar_proto_msgTypes[7].OneofWrappers = []any{
+	file_sidecar_v1_sidecar_proto_msgTypes[9].OneofWrappers = []any{
 		(*OpenResponse_Progress)(nil),
 		(*OpenResponse_CheckpointFile)(nil),
 		(*OpenResponse_Ops)(nil),
@@ -2575,8 +2886,8 @@ func file_sidecar_v1_sidecar_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sidecar_v1_sidecar_proto_rawDesc), len(file_sidecar_v1_sidecar_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   32,
+			NumEnums:      3,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

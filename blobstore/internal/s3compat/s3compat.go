@@ -32,6 +32,10 @@ type Answer struct {
 	Message string
 }
 
+// statusClientClosedRequest is MinIO's (and nginx's) 499: the client
+// closed the connection before the answer.
+const statusClientClosedRequest = 499
+
 // Map turns a failed request into the blobstore's typed errors. op says
 // what the request was, which decides what its error means: a 412 is
 // "already exists" for a create and "precondition failed" for a CAS, and a
@@ -43,9 +47,10 @@ type Answer struct {
 // otherwise; 404 is ErrPreconditionFailed for If-Match requests and
 // ErrNotFound for the rest; 409 ConditionalRequestConflict is the retryable
 // ErrConflict, while other 409 codes (a file-backed store's name clash) are
-// definite refusals; 429 and a read's SlowDown are ErrUnavailable; a 5xx
-// is ErrAmbiguous for a write (the store may have applied it) and
-// ErrUnavailable for a read; other 4xx are definite refusals.
+// definite refusals; 429 and a read's SlowDown are ErrUnavailable; a 5xx,
+// and MinIO's 499 for a client that stopped reading, is ErrAmbiguous for a
+// write (the store may have applied it) and ErrUnavailable for a read;
+// other 4xx are definite refusals.
 func Map(op driver.Op, bucket, credentialHint string, a Answer, cause error) error {
 	if a.Status == 0 && a.Code == "" {
 		return mapTransport(op, cause)
@@ -88,7 +93,10 @@ func Map(op driver.Op, bucket, credentialHint string, a Answer, cause error) err
 		// S3's 400 RequestTimeout: the body never fully arrived, so the
 		// object was not written.
 		return fmt.Errorf("%w (%s)", blobstore.ErrUnavailable, detail)
-	case a.Status >= 500:
+	case a.Status >= 500 || a.Status == statusClientClosedRequest:
+		// 499: the server gave up on a request whose client stopped
+		// reading (a paused or stalled process); it may have applied a
+		// write first, like a 5xx.
 		if op.Mutates() {
 			return blobstore.Ambiguous(fmt.Errorf("%s: %w", detail, cause))
 		}

@@ -39,6 +39,8 @@ func TestMap(t *testing.T) {
 		{"503 SlowDown on a read is unavailable", driver.OpGet, Answer{503, "SlowDown", ""}, blobstore.ErrUnavailable, []error{blobstore.ErrAmbiguous}},
 		{"429 is unavailable", driver.OpCompareAndSwap, Answer{429, "TooManyRequests", ""}, blobstore.ErrUnavailable, []error{blobstore.ErrAmbiguous}},
 		{"500 on a read is unavailable", driver.OpGet, Answer{500, "InternalError", ""}, blobstore.ErrUnavailable, nil},
+		{"499 (client closed the request) on a CAS is ambiguous", driver.OpCompareAndSwap, Answer{499, "", "499 status code 499"}, blobstore.ErrAmbiguous, []error{blobstore.ErrPreconditionFailed}},
+		{"499 on a read is unavailable", driver.OpGet, Answer{499, "", ""}, blobstore.ErrUnavailable, []error{blobstore.ErrAmbiguous}},
 		{"S3 RequestTimeout never wrote", driver.OpCreateIfAbsent, Answer{400, "RequestTimeout", ""}, blobstore.ErrUnavailable, []error{blobstore.ErrAmbiguous}},
 		{"403 access denied", driver.OpGet, Answer{403, "AccessDenied", "Access Denied."}, ErrAccessDenied, []error{blobstore.ErrUnavailable}},
 		{"403 bad signature on write", driver.OpCompareAndSwap, Answer{403, "SignatureDoesNotMatch", ""}, ErrAccessDenied, []error{blobstore.ErrAmbiguous}},

@@ -63,6 +63,8 @@ const (
 	SidecarServiceInspectProcedure = "/shardfence.sidecar.v1.SidecarService/Inspect"
 	// SidecarServiceGCProcedure is the fully-qualified name of the SidecarService's GC RPC.
 	SidecarServiceGCProcedure = "/shardfence.sidecar.v1.SidecarService/GC"
+	// SidecarServiceWatchProcedure is the fully-qualified name of the SidecarService's Watch RPC.
+	SidecarServiceWatchProcedure = "/shardfence.sidecar.v1.SidecarService/Watch"
 )
 
 // SidecarServiceClient is a client for the shardfence.sidecar.v1.SidecarService service.
@@ -98,6 +100,15 @@ type SidecarServiceClient interface {
 	Inspect(context.Context, *connect.Request[v1.InspectRequest]) (*connect.Response[v1.InspectResponse], error)
 	// GC is an admin call: delete what no restore point needs.
 	GC(context.Context, *connect.Request[v1.GCRequest]) (*connect.Response[v1.GCResponse], error)
+	// Watch tells the primary next to the sidecar what it owns: every shard
+	// open here when the call starts, then each shard gained (with its
+	// restore stream when this sidecar opens it: checkpoint files and
+	// replayed ops, as Open streams them), lost (closed, handed off, or
+	// moved to a higher term) or fenced. A primary that follows it needs no
+	// knowledge of the master. A watcher that falls too far behind is cut
+	// off (resource_exhausted): it calls Watch again and Reads what it
+	// missed.
+	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
 }
 
 // NewSidecarServiceClient constructs a client for the shardfence.sidecar.v1.SidecarService service.
@@ -177,6 +188,12 @@ func NewSidecarServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sidecarServiceMethods.ByName("GC")),
 			connect.WithClientOptions(opts...),
 		),
+		watch: connect.NewClient[v1.WatchRequest, v1.WatchResponse](
+			httpClient,
+			baseURL+SidecarServiceWatchProcedure,
+			connect.WithSchema(sidecarServiceMethods.ByName("Watch")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -193,6 +210,7 @@ type sidecarServiceClient struct {
 	close             *connect.Client[v1.CloseRequest, v1.CloseResponse]
 	inspect           *connect.Client[v1.InspectRequest, v1.InspectResponse]
 	gC                *connect.Client[v1.GCRequest, v1.GCResponse]
+	watch             *connect.Client[v1.WatchRequest, v1.WatchResponse]
 }
 
 // Open calls shardfence.sidecar.v1.SidecarService.Open.
@@ -250,6 +268,11 @@ func (c *sidecarServiceClient) GC(ctx context.Context, req *connect.Request[v1.G
 	return c.gC.CallUnary(ctx, req)
 }
 
+// Watch calls shardfence.sidecar.v1.SidecarService.Watch.
+func (c *sidecarServiceClient) Watch(ctx context.Context, req *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error) {
+	return c.watch.CallServerStream(ctx, req)
+}
+
 // SidecarServiceHandler is an implementation of the shardfence.sidecar.v1.SidecarService service.
 type SidecarServiceHandler interface {
 	// Open claims the shard at term for allocation_id, seals its predecessors,
@@ -283,6 +306,15 @@ type SidecarServiceHandler interface {
 	Inspect(context.Context, *connect.Request[v1.InspectRequest]) (*connect.Response[v1.InspectResponse], error)
 	// GC is an admin call: delete what no restore point needs.
 	GC(context.Context, *connect.Request[v1.GCRequest]) (*connect.Response[v1.GCResponse], error)
+	// Watch tells the primary next to the sidecar what it owns: every shard
+	// open here when the call starts, then each shard gained (with its
+	// restore stream when this sidecar opens it: checkpoint files and
+	// replayed ops, as Open streams them), lost (closed, handed off, or
+	// moved to a higher term) or fenced. A primary that follows it needs no
+	// knowledge of the master. A watcher that falls too far behind is cut
+	// off (resource_exhausted): it calls Watch again and Reads what it
+	// missed.
+	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
 }
 
 // NewSidecarServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -358,6 +390,12 @@ func NewSidecarServiceHandler(svc SidecarServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sidecarServiceMethods.ByName("GC")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sidecarServiceWatchHandler := connect.NewServerStreamHandler(
+		SidecarServiceWatchProcedure,
+		svc.Watch,
+		connect.WithSchema(sidecarServiceMethods.ByName("Watch")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/shardfence.sidecar.v1.SidecarService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SidecarServiceOpenProcedure:
@@ -382,6 +420,8 @@ func NewSidecarServiceHandler(svc SidecarServiceHandler, opts ...connect.Handler
 			sidecarServiceInspectHandler.ServeHTTP(w, r)
 		case SidecarServiceGCProcedure:
 			sidecarServiceGCHandler.ServeHTTP(w, r)
+		case SidecarServiceWatchProcedure:
+			sidecarServiceWatchHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -433,4 +473,8 @@ func (UnimplementedSidecarServiceHandler) Inspect(context.Context, *connect.Requ
 
 func (UnimplementedSidecarServiceHandler) GC(context.Context, *connect.Request[v1.GCRequest]) (*connect.Response[v1.GCResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.sidecar.v1.SidecarService.GC is not implemented"))
+}
+
+func (UnimplementedSidecarServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.sidecar.v1.SidecarService.Watch is not implemented"))
 }

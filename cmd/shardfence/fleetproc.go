@@ -1,0 +1,388 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
+	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
+	"github.com/shardfence/shardfence/internal/demo"
+	"github.com/shardfence/shardfence/internal/syncbuf"
+)
+
+// A fleet of real processes: one master and sidecars registered with it,
+// each a `shardfence` process, so a node can die by SIGKILL or freeze by
+// SIGSTOP. `demo --auto`, `bench failover` and the multi-process failover
+// tests run it.
+
+// storeOrTemp returns url, or when it is empty a file:// store in a new
+// temporary directory that cleanup removes.
+func storeOrTemp(url, prefix string) (string, func(), error) {
+	if url != "" {
+		return url, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	return "file://" + dir, func() { _ = os.RemoveAll(dir) }, nil
+}
+
+// fleetCmd is how to run the shardfence command.
+type fleetCmd struct {
+	path string
+	env  []string
+}
+
+// selfCmd runs this binary.
+func selfCmd() (fleetCmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return fleetCmd{}, fmt.Errorf("find this program: %w", err)
+	}
+	return fleetCmd{path: exe}, nil
+}
+
+// fleetProc is one process of the fleet.
+type fleetProc struct {
+	name   string
+	cmd    *exec.Cmd
+	addr   string
+	log    *syncbuf.Buffer
+	done   chan struct{}
+	err    error
+	killed atomic.Bool
+}
+
+// startFleetProc starts `shardfence args...` with env added and waits for
+// the line that starts with prefix (the rest is the address).
+func startFleetProc(c fleetCmd, name, prefix string, env []string, args ...string) (*fleetProc, error) {
+	cmd := exec.Command(c.path, args...)
+	cmd.Env = append(append(os.Environ(), c.env...), env...)
+	p := &fleetProc{name: name, cmd: cmd, log: &syncbuf.Buffer{}, done: make(chan struct{})}
+	cmd.Stderr = p.log
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+				select {
+				case addrc <- a:
+				default:
+				}
+			}
+		}
+	}()
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	select {
+	case p.addr = <-addrc:
+		return p, nil
+	case <-p.done:
+		return nil, fmt.Errorf("%s exited before serving: %v\n%s", name, p.err, p.log.String())
+	case <-time.After(90 * time.Second):
+		p.kill()
+		return nil, fmt.Errorf("%s did not report its address in 90s\n%s", name, p.log.String())
+	}
+}
+
+// kill SIGKILLs the process (resumed first if stopped) and waits for it.
+func (p *fleetProc) kill() {
+	if p.exited() {
+		return
+	}
+	p.killed.Store(true)
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+func (p *fleetProc) signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
+func (p *fleetProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// procFleet is a master and its sidecars.
+type procFleet struct {
+	cmd       fleetCmd
+	shardURL  string // the sidecars' store
+	masterURL string // the master's store
+	cluster   string // the master's cluster name (default "fleet")
+	master    *fleetProc
+	base      string // the master's API URL
+	fc        masterv1connect.MasterFleetServiceClient
+	http      *http.Client
+
+	mu       sync.Mutex
+	sidecars map[string]*fleetProc
+}
+
+func newProcFleet(c fleetCmd, shardURL, masterURL string) *procFleet {
+	hc := &http.Client{Timeout: 10 * time.Second}
+	return &procFleet{cmd: c, shardURL: shardURL, masterURL: masterURL, sidecars: map[string]*fleetProc{}, http: hc}
+}
+
+// startMaster runs the master of cluster "fleet" with extra flags.
+func (f *procFleet) startMaster(extra ...string) error {
+	cluster := f.cluster
+	if cluster == "" {
+		cluster = "fleet"
+	}
+	args := append([]string{"master", "--listen", "127.0.0.1:0", "--cluster", cluster, "--node", "m1", "--shards", "16", "--snapshot-interval", "0"}, extra...)
+	p, err := startFleetProc(f.cmd, "master", "master listening on ", []string{masterStoreEnv + "=" + f.masterURL}, args...)
+	if err != nil {
+		return err
+	}
+	f.master, f.base = p, "http://"+p.addr
+	f.fc = masterv1connect.NewMasterFleetServiceClient(f.http, f.base)
+	return nil
+}
+
+// startSidecar runs `serve --master` named name.
+func (f *procFleet) startSidecar(name string, extra ...string) (*fleetProc, error) {
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--node", name, "--master", f.base, "--log-level", "info"}, extra...)
+	p, err := startFleetProc(f.cmd, "sidecar "+name, "sidecar listening on ", []string{envPrefix + "STORE=" + f.shardURL}, args...)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.sidecars[name] = p
+	f.mu.Unlock()
+	return p, nil
+}
+
+func (f *procFleet) sidecar(name string) *fleetProc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sidecars[name]
+}
+
+// stop kills every process.
+func (f *procFleet) stop() {
+	f.mu.Lock()
+	procs := make([]*fleetProc, 0, len(f.sidecars))
+	for _, p := range f.sidecars {
+		procs = append(procs, p)
+	}
+	f.mu.Unlock()
+	for _, p := range procs {
+		p.kill()
+	}
+	if f.master != nil {
+		f.master.kill()
+	}
+}
+
+// nodes lists the master's nodes.
+func (f *procFleet) nodes(ctx context.Context) ([]*masterv1.NodeInfo, error) {
+	res, err := f.fc.ListNodes(ctx, connect.NewRequest(&masterv1.ListNodesRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	return res.Msg.GetNodes(), nil
+}
+
+// shards lists the master's shard table.
+func (f *procFleet) shards(ctx context.Context) (map[string]*masterv1.ShardInfo, error) {
+	res, err := f.fc.ListShards(ctx, connect.NewRequest(&masterv1.ListShardsRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*masterv1.ShardInfo{}
+	for _, s := range res.Msg.GetShards() {
+		out[s.GetAssignment().GetShard()] = s
+	}
+	return out, nil
+}
+
+// waitNodes waits until n nodes are active.
+func (f *procFleet) waitNodes(ctx context.Context, n int) error {
+	return pollUntil(ctx, "the sidecars to register", func() (bool, error) {
+		nodes, err := f.nodes(ctx)
+		if err != nil {
+			return false, nil
+		}
+		active := 0
+		for _, nd := range nodes {
+			if nd.GetState() == "active" {
+				active++
+			}
+		}
+		return active >= n, nil
+	})
+}
+
+// assign puts a shard on node with auto_restore.
+func (f *procFleet) assign(ctx context.Context, shard, node string, suspected bool) error {
+	req := &masterv1.AssignShardRequest{Shard: shard, Node: node, AutoRestore: true, Takeover: masterv1.TakeoverPoint_TAKEOVER_POINT_OFFLINE}
+	if suspected {
+		req.Takeover = masterv1.TakeoverPoint_TAKEOVER_POINT_SUSPECTED
+	}
+	_, err := f.fc.AssignShard(ctx, connect.NewRequest(req))
+	return err
+}
+
+// openOn waits until shard is open on a node other than not (any node if
+// not is empty) and returns its row.
+func (f *procFleet) openOn(ctx context.Context, shard, not string) (*masterv1.ShardInfo, error) {
+	var row *masterv1.ShardInfo
+	err := pollUntil(ctx, "shard "+shard+" to open", func() (bool, error) {
+		rows, err := f.shards(ctx)
+		if err != nil {
+			return false, nil
+		}
+		row = rows[shard]
+		return row != nil && row.GetState() == "open" && row.GetAssignment().GetNode() != not, nil
+	})
+	return row, err
+}
+
+func pollUntil(ctx context.Context, what string, cond func() (bool, error)) error {
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// shardWriter appends unique ops to one shard through its current owner's
+// sidecar, found in the master's table, and remembers every acknowledged
+// op and when it was acknowledged, by whom.
+type shardWriter struct {
+	f     *procFleet
+	shard string
+	http  *http.Client
+
+	mu    sync.Mutex
+	acked []ackedOp
+	errs  int
+}
+
+type ackedOp struct {
+	op   string
+	node string
+	term int64
+	at   time.Time
+}
+
+func (w *shardWriter) run(ctx context.Context) {
+	var owner, addr string
+	var client sidecarv1connect.SidecarServiceClient
+	for i := 0; ctx.Err() == nil; i++ {
+		if client == nil {
+			rows, err := w.f.shards(ctx)
+			row := rows[w.shard]
+			if err != nil || row == nil || row.GetState() != "open" || row.GetAddr() == "" {
+				_ = demo.Sleep(ctx, 10*time.Millisecond)
+				continue
+			}
+			owner, addr = row.GetAssignment().GetNode(), row.GetAddr()
+			client = sidecarv1connect.NewSidecarServiceClient(w.http, addr)
+		}
+		op := fmt.Sprintf("%s-%d", w.shard, i)
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		res, err := client.Append(cctx, connect.NewRequest(&sidecarv1.AppendRequest{Shard: w.shard, Ops: [][]byte{[]byte(op)}}))
+		cancel()
+		if err != nil {
+			w.mu.Lock()
+			w.errs++
+			w.mu.Unlock()
+			client = nil // find the owner again
+			_ = demo.Sleep(ctx, 5*time.Millisecond)
+			continue
+		}
+		w.mu.Lock()
+		w.acked = append(w.acked, ackedOp{op: op, node: owner, term: res.Msg.GetTerm(), at: time.Now()})
+		w.mu.Unlock()
+	}
+}
+
+// ackedOps returns what was acknowledged so far.
+func (w *shardWriter) ackedOps() []ackedOp {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]ackedOp(nil), w.acked...)
+}
+
+// firstAckAfter is the first acknowledgement after t by a node other than
+// not.
+func (w *shardWriter) firstAckAfter(t time.Time, not string) (ackedOp, bool) {
+	for _, a := range w.ackedOps() {
+		if a.at.After(t) && a.node != not {
+			return a, true
+		}
+	}
+	return ackedOp{}, false
+}
+
+// verify reads the shard's lineage on its owner and checks that every
+// acknowledged op is there.
+func (f *procFleet) verify(ctx context.Context, w *shardWriter) (int, error) {
+	row, err := f.openOn(ctx, w.shard, "")
+	if err != nil {
+		return 0, err
+	}
+	c := sidecarv1connect.NewSidecarServiceClient(f.http, row.GetAddr())
+	st, err := c.Read(ctx, connect.NewRequest(&sidecarv1.ReadRequest{Shard: w.shard}))
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	have := map[string]bool{}
+	for st.Receive() {
+		for _, op := range st.Msg().GetBatch().GetOps() {
+			have[string(op)] = true
+		}
+	}
+	if err := st.Err(); err != nil {
+		return 0, fmt.Errorf("read %s on %s: %w", w.shard, row.GetAssignment().GetNode(), err)
+	}
+	acked := w.ackedOps()
+	var missing []string
+	for _, a := range acked {
+		if !have[a.op] {
+			missing = append(missing, fmt.Sprintf("%s (acknowledged by %s at term %d)", a.op, a.node, a.term))
+		}
+	}
+	if len(missing) > 0 {
+		return len(acked), fmt.Errorf("shard %s: %d of %d acknowledged ops missing from the owner's lineage: %s", w.shard, len(missing), len(acked), strings.Join(missing[:min(len(missing), 5)], ", "))
+	}
+	return len(acked), nil
+}

@@ -1,0 +1,360 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
+	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/internal/httpauth"
+)
+
+// masterConn is how a client reaches the master: its URL, the bearer
+// token, and the TLS trust (and client certificate, for mutual TLS). The
+// admin commands and a sidecar's --master connection share it.
+type masterConn struct {
+	addr, tokenFile, caCert, clientCert, clientKey string
+}
+
+// masterBase turns an address into the master's base URL: HOST:PORT means
+// http://HOST:PORT.
+func masterBase(addr string) (string, error) {
+	addr = strings.TrimRight(strings.TrimSpace(addr), "/")
+	switch {
+	case addr == "":
+		return "", fmt.Errorf("%w: empty master address", errUsage)
+	case strings.HasPrefix(addr, "http://"), strings.HasPrefix(addr, "https://"):
+		return addr, nil
+	case strings.Contains(addr, "://"):
+		return "", fmt.Errorf("%w: master address %q: use HOST:PORT or http(s)://HOST:PORT", errUsage, clipArg(addr))
+	}
+	return "http://" + addr, nil
+}
+
+// dial returns an HTTP client and the Connect options (the token) for the
+// master.
+func (c *masterConn) dial() (*http.Client, []connect.ClientOption, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if c.caCert != "" || c.clientCert != "" || c.clientKey != "" {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if c.caCert != "" {
+			pool, err := loadCAs("--ca-cert", c.caCert)
+			if err != nil {
+				return nil, nil, err
+			}
+			cfg.RootCAs = pool
+		}
+		if (c.clientCert == "") != (c.clientKey == "") {
+			return nil, nil, fmt.Errorf("%w: the client certificate and key go together", errUsage)
+		}
+		if c.clientCert != "" {
+			cert, err := tls.LoadX509KeyPair(c.clientCert, c.clientKey)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: client TLS key pair: %v", errUsage, err)
+			}
+			cfg.Certificates = []tls.Certificate{cert}
+		}
+		tr.TLSClientConfig = cfg
+	}
+	var opts []connect.ClientOption
+	if c.tokenFile != "" {
+		tok, err := readToken(c.tokenFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		opts = append(opts, connect.WithInterceptors(httpauth.BearerToken(tok)))
+	}
+	return &http.Client{Transport: tr}, opts, nil
+}
+
+// masterErr keeps the master's message and stable reason on one line.
+func masterErr(what, addr string, err error, tokenFile string) error {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return fmt.Errorf("%s %s: %w", what, addr, err)
+	}
+	msg := fmt.Sprintf("%s %s: %s: %s", what, addr, ce.Code(), ce.Message())
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if ed, ok := v.(*masterv1.ErrorDetail); ok && ed.GetReason() != "" {
+				msg += " [" + ed.GetReason() + "]"
+			}
+		}
+	}
+	if ce.Code() == connect.CodeUnauthenticated && tokenFile == "" {
+		msg += " (the master wants a token: pass --auth-token-file FILE or set SHARDFENCE_MASTER_TOKEN_FILE)"
+	}
+	return errors.New(msg)
+}
+
+// runMasterAdmin runs `shardfence master promote|status|snapshot|nodes|
+// shards|assign|unassign|drain|undrain`.
+func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("master "+cmd, stderr)
+	var c masterConn
+	def := os.Getenv(envPrefix + "MASTER_ADDR")
+	if def == "" {
+		def = "http://127.0.0.1:7500"
+	}
+	fs.StringVar(&c.addr, "addr", def, "the master's URL or HOST:PORT (env SHARDFENCE_MASTER_ADDR)")
+	fs.StringVar(&c.tokenFile, "auth-token-file", os.Getenv(envPrefix+"MASTER_TOKEN_FILE"), "file holding the master's bearer token (env SHARDFENCE_MASTER_TOKEN_FILE)")
+	fs.StringVar(&c.caCert, "ca-cert", "", "CA bundle (PEM) to verify an HTTPS master with")
+	fs.StringVar(&c.clientCert, "client-cert", "", "client certificate (PEM) for a master that requires mutual TLS")
+	fs.StringVar(&c.clientKey, "client-key", "", "client certificate's key (PEM)")
+	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the answer")
+	asJSON := fs.Bool("json", false, "print JSON (nodes, shards)")
+	var shard, node, takeover, mode, ackOrder string
+	var term int64
+	var autoRestore, unfenced bool
+	var lease, waitFor time.Duration
+	switch cmd {
+	case "assign":
+		fs.StringVar(&shard, "shard", "", "shard id (required)")
+		fs.StringVar(&node, "node", "", "node to open it on (default: the master picks an active node)")
+		fs.Int64Var(&term, "term", 0, "term to open at (default 1; a stale grant is raised above the shard's stored terms)")
+		fs.BoolVar(&autoRestore, "auto-restore", false, "move the shard to a live node at a higher term by itself when its owner goes offline (fenced shards only)")
+		fs.StringVar(&takeover, "takeover", "offline", "when an auto-restore shard moves: offline, or already suspected")
+		fs.StringVar(&mode, "fencing-mode", "", "per_sync or lease (default: the sidecar's)")
+		fs.StringVar(&ackOrder, "ack-order", "", "concurrent or sequenced (default: the sidecar's)")
+		fs.DurationVar(&lease, "lease-interval", 0, "lease of lease mode (default: the sidecar's)")
+		fs.BoolVar(&unfenced, "unfenced", false, "open the shard with fencing disabled (benchmarks only; never auto-restored)")
+	case "unassign":
+		fs.StringVar(&shard, "shard", "", "shard id (required)")
+	case "drain", "undrain":
+		fs.StringVar(&node, "node", "", "node name (required)")
+		if cmd == "drain" {
+			fs.DurationVar(&waitFor, "wait", 0, "wait this long for the node to hold no shard (0: do not wait)")
+		}
+	}
+	if err := parseArgs(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, clipArg(fs.Arg(0)))
+	}
+	switch {
+	case (cmd == "assign" || cmd == "unassign") && shard == "":
+		return fmt.Errorf("%w: --shard is required", errUsage)
+	case (cmd == "drain" || cmd == "undrain") && node == "":
+		return fmt.Errorf("%w: --node is required", errUsage)
+	case *timeout <= 0 || *timeout > maxClientTimeout:
+		return fmt.Errorf("%w: --timeout %v is outside (0, %v]", errUsage, *timeout, maxClientTimeout)
+	}
+	base, err := masterBase(c.addr)
+	if err != nil {
+		return err
+	}
+	hc, opts, err := c.dial()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	fail := func(err error) error { return masterErr("master "+cmd, base, err, c.tokenFile) }
+	if cmd == "promote" || cmd == "status" || cmd == "snapshot" {
+		return masterHA(ctx, masterv1connect.NewMasterHAServiceClient(hc, base, opts...), cmd, stdout, fail)
+	}
+	fc := masterv1connect.NewMasterFleetServiceClient(hc, base, opts...)
+	switch cmd {
+	case "nodes":
+		res, err := fc.ListNodes(ctx, connect.NewRequest(&masterv1.ListNodesRequest{}))
+		if err != nil {
+			return fail(err)
+		}
+		if *asJSON {
+			return printProtoJSON(stdout, res.Msg)
+		}
+		printNodes(stdout, res.Msg.GetNodes())
+	case "shards":
+		res, err := fc.ListShards(ctx, connect.NewRequest(&masterv1.ListShardsRequest{}))
+		if err != nil {
+			return fail(err)
+		}
+		if *asJSON {
+			return printProtoJSON(stdout, res.Msg)
+		}
+		printShards(stdout, res.Msg.GetShards())
+	case "assign":
+		req := &masterv1.AssignShardRequest{Shard: shard, Node: node, Term: term, AutoRestore: autoRestore, Settings: &sidecarv1.ShardSettings{FencingDisabled: unfenced}}
+		switch takeover {
+		case "offline":
+			req.Takeover = masterv1.TakeoverPoint_TAKEOVER_POINT_OFFLINE
+		case "suspected":
+			req.Takeover = masterv1.TakeoverPoint_TAKEOVER_POINT_SUSPECTED
+		default:
+			return fmt.Errorf("%w: --takeover %q (offline or suspected)", errUsage, takeover)
+		}
+		if mode != "" {
+			m, err := parseMode(mode)
+			if err != nil {
+				return err
+			}
+			req.Settings.Mode = sidecarv1.FencingMode(m + 1)
+		}
+		if ackOrder != "" {
+			o, err := parseAckOrder(ackOrder)
+			if err != nil {
+				return err
+			}
+			req.Settings.AckOrder = sidecarv1.AckOrder(o + 1)
+		}
+		req.Settings.LeaseIntervalMs = lease.Milliseconds()
+		res, err := fc.AssignShard(ctx, connect.NewRequest(req))
+		if err != nil {
+			return fail(err)
+		}
+		a := res.Msg.GetShard().GetAssignment()
+		fmt.Fprintf(stdout, "assigned %s to node %s at term %d (allocation %s)\n", a.GetShard(), a.GetNode(), a.GetTerm(), a.GetAllocation())
+	case "unassign":
+		if _, err := fc.UnassignShard(ctx, connect.NewRequest(&masterv1.UnassignShardRequest{Shard: shard})); err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "unassigned %s: its owner closes it\n", shard)
+	case "undrain":
+		if _, err := fc.DrainNode(ctx, connect.NewRequest(&masterv1.DrainNodeRequest{Node: node, Undo: true})); err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "node %s takes shards again\n", node)
+	case "drain":
+		res, err := fc.DrainNode(ctx, connect.NewRequest(&masterv1.DrainNodeRequest{Node: node}))
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "draining %s: %d shards moving, %d waiting for a target\n", node, res.Msg.GetMoving(), res.Msg.GetWaiting())
+		if waitFor <= 0 {
+			return nil
+		}
+		deadline := time.Now().Add(waitFor)
+		for {
+			res, err := fc.ListShards(ctx, connect.NewRequest(&masterv1.ListShardsRequest{}))
+			if err != nil {
+				return fail(err)
+			}
+			left := 0
+			for _, s := range res.Msg.GetShards() {
+				if s.GetAssignment().GetNode() == node {
+					left++
+				}
+			}
+			if left == 0 {
+				fmt.Fprintf(stdout, "node %s holds no shard\n", node)
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("node %s still holds %d shards after %v (see shardfence master shards)", node, left, waitFor)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+func masterHA(ctx context.Context, c masterv1connect.MasterHAServiceClient, cmd string, stdout io.Writer, fail func(error) error) error {
+	switch cmd {
+	case "promote":
+		res, err := c.Promote(ctx, connect.NewRequest(&masterv1.PromoteRequest{}))
+		if err != nil {
+			return fail(err)
+		}
+		r := res.Msg
+		fmt.Fprintf(stdout, "promoted: term %d, log up to generation %d (%d replayed), %d objects, %d segments awaiting remount, %d ms\n",
+			r.GetTerm(), r.GetRestoreGen(), r.GetReplayedGens(), r.GetObjects(), r.GetSegmentsAwaitingRemount(), r.GetDurationMs())
+	case "status":
+		res, err := c.Status(ctx, connect.NewRequest(&masterv1.StatusRequest{}))
+		if err != nil {
+			return fail(err)
+		}
+		r := res.Msg
+		role := strings.ToLower(strings.TrimPrefix(r.GetRole().String(), "MASTER_ROLE_"))
+		fmt.Fprintf(stdout, "role %s, cluster %q (shard %s), term %d, generation %d, next seq %d, lag %d entries / %d ms, snapshot %q (generation %d)\n",
+			role, r.GetCluster(), r.GetShard(), r.GetTerm(), r.GetAppliedGen(), r.GetNextSeqNo(), r.GetLagEntries(), r.GetLagMs(), r.GetLastSnapshot(), r.GetLastSnapshotGen())
+		if e := r.GetError(); e != "" {
+			fmt.Fprintf(stdout, "error: %s\n", e)
+		}
+	case "snapshot":
+		res, err := c.Snapshot(ctx, connect.NewRequest(&masterv1.SnapshotRequest{}))
+		if err != nil {
+			return fail(err)
+		}
+		r := res.Msg
+		fmt.Fprintf(stdout, "snapshot %s: generation %d, %d objects, %d bytes, %d ms (changes held back %d us)\n",
+			r.GetKey(), r.GetGen(), r.GetObjects(), r.GetBytes(), r.GetDurationMs(), r.GetPauseUs())
+	}
+	return nil
+}
+
+func printProtoJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+func printNodes(w io.Writer, nodes []*masterv1.NodeInfo) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATE\tLAST PING\tINCARNATION\tSHARDS\tDRAINING\tADDR\tNOTE")
+	for _, n := range nodes {
+		ping := "-"
+		if n.GetLastPingAgeMs() >= 0 {
+			ping = (time.Duration(n.GetLastPingAgeMs()) * time.Millisecond).String() + " ago"
+		}
+		note := n.GetOffboarding()
+		if !n.GetFencing() {
+			note = strings.TrimPrefix(note+"; store did not pass the precondition probe", "; ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%v\t%s\t%s\n", n.GetName(), n.GetState(), ping, n.GetIncarnation(), n.GetShards(), yesNo(n.GetDraining()), n.GetAddr(), note)
+	}
+	_ = tw.Flush()
+}
+
+func printShards(w io.Writer, shards []*masterv1.ShardInfo) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tTERM\tNODE\tSTATE\tOWNER\tAUTO RESTORE\tDURABLE\tREASON")
+	for _, s := range shards {
+		a := s.GetAssignment()
+		auto := "off"
+		if a.GetAutoRestore() {
+			auto = "at offline"
+			if a.GetTakeoverAtSuspected() {
+				auto = "at suspected"
+			}
+		} else if a.GetSettings().GetFencingDisabled() {
+			auto = "off (unfenced)"
+		}
+		node := a.GetNode()
+		if node == "" {
+			node = "-"
+		}
+		if h := a.GetHandoffNode(); h != "" {
+			node += " -> " + h
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.GetShard(), a.GetTerm(), node, s.GetState(), s.GetOwnerState(), auto, yesNo(s.GetDurable()), s.GetReason())
+	}
+	_ = tw.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

@@ -1,0 +1,1093 @@
+package master
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+)
+
+// Sidecar nodes are clients of the master like the memory clients: a node
+// registers (a liveness signal, as a mount is), pings under the client id
+// NodeClientID(name), and goes Active -> Suspected -> Offline on the same
+// TTLs. The fleet is the shard assignment table over those nodes: which
+// node owns which shard at which term and allocation, with the settings it
+// opens it with. Every change of the table is recorded to the operation
+// log and shown to a node (WatchAssignments) only once the log
+// acknowledged it, so a node is never told about an assignment a
+// successor master would not know. A takeover records term+1 with a new
+// allocation; the new owner's claim then fences the old one in the store.
+
+// NodeClientPrefix starts the client id of every sidecar node.
+const NodeClientPrefix = "node:"
+
+// NodeClientID is the client id a sidecar node pings with.
+func NodeClientID(name string) string { return NodeClientPrefix + name }
+
+// Shard states, as ListShards reports them.
+const (
+	ShardAssigned   = "assigned"   // told (or about to be), not confirmed open
+	ShardOpen       = "open"       // the owner reported it open at the term
+	ShardFailed     = "failed"     // the owner could not open it (reason)
+	ShardFenced     = "fenced"     // a term the master did not grant took it
+	ShardMoving     = "moving"     // a drain's handoff is under way
+	ShardUnassigned = "unassigned" // no owner (reason)
+)
+
+// maxStaleGrants bounds how often in a row the master raises a shard's
+// term because the owner found a higher one in the store.
+const maxStaleGrants = 5
+
+// ValidateNodeName checks a sidecar node name: 1 to 128 characters of
+// A-Z a-z 0-9 . _ -, not starting with '.' or '-'.
+func ValidateNodeName(name string) error { return validName("node name", name) }
+
+// ValidateShardName checks a shard id with the sidecar's rule (1 to 128
+// characters of A-Z a-z 0-9 . _ -, not starting with '.' or '-').
+func ValidateShardName(name string) error { return validName("shard id", name) }
+
+func validName(what, s string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: %s %.64q %s (use 1-128 characters of A-Z a-z 0-9 . _ -, not starting with '.' or '-')", ErrInvalidArgument, what, s, why)
+	}
+	switch {
+	case s == "":
+		return bad("is empty")
+	case len(s) > 128:
+		return bad("is too long")
+	case s[0] == '.' || s[0] == '-':
+		return bad("starts with '.' or '-'")
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return bad(fmt.Sprintf("holds byte 0x%02X at %d", c, i))
+		}
+	}
+	return nil
+}
+
+// node is one sidecar node. rec is its durable description (replaced
+// whole, never changed in place); the rest is process-local.
+type node struct {
+	rec     *masterv1.NodeRecord
+	owner   atomic.Pointer[ClientLivenessRecord]
+	session string
+	// notify is closed (and replaced) when something published concerns
+	// the node; its watch streams wait on it.
+	notify chan struct{}
+}
+
+// Owner implements Resource: the node's registering incarnation.
+func (n *node) Owner() *ClientLivenessRecord { return n.owner.Load() }
+
+// Serviceable implements Resource: registered and not draining. The
+// caller holds the fleet's lock.
+func (n *node) Serviceable() bool { return n.rec != nil && !n.rec.GetDraining() }
+
+// shardEntry is one row of the table: the newest recorded assignment
+// (cur), the newest durable one (pub, what nodes are told), and the
+// status the owner last reported.
+type shardEntry struct {
+	cur, pub       *masterv1.ShardAssignment
+	curVer, pubVer uint64
+	state, reason  string
+	adoptCtx       []byte // the handoff context a drain's source reported
+	staleGrants    int
+	avoid          string // the owner that lost the shard: placed there last
+}
+
+type fleet struct {
+	m *Master
+
+	mu      sync.Mutex
+	nodes   map[string]*node
+	shards  map[string]*shardEntry
+	version uint64
+}
+
+func newFleet(m *Master) *fleet {
+	return &fleet{m: m, nodes: map[string]*node{}, shards: map[string]*shardEntry{}}
+}
+
+func (f *fleet) nodeLocked(name string) *node {
+	n := f.nodes[name]
+	if n == nil {
+		n = &node{notify: make(chan struct{})}
+		f.nodes[name] = n
+	}
+	return n
+}
+
+// notifyLocked wakes the watch streams of the named nodes.
+func (f *fleet) notifyLocked(names ...string) {
+	for _, name := range names {
+		if name == "" {
+			continue
+		}
+		if n := f.nodes[name]; n != nil {
+			close(n.notify)
+			n.notify = make(chan struct{})
+		}
+	}
+}
+
+// change is an assignment recorded and waiting for the log.
+type change struct {
+	shard string
+	ver   uint64
+	a     *masterv1.ShardAssignment
+	t     Ticket
+}
+
+// setLocked records a as the shard's newest assignment. The caller holds
+// topo shared (a snapshot's freeze is exclusive) and f.mu.
+func (f *fleet) setLocked(e *shardEntry, a *masterv1.ShardAssignment) change {
+	f.version++
+	e.cur, e.curVer = a, f.version
+	t := f.m.record(&Op{Kind: OpAssignShard, Shard: a})
+	return change{shard: a.GetShard(), ver: f.version, a: a, t: t}
+}
+
+// publish makes changes visible to the nodes once the log holds them, in
+// a goroutine (a change is published whatever its caller does). done is
+// closed after, with the log's error if it failed.
+func (f *fleet) publish(changes []change) <-chan error {
+	done := make(chan error, 1)
+	if len(changes) == 0 {
+		done <- nil
+		return done
+	}
+	apply := func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, c := range changes {
+			e := f.shards[c.shard]
+			if e == nil || e.pubVer >= c.ver {
+				continue
+			}
+			old := e.pub
+			e.pub, e.pubVer = c.a, c.ver
+			f.notifyLocked(old.GetNode(), old.GetHandoffNode(), c.a.GetNode(), c.a.GetHandoffNode())
+			if c.a.GetRemoved() && e.curVer == c.ver {
+				delete(f.shards, c.shard)
+			}
+		}
+	}
+	last := changes[len(changes)-1].t
+	if last == nil {
+		apply()
+		done <- nil
+		return done
+	}
+	go func() {
+		// The log acknowledges a prefix: the last ticket durable means
+		// every earlier one is.
+		err := last.Wait(context.Background())
+		if err == nil {
+			apply()
+		}
+		done <- err
+	}()
+	return done
+}
+
+// wait waits for a publish, or ctx.
+func wait(ctx context.Context, op string, done <-chan error) error {
+	select {
+	case err := <-done:
+		if err != nil {
+			return durable(ctx, &Error{Op: op}, failedTicket{err})
+		}
+		return nil
+	case <-ctx.Done():
+		return &Error{Op: op, Err: ctx.Err(), Hint: "the change was recorded and is on its way to the operation log, its outcome unknown: list the shards before retrying"}
+	}
+}
+
+type failedTicket struct{ err error }
+
+func (t failedTicket) Wait(context.Context) error { return t.err }
+
+func clone(a *masterv1.ShardAssignment) *masterv1.ShardAssignment {
+	return proto.Clone(a).(*masterv1.ShardAssignment)
+}
+
+func newAllocation(node string, term int64) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s.t%d.%s", node, term, hex.EncodeToString(b))
+}
+
+// NodeRegistration is what a sidecar node registers with.
+type NodeRegistration struct {
+	Name    string
+	Addr    string
+	Store   string
+	Fencing bool
+	Session string
+}
+
+// NodeRegistered is the master's answer to a registration.
+type NodeRegistered struct {
+	ClientID     string
+	Incarnation  uint64
+	ActiveTTL    time.Duration
+	SuspicionTTL time.Duration
+	PingInterval time.Duration
+}
+
+// RegisterNode starts or continues a sidecar node's incarnation. It is a
+// liveness signal like a mount: a node still being offboarded is refused
+// (ErrClientOffline) until that completes, and a node whose process
+// restarted (a new session while its incarnation is live) gets a new
+// incarnation at once. The node's description is logged when it changed.
+func (m *Master) RegisterNode(ctx context.Context, reg NodeRegistration) (NodeRegistered, error) {
+	fail := func(err error, hint string) (NodeRegistered, error) {
+		return NodeRegistered{}, &Error{Op: "RegisterNode", Client: NodeClientID(reg.Name), Err: err, Hint: hint}
+	}
+	if err := ValidateNodeName(reg.Name); err != nil {
+		return fail(err, "start the sidecar with a --node name the master accepts")
+	}
+	switch {
+	case reg.Addr == "" || len(reg.Addr) > 1024:
+		return fail(fmt.Errorf("%w: the node's API address must be 1 to 1024 bytes", ErrInvalidArgument), "give the sidecar's URL")
+	case reg.Session == "" || len(reg.Session) > 128:
+		return fail(fmt.Errorf("%w: the session must be 1 to 128 bytes", ErrInvalidArgument), "")
+	case len(reg.Store) > 1024:
+		return fail(fmt.Errorf("%w: store URL of %d bytes", ErrInvalidArgument, len(reg.Store)), "")
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err, "")
+	}
+	f := m.fleet
+	id := NodeClientID(reg.Name)
+	m.topo.RLock()
+	f.mu.Lock()
+	rec, recovered, err := m.live.signal(id, true)
+	if err != nil {
+		f.mu.Unlock()
+		m.topo.RUnlock()
+		return fail(err, "the node went offline and its shards are being moved; register again once that completes (Ping answers NEED_REMOUNT until then)")
+	}
+	if recovered {
+		m.metrics.clientTransitions.WithLabelValues("suspected", "active").Inc()
+	}
+	n := f.nodeLocked(reg.Name)
+	if n.session != "" && n.session != reg.Session && n.owner.Load() == rec {
+		// The process restarted: its shards are not open in the new one,
+		// which reopens them (a term that already wrote is raised when
+		// the node reports it).
+		rec = m.live.replace(rec)
+	}
+	m.live.mu.Lock()
+	rec.session = reg.Session
+	m.live.mu.Unlock()
+	n.session = reg.Session
+	n.owner.Store(rec)
+	want := &masterv1.NodeRecord{Name: reg.Name, Addr: reg.Addr, Store: reg.Store, Fencing: reg.Fencing, Draining: n.rec.GetDraining()}
+	var t Ticket
+	if n.rec == nil || !proto.Equal(n.rec, want) {
+		n.rec = want
+		t = m.record(&Op{Kind: OpNode, Node: want})
+	}
+	f.notifyLocked(reg.Name) // a watch of the old session ends
+	f.mu.Unlock()
+	m.topo.RUnlock()
+	if err := durable(ctx, &Error{Op: "RegisterNode", Client: id}, t); err != nil {
+		return NodeRegistered{}, err
+	}
+	cfg := m.live.cfg
+	return NodeRegistered{ClientID: id, Incarnation: rec.incarnation, ActiveTTL: cfg.ActiveTTL, SuspicionTTL: cfg.SuspicionTTL,
+		PingInterval: max(min(cfg.ActiveTTL/4, time.Second), 5*time.Millisecond)}, nil
+}
+
+// NodeAssignment is one shard a node must hold, hand off or adopt.
+type NodeAssignment = masterv1.NodeAssignment
+
+// WatchAssignments calls send with the node's assignments as published
+// (durable), then again after every published change that concerns the
+// node, until ctx ends, send fails or the node's incarnation (its session)
+// ends; then it returns why. A shard missing from a set is not the
+// node's.
+func (m *Master) WatchAssignments(ctx context.Context, name, session string, send func(list []*NodeAssignment, version uint64) error) error {
+	fail := func(err error, hint string) error {
+		return &Error{Op: "WatchAssignments", Client: NodeClientID(name), Err: err, Hint: hint}
+	}
+	f := m.fleet
+	for {
+		f.mu.Lock()
+		n := f.nodes[name]
+		if n == nil || n.session != session || n.owner.Load().State() == 0 {
+			f.mu.Unlock()
+			return fail(fmt.Errorf("%w: session %.64q of node %q is not registered (the node was offboarded, or another process took its name)", ErrClientOffline, session, name), "register the node again")
+		}
+		rec := n.owner.Load()
+		list := f.assignmentsLocked(name)
+		ver := f.version
+		wake := n.notify
+		f.mu.Unlock()
+		if err := send(list, ver); err != nil {
+			return err
+		}
+		if rec.State() == ClientOffline && len(list) == 0 {
+			// Told it holds nothing: the incarnation is over.
+			return fail(fmt.Errorf("%w: node %q went offline", ErrClientOffline, name), "register the node again")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		}
+	}
+}
+
+// assignmentsLocked lists what the published table asks of node name.
+func (f *fleet) assignmentsLocked(name string) []*NodeAssignment {
+	var out []*NodeAssignment
+	for _, e := range f.shards {
+		p := e.pub
+		if p == nil || p.GetRemoved() {
+			continue
+		}
+		switch name {
+		case p.GetNode():
+			out = append(out, &NodeAssignment{Shard: p.GetShard(), Term: p.GetTerm(), Allocation: p.GetAllocation(), Settings: p.GetSettings(),
+				HandoffAllocation: p.GetHandoffAllocation(), HandoffNode: p.GetHandoffNode()})
+		case p.GetHandoffNode():
+			out = append(out, &NodeAssignment{Shard: p.GetShard(), Term: p.GetTerm(), Allocation: p.GetHandoffAllocation(), Settings: p.GetSettings(),
+				AdoptAllocation: p.GetHandoffAllocation(), AdoptContext: e.adoptCtx})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Shard < out[j].Shard })
+	return out
+}
+
+// ShardReportKind is what a node says it did with a shard.
+type ShardReportKind = masterv1.ShardReport
+
+// ShardReport is a node's report on one shard.
+type ShardReport struct {
+	Node, Session     string
+	Shard, Allocation string
+	Term              int64
+	Kind              ShardReportKind
+	Reason, Err       string
+	SuccessorTerm     int64
+	HandoffContext    []byte
+}
+
+// ReportShard takes a node's report on a shard. A report of a session
+// that is not the node's current one is refused (ErrClientOffline). A
+// stale grant (the shard's stored terms are above the assignment's) raises
+// the term above them, durably, and tells the node again; a drain's
+// handoff moves on (source handed off: the target is told to adopt; target
+// open: the target owns the shard) or is cancelled (the target failed: the
+// source is told to take the shard back).
+func (m *Master) ReportShard(ctx context.Context, r ShardReport) error {
+	fail := func(err error, hint string) error {
+		return &Error{Op: "ReportShard", Client: NodeClientID(r.Node), Err: err, Hint: hint}
+	}
+	if err := ValidateShardName(r.Shard); err != nil {
+		return fail(err, "")
+	}
+	if len(r.HandoffContext) > 64<<10 || len(r.Err) > 4096 || len(r.Reason) > 128 || len(r.Allocation) > 512 {
+		return fail(fmt.Errorf("%w: report fields too long", ErrInvalidArgument), "")
+	}
+	f := m.fleet
+	m.topo.RLock()
+	f.mu.Lock()
+	n := f.nodes[r.Node]
+	if n == nil || n.session != r.Session || !m.eligibility.ShouldRetain(n) {
+		// An offline incarnation's word changes nothing: its shards are
+		// being moved, or were.
+		f.mu.Unlock()
+		m.topo.RUnlock()
+		return fail(fmt.Errorf("%w: session %.64q of node %q is not a live incarnation", ErrClientOffline, r.Session, r.Node), "register the node again")
+	}
+	var changes []change
+	e := f.shards[r.Shard]
+	if e != nil {
+		changes = f.reportLocked(e, r)
+	}
+	f.mu.Unlock()
+	m.topo.RUnlock()
+	return wait(ctx, "ReportShard", f.publish(changes))
+}
+
+// reportLocked applies a report to its row.
+func (f *fleet) reportLocked(e *shardEntry, r ShardReport) []change {
+	c := e.cur
+	owner := r.Node == c.GetNode() && r.Allocation == c.GetAllocation() && r.Term == c.GetTerm()
+	target := c.GetHandoffNode() != "" && r.Node == c.GetHandoffNode() && r.Allocation == c.GetHandoffAllocation() && r.Term == c.GetTerm()
+	switch r.Kind {
+	case masterv1.ShardReport_SHARD_REPORT_OPEN:
+		switch {
+		case target:
+			// The target adopted: it owns the shard now.
+			a := clone(c)
+			a.Node, a.Allocation, a.HandoffNode, a.HandoffAllocation, a.Reason = c.GetHandoffNode(), c.GetHandoffAllocation(), "", "", ""
+			e.state, e.reason, e.adoptCtx, e.staleGrants = ShardOpen, "", nil, 0
+			f.m.log.Info("shard handed off", "shard", c.GetShard(), "term", c.GetTerm(), "from", c.GetNode(), "to", a.GetNode())
+			return []change{f.setLocked(e, a)}
+		case owner:
+			e.state, e.reason, e.staleGrants = ShardOpen, "", 0
+			if c.GetHandoffNode() != "" {
+				e.state = ShardMoving
+			}
+		}
+	case masterv1.ShardReport_SHARD_REPORT_RESUMED:
+		if owner {
+			e.state, e.reason = ShardOpen, ""
+		}
+	case masterv1.ShardReport_SHARD_REPORT_FAILED:
+		switch {
+		case target:
+			// The target could not adopt: cancel the handoff, the source
+			// takes the shard back.
+			return f.cancelHandoffLocked(e, fmt.Sprintf("handoff to %s failed: %s", r.Node, clip(r.Err)))
+		case owner && (r.Reason == "fenced" || r.Reason == "term_already_open"):
+			// A stale grant: the store holds a higher term (or another
+			// allocation holds this one), or this allocation already
+			// wrote at this term (its process restarted). Raise the
+			// term above it, durably, and retry.
+			e.staleGrants++
+			if e.staleGrants > maxStaleGrants {
+				e.state, e.reason = ShardFailed, fmt.Sprintf("gave up after %d raised terms: %s", maxStaleGrants, clip(r.Err))
+				return nil
+			}
+			a := clone(c)
+			a.Term = max(c.GetTerm(), r.SuccessorTerm) + 1
+			a.Allocation = newAllocation(c.GetNode(), a.Term)
+			e.state, e.reason = ShardAssigned, fmt.Sprintf("raised to term %d: %s", a.Term, r.Reason)
+			return []change{f.setLocked(e, a)}
+		case owner:
+			e.state, e.reason = ShardFailed, clip(r.Err)
+		}
+	case masterv1.ShardReport_SHARD_REPORT_FENCED:
+		if owner {
+			e.state, e.reason = ShardFenced, fmt.Sprintf("fenced by term %d, which this master did not grant: %s", r.SuccessorTerm, clip(r.Err))
+		}
+	case masterv1.ShardReport_SHARD_REPORT_HANDED_OFF:
+		if owner && c.GetHandoffNode() != "" && len(r.HandoffContext) > 0 {
+			e.adoptCtx = append([]byte(nil), r.HandoffContext...)
+			e.state = ShardMoving
+			f.notifyLocked(c.GetHandoffNode())
+		}
+	case masterv1.ShardReport_SHARD_REPORT_STOOD_DOWN:
+		if owner {
+			// The source stood down after an aborted handoff: the target
+			// wrote. The term can no longer be continued by either: move
+			// on at a higher term.
+			return f.takeoverLocked(e, "", "the source stood down after an aborted handoff")
+		}
+	case masterv1.ShardReport_SHARD_REPORT_CLOSED:
+		if owner {
+			e.state = ShardAssigned
+		}
+	}
+	return nil
+}
+
+func clip(s string) string {
+	if len(s) > 512 {
+		return s[:512] + "..."
+	}
+	return s
+}
+
+// cancelHandoffLocked ends a drain's handoff without moving the shard.
+func (f *fleet) cancelHandoffLocked(e *shardEntry, why string) []change {
+	a := clone(e.cur)
+	a.HandoffNode, a.HandoffAllocation, a.Reason = "", "", why
+	e.adoptCtx = nil
+	e.state, e.reason = ShardAssigned, why
+	return []change{f.setLocked(e, a)}
+}
+
+// load counts the shards a node owns or is receiving.
+func (f *fleet) loadLocked() map[string]int {
+	load := map[string]int{}
+	for _, e := range f.shards {
+		if n := e.cur.GetNode(); n != "" && !e.cur.GetRemoved() {
+			load[n]++
+		}
+		if n := e.cur.GetHandoffNode(); n != "" {
+			load[n]++
+		}
+	}
+	return load
+}
+
+// pickLocked chooses the node a shard goes to: one that eligibility
+// serves, of the shard's store, able to run its fencing, other than
+// exclude, least loaded; the node that last lost the shard only if no
+// other fits. nil and the reason when none does.
+func (f *fleet) pickLocked(e *shardEntry, exclude string) (*node, string) {
+	a := e.cur
+	fenced := !a.GetSettings().GetFencingDisabled()
+	load := f.loadLocked()
+	var best, fallback *node
+	var why []string
+	names := make([]string, 0, len(f.nodes))
+	for name := range f.nodes {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		n := f.nodes[name]
+		switch {
+		case name == exclude:
+			continue
+		case !f.m.eligibility.CanServe(n):
+			why = append(why, fmt.Sprintf("%s %s", name, nodeState(n)))
+			continue
+		case a.GetStore() != "" && n.rec.GetStore() != a.GetStore():
+			why = append(why, name+" serves another store")
+			continue
+		case fenced && !n.rec.GetFencing():
+			why = append(why, name+"'s store did not pass the precondition probe")
+			continue
+		}
+		if name == e.avoid {
+			fallback = n
+			continue
+		}
+		if best == nil || load[name] < load[best.rec.GetName()] {
+			best = n
+		}
+	}
+	if best == nil {
+		best = fallback
+	}
+	if best == nil {
+		reason := "no node is registered"
+		if len(why) > 0 {
+			reason = "no eligible node: " + strings.Join(why, ", ")
+		}
+		return nil, reason
+	}
+	return best, ""
+}
+
+func nodeState(n *node) string {
+	if n.rec.GetDraining() {
+		return "is draining"
+	}
+	if s := n.owner.Load().State(); s != 0 {
+		return "is " + s.String()
+	}
+	return "is not registered"
+}
+
+// takeoverLocked moves a shard to a live node at a higher term with a new
+// allocation (the new owner's claim fences the old one in the store). With
+// no node to take it, the shard is left unassigned, durably, with the
+// reason (and placed once a node can take it). exclude is the node that
+// lost it.
+func (f *fleet) takeoverLocked(e *shardEntry, exclude, why string) []change {
+	c := e.cur
+	if exclude != "" {
+		e.avoid = exclude
+	}
+	n, reason := f.pickLocked(e, exclude)
+	a := clone(c)
+	a.HandoffNode, a.HandoffAllocation = "", ""
+	e.adoptCtx, e.staleGrants = nil, 0
+	if n == nil {
+		if c.GetNode() == "" && c.GetHandoffNode() == "" {
+			e.reason = why + "; " + reason
+			return nil // already unassigned: nothing to record
+		}
+		a.Node, a.Reason = "", why+"; "+reason
+		e.state, e.reason = ShardUnassigned, a.Reason
+		f.m.log.Warn("shard left unassigned", "shard", c.GetShard(), "term", c.GetTerm(), "why", a.Reason)
+		return []change{f.setLocked(e, a)}
+	}
+	a.Term = c.GetTerm() + 1
+	a.Node = n.rec.GetName()
+	a.Allocation = newAllocation(a.Node, a.Term)
+	a.Reason = why
+	e.state, e.reason = ShardAssigned, why
+	f.m.metrics.takeovers.Inc()
+	f.m.log.Info("shard taken over", "shard", c.GetShard(), "from", c.GetNode(), "term", c.GetTerm(), "to", a.Node, "new_term", a.Term, "why", why)
+	return []change{f.setLocked(e, a)}
+}
+
+// ownerSuspected moves the shards of a node that just went Suspected and
+// asked for an early takeover, and cancels handoffs that targeted it.
+func (f *fleet) ownerSuspected(ctx context.Context, r *ClientLivenessRecord) {
+	name, ok := strings.CutPrefix(r.client, NodeClientPrefix)
+	if !ok {
+		return
+	}
+	f.m.topo.RLock()
+	f.mu.Lock()
+	var changes []change
+	for _, e := range f.sortedLocked() {
+		switch {
+		case e.cur.GetNode() == name && e.cur.GetAutoRestore() && e.cur.GetTakeoverAtSuspected():
+			changes = append(changes, f.takeoverLocked(e, name, fmt.Sprintf("node %s went suspected (takeover at suspected)", name))...)
+		case e.cur.GetHandoffNode() == name:
+			changes = append(changes, f.cancelHandoffLocked(e, fmt.Sprintf("handoff target %s went suspected", name))...)
+		}
+	}
+	f.mu.Unlock()
+	f.m.topo.RUnlock()
+	_ = wait(ctx, "TakeOver", f.publish(changes))
+}
+
+// offboardNode is the fleet's step of an offboarding: every shard the
+// node owned moves to a live node at a higher term (auto_restore) or is
+// left unassigned with the reason, and handoffs to it are cancelled, all
+// durably before the job goes on.
+func (f *fleet) offboardNode(ctx context.Context, r *ClientLivenessRecord) error {
+	name, ok := strings.CutPrefix(r.client, NodeClientPrefix)
+	if !ok {
+		return nil
+	}
+	f.m.topo.RLock()
+	f.mu.Lock()
+	var changes []change
+	for _, e := range f.sortedLocked() {
+		c := e.cur
+		switch {
+		case c.GetNode() == name && c.GetAutoRestore():
+			changes = append(changes, f.takeoverLocked(e, name, fmt.Sprintf("node %s went offline", name))...)
+		case c.GetNode() == name:
+			a := clone(c)
+			a.Node, a.HandoffNode, a.HandoffAllocation = "", "", ""
+			a.Reason = fmt.Sprintf("node %s went offline and auto_restore is off: assign the shard again (shardfence master assign)", name)
+			e.state, e.reason, e.adoptCtx = ShardUnassigned, a.Reason, nil
+			changes = append(changes, f.setLocked(e, a))
+		case c.GetHandoffNode() == name:
+			changes = append(changes, f.cancelHandoffLocked(e, fmt.Sprintf("handoff target %s went offline", name))...)
+		}
+	}
+	f.mu.Unlock()
+	f.m.topo.RUnlock()
+	return wait(ctx, "OffboardNode", f.publish(changes))
+}
+
+// placePending is the fleet's part of every monitor pass: unassigned
+// auto-restore shards go to a node that can take them, shards of
+// draining nodes start their handoff, and shards whose owner is Suspected
+// and that asked for an early takeover move (when no node could take them
+// at the transition).
+func (f *fleet) placePending(ctx context.Context) {
+	f.m.topo.RLock()
+	f.mu.Lock()
+	var changes []change
+	for _, e := range f.sortedLocked() {
+		c := e.cur
+		if c.GetRemoved() {
+			continue
+		}
+		owner := f.nodes[c.GetNode()]
+		switch {
+		case c.GetNode() == "" && c.GetAutoRestore():
+			if n, _ := f.pickLocked(e, ""); n != nil {
+				changes = append(changes, f.takeoverLocked(e, "", "placing an unassigned shard")...)
+			}
+		case owner == nil:
+		case owner.rec.GetDraining() && c.GetHandoffNode() == "":
+			changes = append(changes, f.startHandoffLocked(e)...)
+		case owner.owner.Load().State() == ClientSuspected && c.GetAutoRestore() && c.GetTakeoverAtSuspected():
+			changes = append(changes, f.takeoverLocked(e, c.GetNode(), fmt.Sprintf("node %s is suspected (takeover at suspected)", c.GetNode()))...)
+		}
+	}
+	f.mu.Unlock()
+	f.m.topo.RUnlock()
+	_ = wait(ctx, "PlaceShards", f.publish(changes))
+}
+
+func (f *fleet) sortedLocked() []*shardEntry {
+	out := make([]*shardEntry, 0, len(f.shards))
+	for _, e := range f.shards {
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].cur.GetShard() < out[j].cur.GetShard() })
+	return out
+}
+
+// startHandoffLocked records a drain's handoff of the shard to a node
+// that can take it (same term, new allocation there).
+func (f *fleet) startHandoffLocked(e *shardEntry) []change {
+	c := e.cur
+	if c.GetSettings().GetFencingDisabled() {
+		e.reason = "an unfenced shard cannot be handed off (the handoff moves its fence key): unassign it, or assign it elsewhere at a new term"
+		return nil
+	}
+	n, reason := f.pickLocked(e, c.GetNode())
+	if n == nil {
+		e.reason = "drain waiting: " + reason
+		return nil
+	}
+	a := clone(c)
+	a.HandoffNode = n.rec.GetName()
+	a.HandoffAllocation = newAllocation(a.HandoffNode, c.GetTerm())
+	a.Reason = ""
+	e.state, e.reason, e.adoptCtx = ShardMoving, fmt.Sprintf("handing off to %s", a.HandoffNode), nil
+	return []change{f.setLocked(e, a)}
+}
+
+// AssignRequest puts a shard in the table.
+type AssignRequest struct {
+	Shard string
+	// Node to open it on; "" lets the master choose an Active node.
+	Node string
+	// Term to open at; 0 means 1.
+	Term int64
+	// Settings are what the owner opens the shard with (zero fields take
+	// the sidecar's defaults).
+	Settings            *sidecarv1.ShardSettings
+	AutoRestore         bool
+	TakeoverAtSuspected bool
+}
+
+// AssignShard puts a shard in the table and returns once the assignment is
+// durable (the node is told then). auto_restore is refused for a shard
+// that cannot be fenced: an unfenced shard, or a node whose store did not
+// pass the precondition probe.
+func (m *Master) AssignShard(ctx context.Context, req AssignRequest) (ShardInfo, error) {
+	fail := func(err error, hint string) (ShardInfo, error) {
+		return ShardInfo{}, &Error{Op: "AssignShard", Key: req.Shard, Err: err, Hint: hint}
+	}
+	if err := ValidateShardName(req.Shard); err != nil {
+		return fail(err, "")
+	}
+	if req.Node != "" {
+		if err := ValidateNodeName(req.Node); err != nil {
+			return fail(err, "")
+		}
+	}
+	if req.Term < 0 || req.Term > 1<<53-1 {
+		return fail(fmt.Errorf("%w: term %d is outside 1..2^53-1", ErrInvalidArgument, req.Term), "")
+	}
+	settings := req.Settings
+	fenced := !settings.GetFencingDisabled()
+	if req.AutoRestore && !fenced {
+		return fail(fmt.Errorf("%w: auto_restore needs a fenced shard: an unfenced shard is never auto-restored (a zombie could lose acknowledged writes)", ErrInvalidArgument), "assign it without auto_restore, or fenced")
+	}
+	if req.TakeoverAtSuspected && !req.AutoRestore {
+		return fail(fmt.Errorf("%w: takeover at suspected needs auto_restore", ErrInvalidArgument), "")
+	}
+	f := m.fleet
+	m.topo.RLock()
+	f.mu.Lock()
+	if e := f.shards[req.Shard]; e != nil && !e.cur.GetRemoved() {
+		c := e.cur
+		f.mu.Unlock()
+		m.topo.RUnlock()
+		if c.GetNode() == "" {
+			return fail(fmt.Errorf("%w: shard is in the table, unassigned at term %d", ErrShardAssigned, c.GetTerm()), "unassign it first to assign it afresh")
+		}
+		return fail(fmt.Errorf("%w: owned by node %q at term %d", ErrShardAssigned, c.GetNode(), c.GetTerm()), "unassign it first, or drain the node to move it")
+	}
+	e := &shardEntry{cur: &masterv1.ShardAssignment{Shard: req.Shard, Settings: settings, AutoRestore: req.AutoRestore, TakeoverAtSuspected: req.TakeoverAtSuspected}}
+	var n *node
+	if req.Node != "" {
+		n = f.nodes[req.Node]
+		switch {
+		case n == nil || n.rec == nil:
+			f.mu.Unlock()
+			m.topo.RUnlock()
+			return fail(fmt.Errorf("%w: node %q is not registered", ErrNodeNotEligible, req.Node), "start its sidecar with --master, or let the master choose")
+		case !m.eligibility.CanServe(n):
+			f.mu.Unlock()
+			m.topo.RUnlock()
+			return fail(fmt.Errorf("%w: node %q %s", ErrNodeNotEligible, req.Node, nodeState(n)), "choose an active node")
+		case fenced && !n.rec.GetFencing():
+			f.mu.Unlock()
+			m.topo.RUnlock()
+			return fail(fmt.Errorf("%w: node %q's store did not pass the precondition probe: a fenced shard cannot run there", ErrNodeNotEligible, req.Node), "choose a node whose store enforces conditional writes")
+		}
+	} else {
+		var reason string
+		if n, reason = f.pickLocked(e, ""); n == nil {
+			f.mu.Unlock()
+			m.topo.RUnlock()
+			return fail(fmt.Errorf("%w: %s", ErrNodeNotEligible, reason), "start a sidecar with --master, or wait for one to register")
+		}
+	}
+	a := e.cur
+	a.Node = n.rec.GetName()
+	a.Store = n.rec.GetStore()
+	a.Term = max(req.Term, 1)
+	a.Allocation = newAllocation(a.Node, a.Term)
+	e.state = ShardAssigned
+	f.shards[req.Shard] = e
+	ch := f.setLocked(e, a)
+	f.mu.Unlock()
+	m.topo.RUnlock()
+	if err := wait(ctx, "AssignShard", f.publish([]change{ch})); err != nil {
+		return ShardInfo{}, err
+	}
+	return m.ShardInfo(req.Shard)
+}
+
+// UnassignShard takes a shard out of the table, durably; its owner then
+// closes it (the term stays claimed in the store).
+func (m *Master) UnassignShard(ctx context.Context, shard string) error {
+	f := m.fleet
+	m.topo.RLock()
+	f.mu.Lock()
+	e := f.shards[shard]
+	if e == nil || e.cur.GetRemoved() {
+		f.mu.Unlock()
+		m.topo.RUnlock()
+		return &Error{Op: "UnassignShard", Key: shard, Err: ErrShardNotAssigned, Hint: "list the shards with shardfence master shards"}
+	}
+	a := clone(e.cur)
+	a.Removed = true
+	ch := f.setLocked(e, a)
+	f.mu.Unlock()
+	m.topo.RUnlock()
+	return wait(ctx, "UnassignShard", f.publish([]change{ch}))
+}
+
+// DrainNode marks a node draining (durably: it takes no shard) and starts
+// moving its shards off with the source-performed handoff, same term. It
+// returns how many shards are moving and how many wait for a target (the
+// monitor retries those). undo ends the drain.
+func (m *Master) DrainNode(ctx context.Context, name string, undo bool) (moving, waiting int, err error) {
+	if err := ValidateNodeName(name); err != nil {
+		return 0, 0, &Error{Op: "DrainNode", Client: NodeClientID(name), Err: err}
+	}
+	f := m.fleet
+	m.topo.RLock()
+	f.mu.Lock()
+	n := f.nodes[name]
+	if n == nil || n.rec == nil {
+		f.mu.Unlock()
+		m.topo.RUnlock()
+		return 0, 0, &Error{Op: "DrainNode", Client: NodeClientID(name), Err: fmt.Errorf("%w: node %q is not registered", ErrNodeNotEligible, name), Hint: "list the nodes with shardfence master nodes"}
+	}
+	var t Ticket
+	if n.rec.GetDraining() == undo {
+		rec := proto.Clone(n.rec).(*masterv1.NodeRecord)
+		rec.Draining = !undo
+		n.rec = rec
+		t = m.record(&Op{Kind: OpNode, Node: rec})
+	}
+	var changes []change
+	if !undo {
+		for _, e := range f.sortedLocked() {
+			if e.cur.GetNode() != name || e.cur.GetRemoved() {
+				continue
+			}
+			if e.cur.GetHandoffNode() != "" {
+				moving++
+				continue
+			}
+			ch := f.startHandoffLocked(e)
+			if len(ch) == 0 {
+				waiting++
+			} else {
+				moving++
+			}
+			changes = append(changes, ch...)
+		}
+	}
+	f.mu.Unlock()
+	m.topo.RUnlock()
+	if err := durable(ctx, &Error{Op: "DrainNode", Client: NodeClientID(name)}, t); err != nil {
+		return 0, 0, err
+	}
+	return moving, waiting, wait(ctx, "DrainNode", f.publish(changes))
+}
+
+// NodeInfo is one node, for status.
+type NodeInfo struct {
+	Name, Addr, Store string
+	Fencing, Draining bool
+	State             ClientState
+	SinceSignal       time.Duration // -1 when unknown
+	Incarnation       uint64
+	Shards            int
+	Offboarding       string
+}
+
+// Nodes lists the registered nodes with their liveness.
+func (m *Master) Nodes() []NodeInfo {
+	live := map[string]ClientLiveness{}
+	for _, c := range m.live.Snapshot() {
+		live[c.Client] = c
+	}
+	f := m.fleet
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	load := f.loadLocked()
+	out := make([]NodeInfo, 0, len(f.nodes))
+	for name, n := range f.nodes {
+		if n.rec == nil {
+			continue
+		}
+		ni := NodeInfo{Name: name, Addr: n.rec.GetAddr(), Store: n.rec.GetStore(), Fencing: n.rec.GetFencing(), Draining: n.rec.GetDraining(),
+			SinceSignal: -1, Shards: load[name]}
+		if c, ok := live[NodeClientID(name)]; ok && n.owner.Load() != nil && n.owner.Load().incarnation == c.Incarnation {
+			ni.State, ni.SinceSignal, ni.Incarnation, ni.Offboarding = c.State, c.SinceSignal, c.Incarnation, c.Offboarding
+		}
+		out = append(out, ni)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// ShardInfo is one row of the table, for status.
+type ShardInfo struct {
+	Assignment *masterv1.ShardAssignment
+	Addr       string
+	State      string
+	Reason     string
+	OwnerState ClientState
+	Durable    bool
+}
+
+// Shards lists the table, newest recorded rows.
+func (m *Master) Shards() []ShardInfo {
+	f := m.fleet
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]ShardInfo, 0, len(f.shards))
+	for _, e := range f.sortedLocked() {
+		if !e.cur.GetRemoved() {
+			out = append(out, f.infoLocked(e))
+		}
+	}
+	return out
+}
+
+// ShardInfo returns one row.
+func (m *Master) ShardInfo(shard string) (ShardInfo, error) {
+	f := m.fleet
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.shards[shard]
+	if e == nil || e.cur.GetRemoved() {
+		return ShardInfo{}, &Error{Op: "ShardInfo", Key: shard, Err: ErrShardNotAssigned}
+	}
+	return f.infoLocked(e), nil
+}
+
+func (f *fleet) infoLocked(e *shardEntry) ShardInfo {
+	si := ShardInfo{Assignment: clone(e.cur), State: e.state, Reason: e.reason, Durable: e.pubVer == e.curVer}
+	if si.State == "" {
+		si.State = ShardAssigned
+	}
+	if e.cur.GetNode() == "" {
+		si.State = ShardUnassigned
+	}
+	if si.Reason == "" {
+		si.Reason = e.cur.GetReason()
+	}
+	if n := f.nodes[e.cur.GetNode()]; n != nil {
+		si.Addr = n.rec.GetAddr()
+		si.OwnerState = n.owner.Load().State()
+	}
+	return si
+}
+
+// registered reports whether client is a node registered by rec.
+func (f *fleet) registered(client string, rec *ClientLivenessRecord) bool {
+	name, ok := strings.CutPrefix(client, NodeClientPrefix)
+	if !ok {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.nodes[name]
+	return n != nil && n.rec != nil && n.owner.Load() == rec
+}
+
+// nodeClients lists the client ids of the registered nodes.
+func (f *fleet) nodeClients() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for name, n := range f.nodes {
+		if n.rec != nil {
+			out = append(out, NodeClientID(name))
+		}
+	}
+	return out
+}
+
+// rebindOwners points every node at its client's current incarnation
+// (after RestoreLiveness).
+func (f *fleet) rebindOwners() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for name, n := range f.nodes {
+		if n.owner.Load() == nil {
+			n.owner.Store(f.m.live.Record(NodeClientID(name)))
+		}
+	}
+}
+
+// replay applies a logged fleet change (a standby, a restart's replay):
+// the row becomes durable as recorded, nobody is told.
+func (f *fleet) replay(op *Op) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch op.Kind {
+	case OpNode:
+		n := f.nodeLocked(op.Node.GetName())
+		n.rec = op.Node
+	case OpAssignShard:
+		a := op.Shard
+		if a.GetRemoved() {
+			delete(f.shards, a.GetShard())
+			return
+		}
+		f.version++
+		e := f.shards[a.GetShard()]
+		if e == nil {
+			e = &shardEntry{}
+			f.shards[a.GetShard()] = e
+		}
+		e.cur, e.pub, e.curVer, e.pubVer = a, a, f.version, f.version
+		e.state, e.reason = ShardAssigned, ""
+	}
+}
+
+// freezeLocked copies the table for a complete snapshot. The caller holds
+// topo exclusively, so no change is in flight.
+func (f *fleet) freeze() ([]*masterv1.NodeRecord, []*masterv1.ShardAssignment) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var nodes []*masterv1.NodeRecord
+	for _, n := range f.nodes {
+		if n.rec != nil {
+			nodes = append(nodes, n.rec)
+		}
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].GetName() < nodes[j].GetName() })
+	shards := make([]*masterv1.ShardAssignment, 0, len(f.shards))
+	for _, e := range f.sortedLocked() {
+		if !e.cur.GetRemoved() {
+			shards = append(shards, e.cur)
+		}
+	}
+	return nodes, shards
+}
+
+// install loads a restored table (a complete snapshot).
+func (f *fleet) install(nodes []*masterv1.NodeRecord, shards []*masterv1.ShardAssignment) {
+	for _, n := range nodes {
+		f.replay(&Op{Kind: OpNode, Node: n})
+	}
+	for _, a := range shards {
+		f.replay(&Op{Kind: OpAssignShard, Shard: a})
+	}
+}

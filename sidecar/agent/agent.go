@@ -1,0 +1,510 @@
+// Package agent makes a sidecar a client of the master: it registers the
+// sidecar as a node, pings it, follows the node's shard assignments
+// (MasterFleetService.WatchAssignments) and carries them out on the
+// sidecar: it opens a shard it gained with the protocol's recovery
+// (claim, seal, restore), closes one it lost, hands a shard off when a
+// drain moves it and adopts one a drain moves here, and reports each
+// outcome to the master.
+//
+// The agent never decides ownership: the master's table, made durable
+// before any node is told, does, and the store fences whoever lost. A
+// sidecar cut off from the master keeps its shards (the store fences it if
+// a successor took them); once it reaches the master again it learns what
+// it lost and closes those.
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/sidecar"
+)
+
+// Options configure an Agent.
+type Options struct {
+	// Server is the sidecar the agent drives.
+	Server *sidecar.Server
+	// Node is the node's name at the master (the sidecar's --node).
+	Node string
+	// Addr is the URL of the sidecar's API, as others reach it.
+	Addr string
+	// Store is the sidecar's store URL, credentials redacted: the master
+	// moves shards only between nodes of the same store.
+	Store string
+	// Masters are the base URLs of the master and its standbys; the agent
+	// uses the first that answers as primary.
+	Masters []string
+	// HTTPClient and ClientOptions reach the master (TLS, bearer token).
+	HTTPClient    *http.Client
+	ClientOptions []connect.ClientOption
+	// RetryBase and RetryMax bound the backoff of a failed open, adoption
+	// or master call. Defaults 100 ms and 5 s.
+	RetryBase, RetryMax time.Duration
+	Logger              *slog.Logger
+}
+
+// Agent is one sidecar's membership in the fleet.
+type Agent struct {
+	opts    Options
+	session string
+	log     *slog.Logger
+	clients []masterv1connect.MasterFleetServiceClient
+	pings   []masterv1connect.MasterServiceClient
+
+	mu      sync.Mutex
+	master  int // index of the master in use
+	managed map[string]*managedShard
+	desired map[string]*masterv1.NodeAssignment
+	kick    chan struct{}
+	status  Status
+}
+
+// managedShard is what the agent knows of a shard it holds for the master.
+type managedShard struct {
+	busy      bool
+	notBefore time.Time
+	failures  int
+	// reported is the last report sent for (term, allocation, kind).
+	reported string
+	// handoff is the context this source's StartHandoff returned.
+	handoff []byte
+}
+
+// Status is the agent's view, for logs and tests.
+type Status struct {
+	Master      string
+	Registered  bool
+	Incarnation uint64
+	LastPing    time.Time
+	LastErr     string
+}
+
+// New returns an agent; Run does the work.
+func New(opts Options) (*Agent, error) {
+	switch {
+	case opts.Server == nil:
+		return nil, errors.New("agent: no sidecar")
+	case opts.Node == "":
+		return nil, errors.New("agent: the sidecar needs a --node name to register with the master")
+	case len(opts.Masters) == 0:
+		return nil, errors.New("agent: no master address")
+	case opts.Addr == "":
+		return nil, errors.New("agent: no address of the sidecar's API to register")
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = http.DefaultClient
+	}
+	if opts.RetryBase <= 0 {
+		opts.RetryBase = 100 * time.Millisecond
+	}
+	if opts.RetryMax <= 0 {
+		opts.RetryMax = 5 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return nil, err
+	}
+	a := &Agent{opts: opts, session: hex.EncodeToString(b), log: opts.Logger.With("node", opts.Node),
+		managed: map[string]*managedShard{}, desired: map[string]*masterv1.NodeAssignment{}, kick: make(chan struct{}, 1)}
+	for _, m := range opts.Masters {
+		a.clients = append(a.clients, masterv1connect.NewMasterFleetServiceClient(opts.HTTPClient, m, opts.ClientOptions...))
+		a.pings = append(a.pings, masterv1connect.NewMasterServiceClient(opts.HTTPClient, m, opts.ClientOptions...))
+	}
+	return a, nil
+}
+
+// Status returns the agent's view.
+func (a *Agent) Status() Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.status
+}
+
+func (a *Agent) setErr(err error) {
+	a.mu.Lock()
+	a.status.LastErr = err.Error()
+	a.mu.Unlock()
+}
+
+// Run registers with the master and follows it until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	go a.reconcileLoop(ctx)
+	backoff := a.opts.RetryBase
+	for ctx.Err() == nil {
+		err := a.session1(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		a.setErr(err)
+		a.log.Warn("lost the master; registering again", "master", a.opts.Masters[a.current()], "err", err)
+		if !errors.Is(err, errReregister) {
+			a.next()
+		}
+		if fence.Sleep(ctx, fence.SystemClock(), backoff) != nil {
+			return nil
+		}
+		backoff = min(backoff*2, a.opts.RetryMax)
+		if errors.Is(err, errReregister) {
+			backoff = a.opts.RetryBase
+		}
+	}
+	return nil
+}
+
+func (a *Agent) current() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.master
+}
+
+// next moves on to the next master address.
+func (a *Agent) next() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.master = (a.master + 1) % len(a.opts.Masters)
+	a.status.Registered = false
+}
+
+// errReregister: the master no longer knows this incarnation (it went
+// offline and was offboarded, or a new master has not seen it): register
+// again at once.
+var errReregister = errors.New("the master asks the node to register again")
+
+// session1 is one registration: ping and watch until either fails.
+func (a *Agent) session1(ctx context.Context) error {
+	i := a.current()
+	fc, pc := a.clients[i], a.pings[i]
+	res, err := fc.RegisterNode(ctx, connect.NewRequest(&masterv1.RegisterNodeRequest{
+		Node: a.opts.Node, Addr: a.opts.Addr, Store: a.opts.Store, Fencing: a.opts.Server.FencingAvailable(), Session: a.session,
+	}))
+	if err != nil {
+		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
+			// Still being offboarded after it went offline: wait.
+			return fmt.Errorf("%w: %v", errReregister, err)
+		}
+		return fmt.Errorf("register with %s: %w", a.opts.Masters[i], err)
+	}
+	interval := time.Duration(res.Msg.GetPingIntervalMs()) * time.Millisecond
+	a.mu.Lock()
+	a.status.Master, a.status.Registered, a.status.Incarnation = a.opts.Masters[i], true, res.Msg.GetIncarnation()
+	a.mu.Unlock()
+	a.log.Info("registered with the master", "master", a.opts.Masters[i], "incarnation", res.Msg.GetIncarnation(),
+		"active_ttl_ms", res.Msg.GetActiveTtlMs(), "suspicion_ttl_ms", res.Msg.GetSuspicionTtlMs())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() { errc <- a.pingLoop(ctx, pc, res.Msg.GetClientId(), interval) }()
+	go func() { errc <- a.watch(ctx, fc) }()
+	return <-errc
+}
+
+// pingLoop pings every interval. NEED_REMOUNT means the master forgot the
+// incarnation: register again. A master that does not answer for a whole
+// active TTL's worth of pings is given up for the next address.
+func (a *Agent) pingLoop(ctx context.Context, pc masterv1connect.MasterServiceClient, clientID string, interval time.Duration) error {
+	failures := 0
+	for {
+		cctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
+		res, err := pc.Ping(cctx, connect.NewRequest(&masterv1.PingRequest{ClientId: clientID}))
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			failures++
+			if failures >= 4 {
+				return fmt.Errorf("ping: %w", err)
+			}
+		case res.Msg.GetStatus() == masterv1.PingStatus_PING_STATUS_NEED_REMOUNT:
+			return fmt.Errorf("%w: ping answered NEED_REMOUNT", errReregister)
+		default:
+			failures = 0
+			a.mu.Lock()
+			a.status.LastPing = time.Now()
+			a.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}
+
+// watch follows the node's assignments.
+func (a *Agent) watch(ctx context.Context, fc masterv1connect.MasterFleetServiceClient) error {
+	st, err := fc.WatchAssignments(ctx, connect.NewRequest(&masterv1.WatchAssignmentsRequest{Node: a.opts.Node, Session: a.session}))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	for st.Receive() {
+		set := map[string]*masterv1.NodeAssignment{}
+		for _, as := range st.Msg().GetAssignments() {
+			set[as.GetShard()] = as
+		}
+		a.mu.Lock()
+		a.desired = set
+		a.mu.Unlock()
+		a.wake()
+	}
+	err = st.Err()
+	if err == nil {
+		return errors.New("the master ended the assignment stream")
+	}
+	if connect.CodeOf(err) == connect.CodeFailedPrecondition {
+		return fmt.Errorf("%w: %v", errReregister, err)
+	}
+	return fmt.Errorf("watch assignments: %w", err)
+}
+
+func (a *Agent) wake() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// reconcileLoop carries out the desired set whenever it changes, and
+// retries what failed.
+func (a *Agent) reconcileLoop(ctx context.Context) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.kick:
+		case <-t.C:
+		}
+		a.reconcile(ctx)
+	}
+}
+
+// action is one step the agent takes on a shard.
+type action func(ctx context.Context) error
+
+// reconcile compares the desired set with the sidecar's shards and starts
+// one action per shard that needs one (none on a shard whose last action
+// is still running).
+func (a *Agent) reconcile(ctx context.Context) {
+	local := map[string]sidecar.ShardStatus{}
+	for _, st := range a.opts.Server.Shards() {
+		local[st.Shard] = st
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.status.Registered {
+		return
+	}
+	names := make([]string, 0, len(a.desired)+len(a.managed))
+	for name := range a.desired {
+		names = append(names, name)
+	}
+	for name := range a.managed {
+		if a.desired[name] == nil {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	now := time.Now()
+	for _, name := range names {
+		m := a.managed[name]
+		if m == nil {
+			m = &managedShard{}
+			a.managed[name] = m
+		}
+		if m.busy || now.Before(m.notBefore) {
+			continue
+		}
+		st, ok := local[name]
+		do := a.plan(name, a.desired[name], st, ok, m)
+		if do == nil {
+			if a.desired[name] == nil && !ok {
+				delete(a.managed, name)
+			}
+			continue
+		}
+		m.busy = true
+		go func() {
+			err := do(ctx)
+			a.mu.Lock()
+			m.busy = false
+			if err != nil {
+				m.failures++
+				d := a.opts.RetryBase << min(m.failures-1, 10)
+				m.notBefore = time.Now().Add(min(d, a.opts.RetryMax))
+			} else {
+				m.failures, m.notBefore = 0, time.Time{}
+			}
+			a.mu.Unlock()
+			a.wake()
+		}()
+	}
+}
+
+// plan decides what to do about one shard (nil: nothing). The caller
+// holds a.mu.
+func (a *Agent) plan(name string, d *masterv1.NodeAssignment, st sidecar.ShardStatus, here bool, m *managedShard) action {
+	srv := a.opts.Server
+	state := fmt.Sprint(st.State)
+	if d == nil {
+		// Not ours (any more): close it. Until now the store fenced it if
+		// a successor took it.
+		if !here {
+			return nil
+		}
+		return func(ctx context.Context) error {
+			_, err := srv.Close(ctx, name)
+			if err == nil || errors.Is(err, sidecar.ErrShardNotOpen) {
+				a.log.Info("closed a shard the master moved elsewhere", "shard", name, "term", st.Term, "state", state)
+				a.report(ctx, st.Term, name, st.Allocation, masterv1.ShardReport_SHARD_REPORT_CLOSED, nil, nil)
+				return nil
+			}
+			return err
+		}
+	}
+	term, alloc := d.GetTerm(), d.GetAllocation()
+	mine := here && st.Term == term && st.Allocation == alloc
+	settings, serr := sidecar.SettingsFromProto(d.GetSettings())
+	if serr != nil {
+		return a.failAction(name, term, alloc, serr)
+	}
+	if d.GetAdoptAllocation() != "" {
+		// The target of a drain: adopt once the source handed off.
+		switch {
+		case mine && state == "open":
+			return a.reportOnce(m, name, term, alloc, masterv1.ShardReport_SHARD_REPORT_OPEN)
+		case len(d.GetAdoptContext()) == 0:
+			return nil
+		}
+		raw := d.GetAdoptContext()
+		return func(ctx context.Context) error {
+			st, err := srv.AdoptHandoff(ctx, raw, settings)
+			if err != nil {
+				a.report(ctx, term, name, alloc, masterv1.ShardReport_SHARD_REPORT_FAILED, err, nil)
+				return err
+			}
+			a.log.Info("adopted a shard a drain moved here", "shard", name, "term", st.Term)
+			return a.report(ctx, term, name, alloc, masterv1.ShardReport_SHARD_REPORT_OPEN, nil, nil)
+		}
+	}
+	switch {
+	case mine && d.GetHandoffNode() != "" && (state == "open" || state == "handed_off"):
+		// A drain moves the shard off this node: hand it off (or say
+		// again that it was).
+		target, targetNode := d.GetHandoffAllocation(), d.GetHandoffNode()
+		if state == "handed_off" && m.handoff != nil {
+			return a.reportOnce(m, name, term, alloc, masterv1.ShardReport_SHARD_REPORT_HANDED_OFF, m.handoff...)
+		}
+		return func(ctx context.Context) error {
+			raw, err := srv.StartHandoff(ctx, name, target, targetNode)
+			if err != nil {
+				return err
+			}
+			a.mu.Lock()
+			m.handoff = raw
+			a.mu.Unlock()
+			a.log.Info("handed a shard off for a drain", "shard", name, "term", term, "target_node", targetNode)
+			return a.report(ctx, term, name, alloc, masterv1.ShardReport_SHARD_REPORT_HANDED_OFF, nil, raw)
+		}
+	case mine && (state == "handed_off" || state == "handing_off") && d.GetHandoffNode() == "" && m.handoff != nil:
+		// The master cancelled the handoff: take the shard back.
+		raw := m.handoff
+		return func(ctx context.Context) error {
+			resumed, err := srv.AbortHandoff(ctx, raw)
+			if err != nil {
+				return err
+			}
+			a.mu.Lock()
+			m.handoff = nil
+			a.mu.Unlock()
+			kind := masterv1.ShardReport_SHARD_REPORT_RESUMED
+			if !resumed {
+				kind = masterv1.ShardReport_SHARD_REPORT_STOOD_DOWN
+			}
+			return a.report(ctx, term, name, alloc, kind, nil, nil)
+		}
+	case mine && state == "open":
+		return a.reportOnce(m, name, term, alloc, masterv1.ShardReport_SHARD_REPORT_OPEN)
+	case mine && st.Fenced:
+		return a.reportOnce(m, name, term, alloc, masterv1.ShardReport_SHARD_REPORT_FENCED)
+	case mine && (state == "opening" || state == "closing" || state == "handing_off"):
+		return nil
+	case here && st.Term > term:
+		// Open here above the master's term (an operator's open): leave
+		// it, and say so.
+		return a.reportOnce(m, name, term, alloc, masterv1.ShardReport_SHARD_REPORT_FENCED)
+	}
+	// Gained (or to reopen at the assigned term): open it with the
+	// protocol's recovery. A term that already wrote here, or a stale
+	// grant, is reported; the master raises the term.
+	return func(ctx context.Context) error {
+		start := time.Now()
+		_, err := srv.Open(ctx, name, term, alloc, settings, nil)
+		if err != nil {
+			a.log.Warn("open of an assigned shard failed", "shard", name, "term", term, "err", err)
+			a.report(ctx, term, name, alloc, masterv1.ShardReport_SHARD_REPORT_FAILED, err, nil)
+			return err
+		}
+		a.log.Info("opened an assigned shard", "shard", name, "term", term, "allocation", alloc, "duration_ms", time.Since(start).Milliseconds())
+		return a.report(ctx, term, name, alloc, masterv1.ShardReport_SHARD_REPORT_OPEN, nil, nil)
+	}
+}
+
+func (a *Agent) failAction(name string, term int64, alloc string, err error) action {
+	return func(ctx context.Context) error {
+		a.report(ctx, term, name, alloc, masterv1.ShardReport_SHARD_REPORT_FAILED, err, nil)
+		return err
+	}
+}
+
+// reportOnce sends a report unless the same one was sent already.
+func (a *Agent) reportOnce(m *managedShard, name string, term int64, alloc string, kind masterv1.ShardReport, handoff ...byte) action {
+	key := fmt.Sprintf("%d/%s/%d", term, alloc, kind)
+	if m.reported == key {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		if err := a.report(ctx, term, name, alloc, kind, nil, handoff); err != nil {
+			return err
+		}
+		a.mu.Lock()
+		m.reported = key
+		a.mu.Unlock()
+		return nil
+	}
+}
+
+// report tells the master what the node did with a shard.
+func (a *Agent) report(ctx context.Context, term int64, name, alloc string, kind masterv1.ShardReport, cause error, handoff []byte) error {
+	req := &masterv1.ReportShardRequest{Node: a.opts.Node, Session: a.session, Shard: name, Term: term, Allocation: alloc, Report: kind, HandoffContext: handoff}
+	if cause != nil {
+		req.Error = cause.Error()
+		req.Reason = sidecar.Reason(cause)
+		req.SuccessorTerm, _ = fence.SuccessorTerm(cause)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := a.clients[a.current()].ReportShard(cctx, connect.NewRequest(req))
+	if err != nil {
+		return fmt.Errorf("report %s of shard %s: %w", kind, name, err)
+	}
+	return nil
+}
