@@ -504,6 +504,11 @@ func (st *stream) end(err error) {
 	st.mu.Unlock()
 	sh := st.sh
 	d := detailOf(err)
+	if d == nil && connect.IsWireError(err) {
+		// The sidecar answered before the stream reached its handler (a
+		// missing token, say): nothing of it was admitted.
+		d = &sidecarv1.ErrorDetail{}
+	}
 	if d != nil && d.GetReason() == ReasonHandedOff && sh.c.cfg.redirect != nil {
 		sh.mu.Lock()
 		sh.redirect = &Owner{Allocation: d.GetAllocation(), Node: d.GetNode()}
