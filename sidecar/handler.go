@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"connectrpc.com/connect"
@@ -26,6 +27,8 @@ type HandlerOptions struct {
 	AuthToken string
 	// Metrics serves /metrics; nil serves none.
 	Metrics http.Handler
+	// Pprof serves Go's profiler at /debug/pprof/ (behind the token).
+	Pprof bool
 }
 
 // Handler serves the API (ConnectRPC: gRPC, gRPC-Web, JSON), the gRPC
@@ -51,6 +54,13 @@ func (s *Server) Handler(o HandlerOptions) http.Handler {
 	mux.Handle(rpath, s.limitRequests(rh))
 	if o.Metrics != nil {
 		mux.Handle("/metrics", o.Metrics)
+	}
+	if o.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
