@@ -29,6 +29,7 @@ func benchE2E(ctx context.Context, c fleetCmd, args []string, stdout, stderr io.
 	opSize := fs.Int("op-size", 1024, "bytes per op")
 	transports := fs.String("transports", "tcp,unix", "how the callers reach the sidecar process: tcp, unix or both")
 	duration := fs.Duration("duration", 3*time.Second, "run time per row")
+	linger := fs.Duration("linger", 0, "the client package's linger (WithLinger)")
 	profile := fs.String("profile", "", "write CPU profiles (client.pprof, server.pprof) of the client package's row at the most callers to this folder")
 	if err := parseArgs(fs, args); err != nil {
 		return err
@@ -75,5 +76,5 @@ func benchE2E(ctx context.Context, c fleetCmd, args []string, stdout, stderr io.
 		return e2ebench.Sidecar{Addr: p.addr, PID: p.cmd.Process.Pid, Stop: p.kill}, nil
 	}
 	return e2ebench.Run(ctx, e2ebench.Config{Store: store, StoreURL: url, Where: where, Callers: ns, OpSize: *opSize,
-		Duration: *duration, Transports: tps, Serve: serve, ProfileDir: *profile}, stdout, stderr)
+		Duration: *duration, Transports: tps, Serve: serve, ProfileDir: *profile, Linger: *linger}, stdout, stderr)
 }

@@ -63,6 +63,8 @@ type Config struct {
 	Transports []string
 	// Serve starts `shardfence serve` with env added and args.
 	Serve func(ctx context.Context, env []string, args ...string) (Sidecar, error)
+	// Linger is the client package's WithLinger.
+	Linger time.Duration
 	// ProfileDir, when set, gets CPU profiles of the client package's run
 	// at the most callers over the first transport: client.pprof (the
 	// bench process) and server.pprof (the sidecar).
@@ -399,7 +401,7 @@ func runAPI(ctx context.Context, a *api, path string, n int, cfg Config, profile
 				}, nil
 		}
 	case "client package":
-		c, err := client.New(a.addr)
+		c, err := client.New(a.addr, client.WithLinger(cfg.Linger))
 		if err != nil {
 			return result{}, err
 		}
