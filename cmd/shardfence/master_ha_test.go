@@ -35,7 +35,11 @@ func startMasterProc(t *testing.T, name, storeURL string, extra ...string) *mast
 	args := append([]string{"master", "--listen", "127.0.0.1:0", "--node", name, "--cluster", "ha", "--shards", "64"}, extra...)
 	p := &masterProc{proc: spawn(t, "master "+name, "master listening on ", []string{masterStoreEnv + "=" + storeURL}, args...)}
 	p.url = "http://" + p.addr
-	p.client = client.New(&http.Client{Timeout: 3 * time.Second}, p.url)
+	// Generous: a new primary places nothing until its predecessor's
+	// allocation lease ran out (3 s after its claim), and a loaded machine
+	// under -race adds seconds to a batch on MinIO. Calls that must fail
+	// fast against a frozen master carry their own context deadline.
+	p.client = client.New(&http.Client{Timeout: 30 * time.Second}, p.url)
 	return p
 }
 
