@@ -163,12 +163,25 @@ func connectError(shard string, err error) error {
 	if err == nil {
 		return nil
 	}
+	var se *streamEnd
+	if errors.As(err, &se) {
+		return streamEndError(shard, se)
+	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		return err
 	}
 	reason, code := classify(err)
 	out := connect.NewError(code, clippedError{err})
+	if detail, derr := connect.NewErrorDetail(errorDetail(shard, reason, err)); derr == nil {
+		out.AddDetail(detail)
+	}
+	return out
+}
+
+// errorDetail is the ErrorDetail of err: its reason, and what the error
+// knows of fencing, keys and handoffs.
+func errorDetail(shard, reason string, err error) *sidecarv1.ErrorDetail {
 	d := &sidecarv1.ErrorDetail{Reason: reason, Shard: clip(shard)}
 	var fe *fence.FencedError
 	if errors.As(err, &fe) {
@@ -178,6 +191,40 @@ func connectError(shard string, err error) error {
 	if errors.As(err, &be) {
 		d.Key = be.Key
 	}
+	var he *handoffError
+	if errors.As(err, &he) {
+		d.Allocation, d.Node = clip(he.target), clip(he.node)
+	}
+	return d
+}
+
+// streamEndError is the API error that ends an append stream: the cause's
+// code and message, and an ErrorDetail with the last request admitted. A
+// cause that is already an API error (the stream's transport failed, a
+// message was too large) keeps its code and reason.
+func streamEndError(shard string, se *streamEnd) error {
+	var ce *connect.Error
+	var d *sidecarv1.ErrorDetail
+	var out *connect.Error
+	if errors.As(se.err, &ce) {
+		out = connect.NewError(ce.Code(), errors.New(clipN(fmt.Sprintf("%s (append stream ended; requests above id %d were not written)", ce.Message(), se.admitted), maxErrorMessage)))
+		d = &sidecarv1.ErrorDetail{Shard: clip(shard)}
+		for _, cd := range ce.Details() {
+			if v, derr := cd.Value(); derr == nil {
+				if ed, ok := v.(*sidecarv1.ErrorDetail); ok {
+					d = ed
+				}
+			}
+		}
+		if d.Reason == "" {
+			d.Reason, _ = classify(se.err)
+		}
+	} else {
+		reason, code := classify(se.err)
+		out = connect.NewError(code, clippedError{se})
+		d = errorDetail(shard, reason, se.err)
+	}
+	d.LastAdmittedRequestId = se.admitted
 	if detail, derr := connect.NewErrorDetail(d); derr == nil {
 		out.AddDetail(detail)
 	}

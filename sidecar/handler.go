@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
@@ -18,15 +21,19 @@ import (
 
 // HandlerOptions configure the HTTP side of a server.
 type HandlerOptions struct {
-	// AuthToken, when set, is the bearer token every API and /metrics
-	// request must carry; /healthz and /readyz stay open for probes.
+	// AuthToken, when set, is the bearer token every API, reflection and
+	// /metrics request must carry; /healthz, /readyz and the gRPC health
+	// checks stay open for probes.
 	AuthToken string
 	// Metrics serves /metrics; nil serves none.
 	Metrics http.Handler
+	// Pprof serves Go's profiler at /debug/pprof/ (behind the token).
+	Pprof bool
 }
 
-// Handler serves the API (ConnectRPC: gRPC, gRPC-Web, JSON), /metrics,
-// /healthz and /readyz.
+// Handler serves the API (ConnectRPC: gRPC, gRPC-Web, JSON), the gRPC
+// health checking protocol and server reflection, /metrics, /healthz and
+// /readyz.
 func (s *Server) Handler(o HandlerOptions) http.Handler {
 	mux := http.NewServeMux()
 	path, h := sidecarv1connect.NewSidecarServiceHandler(&service{s: s},
@@ -36,8 +43,24 @@ func (s *Server) Handler(o HandlerOptions) http.Handler {
 		// still compress for clients that ask.
 		connect.WithCompressMinBytes(16<<10))
 	mux.Handle(path, s.limitRequests(h))
+	// The gRPC ecosystem's endpoints: health checking (open to probes, as
+	// /healthz and /readyz are) and server reflection.
+	hpath, hh := grpchealth.NewHandler(healthChecker{s})
+	mux.Handle(hpath, s.limitRequests(hh))
+	reflector := grpcreflect.NewStaticReflector(sidecarv1connect.SidecarServiceName, grpchealth.HealthV1ServiceName)
+	rpath, rh := grpcreflect.NewHandlerV1(reflector)
+	mux.Handle(rpath, s.limitRequests(rh))
+	rpath, rh = grpcreflect.NewHandlerV1Alpha(reflector)
+	mux.Handle(rpath, s.limitRequests(rh))
 	if o.Metrics != nil {
 		mux.Handle("/metrics", o.Metrics)
+	}
+	if o.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
@@ -48,8 +71,14 @@ func (s *Server) Handler(o HandlerOptions) http.Handler {
 	}
 	return httpauth.RequireBearer(o.AuthToken,
 		"missing or wrong bearer token: send the sidecar's token as Authorization: Bearer TOKEN (the shardfence client commands read it from --auth-token-file or SHARDFENCE_AUTH_TOKEN_FILE)",
-		mux, "/healthz", "/readyz")
+		mux, "/healthz", "/readyz", healthCheckPath, healthWatchPath)
 }
+
+// The health checking calls, open without the token like /healthz.
+const (
+	healthCheckPath = "/" + grpchealth.HealthV1ServiceName + "/Check"
+	healthWatchPath = "/" + grpchealth.HealthV1ServiceName + "/Watch"
+)
 
 type service struct {
 	sidecarv1connect.UnimplementedSidecarServiceHandler
@@ -322,3 +351,10 @@ func (sv *service) GC(ctx context.Context, req *connect.Request[sidecarv1.GCRequ
 // BearerToken is a client interceptor that sends token as the bearer
 // token of every call.
 func BearerToken(token string) connect.Interceptor { return httpauth.BearerToken(token) }
+
+func (sv *service) AppendStream(ctx context.Context, stream *connect.BidiStream[sidecarv1.AppendStreamRequest, sidecarv1.AppendStreamResponse]) error {
+	if err := sv.s.AppendStream(ctx, stream.Receive, stream.Send); err != nil {
+		return sv.fail("AppendStream", shardOf(err), err)
+	}
+	return nil
+}

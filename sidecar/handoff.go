@@ -36,7 +36,7 @@ func (s *Server) StartHandoff(ctx context.Context, name, target, targetNode stri
 		sh.src = relocation.NewSource(sh.store, sh.chain, sh.w, sh.settings.WriterOptions())
 	}
 	src := sh.src
-	sh.state, sh.target = ShardHandingOff, target
+	sh.state, sh.target, sh.targetNode = ShardHandingOff, target, targetNode
 	sh.mu.Unlock()
 	start := time.Now()
 	hc, err := src.Handoff(ctx, target, targetNode)

@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/blobstore"
 )
 
@@ -74,9 +75,12 @@ func (g *requestGate) release(n int64) {
 }
 
 // streamingRequests are procedures whose request body is a long-lived
-// stream (none yet; a streaming Append is planned): the body read deadline
-// does not apply to them.
-var streamingRequests = map[string]bool{}
+// stream of messages: each message is held in the stream's window (and the
+// gate) from its header until the handler answered it, and the body read
+// deadline bounds one message, not the stream.
+var streamingRequests = map[string]bool{
+	sidecarv1connect.SidecarServiceAppendStreamProcedure: true,
+}
 
 // limitRequests guards an API handler against slow and large clients:
 //   - a body announced larger than MaxRequestBytes is refused before any
@@ -103,6 +107,10 @@ func (s *Server) limitRequests(next http.Handler) http.Handler {
 		http.Error(w, err.Error(), status)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if streamingRequests[r.URL.Path] {
+			s.serveStream(w, r, next, gate)
+			return
+		}
 		if r.ContentLength > int64(lim.MaxRequestBytes)+envelopeSlack {
 			fail(w, r, http.StatusRequestEntityTooLarge, fmt.Errorf("%w: the request body is %d bytes, the sidecar takes at most %d (--max-request-bytes): split the append", blobstore.ErrTooLarge, r.ContentLength, lim.MaxRequestBytes))
 			return

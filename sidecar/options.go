@@ -23,10 +23,24 @@ type Limits struct {
 	// once (decoded, a request takes about twice its size in memory).
 	// Default 128 MiB; at least MaxRequestBytes.
 	MaxConcurrentRequestBytes int64
-	// BodyReadTimeout bounds how long a request body may take to arrive.
+	// BodyReadTimeout bounds how long a request body may take to arrive;
+	// on an AppendStream, how long one request message may take once its
+	// first bytes arrived (the stream itself may stay open and idle).
 	// Default 30s.
 	BodyReadTimeout time.Duration
+	// StreamWindowBytes bounds the request bytes one AppendStream holds:
+	// requests read and not yet answered. The sidecar stops reading a
+	// stream at the window (its client's sends wait) until answers free
+	// it; one request larger than the window is read alone. The bytes
+	// also count against MaxConcurrentRequestBytes. Default 8 MiB.
+	StreamWindowBytes int64
 }
+
+// Bounds of Limits.StreamWindowBytes.
+const (
+	MinStreamWindowBytes = 64 << 10
+	MaxStreamWindowBytes = 1 << 30
+)
 
 // Bounds of Limits.BodyReadTimeout.
 const (
@@ -50,6 +64,9 @@ func (l *Limits) setDefaults() {
 	if l.BodyReadTimeout <= 0 {
 		l.BodyReadTimeout = 30 * time.Second
 	}
+	if l.StreamWindowBytes <= 0 {
+		l.StreamWindowBytes = 8 << 20
+	}
 }
 
 func (l Limits) validate() error {
@@ -58,6 +75,8 @@ func (l Limits) validate() error {
 		return fmt.Errorf("%w: max concurrent request bytes %d below max request bytes %d", ErrInvalidArgument, l.MaxConcurrentRequestBytes, l.MaxRequestBytes)
 	case l.BodyReadTimeout < MinBodyReadTimeout || l.BodyReadTimeout > MaxBodyReadTimeout:
 		return fmt.Errorf("%w: body read timeout %v is outside %v..%v", ErrInvalidArgument, l.BodyReadTimeout, MinBodyReadTimeout, MaxBodyReadTimeout)
+	case l.StreamWindowBytes < MinStreamWindowBytes || l.StreamWindowBytes > MaxStreamWindowBytes:
+		return fmt.Errorf("%w: stream window %d bytes is outside %d..%d", ErrInvalidArgument, l.StreamWindowBytes, int64(MinStreamWindowBytes), int64(MaxStreamWindowBytes))
 	}
 	return nil
 }

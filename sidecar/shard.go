@@ -28,15 +28,18 @@ type shard struct {
 	// stallAfter is the server's Options.StallAfter.
 	stallAfter time.Duration
 
-	mu       sync.Mutex
-	w        *translog.Writer // replaced when an aborted handoff resumes
-	src      *relocation.Source
-	target   string // allocation the shard was handed off to
-	state    ShardState
-	ackedGen int64 // last generation whose ops were acknowledged
-	nextSeq  int64 // sequence number after the last acknowledged op
-	casSeq   int64 // writer's CAS count seen at the last acknowledgement
-	lastCAS  time.Time
+	mu     sync.Mutex
+	w      *translog.Writer // replaced when an aborted handoff resumes
+	src    *relocation.Source
+	target string // allocation the shard was handed off to
+	// targetNode is the node StartHandoff named for the target ("" when
+	// it named none).
+	targetNode string
+	state      ShardState
+	ackedGen   int64 // last generation whose ops were acknowledged
+	nextSeq    int64 // sequence number after the last acknowledged op
+	casSeq     int64 // writer's CAS count seen at the last acknowledgement
+	lastCAS    time.Time
 	// proof is a steady time no later than when the last successful fence
 	// CAS was sent: the start of the Append whose ack first saw it.
 	proof seal.Proof
@@ -75,6 +78,13 @@ func (sh *shard) setState(state ShardState, target string) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.state, sh.target = state, target
+}
+
+// targetNodeName is the node of the handoff's target, if it was named.
+func (sh *shard) targetNodeName() string {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.targetNode
 }
 
 // ShardStatus is what Status reports of a shard.

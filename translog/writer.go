@@ -69,9 +69,45 @@ func Open(ctx context.Context, store *blobstore.Container, chain *fence.Chain, o
 // acknowledged by this writer. Append does not copy ops: the caller must
 // not change them until Append returns.
 func (w *Writer) Append(ctx context.Context, ops [][]byte) (Ack, error) {
-	size, err := w.p.measure(ops)
+	p, err := w.Enqueue(ctx, ops)
 	if err != nil {
 		return Ack{}, err
+	}
+	select {
+	case <-p.e.wake:
+		return p.e.ack, p.e.err
+	case <-ctx.Done():
+		return Ack{}, w.p.opErr("Append", blobstore.Ambiguous(ctx.Err()))
+	}
+}
+
+// Pending is an append Enqueue queued: it completes once, with an ack or
+// the error that ended it.
+type Pending struct{ e *entry }
+
+// Done is closed once the append completed.
+func (p *Pending) Done() <-chan struct{} { return p.e.wake }
+
+// Result waits for the append to complete and returns its ack, or its
+// error: the writer's terminal error (fenced, broken, closed), after which
+// the ops may or may not be durable but are never acknowledged.
+func (p *Pending) Result() (Ack, error) {
+	<-p.e.wake
+	return p.e.ack, p.e.err
+}
+
+// Enqueue queues ops like Append but returns once they are queued, without
+// waiting for their ack: it waits only for in-flight room. An error means
+// nothing was queued (ctx ended while it waited: the ops were not
+// written). Appends complete in the order they were queued, and an
+// append's ops follow the ops of every append queued before it, so a
+// caller that enqueues in order and waits in order gets its acks in the
+// order of durability. Enqueue does not copy ops: the caller must not
+// change them until the append completed.
+func (w *Writer) Enqueue(ctx context.Context, ops [][]byte) (*Pending, error) {
+	size, err := w.p.measure(ops)
+	if err != nil {
+		return nil, err
 	}
 	e := &entry{ops: ops, size: size, wake: make(chan struct{})}
 	w.mu.Lock()
@@ -81,7 +117,7 @@ func (w *Writer) Append(ctx context.Context, ops [][]byte) (Ack, error) {
 		queued, err := w.p.enqueue(e)
 		if err != nil {
 			w.mu.Unlock()
-			return Ack{}, err
+			return nil, err
 		}
 		if queued {
 			break
@@ -92,7 +128,7 @@ func (w *Writer) Append(ctx context.Context, ops [][]byte) (Ack, error) {
 		case <-space:
 		case <-ctx.Done():
 			// Nothing was queued: the ops were not written.
-			return Ack{}, w.p.opErr("Append", ctx.Err())
+			return nil, w.p.opErr("Append", ctx.Err())
 		}
 		w.mu.Lock()
 	}
@@ -101,12 +137,7 @@ func (w *Writer) Append(ctx context.Context, ops [][]byte) (Ack, error) {
 	case w.arrived <- struct{}{}:
 	default:
 	}
-	select {
-	case <-e.wake:
-		return e.ack, e.err
-	case <-ctx.Done():
-		return Ack{}, w.p.opErr("Append", blobstore.Ambiguous(ctx.Err()))
-	}
+	return &Pending{e: e}, nil
 }
 
 // Err returns the writer's terminal error (fenced, broken or closed), or

@@ -2,21 +2,25 @@ package main
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 )
 
-func TestBenchE2EPrintsBothPaths(t *testing.T) {
+func TestBenchE2EPrintsEveryPath(t *testing.T) {
 	var out, errOut syncBuffer
-	if err := runBench(t.Context(), []string{"e2e", "--duration", "300ms", "--clients", "4", "--ops-per-append", "2"}, &out, &errOut); err != nil {
+	c := fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}
+	if err := benchE2E(t.Context(), c, []string{"--duration", "300ms", "--callers", "1,4"}, &out, &errOut); err != nil {
 		t.Fatalf("bench e2e: %v\n%s", err, errOut.String())
 	}
-	for _, want := range []string{"in-process translog", "sidecar API (Connect, h2c)", "2 per append", "target API throughput"} {
+	for _, want := range []string{"in-process translog", "unary API", "stream API", "client package", "tcp", "unix", "sidecar CPU", "target at 4 callers"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
-	if err := runBench(t.Context(), []string{"e2e", "--clients", "0"}, &out, &errOut); !errors.Is(err, errUsage) {
-		t.Errorf("zero clients: %v", err)
+	for _, bad := range [][]string{{"--callers", "0"}, {"--transports", "udp"}, {"--store", "mem://x"}} {
+		if err := benchE2E(t.Context(), c, bad, &out, &errOut); !errors.Is(err, errUsage) {
+			t.Errorf("%v: %v", bad, err)
+		}
 	}
 }

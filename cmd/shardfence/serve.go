@@ -39,6 +39,7 @@ type serveFlags struct {
 	serverSecurity
 	allowUnfenced                bool
 	allowFencingFailures         bool
+	pprof                        bool
 	shutdownTimeout, idleTimeout time.Duration
 	stallAfter                   time.Duration
 	limits                       sidecar.Limits
@@ -66,6 +67,8 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.masterConn.clientKey, "master-client-key", "", "client certificate's key (PEM)")
 	fs.BoolVar(&f.allowUnfenced, "allow-unfenced", false, "allow shards opened with fencing disabled (benchmarks only: a zombie can lose acknowledged writes)")
 	fs.BoolVar(&f.allowFencingFailures, "allow-fencing-failures", false, "serve a store whose conformance certificate records a failed fencing check (a fenced shard there can lose acknowledged writes)")
+	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ (behind the token, like /metrics)")
+	fs.Int64Var(&f.limits.StreamWindowBytes, "stream-window-bytes", 8<<20, "request bytes one AppendStream may hold unanswered before the sidecar stops reading it (64 KiB..1 GiB)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight syncs before abandoning them (1s..1h)")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 2*time.Minute, "close a client connection idle this long (1s..1h)")
 	fs.DurationVar(&f.limits.BodyReadTimeout, "body-read-timeout", 30*time.Second, "a request body must arrive within this long (100ms..10m)")
@@ -409,7 +412,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Warn("serving off loopback without TLS: the bearer token and ops cross the network in clear text", "listen", f.listen)
 	}
 	hs := &http.Server{
-		Handler:           srv.Handler(sidecar.HandlerOptions{AuthToken: token, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}),
+		Handler:           srv.Handler(sidecar.HandlerOptions{AuthToken: token, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Pprof: f.pprof}),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Bodies have their own per-call deadline (--body-read-timeout),
 		// lifted once read, so long acks and streams are not cut.

@@ -1,6 +1,10 @@
-// Package e2ebench measures appends through the sidecar API (ConnectRPC
-// over loopback) against appends to the in-process translog, same store,
-// same run (`shardfence bench e2e`).
+// Package e2ebench measures appends through a real sidecar process
+// (`shardfence serve`) against appends to the in-process translog writer,
+// same store, same run (`shardfence bench e2e`): the unary Append, the
+// AppendStream RPC (one stream per caller) and the client package (one
+// client shared by the callers, coalescing them onto one stream), each at
+// several numbers of concurrent callers, over TCP and a unix socket, with
+// the CPU time of the bench process (the client) and of the sidecar.
 package e2ebench
 
 import (
@@ -10,11 +14,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -23,60 +33,88 @@ import (
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/internal/demo"
+	"github.com/shardfence/shardfence/client"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/sidecar"
 )
 
-// Config is one bench run.
-type Config struct {
-	// Store is where both paths write, under a random
-	// shardfence-bench-e2e/ prefix removed afterwards; Where names it.
-	Store *blobstore.Container
-	Where string
-	// Clients append in closed loops, Batch ops of OpSize bytes per
-	// Append, for Duration per path.
-	Clients, OpSize, Batch int
-	Duration               time.Duration
-	// H2C: API clients share one HTTP/2 connection (h2c), as gRPC clients
-	// do; false: one HTTP/1.1 connection per client.
-	H2C bool
+// Sidecar is a `shardfence serve` process the bench started.
+type Sidecar struct {
+	Addr string // as `serve` printed it: HOST:PORT or unix:///path
+	PID  int
+	Stop func()
 }
 
-// result is one path's numbers.
+// Config is one bench run.
+type Config struct {
+	// Store is where every path writes, under a random
+	// shardfence-bench-e2e/ prefix removed afterwards; StoreURL is the same
+	// store for the sidecar processes (not mem://); Where names it.
+	Store    *blobstore.Container
+	StoreURL string
+	Where    string
+	// Callers are the numbers of concurrent callers each path runs with;
+	// each appends one op of OpSize bytes per call in a closed loop for
+	// Duration.
+	Callers  []int
+	OpSize   int
+	Duration time.Duration
+	// Transports: "tcp", "unix" or both.
+	Transports []string
+	// Serve starts `shardfence serve` with env added and args.
+	Serve func(ctx context.Context, env []string, args ...string) (Sidecar, error)
+	// Linger is the client package's WithLinger.
+	Linger time.Duration
+	// ProfileDir, when set, gets CPU profiles of the client package's run
+	// at the most callers over the first transport: client.pprof (the
+	// bench process) and server.pprof (the sidecar).
+	ProfileDir string
+}
+
+// result is one row.
 type result struct {
-	path     string
-	ops      int
-	elapsed  time.Duration
-	p50, p99 time.Duration
-	errors   int
-	firstErr error
+	path, transport string
+	callers         int
+	ops             int
+	elapsed         time.Duration
+	p50, p99        time.Duration
+	errors          int
+	firstErr        error
+	clientCPU       time.Duration
+	serverCPU       time.Duration // -1: not measured
 }
 
 func (r result) opsPerSec() float64 { return float64(r.ops) / r.elapsed.Seconds() }
 
-// loop runs clients closed loops of append for d and collects the ack
-// latencies.
-func loop(ctx context.Context, path string, clients int, d time.Duration, opSize, batch int, appendOne func(ctx context.Context, ops [][]byte) error) result {
+// appendFunc appends one op; a caller's own (a stream per caller).
+type appendFunc func(ctx context.Context, op []byte) error
+
+// loop runs callers closed loops of one append each for d and collects the
+// ack latencies; newCaller makes caller c's append and its clean-up.
+func loop(ctx context.Context, callers int, d time.Duration, opSize int, newCaller func(c int) (appendFunc, func(), error)) (result, error) {
+	fns := make([]appendFunc, callers)
+	for c := range callers {
+		fn, done, err := newCaller(c)
+		if err != nil {
+			return result{}, err
+		}
+		defer done()
+		fns[c] = fn
+	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	lat := make([][]time.Duration, clients)
-	errs := make([]int, clients)
-	firstErrs := make([]error, clients)
+	lat := make([][]time.Duration, callers)
+	errs := make([]int, callers)
+	firstErrs := make([]error, callers)
 	var wg sync.WaitGroup
 	start := time.Now()
-	for c := range clients {
+	for c := range callers {
 		wg.Go(func() {
-			ops := make([][]byte, batch)
-			for j := range ops {
-				ops[j] = make([]byte, opSize)
-			}
+			op := make([]byte, opSize)
 			for i := 0; ctx.Err() == nil; i++ {
-				for j, op := range ops {
-					copy(op, fmt.Sprintf("%d-%d-%d-", c, i, j))
-				}
+				copy(op, fmt.Sprintf("%d-%d-", c, i))
 				t0 := time.Now()
-				if err := appendOne(ctx, ops); err != nil {
+				if err := fns[c](ctx, op); err != nil {
 					if ctx.Err() == nil {
 						errs[c]++
 						if firstErrs[c] == nil {
@@ -90,31 +128,101 @@ func loop(ctx context.Context, path string, clients int, d time.Duration, opSize
 		})
 	}
 	wg.Wait()
-	r := result{path: path, elapsed: time.Since(start)}
+	r := result{callers: callers, elapsed: time.Since(start)}
 	var all []time.Duration
-	for c := range clients {
+	for c := range callers {
 		all = append(all, lat[c]...)
 		r.errors += errs[c]
 		if r.firstErr == nil {
 			r.firstErr = firstErrs[c]
 		}
 	}
-	r.ops = len(all) * batch
+	r.ops = len(all)
 	if len(all) > 0 {
 		slices.Sort(all)
 		r.p50, r.p99 = all[len(all)/2], all[len(all)*99/100]
 	}
-	return r
+	return r, nil
 }
 
-// Run measures both paths and writes the table to out; progress goes to
+// selfCPU is the bench process's CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU is a process's CPU time from /proc (Linux), -1 if unknown.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// The command name may hold spaces: fields count from after ")".
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return -1
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	// USER_HZ is 100 on Linux.
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// withPrefix is rawURL with prefix appended to its path (the store's key
+// prefix for file://, s3://, minio://, gs:// and azblob:// alike).
+func withPrefix(rawURL, prefix string) (string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", err
+	}
+	if u.Scheme == "mem" {
+		return "", errors.New("bench e2e: a mem:// store cannot be shared with the sidecar process; use file:// or an object store")
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/" + prefix
+	return u.String(), nil
+}
+
+// api is the transport of one sidecar process: its address and HTTP/2
+// clients for the unary and stream paths.
+type api struct {
+	transport string
+	proc      Sidecar
+	addr      string // for client.New
+	svc       sidecarv1connect.SidecarServiceClient
+	tr        *http.Transport
+}
+
+func newAPI(transport string, proc Sidecar) *api {
+	a := &api{transport: transport, proc: proc, addr: proc.Addr}
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	base := "http://" + proc.Addr
+	if path, ok := strings.CutPrefix(proc.Addr, "unix://"); ok {
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}
+		base = "http://sidecar"
+	}
+	a.tr = tr
+	a.svc = sidecarv1connect.NewSidecarServiceClient(&http.Client{Transport: tr}, base)
+	return a
+}
+
+// Run measures every path and writes the table to out; progress goes to
 // log.
 func Run(ctx context.Context, cfg Config, out, log io.Writer) error {
-	root := cfg.Store
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	prefix := "shardfence-bench-e2e/" + hex.EncodeToString(rnd[:])
-	store, err := blobstore.Sub(root, prefix)
+	store, err := blobstore.Sub(cfg.Store, prefix)
 	if err != nil {
 		return err
 	}
@@ -126,85 +234,276 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) error {
 			}
 		}
 	}()
-
-	// In process: the writer recovery opens, called directly.
-	fmt.Fprintf(log, "in-process translog for %v...\n", cfg.Duration)
-	shardStore, err := blobstore.Sub(store, "inproc")
+	procURL, err := withPrefix(cfg.StoreURL, prefix)
 	if err != nil {
-		return err
-	}
-	sh, err := recovery.Open(ctx, shardStore, "inproc", 1, "bench", recovery.Options{Writer: sidecar.DefaultSettings().WriterOptions()})
-	if err != nil {
-		return fmt.Errorf("bench e2e: open the in-process shard: %w", err)
-	}
-	inproc := loop(ctx, "in-process translog", cfg.Clients, cfg.Duration, cfg.OpSize, cfg.Batch, func(ctx context.Context, ops [][]byte) error {
-		_, err := sh.Writer.Append(ctx, ops)
-		return err
-	})
-	if err := sh.Writer.Close(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
 
-	// Through the API: a sidecar on loopback, ConnectRPC over h2c or
-	// HTTP/1.1 keep-alive connections.
-	fmt.Fprintf(log, "sidecar API for %v...\n", cfg.Duration)
-	srv, err := sidecar.New(ctx, store, sidecar.Options{Logger: slog.New(slog.DiscardHandler)})
+	// One sidecar process per transport.
+	var apis []*api
+	sockDir, err := os.MkdirTemp("", "shardfence-bench-e2e-")
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
+	defer os.RemoveAll(sockDir)
+	for _, tp := range cfg.Transports {
+		listen := "127.0.0.1:0"
+		if tp == "unix" {
+			listen = "unix://" + filepath.Join(sockDir, "sidecar.sock")
+		}
+		args := []string{"serve", "--listen", listen, "--log-level", "warn"}
+		if cfg.ProfileDir != "" {
+			args = append(args, "--pprof")
+		}
+		p, err := cfg.Serve(ctx, []string{"SHARDFENCE_STORE=" + procURL}, args...)
+		if err != nil {
+			return fmt.Errorf("bench e2e: start the sidecar (%s): %w", tp, err)
+		}
+		defer p.Stop()
+		apis = append(apis, newAPI(tp, p))
 	}
-	hs := &http.Server{Handler: srv.Handler(sidecar.HandlerOptions{}), ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
-	hs.Protocols.SetHTTP1(true)
-	hs.Protocols.SetUnencryptedHTTP2(true)
-	go func() { _ = hs.Serve(ln) }()
-	defer hs.Close()
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = cfg.Clients
-	proto := "HTTP/1.1"
-	if cfg.H2C {
-		tr.Protocols = new(http.Protocols)
-		tr.Protocols.SetUnencryptedHTTP2(true)
-		proto = "h2c"
-	}
-	client := sidecarv1connect.NewSidecarServiceClient(&http.Client{Transport: tr}, "http://"+ln.Addr().String())
-	if _, _, err := demo.OpenShard(ctx, client, "api", 1, "bench"); err != nil {
-		return fmt.Errorf("bench e2e: open the API shard: %w", err)
-	}
-	api := loop(ctx, "sidecar API (Connect, "+proto+")", cfg.Clients, cfg.Duration, cfg.OpSize, cfg.Batch, func(ctx context.Context, ops [][]byte) error {
-		_, err := client.Append(ctx, connect.NewRequest(&sidecarv1.AppendRequest{Shard: "api", Ops: ops}))
-		return err
-	})
-	if err := srv.Shutdown(context.WithoutCancel(ctx)); err != nil {
-		return err
+
+	var rows []result
+	inproc := map[int]result{}
+	for _, n := range cfg.Callers {
+		fmt.Fprintf(log, "%d callers: in-process translog...\n", n)
+		r, err := runInProcess(ctx, store, n, cfg)
+		if err != nil {
+			return err
+		}
+		inproc[n] = r
+		rows = append(rows, r)
+		for i, a := range apis {
+			profile := cfg.ProfileDir != "" && i == 0 && n == slices.Max(cfg.Callers)
+			for _, path := range []string{"unary API", "stream API", "client package"} {
+				fmt.Fprintf(log, "%d callers: %s over %s...\n", n, path, a.transport)
+				r, err := runAPI(ctx, a, path, n, cfg, profile && path == "client package")
+				if err != nil {
+					return err
+				}
+				rows = append(rows, r)
+			}
+		}
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 
-	fmt.Fprintf(out, "store %s, %d clients, %d-byte ops, %d per append, %v per path\n\n", cfg.Where, cfg.Clients, cfg.OpSize, cfg.Batch, cfg.Duration)
+	fmt.Fprintf(out, "store %s, %d-byte ops, one op per call, %v per row; the sidecar is a `shardfence serve` process (CPU: seconds per 1,000 acknowledged ops)\n\n", cfg.Where, cfg.OpSize, cfg.Duration)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tops/s\tack p50\tack p99\terrors\t")
-	// Latencies are per Append call; errors count failed calls.
-	for _, r := range []result{inproc, api} {
-		fmt.Fprintf(tw, "%s\t%.0f\t%v\t%v\t%d\t\n", r.path, r.opsPerSec(), r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), r.errors)
+	fmt.Fprintln(tw, "path\ttransport\tcallers\tops/s\tx in-process\tack p50\tack p99\tclient CPU\tsidecar CPU\terrors\t")
+	per1k := func(d time.Duration, ops int) string {
+		if d < 0 || ops == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.3f", d.Seconds()*1000/float64(ops))
+	}
+	for _, r := range rows {
+		tp, srv := r.transport, per1k(r.serverCPU, r.ops)
+		if tp == "" {
+			tp, srv = "-", "-"
+		}
+		x := r.opsPerSec() / inproc[r.callers].opsPerSec()
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%v\t%v\t%s\t%s\t%d\t\n", r.path, tp, r.callers, r.opsPerSec(), x,
+			r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), per1k(r.clientCPU, r.ops), srv, r.errors)
 	}
 	tw.Flush()
-	for _, r := range []result{inproc, api} {
+	for _, r := range rows {
 		if r.firstErr != nil {
-			fmt.Fprintf(out, "%s: first error of %d: %v\n", r.path, r.errors, r.firstErr)
+			fmt.Fprintf(out, "%s (%s, %d callers): first error of %d: %v\n", r.path, r.transport, r.callers, r.errors, r.firstErr)
 		}
 	}
-	if inproc.ops == 0 || api.ops == 0 {
-		return errors.New("bench e2e: a path acknowledged no op")
+	top := slices.Max(cfg.Callers)
+	base := inproc[top]
+	if base.ops == 0 {
+		return errors.New("bench e2e: the in-process writer acknowledged no op")
 	}
-	x := api.opsPerSec() / inproc.opsPerSec()
-	verdict := "met"
-	if x < 0.85 {
-		verdict = "MISSED"
+	fmt.Fprintf(out, "\ntarget at %d callers: stream API and client package >= 0.85x in-process ops/s, ack p50 within one store round trip (~ in-process p50 %v) of in-process\n", top, base.p50.Round(10*time.Microsecond))
+	for _, r := range rows {
+		if r.callers != top || (r.path != "stream API" && r.path != "client package") {
+			continue
+		}
+		x := r.opsPerSec() / base.opsPerSec()
+		verdict := "met"
+		if x < 0.85 || r.p50-base.p50 > base.p50 {
+			verdict = "MISSED"
+		}
+		fmt.Fprintf(out, "  %s over %s: %.2fx, p50 +%v (%s)\n", r.path, r.transport, x, (r.p50 - base.p50).Round(10*time.Microsecond), verdict)
 	}
-	fmt.Fprintf(out, "\ntarget API throughput >= 0.85x in-process: %.2fx (%s)\n", x, verdict)
 	return nil
+}
+
+// runInProcess is the baseline: the writer recovery opens, called
+// directly by the callers.
+func runInProcess(ctx context.Context, store *blobstore.Container, n int, cfg Config) (result, error) {
+	name := fmt.Sprintf("inproc-%d", n)
+	shardStore, err := blobstore.Sub(store, name)
+	if err != nil {
+		return result{}, err
+	}
+	sh, err := recovery.Open(ctx, shardStore, name, 1, "bench", recovery.Options{Writer: sidecar.DefaultSettings().WriterOptions()})
+	if err != nil {
+		return result{}, fmt.Errorf("bench e2e: open the in-process shard: %w", err)
+	}
+	defer func() { _ = sh.Writer.Close(context.WithoutCancel(ctx)) }()
+	cpu0 := selfCPU()
+	r, err := loop(ctx, n, cfg.Duration, cfg.OpSize, func(int) (appendFunc, func(), error) {
+		return func(ctx context.Context, op []byte) error {
+			_, err := sh.Writer.Append(ctx, [][]byte{op})
+			return err
+		}, func() {}, nil
+	})
+	r.path, r.clientCPU, r.serverCPU = "in-process translog", selfCPU()-cpu0, -1
+	return r, err
+}
+
+// runAPI runs one path through the sidecar process of a.
+func runAPI(ctx context.Context, a *api, path string, n int, cfg Config, profile bool) (result, error) {
+	shard := strings.ReplaceAll(fmt.Sprintf("%s-%s-%d", path, a.transport, n), " ", "-")
+	if _, err := openShard(ctx, a.svc, shard); err != nil {
+		return result{}, fmt.Errorf("bench e2e: open %s: %w", shard, err)
+	}
+	var newCaller func(int) (appendFunc, func(), error)
+	switch path {
+	case "unary API":
+		newCaller = func(int) (appendFunc, func(), error) {
+			return func(ctx context.Context, op []byte) error {
+				_, err := a.svc.Append(ctx, connect.NewRequest(&sidecarv1.AppendRequest{Shard: shard, Ops: [][]byte{op}}))
+				return err
+			}, func() {}, nil
+		}
+	case "stream API":
+		newCaller = func(int) (appendFunc, func(), error) {
+			sctx, cancel := context.WithCancel(ctx)
+			st := a.svc.AppendStream(sctx)
+			var id uint64
+			return func(_ context.Context, op []byte) error {
+					id++
+					req := &sidecarv1.AppendStreamRequest{RequestId: id, Ops: [][]byte{op}}
+					if id == 1 {
+						req.Shard = shard
+					}
+					if err := st.Send(req); err != nil {
+						_, rerr := st.Receive()
+						return fmt.Errorf("send: %w (%v)", err, rerr)
+					}
+					res, err := st.Receive()
+					if err != nil {
+						return err
+					}
+					if res.GetAck() == nil {
+						return fmt.Errorf("refused: %s", res.GetRefused().GetMessage())
+					}
+					return nil
+				}, func() {
+					_ = st.CloseRequest()
+					cancel()
+				}, nil
+		}
+	case "client package":
+		c, err := client.New(a.addr, client.WithLinger(cfg.Linger))
+		if err != nil {
+			return result{}, err
+		}
+		defer c.Close()
+		sh := c.Shard(shard)
+		newCaller = func(int) (appendFunc, func(), error) {
+			return func(ctx context.Context, op []byte) error {
+				_, err := sh.Append(ctx, op)
+				return err
+			}, func() {}, nil
+		}
+	}
+	stopProfile := func() {}
+	if profile {
+		var err error
+		if stopProfile, err = startProfiles(ctx, a, cfg); err != nil {
+			return result{}, err
+		}
+	}
+	cpu0, srv0 := selfCPU(), procCPU(a.proc.PID)
+	r, err := loop(ctx, n, cfg.Duration, cfg.OpSize, newCaller)
+	r.clientCPU, r.serverCPU = selfCPU()-cpu0, -1
+	if srv1 := procCPU(a.proc.PID); srv0 >= 0 && srv1 >= 0 {
+		r.serverCPU = srv1 - srv0
+	}
+	stopProfile()
+	r.path, r.transport = path, a.transport
+	if _, cerr := a.svc.Close(context.WithoutCancel(ctx), connect.NewRequest(&sidecarv1.CloseRequest{Shard: shard})); cerr != nil && err == nil {
+		err = fmt.Errorf("bench e2e: close %s: %w", shard, cerr)
+	}
+	return r, err
+}
+
+// startProfiles profiles the bench process and the sidecar (its
+// /debug/pprof, `serve --pprof`) for the row's duration.
+func startProfiles(ctx context.Context, a *api, cfg Config) (func(), error) {
+	if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(cfg.ProfileDir, "client.pprof"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	srvDone := make(chan error, 1)
+	go func() {
+		base := "http://" + a.addr
+		if strings.HasPrefix(a.addr, "unix://") {
+			base = "http://sidecar"
+		}
+		secs := max(1, int(cfg.Duration.Seconds()))
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, secs), nil)
+		if err != nil {
+			srvDone <- err
+			return
+		}
+		tr := a.tr.Clone()
+		tr.Protocols = nil // pprof over HTTP/1.1
+		res, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			srvDone <- err
+			return
+		}
+		defer res.Body.Close()
+		out, err := os.Create(filepath.Join(cfg.ProfileDir, "server.pprof"))
+		if err != nil {
+			srvDone <- err
+			return
+		}
+		_, err = io.Copy(out, res.Body)
+		srvDone <- errors.Join(err, out.Close())
+	}()
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		if err := <-srvDone; err != nil {
+			fmt.Fprintf(os.Stderr, "bench e2e: the sidecar's profile: %v\n", err)
+		}
+	}, nil
+}
+
+// openShard opens shard at term 1 and waits for the stream to end.
+func openShard(ctx context.Context, svc sidecarv1connect.SidecarServiceClient, shard string) (*sidecarv1.Opened, error) {
+	st, err := svc.Open(ctx, connect.NewRequest(&sidecarv1.OpenRequest{Shard: shard, Term: 1, AllocationId: "bench"}))
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	var opened *sidecarv1.Opened
+	for st.Receive() {
+		if o := st.Msg().GetOpened(); o != nil {
+			opened = o
+		}
+	}
+	if err := st.Err(); err != nil {
+		return nil, err
+	}
+	if opened == nil {
+		return nil, errors.New("the open stream ended without Opened")
+	}
+	return opened, nil
 }

@@ -1173,6 +1173,207 @@ func (x *AppendResponse) GetCount() int64 {
 	return 0
 }
 
+type AppendStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// shard and expected_term bind the stream: required in the first
+	// request (expected_term as in AppendRequest, 0 for any term); a later
+	// request leaves them empty or repeats them.
+	Shard        string `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	ExpectedTerm int64  `protobuf:"varint,2,opt,name=expected_term,json=expectedTerm,proto3" json:"expected_term,omitempty"`
+	// request_id is chosen by the client, above 0 and above the previous
+	// request's id on the stream (gaps are allowed). It names the request's
+	// answer.
+	RequestId     uint64   `protobuf:"varint,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Ops           [][]byte `protobuf:"bytes,4,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendStreamRequest) Reset() {
+	*x = AppendStreamRequest{}
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendStreamRequest) ProtoMessage() {}
+
+func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendStreamRequest.ProtoReflect.Descriptor instead.
+func (*AppendStreamRequest) Descriptor() ([]byte, []int) {
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AppendStreamRequest) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *AppendStreamRequest) GetExpectedTerm() int64 {
+	if x != nil {
+		return x.ExpectedTerm
+	}
+	return 0
+}
+
+func (x *AppendStreamRequest) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *AppendStreamRequest) GetOps() [][]byte {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+type AppendStreamResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// ack is set when the request's ops are durable and fenced.
+	Ack *AppendResponse `protobuf:"bytes,2,opt,name=ack,proto3" json:"ack,omitempty"`
+	// refused is set when the request was refused before any of its ops
+	// was written (too many ops, an op too large, no ops): retrying it
+	// cannot duplicate anything. The stream goes on.
+	Refused       *AppendRefusal `protobuf:"bytes,3,opt,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendStreamResponse) Reset() {
+	*x = AppendStreamResponse{}
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendStreamResponse) ProtoMessage() {}
+
+func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendStreamResponse.ProtoReflect.Descriptor instead.
+func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AppendStreamResponse) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *AppendStreamResponse) GetAck() *AppendResponse {
+	if x != nil {
+		return x.Ack
+	}
+	return nil
+}
+
+func (x *AppendStreamResponse) GetRefused() *AppendRefusal {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
+// AppendRefusal is why one request of a stream was not written.
+type AppendRefusal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// code is the API code a unary Append would fail with
+	// (invalid_argument, ...).
+	Code          string       `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string       `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Detail        *ErrorDetail `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendRefusal) Reset() {
+	*x = AppendRefusal{}
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendRefusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendRefusal) ProtoMessage() {}
+
+func (x *AppendRefusal) ProtoReflect() protoreflect.Message {
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendRefusal.ProtoReflect.Descriptor instead.
+func (*AppendRefusal) Descriptor() ([]byte, []int) {
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AppendRefusal) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *AppendRefusal) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AppendRefusal) GetDetail() *ErrorDetail {
+	if x != nil {
+		return x.Detail
+	}
+	return nil
+}
+
 type ReadRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Shard   string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
@@ -1185,7 +1386,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[12]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1398,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[12]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1411,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{12}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReadRequest) GetShard() string {
@@ -1243,7 +1444,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[13]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1456,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[13]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1469,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{13}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReadResponse) GetBatch() *OpBatch {
@@ -1290,7 +1491,7 @@ type PublishCheckpointRequest struct {
 
 func (x *PublishCheckpointRequest) Reset() {
 	*x = PublishCheckpointRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[14]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1503,7 @@ func (x *PublishCheckpointRequest) String() string {
 func (*PublishCheckpointRequest) ProtoMessage() {}
 
 func (x *PublishCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[14]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1516,7 @@ func (x *PublishCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*PublishCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{14}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PublishCheckpointRequest) GetShard() string {
@@ -1348,7 +1549,7 @@ type PublishCheckpointResponse struct {
 
 func (x *PublishCheckpointResponse) Reset() {
 	*x = PublishCheckpointResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[15]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1561,7 @@ func (x *PublishCheckpointResponse) String() string {
 func (*PublishCheckpointResponse) ProtoMessage() {}
 
 func (x *PublishCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[15]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1574,7 @@ func (x *PublishCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*PublishCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{15}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PublishCheckpointResponse) GetKey() string {
@@ -1394,7 +1595,7 @@ type StartHandoffRequest struct {
 
 func (x *StartHandoffRequest) Reset() {
 	*x = StartHandoffRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[16]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1607,7 @@ func (x *StartHandoffRequest) String() string {
 func (*StartHandoffRequest) ProtoMessage() {}
 
 func (x *StartHandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[16]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1620,7 @@ func (x *StartHandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartHandoffRequest.ProtoReflect.Descriptor instead.
 func (*StartHandoffRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{16}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StartHandoffRequest) GetShard() string {
@@ -1454,7 +1655,7 @@ type StartHandoffResponse struct {
 
 func (x *StartHandoffResponse) Reset() {
 	*x = StartHandoffResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[17]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1667,7 @@ func (x *StartHandoffResponse) String() string {
 func (*StartHandoffResponse) ProtoMessage() {}
 
 func (x *StartHandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[17]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1680,7 @@ func (x *StartHandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartHandoffResponse.ProtoReflect.Descriptor instead.
 func (*StartHandoffResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{17}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StartHandoffResponse) GetHandoffContext() []byte {
@@ -1499,7 +1700,7 @@ type AdoptHandoffRequest struct {
 
 func (x *AdoptHandoffRequest) Reset() {
 	*x = AdoptHandoffRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[18]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +1712,7 @@ func (x *AdoptHandoffRequest) String() string {
 func (*AdoptHandoffRequest) ProtoMessage() {}
 
 func (x *AdoptHandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[18]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +1725,7 @@ func (x *AdoptHandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptHandoffRequest.ProtoReflect.Descriptor instead.
 func (*AdoptHandoffRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{18}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AdoptHandoffRequest) GetHandoffContext() []byte {
@@ -1550,7 +1751,7 @@ type AdoptHandoffResponse struct {
 
 func (x *AdoptHandoffResponse) Reset() {
 	*x = AdoptHandoffResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[19]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1763,7 @@ func (x *AdoptHandoffResponse) String() string {
 func (*AdoptHandoffResponse) ProtoMessage() {}
 
 func (x *AdoptHandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[19]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1776,7 @@ func (x *AdoptHandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptHandoffResponse.ProtoReflect.Descriptor instead.
 func (*AdoptHandoffResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{19}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AdoptHandoffResponse) GetStatus() *ShardStatus {
@@ -1594,7 +1795,7 @@ type AbortHandoffRequest struct {
 
 func (x *AbortHandoffRequest) Reset() {
 	*x = AbortHandoffRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[20]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1807,7 @@ func (x *AbortHandoffRequest) String() string {
 func (*AbortHandoffRequest) ProtoMessage() {}
 
 func (x *AbortHandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[20]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1820,7 @@ func (x *AbortHandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortHandoffRequest.ProtoReflect.Descriptor instead.
 func (*AbortHandoffRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{20}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AbortHandoffRequest) GetHandoffContext() []byte {
@@ -1640,7 +1841,7 @@ type AbortHandoffResponse struct {
 
 func (x *AbortHandoffResponse) Reset() {
 	*x = AbortHandoffResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[21]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +1853,7 @@ func (x *AbortHandoffResponse) String() string {
 func (*AbortHandoffResponse) ProtoMessage() {}
 
 func (x *AbortHandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[21]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +1866,7 @@ func (x *AbortHandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortHandoffResponse.ProtoReflect.Descriptor instead.
 func (*AbortHandoffResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{21}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AbortHandoffResponse) GetResumed() bool {
@@ -1684,7 +1885,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[22]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1897,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[22]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1910,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{22}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatusRequest) GetShard() string {
@@ -1759,7 +1960,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[23]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +1972,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[23]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +1985,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{23}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ShardStatus) GetShard() string {
@@ -1943,7 +2144,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[24]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2156,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[24]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2169,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{24}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StatusResponse) GetStatus() *ShardStatus {
@@ -1987,7 +2188,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[25]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1999,7 +2200,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[25]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2012,7 +2213,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{25}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CloseRequest) GetShard() string {
@@ -2031,7 +2232,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[26]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2244,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[26]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2257,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{26}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CloseResponse) GetStatus() *ShardStatus {
@@ -2075,7 +2276,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[27]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2288,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[27]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2301,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{27}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *InspectRequest) GetShard() string {
@@ -2124,7 +2325,7 @@ type FenceKey struct {
 
 func (x *FenceKey) Reset() {
 	*x = FenceKey{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[28]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2337,7 @@ func (x *FenceKey) String() string {
 func (*FenceKey) ProtoMessage() {}
 
 func (x *FenceKey) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[28]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2350,7 @@ func (x *FenceKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceKey.ProtoReflect.Descriptor instead.
 func (*FenceKey) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{28}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FenceKey) GetKey() string {
@@ -2207,7 +2408,7 @@ type TermGens struct {
 
 func (x *TermGens) Reset() {
 	*x = TermGens{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[29]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2420,7 @@ func (x *TermGens) String() string {
 func (*TermGens) ProtoMessage() {}
 
 func (x *TermGens) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[29]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2433,7 @@ func (x *TermGens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TermGens.ProtoReflect.Descriptor instead.
 func (*TermGens) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{29}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TermGens) GetTerm() int64 {
@@ -2291,7 +2492,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[30]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2303,7 +2504,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[30]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2316,7 +2517,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{30}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *InspectResponse) GetShard() string {
@@ -2371,7 +2572,7 @@ type GCRequest struct {
 
 func (x *GCRequest) Reset() {
 	*x = GCRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[31]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2584,7 @@ func (x *GCRequest) String() string {
 func (*GCRequest) ProtoMessage() {}
 
 func (x *GCRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[31]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2597,7 @@ func (x *GCRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCRequest.ProtoReflect.Descriptor instead.
 func (*GCRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{31}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GCRequest) GetShard() string {
@@ -2427,7 +2628,7 @@ type GCResponse struct {
 
 func (x *GCResponse) Reset() {
 	*x = GCResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[32]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +2640,7 @@ func (x *GCResponse) String() string {
 func (*GCResponse) ProtoMessage() {}
 
 func (x *GCResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[32]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2452,7 +2653,7 @@ func (x *GCResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCResponse.ProtoReflect.Descriptor instead.
 func (*GCResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{32}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GCResponse) GetDeleted() []string {
@@ -2480,13 +2681,23 @@ type ErrorDetail struct {
 	Term          int64  `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
 	SuccessorTerm int64  `protobuf:"varint,4,opt,name=successor_term,json=successorTerm,proto3" json:"successor_term,omitempty"`
 	Key           string `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// allocation and node: where a handed-off shard went (handed_off,
+	// handing_off), as StartHandoff named the target.
+	Allocation string `protobuf:"bytes,6,opt,name=allocation,proto3" json:"allocation,omitempty"`
+	Node       string `protobuf:"bytes,7,opt,name=node,proto3" json:"node,omitempty"`
+	// last_admitted_request_id ends an AppendStream: the highest request
+	// id whose ops were handed to the shard's writer. Requests above it
+	// were not written; requests at or below it that were not acknowledged
+	// may or may not be in the log (Read from the last acknowledged
+	// sequence number to find out).
+	LastAdmittedRequestId uint64 `protobuf:"varint,8,opt,name=last_admitted_request_id,json=lastAdmittedRequestId,proto3" json:"last_admitted_request_id,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[33]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2709,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[33]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2722,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{33}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ErrorDetail) GetReason() string {
@@ -2547,6 +2758,27 @@ func (x *ErrorDetail) GetKey() string {
 		return x.Key
 	}
 	return ""
+}
+
+func (x *ErrorDetail) GetAllocation() string {
+	if x != nil {
+		return x.Allocation
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetLastAdmittedRequestId() uint64 {
+	if x != nil {
+		return x.LastAdmittedRequestId
+	}
+	return 0
 }
 
 var File_sidecar_v1_sidecar_proto protoreflect.FileDescriptor
@@ -2630,7 +2862,22 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x03gen\x18\x02 \x01(\x03R\x03gen\x12 \n" +
 	"\ffirst_seq_no\x18\x03 \x01(\x03R\n" +
 	"firstSeqNo\x12\x14\n" +
-	"\x05count\x18\x04 \x01(\x03R\x05count\"W\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05count\"\x81\x01\n" +
+	"\x13AppendStreamRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12#\n" +
+	"\rexpected_term\x18\x02 \x01(\x03R\fexpectedTerm\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\x04R\trequestId\x12\x10\n" +
+	"\x03ops\x18\x04 \x03(\fR\x03ops\"\xae\x01\n" +
+	"\x14AppendStreamResponse\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x127\n" +
+	"\x03ack\x18\x02 \x01(\v2%.shardfence.sidecar.v1.AppendResponseR\x03ack\x12>\n" +
+	"\arefused\x18\x03 \x01(\v2$.shardfence.sidecar.v1.AppendRefusalR\arefused\"y\n" +
+	"\rAppendRefusal\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12:\n" +
+	"\x06detail\x18\x03 \x01(\v2\".shardfence.sidecar.v1.ErrorDetailR\x06detail\"W\n" +
 	"\vReadRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x19\n" +
 	"\bfrom_seq\x18\x02 \x01(\x03R\afromSeq\x12\x17\n" +
@@ -2720,13 +2967,18 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\n" +
 	"GCResponse\x12\x18\n" +
 	"\adeleted\x18\x01 \x03(\tR\adeleted\x12\x12\n" +
-	"\x04kept\x18\x02 \x01(\x03R\x04kept\"\x88\x01\n" +
+	"\x04kept\x18\x02 \x01(\x03R\x04kept\"\xf5\x01\n" +
 	"\vErrorDetail\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\tR\x05shard\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x03R\x04term\x12%\n" +
 	"\x0esuccessor_term\x18\x04 \x01(\x03R\rsuccessorTerm\x12\x10\n" +
-	"\x03key\x18\x05 \x01(\tR\x03key*\xc3\x02\n" +
+	"\x03key\x18\x05 \x01(\tR\x03key\x12\x1e\n" +
+	"\n" +
+	"allocation\x18\x06 \x01(\tR\n" +
+	"allocation\x12\x12\n" +
+	"\x04node\x18\a \x01(\tR\x04node\x127\n" +
+	"\x18last_admitted_request_id\x18\b \x01(\x04R\x15lastAdmittedRequestId*\xc3\x02\n" +
 	"\x0eWatchEventKind\x12 \n" +
 	"\x1cWATCH_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18WATCH_EVENT_KIND_OPENING\x10\x01\x12\x1d\n" +
@@ -2745,10 +2997,11 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\bAckOrder\x12\x19\n" +
 	"\x15ACK_ORDER_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ACK_ORDER_CONCURRENT\x10\x01\x12\x17\n" +
-	"\x13ACK_ORDER_SEQUENCED\x10\x022\xe6\b\n" +
+	"\x13ACK_ORDER_SEQUENCED\x10\x022\xd3\t\n" +
 	"\x0eSidecarService\x12Q\n" +
 	"\x04Open\x12\".shardfence.sidecar.v1.OpenRequest\x1a#.shardfence.sidecar.v1.OpenResponse0\x01\x12U\n" +
-	"\x06Append\x12$.shardfence.sidecar.v1.AppendRequest\x1a%.shardfence.sidecar.v1.AppendResponse\x12Q\n" +
+	"\x06Append\x12$.shardfence.sidecar.v1.AppendRequest\x1a%.shardfence.sidecar.v1.AppendResponse\x12k\n" +
+	"\fAppendStream\x12*.shardfence.sidecar.v1.AppendStreamRequest\x1a+.shardfence.sidecar.v1.AppendStreamResponse(\x010\x01\x12Q\n" +
 	"\x04Read\x12\".shardfence.sidecar.v1.ReadRequest\x1a#.shardfence.sidecar.v1.ReadResponse0\x01\x12v\n" +
 	"\x11PublishCheckpoint\x12/.shardfence.sidecar.v1.PublishCheckpointRequest\x1a0.shardfence.sidecar.v1.PublishCheckpointResponse\x12g\n" +
 	"\fStartHandoff\x12*.shardfence.sidecar.v1.StartHandoffRequest\x1a+.shardfence.sidecar.v1.StartHandoffResponse\x12g\n" +
@@ -2773,7 +3026,7 @@ func file_sidecar_v1_sidecar_proto_rawDescGZIP() []byte {
 }
 
 var file_sidecar_v1_sidecar_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sidecar_v1_sidecar_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_sidecar_v1_sidecar_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_sidecar_v1_sidecar_proto_goTypes = []any{
 	(WatchEventKind)(0),               // 0: shardfence.sidecar.v1.WatchEventKind
 	(FencingMode)(0),                  // 1: shardfence.sidecar.v1.FencingMode
@@ -2790,84 +3043,92 @@ var file_sidecar_v1_sidecar_proto_goTypes = []any{
 	(*OpenResponse)(nil),              // 12: shardfence.sidecar.v1.OpenResponse
 	(*AppendRequest)(nil),             // 13: shardfence.sidecar.v1.AppendRequest
 	(*AppendResponse)(nil),            // 14: shardfence.sidecar.v1.AppendResponse
-	(*ReadRequest)(nil),               // 15: shardfence.sidecar.v1.ReadRequest
-	(*ReadResponse)(nil),              // 16: shardfence.sidecar.v1.ReadResponse
-	(*PublishCheckpointRequest)(nil),  // 17: shardfence.sidecar.v1.PublishCheckpointRequest
-	(*PublishCheckpointResponse)(nil), // 18: shardfence.sidecar.v1.PublishCheckpointResponse
-	(*StartHandoffRequest)(nil),       // 19: shardfence.sidecar.v1.StartHandoffRequest
-	(*StartHandoffResponse)(nil),      // 20: shardfence.sidecar.v1.StartHandoffResponse
-	(*AdoptHandoffRequest)(nil),       // 21: shardfence.sidecar.v1.AdoptHandoffRequest
-	(*AdoptHandoffResponse)(nil),      // 22: shardfence.sidecar.v1.AdoptHandoffResponse
-	(*AbortHandoffRequest)(nil),       // 23: shardfence.sidecar.v1.AbortHandoffRequest
-	(*AbortHandoffResponse)(nil),      // 24: shardfence.sidecar.v1.AbortHandoffResponse
-	(*StatusRequest)(nil),             // 25: shardfence.sidecar.v1.StatusRequest
-	(*ShardStatus)(nil),               // 26: shardfence.sidecar.v1.ShardStatus
-	(*StatusResponse)(nil),            // 27: shardfence.sidecar.v1.StatusResponse
-	(*CloseRequest)(nil),              // 28: shardfence.sidecar.v1.CloseRequest
-	(*CloseResponse)(nil),             // 29: shardfence.sidecar.v1.CloseResponse
-	(*InspectRequest)(nil),            // 30: shardfence.sidecar.v1.InspectRequest
-	(*FenceKey)(nil),                  // 31: shardfence.sidecar.v1.FenceKey
-	(*TermGens)(nil),                  // 32: shardfence.sidecar.v1.TermGens
-	(*InspectResponse)(nil),           // 33: shardfence.sidecar.v1.InspectResponse
-	(*GCRequest)(nil),                 // 34: shardfence.sidecar.v1.GCRequest
-	(*GCResponse)(nil),                // 35: shardfence.sidecar.v1.GCResponse
-	(*ErrorDetail)(nil),               // 36: shardfence.sidecar.v1.ErrorDetail
+	(*AppendStreamRequest)(nil),       // 15: shardfence.sidecar.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),      // 16: shardfence.sidecar.v1.AppendStreamResponse
+	(*AppendRefusal)(nil),             // 17: shardfence.sidecar.v1.AppendRefusal
+	(*ReadRequest)(nil),               // 18: shardfence.sidecar.v1.ReadRequest
+	(*ReadResponse)(nil),              // 19: shardfence.sidecar.v1.ReadResponse
+	(*PublishCheckpointRequest)(nil),  // 20: shardfence.sidecar.v1.PublishCheckpointRequest
+	(*PublishCheckpointResponse)(nil), // 21: shardfence.sidecar.v1.PublishCheckpointResponse
+	(*StartHandoffRequest)(nil),       // 22: shardfence.sidecar.v1.StartHandoffRequest
+	(*StartHandoffResponse)(nil),      // 23: shardfence.sidecar.v1.StartHandoffResponse
+	(*AdoptHandoffRequest)(nil),       // 24: shardfence.sidecar.v1.AdoptHandoffRequest
+	(*AdoptHandoffResponse)(nil),      // 25: shardfence.sidecar.v1.AdoptHandoffResponse
+	(*AbortHandoffRequest)(nil),       // 26: shardfence.sidecar.v1.AbortHandoffRequest
+	(*AbortHandoffResponse)(nil),      // 27: shardfence.sidecar.v1.AbortHandoffResponse
+	(*StatusRequest)(nil),             // 28: shardfence.sidecar.v1.StatusRequest
+	(*ShardStatus)(nil),               // 29: shardfence.sidecar.v1.ShardStatus
+	(*StatusResponse)(nil),            // 30: shardfence.sidecar.v1.StatusResponse
+	(*CloseRequest)(nil),              // 31: shardfence.sidecar.v1.CloseRequest
+	(*CloseResponse)(nil),             // 32: shardfence.sidecar.v1.CloseResponse
+	(*InspectRequest)(nil),            // 33: shardfence.sidecar.v1.InspectRequest
+	(*FenceKey)(nil),                  // 34: shardfence.sidecar.v1.FenceKey
+	(*TermGens)(nil),                  // 35: shardfence.sidecar.v1.TermGens
+	(*InspectResponse)(nil),           // 36: shardfence.sidecar.v1.InspectResponse
+	(*GCRequest)(nil),                 // 37: shardfence.sidecar.v1.GCRequest
+	(*GCResponse)(nil),                // 38: shardfence.sidecar.v1.GCResponse
+	(*ErrorDetail)(nil),               // 39: shardfence.sidecar.v1.ErrorDetail
 }
 var file_sidecar_v1_sidecar_proto_depIdxs = []int32{
 	0,  // 0: shardfence.sidecar.v1.WatchResponse.kind:type_name -> shardfence.sidecar.v1.WatchEventKind
 	8,  // 1: shardfence.sidecar.v1.WatchResponse.progress:type_name -> shardfence.sidecar.v1.OpenProgress
 	9,  // 2: shardfence.sidecar.v1.WatchResponse.checkpoint_file:type_name -> shardfence.sidecar.v1.CheckpointFile
 	10, // 3: shardfence.sidecar.v1.WatchResponse.ops:type_name -> shardfence.sidecar.v1.OpBatch
-	26, // 4: shardfence.sidecar.v1.WatchResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	29, // 4: shardfence.sidecar.v1.WatchResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
 	7,  // 5: shardfence.sidecar.v1.WatchResponse.restore_point:type_name -> shardfence.sidecar.v1.RestorePoint
 	1,  // 6: shardfence.sidecar.v1.ShardSettings.mode:type_name -> shardfence.sidecar.v1.FencingMode
 	2,  // 7: shardfence.sidecar.v1.ShardSettings.ack_order:type_name -> shardfence.sidecar.v1.AckOrder
 	5,  // 8: shardfence.sidecar.v1.OpenRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
 	7,  // 9: shardfence.sidecar.v1.Opened.restore_point:type_name -> shardfence.sidecar.v1.RestorePoint
-	26, // 10: shardfence.sidecar.v1.Opened.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	29, // 10: shardfence.sidecar.v1.Opened.status:type_name -> shardfence.sidecar.v1.ShardStatus
 	8,  // 11: shardfence.sidecar.v1.OpenResponse.progress:type_name -> shardfence.sidecar.v1.OpenProgress
 	9,  // 12: shardfence.sidecar.v1.OpenResponse.checkpoint_file:type_name -> shardfence.sidecar.v1.CheckpointFile
 	10, // 13: shardfence.sidecar.v1.OpenResponse.ops:type_name -> shardfence.sidecar.v1.OpBatch
 	11, // 14: shardfence.sidecar.v1.OpenResponse.opened:type_name -> shardfence.sidecar.v1.Opened
-	10, // 15: shardfence.sidecar.v1.ReadResponse.batch:type_name -> shardfence.sidecar.v1.OpBatch
-	9,  // 16: shardfence.sidecar.v1.PublishCheckpointRequest.files:type_name -> shardfence.sidecar.v1.CheckpointFile
-	5,  // 17: shardfence.sidecar.v1.AdoptHandoffRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	26, // 18: shardfence.sidecar.v1.AdoptHandoffResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	5,  // 19: shardfence.sidecar.v1.ShardStatus.settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	26, // 20: shardfence.sidecar.v1.StatusResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	26, // 21: shardfence.sidecar.v1.CloseResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	31, // 22: shardfence.sidecar.v1.InspectResponse.fence_keys:type_name -> shardfence.sidecar.v1.FenceKey
-	32, // 23: shardfence.sidecar.v1.InspectResponse.translog:type_name -> shardfence.sidecar.v1.TermGens
-	5,  // 24: shardfence.sidecar.v1.InspectResponse.stored_settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	6,  // 25: shardfence.sidecar.v1.SidecarService.Open:input_type -> shardfence.sidecar.v1.OpenRequest
-	13, // 26: shardfence.sidecar.v1.SidecarService.Append:input_type -> shardfence.sidecar.v1.AppendRequest
-	15, // 27: shardfence.sidecar.v1.SidecarService.Read:input_type -> shardfence.sidecar.v1.ReadRequest
-	17, // 28: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:input_type -> shardfence.sidecar.v1.PublishCheckpointRequest
-	19, // 29: shardfence.sidecar.v1.SidecarService.StartHandoff:input_type -> shardfence.sidecar.v1.StartHandoffRequest
-	21, // 30: shardfence.sidecar.v1.SidecarService.AdoptHandoff:input_type -> shardfence.sidecar.v1.AdoptHandoffRequest
-	23, // 31: shardfence.sidecar.v1.SidecarService.AbortHandoff:input_type -> shardfence.sidecar.v1.AbortHandoffRequest
-	25, // 32: shardfence.sidecar.v1.SidecarService.Status:input_type -> shardfence.sidecar.v1.StatusRequest
-	28, // 33: shardfence.sidecar.v1.SidecarService.Close:input_type -> shardfence.sidecar.v1.CloseRequest
-	30, // 34: shardfence.sidecar.v1.SidecarService.Inspect:input_type -> shardfence.sidecar.v1.InspectRequest
-	34, // 35: shardfence.sidecar.v1.SidecarService.GC:input_type -> shardfence.sidecar.v1.GCRequest
-	3,  // 36: shardfence.sidecar.v1.SidecarService.Watch:input_type -> shardfence.sidecar.v1.WatchRequest
-	12, // 37: shardfence.sidecar.v1.SidecarService.Open:output_type -> shardfence.sidecar.v1.OpenResponse
-	14, // 38: shardfence.sidecar.v1.SidecarService.Append:output_type -> shardfence.sidecar.v1.AppendResponse
-	16, // 39: shardfence.sidecar.v1.SidecarService.Read:output_type -> shardfence.sidecar.v1.ReadResponse
-	18, // 40: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:output_type -> shardfence.sidecar.v1.PublishCheckpointResponse
-	20, // 41: shardfence.sidecar.v1.SidecarService.StartHandoff:output_type -> shardfence.sidecar.v1.StartHandoffResponse
-	22, // 42: shardfence.sidecar.v1.SidecarService.AdoptHandoff:output_type -> shardfence.sidecar.v1.AdoptHandoffResponse
-	24, // 43: shardfence.sidecar.v1.SidecarService.AbortHandoff:output_type -> shardfence.sidecar.v1.AbortHandoffResponse
-	27, // 44: shardfence.sidecar.v1.SidecarService.Status:output_type -> shardfence.sidecar.v1.StatusResponse
-	29, // 45: shardfence.sidecar.v1.SidecarService.Close:output_type -> shardfence.sidecar.v1.CloseResponse
-	33, // 46: shardfence.sidecar.v1.SidecarService.Inspect:output_type -> shardfence.sidecar.v1.InspectResponse
-	35, // 47: shardfence.sidecar.v1.SidecarService.GC:output_type -> shardfence.sidecar.v1.GCResponse
-	4,  // 48: shardfence.sidecar.v1.SidecarService.Watch:output_type -> shardfence.sidecar.v1.WatchResponse
-	37, // [37:49] is the sub-list for method output_type
-	25, // [25:37] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	14, // 15: shardfence.sidecar.v1.AppendStreamResponse.ack:type_name -> shardfence.sidecar.v1.AppendResponse
+	17, // 16: shardfence.sidecar.v1.AppendStreamResponse.refused:type_name -> shardfence.sidecar.v1.AppendRefusal
+	39, // 17: shardfence.sidecar.v1.AppendRefusal.detail:type_name -> shardfence.sidecar.v1.ErrorDetail
+	10, // 18: shardfence.sidecar.v1.ReadResponse.batch:type_name -> shardfence.sidecar.v1.OpBatch
+	9,  // 19: shardfence.sidecar.v1.PublishCheckpointRequest.files:type_name -> shardfence.sidecar.v1.CheckpointFile
+	5,  // 20: shardfence.sidecar.v1.AdoptHandoffRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	29, // 21: shardfence.sidecar.v1.AdoptHandoffResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	5,  // 22: shardfence.sidecar.v1.ShardStatus.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	29, // 23: shardfence.sidecar.v1.StatusResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	29, // 24: shardfence.sidecar.v1.CloseResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	34, // 25: shardfence.sidecar.v1.InspectResponse.fence_keys:type_name -> shardfence.sidecar.v1.FenceKey
+	35, // 26: shardfence.sidecar.v1.InspectResponse.translog:type_name -> shardfence.sidecar.v1.TermGens
+	5,  // 27: shardfence.sidecar.v1.InspectResponse.stored_settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	6,  // 28: shardfence.sidecar.v1.SidecarService.Open:input_type -> shardfence.sidecar.v1.OpenRequest
+	13, // 29: shardfence.sidecar.v1.SidecarService.Append:input_type -> shardfence.sidecar.v1.AppendRequest
+	15, // 30: shardfence.sidecar.v1.SidecarService.AppendStream:input_type -> shardfence.sidecar.v1.AppendStreamRequest
+	18, // 31: shardfence.sidecar.v1.SidecarService.Read:input_type -> shardfence.sidecar.v1.ReadRequest
+	20, // 32: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:input_type -> shardfence.sidecar.v1.PublishCheckpointRequest
+	22, // 33: shardfence.sidecar.v1.SidecarService.StartHandoff:input_type -> shardfence.sidecar.v1.StartHandoffRequest
+	24, // 34: shardfence.sidecar.v1.SidecarService.AdoptHandoff:input_type -> shardfence.sidecar.v1.AdoptHandoffRequest
+	26, // 35: shardfence.sidecar.v1.SidecarService.AbortHandoff:input_type -> shardfence.sidecar.v1.AbortHandoffRequest
+	28, // 36: shardfence.sidecar.v1.SidecarService.Status:input_type -> shardfence.sidecar.v1.StatusRequest
+	31, // 37: shardfence.sidecar.v1.SidecarService.Close:input_type -> shardfence.sidecar.v1.CloseRequest
+	33, // 38: shardfence.sidecar.v1.SidecarService.Inspect:input_type -> shardfence.sidecar.v1.InspectRequest
+	37, // 39: shardfence.sidecar.v1.SidecarService.GC:input_type -> shardfence.sidecar.v1.GCRequest
+	3,  // 40: shardfence.sidecar.v1.SidecarService.Watch:input_type -> shardfence.sidecar.v1.WatchRequest
+	12, // 41: shardfence.sidecar.v1.SidecarService.Open:output_type -> shardfence.sidecar.v1.OpenResponse
+	14, // 42: shardfence.sidecar.v1.SidecarService.Append:output_type -> shardfence.sidecar.v1.AppendResponse
+	16, // 43: shardfence.sidecar.v1.SidecarService.AppendStream:output_type -> shardfence.sidecar.v1.AppendStreamResponse
+	19, // 44: shardfence.sidecar.v1.SidecarService.Read:output_type -> shardfence.sidecar.v1.ReadResponse
+	21, // 45: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:output_type -> shardfence.sidecar.v1.PublishCheckpointResponse
+	23, // 46: shardfence.sidecar.v1.SidecarService.StartHandoff:output_type -> shardfence.sidecar.v1.StartHandoffResponse
+	25, // 47: shardfence.sidecar.v1.SidecarService.AdoptHandoff:output_type -> shardfence.sidecar.v1.AdoptHandoffResponse
+	27, // 48: shardfence.sidecar.v1.SidecarService.AbortHandoff:output_type -> shardfence.sidecar.v1.AbortHandoffResponse
+	30, // 49: shardfence.sidecar.v1.SidecarService.Status:output_type -> shardfence.sidecar.v1.StatusResponse
+	32, // 50: shardfence.sidecar.v1.SidecarService.Close:output_type -> shardfence.sidecar.v1.CloseResponse
+	36, // 51: shardfence.sidecar.v1.SidecarService.Inspect:output_type -> shardfence.sidecar.v1.InspectResponse
+	38, // 52: shardfence.sidecar.v1.SidecarService.GC:output_type -> shardfence.sidecar.v1.GCResponse
+	4,  // 53: shardfence.sidecar.v1.SidecarService.Watch:output_type -> shardfence.sidecar.v1.WatchResponse
+	41, // [41:54] is the sub-list for method output_type
+	28, // [28:41] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_sidecar_v1_sidecar_proto_init() }
@@ -2887,7 +3148,7 @@ func file_sidecar_v1_sidecar_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sidecar_v1_sidecar_proto_rawDesc), len(file_sidecar_v1_sidecar_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   34,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -41,6 +41,9 @@ const (
 	SidecarServiceOpenProcedure = "/shardfence.sidecar.v1.SidecarService/Open"
 	// SidecarServiceAppendProcedure is the fully-qualified name of the SidecarService's Append RPC.
 	SidecarServiceAppendProcedure = "/shardfence.sidecar.v1.SidecarService/Append"
+	// SidecarServiceAppendStreamProcedure is the fully-qualified name of the SidecarService's
+	// AppendStream RPC.
+	SidecarServiceAppendStreamProcedure = "/shardfence.sidecar.v1.SidecarService/AppendStream"
 	// SidecarServiceReadProcedure is the fully-qualified name of the SidecarService's Read RPC.
 	SidecarServiceReadProcedure = "/shardfence.sidecar.v1.SidecarService/Read"
 	// SidecarServicePublishCheckpointProcedure is the fully-qualified name of the SidecarService's
@@ -76,6 +79,22 @@ type SidecarServiceClient interface {
 	// Append returns only after the ops are durable and the term's fence key
 	// advanced over them (or, in lease mode, the lease covers them).
 	Append(context.Context, *connect.Request[v1.AppendRequest]) (*connect.Response[v1.AppendResponse], error)
+	// AppendStream appends to one shard over one long-lived stream: the
+	// client sends requests (a request id it chooses, strictly increasing,
+	// and one or more ops), the sidecar answers each exactly once, in the
+	// order it sent them, which is the order of durability: an ack once the
+	// ops are durable and fenced, as Append's, or a refusal of a request of
+	// which nothing was written (the stream goes on). The ops of a stream
+	// get sequence numbers in the order of its requests. The sidecar stops
+	// reading while the shard's in-flight bytes are taken, so a client that
+	// sends faster than the store takes is held back by the stream's flow
+	// control. The stream ends with an error (ErrorDetail) when the shard is
+	// fenced, closed, handed off or failed, or a request breaks the rules:
+	// nothing after the error is acknowledged, every request above its
+	// last_admitted_request_id was not written, and a request at or below it
+	// that was not acknowledged may or may not be in the log. A client that
+	// closes its side gets every answer, then the end of the stream.
+	AppendStream(context.Context) *connect.BidiStreamForClient[v1.AppendStreamRequest, v1.AppendStreamResponse]
 	// Read streams the ops of the shard's lineage from from_seq on, up to the
 	// last acknowledged op when the call started.
 	Read(context.Context, *connect.Request[v1.ReadRequest]) (*connect.ServerStreamForClient[v1.ReadResponse], error)
@@ -132,6 +151,12 @@ func NewSidecarServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			httpClient,
 			baseURL+SidecarServiceAppendProcedure,
 			connect.WithSchema(sidecarServiceMethods.ByName("Append")),
+			connect.WithClientOptions(opts...),
+		),
+		appendStream: connect.NewClient[v1.AppendStreamRequest, v1.AppendStreamResponse](
+			httpClient,
+			baseURL+SidecarServiceAppendStreamProcedure,
+			connect.WithSchema(sidecarServiceMethods.ByName("AppendStream")),
 			connect.WithClientOptions(opts...),
 		),
 		read: connect.NewClient[v1.ReadRequest, v1.ReadResponse](
@@ -201,6 +226,7 @@ func NewSidecarServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 type sidecarServiceClient struct {
 	open              *connect.Client[v1.OpenRequest, v1.OpenResponse]
 	append            *connect.Client[v1.AppendRequest, v1.AppendResponse]
+	appendStream      *connect.Client[v1.AppendStreamRequest, v1.AppendStreamResponse]
 	read              *connect.Client[v1.ReadRequest, v1.ReadResponse]
 	publishCheckpoint *connect.Client[v1.PublishCheckpointRequest, v1.PublishCheckpointResponse]
 	startHandoff      *connect.Client[v1.StartHandoffRequest, v1.StartHandoffResponse]
@@ -221,6 +247,11 @@ func (c *sidecarServiceClient) Open(ctx context.Context, req *connect.Request[v1
 // Append calls shardfence.sidecar.v1.SidecarService.Append.
 func (c *sidecarServiceClient) Append(ctx context.Context, req *connect.Request[v1.AppendRequest]) (*connect.Response[v1.AppendResponse], error) {
 	return c.append.CallUnary(ctx, req)
+}
+
+// AppendStream calls shardfence.sidecar.v1.SidecarService.AppendStream.
+func (c *sidecarServiceClient) AppendStream(ctx context.Context) *connect.BidiStreamForClient[v1.AppendStreamRequest, v1.AppendStreamResponse] {
+	return c.appendStream.CallBidiStream(ctx)
 }
 
 // Read calls shardfence.sidecar.v1.SidecarService.Read.
@@ -282,6 +313,22 @@ type SidecarServiceHandler interface {
 	// Append returns only after the ops are durable and the term's fence key
 	// advanced over them (or, in lease mode, the lease covers them).
 	Append(context.Context, *connect.Request[v1.AppendRequest]) (*connect.Response[v1.AppendResponse], error)
+	// AppendStream appends to one shard over one long-lived stream: the
+	// client sends requests (a request id it chooses, strictly increasing,
+	// and one or more ops), the sidecar answers each exactly once, in the
+	// order it sent them, which is the order of durability: an ack once the
+	// ops are durable and fenced, as Append's, or a refusal of a request of
+	// which nothing was written (the stream goes on). The ops of a stream
+	// get sequence numbers in the order of its requests. The sidecar stops
+	// reading while the shard's in-flight bytes are taken, so a client that
+	// sends faster than the store takes is held back by the stream's flow
+	// control. The stream ends with an error (ErrorDetail) when the shard is
+	// fenced, closed, handed off or failed, or a request breaks the rules:
+	// nothing after the error is acknowledged, every request above its
+	// last_admitted_request_id was not written, and a request at or below it
+	// that was not acknowledged may or may not be in the log. A client that
+	// closes its side gets every answer, then the end of the stream.
+	AppendStream(context.Context, *connect.BidiStream[v1.AppendStreamRequest, v1.AppendStreamResponse]) error
 	// Read streams the ops of the shard's lineage from from_seq on, up to the
 	// last acknowledged op when the call started.
 	Read(context.Context, *connect.Request[v1.ReadRequest], *connect.ServerStream[v1.ReadResponse]) error
@@ -334,6 +381,12 @@ func NewSidecarServiceHandler(svc SidecarServiceHandler, opts ...connect.Handler
 		SidecarServiceAppendProcedure,
 		svc.Append,
 		connect.WithSchema(sidecarServiceMethods.ByName("Append")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sidecarServiceAppendStreamHandler := connect.NewBidiStreamHandler(
+		SidecarServiceAppendStreamProcedure,
+		svc.AppendStream,
+		connect.WithSchema(sidecarServiceMethods.ByName("AppendStream")),
 		connect.WithHandlerOptions(opts...),
 	)
 	sidecarServiceReadHandler := connect.NewServerStreamHandler(
@@ -402,6 +455,8 @@ func NewSidecarServiceHandler(svc SidecarServiceHandler, opts ...connect.Handler
 			sidecarServiceOpenHandler.ServeHTTP(w, r)
 		case SidecarServiceAppendProcedure:
 			sidecarServiceAppendHandler.ServeHTTP(w, r)
+		case SidecarServiceAppendStreamProcedure:
+			sidecarServiceAppendStreamHandler.ServeHTTP(w, r)
 		case SidecarServiceReadProcedure:
 			sidecarServiceReadHandler.ServeHTTP(w, r)
 		case SidecarServicePublishCheckpointProcedure:
@@ -437,6 +492,10 @@ func (UnimplementedSidecarServiceHandler) Open(context.Context, *connect.Request
 
 func (UnimplementedSidecarServiceHandler) Append(context.Context, *connect.Request[v1.AppendRequest]) (*connect.Response[v1.AppendResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.sidecar.v1.SidecarService.Append is not implemented"))
+}
+
+func (UnimplementedSidecarServiceHandler) AppendStream(context.Context, *connect.BidiStream[v1.AppendStreamRequest, v1.AppendStreamResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.sidecar.v1.SidecarService.AppendStream is not implemented"))
 }
 
 func (UnimplementedSidecarServiceHandler) Read(context.Context, *connect.Request[v1.ReadRequest], *connect.ServerStream[v1.ReadResponse]) error {
