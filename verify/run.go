@@ -196,13 +196,18 @@ func (r *Run) take(c choice) {
 	if c.out == Delay {
 		s.delayed = append(s.delayed, c.req)
 	}
-	summary := s.perform(c.req, c.out)
+	summary, answer := s.perform(c.req, c.out)
 	s.step++
 	step := s.step
 	s.mu.Unlock()
 
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer func() {
+		r.mu.Unlock()
+		if answer != nil {
+			answer()
+		}
+	}()
 	r.flushNotes()
 	if c.out.fault() {
 		r.faults++

@@ -309,9 +309,12 @@ func outcomes(r *Request) []Outcome {
 	}
 }
 
-// perform carries out a choice and returns a one-line summary of the answer.
-// The caller holds s.mu.
-func (s *Store) perform(r *Request, o Outcome) string {
+// perform carries out a choice and returns a one-line summary of the answer
+// and a function that hands the answer to the waiting actor (nil for a
+// landing, whose actor heard long ago). The caller holds s.mu, and calls
+// the function only once the step is in the trace: an actor woken earlier
+// could note its next move ahead of the step that caused it.
+func (s *Store) perform(r *Request, o Outcome) (string, func()) {
 	var rep reply
 	switch o {
 	case Deliver, Lose, Land:
@@ -329,10 +332,10 @@ func (s *Store) perform(r *Request, o Outcome) string {
 	if o == Lose {
 		rep = reply{err: blobstore.Ambiguous(fmt.Errorf("injected: response lost after the request took effect (%s)", summary))}
 	}
-	if o != Land {
-		r.reply <- rep
+	if o == Land {
+		return summary, nil
 	}
-	return summary
+	return summary, func() { r.reply <- rep }
 }
 
 func summarize(r *Request, rep reply) string {
