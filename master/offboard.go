@@ -218,6 +218,7 @@ type offboarder struct {
 
 	mu      sync.Mutex
 	queue   []*ClientOffboardingJob // async: waiting; sync: failed, retried next pass
+	busy    int                     // jobs taken off the queue and being completed
 	kick    chan struct{}
 	running bool
 }
@@ -250,9 +251,13 @@ func (o *offboarder) wake() {
 // runSync completes jobs in the caller's goroutine; failures are kept for
 // the next pass.
 func (o *offboarder) runSync(ctx context.Context, jobs []*ClientOffboardingJob) {
+	o.mu.Lock()
+	o.busy += len(jobs)
+	o.mu.Unlock()
 	errs := o.complete(ctx, jobs)
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.busy -= len(jobs)
 	for i, j := range jobs {
 		if errs[i] != nil {
 			o.queue = append(o.queue, j)
@@ -325,6 +330,7 @@ func (o *offboarder) next(now time.Time, all bool) ([]*ClientOffboardingJob, tim
 		}
 	}
 	o.queue = rest
+	o.busy += len(due)
 	o.m.metrics.offboardingQueue.Set(float64(len(o.queue)))
 	return due, wake
 }
@@ -332,6 +338,7 @@ func (o *offboarder) next(now time.Time, all bool) ([]*ClientOffboardingJob, tim
 func (o *offboarder) requeue(jobs []*ClientOffboardingJob, errs []error, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.busy -= len(jobs)
 	for i, j := range jobs {
 		if errs[i] == nil {
 			continue
@@ -404,23 +411,32 @@ func (o *offboarder) drain() {
 			}
 		}
 		o.mu.Lock()
+		o.busy -= len(jobs)
 		o.queue = append(o.queue, failed...)
 		o.mu.Unlock()
 		if len(failed) == len(jobs) {
+			jobs = nil
 			break
 		}
 		jobs, _ = o.next(time.Now(), true)
+	}
+	if len(jobs) > 0 { // taken when the drain's time ran out: queued again
+		o.mu.Lock()
+		o.busy -= len(jobs)
+		o.queue = append(o.queue, jobs...)
+		o.mu.Unlock()
 	}
 	if left := o.Pending(); left > 0 {
 		o.log.Warn("offboarding executor stopped with jobs left", "jobs", left)
 	}
 }
 
-// Pending counts the jobs not completed yet.
+// Pending counts the jobs not completed yet: queued, waiting for a retry,
+// or being completed right now.
 func (o *offboarder) Pending() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return len(o.queue)
+	return len(o.queue) + o.busy
 }
 
 // OffboardingPending counts offboarding jobs not completed yet.
