@@ -24,6 +24,11 @@ type Chain struct {
 
 	mu    sync.Mutex
 	state State
+	// smu guards reads of state from outside a write: writes hold mu for
+	// the whole store round trip, and State (a status page, a health
+	// check, a reconcile loop) must not wait behind a stalled store.
+	// Only adoptLocked writes state, holding both.
+	smu sync.Mutex
 	// maybe holds our writes on top of state whose outcome is unknown
 	// (lost responses, cancelled contexts). Any of them may still land, so
 	// finding one in the key later is ours, not a rival's.
@@ -75,9 +80,10 @@ func (c *Chain) WaitOutLease(ctx context.Context, d time.Duration) error {
 func (c *Chain) Predecessors() []int64 { return append([]int64(nil), c.predecessors...) }
 
 // State returns the record and token the chain holds now.
+// It does not wait for a write in progress.
 func (c *Chain) State() State {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.smu.Lock()
+	defer c.smu.Unlock()
 	return c.state
 }
 
@@ -290,7 +296,9 @@ func (c *Chain) writeLocked(ctx context.Context, op string, next func(Record) Re
 }
 
 func (c *Chain) adoptLocked(s State) {
+	c.smu.Lock()
 	c.state = s
+	c.smu.Unlock()
 	// Every unknown write expected an older token; none can land now.
 	c.maybe = nil
 }
