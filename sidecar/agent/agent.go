@@ -53,7 +53,13 @@ type Options struct {
 	// RetryBase and RetryMax bound the backoff of a failed open, adoption
 	// or master call. Defaults 100 ms and 5 s.
 	RetryBase, RetryMax time.Duration
-	Logger              *slog.Logger
+	// CloseTimeout bounds the close of a shard the master moved elsewhere:
+	// the writer syncs what it queued for at most this long, then abandons
+	// the syncs still in progress (their appends are not acknowledged; a
+	// successor fenced them in any case). Without a bound, a store that
+	// stalls a moved shard's last sync would keep it open here. Default 10 s.
+	CloseTimeout time.Duration
+	Logger       *slog.Logger
 }
 
 // Agent is one sidecar's membership in the fleet.
@@ -112,6 +118,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.RetryMax <= 0 {
 		opts.RetryMax = 5 * time.Second
+	}
+	if opts.CloseTimeout <= 0 {
+		opts.CloseTimeout = 10 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -371,7 +380,14 @@ func (a *Agent) plan(name string, d *masterv1.NodeAssignment, st sidecar.ShardSt
 			return nil
 		}
 		return func(ctx context.Context) error {
-			_, err := srv.Close(ctx, name)
+			cctx, cancel := context.WithTimeout(ctx, a.opts.CloseTimeout)
+			_, err := srv.Close(cctx, name)
+			cancel()
+			if err != nil && !errors.Is(err, sidecar.ErrShardNotOpen) && !hosts(srv, name) {
+				// Closed, its last syncs abandoned at the bound.
+				a.log.Warn("closing a shard the master moved elsewhere abandoned its syncs in progress; none of their appends was acknowledged", "shard", name, "term", st.Term, "err", err)
+				err = nil
+			}
 			if err == nil || errors.Is(err, sidecar.ErrShardNotOpen) {
 				a.log.Info("closed a shard the master moved elsewhere", "shard", name, "term", st.Term, "state", state)
 				a.report(ctx, st.Term, name, st.Allocation, masterv1.ShardReport_SHARD_REPORT_CLOSED, nil, nil)
@@ -507,4 +523,14 @@ func (a *Agent) report(ctx context.Context, term int64, name, alloc string, kind
 		return fmt.Errorf("report %s of shard %s: %w", kind, name, err)
 	}
 	return nil
+}
+
+// hosts reports whether the sidecar still holds the shard in any state.
+func hosts(srv *sidecar.Server, name string) bool {
+	for _, st := range srv.Shards() {
+		if st.Shard == name {
+			return true
+		}
+	}
+	return false
 }

@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/sidecar"
@@ -64,12 +66,19 @@ func newCluster(t *testing.T) *cluster {
 // start runs a sidecar with an agent named name.
 func (c *cluster) start(name string) *node {
 	c.t.Helper()
-	srv, err := sidecar.New(context.Background(), c.store, sidecar.Options{Node: name})
+	return c.startOn(name, c.store, Options{})
+}
+
+// startOn runs a sidecar over store (the cluster's store, or a middleware
+// over it) with an agent named name; opts set the agent's bounds.
+func (c *cluster) startOn(name string, store *blobstore.Container, opts Options) *node {
+	c.t.Helper()
+	srv, err := sidecar.New(context.Background(), store, sidecar.Options{Node: name})
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	ag, err := New(Options{Server: srv, Node: name, Addr: "http://" + name, Store: "mem://test", Masters: []string{c.url},
-		RetryBase: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+		RetryBase: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond, CloseTimeout: opts.CloseTimeout})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -187,6 +196,66 @@ func TestNodeLossMovesTheShardAndTheReturningNodeClosesIt(t *testing.T) {
 	waitFor(t, "a to close s1", func() bool { _, err := a.srv.Status("s1"); return err != nil })
 	if si, _ := c.m.ShardInfo("s1"); si.Assignment.GetNode() != "b" || si.Assignment.GetTerm() != 2 {
 		t.Fatalf("s1 after a returned: %+v", si.Assignment)
+	}
+}
+
+// A node whose store stalls every request while the shard moves away
+// still closes the shard when it learns it lost it: the close abandons the
+// stalled syncs at CloseTimeout instead of waiting for the store, and none
+// of their appends is acknowledged.
+func TestReturningNodeClosesAShardWhoseStoreStalls(t *testing.T) {
+	c := newCluster(t)
+	f := faulty.New(c.store, 1)
+	var stall atomic.Bool
+	f.SetHooks(faulty.Hooks{Before: func(ctx context.Context, r faulty.Request) error {
+		if stall.Load() {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}})
+	a := c.startOn("a", f.Container, Options{CloseTimeout: 200 * time.Millisecond})
+	b := c.start("b")
+	waitFor(t, "both nodes registered", func() bool { return a.ag.Status().Registered && b.ag.Status().Registered })
+	if _, err := c.m.AssignShard(context.Background(), master.AssignRequest{Shard: "s1", Node: "a", AutoRestore: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "s1 open on a", func() bool { return openAt(a.srv, "s1", 1) })
+	if _, err := a.srv.Append(context.Background(), "s1", [][]byte{[]byte("acked")}, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// a's store stalls with an append in flight, and a stops pinging.
+	stall.Store(true)
+	stuck := make(chan error, 1)
+	go func() {
+		_, err := a.srv.Append(context.Background(), "s1", [][]byte{[]byte("stalled")}, 0)
+		stuck <- err
+	}()
+	a.pause()
+	waitFor(t, "s1 open on b at term 2", func() bool { return openAt(b.srv, "s1", 2) })
+
+	a.run()
+	waitFor(t, "a to close s1 although its store stalls", func() bool { _, err := a.srv.Status("s1"); return err != nil })
+	select {
+	case err := <-stuck:
+		if err == nil {
+			t.Fatal("the append stalled in the store was acknowledged by the node that lost the shard")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stalled append was never answered after the close")
+	}
+	got := map[string]bool{}
+	if err := b.srv.Read(context.Background(), "s1", 0, 0, func(bt translog.Batch) error {
+		for _, op := range bt.Ops {
+			got[string(op)] = true
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !got["acked"] {
+		t.Fatal("the acknowledged op is missing on the new owner")
 	}
 }
 
