@@ -402,7 +402,7 @@ func (st *stream) send(batch []*call) bool {
 	st.nextID++
 	req.RequestId = st.nextID
 	if st.nextID == 1 {
-		req.Shard, req.ExpectedTerm = st.sh.name, st.sh.term
+		req.Shard, req.ExpectedTerm, req.BatchAnswers = st.sh.name, st.sh.term, true
 	}
 	st.inflight = append(st.inflight, &request{id: req.RequestId, calls: batch, ops: len(req.Ops)})
 	st.mu.Unlock()
@@ -441,17 +441,24 @@ func (st *stream) receive() {
 			st.end(err)
 			return
 		}
+		// One message answers its request and, batched, the ones after it.
+		answers := append([]*sidecarv1.AppendStreamResponse{resp}, resp.GetMore()...)
 		st.mu.Lock()
-		if len(st.inflight) == 0 || st.inflight[0].id != resp.GetRequestId() {
-			st.mu.Unlock()
-			st.end(fmt.Errorf("protocol error: answer to request %d out of order", resp.GetRequestId()))
-			return
+		reqs := make([]*request, 0, len(answers))
+		for i, a := range answers {
+			if i >= len(st.inflight) || st.inflight[i].id != a.GetRequestId() || (i > 0 && len(a.GetMore()) > 0) {
+				st.mu.Unlock()
+				st.end(fmt.Errorf("protocol error: answer to request %d out of order", a.GetRequestId()))
+				return
+			}
+			reqs = append(reqs, st.inflight[i])
 		}
-		req := st.inflight[0]
-		st.inflight = st.inflight[1:]
+		st.inflight = st.inflight[len(reqs):]
 		st.neverAnswered = false
 		st.mu.Unlock()
-		st.answer(req, resp)
+		for i, req := range reqs {
+			st.answer(req, answers[i])
+		}
 	}
 }
 

@@ -61,6 +61,9 @@ type appendStream struct {
 	sh           *shard
 	expectedTerm int64
 	lastID       uint64
+	// batchAnswers is set from the first request, before it is handed
+	// on: the call's goroutine reads it after taking that request.
+	batchAnswers bool
 
 	// actx is what queueing waits under; stopAdmit cancels it when the
 	// call ends, and mu makes admitted final once stopped is set: the
@@ -88,43 +91,101 @@ func (s *Server) AppendStream(ctx context.Context, recv func() (*sidecarv1.Appen
 	defer close(st.done)
 	defer st.end(nil)
 	go st.read(recv)
+	var held *streamItem // taken from items, answered by the next message
 	for {
 		var it streamItem
-		select {
-		case it = <-st.items:
-		case <-ctx.Done():
-			return ctx.Err()
+		if held != nil {
+			it, held = *held, nil
+		} else {
+			select {
+			case it = <-st.items:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		if it.end {
 			return it.err
 		}
-		resp := &sidecarv1.AppendStreamResponse{RequestId: it.id}
-		if it.refused != nil {
-			s.metrics.appends.WithLabelValues(reasonLabel(it.refused)).Inc()
-			resp.Refused = refusalProto(st.name, it.refused)
-		} else {
+		resp, err := st.answer(ctx, it)
+		if err != nil {
+			return err
+		}
+		n := 1
+		var ended error
+		// With batch_answers, the requests already complete ride along:
+		// one message and one flush for all a sync acknowledged.
+		for st.batchAnswers && len(resp.More) < maxBatchedAnswers {
+			var next streamItem
 			select {
-			case <-it.pending.Done():
-			case <-ctx.Done():
-				return ctx.Err()
+			case next = <-st.items:
+			default:
 			}
-			ack, err := it.pending.Result()
+			if next.id == 0 && !next.end {
+				break // nothing queued
+			}
+			if next.end || (next.refused == nil && !isDone(next.pending)) {
+				held = &next
+				break
+			}
+			r, err := st.answer(ctx, next)
 			if err != nil {
-				err = s.appendFailed("AppendStream", st.sh, context.Background(), it.w, err)
-				s.metrics.appends.WithLabelValues(reasonLabel(err)).Inc()
-				return st.end(err)
+				ended = err
+				break
 			}
-			s.metrics.appends.WithLabelValues("ok").Inc()
-			s.metrics.ackedOps.Add(float64(ack.Count))
-			s.metrics.ackLatency.Observe(time.Since(it.start).Seconds())
-			st.sh.acked(ack, it.sent)
-			resp.Ack = &sidecarv1.AppendResponse{Term: ack.Term, Gen: ack.Gen, FirstSeqNo: ack.FirstSeqNo, Count: int64(ack.Count)}
+			resp.More = append(resp.More, r)
+			n++
 		}
 		if err := send(resp); err != nil {
 			return err
 		}
-		st.win.answered()
+		for range n {
+			st.win.answered()
+		}
+		if ended != nil {
+			return ended
+		}
 	}
+}
+
+// maxBatchedAnswers bounds the answers of one response message.
+const maxBatchedAnswers = 256
+
+func isDone(p *translog.Pending) bool {
+	select {
+	case <-p.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// answer waits for it's append and returns its answer, or the error that
+// ends the stream (the shard fenced, closed or failed).
+func (st *appendStream) answer(ctx context.Context, it streamItem) (*sidecarv1.AppendStreamResponse, error) {
+	s := st.s
+	resp := &sidecarv1.AppendStreamResponse{RequestId: it.id}
+	if it.refused != nil {
+		s.metrics.appends.WithLabelValues(reasonLabel(it.refused)).Inc()
+		resp.Refused = refusalProto(st.name, it.refused)
+		return resp, nil
+	}
+	select {
+	case <-it.pending.Done():
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	ack, err := it.pending.Result()
+	if err != nil {
+		err = s.appendFailed("AppendStream", st.sh, context.Background(), it.w, err)
+		s.metrics.appends.WithLabelValues(reasonLabel(err)).Inc()
+		return nil, st.end(err)
+	}
+	s.metrics.appends.WithLabelValues("ok").Inc()
+	s.metrics.ackedOps.Add(float64(ack.Count))
+	s.metrics.ackLatency.Observe(time.Since(it.start).Seconds())
+	st.sh.acked(ack, it.sent)
+	resp.Ack = &sidecarv1.AppendResponse{Term: ack.Term, Gen: ack.Gen, FirstSeqNo: ack.FirstSeqNo, Count: int64(ack.Count)}
+	return resp, nil
 }
 
 // end stops admissions for good and returns err as the stream's end (nil
@@ -201,7 +262,7 @@ func (st *appendStream) admit(req *sidecarv1.AppendStreamRequest) (streamItem, b
 	}
 	st.lastID = id
 	if st.sh == nil {
-		st.name, st.expectedTerm = req.GetShard(), req.GetExpectedTerm()
+		st.name, st.expectedTerm, st.batchAnswers = req.GetShard(), req.GetExpectedTerm(), req.GetBatchAnswers()
 		sh, err := s.get(op, st.name)
 		if err != nil {
 			return streamItem{end: true, err: st.endHere(err, "")}, true

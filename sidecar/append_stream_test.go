@@ -451,3 +451,81 @@ func TestAppendStreamCutByTheClientFreesItsWindow(t *testing.T) {
 		}
 	}
 }
+
+// A stream that asks for batch_answers gets the answers of the requests a
+// sync completed together in one message: every request answered once, in
+// order, refusals included, in fewer messages than requests.
+func TestAppendStreamBatchesAnswersWhenAsked(t *testing.T) {
+	f := faulty.New(mem.New(), 1)
+	var stalled atomic.Bool
+	release := make(chan struct{})
+	f.SetHooks(faulty.Hooks{Before: func(ctx context.Context, r faulty.Request) error {
+		if stalled.Load() && strings.Contains(r.Key, "/translog/") {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}})
+	srv, c, _, _ := streamEnv(t, f.Container, Options{Limits: Limits{MaxOpBytes: 1024}})
+	if _, err := srv.Open(t.Context(), "s", 1, "a", Settings{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	stalled.Store(true)
+	st := c.AppendStream(t.Context())
+	const n = 40
+	for i := uint64(1); i <= n; i++ {
+		req := &sidecarv1.AppendStreamRequest{RequestId: i, Ops: [][]byte{[]byte(fmt.Sprintf("op-%d", i))}}
+		if i == 1 {
+			req.Shard, req.BatchAnswers = "s", true
+		}
+		if i == 20 {
+			req.Ops = [][]byte{bytes.Repeat([]byte("x"), 2000)} // over --max-op-bytes: refused
+		}
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Let the sidecar read them all while the first sync is held.
+	time.Sleep(300 * time.Millisecond)
+	stalled.Store(false)
+	close(release)
+	next, messages, batched := uint64(1), 0, 0
+	var prev int64 = -1
+	for next <= n {
+		r := recvResp(t, st)
+		messages++
+		answers := append([]*sidecarv1.AppendStreamResponse{r}, r.GetMore()...)
+		if len(answers) > 1 {
+			batched++
+		}
+		for i, a := range answers {
+			if a.GetRequestId() != next || (i > 0 && len(a.GetMore()) != 0) {
+				t.Fatalf("answer %v where request %d's was due", a, next)
+			}
+			switch {
+			case next == 20:
+				if a.GetRefused().GetDetail().GetReason() != "too_large" || a.GetAck() != nil {
+					t.Fatalf("request 20 should be refused: %v", a)
+				}
+			case a.GetAck().GetCount() != 1 || a.GetAck().GetFirstSeqNo() <= prev:
+				t.Fatalf("request %d: %v (previous seq %d)", next, a, prev)
+			default:
+				prev = a.GetAck().GetFirstSeqNo()
+			}
+			next++
+		}
+	}
+	if batched == 0 || messages >= n {
+		t.Fatalf("%d requests answered in %d messages, %d of them batched: nothing was batched", n, messages, batched)
+	}
+	t.Logf("%d requests answered in %d messages", n, messages)
+	if err := st.CloseRequest(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Receive(); !errors.Is(err, io.EOF) {
+		t.Fatalf("a stream closed by its client ends cleanly: %v", err)
+	}
+}

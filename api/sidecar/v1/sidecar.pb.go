@@ -1183,8 +1183,13 @@ type AppendStreamRequest struct {
 	// request_id is chosen by the client, above 0 and above the previous
 	// request's id on the stream (gaps are allowed). It names the request's
 	// answer.
-	RequestId     uint64   `protobuf:"varint,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Ops           [][]byte `protobuf:"bytes,4,rep,name=ops,proto3" json:"ops,omitempty"`
+	RequestId uint64   `protobuf:"varint,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Ops       [][]byte `protobuf:"bytes,4,rep,name=ops,proto3" json:"ops,omitempty"`
+	// batch_answers, in the first request, lets the sidecar answer several
+	// requests in one response message (AppendStreamResponse.more): one
+	// message and one flush for every request a sync completed, instead of
+	// one each. A client that sets it must read more.
+	BatchAnswers  bool `protobuf:"varint,5,opt,name=batch_answers,json=batchAnswers,proto3" json:"batch_answers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1247,6 +1252,13 @@ func (x *AppendStreamRequest) GetOps() [][]byte {
 	return nil
 }
 
+func (x *AppendStreamRequest) GetBatchAnswers() bool {
+	if x != nil {
+		return x.BatchAnswers
+	}
+	return false
+}
+
 type AppendStreamResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -1255,7 +1267,12 @@ type AppendStreamResponse struct {
 	// refused is set when the request was refused before any of its ops
 	// was written (too many ops, an op too large, no ops): retrying it
 	// cannot duplicate anything. The stream goes on.
-	Refused       *AppendRefusal `protobuf:"bytes,3,opt,name=refused,proto3" json:"refused,omitempty"`
+	Refused *AppendRefusal `protobuf:"bytes,3,opt,name=refused,proto3" json:"refused,omitempty"`
+	// more answers the requests that follow request_id, in order, when the
+	// stream asked for batch_answers (never set otherwise). Each element
+	// is one answer (request_id with ack or refused; its own more is
+	// empty).
+	More          []*AppendStreamResponse `protobuf:"bytes,4,rep,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1307,6 +1324,13 @@ func (x *AppendStreamResponse) GetAck() *AppendResponse {
 func (x *AppendStreamResponse) GetRefused() *AppendRefusal {
 	if x != nil {
 		return x.Refused
+	}
+	return nil
+}
+
+func (x *AppendStreamResponse) GetMore() []*AppendStreamResponse {
+	if x != nil {
+		return x.More
 	}
 	return nil
 }
@@ -2862,18 +2886,20 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x03gen\x18\x02 \x01(\x03R\x03gen\x12 \n" +
 	"\ffirst_seq_no\x18\x03 \x01(\x03R\n" +
 	"firstSeqNo\x12\x14\n" +
-	"\x05count\x18\x04 \x01(\x03R\x05count\"\x81\x01\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05count\"\xa6\x01\n" +
 	"\x13AppendStreamRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12#\n" +
 	"\rexpected_term\x18\x02 \x01(\x03R\fexpectedTerm\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x03 \x01(\x04R\trequestId\x12\x10\n" +
-	"\x03ops\x18\x04 \x03(\fR\x03ops\"\xae\x01\n" +
+	"\x03ops\x18\x04 \x03(\fR\x03ops\x12#\n" +
+	"\rbatch_answers\x18\x05 \x01(\bR\fbatchAnswers\"\xef\x01\n" +
 	"\x14AppendStreamResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x127\n" +
 	"\x03ack\x18\x02 \x01(\v2%.shardfence.sidecar.v1.AppendResponseR\x03ack\x12>\n" +
-	"\arefused\x18\x03 \x01(\v2$.shardfence.sidecar.v1.AppendRefusalR\arefused\"y\n" +
+	"\arefused\x18\x03 \x01(\v2$.shardfence.sidecar.v1.AppendRefusalR\arefused\x12?\n" +
+	"\x04more\x18\x04 \x03(\v2+.shardfence.sidecar.v1.AppendStreamResponseR\x04more\"y\n" +
 	"\rAppendRefusal\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12:\n" +
@@ -3087,48 +3113,49 @@ var file_sidecar_v1_sidecar_proto_depIdxs = []int32{
 	11, // 14: shardfence.sidecar.v1.OpenResponse.opened:type_name -> shardfence.sidecar.v1.Opened
 	14, // 15: shardfence.sidecar.v1.AppendStreamResponse.ack:type_name -> shardfence.sidecar.v1.AppendResponse
 	17, // 16: shardfence.sidecar.v1.AppendStreamResponse.refused:type_name -> shardfence.sidecar.v1.AppendRefusal
-	39, // 17: shardfence.sidecar.v1.AppendRefusal.detail:type_name -> shardfence.sidecar.v1.ErrorDetail
-	10, // 18: shardfence.sidecar.v1.ReadResponse.batch:type_name -> shardfence.sidecar.v1.OpBatch
-	9,  // 19: shardfence.sidecar.v1.PublishCheckpointRequest.files:type_name -> shardfence.sidecar.v1.CheckpointFile
-	5,  // 20: shardfence.sidecar.v1.AdoptHandoffRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	29, // 21: shardfence.sidecar.v1.AdoptHandoffResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	5,  // 22: shardfence.sidecar.v1.ShardStatus.settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	29, // 23: shardfence.sidecar.v1.StatusResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	29, // 24: shardfence.sidecar.v1.CloseResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	34, // 25: shardfence.sidecar.v1.InspectResponse.fence_keys:type_name -> shardfence.sidecar.v1.FenceKey
-	35, // 26: shardfence.sidecar.v1.InspectResponse.translog:type_name -> shardfence.sidecar.v1.TermGens
-	5,  // 27: shardfence.sidecar.v1.InspectResponse.stored_settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	6,  // 28: shardfence.sidecar.v1.SidecarService.Open:input_type -> shardfence.sidecar.v1.OpenRequest
-	13, // 29: shardfence.sidecar.v1.SidecarService.Append:input_type -> shardfence.sidecar.v1.AppendRequest
-	15, // 30: shardfence.sidecar.v1.SidecarService.AppendStream:input_type -> shardfence.sidecar.v1.AppendStreamRequest
-	18, // 31: shardfence.sidecar.v1.SidecarService.Read:input_type -> shardfence.sidecar.v1.ReadRequest
-	20, // 32: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:input_type -> shardfence.sidecar.v1.PublishCheckpointRequest
-	22, // 33: shardfence.sidecar.v1.SidecarService.StartHandoff:input_type -> shardfence.sidecar.v1.StartHandoffRequest
-	24, // 34: shardfence.sidecar.v1.SidecarService.AdoptHandoff:input_type -> shardfence.sidecar.v1.AdoptHandoffRequest
-	26, // 35: shardfence.sidecar.v1.SidecarService.AbortHandoff:input_type -> shardfence.sidecar.v1.AbortHandoffRequest
-	28, // 36: shardfence.sidecar.v1.SidecarService.Status:input_type -> shardfence.sidecar.v1.StatusRequest
-	31, // 37: shardfence.sidecar.v1.SidecarService.Close:input_type -> shardfence.sidecar.v1.CloseRequest
-	33, // 38: shardfence.sidecar.v1.SidecarService.Inspect:input_type -> shardfence.sidecar.v1.InspectRequest
-	37, // 39: shardfence.sidecar.v1.SidecarService.GC:input_type -> shardfence.sidecar.v1.GCRequest
-	3,  // 40: shardfence.sidecar.v1.SidecarService.Watch:input_type -> shardfence.sidecar.v1.WatchRequest
-	12, // 41: shardfence.sidecar.v1.SidecarService.Open:output_type -> shardfence.sidecar.v1.OpenResponse
-	14, // 42: shardfence.sidecar.v1.SidecarService.Append:output_type -> shardfence.sidecar.v1.AppendResponse
-	16, // 43: shardfence.sidecar.v1.SidecarService.AppendStream:output_type -> shardfence.sidecar.v1.AppendStreamResponse
-	19, // 44: shardfence.sidecar.v1.SidecarService.Read:output_type -> shardfence.sidecar.v1.ReadResponse
-	21, // 45: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:output_type -> shardfence.sidecar.v1.PublishCheckpointResponse
-	23, // 46: shardfence.sidecar.v1.SidecarService.StartHandoff:output_type -> shardfence.sidecar.v1.StartHandoffResponse
-	25, // 47: shardfence.sidecar.v1.SidecarService.AdoptHandoff:output_type -> shardfence.sidecar.v1.AdoptHandoffResponse
-	27, // 48: shardfence.sidecar.v1.SidecarService.AbortHandoff:output_type -> shardfence.sidecar.v1.AbortHandoffResponse
-	30, // 49: shardfence.sidecar.v1.SidecarService.Status:output_type -> shardfence.sidecar.v1.StatusResponse
-	32, // 50: shardfence.sidecar.v1.SidecarService.Close:output_type -> shardfence.sidecar.v1.CloseResponse
-	36, // 51: shardfence.sidecar.v1.SidecarService.Inspect:output_type -> shardfence.sidecar.v1.InspectResponse
-	38, // 52: shardfence.sidecar.v1.SidecarService.GC:output_type -> shardfence.sidecar.v1.GCResponse
-	4,  // 53: shardfence.sidecar.v1.SidecarService.Watch:output_type -> shardfence.sidecar.v1.WatchResponse
-	41, // [41:54] is the sub-list for method output_type
-	28, // [28:41] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	16, // 17: shardfence.sidecar.v1.AppendStreamResponse.more:type_name -> shardfence.sidecar.v1.AppendStreamResponse
+	39, // 18: shardfence.sidecar.v1.AppendRefusal.detail:type_name -> shardfence.sidecar.v1.ErrorDetail
+	10, // 19: shardfence.sidecar.v1.ReadResponse.batch:type_name -> shardfence.sidecar.v1.OpBatch
+	9,  // 20: shardfence.sidecar.v1.PublishCheckpointRequest.files:type_name -> shardfence.sidecar.v1.CheckpointFile
+	5,  // 21: shardfence.sidecar.v1.AdoptHandoffRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	29, // 22: shardfence.sidecar.v1.AdoptHandoffResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	5,  // 23: shardfence.sidecar.v1.ShardStatus.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	29, // 24: shardfence.sidecar.v1.StatusResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	29, // 25: shardfence.sidecar.v1.CloseResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	34, // 26: shardfence.sidecar.v1.InspectResponse.fence_keys:type_name -> shardfence.sidecar.v1.FenceKey
+	35, // 27: shardfence.sidecar.v1.InspectResponse.translog:type_name -> shardfence.sidecar.v1.TermGens
+	5,  // 28: shardfence.sidecar.v1.InspectResponse.stored_settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	6,  // 29: shardfence.sidecar.v1.SidecarService.Open:input_type -> shardfence.sidecar.v1.OpenRequest
+	13, // 30: shardfence.sidecar.v1.SidecarService.Append:input_type -> shardfence.sidecar.v1.AppendRequest
+	15, // 31: shardfence.sidecar.v1.SidecarService.AppendStream:input_type -> shardfence.sidecar.v1.AppendStreamRequest
+	18, // 32: shardfence.sidecar.v1.SidecarService.Read:input_type -> shardfence.sidecar.v1.ReadRequest
+	20, // 33: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:input_type -> shardfence.sidecar.v1.PublishCheckpointRequest
+	22, // 34: shardfence.sidecar.v1.SidecarService.StartHandoff:input_type -> shardfence.sidecar.v1.StartHandoffRequest
+	24, // 35: shardfence.sidecar.v1.SidecarService.AdoptHandoff:input_type -> shardfence.sidecar.v1.AdoptHandoffRequest
+	26, // 36: shardfence.sidecar.v1.SidecarService.AbortHandoff:input_type -> shardfence.sidecar.v1.AbortHandoffRequest
+	28, // 37: shardfence.sidecar.v1.SidecarService.Status:input_type -> shardfence.sidecar.v1.StatusRequest
+	31, // 38: shardfence.sidecar.v1.SidecarService.Close:input_type -> shardfence.sidecar.v1.CloseRequest
+	33, // 39: shardfence.sidecar.v1.SidecarService.Inspect:input_type -> shardfence.sidecar.v1.InspectRequest
+	37, // 40: shardfence.sidecar.v1.SidecarService.GC:input_type -> shardfence.sidecar.v1.GCRequest
+	3,  // 41: shardfence.sidecar.v1.SidecarService.Watch:input_type -> shardfence.sidecar.v1.WatchRequest
+	12, // 42: shardfence.sidecar.v1.SidecarService.Open:output_type -> shardfence.sidecar.v1.OpenResponse
+	14, // 43: shardfence.sidecar.v1.SidecarService.Append:output_type -> shardfence.sidecar.v1.AppendResponse
+	16, // 44: shardfence.sidecar.v1.SidecarService.AppendStream:output_type -> shardfence.sidecar.v1.AppendStreamResponse
+	19, // 45: shardfence.sidecar.v1.SidecarService.Read:output_type -> shardfence.sidecar.v1.ReadResponse
+	21, // 46: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:output_type -> shardfence.sidecar.v1.PublishCheckpointResponse
+	23, // 47: shardfence.sidecar.v1.SidecarService.StartHandoff:output_type -> shardfence.sidecar.v1.StartHandoffResponse
+	25, // 48: shardfence.sidecar.v1.SidecarService.AdoptHandoff:output_type -> shardfence.sidecar.v1.AdoptHandoffResponse
+	27, // 49: shardfence.sidecar.v1.SidecarService.AbortHandoff:output_type -> shardfence.sidecar.v1.AbortHandoffResponse
+	30, // 50: shardfence.sidecar.v1.SidecarService.Status:output_type -> shardfence.sidecar.v1.StatusResponse
+	32, // 51: shardfence.sidecar.v1.SidecarService.Close:output_type -> shardfence.sidecar.v1.CloseResponse
+	36, // 52: shardfence.sidecar.v1.SidecarService.Inspect:output_type -> shardfence.sidecar.v1.InspectResponse
+	38, // 53: shardfence.sidecar.v1.SidecarService.GC:output_type -> shardfence.sidecar.v1.GCResponse
+	4,  // 54: shardfence.sidecar.v1.SidecarService.Watch:output_type -> shardfence.sidecar.v1.WatchResponse
+	42, // [42:55] is the sub-list for method output_type
+	29, // [29:42] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_sidecar_v1_sidecar_proto_init() }
