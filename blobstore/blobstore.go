@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/shardfence/shardfence/blobstore/driver"
@@ -61,6 +62,7 @@ const (
 	OpDelete         = driver.OpDelete
 	OpDeleteIfMatch  = driver.OpDeleteIfMatch
 	OpList           = driver.OpList
+	OpGetRange       = driver.OpGetRange
 	// NumOps is the number of ops, for tables indexed by Op.
 	NumOps = driver.NumOps
 )
@@ -184,6 +186,58 @@ func (c *Container) List(ctx context.Context, prefix, startAfter string, limit i
 	return res.Page, err
 }
 
+// NewReader opens a stream over the whole object at key: NewRangeReader
+// from 0 to the end, unpinned.
+func (c *Container) NewReader(ctx context.Context, key string) (io.ReadCloser, Attrs, error) {
+	return c.NewRangeReader(ctx, key, 0, -1, "")
+}
+
+// NewRangeReader opens a stream over length bytes of the object at key
+// from offset, without holding the object in memory. length -1 reads to
+// the end; a range that runs past the end is cut there (a short read).
+// offset equal to the size gives an empty stream, offset above it
+// ErrInvalidRange. pin, when not empty, pins the read to that version (a
+// token a Get, Stat or earlier range returned): an object replaced since
+// fails with ErrPreconditionFailed, so the ranges of one file never mix
+// two versions. The Attrs are the version read (its whole Size and its
+// Token). Errors of the stream's Reads are in the blobstore kinds and name
+// the store and key; cancelling ctx fails the next Read. The caller closes
+// the stream. A driver without streaming reads refuses with
+// ErrUnsupported.
+func (c *Container) NewRangeReader(ctx context.Context, key string, offset, length int64, pin Token) (io.ReadCloser, Attrs, error) {
+	res, err := c.call(ctx, Call{Op: OpGetRange, Key: key, Offset: offset, Length: length, Expected: pin})
+	if err != nil {
+		return nil, Attrs{}, err
+	}
+	return &rangeReader{rc: res.Reader, classify: c.drv.Classify, store: c.String(), key: key}, res.Attrs, nil
+}
+
+// rangeReader puts a stream's errors in the blobstore kinds and names the
+// store and key in them.
+type rangeReader struct {
+	rc         io.ReadCloser
+	classify   func(Op, error) error
+	store, key string
+	err        error
+}
+
+func (r *rangeReader) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	n, err := r.rc.Read(p)
+	if err != nil && err != io.EOF {
+		if !hasKind(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			err = r.classify(OpGetRange, err)
+		}
+		r.err = Wrap(OpGetRange, r.store, r.key, err)
+		return n, r.err
+	}
+	return n, err
+}
+
+func (r *rangeReader) Close() error { return r.rc.Close() }
+
 // call checks a call, sends it through the middleware to the driver and
 // names the store and key in its error.
 func (c *Container) call(ctx context.Context, call Call) (Result, error) {
@@ -217,6 +271,17 @@ func (c *Container) refusal(ctx context.Context, call Call) error {
 	// ambiguous one.
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if call.Op == OpGetRange {
+		if call.Offset < 0 || call.Length < -1 {
+			return fmt.Errorf("%w: offset %d, length %d (offset 0 or more, length 0 or more, or -1 for the rest)", ErrInvalidRange, call.Offset, call.Length)
+		}
+		if _, ok := c.drv.(driver.RangeReader); !ok {
+			return fmt.Errorf("%w: %s offers no streaming reads", ErrUnsupported, c.drv)
+		}
+		if t := strings.Trim(string(call.Expected), `" `); call.Expected != "" && (t == "" || t == "*") {
+			return fmt.Errorf("%w: pinned token %q names no version", ErrPreconditionFailed, string(call.Expected))
+		}
 	}
 	if !call.Op.Mutates() {
 		return nil
@@ -303,6 +368,13 @@ func dispatch(d driver.Bucket) Handler {
 			err = d.Delete(ctx, call.Key, driver.Precondition{IfMatch: call.Expected})
 		case OpList:
 			res.Page, err = d.List(ctx, call.Key, call.After, call.Limit)
+		case OpGetRange:
+			rr, ok := d.(driver.RangeReader)
+			if !ok {
+				return Result{}, fmt.Errorf("%w: %s offers no streaming reads", ErrUnsupported, d)
+			}
+			res.Reader, res.Attrs, err = rr.NewRangeReader(ctx, call.Key, call.Offset, call.Length, driver.Precondition{IfMatch: call.Expected})
+			res.Attrs.Key = call.Key
 		default:
 			return Result{}, fmt.Errorf("%w: operation %v", ErrUnsupported, call.Op)
 		}

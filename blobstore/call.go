@@ -1,6 +1,9 @@
 package blobstore
 
-import "context"
+import (
+	"context"
+	"io"
+)
 
 // Call is one container call on its way to the driver, as middleware sees
 // it. Keys are relative to the container the middleware was installed on.
@@ -12,8 +15,11 @@ type Call struct {
 	// belongs to the caller, who may reuse it once the call returns: a
 	// middleware that keeps the call longer keeps a copy.
 	Body []byte
-	// Expected is the token of CompareAndSwap and DeleteIfMatch.
+	// Expected is the token of CompareAndSwap and DeleteIfMatch, and the
+	// version GetRange is pinned to (empty: any).
 	Expected Token
+	// Offset and Length are GetRange's range (Length -1: to the end).
+	Offset, Length int64
 	// After and Limit are List's startAfter and page size (already in
 	// 1..DefaultListLimit).
 	After string
@@ -28,12 +34,15 @@ type Call struct {
 }
 
 // Result is what a call returned: Object for Get, Attrs for Stat, Token for
-// the writes, Page for List.
+// the writes, Page for List, Reader and Attrs for GetRange.
 type Result struct {
 	Object Object
 	Attrs  Attrs
 	Token  Token
 	Page   ListPage
+	// Reader is GetRange's stream. A middleware that drops a result it got
+	// from next closes it.
+	Reader io.ReadCloser
 }
 
 // Handler carries a call out: the rest of the middleware chain and the

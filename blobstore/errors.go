@@ -26,6 +26,10 @@ var (
 	ErrUnsupported = errors.New("operation not supported by this store")
 	// ErrTooLarge: the body exceeds what one request of this store takes.
 	ErrTooLarge = errors.New("body too large")
+	// ErrInvalidRange: a ranged read starts past the object's end, or its
+	// offset or length is negative (length -1 aside, which reads to the
+	// end).
+	ErrInvalidRange = errors.New("invalid range")
 )
 
 // Retryable outcomes.
@@ -120,5 +124,5 @@ func IsRetryable(err error) bool {
 func IsDefinite(err error) bool {
 	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrAlreadyExists) ||
 		errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrInvalidKey) ||
-		errors.Is(err, ErrTooLarge) || errors.Is(err, ErrUnsupported)
+		errors.Is(err, ErrTooLarge) || errors.Is(err, ErrUnsupported) || errors.Is(err, ErrInvalidRange)
 }

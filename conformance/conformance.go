@@ -85,7 +85,7 @@ func Suites() []Suite { return []Suite{BlobSuite, FencingSuite} }
 func (s Suite) Checks() []Check {
 	switch s {
 	case BlobSuite:
-		return slices.Clone(allChecks)
+		return slices.Concat(allChecks, rangeChecks)
 	case FencingSuite:
 		return fencingChecks()
 	}
@@ -105,7 +105,7 @@ func (s Suite) Version() int {
 }
 
 // BlobVersion is the blob suite's version.
-const BlobVersion = 1
+const BlobVersion = 2
 
 // Checks returns every check of the blob suite, in the order they run.
 func Checks() []Check {
@@ -130,7 +130,7 @@ func SuiteOf(name string) (Suite, bool) {
 // unique prefix of a test bucket), never shared data.
 func RunContainer(t *testing.T, newContainer func(t *testing.T) *blobstore.Container) {
 	t.Helper()
-	for _, ch := range allChecks {
+	for _, ch := range Checks() {
 		t.Run(ch.Name, func(t *testing.T) {
 			c := newContainer(t)
 			// Registered before the check's own cleanups so it runs after

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	goio "io"
 	"io/fs"
 	"path/filepath"
 	"sort"
@@ -342,6 +344,60 @@ func Hydrate(ctx context.Context, store *blobstore.Container, shard string, lin 
 	return out, nil
 }
 
+// streamFile streams one checkpoint file from the store into sink,
+// verifying its size before and its checksum while it is written: memory
+// stays at the copy buffers whatever the file's size. Store trouble,
+// mid-stream too, retries the whole file. A file that is missing, of
+// another size or corrupt is bad (its written copy is left for the caller
+// to remove: the returned path is set once anything was written).
+func (s io) streamFile(ctx context.Context, key string, f ManifestFile, sink StreamSink, bad func(string, ...any) error) (string, error) {
+	var path string
+	err := s.retry(ctx, func(ctx context.Context) error {
+		rc, attrs, err := s.store.NewRangeReader(ctx, key, 0, -1, "")
+		switch {
+		case errors.Is(err, blobstore.ErrNotFound):
+			return bad("missing")
+		case err != nil:
+			return err
+		}
+		defer rc.Close()
+		if attrs.Size != f.Size {
+			return bad("%d bytes, manifest says %d", attrs.Size, f.Size)
+		}
+		// Checkpoint files are written once; the checksum proves the bytes.
+		h := crc32.New(castagnoli)
+		cr := &countingReader{r: goio.TeeReader(goio.LimitReader(rc, f.Size+1), h)}
+		p, err := sink.WriteFrom(f.Name, cr)
+		if p != "" {
+			path = p
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case cr.n != f.Size:
+			return bad("%d bytes streamed, manifest says %d", cr.n, f.Size)
+		case h.Sum32() != f.CRC32C:
+			return bad("checksum %08x, manifest says %08x", h.Sum32(), f.CRC32C)
+		}
+		return nil
+	})
+	return path, err
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+type countingReader struct {
+	r goio.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
 // download fetches m's files into sink in parallel. A definite problem
 // with the checkpoint is returned as a reason (and its files removed);
 // store trouble as an error.
@@ -351,13 +407,10 @@ func (s io) download(ctx context.Context, m Manifest, sink FileSink, progress fu
 	p := Progress{Checkpoint: m.Key(), FilesTotal: len(m.Files), BytesTotal: m.Bytes()}
 	var reason string
 	errBad := errors.New("checkpoint refused")
+	stream, streaming := sink.(StreamSink)
 	err := parallel(ctx, s.opts.Parallelism, len(m.Files), func(ctx context.Context, i int) error {
 		f := m.Files[i]
 		key := FilePrefix(m.Term, m.Gen) + f.Name
-		obj, found, err := s.get(ctx, key)
-		if err != nil {
-			return err
-		}
 		bad := func(format string, args ...any) error {
 			mu.Lock()
 			if reason == "" {
@@ -365,6 +418,33 @@ func (s io) download(ctx context.Context, m Manifest, sink FileSink, progress fu
 			}
 			mu.Unlock()
 			return errBad
+		}
+		done := func(path string) {
+			paths[i] = path
+			mu.Lock()
+			p.Files++
+			p.Bytes += f.Size
+			if progress != nil {
+				progress(p)
+			}
+			mu.Unlock()
+		}
+		if streaming {
+			path, err := s.streamFile(ctx, key, f, stream, bad)
+			if !errors.Is(err, blobstore.ErrUnsupported) {
+				if path != "" {
+					paths[i] = path // removed below if the checkpoint is refused
+				}
+				if err == nil {
+					done(path)
+				}
+				return err
+			}
+			// A store without streaming reads: the whole body, below.
+		}
+		obj, found, err := s.get(ctx, key)
+		if err != nil {
+			return err
 		}
 		switch {
 		case !found:
@@ -378,14 +458,7 @@ func (s io) download(ctx context.Context, m Manifest, sink FileSink, progress fu
 		if err != nil {
 			return err
 		}
-		paths[i] = path
-		mu.Lock()
-		p.Files++
-		p.Bytes += f.Size
-		if progress != nil {
-			progress(p)
-		}
-		mu.Unlock()
+		done(path)
 		return nil
 	})
 	if errors.Is(err, errBad) {

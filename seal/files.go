@@ -26,6 +26,17 @@ type FileSink interface {
 	Remove(name string) error
 }
 
+// A StreamSink is a FileSink that takes a file as a stream: Hydrate then
+// writes each file as it arrives (on a store with streaming reads) instead
+// of holding it whole, so memory does not grow with the files' size.
+type StreamSink interface {
+	FileSink
+	// WriteFrom stores the file name from r and returns where it put it
+	// (also when it fails after creating it, so the caller can remove
+	// it). An error reading r is returned as it is.
+	WriteFrom(name string, r goio.Reader) (string, error)
+}
+
 // dirSink writes a checkpoint's files under a local directory: Hydrate's
 // sink when HydrateOptions.Into is nil.
 type dirSink string
@@ -36,6 +47,24 @@ func (d dirSink) WriteFile(name string, body []byte) (string, error) {
 		return "", err
 	}
 	return p, os.WriteFile(p, body, 0o644)
+}
+
+// WriteFrom streams the file to disk. A failed copy leaves a partial file
+// the caller removes (a retry rewrites it from the start).
+func (d dirSink) WriteFrom(name string, r goio.Reader) (string, error) {
+	p := filepath.Join(string(d), filepath.FromSlash(name))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return "", err
+	}
+	f, err := os.Create(p)
+	if err != nil {
+		return "", err
+	}
+	_, err = goio.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return p, err
 }
 
 func (d dirSink) Remove(name string) error {

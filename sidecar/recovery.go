@@ -29,8 +29,9 @@ func (recoveryOpener) Open(ctx context.Context, store *blobstore.Container, p op
 	}
 	// The checkpoint is held in memory until it is streamed: it was
 	// published through this API, one request of at most
-	// --max-request-bytes, and hydration held its files in memory anyway
-	// (a store read returns a whole object).
+	// --max-request-bytes. (Hydration into a directory streams each file
+	// to disk; serving files to the primary straight from the store is
+	// warm serving's, not done here.)
 	files := seal.NewMemFiles()
 	var (
 		mu        sync.Mutex

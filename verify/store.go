@@ -1,11 +1,13 @@
 package verify
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -68,6 +70,8 @@ type Request struct {
 	Limit    int    // List: limit
 	Expected blobstore.Token
 	Body     []byte
+	// Offset and Length are a GetRange's range (Length -1: to the end).
+	Offset, Length int64
 
 	arrival int // the step at which the request arrived
 	reply   chan reply
@@ -103,6 +107,11 @@ func (r *Request) Label() string {
 		}
 	case blobstore.OpCompareAndSwap, blobstore.OpDeleteIfMatch:
 		fmt.Fprintf(&b, " expect %s", short(r.Expected))
+	case blobstore.OpGetRange:
+		fmt.Fprintf(&b, " @%d+%d", r.Offset, r.Length)
+		if r.Expected != "" {
+			fmt.Fprintf(&b, " pinned %s", short(r.Expected))
+		}
 	}
 	if r.Op == blobstore.OpPut || r.Op == blobstore.OpCreateIfAbsent || r.Op == blobstore.OpCompareAndSwap {
 		fmt.Fprintf(&b, " %s", DescribeBody(r.Key, r.Body))
@@ -233,6 +242,20 @@ func (s *Store) apply(r *Request) reply {
 			return reply{err: blobstore.ErrNotFound}
 		}
 		return reply{attrs: blobstore.Attrs{Key: r.Key, Size: int64(len(o.body)), Token: o.token}}
+	case blobstore.OpGetRange:
+		if !ok {
+			return reply{err: blobstore.ErrNotFound}
+		}
+		if r.Expected != "" && r.Expected != o.token {
+			return reply{err: blobstore.ErrPreconditionFailed}
+		}
+		size := int64(len(o.body))
+		end, err := driver.Range(size, r.Offset, r.Length, blobstore.ErrInvalidRange)
+		if err != nil {
+			return reply{err: err}
+		}
+		return reply{obj: blobstore.Object{Key: r.Key, Body: append([]byte(nil), o.body[r.Offset:end]...), Token: o.token},
+			attrs: blobstore.Attrs{Key: r.Key, Size: size, Token: o.token}}
 	case blobstore.OpPut:
 		return reply{tok: s.set(r.Key, r.Body)}
 	case blobstore.OpCreateIfAbsent:
@@ -361,6 +384,8 @@ func summarize(r *Request, rep reply) string {
 		return "token " + short(rep.obj.Token) + " " + DescribeBody(r.Key, rep.obj.Body)
 	case blobstore.OpStat:
 		return "token " + short(rep.attrs.Token)
+	case blobstore.OpGetRange:
+		return fmt.Sprintf("token %s %d bytes", short(rep.attrs.Token), len(rep.obj.Body))
 	case blobstore.OpList:
 		names := make([]string, len(rep.page.Items))
 		for i, it := range rep.page.Items {
@@ -386,7 +411,10 @@ type actorBucket struct {
 	actor string
 }
 
-var _ driver.Bucket = (*actorBucket)(nil)
+var (
+	_ driver.Bucket      = (*actorBucket)(nil)
+	_ driver.RangeReader = (*actorBucket)(nil)
+)
 
 func (b *actorBucket) String() string { return "verify://" + b.actor }
 
@@ -408,6 +436,16 @@ func (b *actorBucket) submit(r *Request) reply {
 func (b *actorBucket) Get(_ context.Context, key string) (driver.Object, error) {
 	rep := b.submit(&Request{Op: blobstore.OpGet, Key: key})
 	return rep.obj, rep.err
+}
+
+// NewRangeReader is one scheduled request: the range is read when the
+// scheduler delivers it, and the stream serves that copy.
+func (b *actorBucket) NewRangeReader(_ context.Context, key string, offset, length int64, pre driver.Precondition) (io.ReadCloser, driver.Attrs, error) {
+	rep := b.submit(&Request{Op: blobstore.OpGetRange, Key: key, Offset: offset, Length: length, Expected: pre.IfMatch})
+	if rep.err != nil {
+		return nil, driver.Attrs{}, rep.err
+	}
+	return io.NopCloser(bytes.NewReader(rep.obj.Body)), rep.attrs, nil
 }
 
 func (b *actorBucket) Stat(_ context.Context, key string) (driver.Attrs, error) {

@@ -59,6 +59,8 @@ func TestAzurite(t *testing.T) {
 	t.Run("token-is-etag", func(t *testing.T) { testTokenIsETag(t, open(t, "")) })
 	t.Run("conditional-body-limit", func(t *testing.T) { testBodyLimit(t, open(t, "max_conditional_body=16")) })
 	t.Run("write-faults-on-the-wire", func(t *testing.T) { testLostResponse(t, srv) })
+	t.Run("range-resume-pinned", func(t *testing.T) { testRangeResume(t, srv) })
+	t.Run("range-at-end-refused", func(t *testing.T) { testRangeAtEndRefused(t, srv) })
 	t.Run("missing-container", func(t *testing.T) {
 		raw := strings.Replace(srv.StoreURL(uniquePrefix(t)), testservers.AzuriteContainer, "no-such-container", 1)
 		c, err := blobstore.Open(t.Context(), raw)

@@ -96,6 +96,9 @@ func mapStatus(op driver.Op, status int, code string, err error) error {
 			}
 		}
 		return fmt.Errorf("%w: %w", blobstore.ErrNotFound, err)
+	case status == http.StatusRequestedRangeNotSatisfiable:
+		// Only ranged reads send a range: one that starts past the end.
+		return fmt.Errorf("%w: %w", blobstore.ErrInvalidRange, err)
 	case status == http.StatusRequestEntityTooLarge:
 		return fmt.Errorf("%w: %w", blobstore.ErrTooLarge, err)
 	case status == http.StatusBadRequest && (code == "InvalidResourceName" || code == "InvalidUri"):

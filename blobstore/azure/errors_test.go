@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"syscall"
 	"testing"
@@ -61,6 +62,15 @@ func TestMapError(t *testing.T) {
 		{driver.OpCreateIfAbsent, errors.New("unrecognised"), blobstore.ErrAmbiguous},
 		{driver.OpPut, context.DeadlineExceeded, blobstore.ErrAmbiguous},
 		{driver.OpList, context.Canceled, nil},
+		// A ranged read is a read, plus its own answers.
+		{driver.OpGetRange, svc(416, "InvalidRange"), blobstore.ErrInvalidRange},
+		{driver.OpGetRange, svc(412, "ConditionNotMet"), blobstore.ErrPreconditionFailed},
+		{driver.OpGetRange, svc(412, "LeaseIdMissing"), nil},
+		{driver.OpGetRange, svc(404, "BlobNotFound"), blobstore.ErrNotFound},
+		{driver.OpGetRange, svc(503, "ServerBusy"), blobstore.ErrUnavailable},
+		{driver.OpGetRange, reset, blobstore.ErrUnavailable},
+		{driver.OpGetRange, io.ErrUnexpectedEOF, blobstore.ErrUnavailable},
+		{driver.OpGetRange, context.Canceled, nil},
 	} {
 		got := mapError(tc.op, tc.err)
 		var re, gotRE *azcore.ResponseError
@@ -72,7 +82,7 @@ func TestMapError(t *testing.T) {
 			t.Errorf("%s %v: result lost the original error", tc.op, tc.err)
 		}
 		for _, s := range []error{blobstore.ErrAlreadyExists, blobstore.ErrPreconditionFailed, blobstore.ErrNotFound,
-			blobstore.ErrConflict, blobstore.ErrUnavailable, blobstore.ErrAmbiguous, blobstore.ErrTooLarge, blobstore.ErrInvalidKey} {
+			blobstore.ErrConflict, blobstore.ErrUnavailable, blobstore.ErrAmbiguous, blobstore.ErrTooLarge, blobstore.ErrInvalidKey, blobstore.ErrInvalidRange} {
 			if is := errors.Is(got, s); is != (s == tc.want) {
 				t.Errorf("%s %s -> %v: errors.Is(%v) = %v", tc.op, describe(tc.err), got, s, is)
 			}
@@ -99,5 +109,28 @@ func TestServiceErrorMessage(t *testing.T) {
 	got := mapError(driver.OpCompareAndSwap, &azcore.ResponseError{StatusCode: 412, ErrorCode: "ConditionNotMet"}).Error()
 	if want := "precondition failed: Azure answered HTTP 412 ConditionNotMet"; got != want {
 		t.Errorf("message %q, want %q", got, want)
+	}
+}
+
+func TestParseContentRange(t *testing.T) {
+	for _, tc := range []struct {
+		in          string
+		start, size int64
+		ok          bool
+	}{
+		{"bytes 0-9/10", 0, 10, true},
+		{"bytes 2-4/10", 2, 10, true},
+		{"bytes 10-9/10", 10, 10, true}, // Azurite's answer to a range from the end
+		{"bytes */10", 0, 0, false},
+		{"bytes 0-10/10", 0, 0, false},
+		{"bytes 5-3/10", 0, 0, false},
+		{"bytes 0-9/*", 0, 0, false},
+		{"items 0-9/10", 0, 0, false},
+		{"", 0, 0, false},
+	} {
+		start, size, err := parseContentRange(tc.in)
+		if (err == nil) != tc.ok || (tc.ok && (start != tc.start || size != tc.size)) {
+			t.Errorf("parseContentRange(%q) = %d, %d, %v; want %d, %d, ok %v", tc.in, start, size, err, tc.start, tc.size, tc.ok)
+		}
 	}
 }

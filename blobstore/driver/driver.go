@@ -24,23 +24,16 @@
 // A new driver is a file of SDK calls implementing Bucket plus a test that
 // runs the conformance suite (package conformance) against the real store.
 //
-// Streaming reads. The read side is shaped so that a streaming read and a
-// ranged read pinned to a version can be added without changing what exists:
-// each becomes an optional interface the portable type gates like
-// ConditionalDelete (ErrUnsupported where a driver lacks it), a new Op, and a
-// field of the portable call and result, for example
-//
-//	NewReader(ctx, key string) (io.ReadCloser, Attrs, error)
-//	NewRangeReader(ctx, key string, offset, length int64, pre Precondition) (io.ReadCloser, Attrs, error)
-//
-// where pre.IfMatch pins the range to the version a first read returned and
-// a changed object fails with blobstore.ErrPreconditionFailed, the same
-// Precondition writes and deletes take.
+// Streaming reads. A driver that implements RangeReader serves
+// OpGetRange: a stream over a range of one version of an object, natively
+// (no whole body in memory). The portable type gates it like
+// ConditionalDelete: ErrUnsupported where a driver lacks it.
 package driver
 
 import (
 	"context"
 	"fmt"
+	"io"
 )
 
 // Token is a store's opaque version of one object: an S3 or Azure ETag, a GCS
@@ -101,11 +94,13 @@ const (
 	OpDelete
 	OpDeleteIfMatch
 	OpList
+	// OpGetRange opens a stream over a range of an object (RangeReader).
+	OpGetRange
 	// NumOps is the number of ops, for tables indexed by Op.
 	NumOps
 )
 
-var opNames = [NumOps]string{"Get", "Stat", "Put", "CreateIfAbsent", "CompareAndSwap", "Delete", "DeleteIfMatch", "List"}
+var opNames = [NumOps]string{"Get", "Stat", "Put", "CreateIfAbsent", "CompareAndSwap", "Delete", "DeleteIfMatch", "List", "GetRange"}
 
 func (o Op) String() string {
 	if o < NumOps {
@@ -202,10 +197,71 @@ type KeyChecker interface {
 	CheckKey(key string) error
 }
 
+// RangeReader is implemented by a driver that reads objects as streams,
+// natively (S3 and MinIO Range with If-Match, GCS NewRangeReader with a
+// generation condition, Azure a ranged download with If-Match, fs pread).
+// The portable type refuses OpGetRange with ErrUnsupported on a driver
+// without it.
+type RangeReader interface {
+	// NewRangeReader opens a stream over length bytes of the object at key
+	// from offset; length -1 reads to the end, and a range that runs past
+	// the end is cut there (a short read, not an error). offset equal to
+	// the size gives an empty stream; offset above it fails with
+	// ErrInvalidRange. pre.IfMatch, when set, pins the read to that
+	// version: an object replaced since fails with ErrPreconditionFailed
+	// (a missing one with ErrNotFound). The returned Attrs are the version
+	// read: its whole Size and its Token. The stream returns the bytes of
+	// that one version or an error, never bytes of two versions; the
+	// caller closes it. ctx governs the whole stream: cancelling it fails
+	// the next Read.
+	NewRangeReader(ctx context.Context, key string, offset, length int64, pre Precondition) (io.ReadCloser, Attrs, error)
+}
+
 // Explainer is implemented by a driver that can say why it does not offer a
 // conditional call its store lacks (DeleteIfMatch without
 // ConditionalDelete) and what an operator can do about it; the portable
 // type puts the explanation in its ErrUnsupported refusal.
 type Explainer interface {
 	Unsupported(op Op) string
+}
+
+// Range resolves a ranged read of an object of size bytes: the end of the
+// bytes to read, or an error wrapping invalidRange when offset is past the
+// end. Drivers that learn the size before they read share it.
+func Range(size, offset, length int64, invalidRange error) (end int64, err error) {
+	if offset > size {
+		return 0, fmt.Errorf("%w: offset %d is past the end of the %d-byte object", invalidRange, offset, size)
+	}
+	end = size
+	if length >= 0 && length < size-offset {
+		end = offset + length
+	}
+	return end, nil
+}
+
+// ContextReader returns r as a stream whose Reads fail with ctx's error
+// once ctx is done, for a driver whose reads do not watch the context
+// themselves (a file, a buffer).
+func ContextReader(ctx context.Context, r io.Reader, close func() error) io.ReadCloser {
+	return &ctxReader{ctx: ctx, r: r, close: close}
+}
+
+type ctxReader struct {
+	ctx   context.Context
+	r     io.Reader
+	close func() error
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+func (c *ctxReader) Close() error {
+	if c.close == nil {
+		return nil
+	}
+	return c.close()
 }

@@ -44,7 +44,7 @@ func Ops(ops ...blobstore.Op) OpSet {
 // Common sets.
 const (
 	AllOps      OpSet = 1<<blobstore.NumOps - 1
-	Reads       OpSet = 1<<blobstore.OpGet | 1<<blobstore.OpStat | 1<<blobstore.OpList
+	Reads       OpSet = 1<<blobstore.OpGet | 1<<blobstore.OpStat | 1<<blobstore.OpList | 1<<blobstore.OpGetRange
 	Writes      OpSet = 1<<blobstore.OpPut | 1<<blobstore.OpCreateIfAbsent | 1<<blobstore.OpCompareAndSwap | 1<<blobstore.OpDelete | 1<<blobstore.OpDeleteIfMatch
 	Conditional OpSet = 1<<blobstore.OpCreateIfAbsent | 1<<blobstore.OpCompareAndSwap | 1<<blobstore.OpDeleteIfMatch
 	Deletes     OpSet = 1<<blobstore.OpDelete | 1<<blobstore.OpDeleteIfMatch
@@ -368,7 +368,10 @@ func (c *Container) Land(ctx context.Context) []Landing {
 	c.mu.Unlock()
 	out := make([]Landing, 0, len(held))
 	for _, p := range held {
-		_, err := c.apply(ctx, p.call, p.next)
+		r, err := c.apply(ctx, p.call, p.next)
+		if err == nil && r.Reader != nil {
+			_ = r.Reader.Close()
+		}
 		out = append(out, Landing{Request: p.req, Err: err})
 	}
 	return out
@@ -417,7 +420,11 @@ func (c *Container) intercept(ctx context.Context, call blobstore.Call, next blo
 	case LostRequest:
 		return blobstore.Result{}, blobstore.Ambiguous(cause)
 	case LostResponse:
-		_, _ = c.apply(ctx, call, next) // whatever the store answered never arrives
+		// Whatever the store answered never arrives (a stream it opened
+		// is closed unread).
+		if r, err := c.apply(ctx, call, next); err == nil && r.Reader != nil {
+			_ = r.Reader.Close()
+		}
 		return blobstore.Result{}, blobstore.Ambiguous(cause)
 	case LandLater:
 		// The caller may reuse its buffer once the call returns.
@@ -473,7 +480,7 @@ type version struct {
 func (v version) token() blobstore.Token { return blobstore.Token(strconv.Itoa(v.n)) }
 
 func (c *Container) applyRestarting(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
-	if call.Op == blobstore.OpCompareAndSwap || call.Op == blobstore.OpDeleteIfMatch {
+	if call.Op == blobstore.OpCompareAndSwap || call.Op == blobstore.OpDeleteIfMatch || (call.Op == blobstore.OpGetRange && call.Expected != "") {
 		c.vmu.Lock()
 		v, ok := c.versions[call.Key]
 		c.vmu.Unlock()
@@ -499,7 +506,7 @@ func (c *Container) applyRestarting(ctx context.Context, call blobstore.Call, ne
 		delete(c.versions, call.Key)
 	case blobstore.OpGet:
 		res.Object.Token = c.observeLocked(call.Key, res.Object.Token)
-	case blobstore.OpStat:
+	case blobstore.OpStat, blobstore.OpGetRange:
 		res.Attrs.Token = c.observeLocked(call.Key, res.Attrs.Token)
 	case blobstore.OpList:
 		items := slices.Clone(res.Page.Items)

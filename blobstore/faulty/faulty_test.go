@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"strings"
 	"sync"
@@ -420,5 +421,39 @@ func TestLandLaterAppliesAHeldWriteThatStillFits(t *testing.T) {
 	}
 	if obj, _ := m.Get(ctx, "k"); string(obj.Body) != "two" {
 		t.Errorf("after landing the store holds %q, want the held write", obj.Body)
+	}
+}
+
+// Streams go through the rules like any read, and a pin is a version the
+// layer's own tokens name.
+func TestStreamsTakeFaultsAndRestartingTokens(t *testing.T) {
+	ctx := t.Context()
+	f, _ := newFaulty(t)
+	tok, err := f.Put(ctx, "k", []byte("v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.MustAdd(faulty.Rule{Ops: faulty.Reads, Fault: faulty.LostResponse, Times: 1})
+	_, _, err = f.NewRangeReader(ctx, "k", 0, -1, tok)
+	wantInjected(t, err, blobstore.ErrAmbiguous, "GetRange")
+
+	f.SetRestartingTokens(true)
+	t1, err := f.Put(ctx, "r", []byte("one"))
+	if err != nil || t1 != "1" {
+		t.Fatalf("restarting token %q (%v), want 1", t1, err)
+	}
+	rc, attrs, err := f.NewRangeReader(ctx, "r", 1, -1, t1)
+	if err != nil || attrs.Token != "1" {
+		t.Fatalf("range pinned to the layer's token: %+v, %v", attrs, err)
+	}
+	if b, _ := io.ReadAll(rc); string(b) != "ne" {
+		t.Errorf("range read %q", b)
+	}
+	_ = rc.Close()
+	if _, err := f.Put(ctx, "r", []byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.NewRangeReader(ctx, "r", 0, -1, t1); !errors.Is(err, blobstore.ErrPreconditionFailed) {
+		t.Fatalf("range pinned to a replaced version: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ package fs
 
 import (
 	"context"
+	"io"
 	"sync/atomic"
 	"testing"
 
@@ -85,6 +86,10 @@ func (x *alternating) Get(ctx context.Context, key string) (driver.Object, error
 
 func (x *alternating) Stat(ctx context.Context, key string) (driver.Attrs, error) {
 	return x.pick().Stat(ctx, key)
+}
+
+func (x *alternating) NewRangeReader(ctx context.Context, key string, offset, length int64, pre driver.Precondition) (io.ReadCloser, driver.Attrs, error) {
+	return x.pick().NewRangeReader(ctx, key, offset, length, pre)
 }
 
 func (x *alternating) Write(ctx context.Context, key string, body []byte, pre driver.Precondition) (driver.Token, error) {

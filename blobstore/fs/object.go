@@ -91,21 +91,62 @@ func statObject(path string) (blobstore.Token, int64, error) {
 		return "", 0, err
 	}
 	defer f.Close()
+	tok, size, _, err := readHeader(f, path)
+	return tok, size, err
+}
+
+// readHeader reads and checks the header of an open object file: its
+// token, body size and body CRC. Everything read from f afterwards belongs
+// to that version, whatever replaces the key meanwhile.
+func readHeader(f *os.File, path string) (blobstore.Token, int64, uint32, error) {
 	fi, err := f.Stat()
 	if err != nil {
-		return "", 0, err
+		return "", 0, 0, err
 	}
 	var h [headerLen]byte
 	if fi.Size() >= headerLen {
 		if _, err := f.ReadAt(h[:], 0); err != nil {
-			return "", 0, fmt.Errorf("reading %s: %w", path, err)
+			return "", 0, 0, fmt.Errorf("reading %s: %w", path, err)
 		}
 	}
-	tok, _, err := decodeHeader(h[:], fi.Size())
+	tok, sum, err := decodeHeader(h[:], fi.Size())
 	if err != nil {
-		return "", 0, fmt.Errorf("%s: %w", path, err)
+		return "", 0, 0, fmt.Errorf("%s: %w", path, err)
 	}
-	return tok, fi.Size() - headerLen, nil
+	return tok, fi.Size() - headerLen, sum, nil
+}
+
+// bodyReader streams bytes of one open object file by pread (a section
+// reader, so no shared file offset). It turns a file that ends before the
+// range the header promised (cut in place by another program) into
+// ErrCorruptObject rather than a short stream, and when it covers the
+// whole body it checks the body's CRC at the end, so a whole stream is as
+// safe as Get; a partial range cannot be checked.
+type bodyReader struct {
+	r      *io.SectionReader
+	left   int64 // bytes of the range not read yet
+	path   string
+	verify bool // the range is the whole body: check crc against sum
+	crc    uint32
+	sum    uint32
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	if b.verify {
+		b.crc = crc32.Update(b.crc, castagnoli, p[:n])
+	}
+	if err != io.EOF {
+		return n, err
+	}
+	switch {
+	case b.left > 0:
+		return n, fmt.Errorf("%w: %s: the file ended %d bytes before the length its header records", ErrCorruptObject, b.path, b.left)
+	case b.verify && b.crc != b.sum:
+		return n, fmt.Errorf("%w: %s: body checksum mismatch", ErrCorruptObject, b.path)
+	}
+	return n, io.EOF
 }
 
 // tempFile is a write in flight. Its creator holds an exclusive flock on it

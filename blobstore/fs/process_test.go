@@ -394,3 +394,92 @@ func TestKilledWriterMidWrite(t *testing.T) {
 		}
 	}
 }
+
+// Streams opened while another process keeps replacing the key each return
+// exactly one version, whole or ranged, pinned or not, although the key is
+// replaced while they are half read.
+func TestCrossProcessStreamsSeeOneVersion(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	c, err := openTest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kid := startTogether(t, 1, "churn", dir, "big", 0)[0]
+	puts := make(chan struct{}, 1)
+	go func() {
+		for l := range kid.lines {
+			if strings.HasPrefix(l, "put ") {
+				select {
+				case puts <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	waitPut := func() {
+		t.Helper()
+		select {
+		case <-puts:
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("the writer made no progress: %s", kid.errb.String())
+		}
+	}
+	waitPut()
+	const size = 4 << 20
+	for i := range 6 {
+		pinned, ranged := i%2 == 1, i >= 4
+		var pin blobstore.Token
+		if pinned {
+			st, err := c.Stat(ctx, "big")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pin = st.Token
+		}
+		off, n := int64(0), int64(-1)
+		if ranged {
+			off, n = 1<<20, 2<<20
+		}
+		rc, attrs, err := c.NewRangeReader(ctx, "big", off, n, pin)
+		if pinned && errors.Is(err, blobstore.ErrPreconditionFailed) {
+			continue // replaced between the Stat and the open
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if attrs.Size != size || (pinned && attrs.Token != pin) {
+			t.Fatalf("stream %d: attrs %+v, want size %d and token %q", i, attrs, size, pin)
+		}
+		head := make([]byte, 512<<10)
+		if _, err := io.ReadFull(rc, head); err != nil {
+			t.Fatal(err)
+		}
+		// A put acknowledged now may have renamed before the open; the
+		// one after it renamed after the open, while the stream is half
+		// read.
+		select {
+		case <-puts:
+		default:
+		}
+		waitPut()
+		waitPut()
+		rest, err := io.ReadAll(rc)
+		if err != nil {
+			t.Fatalf("stream %d (pin %q, offset %d): %v", i, pin, off, err)
+		}
+		_ = rc.Close()
+		got := append(head, rest...)
+		want := churnBody(int(got[0]))
+		if ranged {
+			want = want[off : off+n]
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("stream %d (pin %q, offset %d): %d bytes that are not one version's", i, pin, off, len(got))
+		}
+	}
+	if err := kid.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = kid.cmd.Wait()
+}

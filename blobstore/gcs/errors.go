@@ -74,6 +74,9 @@ func mapStatus(op driver.Op, code int, err error) error {
 		return fmt.Errorf("%w: %w", blobstore.ErrNotFound, err)
 	case code == http.StatusConflict:
 		return fmt.Errorf("%w: %w", blobstore.ErrConflict, err)
+	case code == http.StatusRequestedRangeNotSatisfiable:
+		// NewRangeReader settles the 416s it gets; this is for any other.
+		return fmt.Errorf("%w: %w", blobstore.ErrInvalidRange, err)
 	case code == http.StatusTooManyRequests:
 		// Rate limiting refuses a request before it is processed.
 		return blobstore.Unavailable(err)

@@ -60,13 +60,20 @@ func TestMapError(t *testing.T) {
 		{driver.OpCompareAndSwap, errors.New("unrecognised"), blobstore.ErrAmbiguous},
 		{driver.OpCompareAndSwap, context.DeadlineExceeded, blobstore.ErrAmbiguous},
 		{driver.OpGet, context.Canceled, nil},
+		{driver.OpGetRange, api(412), blobstore.ErrPreconditionFailed},
+		{driver.OpGetRange, objectGone, blobstore.ErrNotFound},
+		{driver.OpGetRange, api(416), blobstore.ErrInvalidRange},
+		{driver.OpGetRange, api(503), blobstore.ErrUnavailable},
+		{driver.OpGetRange, api(408), blobstore.ErrUnavailable},
+		{driver.OpGetRange, reset, blobstore.ErrUnavailable},
+		{driver.OpGetRange, context.Canceled, nil},
 	} {
 		got := mapError(tc.op, tc.err)
 		if !errors.Is(got, tc.err) {
 			t.Errorf("%s %v: result %v lost the original error", tc.op, tc.err, got)
 		}
 		sentinels := []error{blobstore.ErrAlreadyExists, blobstore.ErrPreconditionFailed, blobstore.ErrNotFound,
-			blobstore.ErrConflict, blobstore.ErrUnavailable, blobstore.ErrAmbiguous, blobstore.ErrTooLarge}
+			blobstore.ErrConflict, blobstore.ErrUnavailable, blobstore.ErrAmbiguous, blobstore.ErrTooLarge, blobstore.ErrInvalidRange}
 		for _, s := range sentinels {
 			if is := errors.Is(got, s); is != (s == tc.want) {
 				t.Errorf("%s %v -> %v: errors.Is(%v) = %v", tc.op, tc.err, got, s, is)

@@ -15,6 +15,11 @@
 // four attempts, backing off from 100ms), since repeating them cannot change
 // what they report.
 //
+// Ranged reads (NewRangeReader, range.go) stream one GET with a Range header,
+// pinned with ifGenerationMatch; the driver also checks the generation it was
+// served, since fake-gcs-server ignores read preconditions. A zero length, or
+// an offset at or past the end (a 416), costs one metadata request.
+//
 // Conditional delete (DeleteIfMatch) is off unless the URL says
 // conditional_delete=true. Real GCS enforces ifGenerationMatch on delete;
 // fake-gcs-server v1.56.1 deletes anyway, so a driver that advertised the

@@ -7,6 +7,7 @@ package metered
 import (
 	"context"
 	"errors"
+	"io"
 	"sync/atomic"
 	"time"
 
@@ -157,6 +158,8 @@ func (c *Container) Collect(ch chan<- prometheus.Metric) {
 // take around every bench iteration.
 type Snapshot struct {
 	Get, Stat, Put, CreateIfAbsent, CompareAndSwap, Delete, DeleteIfMatch, List uint64
+	// GetRange counts the streams and ranges opened (GET-priced).
+	GetRange uint64
 	// Errors counts requests of any kind that returned an error, definite
 	// answers such as not-found included.
 	Errors uint64
@@ -167,7 +170,7 @@ type Snapshot struct {
 
 // Requests is the number of requests of every kind.
 func (s Snapshot) Requests() uint64 {
-	return s.Get + s.Stat + s.Put + s.CreateIfAbsent + s.CompareAndSwap + s.Delete + s.DeleteIfMatch + s.List
+	return s.Get + s.Stat + s.Put + s.CreateIfAbsent + s.CompareAndSwap + s.Delete + s.DeleteIfMatch + s.List + s.GetRange
 }
 
 // Writes is the number of requests that change the store (PUT-priced on
@@ -180,7 +183,8 @@ func (s Snapshot) Sub(earlier Snapshot) Snapshot {
 		Get: s.Get - earlier.Get, Stat: s.Stat - earlier.Stat, Put: s.Put - earlier.Put,
 		CreateIfAbsent: s.CreateIfAbsent - earlier.CreateIfAbsent, CompareAndSwap: s.CompareAndSwap - earlier.CompareAndSwap,
 		Delete: s.Delete - earlier.Delete, DeleteIfMatch: s.DeleteIfMatch - earlier.DeleteIfMatch, List: s.List - earlier.List,
-		Errors: s.Errors - earlier.Errors, BytesWritten: s.BytesWritten - earlier.BytesWritten, BytesRead: s.BytesRead - earlier.BytesRead,
+		GetRange: s.GetRange - earlier.GetRange,
+		Errors:   s.Errors - earlier.Errors, BytesWritten: s.BytesWritten - earlier.BytesWritten, BytesRead: s.BytesRead - earlier.BytesRead,
 	}
 }
 
@@ -200,7 +204,8 @@ func (c *Container) Snapshot() Snapshot {
 	return Snapshot{
 		Get: per[blobstore.OpGet], Stat: per[blobstore.OpStat], Put: per[blobstore.OpPut], CreateIfAbsent: per[blobstore.OpCreateIfAbsent],
 		CompareAndSwap: per[blobstore.OpCompareAndSwap], Delete: per[blobstore.OpDelete], DeleteIfMatch: per[blobstore.OpDeleteIfMatch], List: per[blobstore.OpList],
-		Errors: errs, BytesWritten: c.written.Load(), BytesRead: c.read.Load(),
+		GetRange: per[blobstore.OpGetRange],
+		Errors:   errs, BytesWritten: c.written.Load(), BytesRead: c.read.Load(),
 	}
 }
 
@@ -218,9 +223,27 @@ func (c *Container) observe(ctx context.Context, call blobstore.Call, next blobs
 		switch call.Op {
 		case blobstore.OpGet:
 			c.read.Add(uint64(len(res.Object.Body)))
+		case blobstore.OpGetRange:
+			// A stream's bytes count as they are read; its latency is
+			// the time to open it (the first byte).
+			res.Reader = &countingReader{rc: res.Reader, n: &c.read}
 		case blobstore.OpPut, blobstore.OpCreateIfAbsent, blobstore.OpCompareAndSwap:
 			c.written.Add(uint64(len(call.Body)))
 		}
 	}
 	return res, err
 }
+
+// countingReader adds the bytes read from a stream to a counter.
+type countingReader struct {
+	rc io.ReadCloser
+	n  *atomic.Uint64
+}
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	n, err := r.rc.Read(p)
+	r.n.Add(uint64(n))
+	return n, err
+}
+
+func (r *countingReader) Close() error { return r.rc.Close() }

@@ -3,6 +3,7 @@ package metered_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -82,8 +83,8 @@ shardfence_blobstore_body_bytes_total{direction="write",store="shard-b"} 1
 	}
 
 	// One latency series per op and store, each counting that op's calls.
-	if n, err := testutil.GatherAndCount(reg, metered.LatencyMetric); err != nil || n != 16 {
-		t.Errorf("latency series = %d (%v), want 8 ops x 2 stores", n, err)
+	if n, err := testutil.GatherAndCount(reg, metered.LatencyMetric); err != nil || n != 2*int(blobstore.NumOps) {
+		t.Errorf("latency series = %d (%v), want %d ops x 2 stores", n, err, blobstore.NumOps)
 	}
 	fams, err := reg.Gather()
 	if err != nil {
@@ -190,5 +191,33 @@ func BenchmarkOverhead(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A stream counts as one GetRange request and its bytes as they are read.
+func TestCountsStreamsAndTheirBytes(t *testing.T) {
+	ctx := t.Context()
+	m := metered.New(mem.New(), "s")
+	if _, err := m.Put(ctx, "k", []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	before := m.Snapshot()
+	rc, _, err := m.NewRangeReader(ctx, "k", 2, 5, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	if _, err := rc.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	mid := m.Snapshot().Sub(before)
+	rest, err := io.ReadAll(rc)
+	if err != nil || string(buf)+string(rest) != "23456" {
+		t.Fatalf("stream read %q%q (%v)", buf, rest, err)
+	}
+	_ = rc.Close()
+	d := m.Snapshot().Sub(before)
+	if mid.GetRange != 1 || mid.BytesRead != 3 || d.GetRange != 1 || d.BytesRead != 5 || d.Requests() != 1 {
+		t.Errorf("after 3 bytes: %+v; after the stream: %+v; want one GetRange, 3 then 5 bytes read", mid, d)
 	}
 }

@@ -29,6 +29,10 @@ func TestClientErrorsMap(t *testing.T) {
 		{"missing object", driver.OpGet, minio.ErrorResponse{StatusCode: 404, Code: "NoSuchKey"}, blobstore.ErrNotFound},
 		{"missing bucket", driver.OpGet, minio.ErrorResponse{StatusCode: 404, Code: "NoSuchBucket"}, s3compat.ErrNoBucket},
 		{"server error on create", driver.OpCreateIfAbsent, minio.ErrorResponse{StatusCode: 500, Code: "InternalError"}, blobstore.ErrAmbiguous},
+		{"range of a replaced pinned version", driver.OpGetRange, minio.ErrorResponse{StatusCode: 412, Code: "PreconditionFailed"}, blobstore.ErrPreconditionFailed},
+		{"range of a missing object", driver.OpGetRange, minio.ErrorResponse{StatusCode: 404, Code: "NoSuchKey"}, blobstore.ErrNotFound},
+		{"range past the end", driver.OpGetRange, minio.ErrorResponse{StatusCode: 416, Code: "InvalidRange"}, blobstore.ErrInvalidRange},
+		{"server error on a range", driver.OpGetRange, minio.ErrorResponse{StatusCode: 500, Code: "InternalError"}, blobstore.ErrUnavailable},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,6 +21,9 @@
 // may have left is blobstore.ErrAmbiguous, for the caller to settle by
 // reading. Reads and unconditional writes keep the client's retries.
 //
+// Streaming reads are one ranged GET (If-Match when pinned), streamed from
+// the response body; see NewRangeReader for the ranges HTTP cannot express.
+//
 // MinIO accepts If-Match on DELETE and deletes anyway, so this driver does
 // not offer ConditionalDelete; DeleteIfMatch returns ErrUnsupported.
 package minio
@@ -31,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -119,9 +123,10 @@ type bucket struct {
 }
 
 var (
-	_ driver.Bucket     = (*bucket)(nil)
-	_ driver.KeyChecker = (*bucket)(nil)
-	_ driver.Explainer  = (*bucket)(nil)
+	_ driver.Bucket      = (*bucket)(nil)
+	_ driver.KeyChecker  = (*bucket)(nil)
+	_ driver.Explainer   = (*bucket)(nil)
+	_ driver.RangeReader = (*bucket)(nil)
 )
 
 // New opens a container. It sends no request: a wrong bucket or credentials
@@ -187,14 +192,27 @@ func (b *bucket) Unsupported(driver.Op) string {
 	return "MinIO ignores If-Match on DELETE, so the minio driver offers no conditional delete"
 }
 
-// Classify reads the store's answer out of a client error.
+// Classify reads the store's answer out of a client error. A ranged
+// read's 416 is ErrInvalidRange; every other answer to it means what it
+// means for a Get (412 with If-Match is ErrPreconditionFailed, 404
+// ErrNotFound, a 5xx or a transport error ErrUnavailable).
 func (b *bucket) Classify(op driver.Op, err error) error {
 	var a s3compat.Answer
 	var er minio.ErrorResponse
 	if errors.As(err, &er) {
 		a = s3compat.Answer{Status: er.StatusCode, Code: er.Code, Message: er.Message}
 	}
+	if op == driver.OpGetRange && isInvalidRange(err) {
+		return fmt.Errorf("%w (S3 answered %d %s)", blobstore.ErrInvalidRange, a.Status, a.Code)
+	}
 	return s3compat.Map(op, b.bucket, credentialHint, a, err)
+}
+
+// isInvalidRange tells whether the store answered 416 (InvalidRange): the
+// range starts at or past the object's end.
+func isInvalidRange(err error) bool {
+	var er minio.ErrorResponse
+	return errors.As(err, &er) && (er.StatusCode == http.StatusRequestedRangeNotSatisfiable || er.Code == "InvalidRange")
 }
 
 func (b *bucket) Get(ctx context.Context, key string) (driver.Object, error) {
@@ -211,6 +229,103 @@ func (b *bucket) Get(ctx context.Context, key string) (driver.Object, error) {
 		return driver.Object{}, err
 	}
 	return driver.Object{Body: buf.Bytes(), Token: s3compat.Token(info.ETag)}, nil
+}
+
+// NewRangeReader is one GET, sent before it returns (Core.GetObject is not
+// lazy), so a missing key (404), a replaced pinned version (412, If-Match)
+// or a range past the end (416) fails here; the stream is the response
+// body itself. The whole object (offset 0, length -1) is asked without a
+// Range header, which an empty object needs: S3 answers 416 to any range
+// of it.
+//
+// HTTP cannot express the rest of the contract, which costs a HEAD:
+//   - length 0: a HEAD (If-Match when pinned) instead of the GET, for the
+//     version's size and token and to tell offset == size from beyond it.
+//   - a 416: the range starts at or past the end, and the answer does not
+//     say which; a HEAD (If-Match when pinned) reads the size: offset ==
+//     size is an empty stream, offset > size ErrInvalidRange. An unpinned
+//     object replaced between the GET and the HEAD by a longer one is read
+//     again (a few times at most).
+func (b *bucket) NewRangeReader(ctx context.Context, key string, offset, length int64, pre driver.Precondition) (io.ReadCloser, driver.Attrs, error) {
+	if length == 0 {
+		return b.emptyRange(ctx, key, offset, pre)
+	}
+	var opts minio.GetObjectOptions
+	if pre.IfMatch != "" {
+		if err := opts.SetMatchETag(strings.Trim(string(pre.IfMatch), `"`)); err != nil {
+			return nil, driver.Attrs{}, err
+		}
+	}
+	ranged := offset > 0 || length > 0
+	if ranged {
+		end := int64(0) // with offset > 0: "bytes=offset-", to the end
+		if length > 0 {
+			end = offset + length - 1
+		}
+		if err := opts.SetRange(offset, end); err != nil {
+			return nil, driver.Attrs{}, err
+		}
+	}
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		rc, info, h, err := b.retrying.GetObject(ctx, b.bucket, key, opts)
+		if err == nil {
+			attrs := driver.Attrs{Size: info.Size, Token: s3compat.Token(info.ETag)}
+			if ranged {
+				attrs.Size, err = wholeSize(h.Get("Content-Range"))
+			}
+			if err == nil && attrs.Size < 0 {
+				err = errors.New("store answered the GET without a Content-Length")
+			}
+			if err != nil {
+				rc.Close()
+				return nil, driver.Attrs{}, err
+			}
+			return driver.ContextReader(ctx, rc, rc.Close), attrs, nil
+		}
+		if !isInvalidRange(err) {
+			return nil, driver.Attrs{}, err
+		}
+		rc, attrs, serr := b.emptyRange(ctx, key, offset, pre)
+		if serr != nil || offset >= attrs.Size || pre.IfMatch != "" {
+			return rc, attrs, serr
+		}
+		// The object was replaced by a longer one since the GET.
+		rc.Close()
+		if attempt == attempts {
+			return nil, driver.Attrs{}, blobstore.Unavailable(fmt.Errorf("object changed under %d ranged reads from offset %d: %w", attempts, offset, err))
+		}
+	}
+}
+
+// emptyRange is a HEAD (If-Match when pinned) for an empty stream at
+// offset: the version's size and token, or ErrInvalidRange past the end.
+func (b *bucket) emptyRange(ctx context.Context, key string, offset int64, pre driver.Precondition) (io.ReadCloser, driver.Attrs, error) {
+	var opts minio.StatObjectOptions
+	if pre.IfMatch != "" {
+		if err := opts.SetMatchETag(strings.Trim(string(pre.IfMatch), `"`)); err != nil {
+			return nil, driver.Attrs{}, err
+		}
+	}
+	info, err := b.retrying.StatObject(ctx, b.bucket, key, opts)
+	if err != nil {
+		return nil, driver.Attrs{}, err
+	}
+	if _, err := driver.Range(info.Size, offset, 0, blobstore.ErrInvalidRange); err != nil {
+		return nil, driver.Attrs{}, err
+	}
+	return io.NopCloser(bytes.NewReader(nil)), driver.Attrs{Size: info.Size, Token: s3compat.Token(info.ETag)}, nil
+}
+
+// wholeSize reads the object's size from a 206's Content-Range,
+// "bytes first-last/size".
+func wholeSize(contentRange string) (int64, error) {
+	_, total, ok := strings.Cut(contentRange, "/")
+	size, err := strconv.ParseInt(total, 10, 64)
+	if !ok || !strings.HasPrefix(contentRange, "bytes ") || err != nil || size < 0 {
+		return 0, fmt.Errorf("store answered a ranged GET with Content-Range %q, not bytes first-last/size", contentRange)
+	}
+	return size, nil
 }
 
 func (b *bucket) Stat(ctx context.Context, key string) (driver.Attrs, error) {

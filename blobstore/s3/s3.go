@@ -17,6 +17,10 @@
 // CompareAndSwap sends If-Match with the expected ETag. A token is the ETag
 // exactly as the store returns it, quotes included.
 //
+// Streaming reads (NewRangeReader) are one GET with a Range header, and
+// If-Match with the token when pinned; an empty range costs a HEAD (see
+// ranges.go).
+//
 // Retries. An SDK retry of a conditional PUT whose response was lost can
 // meet the driver's own earlier write and come back 412, which would turn a
 // success into a definite "someone else won". So conditional operations

@@ -47,7 +47,8 @@ const statusClientClosedRequest = 499
 // otherwise; 404 is ErrPreconditionFailed for If-Match requests and
 // ErrNotFound for the rest; 409 ConditionalRequestConflict is the retryable
 // ErrConflict, while other 409 codes (a file-backed store's name clash) are
-// definite refusals; 429 and a read's SlowDown are ErrUnavailable; a 5xx,
+// definite refusals; 416 (InvalidRange: a ranged GET starting past the
+// end) is ErrInvalidRange; 429 and a read's SlowDown are ErrUnavailable; a 5xx,
 // and MinIO's 499 for a client that stopped reading, is ErrAmbiguous for a
 // write (the store may have applied it) and ErrUnavailable for a read;
 // other 4xx are definite refusals.
@@ -80,6 +81,8 @@ func Map(op driver.Op, bucket, credentialHint string, a Answer, cause error) err
 		return fmt.Errorf("store refused the key: on this store a name cannot be both an object and a prefix of other keys (%s)", detail)
 	case a.Status == http.StatusNotImplemented:
 		return fmt.Errorf("%w: the store does not implement this request, likely its conditional headers (%s)", blobstore.ErrUnsupported, detail)
+	case a.Status == http.StatusRequestedRangeNotSatisfiable || a.Code == "InvalidRange":
+		return fmt.Errorf("%w (%s)", blobstore.ErrInvalidRange, detail)
 	case a.Code == "KeyTooLongError":
 		return fmt.Errorf("%w (%s)", blobstore.ErrInvalidKey, detail)
 	case a.Code == "EntityTooLarge":

@@ -47,6 +47,12 @@ func TestMap(t *testing.T) {
 		{"501 conditional header not implemented", driver.OpCreateIfAbsent, Answer{501, "NotImplemented", "A header you provided implies functionality that is not implemented"}, blobstore.ErrUnsupported, nil},
 		{"key too long", driver.OpPut, Answer{400, "KeyTooLongError", ""}, blobstore.ErrInvalidKey, nil},
 		{"entity too large", driver.OpCompareAndSwap, Answer{400, "EntityTooLarge", ""}, blobstore.ErrTooLarge, nil},
+		{"stale pinned range", driver.OpGetRange, Answer{412, "PreconditionFailed", ""}, blobstore.ErrPreconditionFailed, []error{blobstore.ErrAlreadyExists, blobstore.ErrNotFound}},
+		{"pinned range of a missing key", driver.OpGetRange, Answer{404, "NoSuchKey", ""}, blobstore.ErrNotFound, []error{blobstore.ErrPreconditionFailed}},
+		{"range past the end", driver.OpGetRange, Answer{416, "InvalidRange", "The requested range is not satisfiable"}, blobstore.ErrInvalidRange, nil},
+		{"range past the end (HEAD-like, no code)", driver.OpGetRange, Answer{416, "", ""}, blobstore.ErrInvalidRange, nil},
+		{"500 on a range is unavailable", driver.OpGetRange, Answer{500, "InternalError", ""}, blobstore.ErrUnavailable, []error{blobstore.ErrAmbiguous}},
+		{"SlowDown on a range is unavailable", driver.OpGetRange, Answer{503, "SlowDown", ""}, blobstore.ErrUnavailable, []error{blobstore.ErrAmbiguous}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,6 +117,8 @@ func TestMapTransport(t *testing.T) {
 		{"reset on a read", driver.OpGet, reset, blobstore.ErrUnavailable, blobstore.ErrAmbiguous},
 		{"deadline during a create", driver.OpCreateIfAbsent, fmt.Errorf("op: %w", context.DeadlineExceeded), blobstore.ErrAmbiguous, nil},
 		{"cancel during a read", driver.OpGet, fmt.Errorf("op: %w", context.Canceled), context.Canceled, blobstore.ErrUnavailable},
+		{"reset during a range", driver.OpGetRange, reset, blobstore.ErrUnavailable, blobstore.ErrAmbiguous},
+		{"deadline during a range", driver.OpGetRange, fmt.Errorf("op: %w", context.DeadlineExceeded), context.DeadlineExceeded, blobstore.ErrAmbiguous},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
