@@ -258,8 +258,9 @@ type HydrateOptions struct {
 	// Candidates, when not nil, are the checkpoints to try (from
 	// Candidates); otherwise Hydrate lists them.
 	Candidates []CheckpointRef
-	// Progress, when set, is called after every verified file (calls are
-	// serialized).
+	// Progress, when set, is called after every verified file and, while
+	// a file streams to a StreamSink, every 4 MiB of it (calls are
+	// serialized; Bytes counts what reached the sink).
 	Progress func(Progress)
 	// Accept, when set, judges a checkpoint whose files all verified, by
 	// what only the caller can read in them (a payload that does not
@@ -350,9 +351,17 @@ func Hydrate(ctx context.Context, store *blobstore.Container, shard string, lin 
 // mid-stream too, retries the whole file. A file that is missing, of
 // another size or corrupt is bad (its written copy is left for the caller
 // to remove: the returned path is set once anything was written).
-func (s io) streamFile(ctx context.Context, key string, f ManifestFile, sink StreamSink, bad func(string, ...any) error) (string, error) {
+//
+// tick reports bytes as they are written (every progressTick, and a
+// negative count when a retry starts the file again).
+func (s io) streamFile(ctx context.Context, key string, f ManifestFile, sink StreamSink, bad func(string, ...any) error, tick func(int64)) (string, error) {
 	var path string
+	var counted int64 // bytes of this file reported to tick
 	err := s.retry(ctx, func(ctx context.Context) error {
+		if counted > 0 {
+			tick(-counted)
+			counted = 0
+		}
 		rc, attrs, err := s.store.NewRangeReader(ctx, key, 0, -1, "")
 		switch {
 		case errors.Is(err, blobstore.ErrNotFound):
@@ -366,8 +375,9 @@ func (s io) streamFile(ctx context.Context, key string, f ManifestFile, sink Str
 		}
 		// Checkpoint files are written once; the checksum proves the bytes.
 		h := crc32.New(castagnoli)
-		cr := &countingReader{r: goio.TeeReader(goio.LimitReader(rc, f.Size+1), h)}
+		cr := &countingReader{r: goio.TeeReader(goio.LimitReader(rc, f.Size+1), h), tick: func(n int64) { counted += n; tick(n) }}
 		p, err := sink.WriteFrom(f.Name, cr)
+		cr.flush()
 		if p != "" {
 			path = p
 		}
@@ -387,15 +397,32 @@ func (s io) streamFile(ctx context.Context, key string, f ManifestFile, sink Str
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// progressTick is how many bytes of a streaming file go between two
+// progress reports.
+const progressTick = 4 << 20
+
 type countingReader struct {
-	r goio.Reader
-	n int64
+	r       goio.Reader
+	n       int64
+	pending int64
+	tick    func(int64)
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	c.pending += int64(n)
+	if c.pending >= progressTick {
+		c.flush()
+	}
 	return n, err
+}
+
+func (c *countingReader) flush() {
+	if c.pending > 0 {
+		c.tick(c.pending)
+		c.pending = 0
+	}
 }
 
 // download fetches m's files into sink in parallel. A definite problem
@@ -419,24 +446,27 @@ func (s io) download(ctx context.Context, m Manifest, sink FileSink, progress fu
 			mu.Unlock()
 			return errBad
 		}
-		done := func(path string) {
-			paths[i] = path
+		report := func(files int, bytes int64) {
 			mu.Lock()
-			p.Files++
-			p.Bytes += f.Size
+			p.Files += files
+			p.Bytes += bytes
 			if progress != nil {
 				progress(p)
 			}
 			mu.Unlock()
 		}
+		done := func(path string) {
+			paths[i] = path
+			report(1, f.Size)
+		}
 		if streaming {
-			path, err := s.streamFile(ctx, key, f, stream, bad)
+			path, err := s.streamFile(ctx, key, f, stream, bad, func(n int64) { report(0, n) })
 			if !errors.Is(err, blobstore.ErrUnsupported) {
 				if path != "" {
 					paths[i] = path // removed below if the checkpoint is refused
 				}
 				if err == nil {
-					done(path)
+					report(1, 0) // its bytes were reported as they streamed
 				}
 				return err
 			}

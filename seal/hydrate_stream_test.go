@@ -16,6 +16,8 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
 )
 
@@ -140,4 +142,39 @@ func TestHydrateStreamKeepsMemoryBounded(t *testing.T) {
 		t.Fatalf("the heap grew by %d MiB while hydrating a %d MiB file: hydration holds the file", grew>>20, size>>20)
 	}
 	t.Logf("heap grew by at most %d MiB hydrating %d MiB", max(grew, 0)>>20, size>>20)
+}
+
+// A streaming file reports its bytes as they reach the disk, not only when
+// it is complete.
+func TestHydrateStreamReportsProgressWithinAFile(t *testing.T) {
+	store := faulty.New(mem.New(), 1)
+	sh1 := openShard(t, store.Container, 1, nil, "")
+	write(t, sh1.Writer, "a")
+	const size = 16 << 20
+	checkpoint(t, store.Container, sh1, 1, strings.Repeat("x", size), 1)
+	var mu sync.Mutex
+	var seen []recovery.Progress
+	o := recovery.Options{Clock: fence.NewAutoClock(), Backoff: fastRetry, Dir: t.TempDir(),
+		Progress: func(p recovery.Progress) { mu.Lock(); seen = append(seen, p); mu.Unlock() }}
+	o.Writer.Backoff = fastRetry
+	sh2, err := recovery.Open(context.Background(), store.Container, shard, 2, "a2", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sh2.Writer.Close(context.Background()) })
+	var partial, whole bool
+	for _, p := range seen {
+		if p.Phase != "hydrate" {
+			continue
+		}
+		if p.Files == 0 && p.Bytes > 0 && p.Bytes < p.BytesTotal {
+			partial = true
+		}
+		if p.Files == 1 && p.Bytes == size && p.BytesTotal == size {
+			whole = true
+		}
+	}
+	if !partial || !whole {
+		t.Fatalf("hydrate progress %+v: want reports within the file and one for the whole file", seen)
+	}
 }

@@ -62,6 +62,7 @@ func runOpen(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 			defer st.Close()
 			var ops, files int64
+			var hydrateStart time.Time
 			for st.Receive() {
 				msg := st.Msg()
 				if e.asJSON {
@@ -73,7 +74,16 @@ func runOpen(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				switch ev := msg.GetEvent().(type) {
 				case *sidecarv1.OpenResponse_Progress:
 					p := ev.Progress
-					fmt.Fprintf(e.stderr, "%-8s %d/%d %d bytes\n", p.GetStep(), p.GetDone(), p.GetTotal(), p.GetBytes())
+					if p.GetStep() == "hydrate" && hydrateStart.IsZero() {
+						hydrateStart = time.Now()
+					}
+					rate := ""
+					if p.GetStep() == "hydrate" && p.GetBytes() > 0 {
+						if s := time.Since(hydrateStart).Seconds(); s > 0.05 {
+							rate = fmt.Sprintf(" (%.1f MiB/s)", float64(p.GetBytes())/(1<<20)/s)
+						}
+					}
+					fmt.Fprintf(e.stderr, "%-8s %d/%d %d bytes%s\n", p.GetStep(), p.GetDone(), p.GetTotal(), p.GetBytes(), rate)
 				case *sidecarv1.OpenResponse_Ops:
 					ops += int64(len(ev.Ops.GetOps()))
 				case *sidecarv1.OpenResponse_CheckpointFile:
