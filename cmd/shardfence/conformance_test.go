@@ -60,7 +60,8 @@ func TestConformanceOnMem(t *testing.T) {
 	for _, want := range []string{
 		"Conformance of mem://cmd-conformance\n",
 		"Precondition probe: ok",
-		"Blob contract (suite blob v1)\nCHECK", "RESULT", "LATENCY",
+		fmt.Sprintf("Blob contract (suite blob v%d)\nCHECK", conformance.BlobVersion), "RESULT", "LATENCY",
+		"range-stream-128mib",
 		"list-pagination", "linearizable",
 		fmt.Sprintf("%d passed, 0 failed", n),
 		fmt.Sprintf("Fencing protocol (suite fencing v%d)\nCHECK", conformance.FencingVersion), "GUARDS",
