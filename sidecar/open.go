@@ -82,7 +82,7 @@ func (s *Server) open(ctx context.Context, name string, term int64, alloc string
 		"ack_order", settings.AckOrder.String(), "fencing", !settings.FencingDisabled)
 	sh := &shard{name: name, store: store, term: term, alloc: alloc, settings: settings, state: ShardOpening, stallAfter: s.opts.StallAfter}
 	o, err := s.openIn(ctx, op, sh, admit, func() (*opened, error) {
-		return s.opener.Open(ctx, store, openParams{Shard: name, Term: term, Allocation: alloc, Node: s.opts.Node, Settings: settings}, s.countHydration(events))
+		return s.opener.Open(ctx, store, openParams{Shard: name, Term: term, Allocation: alloc, Node: s.opts.Node, Settings: settings, HydrateDir: s.opts.HydrateDir}, s.countHydration(events))
 	})
 	var again openAgain
 	if errors.As(err, &again) {

@@ -18,6 +18,9 @@ type openParams struct {
 	Allocation string
 	Node       string
 	Settings   Settings
+	// HydrateDir is where an open makes its folder for the checkpoint
+	// (Options.HydrateDir).
+	HydrateDir string
 }
 
 // RestorePoint is where a shard's lineage ended when its term opened.

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -121,6 +122,10 @@ type Options struct {
 	// it counts as stalled (Status, /readyz, metrics, an ERROR log line).
 	// Default 10s; MinStallAfter..MaxStallAfter.
 	StallAfter time.Duration
+	// HydrateDir is where Open makes a fresh folder for the checkpoint it
+	// restores (streamed there from the store, then to the primary, then
+	// removed). Default: the system's temporary directory.
+	HydrateDir string
 }
 
 // Validate reports the first option outside its range (ErrInvalidArgument),
@@ -144,6 +149,11 @@ func (o Options) normalized() (Options, error) {
 	}
 	if o.StallAfter < MinStallAfter || o.StallAfter > MaxStallAfter {
 		return o, fmt.Errorf("%w: stall-after %v is outside %v..%v", ErrInvalidArgument, o.StallAfter, MinStallAfter, MaxStallAfter)
+	}
+	if o.HydrateDir != "" {
+		if fi, err := os.Stat(o.HydrateDir); err != nil || !fi.IsDir() {
+			return o, fmt.Errorf("%w: hydrate-dir %q is not a directory this process can use (create it first)", ErrInvalidArgument, o.HydrateDir)
+		}
 	}
 	o.Defaults = mergeSettings(DefaultSettings(), o.Defaults)
 	if err := o.Defaults.Validate(); err != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
+	"sort"
 	"sync"
 
 	"github.com/shardfence/shardfence/blobstore"
@@ -27,12 +29,15 @@ func (recoveryOpener) Open(ctx context.Context, store *blobstore.Container, p op
 	if err := events(openEvent{Progress: &Progress{Step: "claim"}}); err != nil {
 		return nil, err
 	}
-	// The checkpoint is held in memory until it is streamed: it was
-	// published through this API, one request of at most
-	// --max-request-bytes. (Hydration into a directory streams each file
-	// to disk; serving files to the primary straight from the store is
-	// warm serving's, not done here.)
-	files := seal.NewMemFiles()
+	// The checkpoint streams from the store to a fresh folder (memory
+	// stays at the copy buffers whatever its size), then from there to
+	// the primary; the folder goes when the open ends.
+	dir, err := os.MkdirTemp(p.HydrateDir, "shardfence-open-")
+	if err != nil {
+		return nil, fmt.Errorf("%w: a folder to hydrate the checkpoint into: %w", blobstore.ErrUnavailable, err)
+	}
+	defer os.RemoveAll(dir)
+	files := os.DirFS(dir)
 	var (
 		mu        sync.Mutex
 		eventErr  error
@@ -49,8 +54,8 @@ func (recoveryOpener) Open(ctx context.Context, store *blobstore.Container, p op
 	}
 	wo := p.Settings.writerOptions(p, 0, 0)
 	opts := recovery.Options{
-		Node:  p.Node,
-		Files: files,
+		Node: p.Node,
+		Dir:  dir,
 		Apply: func(_ context.Context, b translog.Batch) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -129,14 +134,26 @@ func (recoveryOpener) Adopt(ctx context.Context, store *blobstore.Container, hc 
 	}, nil
 }
 
-// streamFiles sends the hydrated checkpoint's files, in name order, each
-// dropped once sent.
-func streamFiles(files *seal.MemFiles, events func(openEvent) error) error {
-	for _, name := range files.Names() {
+// streamFiles sends the hydrated checkpoint's files, in name order.
+func streamFiles(files fs.FS, events func(openEvent) error) error {
+	var names []string
+	err := fs.WalkDir(files, ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			names = append(names, name)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoint files: %w", err)
+	}
+	sort.Strings(names)
+	for _, name := range names {
 		if err := streamFile(files, name, events); err != nil {
 			return err
 		}
-		_ = files.Remove(name)
 	}
 	return nil
 }

@@ -42,6 +42,7 @@ type serveFlags struct {
 	pprof                        bool
 	shutdownTimeout, idleTimeout time.Duration
 	stallAfter                   time.Duration
+	hydrateDir                   string
 	limits                       sidecar.Limits
 	masters, advertise           string
 	masterConn                   masterConn
@@ -72,6 +73,7 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight syncs before abandoning them (1s..1h)")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 2*time.Minute, "close a client connection idle this long (1s..1h)")
 	fs.DurationVar(&f.limits.BodyReadTimeout, "body-read-timeout", 30*time.Second, "a request body must arrive within this long (100ms..10m)")
+	fs.StringVar(&f.hydrateDir, "hydrate-dir", "", "where Open streams a restored checkpoint to disk before sending it to the primary, one folder per open, removed after (default: the system's temporary directory)")
 	fs.DurationVar(&f.stallAfter, "stall-after", sidecar.DefaultStallAfter, "a shard whose syncs retry store errors this long is stalled: /readyz answers 503 (1s..10m)")
 	fs.IntVar(&f.limits.MaxOpBytes, "max-op-bytes", 1<<20, "largest op an Append may carry")
 	fs.IntVar(&f.limits.MaxOpsPerAppend, "max-ops-per-append", 10000, "most ops one Append may carry")
@@ -382,7 +384,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	opts := sidecar.Options{
-		Node: f.node, Defaults: f.defaults, Limits: f.limits, AllowUnfenced: f.allowUnfenced, Logger: log, StallAfter: f.stallAfter,
+		Node: f.node, Defaults: f.defaults, Limits: f.limits, AllowUnfenced: f.allowUnfenced, Logger: log, StallAfter: f.stallAfter, HydrateDir: f.hydrateDir,
 	}
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
