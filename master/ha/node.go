@@ -300,6 +300,18 @@ func (n *Node) Ready() error {
 	st := n.Status()
 	switch st.Role {
 	case RolePrimary:
+		// A primary that cannot prove it still holds the log (the store
+		// does not answer the fence listing) refuses every change until
+		// it can; it is not ready meanwhile. The fence check proves it
+		// again every FenceCheckInterval.
+		n.mu.Lock()
+		lg := n.oplog
+		n.mu.Unlock()
+		if lg != nil {
+			if err := lg.Unproven(); err != nil {
+				return fmt.Errorf("primary of cluster %q, not serving: %v", n.opts.Cluster, err)
+			}
+		}
 		return nil
 	case RoleStandby:
 		if !st.Bootstrapped {

@@ -44,17 +44,20 @@ type oplog struct {
 	notBefore int64
 	proveMu   sync.Mutex
 
-	mu      sync.Mutex
-	queue   []*batch // recorded, not yet handed to the writer, in order
-	open    *batch   // the batch new records join; nil after a cut
-	last    *batch   // the newest batch queued or in flight; nil when none
-	freed   *batch   // the batch of the newest record that freed memory
-	acked   recovery.Position
-	proof   seal.Proof
-	err     error
-	closing bool
-	kick    chan struct{}
-	done    chan struct{}
+	mu    sync.Mutex
+	queue []*batch // recorded, not yet handed to the writer, in order
+	open  *batch   // the batch new records join; nil after a cut
+	last  *batch   // the newest batch queued or in flight; nil when none
+	freed *batch   // the batch of the newest record that freed memory
+	acked recovery.Position
+	proof seal.Proof
+	// unproven is why the last proof of ownership failed (store trouble
+	// listing the fence keys); nil once one succeeded again.
+	unproven error
+	err      error
+	closing  bool
+	kick     chan struct{}
+	done     chan struct{}
 }
 
 // batch is the records one append carries, and their shared ticket.
@@ -228,7 +231,11 @@ func (l *oplog) prove(ctx context.Context) error {
 	sent := l.clock.Now()
 	h, err := l.chain.Superseded(ctx)
 	if err != nil {
-		return fmt.Errorf("%w: could not prove this master still holds the operation log: %w", master.ErrNotPrimary, err)
+		err = fmt.Errorf("%w: could not prove this master still holds the operation log: %w", master.ErrNotPrimary, err)
+		l.mu.Lock()
+		l.unproven = err
+		l.mu.Unlock()
+		return err
 	}
 	if h > 0 {
 		l.fail(l.chain.Fence(h, fmt.Sprintf("master term %d claimed the operation log", h)))
@@ -238,8 +245,18 @@ func (l *oplog) prove(ctx context.Context) error {
 	if !l.proof.Valid || sent > l.proof.At {
 		l.proof = seal.Proof{At: sent, Valid: true}
 	}
+	l.unproven = nil
 	l.mu.Unlock()
 	return nil
+}
+
+// Unproven is why the last attempt to prove this master holds the log
+// failed, or nil when the last one succeeded (a listing with no higher
+// term, or an acknowledged append, whose fence CAS proves it).
+func (l *oplog) Unproven() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.unproven
 }
 
 // Cut ends the open batch, so the next record starts a new generation, and
@@ -347,6 +364,7 @@ func (l *oplog) send(b *batch) error {
 		if !l.proof.Valid || sent > l.proof.At {
 			l.proof = seal.Proof{At: sent, Valid: true}
 		}
+		l.unproven = nil
 		l.mu.Unlock()
 		l.metrics.appends.Inc()
 	}

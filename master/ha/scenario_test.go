@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -430,6 +431,33 @@ func TestHealthAndReadiness(t *testing.T) {
 	if get("/healthz") != 200 || get("/readyz") != http.StatusServiceUnavailable {
 		t.Fatal("a fenced master must stay up and not ready")
 	}
+}
+
+// A primary whose store stops answering the fence listing cannot prove it
+// holds the log: it is not ready (and refuses changes) until a listing
+// answers again, and then it is ready without a restart.
+func TestReadinessFollowsTheProofOfOwnership(t *testing.T) {
+	store := faulty.New(mem.New(), 1)
+	p := start(t, store.Container, false)
+	primary(t, p)
+	waitFor(t, "ready", func() bool { return p.Ready() == nil })
+	var down atomic.Bool
+	store.SetHooks(faulty.Hooks{Before: func(ctx context.Context, r faulty.Request) error {
+		if down.Load() && r.Op == blobstore.OpList && strings.Contains(r.Key, "fence/") {
+			return blobstore.Unavailable(errors.New("injected: the store does not answer"))
+		}
+		return nil
+	}})
+	down.Store(true)
+	waitFor(t, "not ready while the fence listing fails", func() bool {
+		err := p.Ready()
+		return err != nil && strings.Contains(err.Error(), "could not prove")
+	})
+	if st := p.Status(); st.Role != RolePrimary {
+		t.Fatalf("role %v: store trouble is not fencing", st.Role)
+	}
+	down.Store(false)
+	waitFor(t, "ready again once the listing answers", func() bool { return p.Ready() == nil })
 }
 
 func testCounter(t *testing.T, c prometheus.Counter) float64 {
