@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/recovery/recoverybench"
@@ -19,6 +21,7 @@ func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writ
 	fileMiB := flags.Int("file-mib", 64, "checkpoint file size in MiB")
 	syncKiB := flags.Int("sync-kib", 1024, "translog payload per generation in KiB (above 1 MiB inline limit: data objects)")
 	par := flags.Int("parallelism", 16, "concurrent requests of both the recovery and the plain GET")
+	profile := flags.String("cpuprofile", "", "write a CPU profile of the whole run (setup, GETs and recoveries) to this file; read the recovery with go tool pprof -focus recovery.Open")
 	if err := parseArgs(flags, args); err != nil {
 		return err
 	}
@@ -33,6 +36,17 @@ func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		defer c.Close()
 		cfg.Store, cfg.Where = c, blobstore.Redact(*rawURL)
+	}
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	return recoverybench.RunHydrate(ctx, cfg, stdout, stderr)
 }
