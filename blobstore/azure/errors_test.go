@@ -111,26 +111,3 @@ func TestServiceErrorMessage(t *testing.T) {
 		t.Errorf("message %q, want %q", got, want)
 	}
 }
-
-func TestParseContentRange(t *testing.T) {
-	for _, tc := range []struct {
-		in          string
-		start, size int64
-		ok          bool
-	}{
-		{"bytes 0-9/10", 0, 10, true},
-		{"bytes 2-4/10", 2, 10, true},
-		{"bytes 10-9/10", 10, 10, true}, // Azurite's answer to a range from the end
-		{"bytes */10", 0, 0, false},
-		{"bytes 0-10/10", 0, 0, false},
-		{"bytes 5-3/10", 0, 0, false},
-		{"bytes 0-9/*", 0, 0, false},
-		{"items 0-9/10", 0, 0, false},
-		{"", 0, 0, false},
-	} {
-		start, size, err := parseContentRange(tc.in)
-		if (err == nil) != tc.ok || (tc.ok && (start != tc.start || size != tc.size)) {
-			t.Errorf("parseContentRange(%q) = %d, %d, %v; want %d, %d, ok %v", tc.in, start, size, err, tc.start, tc.size, tc.ok)
-		}
-	}
-}

@@ -7,8 +7,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"strconv"
-	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
@@ -98,9 +96,9 @@ func rangeOf(resp blob.DownloadResponse, offset, length int64) (driver.Attrs, in
 		}
 		attrs.Size = n
 	} else {
-		start, size, err := parseContentRange(*resp.ContentRange)
-		if err != nil {
-			return driver.Attrs{}, 0, err
+		start, size, ok := driver.ParseContentRange(*resp.ContentRange)
+		if !ok {
+			return driver.Attrs{}, 0, fmt.Errorf("the store's Content-Range %q cannot be read", *resp.ContentRange)
 		}
 		if start != offset {
 			return driver.Attrs{}, 0, fmt.Errorf("the store answered a range from %d with %q", offset, *resp.ContentRange)
@@ -115,31 +113,6 @@ func rangeOf(resp blob.DownloadResponse, offset, length int64) (driver.Attrs, in
 		return driver.Attrs{}, 0, fmt.Errorf("the store answered bytes %d..%d of a %d-byte blob with %d bytes", offset, end, attrs.Size, n)
 	}
 	return attrs, n, nil
-}
-
-// parseContentRange reads "bytes START-END/SIZE". Azurite answers a range
-// starting at the end with END = START-1 and an empty body.
-func parseContentRange(s string) (start, size int64, err error) {
-	bad := fmt.Errorf("the store's Content-Range %q cannot be read", s)
-	spec, ok := strings.CutPrefix(s, "bytes ")
-	if !ok {
-		return 0, 0, bad
-	}
-	rng, total, ok := strings.Cut(spec, "/")
-	if !ok {
-		return 0, 0, bad
-	}
-	first, last, ok := strings.Cut(rng, "-")
-	if !ok {
-		return 0, 0, bad
-	}
-	start, err1 := strconv.ParseInt(first, 10, 64)
-	end, err2 := strconv.ParseInt(last, 10, 64)
-	size, err3 := strconv.ParseInt(total, 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || start < 0 || end < start-1 || end >= size {
-		return 0, 0, bad
-	}
-	return start, size, nil
 }
 
 // emptyAt answers a read that has no bytes to return (a zero length, or a

@@ -34,6 +34,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 )
 
 // Token is a store's opaque version of one object: an S3 or Azure ETag, a GCS
@@ -237,6 +239,32 @@ func Range(size, offset, length int64, invalidRange error) (end int64, err error
 		end = offset + length
 	}
 	return end, nil
+}
+
+// ParseContentRange reads the Content-Range of a ranged answer, "bytes
+// FIRST-LAST/SIZE": the first byte and the whole object's size. LAST may be
+// FIRST-1 (an empty range at the end, as Azurite answers); anything else
+// that is not a range within SIZE is not ok.
+func ParseContentRange(v string) (start, size int64, ok bool) {
+	spec, found := strings.CutPrefix(strings.TrimSpace(v), "bytes ")
+	if !found {
+		return 0, 0, false
+	}
+	rng, total, found := strings.Cut(spec, "/")
+	if !found {
+		return 0, 0, false
+	}
+	first, last, found := strings.Cut(rng, "-")
+	if !found {
+		return 0, 0, false
+	}
+	start, err1 := strconv.ParseInt(strings.TrimSpace(first), 10, 64)
+	end, err2 := strconv.ParseInt(strings.TrimSpace(last), 10, 64)
+	size, err3 := strconv.ParseInt(strings.TrimSpace(total), 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || start < 0 || end < start-1 || end >= size {
+		return 0, 0, false
+	}
+	return start, size, true
 }
 
 // ContextReader returns r as a stream whose Reads fail with ctx's error

@@ -272,7 +272,10 @@ func (b *bucket) NewRangeReader(ctx context.Context, key string, offset, length 
 		if err == nil {
 			attrs := driver.Attrs{Size: info.Size, Token: s3compat.Token(info.ETag)}
 			if ranged {
-				attrs.Size, err = wholeSize(h.Get("Content-Range"))
+				var ok bool
+				if _, attrs.Size, ok = driver.ParseContentRange(h.Get("Content-Range")); !ok {
+					err = fmt.Errorf("store answered a ranged GET with Content-Range %q, not bytes first-last/size", h.Get("Content-Range"))
+				}
 			}
 			if err == nil && attrs.Size < 0 {
 				err = errors.New("store answered the GET without a Content-Length")
@@ -315,17 +318,6 @@ func (b *bucket) emptyRange(ctx context.Context, key string, offset int64, pre d
 		return nil, driver.Attrs{}, err
 	}
 	return io.NopCloser(bytes.NewReader(nil)), driver.Attrs{Size: info.Size, Token: s3compat.Token(info.ETag)}, nil
-}
-
-// wholeSize reads the object's size from a 206's Content-Range,
-// "bytes first-last/size".
-func wholeSize(contentRange string) (int64, error) {
-	_, total, ok := strings.Cut(contentRange, "/")
-	size, err := strconv.ParseInt(total, 10, 64)
-	if !ok || !strings.HasPrefix(contentRange, "bytes ") || err != nil || size < 0 {
-		return 0, fmt.Errorf("store answered a ranged GET with Content-Range %q, not bytes first-last/size", contentRange)
-	}
-	return size, nil
 }
 
 func (b *bucket) Stat(ctx context.Context, key string) (driver.Attrs, error) {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -107,7 +106,7 @@ func (b *bucket) getRange(ctx context.Context, key string, offset, length int64,
 	}
 	attrs := driver.Attrs{Token: token(out.ETag)}
 	var body io.Reader = out.Body
-	start, total, ok := contentRange(aws.ToString(out.ContentRange))
+	start, total, ok := driver.ParseContentRange(aws.ToString(out.ContentRange))
 	switch {
 	case ok:
 		if start != offset {
@@ -151,26 +150,4 @@ func httpRange(offset, length int64) string {
 		return fmt.Sprintf("bytes=%d-", offset)
 	}
 	return fmt.Sprintf("bytes=%d-%d", offset, offset+length-1)
-}
-
-// contentRange reads "bytes first-last/total", the answer to a ranged GET.
-func contentRange(v string) (start, total int64, ok bool) {
-	rest, found := strings.CutPrefix(strings.TrimSpace(v), "bytes ")
-	if !found {
-		return 0, 0, false
-	}
-	span, size, found := strings.Cut(rest, "/")
-	if !found {
-		return 0, 0, false
-	}
-	first, _, found := strings.Cut(span, "-")
-	if !found {
-		return 0, 0, false
-	}
-	start, err1 := strconv.ParseInt(strings.TrimSpace(first), 10, 64)
-	total, err2 := strconv.ParseInt(strings.TrimSpace(size), 10, 64)
-	if err1 != nil || err2 != nil || start < 0 || total < 0 {
-		return 0, 0, false
-	}
-	return start, total, true
 }

@@ -50,22 +50,6 @@ func TestRangeHeaders(t *testing.T) {
 			t.Errorf("httpRange(%d, %d) = %q, want %q", tc.off, tc.n, got, tc.want)
 		}
 	}
-	for _, tc := range []struct {
-		in           string
-		start, total int64
-		ok           bool
-	}{
-		{"bytes 5-9/10", 5, 10, true},
-		{"bytes 0-0/1", 0, 1, true},
-		{"bytes 5-9/*", 0, 0, false},
-		{"bytes */10", 0, 0, false},
-		{"", 0, 0, false},
-	} {
-		start, total, ok := contentRange(tc.in)
-		if start != tc.start || total != tc.total || ok != tc.ok {
-			t.Errorf("contentRange(%q) = %d, %d, %v; want %d, %d, %v", tc.in, start, total, ok, tc.start, tc.total, tc.ok)
-		}
-	}
 }
 
 // A store that ignores the Range header answers 200 with the whole body:
