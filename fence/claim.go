@@ -130,14 +130,56 @@ func (in *Instance) Fenced() error {
 // not land.
 var errResend = blobstore.Unavailable(errors.New("write did not take effect; sending it again"))
 
+// Hooks let a caller run its own reads beside a claim's requests instead of
+// after them (docs/PROTOCOL.md, section 4, "As built: the claim's rounds").
+type Hooks struct {
+	// Before runs beside step 1's LIST. The claim writes nothing until it
+	// returns, and an error from it ends the claim before anything is
+	// written (it is returned as is).
+	Before func(ctx context.Context) error
+	// Swept runs beside each LIST that verifies the sweep (steps 3 and 4),
+	// after every delete of a lower key was acknowledged; swept lists the
+	// lower terms this claim deleted so far. Its work counts only when
+	// that LIST shows the sweep complete and the claim holding its key:
+	// when the LIST shows a survivor it runs again beside the next one, so
+	// it must be safe to run more than once (reads, or writes settled on
+	// content). An error from it ends the claim (returned as is); the key
+	// stays, as for any failure after step 2, for a retry of the claim.
+	Swept func(ctx context.Context, swept []int64) error
+}
+
+// beside runs fn and hook (when set) concurrently and returns both errors.
+func beside(ctx context.Context, fn func(context.Context) error, hook func(context.Context) error) (err, hookErr error) {
+	if hook == nil {
+		return fn(ctx), nil
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hookErr = hook(ctx)
+	}()
+	err = fn(ctx)
+	<-done
+	return err, hookErr
+}
+
 // Claim takes term for this instance (protocol section 4, steps 1-4): LIST
 // for a higher term, create our key if absent, delete every lower-term key,
-// verify by LIST, re-read our key and LIST once more. It returns the chain
-// to write with, or a *FencedError (a higher term exists, or another
+// then one LIST that verifies the sweep, that no higher term appeared and
+// that our key still holds the token we created. It returns the chain to
+// write with, or a *FencedError (a higher term exists, or another
 // allocation holds this term), or an *Error that is retryable (store
 // trouble, a lower key that would not go away). Steps 5-7 (the lease
 // wait, Chain.WaitOutLease; seal; restore) belong to the caller.
 func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
+	return in.ClaimWith(ctx, term, Hooks{})
+}
+
+// ClaimWith is Claim with the caller's work run beside the claim's LISTs
+// (Hooks). recovery.Open reads the shard's settings beside step 1 and
+// starts the seal's reads beside the verifying LIST, which keeps a
+// takeover within a few round trips.
+func (in *Instance) ClaimWith(ctx context.Context, term int64, h Hooks) (*Chain, error) {
 	key := Key(max(term, 1))
 	fail := func(err error) (*Chain, error) {
 		return nil, &Error{Op: "Claim", Shard: in.shard, Key: key, Term: term, Err: err}
@@ -156,9 +198,17 @@ func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 	}
 
 	// Step 1: a higher term means our grant is stale.
-	l, err := in.list(ctx)
+	var l Listing
+	err, hookErr := beside(ctx, func(ctx context.Context) error {
+		var err error
+		l, err = in.list(ctx)
+		return err
+	}, h.Before)
 	if err != nil {
 		return fail(err)
+	}
+	if hookErr != nil {
+		return nil, hookErr
 	}
 	if h := l.Above(term); h > 0 {
 		return nil, in.fence(term, key, h, fmt.Sprintf("stale grant: term %d already claimed the shard", h))
@@ -214,8 +264,13 @@ func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 		return fail(err)
 	}
 
-	// Step 3: delete every lower-term key and verify by LIST. Deletion is
-	// what fences the incumbent: its next CAS finds no key.
+	// Steps 3 and 4: delete every lower-term key, then one LIST verifies
+	// the sweep, that no higher term appeared and that our key is still
+	// the version we hold (its listed token; a store that lists no token
+	// costs a GET). Deletion is what fences the incumbent: its next CAS
+	// finds no key. The caller's Swept hook runs beside the LIST: every
+	// delete was acknowledged before it starts, and its work is kept only
+	// if the LIST shows no survivor.
 	withdraw := func(reason string, succ int64) (*Chain, error) {
 		if created {
 			// Only a key we created: the successor's path is never ours
@@ -225,6 +280,7 @@ func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 		return nil, in.fence(term, key, succ, reason)
 	}
 	var swept []int64
+	var sweptAt int64
 	for round := 1; ; round++ {
 		for _, t := range l.Below(term) {
 			lk := Key(t)
@@ -233,7 +289,17 @@ func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 			}
 			swept = appendUnique(swept, t)
 		}
-		if l, err = in.list(ctx); err != nil {
+		var hook func(context.Context) error
+		if h.Swept != nil {
+			sw := append([]int64(nil), swept...)
+			hook = func(ctx context.Context) error { return h.Swept(ctx, sw) }
+		}
+		err, hookErr := beside(ctx, func(ctx context.Context) error {
+			var err error
+			l, err = in.list(ctx)
+			return err
+		}, hook)
+		if err != nil {
 			return fail(err)
 		}
 		st := CheckSweep(l, term)
@@ -244,6 +310,21 @@ func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 			return nil, in.fence(term, key, 0, "fence key deleted during the claim (by a term that is gone again)")
 		}
 		if len(st.Survivors) == 0 {
+			sweptAt = in.clock.Now()
+			// Our key must be exactly what we hold: the listed token says
+			// so; without one (or with another) the key is read.
+			if l.Token(term) != held2.Token {
+				obs, err := in.read(ctx, key)
+				if err != nil {
+					return fail(err)
+				}
+				if v := CheckOwn(obs, held2); v.Action == Fenced {
+					return nil, in.fence(term, key, in.successor(ctx, term), v.Reason)
+				}
+			}
+			if hookErr != nil {
+				return nil, hookErr
+			}
 			break
 		}
 		if round >= in.sweepAttempts {
@@ -252,23 +333,6 @@ func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 		if err := Sleep(ctx, in.clock, in.backoff.Delay(round)); err != nil {
 			return fail(err)
 		}
-	}
-	sweptAt := in.clock.Now()
-
-	// Step 4: our key must be exactly what we hold, and no higher term
-	// may have appeared meanwhile.
-	obs, err := in.read(ctx, key)
-	if err != nil {
-		return fail(err)
-	}
-	if v := CheckOwn(obs, held2); v.Action == Fenced {
-		return nil, in.fence(term, key, in.successor(ctx, term), v.Reason)
-	}
-	if l, err = in.list(ctx); err != nil {
-		return fail(err)
-	}
-	if h := l.Above(term); h > 0 {
-		return withdraw(fmt.Sprintf("term %d claimed the shard during this claim", h), h)
 	}
 
 	in.mu.Lock()

@@ -14,6 +14,9 @@ type Listing struct {
 	// Strays are keys under fence/ that are not fence keys. They are
 	// neither deleted nor trusted.
 	Strays []string
+	// Tokens holds each fence key's version token as listed (none when
+	// the store lists no tokens).
+	Tokens map[int64]blobstore.Token
 }
 
 // ParseListing turns LIST items into a Listing.
@@ -22,6 +25,12 @@ func ParseListing(items []blobstore.Attrs) Listing {
 	for _, it := range items {
 		if t, ok := ParseKey(it.Key); ok {
 			l.Terms = append(l.Terms, t)
+			if it.Token != "" {
+				if l.Tokens == nil {
+					l.Tokens = make(map[int64]blobstore.Token)
+				}
+				l.Tokens[t] = it.Token
+			}
 		} else {
 			l.Strays = append(l.Strays, it.Key)
 		}
@@ -48,6 +57,10 @@ func (l Listing) Below(term int64) []int64 {
 	}
 	return out
 }
+
+// Token returns the listed version token of term's key; empty when the
+// key is not listed or the store lists no tokens.
+func (l Listing) Token(term int64) blobstore.Token { return l.Tokens[term] }
 
 // Has reports whether term has a key.
 func (l Listing) Has(term int64) bool {

@@ -1,0 +1,184 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/faulty"
+	"github.com/shardfence/shardfence/blobstore/mem"
+)
+
+// recordOps returns a faulty store that logs every request as "Op key".
+func recordOps(t *testing.T) (*faulty.Container, func() []string) {
+	t.Helper()
+	fs := faulty.New(mem.New(), 1)
+	var mu sync.Mutex
+	var log []string
+	fs.SetHooks(faulty.Hooks{Before: func(_ context.Context, r faulty.Request) error {
+		mu.Lock()
+		defer mu.Unlock()
+		log = append(log, r.Op.String()+" "+r.Key)
+		return nil
+	}})
+	return fs, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), log...)
+	}
+}
+
+func TestClaimVerifiesItsOwnKeyFromTheListing(t *testing.T) {
+	ctx := context.Background()
+	fs, log := recordOps(t)
+	mustClaim(t, fs.Container, 1, "old")
+	first := len(log())
+	if _, err := Claim(ctx, fs.Container, shard, 2, "new", opts()...); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(log()[first:], "\n")
+	want := strings.Join([]string{"List " + KeyPrefix, "CreateIfAbsent " + Key(2), "Delete " + Key(1), "List " + KeyPrefix}, "\n")
+	if got != want {
+		t.Fatalf("a takeover claim sent\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestClaimFencedWhenItsKeyWasReplaced(t *testing.T) {
+	ctx := context.Background()
+	store := mem.New()
+	// Another writer replaces our key between our create and the
+	// verifying LIST: the listed token is not ours, the key is read, and
+	// the claim is fenced.
+	replaced := false
+	c := store.With("", func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
+		res, err := next(ctx, call)
+		if call.Op == blobstore.OpCreateIfAbsent && call.Key == Key(3) && err == nil && !replaced {
+			replaced = true
+			body, _ := Record{Shard: shard, Term: 3, Allocation: "other", Nonce: "x"}.Encode()
+			if _, perr := store.Put(ctx, Key(3), body); perr != nil {
+				t.Error(perr)
+			}
+		}
+		return res, err
+	})
+	_, err := Claim(ctx, c, shard, 3, "mine", opts()...)
+	if !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "other") {
+		t.Fatalf("error %v, want fenced naming the new owner", err)
+	}
+}
+
+func TestClaimHooksRunBesideItsLists(t *testing.T) {
+	ctx := context.Background()
+	fs := faulty.New(mem.New(), 1)
+	mustClaim(t, fs.Container, 1, "old")
+	// Each fence LIST and the hook of its round wait for each other: run
+	// before or after the LIST instead of beside it, the claim would
+	// stall and fail.
+	started := make(chan struct{}, 8)
+	listed := make(chan struct{}, 8)
+	meet := func(signal, wait chan struct{}) error {
+		signal <- struct{}{}
+		select {
+		case <-wait:
+			return nil
+		case <-time.After(5 * time.Second):
+			return errors.New("the claim's LIST and its hook did not run side by side")
+		}
+	}
+	fs.SetHooks(faulty.Hooks{Before: func(ctx context.Context, r faulty.Request) error {
+		if r.Op == blobstore.OpList && r.Key == KeyPrefix {
+			return meet(listed, started)
+		}
+		return nil
+	}})
+	var sweptWith [][]int64
+	h := Hooks{
+		Before: func(ctx context.Context) error { return meet(started, listed) },
+		Swept: func(ctx context.Context, swept []int64) error {
+			sweptWith = append(sweptWith, swept)
+			return meet(started, listed)
+		},
+	}
+	in, err := NewInstance(fs.Container, shard, "new", opts(WithBackoff(Backoff{Initial: time.Millisecond, Max: time.Millisecond, Attempts: 1}))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := in.ClaimWith(ctx, 2, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sweptWith) != 1 || len(sweptWith[0]) != 1 || sweptWith[0][0] != 1 || len(c.Predecessors()) != 1 {
+		t.Fatalf("Swept ran with %v, predecessors %v; want once with [1]", sweptWith, c.Predecessors())
+	}
+}
+
+func TestClaimRunsSweptAgainWhenADeleteDidNotApply(t *testing.T) {
+	ctx := context.Background()
+	fs := faulty.New(mem.New(), 1)
+	mustClaim(t, fs.Container, 1, "old")
+	fs.MustAdd(faulty.Rule{Ops: faulty.Deletes, Fault: faulty.DropDelete, Times: 1})
+	var rounds int
+	var keyGone []bool
+	c, err := NewInstance(fs.Container, shard, "new", opts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, err := c.ClaimWith(ctx, 2, Hooks{Swept: func(ctx context.Context, swept []int64) error {
+		rounds++
+		_, err := fs.Get(ctx, Key(1))
+		keyGone = append(keyGone, errors.Is(err, blobstore.ErrNotFound))
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first round's work was done while the old key survived; the
+	// claim kept only the second, after the delete applied.
+	if rounds != 2 || keyGone[0] || !keyGone[1] {
+		t.Fatalf("Swept ran %d times, saw the old key gone: %v; want twice, [false true]", rounds, keyGone)
+	}
+	if chain.Term() != 2 {
+		t.Fatalf("term %d", chain.Term())
+	}
+}
+
+func TestClaimBeforeHookErrorWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	store := mem.New()
+	in, err := NewInstance(store, shard, "a", opts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := errors.New("refused by the caller")
+	_, err = in.ClaimWith(ctx, 1, Hooks{Before: func(context.Context) error { return refused }})
+	if !errors.Is(err, refused) {
+		t.Fatalf("error %v, want the hook's", err)
+	}
+	if _, ok := readRecord(t, store, 1); ok {
+		t.Fatal("a claim whose Before hook failed created its key")
+	}
+	// The instance is not fenced by a refusal: the same claim goes on.
+	if _, err := in.Claim(ctx, 1); err != nil {
+		t.Fatalf("claim after a refused one: %v", err)
+	}
+}
+
+func TestClaimSweptHookErrorEndsTheClaim(t *testing.T) {
+	ctx := context.Background()
+	store := mem.New()
+	in, err := NewInstance(store, shard, "a", opts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := errors.New("settings refused")
+	if _, err := in.ClaimWith(ctx, 1, Hooks{Swept: func(context.Context, []int64) error { return refused }}); !errors.Is(err, refused) {
+		t.Fatalf("error %v, want the hook's", err)
+	}
+	if errors.Is(in.Fenced(), ErrFenced) {
+		t.Fatal("a hook's error fenced the instance")
+	}
+}
