@@ -166,27 +166,6 @@ func defaults(c *steady.Clock, b *retry.Backoff, margin *time.Duration) {
 	}
 }
 
-// leaseWait waits out the lease a predecessor may hold: the incumbent acks
-// without a CAS only while its lease, started before our sweep, runs. A
-// shard with no predecessor has nothing to wait for: no lower fence key
-// was swept, and no lower term stored a seal marker, which every term
-// stores before its writer opens (GC keeps the newest). A lower term that
-// opens its writer after our sweep has no fence key left to renew its
-// lease with, so it acknowledges nothing. The markers are listed after
-// the sweep, so a concurrent first claimant either shows up or is fenced.
-func leaseWait(ctx context.Context, store *blobstore.Container, shard string, term int64, chain *fence.Chain, f seal.Fencing, opts Options, so seal.Options) error {
-	if len(chain.Predecessors()) == 0 {
-		found, err := seal.LowerMarkers(ctx, store, shard, term, so)
-		if err != nil {
-			return err
-		}
-		if !found {
-			return nil
-		}
-	}
-	return chain.WaitOutLease(ctx, f.LeaseInterval+opts.LeaseMargin)
-}
-
 // Open claims term for allocation and opens the shard for writes. See the
 // package comment for the steps. A *fence.FencedError means the grant is
 // stale or another allocation holds the term; any other error leaves the
@@ -201,32 +180,118 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 		return nil, &Error{Step: step, Shard: shard, Term: term, Err: err}
 	}
 	so := seal.Options{Clock: opts.Clock, Backoff: opts.Backoff, Parallelism: opts.Parallelism}
-	// Before the claim, so a refused mode fences nobody; a shard's first
-	// open creates the settings here.
 	want := seal.FencingOf(opts.Writer)
-	if _, err := seal.ShardFencing(ctx, store, shard, want, so); err != nil {
-		return fail("Settings", err)
+	// The claim's rounds carry our reads (docs/PROTOCOL.md, section 4, "As
+	// built: the claim's rounds"). Beside its first LIST, the settings
+	// are read, so a refused mode fences nobody. Beside the LIST that
+	// verifies the sweep: the read of the settings that counts (a shard's
+	// first open creates them there) and the seal's first round.
+	var (
+		found    bool
+		fencing  seal.Fencing
+		survey   *seal.Survey
+		stepErr  string
+		hookFail = func(step string, err error) error {
+			if err != nil {
+				stepErr = step
+			}
+			return err
+		}
+	)
+	hooks := fence.Hooks{
+		Before: func(ctx context.Context) error {
+			var err error
+			_, found, err = seal.PeekFencing(ctx, store, shard, want, so)
+			return hookFail("Settings", err)
+		},
+		Swept: func(ctx context.Context, swept []int64) error {
+			var fErr, sErr error
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				// Read after the sweep: that read is what this term runs
+				// and waits for. Every predecessor that may still hold a
+				// lease read the settings before its last CAS, which came
+				// before our sweep, and a rewrite never lets a later read
+				// see a shorter lease than a writer may still hold
+				// (docs/PROTOCOL.md, "Rewriting the stored fencing").
+				if found {
+					fencing, fErr = seal.ShardFencing(ctx, store, shard, want, so)
+				} else {
+					fencing, fErr = seal.EnsureFencing(ctx, store, shard, want, so)
+				}
+			}()
+			survey, sErr = seal.TakeSurvey(ctx, store, shard, term, swept, so)
+			<-done
+			if fErr != nil {
+				return hookFail("Settings", fErr)
+			}
+			return hookFail("Seal", sErr)
+		},
 	}
-	chain, err := fence.Claim(ctx, store, shard, term, allocation,
-		fence.WithClock(opts.Clock), fence.WithBackoff(opts.Backoff), fence.WithNode(opts.Node))
+	in, err := fence.NewInstance(store, shard, allocation, fence.WithClock(opts.Clock), fence.WithBackoff(opts.Backoff), fence.WithNode(opts.Node))
 	if err != nil {
 		return fail("Claim", err)
 	}
-	// Read again after the sweep: that read is what this term runs and
-	// waits for. Every predecessor that may still hold a lease read the
-	// settings before its last CAS, which came before our sweep, and a
-	// rewrite never lets a later read see a shorter lease than a writer
-	// may still hold (docs/PROTOCOL.md, "Rewriting the stored fencing").
-	fencing, err := seal.ShardFencing(ctx, store, shard, want, so)
+	chain, err := in.ClaimWith(ctx, term, hooks)
 	if err != nil {
-		return fail("Settings", err)
+		if stepErr != "" {
+			return fail(stepErr, err)
+		}
+		return fail("Claim", err)
 	}
+	// Wait out the lease a predecessor may hold: the incumbent acks
+	// without a CAS only while its lease, started before our sweep, runs.
+	// A shard with no predecessor has nothing to wait for: no lower fence
+	// key was swept, and no lower term stored a seal marker, which every
+	// term stores before its writer opens (GC keeps the newest). A lower
+	// term that opens its writer after our sweep has no fence key left to
+	// renew its lease with, so it acknowledges nothing. The markers are
+	// listed after the sweep (the survey), so a concurrent first claimant
+	// either shows up or is fenced.
 	if !fencing.Disabled && fencing.Mode == translog.Lease {
-		if err := leaseWait(ctx, store, shard, term, chain, fencing, opts, so); err != nil {
-			return fail("LeaseWait", err)
+		if len(chain.Predecessors()) > 0 || survey.LowerMarkers() {
+			if err := chain.WaitOutLease(ctx, fencing.LeaseInterval+opts.LeaseMargin); err != nil {
+				return fail("LeaseWait", err)
+			}
+			// The survey was read before the wait: the seal reads again.
+			survey = nil
 		}
 	}
-	res, err := seal.Seal(ctx, store, chain, so)
+	// The checkpoints are listed beside the seal's walk (reads after the
+	// sweep); the candidates are picked once the lineage is known.
+	hydrating := opts.Resume == nil && (opts.Dir != "" || opts.Files != nil)
+	var ckpts []blobstore.Attrs
+	var ckptErr error
+	ckptDone := make(chan struct{})
+	if hydrating {
+		go func() {
+			defer close(ckptDone)
+			ckpts, ckptErr = seal.ListCheckpoints(ctx, store, shard, so)
+		}()
+	} else {
+		close(ckptDone)
+	}
+	// Beside the marker's create, the newest candidate's manifest is read
+	// (the restore point is known by then); used only if it is still the
+	// first candidate once the seal returns.
+	var manifests map[string]blobstore.Object
+	readManifest := func(ctx context.Context, lin seal.Lineage, restore seal.RestorePoint) {
+		<-ckptDone
+		if !hydrating || ckptErr != nil || restore.Gen == 0 {
+			return
+		}
+		cands := seal.CandidatesOf(ckpts, lin, restore.Gen)
+		if len(cands) == 0 {
+			return
+		}
+		key := seal.ManifestKey(cands[0].Term, cands[0].Gen)
+		if obj, err := store.Get(ctx, key); err == nil {
+			manifests = map[string]blobstore.Object{key: obj}
+		}
+	}
+	res, err := seal.SealWith(ctx, store, chain, survey, so, readManifest)
+	<-ckptDone
 	if err != nil {
 		return fail("Seal", err)
 	}
@@ -248,11 +313,11 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 			return fail("Resume", fmt.Errorf("%w: generation %d of term %d, the restore point is generation %d of term %d", ErrResumeOffLineage, r.Gen, r.Term, restore.Gen, restore.Term))
 		}
 		base, next = r.Gen, r.NextSeqNo
-	} else if (opts.Dir != "" || opts.Files != nil) && restore.Gen > 0 {
-		cands, err := seal.Candidates(ctx, store, shard, lin, restore.Gen, so)
-		if err != nil {
-			return fail("Hydrate", err)
+	} else if hydrating && restore.Gen > 0 {
+		if ckptErr != nil {
+			return fail("Hydrate", ckptErr)
 		}
+		cands := seal.CandidatesOf(ckpts, lin, restore.Gen)
 		// Read the translog after the newest candidate while its files
 		// download; a refused candidate means replaying from further back.
 		expected := int64(0)
@@ -260,7 +325,7 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 			expected = cands[0].Gen
 		}
 		pf = prefetch(expected + 1)
-		ho := seal.HydrateOptions{Options: so, Candidates: cands, Accept: opts.AcceptCheckpoint, Into: opts.Files}
+		ho := seal.HydrateOptions{Options: so, Candidates: cands, Accept: opts.AcceptCheckpoint, Into: opts.Files, Manifests: manifests}
 		if opts.Progress != nil {
 			ho.Progress = func(p seal.Progress) { opts.Progress(Progress{Phase: "hydrate", Progress: p}) }
 		}

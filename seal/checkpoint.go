@@ -232,11 +232,28 @@ type CheckpointRef struct {
 // Candidates lists the checkpoints on lin at or below gen, newest
 // generation first: the order Hydrate tries them in.
 func Candidates(ctx context.Context, store *blobstore.Container, shard string, lin Lineage, gen int64, opts Options) ([]CheckpointRef, error) {
+	items, err := ListCheckpoints(ctx, store, shard, opts)
+	if err != nil {
+		return nil, err
+	}
+	return CandidatesOf(items, lin, gen), nil
+}
+
+// ListCheckpoints lists every published checkpoint manifest of the shard
+// (any term). recovery.Open sends it beside the seal's walk, once the
+// sweep is done, and picks the candidates with CandidatesOf.
+func ListCheckpoints(ctx context.Context, store *blobstore.Container, shard string, opts Options) ([]blobstore.Attrs, error) {
 	s := io{store: store, shard: shard, opts: opts.withDefaults()}
 	items, err := s.list(ctx, ManifestPrefix)
 	if err != nil {
 		return nil, wrapErr("Hydrate", shard, ManifestPrefix, 0, err)
 	}
+	return items, nil
+}
+
+// CandidatesOf picks, from a listing of manifests (ListCheckpoints), the
+// checkpoints on lin at or below gen, newest generation first.
+func CandidatesOf(items []blobstore.Attrs, lin Lineage, gen int64) []CheckpointRef {
 	cands := []CheckpointRef{}
 	for _, it := range items {
 		if p, ok := layout.ParseManifestKey(it.Key); ok && p.Gen <= gen && lin.HasCheckpoint(p.Term, p.Gen) {
@@ -249,7 +266,7 @@ func Candidates(ctx context.Context, store *blobstore.Container, shard string, l
 		}
 		return cands[i].Term > cands[j].Term
 	})
-	return cands, nil
+	return cands
 }
 
 // HydrateOptions configure Hydrate.
@@ -271,6 +288,10 @@ type HydrateOptions struct {
 	// Into, when set, receives the files instead of Hydrate's dir (a
 	// MemFiles holds them in memory).
 	Into FileSink
+	// Manifests holds manifests already read, by key (recovery.Open reads
+	// the first candidate's beside the seal marker's create); a candidate
+	// found here is not read again.
+	Manifests map[string]blobstore.Object
 }
 
 // Hydrated is the outcome of Hydrate.
@@ -306,9 +327,12 @@ func Hydrate(ctx context.Context, store *blobstore.Container, shard string, lin 
 	out := &Hydrated{}
 	for _, c := range cands {
 		key := ManifestKey(c.Term, c.Gen)
-		obj, found, err := s.get(ctx, key)
-		if err != nil {
-			return nil, wrapErr("Hydrate", shard, key, c.Term, err)
+		obj, found := opts.Manifests[key]
+		if !found {
+			var err error
+			if obj, found, err = s.get(ctx, key); err != nil {
+				return nil, wrapErr("Hydrate", shard, key, c.Term, err)
+			}
 		}
 		if !found {
 			out.Refused = append(out.Refused, Refusal{Key: key, Reason: "manifest vanished (collected)"})

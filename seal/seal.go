@@ -34,6 +34,60 @@ type Result struct {
 // Restore is the restore point the term opens at.
 func (r *Result) Restore() RestorePoint { return r.Marker.Restore }
 
+// Survey is a seal's first round of reads (step 1 of the plan): the LIST of
+// seal/ and, beside it, the marker, md listing and checkpoint listing of the
+// likeliest lineage term. A claim takes it beside its verifying LIST
+// (fence.Hooks.Swept), so the seal starts one round trip early.
+type Survey struct {
+	term       int64
+	guess      int64
+	items      []blobstore.Attrs
+	guessed    *Marker
+	guessGens  []int64
+	guessCkpts []blobstore.Attrs
+}
+
+// TakeSurvey reads the seal's first round for term, whose claim deleted the
+// fence keys of predecessors. It must run only once every delete of the
+// claim's sweep was acknowledged (the restore point is never read before),
+// and it counts only if the sweep then proves complete: SealWith checks that
+// the survey matches the claimed chain.
+func TakeSurvey(ctx context.Context, store *blobstore.Container, shard string, term int64, predecessors []int64, opts Options) (*Survey, error) {
+	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	plan := newSealPlan(shard, "", term, predecessors)
+	sv := &Survey{term: term, guess: plan.guess}
+	err := parallel(ctx, 4, 4, func(ctx context.Context, i int) error {
+		var err error
+		switch {
+		case i == 0:
+			sv.items, err = s.list(ctx, layout.MarkerPrefix)
+		case plan.guess == 0:
+		case i == 1:
+			sv.guessed, err = s.readMarker(ctx, plan.guess)
+		case i == 2:
+			sv.guessGens, err = s.gens(ctx, plan.guess)
+		default:
+			sv.guessCkpts, err = s.list(ctx, layout.ManifestTermPrefix(plan.guess))
+		}
+		return err
+	})
+	if err != nil {
+		return nil, wrapErr("Seal", shard, Dir, term, err)
+	}
+	return sv, nil
+}
+
+// LowerMarkers reports whether the survey listed a seal marker of a term
+// below its own (seal.LowerMarkers, from the survey's LIST).
+func (sv *Survey) LowerMarkers() bool {
+	for _, a := range sv.items {
+		if t, ok := ParseMarkerKey(a.Key); ok && t < sv.term {
+			return true
+		}
+	}
+	return false
+}
+
 // Seal resolves the lineage the claimed chain's term inherits, poisons the
 // first missing generation of the lineage term, and writes the term's seal
 // marker (protocol section 4 step 6, section 5). The chain must have
@@ -43,6 +97,17 @@ func (r *Result) Restore() RestorePoint { return r.Marker.Restore }
 // Seal is idempotent for the same term and allocation as long as the term
 // was not opened for writes.
 func Seal(ctx context.Context, store *blobstore.Container, chain *fence.Chain, opts Options) (*Result, error) {
+	return SealWith(ctx, store, chain, nil, opts, nil)
+}
+
+// SealWith is Seal continuing from a survey taken for the chain's claim
+// (TakeSurvey). A nil survey, or one taken for another term or another
+// set of predecessors, is taken again first. beside, when set, runs
+// beside the marker's create with the lineage and restore point the
+// marker records (recovery.Open reads the checkpoint manifest there); the
+// marker may still be refused, or an earlier attempt's may win, so it must
+// only read.
+func SealWith(ctx context.Context, store *blobstore.Container, chain *fence.Chain, sv *Survey, opts Options, beside func(ctx context.Context, lin Lineage, restore RestorePoint)) (*Result, error) {
 	s := io{store: store, shard: chain.Shard(), opts: opts.withDefaults()}
 	term := chain.Term()
 	fail := func(key string, err error) (*Result, error) {
@@ -54,28 +119,14 @@ func Seal(ctx context.Context, store *blobstore.Container, chain *fence.Chain, o
 	plan := newSealPlan(s.shard, chain.Allocation(), term, chain.Predecessors())
 	// Step 1: the LIST of seal/ and the read-ahead of the guess, all of it
 	// after the sweep.
-	var items []blobstore.Attrs
-	var guessed *Marker
-	var guessGens []int64
-	var guessCkpts []blobstore.Attrs
-	err := parallel(ctx, 4, 4, func(ctx context.Context, i int) error {
+	if sv == nil || sv.term != term || sv.guess != plan.guess {
 		var err error
-		switch {
-		case i == 0:
-			items, err = s.list(ctx, layout.MarkerPrefix)
-		case plan.guess == 0:
-		case i == 1:
-			guessed, err = s.readMarker(ctx, plan.guess)
-		case i == 2:
-			guessGens, err = s.gens(ctx, plan.guess)
-		default:
-			guessCkpts, err = s.list(ctx, layout.ManifestTermPrefix(plan.guess))
+		if sv, err = TakeSurvey(ctx, store, s.shard, term, chain.Predecessors(), opts); err != nil {
+			return nil, err
 		}
-		return err
-	})
-	if err != nil {
-		return fail(Dir, err)
 	}
+	items, guessed, guessGens, guessCkpts := sv.items, sv.guessed, sv.guessGens, sv.guessCkpts
+	var err error
 	// Step 2: the lineage term.
 	if t, key := plan.listed(items); t > 0 {
 		return nil, chain.Fence(t, fmt.Sprintf("stale term: term %d already sealed the shard (marker %q)", t, key))
@@ -139,7 +190,17 @@ func Seal(ctx context.Context, store *blobstore.Container, chain *fence.Chain, o
 	}
 	// Step 4: the marker.
 	want := plan.marker(prev, w)
+	done := make(chan struct{})
+	if beside != nil {
+		go func() {
+			defer close(done)
+			beside(ctx, lin, want.Restore)
+		}()
+	} else {
+		close(done)
+	}
 	stored, err := s.writeMarker(ctx, chain, want)
+	<-done
 	if err != nil {
 		return nil, err
 	}

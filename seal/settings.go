@@ -262,6 +262,40 @@ func parseFencing(enabled, mode, leaseMS string) (Fencing, error) {
 // what the key holds. A rewrite in progress is ErrFencingRewrite, a
 // stored lease outside the range ErrFencingOutOfRange.
 func ShardFencing(ctx context.Context, store *blobstore.Container, shard string, want Fencing, opts Options) (Fencing, error) {
+	return shardFencing(ctx, store, shard, want, opts, readThenCreate)
+}
+
+// PeekFencing is ShardFencing without the create: found is false (and f
+// zero) when the shard has no settings yet. It refuses what ShardFencing
+// refuses of stored settings, and costs one GET: recovery.Open runs it
+// before its claim, so a refused mode fences nobody.
+func PeekFencing(ctx context.Context, store *blobstore.Container, shard string, want Fencing, opts Options) (f Fencing, found bool, err error) {
+	f, err = shardFencing(ctx, store, shard, want, opts, readOnly)
+	if errors.Is(err, errNoSettings) {
+		return Fencing{}, false, nil
+	}
+	return f, err == nil, err
+}
+
+// EnsureFencing is ShardFencing for a shard PeekFencing found without
+// settings: it sends the create first (no GET), and settles what the key
+// holds if another open created them meanwhile. recovery.Open runs it
+// after its sweep, as the read of the settings that counts.
+func EnsureFencing(ctx context.Context, store *blobstore.Container, shard string, want Fencing, opts Options) (Fencing, error) {
+	return shardFencing(ctx, store, shard, want, opts, createFirst)
+}
+
+// How shardFencing reaches the key.
+const (
+	readThenCreate = iota
+	readOnly
+	createFirst
+)
+
+// errNoSettings: readOnly found no settings.
+var errNoSettings = errors.New("no fencing settings stored")
+
+func shardFencing(ctx context.Context, store *blobstore.Container, shard string, want Fencing, opts Options, how int) (Fencing, error) {
 	s := io{store: store, shard: shard, opts: opts.withDefaults()}
 	want = want.normalized()
 	fail := func(err error) (Fencing, error) { return Fencing{}, wrapErr("Settings", shard, FencingKey, 0, err) }
@@ -279,7 +313,7 @@ func ShardFencing(ctx context.Context, store *blobstore.Container, shard string,
 		// win either way.
 		Ours: func(storedFencing) (bool, string) { return true, "" },
 	}
-	readFirst := true
+	readFirst := how != createFirst
 	err := s.retry(ctx, func(ctx context.Context) error {
 		if readFirst {
 			obj, found, err := s.get(ctx, FencingKey)
@@ -289,6 +323,9 @@ func ShardFencing(ctx context.Context, store *blobstore.Container, shard string,
 			if found {
 				got, rw, err = decodeStored(shard, obj.Body)
 				return err
+			}
+			if how == readOnly {
+				return errNoSettings
 			}
 		}
 		readFirst = true
@@ -310,6 +347,8 @@ func ShardFencing(ctx context.Context, store *blobstore.Container, shard string,
 		return err
 	})
 	switch {
+	case errors.Is(err, errNoSettings):
+		return Fencing{}, err
 	case err != nil:
 		return fail(err)
 	case rw != nil:

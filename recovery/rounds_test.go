@@ -1,0 +1,127 @@
+package recovery_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/faulty"
+	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/recovery"
+	"github.com/shardfence/shardfence/seal"
+)
+
+// TestNewShardOpensInSevenRequests: LIST fence/ and GET settings, the
+// fence key's create, then the verifying LIST beside the settings' create
+// and the LIST of seal/, then the marker. The settings are created only
+// after the sweep (the read of them that counts).
+func TestNewShardOpensInSevenRequests(t *testing.T) {
+	fs := faulty.New(mem.New(), 1)
+	var mu sync.Mutex
+	var sent []string
+	fs.SetHooks(faulty.Hooks{Before: func(_ context.Context, r faulty.Request) error {
+		mu.Lock()
+		defer mu.Unlock()
+		sent = append(sent, r.Op.String()+" "+r.Key)
+		return nil
+	}})
+	sh := open(t, fs.Container, 1, "a1", options(nil))
+	closeW(t, sh.Writer)
+	mu.Lock()
+	defer mu.Unlock()
+	count := map[string]int{}
+	fenceCreate, settingsCreate := -1, -1
+	for i, s := range sent {
+		op, key, _ := strings.Cut(s, " ")
+		count[op]++
+		switch {
+		case op == "CreateIfAbsent" && key == fence.Key(1):
+			fenceCreate = i
+		case op == "CreateIfAbsent" && key == seal.FencingKey:
+			settingsCreate = i
+		}
+	}
+	// Up to the marker: the writer's Close sends nothing on a new shard.
+	if len(sent) != 7 || count["List"] != 3 || count["Get"] != 1 || count["CreateIfAbsent"] != 3 {
+		t.Fatalf("a new shard's open sent %d requests, want 7 (3 LIST, 1 GET, 3 creates):\n%s", len(sent), strings.Join(sent, "\n"))
+	}
+	if settingsCreate < fenceCreate {
+		t.Fatalf("the settings were created before the fence key:\n%s", strings.Join(sent, "\n"))
+	}
+}
+
+// TestTakeoverReadsBesideTheClaimsLists: the settings are read beside the
+// claim's first LIST, and the seal's first round (the LIST of seal/) and
+// the settings read that counts go beside the LIST that verifies the
+// sweep. Each pair waits for the other; sent one after the other, the
+// open would stall and fail.
+func TestTakeoverReadsBesideTheClaimsLists(t *testing.T) {
+	ctx := context.Background()
+	fs := faulty.New(mem.New(), 1)
+	sh1 := open(t, fs.Container, 1, "a1", options(nil))
+	appendOps(t, sh1.Writer, "x")
+	closeW(t, sh1.Writer)
+
+	type meeting struct{ a, b chan struct{} }
+	newMeeting := func() meeting { return meeting{make(chan struct{}, 1), make(chan struct{}, 1)} }
+	meet := func(signal, wait chan struct{}) error {
+		select {
+		case signal <- struct{}{}:
+		default:
+		}
+		select {
+		case <-wait:
+			return nil
+		case <-time.After(5 * time.Second):
+			return errors.New("two requests of one round were not sent side by side")
+		}
+	}
+	first, second := newMeeting(), newMeeting()
+	var mu sync.Mutex
+	fenceLists, settingsGets := 0, 0
+	fs.SetHooks(faulty.Hooks{Before: func(_ context.Context, r faulty.Request) error {
+		mu.Lock()
+		var m *meeting
+		side := 0
+		switch {
+		case r.Op == blobstore.OpList && r.Key == fence.KeyPrefix:
+			fenceLists++
+			switch fenceLists {
+			case 1:
+				m = &first
+			case 2:
+				m = &second
+			}
+		case r.Op == blobstore.OpGet && r.Key == seal.FencingKey:
+			settingsGets++
+			if settingsGets == 1 {
+				m, side = &first, 1
+			}
+		case r.Op == blobstore.OpList && r.Key == seal.MarkerPrefix:
+			m, side = &second, 1
+		}
+		mu.Unlock()
+		if m == nil {
+			return nil
+		}
+		if side == 0 {
+			return meet(m.a, m.b)
+		}
+		return meet(m.b, m.a)
+	}})
+	o := options(nil)
+	o.Backoff = fence.Backoff{Initial: time.Millisecond, Max: time.Millisecond, Attempts: 1}
+	sh, err := recovery.Open(ctx, fs.Container, shard, 2, "a2", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeW(t, sh.Writer)
+	if fenceLists != 2 || settingsGets != 2 {
+		t.Fatalf("the takeover sent %d LISTs of fence/ and %d GETs of the settings, want 2 and 2", fenceLists, settingsGets)
+	}
+}
