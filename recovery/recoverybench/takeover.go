@@ -12,6 +12,8 @@ import (
 	"io"
 	"math"
 	"os"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,7 +47,19 @@ type row struct {
 	elapsed  time.Duration // the median run's
 	best     time.Duration
 	req      metered.Snapshot
+	path     []sent // the best run's requests, in the order sent
 }
+
+// sent is one request of the measured Open, when it was sent.
+type sent struct {
+	at  time.Duration
+	op  string
+	key string
+}
+
+// claimantKey marks the measured Open's context, so the critical path
+// leaves out the requests of a predecessor still appending.
+type claimantKey struct{}
 
 // RunTakeover measures recovery.Open from claim start to an open writer
 // for a new shard and three takeovers, and writes the table to out.
@@ -87,16 +101,26 @@ func RunTakeover(ctx context.Context, cfg TakeoverConfig, out io.Writer) error {
 			}
 			f.MustAdd(faulty.Rule{Latency: faulty.Fixed(cfg.Latency)})
 			before := m.Snapshot()
-			start := time.Now()
 			if cfg.Trace != nil {
 				fmt.Fprintf(cfg.Trace, "-- %s\n", sc.name)
-				f.SetHooks(faulty.Hooks{Before: func(_ context.Context, r faulty.Request) error {
-					fmt.Fprintf(cfg.Trace, "%8.1f ms  %-14s %s\n", float64(time.Since(start).Microseconds())/1000, r.Op, r.Key)
-					return nil
-				}})
 			}
+			var mu sync.Mutex
+			var path []sent
+			start := time.Now()
+			f.SetHooks(faulty.Hooks{Before: func(ctx context.Context, r faulty.Request) error {
+				at := time.Since(start)
+				if cfg.Trace != nil {
+					fmt.Fprintf(cfg.Trace, "%8.1f ms  %-14s %s\n", float64(at.Microseconds())/1000, r.Op, r.Key)
+				}
+				if ctx.Value(claimantKey{}) != nil {
+					mu.Lock()
+					path = append(path, sent{at: at, op: fmt.Sprint(r.Op), key: r.Key})
+					mu.Unlock()
+				}
+				return nil
+			}})
 			o := recovery.Options{Dir: dir, Writer: translog.Options{}}
-			sh, err := recovery.Open(ctx, m.Container, shard, sc.term, fmt.Sprintf("a%d", sc.term), o)
+			sh, err := recovery.Open(context.WithValue(ctx, claimantKey{}, true), m.Container, shard, sc.term, fmt.Sprintf("a%d", sc.term), o)
 			elapsed := time.Since(start)
 			after := m.Snapshot()
 			if cfg.Trace != nil {
@@ -112,7 +136,9 @@ func RunTakeover(ctx context.Context, cfg TakeoverConfig, out io.Writer) error {
 				return fmt.Errorf("bench seal %s: %w", sc.name, err)
 			}
 			_ = sh.Writer.Close(ctx)
-			samples = append(samples, row{scenario: sc.name, elapsed: elapsed, req: after.Sub(before)})
+			mu.Lock()
+			samples = append(samples, row{scenario: sc.name, elapsed: elapsed, req: after.Sub(before), path: path})
+			mu.Unlock()
 		}
 		rows = append(rows, median(samples))
 	}
@@ -187,7 +213,7 @@ func median(s []row) row {
 		}
 	}
 	r := s[len(s)/2]
-	r.best = s[0].elapsed
+	r.best, r.path = s[0].elapsed, s[0].path
 	return r
 }
 
@@ -200,17 +226,78 @@ func writeTakeoverTable(out io.Writer, latency time.Duration, gens int, rows []r
 			r.req.CreateIfAbsent, r.req.CompareAndSwap, r.req.Delete, r.req.Put, float64(r.elapsed.Microseconds())/1000,
 			sequential(r.elapsed, latency), sequential(r.best, latency))
 	}
-	for _, r := range rows {
-		if r.scenario != "takeover, predecessor closed" || latency <= 0 {
-			continue
-		}
-		n := float64(r.best) / float64(latency)
-		verdict := "met"
-		if math.Round(n) > 8 {
-			verdict = "MISSED"
-		}
-		fmt.Fprintf(out, "\ntarget <= 8 sequential requests from claim start to open (takeover, best run): %.1f (%s)\n", n, verdict)
+	if latency <= 0 {
+		return
 	}
+	fmt.Fprintf(out, "\ncritical path of each best run: the measured Open's requests by round trip (a request sent %v or more after the round's first starts the next)\n", latency*3/4)
+	worst := 0.0
+	for _, r := range rows {
+		rounds := roundsOf(r.path, latency*3/4)
+		fmt.Fprintf(out, "\n%s: %d round trips\n", r.scenario, len(rounds))
+		for i, rd := range rounds {
+			fmt.Fprintf(out, "  %2d %7.1f ms  %s\n", i+1, float64(rd.at.Microseconds())/1000, rd.what)
+		}
+		if strings.HasPrefix(r.scenario, "takeover") {
+			worst = max(worst, float64(r.best)/float64(latency))
+		}
+	}
+	verdict := "met"
+	if math.Round(worst) > 8 {
+		verdict = "MISSED"
+	}
+	fmt.Fprintf(out, "\ntarget <= 8 sequential requests from claim start to open (every takeover scenario, best run): %.1f at most (%s)\n", worst, verdict)
+}
+
+// round is one round trip of a critical path: when it started and what
+// it sent.
+type round struct {
+	at   time.Duration
+	what string
+}
+
+// roundsOf groups requests into round trips: a request sent gap or more
+// after the current round's first request starts a new one. Requests are
+// named by operation and key family (the key up to its first "__"), with
+// a count when a round sends several of one kind.
+func roundsOf(path []sent, gap time.Duration) []round {
+	sort.SliceStable(path, func(i, j int) bool { return path[i].at < path[j].at })
+	var out []round
+	var cur []sent
+	flush := func() {
+		if len(cur) == 0 {
+			return
+		}
+		counts := map[string]int{}
+		var order []string
+		for _, r := range cur {
+			k := r.key
+			if i := strings.Index(k, "__"); i >= 0 {
+				k = k[:i+2] + "…"
+			}
+			name := r.op + " " + k
+			if counts[name] == 0 {
+				order = append(order, name)
+			}
+			counts[name]++
+		}
+		parts := make([]string, len(order))
+		for i, name := range order {
+			parts[i] = name
+			if n := counts[name]; n > 1 {
+				parts[i] = fmt.Sprintf("%s x%d", name, n)
+			}
+		}
+		out = append(out, round{at: cur[0].at, what: strings.Join(parts, ", ")})
+		cur = nil
+	}
+	for _, r := range path {
+		if len(cur) > 0 && r.at-cur[0].at >= gap {
+			flush()
+		}
+		cur = append(cur, r)
+	}
+	flush()
+	return out
 }
 
 // sequential is the critical path in round trips: elapsed over the
