@@ -10,6 +10,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/recovery"
+	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -30,9 +31,15 @@ func recoveryOpts(ops *[]string) recovery.Options {
 // successorRecovery (or the first primary, at term 1) opens the shard at term with the real recovery (claim,
 // seal, replay, open) and appends n ops.
 func successorRecovery(r *Run, w *world, actor string, term int64, n int) {
+	recoverAt(r, w, actor, term, n, term > 1)
+}
+
+// recoverAt is successorRecovery; with gate false a successor starts at
+// once instead of after the term-1 primary opened.
+func recoverAt(r *Run, w *world, actor string, term int64, n int, gate bool) {
 	w.terms[actor] = term
 	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
-		if term > 1 {
+		if gate {
 			<-w.opened
 		}
 		var ops []string
@@ -118,6 +125,7 @@ type recoveryCase struct {
 	third  bool
 	writes int // ops each successor appends
 	faults int
+	race   bool // the successor starts at once, racing the first open
 }
 
 func (c recoveryCase) scenario() Scenario {
@@ -127,7 +135,7 @@ func (c recoveryCase) scenario() Scenario {
 		Start: func(r *Run) Checker {
 			w := newWorld(true)
 			successorRecovery(r, w, "w1", 1, c.syncs)
-			successorRecovery(r, w, "c2", 2, c.writes)
+			recoverAt(r, w, "c2", 2, c.writes, !c.race)
 			if c.third {
 				successorRecovery(r, w, "c3", 3, c.writes)
 			}
@@ -143,7 +151,96 @@ func init() {
 		{name: "recovery-deep", syncs: 2, order: con, writes: 1, faults: 1},
 		{name: "recovery-race", syncs: 1, order: con, third: true},
 		{name: "recovery-race-deep", syncs: 1, order: con, third: true, writes: 1},
+		// The counterpart of wrong-early-survey: the same race through
+		// the real recovery.Open, whose seal reads beside the LIST that
+		// verifies the sweep.
+		{name: "recovery-first-open", syncs: 1, order: con, race: true},
+		{name: "recovery-first-open-faults", syncs: 1, order: con, race: true, faults: 1},
 	} {
 		register(c.scenario())
 	}
+}
+
+// earlySurveyRecovery is a wrong successor: it takes the seal's first round
+// of reads (seal.TakeSurvey) beside its claim's first LIST, before its sweep
+// deleted any lower fence key, instead of beside the LIST that verifies the
+// sweep (fence.Hooks.Swept, what recovery.Open does). It guesses the term
+// below its own as the predecessor, then seals from that survey, restores
+// the lineage and appends n ops. It starts at once, racing the first
+// primary's open.
+func earlySurveyRecovery(r *Run, w *world, actor string, term int64, n int) {
+	w.terms[actor] = term
+	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
+		so := seal.Options{Clock: fence.NewAutoClock(), Backoff: backoff}
+		in, err := fence.NewInstance(store, Shard, actor, claimOpts()...)
+		if err != nil {
+			w.fail(r, "%s: %v", actor, err)
+			return
+		}
+		var sv *seal.Survey
+		chain, err := in.ClaimWith(ctx, term, fence.Hooks{Before: func(ctx context.Context) error {
+			var err error
+			sv, err = seal.TakeSurvey(ctx, store, Shard, term, []int64{term - 1}, so)
+			return err
+		}})
+		w.claimResult(r, actor, term, err)
+		if err != nil {
+			return
+		}
+		res, err := seal.SealWith(ctx, store, chain, sv, so, nil)
+		if err != nil {
+			var fe *fence.FencedError
+			if !errors.As(err, &fe) {
+				w.fail(r, "%s: seal: %v", actor, err)
+			}
+			return
+		}
+		var ops []string
+		rd := translog.NewReader(store, Shard)
+		for _, rg := range res.Lineage.Ranges {
+			to := min(rg.To, res.Restore().Gen)
+			if to < rg.From {
+				continue
+			}
+			err := fence.Retry(ctx, fence.NewAutoClock(), backoff, func(ctx context.Context) error {
+				return rd.Iterate(ctx, rg.Term, rg.From, to, func(b translog.Batch) error {
+					for _, op := range b.Ops {
+						ops = append(ops, string(op))
+					}
+					return nil
+				})
+			})
+			if err != nil {
+				w.fail(r, "%s: replay: %v", actor, err)
+				return
+			}
+		}
+		w.restored(r, actor, term, ops)
+		opts := writerOpts(translog.Concurrent)
+		opts.StartGen = res.Restore().Gen + 1
+		wr, err := translog.Open(ctx, store, chain, opts)
+		if err != nil {
+			w.fail(r, "%s: open writer: %v", actor, err)
+			return
+		}
+		w.mu.Lock()
+		w.writers[actor], w.startGen[actor] = wr, wr.NextGen()
+		w.mu.Unlock()
+		appender(ctx, r, w, actor, term, wr, n)
+	})
+}
+
+func init() {
+	// The seal's reads must follow the sweep: a successor that reads
+	// before it loses what a lower term opened and acknowledged after the
+	// read and before the delete of its key.
+	register(Scenario{
+		Name: "wrong-early-survey",
+		Start: func(r *Run) Checker {
+			w := newWorld(true)
+			successorRecovery(r, w, "w1", 1, 1)
+			earlySurveyRecovery(r, w, "c2", 2, 0)
+			return lineageWorld{w}
+		},
+	})
 }

@@ -65,3 +65,17 @@ func TestZombieProcessesOnFakeGCS(t *testing.T) {
 	srv := testservers.NewFakeGCS(t)
 	sidecarproc.RunZombie(t, thisBinary(), srv.StoreURL("zombie"), "", zombiePhase)
 }
+
+// Three first opens of a new shard racing across processes, on the
+// filesystem and on MinIO (sidecarproc.RunFirstOpenRace).
+func TestFirstOpenRaceOnFS(t *testing.T) {
+	sidecarproc.RunFirstOpenRace(t, thisBinary(), "file://"+t.TempDir(), 3, zombiePhase)
+}
+
+func TestFirstOpenRaceOnMinIO(t *testing.T) {
+	srv, err := testservers.StartMinIO(t)
+	if err != nil {
+		testservers.Unavailable(t, "MinIO", err)
+	}
+	sidecarproc.RunFirstOpenRace(t, thisBinary(), srv.MinioURL("firstopen"), 3, zombiePhase)
+}
