@@ -496,7 +496,7 @@ func (c *Bucket) Write(ctx context.Context, key string, body []byte, pre driver.
 	switch {
 	case !small:
 	case st.exists && !st.single && slotSizeFor(len(body)) <= st.sf.size:
-		return c.writeSlot(key, st, body)
+		return c.writeSlot(key, p, st, body)
 	case !st.single && !st.exists:
 		return c.createSlot(key, p, st, body)
 	default:

@@ -119,6 +119,10 @@ func runChild(role string) error {
 			}
 			fmt.Printf("put %d\n", i)
 		}
+	case "kill-incr":
+		return killIncrement(ctx, c, key)
+	case "kill-read":
+		return killRead(ctx, c, key)
 	default:
 		return fmt.Errorf("unknown role %q", role)
 	}

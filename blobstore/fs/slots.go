@@ -353,15 +353,20 @@ func readLocked(f file, path string) (*lockedState, error) {
 // writeSlot replaces the current version of a slot file in place: the next
 // sequence goes into the other slot, then fdatasync. The caller holds the
 // key's lock and has checked that the body fits.
-func (c *Bucket) writeSlot(key string, st *lockedState, body []byte) (blobstore.Token, error) {
+func (c *Bucket) writeSlot(key string, p objectPath, st *lockedState, body []byte) (blobstore.Token, error) {
 	cur := &st.sf.slots[st.cur]
 	if !c.durable.has(key, cur.tok) {
 		// The current slot may be a version whose writer died before its
-		// fdatasync. Overwriting the other slot while this one is not
-		// durable could leave neither durable at a power cut, so flush it
-		// first (cheap when nothing is dirty).
+		// fdatasync, in a file whose creator died before its directory
+		// fsync. Overwriting the other slot while this one is not durable
+		// could leave neither durable at a power cut, and a version
+		// written into a file whose entry is not durable is lost with
+		// the entry, so flush both first (cheap when nothing is dirty).
 		if err := st.f.Datasync(); err != nil {
 			return "", blobstore.Unavailable(fmt.Errorf("syncing the current version of %s: %w", st.f.Name(), err))
+		}
+		if err := c.fsys.SyncDir(p.dir); err != nil {
+			return "", blobstore.Unavailable(fmt.Errorf("syncing the directory of %s: %w", st.f.Name(), err))
 		}
 	}
 	tok, err := newToken()
