@@ -11,27 +11,34 @@
 //
 // Layout under the directory:
 //
-//	FORMAT                 layout name and version
+//	FORMAT                 layout name and version ("shardfence-fs 2")
 //	objects/               the key tree: segment s of a key is the directory
 //	                       "d.s" when more segments follow, the file "o.s" when
 //	                       it is the last one, so keys "a" and "a/b" coexist
-//	locks/                 one flock file per key being updated, named by a
-//	                       hash of the key
+//	locks/                 lock files of layout version 1; unused since
 //	tmp/                   temporary files of writes in flight
 //
-// Every object file is a 32-byte header (magic, a random 128-bit version
-// token, body length, CRC-32C of the body) followed by the body. Files are
-// never modified in place: a write goes to a fsynced temporary file that is
-// renamed (Put, CompareAndSwap) or renamed without replacing
-// (CreateIfAbsent) into place, and the directory is fsynced before success.
-// A reader opens one file, so it always sees one whole version (a stream
-// keeps reading the file it opened, by pread, after a replace), and a
-// random token is never reused for other content, across deletes, processes
-// and restarts.
+// An object is one file in one of two formats (docs/ARCHITECTURE.md, "The
+// filesystem driver", has the argument in full):
 //
-// Put, CompareAndSwap, Delete and DeleteIfMatch serialize per key on an
-// in-process lock and a flock of the key's lock file; CreateIfAbsent needs no
-// lock because the no-replace rename is itself the atomic check.
+//   - A slot file (slots.go) holds a body of at most 64 KiB: two slots,
+//     each a sequence number, a random 128-bit token, the body and a
+//     CRC-32C. A CAS or Put writes the next sequence into the slot that
+//     does not hold the current version, in place, and fdatasyncs; a
+//     create writes a new file at the key, fdatasyncs it and fsyncs the
+//     directory. The version is the valid slot with the higher sequence.
+//   - A single-version file (object.go) holds a larger body, and every
+//     object written by layout version 1: a header (magic, token, length,
+//     CRC-32C) and the body, never changed in place, written to a fsynced
+//     temporary file renamed over the key, then the directory fsynced.
+//
+// A token is random per version, so it is never reused for other content,
+// across deletes, processes and restarts.
+//
+// Every write and delete holds the key's lock: an in-process lock, then an
+// exclusive flock of the key's own file (created empty by a writer that
+// may create; a file with no valid slot reads as absent). Readers take no
+// lock when both slots of a slot file check out, else a shared flock.
 // Directories are created on demand and kept when they become empty:
 // removing them would race with a writer in another process that has just
 // made its entry durable.
