@@ -170,12 +170,19 @@ func BenchmarkWrite1KiB(b *testing.B) {
 	})
 	b.Run("part-key-lock", func(b *testing.B) {
 		c := benchContainer(b)
+		if _, err := c.Put(b.Context(), "fence/fence__1", benchBody); err != nil {
+			b.Fatal(err)
+		}
+		p, err := c.b.pathOf("fence/fence__1")
+		if err != nil {
+			b.Fatal(err)
+		}
 		for b.Loop() {
-			unlock, err := c.b.lockKey(b.Context(), "fence/fence__1")
+			_, unlock, err := c.b.lockObject(b.Context(), "fence/fence__1", p, false)
 			if err != nil {
 				b.Fatal(err)
 			}
-			unlock(false)
+			unlock()
 		}
 	})
 }

@@ -11,27 +11,34 @@
 //
 // Layout under the directory:
 //
-//	FORMAT                 layout name and version
+//	FORMAT                 layout name and version ("shardfence-fs 2")
 //	objects/               the key tree: segment s of a key is the directory
 //	                       "d.s" when more segments follow, the file "o.s" when
 //	                       it is the last one, so keys "a" and "a/b" coexist
-//	locks/                 one flock file per key being updated, named by a
-//	                       hash of the key
+//	locks/                 lock files of layout version 1; unused since
 //	tmp/                   temporary files of writes in flight
 //
-// Every object file is a 32-byte header (magic, a random 128-bit version
-// token, body length, CRC-32C of the body) followed by the body. Files are
-// never modified in place: a write goes to a fsynced temporary file that is
-// renamed (Put, CompareAndSwap) or renamed without replacing
-// (CreateIfAbsent) into place, and the directory is fsynced before success.
-// A reader opens one file, so it always sees one whole version (a stream
-// keeps reading the file it opened, by pread, after a replace), and a
-// random token is never reused for other content, across deletes, processes
-// and restarts.
+// An object is one file in one of two formats (docs/ARCHITECTURE.md, "The
+// filesystem driver", has the argument in full):
 //
-// Put, CompareAndSwap, Delete and DeleteIfMatch serialize per key on an
-// in-process lock and a flock of the key's lock file; CreateIfAbsent needs no
-// lock because the no-replace rename is itself the atomic check.
+//   - A slot file (slots.go) holds a body of at most 64 KiB: two slots,
+//     each a sequence number, a random 128-bit token, the body and a
+//     CRC-32C. A CAS or Put writes the next sequence into the slot that
+//     does not hold the current version, in place, and fdatasyncs; a
+//     create writes a new file at the key, fdatasyncs it and fsyncs the
+//     directory. The version is the valid slot with the higher sequence.
+//   - A single-version file (object.go) holds a larger body, and every
+//     object written by layout version 1: a header (magic, token, length,
+//     CRC-32C) and the body, never changed in place, written to a fsynced
+//     temporary file renamed over the key, then the directory fsynced.
+//
+// A token is random per version, so it is never reused for other content,
+// across deletes, processes and restarts.
+//
+// Every write and delete holds the key's lock: an in-process lock, then an
+// exclusive flock of the key's own file (created empty by a writer that
+// may create; a file with no valid slot reads as absent). Readers take no
+// lock when both slots of a slot file check out, else a shared flock.
 // Directories are created on demand and kept when they become empty:
 // removing them would race with a writer in another process that has just
 // made its entry durable.
@@ -39,6 +46,7 @@ package fs
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -67,10 +75,14 @@ var ErrBadLayout = errors.New("directory is not a usable filesystem store")
 
 const (
 	formatName = "FORMAT"
-	formatLine = "shardfence-fs 1\n"
-	objectsDir = "objects"
-	locksDir   = "locks"
-	tmpDir     = "tmp"
+	formatLine = "shardfence-fs 2\n"
+	// formatLineV1 is the layout before slot files. Its objects are all
+	// single-version files, which this build reads; Open rewrites FORMAT
+	// to version 2, so builds that cannot read slot files refuse the store.
+	formatLineV1 = "shardfence-fs 1\n"
+	objectsDir   = "objects"
+	locksDir     = "locks"
+	tmpDir       = "tmp"
 )
 
 // Bucket is the filesystem driver: one directory.
@@ -90,6 +102,13 @@ type Bucket struct {
 	durableDirs sync.Map
 
 	keyLocks keyLocks
+
+	// durable remembers the versions this process made durable (slots.go).
+	durable durableTokens
+
+	// fsys is where every change to the store goes: the kernel, or a test's
+	// power-cut model.
+	fsys fileSystem
 
 	// hook, when set by tests, is called at named points of a write so a
 	// test can stop or kill a writer there.
@@ -149,7 +168,9 @@ func Open(dir string) (*blobstore.Container, error) {
 
 // OpenBucket opens (creating if needed) the store in dir, then removes
 // temporary files left by writers that died.
-func OpenBucket(dir string) (*Bucket, error) {
+func OpenBucket(dir string) (*Bucket, error) { return openBucket(dir, osFS{}) }
+
+func openBucket(dir string, fsys fileSystem) (*Bucket, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: empty directory name", ErrBadLayout)
 	}
@@ -162,6 +183,7 @@ func OpenBucket(dir string) (*Bucket, error) {
 		objects: filepath.Join(abs, objectsDir),
 		locks:   filepath.Join(abs, locksDir),
 		tmp:     filepath.Join(abs, tmpDir),
+		fsys:    fsys,
 	}
 	if err := c.initLayout(); err != nil {
 		return nil, fmt.Errorf("opening filesystem store %s: %w", c, err)
@@ -189,7 +211,7 @@ func (c *Bucket) initLayout() error {
 	}
 	created := false
 	for _, d := range []string{c.objects, c.locks, c.tmp} {
-		err := os.Mkdir(d, 0o755)
+		err := c.fsys.Mkdir(d, 0o755)
 		switch {
 		case err == nil:
 			created = true
@@ -204,7 +226,7 @@ func (c *Bucket) initLayout() error {
 		}
 	}
 	if created {
-		if err := syncDir(c.root); err != nil {
+		if err := c.fsys.SyncDir(c.root); err != nil {
 			return err
 		}
 	}
@@ -219,7 +241,7 @@ func (c *Bucket) checkFormat() error {
 	if err != nil {
 		return err
 	}
-	if string(b) != formatLine {
+	if string(b) != formatLine && string(b) != formatLineV1 {
 		return fmt.Errorf("%w: %s says %q, this build reads %q", ErrBadLayout, formatName, strings.TrimSpace(string(b)), strings.TrimSpace(formatLine))
 	}
 	return nil
@@ -253,31 +275,41 @@ func (c *Bucket) checkOnlyOurs() error {
 	return nil
 }
 
-// writeFormat creates FORMAT once; concurrent openers race through the same
-// no-replace rename objects use.
+// writeFormat creates FORMAT once, or upgrades a version 1 FORMAT (whose
+// objects this build reads as they are) to version 2; concurrent openers
+// race through the same renames objects use, writing the same bytes.
 func (c *Bucket) writeFormat() error {
 	path := filepath.Join(c.root, formatName)
-	if _, err := os.Stat(path); err == nil {
-		return nil
+	upgrade := false
+	if b, err := os.ReadFile(path); err == nil {
+		if string(b) == formatLine {
+			return nil
+		}
+		upgrade = true
 	}
 	t, err := c.createTemp()
 	if err != nil {
 		return err
 	}
 	defer t.discard()
-	if _, err := t.f.WriteString(formatLine); err != nil {
+	if _, err := t.f.Write([]byte(formatLine)); err != nil {
 		return err
 	}
-	if err := t.f.Sync(); err != nil {
+	if err := t.f.Datasync(); err != nil {
 		return err
 	}
-	switch err := renameNoReplace(t.path, path); {
+	if upgrade {
+		err = c.fsys.Rename(t.path, path)
+	} else {
+		err = c.fsys.RenameNoReplace(t.path, path)
+	}
+	switch {
 	case err == nil:
 		t.published = true
 	case !errors.Is(err, os.ErrExist): // another opener wrote it first
 		return err
 	}
-	if err := syncDir(c.root); err != nil {
+	if err := c.fsys.SyncDir(c.root); err != nil {
 		return err
 	}
 	return c.checkFormat()
@@ -341,28 +373,28 @@ func (c *Bucket) Classify(_ driver.Op, err error) error {
 	}
 }
 
-// Get reads one whole version of the object from a single open file.
-func (c *Bucket) Get(_ context.Context, key string) (driver.Object, error) {
+// Get reads one whole version of the object (slots.go says how a read of a
+// slot file is kept consistent without a lock).
+func (c *Bucket) Get(ctx context.Context, key string) (driver.Object, error) {
 	p, err := c.pathOf(key)
 	if err != nil {
 		return driver.Object{}, err
 	}
-	tok, body, err := readObject(p.file)
+	v, err := c.readVersion(ctx, p.file, true, false)
 	if err != nil {
 		return driver.Object{}, err
 	}
-	return driver.Object{Body: body, Token: tok}, nil
+	return driver.Object{Body: v.body, Token: v.tok}, nil
 }
 
-// NewRangeReader streams a range of one version. Like Get it takes no lock:
-// it opens the key's file once, reads the token from that open file (the
-// pin is checked against it), and serves the range by pread from the same
-// descriptor. Files are never changed in place and a replace or delete
-// renames or unlinks the name only, so the open inode keeps the version the
-// stream started on to its end, even if the key is replaced or deleted
-// meanwhile. Cost: one open, one fstat and one 32-byte header pread before
-// the stream, so an empty range (zero length, or offset at the size) costs
-// no more than that; the descriptor is held until Close.
+// NewRangeReader streams a range of one version. A slot file (a small
+// object) changes in place, so its version is read whole into memory, as
+// Get reads it, and the range is served from there. A large object is a
+// single-version file, never changed in place, that a replace or delete
+// only renames over or unlinks: the stream keeps the open file and serves
+// the range by pread from it, so it keeps the version it started on to its
+// end. Cost for a large object: one open, one fstat and one 32-byte header
+// pread before the stream; the descriptor is held until Close.
 func (c *Bucket) NewRangeReader(ctx context.Context, key string, offset, length int64, pre driver.Precondition) (io.ReadCloser, driver.Attrs, error) {
 	p, err := c.pathOf(key)
 	if err != nil {
@@ -371,87 +403,126 @@ func (c *Bucket) NewRangeReader(ctx context.Context, key string, offset, length 
 	if err := ctx.Err(); err != nil {
 		return nil, driver.Attrs{}, err
 	}
-	f, err := os.Open(p.file)
+	v, err := c.readVersion(ctx, p.file, false, true)
 	if err != nil {
 		return nil, driver.Attrs{}, err // a missing key, pinned or not: ErrNotFound by Classify
 	}
-	tok, size, sum, err := readHeader(f, p.file)
-	if err == nil && pre.IfMatch != "" && tok != pre.IfMatch {
-		err = fmt.Errorf("%w: stored token %s, pinned %s", blobstore.ErrPreconditionFailed, tok, pre.IfMatch)
+	closeFile := func() error { return nil }
+	if v.f != nil {
+		closeFile = v.f.Close
+	}
+	if pre.IfMatch != "" && v.tok != pre.IfMatch {
+		err = fmt.Errorf("%w: stored token %s, pinned %s", blobstore.ErrPreconditionFailed, v.tok, pre.IfMatch)
 	}
 	var end int64
 	if err == nil {
-		end, err = driver.Range(size, offset, length, blobstore.ErrInvalidRange)
+		end, err = driver.Range(v.size, offset, length, blobstore.ErrInvalidRange)
 	}
 	if err != nil {
-		f.Close()
+		_ = closeFile()
 		return nil, driver.Attrs{}, err
 	}
+	attrs := driver.Attrs{Size: v.size, Token: v.tok}
+	if v.f == nil {
+		return driver.ContextReader(ctx, sliceReader(v.body, offset, end), nil), attrs, nil
+	}
 	body := &bodyReader{
-		r:      io.NewSectionReader(f, headerLen+offset, end-offset),
+		r:      io.NewSectionReader(v.f, headerLen+offset, end-offset),
 		left:   end - offset,
 		path:   p.file,
-		verify: offset == 0 && end == size,
-		sum:    sum,
+		verify: offset == 0 && end == v.size,
+		sum:    v.sum,
 	}
-	return driver.ContextReader(ctx, body, f.Close), driver.Attrs{Size: size, Token: tok}, nil
+	return driver.ContextReader(ctx, body, closeFile), attrs, nil
 }
 
-// Stat reads the object's header and size.
-func (c *Bucket) Stat(_ context.Context, key string) (driver.Attrs, error) {
+// Stat reads the object's token and size.
+func (c *Bucket) Stat(ctx context.Context, key string) (driver.Attrs, error) {
 	p, err := c.pathOf(key)
 	if err != nil {
 		return driver.Attrs{}, err
 	}
-	tok, size, err := statObject(p.file)
+	v, err := c.readVersion(ctx, p.file, false, false)
 	if err != nil {
 		return driver.Attrs{}, err
 	}
-	return driver.Attrs{Size: size, Token: tok}, nil
+	return driver.Attrs{Size: v.size, Token: v.tok}, nil
 }
 
-// Write publishes body at key from a fsynced temporary file. Put and
-// CompareAndSwap replace the file under the key's lock; CreateIfAbsent
-// needs no lock, because its rename refuses to replace an existing file, so
-// two creators in any processes cannot both win.
+// Write stores body at key under the key's lock (in-process and flock),
+// which every write and delete takes, so the precondition is checked and
+// the write made with no other writer in any process. A body of at most
+// maxSlotBody bytes goes into a slot file: in place into the free slot
+// when the key holds a slot file it fits (the common CAS), into a new file
+// created at the key for a new key, or by a fsynced temporary slot file
+// renamed over the key otherwise. A larger body is a single-version file,
+// written and fsynced before the lock is taken and renamed over the key
+// under it.
 func (c *Bucket) Write(ctx context.Context, key string, body []byte, pre driver.Precondition) (driver.Token, error) {
 	p, err := c.pathOf(key)
 	if err != nil {
 		return "", err
 	}
-	if pre.IfMatch != "" {
-		// A stale token fails here without paying for a durable write; a
-		// failed CAS may take effect at this read. The check is repeated
-		// under the lock. The key's directories exist if the object does.
-		if err := c.checkToken(p, pre.IfMatch); err != nil {
+	// A CAS needs no directories: the key's exist if the object does.
+	if pre.IfMatch == "" {
+		if err := c.ensureDirs(p.dirs); err != nil {
+			return "", blobstore.Unavailable(fmt.Errorf("creating the key's directory: %w", err))
+		}
+	}
+	small := len(body) <= maxSlotBody
+	var t *tempFile
+	var tok driver.Token
+	if !small {
+		// Written before taking the lock, so the lock is held only for
+		// the check, the rename and the directory fsync.
+		if t, tok, err = c.writeTemp(body); err != nil {
 			return "", err
 		}
-	} else if err := c.ensureDirs(p.dirs); err != nil {
-		return "", blobstore.Unavailable(fmt.Errorf("creating the key's directory: %w", err))
+		defer t.discard()
 	}
-	// The temporary file is written before taking the lock, so the lock is
-	// held only for the check, the rename and the directory fsync.
-	t, tok, err := c.writeTemp(body)
+	f, unlock, err := c.lockObject(ctx, key, p, pre.IfMatch == "")
 	if err != nil {
 		return "", err
 	}
-	defer t.discard()
-	if !pre.IfAbsent {
-		unlock, err := c.lockKey(ctx, key)
-		if err != nil {
-			return "", err
-		}
-		defer unlock(false)
-	}
+	defer unlock()
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	if pre.IfMatch != "" {
-		if err := c.checkToken(p, pre.IfMatch); err != nil {
+	st, err := readLocked(f, p.file)
+	if err != nil {
+		return "", c.Classify(driver.OpStat, err)
+	}
+	switch {
+	case pre.IfAbsent && st.exists:
+		return "", blobstore.ErrAlreadyExists
+	case pre.IfMatch != "" && !st.exists:
+		return "", fmt.Errorf("%w: no object at the key", blobstore.ErrPreconditionFailed)
+	case pre.IfMatch != "" && st.tok != pre.IfMatch:
+		return "", fmt.Errorf("%w: stored token %s, expected %s", blobstore.ErrPreconditionFailed, st.tok, pre.IfMatch)
+	}
+	switch {
+	case !small:
+	case st.exists && !st.single && slotSizeFor(len(body)) <= st.sf.size:
+		return c.writeSlot(key, p, st, body)
+	case !st.single && !st.exists:
+		return c.createSlot(key, p, st, body)
+	default:
+		// A single-version file, or slots too small: a new slot file
+		// replaces it whole.
+		var raw [tokenLen]byte
+		if t, raw, err = c.writeSlotTemp(body); err != nil {
 			return "", err
 		}
+		defer t.discard()
+		c.durable.forget(key)
+		if err := c.publish(t, p); err != nil {
+			return "", err
+		}
+		c.durable.set(key, raw)
+		return driver.Token(hex.EncodeToString(raw[:])), nil
 	}
-	if err := c.publish(t, p, pre.IfAbsent); err != nil {
+	c.durable.forget(key)
+	if err := c.publish(t, p); err != nil {
 		return "", err
 	}
 	return tok, nil
@@ -464,50 +535,35 @@ func (c *Bucket) Delete(ctx context.Context, key string, pre driver.Precondition
 	if err != nil {
 		return err
 	}
-	unlock, err := c.lockKey(ctx, key)
+	f, unlock, err := c.lockObject(ctx, key, p, false)
 	if err != nil {
 		return err
 	}
-	err = ctx.Err()
-	if err == nil && pre.IfMatch != "" {
-		err = c.checkToken(p, pre.IfMatch)
+	defer unlock()
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	if err == nil {
-		err = c.remove(p)
-	}
-	// The lock file goes with the object so lock files do not pile up for
-	// keys that no longer exist; waiters notice and lock the new file.
-	unlock(err == nil)
-	return err
-}
-
-// checkToken compares the stored token with expected.
-func (c *Bucket) checkToken(p objectPath, expected driver.Token) error {
-	cur, _, err := statObject(p.file)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("%w: no object at the key", blobstore.ErrPreconditionFailed)
-	case err != nil:
-		return c.Classify(driver.OpStat, err)
-	case cur != expected:
-		return fmt.Errorf("%w: stored token %s, expected %s", blobstore.ErrPreconditionFailed, cur, expected)
-	}
-	return nil
-}
-
-// publish moves the fsynced temporary file to the key and fsyncs the key's
-// directory. Failures before the rename leave nothing visible; a failed
-// directory fsync after it leaves the outcome unknown.
-func (c *Bucket) publish(t *tempFile, p objectPath, noReplace bool) error {
-	var err error
-	if noReplace {
-		err = renameNoReplace(t.path, p.file)
-		if errors.Is(err, os.ErrExist) {
-			return blobstore.ErrAlreadyExists
+	if pre.IfMatch != "" {
+		st, err := readLocked(f, p.file)
+		switch {
+		case err != nil:
+			return c.Classify(driver.OpStat, err)
+		case !st.exists:
+			return fmt.Errorf("%w: no object at the key", blobstore.ErrPreconditionFailed)
+		case st.tok != pre.IfMatch:
+			return fmt.Errorf("%w: stored token %s, expected %s", blobstore.ErrPreconditionFailed, st.tok, pre.IfMatch)
 		}
-	} else {
-		err = os.Rename(t.path, p.file)
 	}
+	c.durable.forget(key)
+	return c.remove(p)
+}
+
+// publish moves the fsynced temporary file over the key and fsyncs the
+// key's directory; the caller holds the key's lock and has checked the
+// precondition. Failures before the rename leave nothing visible; a failed
+// directory fsync after it leaves the outcome unknown.
+func (c *Bucket) publish(t *tempFile, p objectPath) error {
+	err := c.fsys.Rename(t.path, p.file)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return blobstore.Unavailable(fmt.Errorf("the key's directory vanished (removed by another program?): %w", err))
@@ -518,7 +574,7 @@ func (c *Bucket) publish(t *tempFile, p objectPath, noReplace bool) error {
 		return blobstore.Unavailable(err)
 	}
 	t.published = true
-	if err := syncDir(p.dir); err != nil {
+	if err := c.fsys.SyncDir(p.dir); err != nil {
 		return blobstore.Ambiguous(fmt.Errorf("object renamed into place but its directory fsync failed: %w", err))
 	}
 	return nil
@@ -527,11 +583,11 @@ func (c *Bucket) publish(t *tempFile, p objectPath, noReplace bool) error {
 // remove unlinks the object and makes the removal durable; the caller holds
 // the key's lock.
 func (c *Bucket) remove(p objectPath) error {
-	err := os.Remove(p.file)
+	err := c.fsys.Remove(p.file)
 	if errors.Is(err, os.ErrNotExist) {
 		// An earlier deleter may have been killed between its unlink and
 		// its fsync; the fsync below makes "already gone" durable too.
-		if serr := syncDir(p.dir); serr != nil && !errors.Is(serr, os.ErrNotExist) {
+		if serr := c.fsys.SyncDir(p.dir); serr != nil && !errors.Is(serr, os.ErrNotExist) {
 			return blobstore.Unavailable(fmt.Errorf("object already absent but its directory fsync failed: %w", serr))
 		}
 		return nil
@@ -539,7 +595,7 @@ func (c *Bucket) remove(p objectPath) error {
 	if err != nil {
 		return blobstore.Unavailable(err)
 	}
-	if err := syncDir(p.dir); err != nil {
+	if err := c.fsys.SyncDir(p.dir); err != nil {
 		return blobstore.Ambiguous(fmt.Errorf("object unlinked but its directory fsync failed: %w", err))
 	}
 	return nil

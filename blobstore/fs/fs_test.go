@@ -112,9 +112,11 @@ func TestConditionalWrites(t *testing.T) {
 	if err := c.Delete(ctx, key); err != nil {
 		t.Fatalf("Delete of a missing key: %v", err)
 	}
-	// A deleted key leaves no lock file behind.
-	if _, err := os.Stat(c.b.lockPath(key)); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("lock file of a deleted key: %v", err)
+	// A deleted key leaves no file behind.
+	if p, _ := c.b.pathOf(key); true {
+		if _, err := os.Stat(p.file); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("file of a deleted key: %v", err)
+		}
 	}
 }
 
@@ -319,10 +321,11 @@ func TestKeyRules(t *testing.T) {
 	}
 }
 
+// A damaged single-version file (a large object) is ErrCorruptObject.
 func TestCorruptObjectIsReported(t *testing.T) {
 	ctx := t.Context()
 	c := newTestContainer(t)
-	mustPut(t, c, "k", "hello world")
+	mustPut(t, c, "k", strings.Repeat("hello world ", 10000))
 	p, err := c.b.pathOf("k")
 	if err != nil {
 		t.Fatal(err)
@@ -346,6 +349,65 @@ func TestCorruptObjectIsReported(t *testing.T) {
 	}
 	if _, err := c.List(ctx, "", "", 0); !errors.Is(err, ErrCorruptObject) {
 		t.Fatalf("List over a truncated file: %v", err)
+	}
+}
+
+// A slot file whose current slot fails its checksum reads as the other
+// slot's version: the format cannot tell a slot torn by a write that was
+// never acknowledged from one damaged later. With both slots damaged the
+// key reads as absent, like a create that never completed, and a create
+// succeeds over it.
+func TestDamagedSlots(t *testing.T) {
+	ctx := t.Context()
+	c := newTestContainer(t)
+	t1, err := c.CreateIfAbsent(ctx, "k", []byte("one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2, err := c.CompareAndSwap(ctx, "k", t1, []byte("two"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.b.pathOf("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(p.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(raw) != 2*slotAlign {
+		t.Fatalf("slot file of a 3-byte body is %d bytes, want %d", len(raw), 2*slotAlign)
+	}
+	if o := mustGet(t, c, "k"); string(o.Body) != "two" || o.Token != t2 {
+		t.Fatalf("Get = %q %s, want two %s", o.Body, o.Token, t2)
+	}
+	raw[slotAlign+slotHeaderLen] ^= 0xff // slot 1 holds "two"
+	if err := os.WriteFile(p.file, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if o := mustGet(t, c, "k"); string(o.Body) != "one" || o.Token != t1 {
+		t.Fatalf("Get with slot 1 damaged = %q %s, want one %s", o.Body, o.Token, t1)
+	}
+	raw[slotHeaderLen] ^= 0xff
+	if err := os.WriteFile(p.file, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Fatalf("Get with both slots damaged: %v, want ErrNotFound", err)
+	}
+	if keys, _ := listKeys(t, c, "", "", 0); len(keys) != 0 {
+		t.Fatalf("List with both slots damaged: %q", keys)
+	}
+	if _, err := c.CompareAndSwap(ctx, "k", t1, []byte("x")); !errors.Is(err, blobstore.ErrPreconditionFailed) {
+		t.Fatalf("CAS over no valid slot: %v", err)
+	}
+	t3, err := c.CreateIfAbsent(ctx, "k", []byte("three"))
+	if err != nil {
+		t.Fatalf("create over no valid slot: %v", err)
+	}
+	if o := mustGet(t, c, "k"); string(o.Body) != "three" || o.Token != t3 {
+		t.Fatalf("Get = %q %s, want three %s", o.Body, o.Token, t3)
 	}
 }
 
@@ -446,7 +508,7 @@ func TestLockWaitHonoursContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := mustPut(t, a, "k", "v1")
-	unlock, err := a.b.lockKey(t.Context(), "k")
+	unlock, err := lockKey(t.Context(), a, "k", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +518,7 @@ func TestLockWaitHonoursContext(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || blobstore.IsAmbiguous(err) {
 		t.Fatalf("CAS behind a held lock: got %v, want a definite DeadlineExceeded", err)
 	}
-	unlock(false)
+	unlock()
 	if o := mustGet(t, b, "k"); string(o.Body) != "v1" || o.Token != tok {
 		t.Fatalf("object changed by a timed-out CAS: %q", o.Body)
 	}
@@ -508,7 +570,20 @@ func countFiles(t *testing.T, dir string) int {
 // Deleting a key removes its lock file while another holder may be waiting
 // on it; that waiter must end up holding the lock file now at the path, so a
 // third caller still has to wait for it.
-func TestKeyLockSurvivesLockFileRemoval(t *testing.T) {
+// lockKey takes the key's lock as a writer does.
+func lockKey(ctx context.Context, c testStore, key string, create bool) (func(), error) {
+	p, err := c.b.pathOf(key)
+	if err != nil {
+		return nil, err
+	}
+	_, unlock, err := c.b.lockObject(ctx, key, p, create)
+	return unlock, err
+}
+
+// The key's lock is the flock of the key's file: a waiter whose file is
+// deleted (or replaced) while it waits locks the file that is at the key
+// when it gets its turn, so two writers never both hold the key.
+func TestKeyLockFollowsTheKeysFile(t *testing.T) {
 	dir := t.TempDir()
 	var cs []testStore
 	for range 3 {
@@ -518,13 +593,15 @@ func TestKeyLockSurvivesLockFileRemoval(t *testing.T) {
 		}
 		cs = append(cs, c)
 	}
-	unlockA, err := cs[0].b.lockKey(t.Context(), "k")
+	mustPut(t, cs[0], "k", "v")
+	p, _ := cs[0].b.pathOf("k")
+	unlockA, err := lockKey(t.Context(), cs[0], "k", true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan func(bool), 1)
+	got := make(chan func(), 1)
 	go func() {
-		u, err := cs[1].b.lockKey(t.Context(), "k")
+		u, err := lockKey(t.Context(), cs[1], "k", true)
 		if err != nil {
 			t.Error(err)
 			got <- nil
@@ -532,24 +609,27 @@ func TestKeyLockSurvivesLockFileRemoval(t *testing.T) {
 		}
 		got <- u
 	}()
-	// Give the waiter time to open the lock file that is about to go.
+	// Give the waiter time to open the file that is about to go.
 	time.Sleep(20 * time.Millisecond)
-	unlockA(true)
+	if err := os.Remove(p.file); err != nil {
+		t.Fatal(err)
+	}
+	unlockA()
 	unlockB := <-got
 	if unlockB == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := cs[2].b.lockKey(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := lockKey(ctx, cs[2], "k", true); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a third caller took the key's lock while it was held: %v", err)
 	}
-	unlockB(false)
-	unlockC, err := cs[2].b.lockKey(t.Context(), "k")
+	unlockB()
+	unlockC, err := lockKey(t.Context(), cs[2], "k", true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	unlockC(false)
+	unlockC()
 }
 
 // Two processes opening the same new directory: one finds no FORMAT, the

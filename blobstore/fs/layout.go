@@ -65,7 +65,7 @@ func (c *Bucket) ensureDirs(dirs []string) error {
 		if _, ok := c.durableDirs.Load(d); ok {
 			continue
 		}
-		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		if err := c.fsys.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return mapNameErr(err)
 		}
 	}
@@ -75,7 +75,7 @@ func (c *Bucket) ensureDirs(dirs []string) error {
 		if _, ok := c.durableDirs.Load(d); ok {
 			continue
 		}
-		if err := syncDir(filepath.Dir(d)); err != nil {
+		if err := c.fsys.SyncDir(filepath.Dir(d)); err != nil {
 			return err
 		}
 		c.durableDirs.Store(d, struct{}{})

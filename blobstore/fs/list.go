@@ -32,7 +32,7 @@ func (c *Bucket) List(ctx context.Context, prefix, startAfter string, limit int)
 			dir = filepath.Join(dir, dirPrefix+s)
 		}
 	}
-	w := lister{ctx: ctx, startAfter: startAfter, limit: limit}
+	w := lister{c: c, ctx: ctx, startAfter: startAfter, limit: limit}
 	if _, err := w.walk(dir, base, partial); err != nil {
 		return driver.ListPage{}, err
 	}
@@ -40,6 +40,7 @@ func (c *Bucket) List(ctx context.Context, prefix, startAfter string, limit int)
 }
 
 type lister struct {
+	c          *Bucket
 	ctx        context.Context
 	startAfter string
 	limit      int
@@ -111,9 +112,9 @@ func (w *lister) walk(dir, base, partial string) (bool, error) {
 			w.page.More = true
 			return true, nil
 		}
-		tok, size, err := statObject(filepath.Join(dir, e.name))
+		v, err := w.c.readVersion(w.ctx, filepath.Join(dir, e.name), false, false)
 		if errors.Is(err, os.ErrNotExist) {
-			continue // deleted since the directory was read
+			continue // deleted since the directory was read, or a create that never completed
 		}
 		if err != nil {
 			if !errors.Is(err, ErrCorruptObject) {
@@ -121,7 +122,7 @@ func (w *lister) walk(dir, base, partial string) (bool, error) {
 			}
 			return false, fmt.Errorf("reading object %q: %w", full, err)
 		}
-		w.page.Items = append(w.page.Items, driver.Attrs{Key: full, Size: size, Token: tok})
+		w.page.Items = append(w.page.Items, driver.Attrs{Key: full, Size: v.size, Token: v.tok})
 	}
 	return false, nil
 }

@@ -4,12 +4,9 @@ package fs
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -61,35 +58,66 @@ func (k *keyLocks) acquire(ctx context.Context, key string) (func(), error) {
 	}
 }
 
-// lockPath names the key's lock file by a 128-bit hash, which keeps lock
-// names short and flat whatever the key.
-func (c *Bucket) lockPath(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return filepath.Join(c.locks, hex.EncodeToString(sum[:16]))
-}
-
-// lockKey takes the key's lock in this process and then across processes.
-// The returned unlock releases both; with remove it first deletes the lock
-// file, which is safe because a waiter that then gets the flock sees its
-// file is no longer the one at the path and starts over.
-func (c *Bucket) lockKey(ctx context.Context, key string) (func(remove bool), error) {
+// lockObject takes the key's lock: the in-process lock, then an exclusive
+// flock of the key's own file, opened read-write; the returned file is the
+// one locked, which the caller reads and writes through and must not
+// close (unlock does). With create, a missing file is created, empty: a
+// file with no valid slot reads as absent, so the empty file is the
+// lock of a key that is being created. Without create, a missing file
+// returns a nil file and the in-process lock held.
+//
+// The file at the key can be replaced (a rename over it) or unlinked by
+// the lock's holder, so after the flock the file must still be the one at
+// the key; if not, the waiter starts over on the new one. A writer that
+// renames a file over the key holds that file's flock too (every
+// temporary file is flocked by its writer until it is discarded), so the
+// new file is locked from the moment it appears.
+func (c *Bucket) lockObject(ctx context.Context, key string, p objectPath, create bool) (file, func(), error) {
 	release, err := c.keyLocks.acquire(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("waiting for the key's lock: %w", err)
+		return nil, nil, fmt.Errorf("waiting for the key's lock: %w", err)
 	}
-	path := c.lockPath(key)
-	f, err := lockFile(ctx, path)
-	if err != nil {
-		release()
-		return nil, err
+	flag := os.O_RDWR
+	if create {
+		flag |= os.O_CREATE
 	}
-	return func(remove bool) {
-		if remove {
-			_ = os.Remove(path)
+	for {
+		f, err := c.fsys.OpenFile(p.file, flag, 0o644)
+		if errors.Is(err, os.ErrNotExist) && !create {
+			return nil, release, nil
 		}
-		_ = f.Close()
-		release()
-	}, nil
+		if err != nil {
+			release()
+			switch {
+			case errors.Is(err, os.ErrNotExist):
+				return nil, nil, blobstore.Unavailable(fmt.Errorf("the key's directory vanished (removed by another program?): %w", err))
+			case isNameTooLong(err):
+				return nil, nil, mapNameErr(err)
+			}
+			return nil, nil, blobstore.Unavailable(storeFull(fmt.Errorf("opening %s: %w", p.file, err)))
+		}
+		if err := flockCtx(ctx, f, unix.LOCK_EX); err != nil {
+			f.Close()
+			release()
+			return nil, nil, err
+		}
+		var held, now unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &held); err != nil {
+			f.Close()
+			release()
+			return nil, nil, blobstore.Unavailable(err)
+		}
+		err = unix.Stat(p.file, &now)
+		if err == nil && held.Ino == now.Ino && held.Dev == now.Dev {
+			return f, func() { _ = f.Close(); release() }, nil
+		}
+		f.Close()
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			release()
+			return nil, nil, blobstore.Unavailable(fmt.Errorf("checking %s: %w", p.file, err))
+		}
+		// The holder replaced or deleted the key's file: lock the new one.
+	}
 }
 
 // Polling bounds for a lock held by another process: flock cannot be
@@ -99,38 +127,14 @@ const (
 	lockPollMax = 2 * time.Millisecond
 )
 
-func lockFile(ctx context.Context, path string) (*os.File, error) {
-	for {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-		if err != nil {
-			return nil, blobstore.Unavailable(fmt.Errorf("opening lock file %s: %w", path, err))
-		}
-		if err := flockCtx(ctx, f); err != nil {
-			f.Close()
-			return nil, err
-		}
-		var held, now unix.Stat_t
-		if err := unix.Fstat(int(f.Fd()), &held); err != nil {
-			f.Close()
-			return nil, blobstore.Unavailable(err)
-		}
-		err = unix.Stat(path, &now)
-		if err == nil && held.Ino == now.Ino && held.Dev == now.Dev {
-			return f, nil
-		}
-		f.Close()
-		if err != nil && !errors.Is(err, unix.ENOENT) {
-			return nil, blobstore.Unavailable(fmt.Errorf("checking lock file %s: %w", path, err))
-		}
-		// The holder deleted the key and its lock file: lock the new one.
-	}
-}
-
-func flockCtx(ctx context.Context, f *os.File) error {
+func flockCtx(ctx context.Context, f interface {
+	Fd() uintptr
+	Name() string
+}, how int) error {
 	wait := lockPollMin
 	var timer *time.Timer
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		if err == nil {
 			if timer != nil {
 				timer.Stop()

@@ -19,7 +19,10 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 )
 
-// Object file header: magic, token, body length, CRC-32C of the body.
+// Single-version files: a header (magic, token, body length, CRC-32C of the
+// body) followed by the body, never changed in place. Bodies larger than
+// maxSlotBody are stored so (by a fsynced temporary file renamed over the
+// key), and so were all objects before slot files (slots.go) existed.
 const (
 	headerLen = 32
 	tokenLen  = 16
@@ -55,44 +58,6 @@ func decodeHeader(h []byte, fileSize int64) (blobstore.Token, uint32, error) {
 		return "", 0, fmt.Errorf("%w: header records %d body bytes, file holds %d", ErrCorruptObject, n, fileSize-headerLen)
 	}
 	return blobstore.Token(hex.EncodeToString(h[4:20])), binary.LittleEndian.Uint32(h[28:32]), nil
-}
-
-// readObject reads one version: the file is opened once and never changes
-// in place, so body and token belong together.
-func readObject(path string) (blobstore.Token, []byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", nil, err
-	}
-	buf := make([]byte, fi.Size())
-	if _, err := io.ReadFull(f, buf); err != nil {
-		return "", nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	tok, sum, err := decodeHeader(buf, fi.Size())
-	if err != nil {
-		return "", nil, fmt.Errorf("%s: %w", path, err)
-	}
-	body := buf[headerLen:]
-	if crc32.Checksum(body, castagnoli) != sum {
-		return "", nil, fmt.Errorf("%w: %s: body checksum mismatch", ErrCorruptObject, path)
-	}
-	return tok, body, nil
-}
-
-// statObject reads the header only.
-func statObject(path string) (blobstore.Token, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	tok, size, _, err := readHeader(f, path)
-	return tok, size, err
 }
 
 // readHeader reads and checks the header of an open object file: its
@@ -153,7 +118,8 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 // for its whole life, which is how RemoveStaleTemp tells a live writer's
 // file from a dead one's without trusting pids or clocks.
 type tempFile struct {
-	f         *os.File
+	f         file
+	fsys      fileSystem
 	path      string
 	published bool // renamed into place: the name no longer exists
 }
@@ -165,7 +131,7 @@ func (t *tempFile) discard() {
 		return
 	}
 	if !t.published {
-		_ = os.Remove(t.path)
+		_ = t.fsys.Remove(t.path)
 	}
 	_ = t.f.Close()
 	t.f = nil
@@ -180,7 +146,7 @@ func (c *Bucket) createTempNamed(label string) (*tempFile, error) {
 			return nil, err
 		}
 		path := filepath.Join(c.tmp, hex.EncodeToString(rnd[:])+"-"+label)
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		f, err := c.fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 		if errors.Is(err, os.ErrExist) {
 			continue
 		}
@@ -189,7 +155,7 @@ func (c *Bucket) createTempNamed(label string) (*tempFile, error) {
 		}
 		if err := flock(f, unix.LOCK_EX); err != nil {
 			f.Close()
-			_ = os.Remove(path)
+			_ = c.fsys.Remove(path)
 			return nil, fmt.Errorf("locking temporary file %s: %w", path, err)
 		}
 		// A cleaner may have locked and unlinked the file between our
@@ -203,7 +169,7 @@ func (c *Bucket) createTempNamed(label string) (*tempFile, error) {
 			f.Close()
 			continue
 		}
-		return &tempFile{f: f, path: path}, nil
+		return &tempFile{f: f, fsys: c.fsys, path: path}, nil
 	}
 	return nil, fmt.Errorf("creating a temporary file in %s: gave up after repeated name clashes", c.tmp)
 }
@@ -238,7 +204,7 @@ func (c *Bucket) writeTemp(body []byte) (*tempFile, blobstore.Token, error) {
 		t.discard()
 		return nil, "", blobstore.Unavailable(storeFull(fmt.Errorf("writing temporary file %s: %w", t.path, err)))
 	}
-	if err := datasync(t.f); err != nil {
+	if err := t.f.Datasync(); err != nil {
 		t.discard()
 		return nil, "", blobstore.Unavailable(storeFull(fmt.Errorf("syncing temporary file %s: %w", t.path, err)))
 	}
@@ -248,7 +214,7 @@ func (c *Bucket) writeTemp(body []byte) (*tempFile, blobstore.Token, error) {
 	return t, blobstore.Token(hex.EncodeToString(tok[:])), nil
 }
 
-func writeBody(f *os.File, tok [tokenLen]byte, body []byte) error {
+func writeBody(f io.Writer, tok [tokenLen]byte, body []byte) error {
 	if len(body) <= combineLimit {
 		buf := make([]byte, headerLen+len(body))
 		encodeHeader(buf, tok, body)
@@ -333,7 +299,7 @@ func removeIfAbandoned(path string) (bool, error) {
 }
 
 // flock takes a blocking flock, retrying on EINTR.
-func flock(f *os.File, how int) error {
+func flock(f interface{ Fd() uintptr }, how int) error {
 	for {
 		err := unix.Flock(int(f.Fd()), how)
 		if !errors.Is(err, unix.EINTR) {

@@ -101,7 +101,9 @@ func runChild(role string) error {
 				time.Sleep(time.Hour)
 			}
 		}
-		body := []byte("from a writer that will be killed")
+		// Larger than a slot file holds: the path through a temporary
+		// file renamed into place.
+		body := bytes.Repeat([]byte("from a writer that will be killed "), 4000)
 		if role == "hang-create" {
 			_, err = c.CreateIfAbsent(ctx, key, body)
 		} else {
@@ -117,6 +119,10 @@ func runChild(role string) error {
 			}
 			fmt.Printf("put %d\n", i)
 		}
+	case "kill-incr":
+		return killIncrement(ctx, c, key)
+	case "kill-read":
+		return killRead(ctx, c, key)
 	default:
 		return fmt.Errorf("unknown role %q", role)
 	}
