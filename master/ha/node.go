@@ -634,6 +634,11 @@ func (n *Node) runPrimary(ctx context.Context) {
 		case <-snapTick:
 			if _, err := n.snapshot(ctx, false); err != nil && ctx.Err() == nil {
 				n.log.Warn("complete snapshot not published", "err", err)
+				if errors.Is(err, seal.ErrSuperseded) {
+					// The publish gate saw a higher term: the fence
+					// check fences the log now instead of at its tick.
+					n.checkFence(ctx)
+				}
 			}
 		case <-fenceTick.C:
 			n.checkFence(ctx)

@@ -43,6 +43,9 @@ type oplog struct {
 	lease     time.Duration
 	notBefore int64
 	proveMu   sync.Mutex
+	// opened is when the log opened (steady ns): until a first proof,
+	// readiness counts the proof's age from here.
+	opened int64
 
 	mu    sync.Mutex
 	queue []*batch // recorded, not yet handed to the writer, in order
@@ -83,7 +86,7 @@ type oplogOptions struct {
 
 func newOplog(w *translog.Writer, chain *fence.Chain, clock fence.Clock, o oplogOptions) *oplog {
 	l := &oplog{w: w, chain: chain, clock: clock, maxBytes: o.maxBytes, onFail: o.onFail, metrics: o.metrics, acked: o.from,
-		lease: o.lease, notBefore: o.notBefore, kick: make(chan struct{}, 1), done: make(chan struct{})}
+		lease: o.lease, notBefore: o.notBefore, opened: clock.Now(), kick: make(chan struct{}, 1), done: make(chan struct{})}
 	go l.pump()
 	return l
 }
@@ -253,10 +256,25 @@ func (l *oplog) prove(ctx context.Context) error {
 // Unproven is why the last attempt to prove this master holds the log
 // failed, or nil when the last one succeeded (a listing with no higher
 // term, or an acknowledged append, whose fence CAS proves it).
+//
+// A proof older than the lease counts as none (before the first proof, the
+// time since the log opened): a fence listing that does not answer at all
+// (a store holding a resumed process's requests) leaves unproven nil while
+// the check waits, and the master must not report ready meanwhile.
 func (l *oplog) Unproven() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.unproven
+	if l.unproven != nil {
+		return l.unproven
+	}
+	since := l.opened
+	if l.proof.Valid {
+		since = max(since, l.proof.At)
+	}
+	if age := time.Duration(l.clock.Now() - since); age >= l.lease {
+		return fmt.Errorf("%w: could not prove this master still holds the operation log: the last proof is %v old, more than the %v lease (the fence listing has not answered)", master.ErrNotPrimary, age.Round(time.Millisecond), l.lease)
+	}
+	return nil
 }
 
 // Cut ends the open batch, so the next record starts a new generation, and

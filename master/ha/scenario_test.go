@@ -460,6 +460,40 @@ func TestReadinessFollowsTheProofOfOwnership(t *testing.T) {
 	waitFor(t, "ready again once the listing answers", func() bool { return p.Ready() == nil })
 }
 
+// A store that stops answering (one holding a resumed process's requests)
+// leaves no error to report: the fence listing and the log's CASes just
+// wait. The primary's proof then ages past its lease, and that alone makes
+// it not ready.
+func TestReadinessFollowsAProofThatStopsAnswering(t *testing.T) {
+	store := faulty.New(mem.New(), 1)
+	p := start(t, store.Container, false)
+	primary(t, p)
+	waitFor(t, "ready", func() bool { return p.Ready() == nil })
+	hang := make(chan struct{})
+	var down atomic.Bool
+	store.SetHooks(faulty.Hooks{Before: func(ctx context.Context, r faulty.Request) error {
+		if down.Load() {
+			select {
+			case <-hang:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}})
+	down.Store(true)
+	waitFor(t, "not ready while the store does not answer", func() bool {
+		err := p.Ready()
+		return err != nil && strings.Contains(err.Error(), "more than the")
+	})
+	if st := p.Status(); st.Role != RolePrimary {
+		t.Fatalf("role %v: a store that does not answer is not fencing", st.Role)
+	}
+	down.Store(false)
+	close(hang)
+	waitFor(t, "ready again once the store answers", func() bool { return p.Ready() == nil })
+}
+
 func testCounter(t *testing.T, c prometheus.Counter) float64 {
 	t.Helper()
 	var m dto.Metric
