@@ -22,6 +22,7 @@ func runBenchWarm(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	reads := flags.Int("reads", 500, "random reads over the largest checkpoint, partial then full (0: none)")
 	readBytes := flags.Int("read-bytes", 4096, "bytes per random read")
 	blockKiB := flags.Int64("block-kib", 1024, "the sidecar's cache block in KiB")
+	hydrate := flags.Int("hydrate-parallelism", 0, "the sidecar's --warm-hydrate-parallelism (0: its default; -1: no background hydration, no full phase)")
 	if err := parseArgs(flags, args); err != nil {
 		return err
 	}
@@ -36,7 +37,7 @@ func runBenchWarm(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if flags.NArg() > 0 || *fileMiB < 1 || *runs < 1 || *reads < 0 || *readBytes < 1 || *blockKiB < 4 {
 		return fmt.Errorf("%w: sizes and counts must be positive and no arguments are taken", errUsage)
 	}
-	cfg := warmbench.Config{SizesMiB: mibs, FileMiB: *fileMiB, Runs: *runs, Reads: *reads, ReadBytes: *readBytes, BlockBytes: *blockKiB << 10}
+	cfg := warmbench.Config{SizesMiB: mibs, FileMiB: *fileMiB, Runs: *runs, Reads: *reads, ReadBytes: *readBytes, BlockBytes: *blockKiB << 10, HydrateParallelism: *hydrate}
 	if *rawURL != "" {
 		c, err := blobstore.Open(ctx, *rawURL)
 		if err != nil {
