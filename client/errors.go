@@ -25,6 +25,14 @@ const (
 	ReasonClosed      = "closed"
 	ReasonWrongTerm   = "wrong_term"
 	ReasonSidecarBusy = "sidecar_busy"
+	// Warm serving: appends before the replay ended, and ReadCheckpointFile's
+	// bad ranges, unknown files, corrupt store copies and shards opened
+	// without warm.
+	ReasonReplaying  = "replaying"
+	ReasonOutOfRange = "out_of_range"
+	ReasonNoSuchFile = "no_such_file"
+	ReasonCorrupt    = "corrupt"
+	ReasonNotWarm    = "not_warm"
 )
 
 // Error is what the client's calls return on failure: the API's code and

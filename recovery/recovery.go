@@ -71,6 +71,16 @@ type Options struct {
 	// it is used (seal.HydrateOptions.Accept): an error refuses it and the
 	// next older lineage checkpoint is tried, with a longer replay.
 	AcceptCheckpoint func(m seal.Manifest, paths []string) error
+	// Lazy, when set, replaces hydration: after the seal, Open calls it
+	// with the shard so far (Chain, Seal and Fencing set) and the lineage
+	// checkpoints at or below the restore point, newest first (none for
+	// a restore point at generation 0). It returns the checkpoint the
+	// caller serves from the store itself (nil: none, the whole lineage
+	// is replayed); Open replays the translog after it and opens the
+	// writer. Dir and Files are unused then. An error aborts the open.
+	// The sidecar's warm open answers its caller from here, while the
+	// replay goes on.
+	Lazy func(ctx context.Context, sh *Shard, cands []seal.CheckpointRef) (*seal.Manifest, error)
 	// Resume, when set, says the caller already holds the shard's state up
 	// to a generation of the lineage (a hot standby that tailed the log):
 	// no checkpoint is hydrated and only the generations after it are
@@ -264,7 +274,7 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 	var ckpts []blobstore.Attrs
 	var ckptErr error
 	ckptDone := make(chan struct{})
-	if hydrating {
+	if hydrating || (opts.Resume == nil && opts.Lazy != nil) {
 		go func() {
 			defer close(ckptDone)
 			ckpts, ckptErr = seal.ListCheckpoints(ctx, store, shard, so)
@@ -278,7 +288,7 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 	var manifests map[string]blobstore.Object
 	readManifest := func(ctx context.Context, lin seal.Lineage, restore seal.RestorePoint) {
 		<-ckptDone
-		if !hydrating || ckptErr != nil || restore.Gen == 0 {
+		if !hydrating || opts.Lazy != nil || ckptErr != nil || restore.Gen == 0 {
 			return
 		}
 		cands := seal.CandidatesOf(ckpts, lin, restore.Gen)
@@ -313,6 +323,22 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 			return fail("Resume", fmt.Errorf("%w: generation %d of term %d, the restore point is generation %d of term %d", ErrResumeOffLineage, r.Gen, r.Term, restore.Gen, restore.Term))
 		}
 		base, next = r.Gen, r.NextSeqNo
+	} else if opts.Lazy != nil {
+		if ckptErr != nil {
+			return fail("Hydrate", ckptErr)
+		}
+		var cands []seal.CheckpointRef
+		if restore.Gen > 0 {
+			cands = seal.CandidatesOf(ckpts, lin, restore.Gen)
+		}
+		m, err := opts.Lazy(ctx, sh, cands)
+		if err != nil {
+			return fail("Hydrate", err)
+		}
+		if m != nil {
+			sh.Checkpoint = m
+			base, next = m.Gen, m.NextSeqNo
+		}
 	} else if hydrating && restore.Gen > 0 {
 		if ckptErr != nil {
 			return fail("Hydrate", ckptErr)

@@ -30,6 +30,12 @@ func (s *Server) GC(ctx context.Context, name string, dryRun bool) (GCResult, er
 	if sh.chain == nil {
 		return GCResult{}, opErr(op, name, fmt.Errorf("%w: GC needs a fenced shard (it proves ownership with the fence key)", ErrInvalidArgument), "")
 	}
+	if sh.isReplaying() {
+		return GCResult{}, opErr(op, name, ErrReplaying, "run GC once the replay ended")
+	}
+	if w := sh.warmShard(); w != nil && w.stats().Locality == LocalityPartial {
+		return GCResult{}, opErr(op, name, ErrPartial, "run GC once Status reports locality full")
+	}
 	sh.mu.Lock()
 	proof := sh.proof
 	sh.mu.Unlock()
@@ -55,6 +61,9 @@ func (s *Server) PublishCheckpoint(ctx context.Context, name string, gen int64, 
 	}
 	if sh.chain == nil {
 		return "", opErr(op, name, fmt.Errorf("%w: checkpoints need a fenced shard", ErrInvalidArgument), "")
+	}
+	if sh.isReplaying() {
+		return "", opErr(op, name, ErrReplaying, "publish once the replay ended")
 	}
 	sh.mu.Lock()
 	acked, proof := sh.ackedGen, sh.proof

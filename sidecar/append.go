@@ -58,6 +58,9 @@ func (s *Server) appendable(op string, sh *shard, expectedTerm int64) error {
 	case ShardHandingOff:
 		return opErr(op, sh.name, &handoffError{err: ErrHandingOff, target: target, node: sh.targetNodeName()}, "not acknowledged; retry on the target once it adopted the shard")
 	}
+	if sh.isReplaying() {
+		return opErr(op, sh.name, ErrReplaying, "nothing was written; retry once Status reports replaying false (reads are served meanwhile)")
+	}
 	if expectedTerm != 0 && expectedTerm != sh.term {
 		return opErr(op, sh.name, fmt.Errorf("%w: open at term %d, the caller expects %d", ErrWrongTerm, sh.term, expectedTerm), "reopen the shard at the caller's term")
 	}

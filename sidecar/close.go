@@ -19,7 +19,13 @@ func (s *Server) Close(ctx context.Context, name string) (ShardStatus, error) {
 	}
 	_, target := sh.lifecycle()
 	sh.setState(ShardClosing, target)
-	cerr := sh.writer().Close(ctx)
+	// A warm shard's replay and hydration end first: a replay that opened
+	// a writer meanwhile closes it, as the shard no longer takes it.
+	sh.stopWarm()
+	var cerr error
+	if w := sh.writer(); w != nil {
+		cerr = w.Close(ctx)
+	}
 	st := sh.status()
 	s.reg.release(sh)
 	st.State = ShardClosed
@@ -42,11 +48,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(shards))
 	for i, sh := range shards {
-		w := sh.writer()
-		if w == nil {
-			continue
-		}
 		wg.Go(func() {
+			sh.stopWarm()
+			w := sh.writer()
+			if w == nil {
+				return
+			}
 			if err := w.Close(ctx); err != nil {
 				errs[i] = fmt.Errorf("shard %q: %w", sh.name, err)
 			}
@@ -54,6 +61,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	wg.Wait()
 	s.reg.waitReplaced(ctx)
+	s.removeWarm()
 	s.log.Info("sidecar drained", "shards", len(shards))
 	return errors.Join(errs...)
 }

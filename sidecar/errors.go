@@ -45,6 +45,28 @@ var (
 	// were retrying store errors. The outcome is unknown: the ops may
 	// still become durable once the store takes writes again.
 	ErrStoreFault = errors.New("store fault")
+	// ErrReplaying: a warm-opened shard is still replaying the translog
+	// after its checkpoint; nothing was written. Appends (and handoffs,
+	// checkpoints) open once Status reports replaying false.
+	ErrReplaying = errors.New("shard is replaying its translog: appends open when the replay ends")
+	// ErrPartial: the call needs every checkpoint file local (GC could
+	// collect the checkpoint a partial shard still reads from the store).
+	ErrPartial = errors.New("shard's checkpoint is still hydrating (partial locality)")
+	// ErrNotWarm: ReadCheckpointFile on a shard opened without warm (its
+	// files were streamed by Open) or with no checkpoint to serve.
+	ErrNotWarm = errors.New("no checkpoint served on demand")
+	// ErrNoSuchFile: ReadCheckpointFile of a file the served checkpoint's
+	// manifest does not list.
+	ErrNoSuchFile = errors.New("no such checkpoint file")
+	// ErrOutOfRange: ReadCheckpointFile of a range that ends past the
+	// file, or starts before it.
+	ErrOutOfRange = errors.New("range beyond the checkpoint file")
+	// ErrCorruptCheckpoint: a checkpoint file's bytes in the store do not
+	// match the checksum they had (a block fetched again differs from its
+	// first fetch, or the whole file from the manifest's CRC-32C), or the
+	// file is missing or of another size or version. Nothing unverified
+	// was sent.
+	ErrCorruptCheckpoint = errors.New("checkpoint file corrupt in the store")
 	// ErrBusy: the sidecar holds as many request bytes as
 	// --max-concurrent-request-bytes allows; nothing was done, retry.
 	ErrBusy = errors.New("sidecar busy")
@@ -114,6 +136,12 @@ var reasons = []struct {
 	{"preconditions_not_enforced", blobstore.ErrPreconditionsNotEnforced, connect.CodeFailedPrecondition},
 	{"unfenced_refused", ErrUnfencedRefused, connect.CodeFailedPrecondition},
 	{"not_open", ErrShardNotOpen, connect.CodeNotFound},
+	{"replaying", ErrReplaying, connect.CodeUnavailable},
+	{"partial", ErrPartial, connect.CodeUnavailable},
+	{"not_warm", ErrNotWarm, connect.CodeFailedPrecondition},
+	{"no_such_file", ErrNoSuchFile, connect.CodeNotFound},
+	{"out_of_range", ErrOutOfRange, connect.CodeOutOfRange},
+	{"corrupt", ErrCorruptCheckpoint, connect.CodeDataLoss},
 	{"busy", ErrShardBusy, connect.CodeAborted},
 	{"handing_off", ErrHandingOff, connect.CodeUnavailable},
 	{"shutting_down", ErrShuttingDown, connect.CodeUnavailable},

@@ -16,6 +16,7 @@ import (
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/internal/httpauth"
+	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -192,6 +193,11 @@ func statusProto(st ShardStatus) *sidecarv1.ShardStatus {
 		Settings: settingsProto(st.Settings), Syncs: st.Stats.Syncs, Ops: st.Stats.Ops, Bytes: st.Stats.Bytes,
 		StoreHealth: st.StoreHealth, LastStoreError: clipN(st.LastStoreError, maxErrorMessage), LastStoreErrorAgeMs: ms(st.LastStoreErrorAge),
 		RetryingMs: st.RetryingFor.Milliseconds(), LastSyncAgeMs: ms(st.LastSyncAge), StoreRetries: st.StoreRetries,
+		Locality: st.Warm.Locality.String(), Replaying: st.Replaying,
+		CheckpointBytesLocal: st.Warm.BytesLocal, CheckpointBytesTotal: st.Warm.BytesTotal,
+		CacheHits: st.Warm.Hits, CacheMisses: st.Warm.Misses, Fetches: st.Warm.Fetches,
+		FetchP50Us: st.Warm.FetchP50.Microseconds(), FetchP99Us: st.Warm.FetchP99.Microseconds(),
+		WarmError: clipN(st.Warm.Err, maxErrorMessage),
 	}
 }
 
@@ -205,7 +211,7 @@ func (sv *service) Open(ctx context.Context, req *connect.Request[sidecarv1.Open
 	if err != nil {
 		return sv.fail("Open", m.GetShard(), opErr("Open", m.GetShard(), err, ""))
 	}
-	st, err := sv.s.Open(ctx, m.GetShard(), m.GetTerm(), m.GetAllocationId(), settings, func(ev openEvent) error {
+	st, err := sv.s.OpenWith(ctx, m.GetShard(), m.GetTerm(), m.GetAllocationId(), settings, OpenOptions{Warm: m.GetWarm()}, func(ev openEvent) error {
 		out := &sidecarv1.OpenResponse{}
 		switch {
 		case ev.Progress != nil:
@@ -228,7 +234,31 @@ func (sv *service) Open(ctx context.Context, req *connect.Request[sidecarv1.Open
 	return stream.Send(&sidecarv1.OpenResponse{Event: &sidecarv1.OpenResponse_Opened{Opened: &sidecarv1.Opened{
 		RestorePoint: &sidecarv1.RestorePoint{Term: r.Term, Gen: r.Gen, NextSeqNo: r.NextSeqNo, CheckpointGen: r.CheckpointGen},
 		Status:       statusProto(st),
+		Checkpoint:   manifestProto(sv.s.ServedCheckpoint(m.GetShard())),
 	}}})
+}
+
+// manifestProto is the API's view of a checkpoint manifest (nil: none).
+func manifestProto(m *seal.Manifest) *sidecarv1.CheckpointManifest {
+	if m == nil {
+		return nil
+	}
+	out := &sidecarv1.CheckpointManifest{Term: m.Term, Gen: m.Gen, NextSeqNo: m.NextSeqNo, Files: make([]*sidecarv1.CheckpointFileInfo, len(m.Files))}
+	for i, f := range m.Files {
+		out.Files[i] = &sidecarv1.CheckpointFileInfo{Name: f.Name, Size: f.Size, Crc32C: f.CRC32C}
+	}
+	return out
+}
+
+func (sv *service) ReadCheckpointFile(ctx context.Context, req *connect.Request[sidecarv1.ReadCheckpointFileRequest], stream *connect.ServerStream[sidecarv1.ReadCheckpointFileResponse]) error {
+	m := req.Msg
+	err := sv.s.ReadCheckpointFile(ctx, m.GetShard(), m.GetFile(), m.GetOffset(), m.GetLength(), func(off int64, data []byte, size int64) error {
+		return stream.Send(&sidecarv1.ReadCheckpointFileResponse{Offset: off, Data: data, FileSize: size})
+	})
+	if err != nil {
+		return sv.fail("ReadCheckpointFile", m.GetShard(), err)
+	}
+	return nil
 }
 
 func (sv *service) Append(ctx context.Context, req *connect.Request[sidecarv1.AppendRequest]) (*connect.Response[sidecarv1.AppendResponse], error) {

@@ -27,6 +27,9 @@ func (s *Server) StartHandoff(ctx context.Context, name, target, targetNode stri
 	if sh.chain == nil {
 		return nil, opErr(op, name, fmt.Errorf("%w: a handoff moves the fence key; this shard is unfenced", ErrInvalidArgument), "")
 	}
+	if sh.isReplaying() {
+		return nil, opErr(op, name, ErrReplaying, "hand the shard off once its replay ended")
+	}
 	if target == sh.alloc {
 		return nil, opErr(op, name, fmt.Errorf("%w: target %q is the source itself", ErrInvalidArgument, target), "")
 	}

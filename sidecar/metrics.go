@@ -24,6 +24,17 @@ const (
 	RetryingMetric      = "shardfence_sidecar_store_retrying_seconds"
 	LastSyncMetric      = "shardfence_sidecar_last_sync_timestamp_seconds"
 	StalledMetric       = "shardfence_sidecar_shard_stalled"
+
+	// Warm serving (OpenRequest.warm).
+	CacheHitsMetric        = "shardfence_sidecar_checkpoint_cache_hits_total"
+	CacheMissesMetric      = "shardfence_sidecar_checkpoint_cache_misses_total"
+	CacheCorruptMetric     = "shardfence_sidecar_checkpoint_cache_corrupt_blocks_total"
+	CacheWriteErrorsMetric = "shardfence_sidecar_checkpoint_cache_write_errors_total"
+	FetchLatencyMetric     = "shardfence_sidecar_checkpoint_fetch_seconds"
+	CacheBytesMetric       = "shardfence_sidecar_checkpoint_cache_bytes"
+	LocalityMetric         = "shardfence_sidecar_shard_partial"
+	LocalBytesMetric       = "shardfence_sidecar_checkpoint_local_bytes"
+	TotalBytesMetric       = "shardfence_sidecar_checkpoint_total_bytes"
 )
 
 // metrics are the service's Prometheus metrics. Store requests (CAS results
@@ -38,6 +49,12 @@ type metrics struct {
 	hydration  prometheus.Counter
 	opens      *prometheus.CounterVec
 	errors     *prometheus.CounterVec
+
+	cacheHits        prometheus.Counter
+	cacheMisses      prometheus.Counter
+	cacheCorrupt     prometheus.Counter
+	cacheWriteErrors prometheus.Counter
+	fetchLatency     prometheus.Histogram
 }
 
 // newMetrics registers the service's metrics with reg (nil: unregistered,
@@ -60,8 +77,20 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: ServiceErrorsMetric,
 			Help: "Failed API calls by method and reason."}, []string{"method", "reason"}),
 	}
+	m.cacheHits = prometheus.NewCounter(prometheus.CounterOpts{Name: CacheHitsMetric,
+		Help: "ReadCheckpointFile blocks served from a local copy or the block cache."})
+	m.cacheMisses = prometheus.NewCounter(prometheus.CounterOpts{Name: CacheMissesMetric,
+		Help: "ReadCheckpointFile blocks fetched from the store on demand."})
+	m.cacheCorrupt = prometheus.NewCounter(prometheus.CounterOpts{Name: CacheCorruptMetric,
+		Help: "Cached blocks that failed their checksum and were fetched again."})
+	m.cacheWriteErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: CacheWriteErrorsMetric,
+		Help: "Blocks the cache could not store (disk full or unwritable); they were served from memory."})
+	m.fetchLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: FetchLatencyMetric,
+		Help:    "Time to fetch one checkpoint block from the store on demand, retries included.",
+		Buckets: prometheus.ExponentialBucketsRange(0.0005, 30, 20)})
 	if reg != nil {
-		reg.MustRegister(m.appends, m.ackedOps, m.ackLatency, m.fenced, m.hydration, m.opens, m.errors, &writerCollector{s: s})
+		reg.MustRegister(m.appends, m.ackedOps, m.ackLatency, m.fenced, m.hydration, m.opens, m.errors, &writerCollector{s: s},
+			m.cacheHits, m.cacheMisses, m.cacheCorrupt, m.cacheWriteErrors, m.fetchLatency)
 	}
 	return m
 }
@@ -76,13 +105,17 @@ var (
 	retryingDesc   = prometheus.NewDesc(RetryingMetric, "How long the shard's syncs have been retrying store errors (0: they are not).", []string{"shard"}, nil)
 	lastSyncDesc   = prometheus.NewDesc(LastSyncMetric, "Unix time of the shard's last acknowledged sync (0: none yet).", []string{"shard"}, nil)
 	stalledDesc    = prometheus.NewDesc(StalledMetric, "1 while the shard's syncs have been retrying store errors for longer than --stall-after.", []string{"shard"}, nil)
+	partialDesc    = prometheus.NewDesc(LocalityMetric, "1 while a warm-opened shard is partial (checkpoint files read from the store), 0 once full.", []string{"shard"}, nil)
+	localDesc      = prometheus.NewDesc(LocalBytesMetric, "Checkpoint bytes of a warm-opened shard copied locally.", []string{"shard"}, nil)
+	totalDesc      = prometheus.NewDesc(TotalBytesMetric, "Checkpoint bytes of a warm-opened shard.", []string{"shard"}, nil)
+	cacheBytesDesc = prometheus.NewDesc(CacheBytesMetric, "Bytes held by the block cache.", nil, nil)
 )
 
 // writerCollector reads the open writers' counters at scrape time.
 type writerCollector struct{ s *Server }
 
 func (c *writerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{syncsDesc, syncedOpsDesc, casDesc, leaseSkipsDesc, openDesc, retriesDesc, retryingDesc, lastSyncDesc, stalledDesc} {
+	for _, d := range []*prometheus.Desc{syncsDesc, syncedOpsDesc, casDesc, leaseSkipsDesc, openDesc, retriesDesc, retryingDesc, lastSyncDesc, stalledDesc, partialDesc, localDesc, totalDesc, cacheBytesDesc} {
 		ch <- d
 	}
 }
@@ -92,6 +125,16 @@ func (c *writerCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, sh := range c.s.reg.all() {
 		st := sh.status()
 		states[st.State]++
+		if ws := sh.warmShard(); ws != nil {
+			wst := ws.stats()
+			partial := 0.0
+			if wst.Locality == LocalityPartial {
+				partial = 1
+			}
+			ch <- prometheus.MustNewConstMetric(partialDesc, prometheus.GaugeValue, partial, sh.name)
+			ch <- prometheus.MustNewConstMetric(localDesc, prometheus.GaugeValue, float64(wst.BytesLocal), sh.name)
+			ch <- prometheus.MustNewConstMetric(totalDesc, prometheus.GaugeValue, float64(wst.BytesTotal), sh.name)
+		}
 		w := sh.writer()
 		if w == nil {
 			continue
@@ -117,6 +160,10 @@ func (c *writerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(retryingDesc, prometheus.GaugeValue, retrying, sh.name)
 		ch <- prometheus.MustNewConstMetric(lastSyncDesc, prometheus.GaugeValue, last, sh.name)
 		ch <- prometheus.MustNewConstMetric(stalledDesc, prometheus.GaugeValue, stalled, sh.name)
+	}
+	if c := c.s.warmCache(); c != nil {
+		used, _ := c.usage()
+		ch <- prometheus.MustNewConstMetric(cacheBytesDesc, prometheus.GaugeValue, float64(used))
 	}
 	for st, n := range states {
 		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(n), st.String())

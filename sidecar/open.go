@@ -14,12 +14,23 @@ import (
 // Open claims, seals and restores the shard and opens it for appends;
 // events receive the restore as it happens.
 func (s *Server) Open(ctx context.Context, name string, term int64, alloc string, req Settings, events func(openEvent) error) (ShardStatus, error) {
+	return s.OpenWith(ctx, name, term, alloc, req, OpenOptions{}, events)
+}
+
+// OpenOptions are how an Open restores the shard.
+type OpenOptions struct {
+	// Warm opens in partial locality (OpenRequest.warm).
+	Warm bool
+}
+
+// OpenWith is Open as opts asks.
+func (s *Server) OpenWith(ctx context.Context, name string, term int64, alloc string, req Settings, opts OpenOptions, events func(openEvent) error) (ShardStatus, error) {
 	const op = "Open"
 	// An Open retried on a failing store is answered with the store's
 	// error before the caller's deadline; retrying it is safe.
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
-	res, err := s.open(ctx, name, term, alloc, req, s.watch.tee(name, term, alloc, events))
+	res, err := s.open(ctx, name, term, alloc, req, opts.Warm, s.watch.tee(name, term, alloc, events))
 	s.watch.opened(name, term, alloc, res, err)
 	if err != nil {
 		s.metrics.opens.WithLabelValues(reasonLabel(err)).Inc()
@@ -40,7 +51,7 @@ type openAgain struct{ status ShardStatus }
 
 func (openAgain) Error() string { return "open again" }
 
-func (s *Server) open(ctx context.Context, name string, term int64, alloc string, req Settings, events func(openEvent) error) (ShardStatus, error) {
+func (s *Server) open(ctx context.Context, name string, term int64, alloc string, req Settings, warm bool, events func(openEvent) error) (ShardStatus, error) {
 	const op = "Open"
 	if err := ValidateShardID(name); err != nil {
 		return ShardStatus{}, opErr(op, name, err, "")
@@ -82,7 +93,7 @@ func (s *Server) open(ctx context.Context, name string, term int64, alloc string
 		"ack_order", settings.AckOrder.String(), "fencing", !settings.FencingDisabled)
 	sh := &shard{name: name, store: store, term: term, alloc: alloc, settings: settings, state: ShardOpening, stallAfter: s.opts.StallAfter}
 	o, err := s.openIn(ctx, op, sh, admit, func() (*opened, error) {
-		return s.opener.Open(ctx, store, openParams{Shard: name, Term: term, Allocation: alloc, Node: s.opts.Node, Settings: settings, HydrateDir: s.opts.HydrateDir}, s.countHydration(events))
+		return s.opener.Open(ctx, store, openParams{Shard: name, Term: term, Allocation: alloc, Node: s.opts.Node, Settings: settings, HydrateDir: s.opts.HydrateDir, Warm: warm}, s.countHydration(events))
 	})
 	var again openAgain
 	if errors.As(err, &again) {
@@ -123,10 +134,25 @@ func (s *Server) openIn(ctx context.Context, op string, sh *shard, admit func(pr
 		rv.rollback()
 		return nil, err
 	}
-	sh.install(o)
+	if o.Warm != nil {
+		sh.installWarm(o, s.newWarm(sh, o.Warm.Manifest))
+	} else {
+		sh.install(o)
+	}
 	if err := rv.commit(); err != nil {
-		_ = o.Writer.Close(context.WithoutCancel(ctx))
+		if o.Warm != nil {
+			sh.stopWarm()
+			o.Warm.Cancel()
+			if r := <-o.Warm.Replayed; r.Writer != nil {
+				_ = r.Writer.Close(context.WithoutCancel(ctx))
+			}
+		} else {
+			_ = o.Writer.Close(context.WithoutCancel(ctx))
+		}
 		return nil, opErr(op, sh.name, err, "open the shard on another sidecar")
+	}
+	if o.Warm != nil {
+		s.runWarm(sh, o.Warm)
 	}
 	return o, nil
 }

@@ -21,6 +21,10 @@ type openParams struct {
 	// HydrateDir is where an open makes its folder for the checkpoint
 	// (Options.HydrateDir).
 	HydrateDir string
+	// Warm asks for a warm open (OpenRequest.warm): the opener returns
+	// once the seal is done and the checkpoint chosen, with Warm set, and
+	// replays in the background.
+	Warm bool
 }
 
 // RestorePoint is where a shard's lineage ended when its term opened.
@@ -68,6 +72,28 @@ type opened struct {
 	// Lineage is the lineage the term inherited (empty for a new shard);
 	// Read reads it up to the restore point.
 	Lineage seal.Lineage
+	// Warm is set by a warm open, whose Writer is nil until the replay
+	// ends (Restore.NextSeqNo is 0 until then).
+	Warm *warmStart
+}
+
+// warmStart is what a warm open leaves running: the replay of the
+// translog after the checkpoint, which ends with the writer.
+type warmStart struct {
+	// Manifest is the checkpoint served on demand (nil: none).
+	Manifest *seal.Manifest
+	// Replayed delivers the replay's end once.
+	Replayed <-chan replayed
+	// Cancel stops the replay (the shard closed or was replaced).
+	Cancel context.CancelFunc
+}
+
+// replayed is the end of a warm open's replay: the writer and the first
+// sequence number of the term, or why it failed.
+type replayed struct {
+	Writer    *translog.Writer
+	NextSeqNo int64
+	Err       error
 }
 
 // shardOpener is the one seam between the service and the protocol

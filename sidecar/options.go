@@ -126,6 +126,80 @@ type Options struct {
 	// restores (streamed there from the store, then to the primary, then
 	// removed). Default: the system's temporary directory.
 	HydrateDir string
+	// Cache configures warm serving (OpenRequest.warm): the block cache
+	// and the local copies of warm shards' checkpoints.
+	Cache CacheOptions
+}
+
+// CacheOptions configure warm serving. The block cache holds blocks of
+// checkpoint files read on demand while a shard is partial, bounded by
+// Bytes and evicted least recently used first; the background hydration
+// writes each warm shard's whole checkpoint beside it (that copy is the
+// shard's, as a full open's folder is, and is not bounded by Bytes).
+type CacheOptions struct {
+	// Dir is where the sidecar makes its folder for blocks and hydrated
+	// checkpoints (removed at shutdown). Default: the system's temporary
+	// directory.
+	Dir string
+	// Bytes bounds the block cache. Default 1 GiB; MinCacheBytes..
+	// MaxCacheBytes, at least two blocks.
+	Bytes int64
+	// BlockBytes is the unit of an on-demand fetch, of caching and of
+	// checksums. Default 1 MiB; MinCacheBlock..MaxCacheBlock, a power of
+	// two.
+	BlockBytes int64
+	// HydrateParallelism is how many files a warm shard's background
+	// hydration copies at once. Default 4; -1 turns the background
+	// hydration off (shards stay partial, served from cache and store).
+	HydrateParallelism int
+	// FetchParallelism bounds the on-demand block fetches in flight on
+	// the sidecar. Default 16.
+	FetchParallelism int
+}
+
+// Bounds of CacheOptions.
+const (
+	DefaultCacheBytes      = 1 << 30
+	DefaultCacheBlockBytes = 1 << 20
+	MinCacheBytes          = 1 << 20
+	MaxCacheBytes          = 1 << 50
+	MinCacheBlock          = 4 << 10
+	MaxCacheBlock          = 64 << 20
+	MaxHydrateParallelism  = 64
+	MaxFetchParallelism    = 256
+)
+
+func (c *CacheOptions) normalize() error {
+	if c.Bytes == 0 {
+		c.Bytes = DefaultCacheBytes
+	}
+	if c.BlockBytes == 0 {
+		c.BlockBytes = DefaultCacheBlockBytes
+	}
+	if c.HydrateParallelism == 0 {
+		c.HydrateParallelism = 4
+	}
+	if c.FetchParallelism == 0 {
+		c.FetchParallelism = 16
+	}
+	switch {
+	case c.BlockBytes < MinCacheBlock || c.BlockBytes > MaxCacheBlock || c.BlockBytes&(c.BlockBytes-1) != 0:
+		return fmt.Errorf("%w: cache block %d bytes: a power of two in %d..%d", ErrInvalidArgument, c.BlockBytes, int64(MinCacheBlock), int64(MaxCacheBlock))
+	case c.Bytes < MinCacheBytes || c.Bytes > MaxCacheBytes:
+		return fmt.Errorf("%w: cache size %d bytes is outside %d..%d", ErrInvalidArgument, c.Bytes, int64(MinCacheBytes), int64(MaxCacheBytes))
+	case c.Bytes < 2*c.BlockBytes:
+		return fmt.Errorf("%w: cache size %d bytes holds fewer than two blocks of %d", ErrInvalidArgument, c.Bytes, c.BlockBytes)
+	case c.HydrateParallelism < -1 || c.HydrateParallelism > MaxHydrateParallelism:
+		return fmt.Errorf("%w: hydrate parallelism %d is outside 1..%d (or -1: off)", ErrInvalidArgument, c.HydrateParallelism, MaxHydrateParallelism)
+	case c.FetchParallelism < 1 || c.FetchParallelism > MaxFetchParallelism:
+		return fmt.Errorf("%w: fetch parallelism %d is outside 1..%d", ErrInvalidArgument, c.FetchParallelism, MaxFetchParallelism)
+	}
+	if c.Dir != "" {
+		if fi, err := os.Stat(c.Dir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("%w: cache-dir %q is not a directory this process can use (create it first)", ErrInvalidArgument, c.Dir)
+		}
+	}
+	return nil
 }
 
 // Validate reports the first option outside its range (ErrInvalidArgument),
@@ -154,6 +228,9 @@ func (o Options) normalized() (Options, error) {
 		if fi, err := os.Stat(o.HydrateDir); err != nil || !fi.IsDir() {
 			return o, fmt.Errorf("%w: hydrate-dir %q is not a directory this process can use (create it first)", ErrInvalidArgument, o.HydrateDir)
 		}
+	}
+	if err := o.Cache.normalize(); err != nil {
+		return o, err
 	}
 	o.Defaults = mergeSettings(DefaultSettings(), o.Defaults)
 	if err := o.Defaults.Validate(); err != nil {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
+	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -20,7 +22,7 @@ func (s *Server) Read(ctx context.Context, name string, fromSeq, maxOps int64, f
 	if err != nil {
 		return err
 	}
-	ranges, err := sh.history().Ranges(fromSeq)
+	ranges, err := sh.readRanges(fromSeq)
 	if err != nil {
 		return opErr(op, name, err, hintFor(err))
 	}
@@ -37,4 +39,40 @@ func (s *Server) Read(ctx context.Context, name string, fromSeq, maxOps int64, f
 		}
 	}
 	return nil
+}
+
+// readRanges plans a Read from fromSeq: seal.History's ranges, except for
+// a warm shard, whose Read may start before its replay ended (the first
+// sequence number after the restore point is not known yet, so the
+// inherited part is read whenever it may hold fromSeq), and whose
+// inherited part starts after its checkpoint when fromSeq is at or after
+// the checkpoint's next sequence number (below it, only the checkpoint
+// holds the ops the translog may no longer).
+func (sh *shard) readRanges(fromSeq int64) ([]seal.Range, error) {
+	h := sh.history()
+	w := sh.warmShard()
+	if w == nil {
+		return h.Ranges(fromSeq)
+	}
+	if sh.isReplaying() {
+		h.RestoreNextSeqNo = math.MaxInt64
+	}
+	m := w.manifest
+	if m == nil || fromSeq < m.NextSeqNo || h.RestoreGen == 0 || fromSeq >= h.RestoreNextSeqNo {
+		return h.Ranges(fromSeq)
+	}
+	var out []seal.Range
+	for _, r := range h.Lineage.Ranges {
+		r.From, r.To = max(r.From, m.Gen+1), min(r.To, h.RestoreGen)
+		if r.To >= r.From {
+			out = append(out, r)
+		}
+	}
+	own := h
+	own.RestoreGen = 0
+	rest, err := own.Ranges(fromSeq)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, rest...), nil
 }

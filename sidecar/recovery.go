@@ -12,6 +12,8 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/relocation"
 	"github.com/shardfence/shardfence/seal"
@@ -28,6 +30,9 @@ type recoveryOpener struct{}
 func (recoveryOpener) Open(ctx context.Context, store *blobstore.Container, p openParams, events func(openEvent) error) (*opened, error) {
 	if err := events(openEvent{Progress: &Progress{Step: "claim"}}); err != nil {
 		return nil, err
+	}
+	if p.Warm {
+		return openWarm(ctx, store, p, events)
 	}
 	// The checkpoint streams from the store to a fresh folder (memory
 	// stays at the copy buffers whatever its size), then from there to
@@ -182,4 +187,137 @@ func streamFile(fsys fs.FS, name string, events func(openEvent) error) error {
 		}
 		off += int64(n)
 	}
+}
+
+// openWarm is a warm open: recovery.Open runs for the shard (its context
+// outlives the call), chooses the checkpoint after the seal without
+// hydrating it (pickCheckpoint), and the call returns right there with the
+// restore point and the manifest; the replay after the checkpoint and the
+// writer's opening go on, and end on the returned channel. A call that
+// ends before the seal is done cancels the recovery: the term stays
+// claimed, and an Open of the same term and allocation takes it again.
+func openWarm(ctx context.Context, store *blobstore.Container, p openParams, events func(openEvent) error) (*opened, error) {
+	type start struct {
+		sh *recovery.Shard
+		m  *seal.Manifest
+	}
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	started := make(chan start, 1)
+	done := make(chan replayed, 1)
+	opts := recovery.Options{
+		Node:   p.Node,
+		Writer: p.Settings.writerOptions(p, 0, 0),
+		Lazy: func(ctx context.Context, sh *recovery.Shard, cands []seal.CheckpointRef) (*seal.Manifest, error) {
+			m, err := pickCheckpoint(ctx, store, p.Shard, cands)
+			if err != nil {
+				return nil, err
+			}
+			// Without a checkpoint the replay starts at generation 1,
+			// which a lineage whose oldest markers were collected cannot
+			// serve: recovery.Open fails, and so does this call.
+			if m != nil || sh.Restore().Gen == 0 || sh.Seal.Lineage.Base() == 0 {
+				started <- start{sh, m}
+			}
+			return m, nil
+		},
+	}
+	go func() {
+		sh, err := recovery.Open(bg, store, p.Shard, p.Term, p.Allocation, opts)
+		if err != nil {
+			done <- replayed{Err: err}
+			return
+		}
+		done <- replayed{Writer: sh.Writer, NextSeqNo: sh.NextSeqNo}
+	}()
+	var st start
+	select {
+	case st = <-started:
+	case r := <-done:
+		// The replay may end as soon as the choice was made.
+		select {
+		case st = <-started:
+			done = make(chan replayed, 1)
+			done <- r
+		default:
+			cancel()
+			if r.Err == nil {
+				_ = r.Writer.Close(context.WithoutCancel(ctx))
+				r.Err = fmt.Errorf("%w: the warm open ended without choosing a checkpoint", ErrNotAvailable)
+			}
+			return nil, r.Err
+		}
+	case <-ctx.Done():
+		cancel()
+		if r := <-done; r.Writer != nil {
+			_ = r.Writer.Close(context.WithoutCancel(ctx))
+		}
+		return nil, ctx.Err()
+	}
+	if err := events(openEvent{Progress: &Progress{Step: "open", Done: 1, Total: 1}}); err != nil {
+		cancel()
+		if r := <-done; r.Writer != nil {
+			_ = r.Writer.Close(context.WithoutCancel(ctx))
+		}
+		return nil, err
+	}
+	rp := st.sh.Restore()
+	o := &opened{
+		Chain: st.sh.Chain, StartGen: rp.Gen + 1, Fencing: st.sh.Fencing, Lineage: st.sh.Seal.Lineage,
+		Restore: RestorePoint{Term: rp.Term, Gen: rp.Gen},
+		Warm:    &warmStart{Manifest: st.m, Replayed: done, Cancel: cancel},
+	}
+	if st.m != nil {
+		o.Restore.CheckpointGen = st.m.Gen
+	}
+	return o, nil
+}
+
+// pickCheckpoint chooses the checkpoint a warm open serves: the newest
+// candidate whose manifest decodes and whose files are all stored with
+// the manifest's sizes (one LIST), nil when none is. Their checksums are
+// checked as the files are read. Store trouble is an error, not a reason
+// to take an older checkpoint.
+func pickCheckpoint(ctx context.Context, store *blobstore.Container, shard string, cands []seal.CheckpointRef) (*seal.Manifest, error) {
+	clock, bo := steady.System(), retry.DefaultBackoff()
+	for _, c := range cands {
+		key := seal.ManifestKey(c.Term, c.Gen)
+		var obj blobstore.Object
+		err := retry.Do(ctx, clock, bo, func(ctx context.Context) (err error) {
+			obj, err = store.Get(ctx, key)
+			return err
+		})
+		if errors.Is(err, blobstore.ErrNotFound) {
+			continue // collected meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		m, err := seal.DecodeManifest(shard, key, obj.Body)
+		if err != nil {
+			continue
+		}
+		prefix := seal.FilePrefix(c.Term, c.Gen)
+		var items []blobstore.Attrs
+		if err := retry.Do(ctx, clock, bo, func(ctx context.Context) (err error) {
+			items, err = blobstore.ListAll(ctx, store, prefix)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		sizes := make(map[string]int64, len(items))
+		for _, it := range items {
+			sizes[it.Key] = it.Size
+		}
+		complete := true
+		for _, f := range m.Files {
+			if sz, ok := sizes[prefix+f.Name]; !ok || sz != f.Size {
+				complete = false
+				break
+			}
+		}
+		if complete {
+			return &m, nil
+		}
+	}
+	return nil, nil
 }

@@ -3,8 +3,6 @@ package sidecar
 import (
 	"context"
 	"sync"
-
-	"github.com/shardfence/shardfence/translog"
 )
 
 // registry holds the shards of one sidecar by name: every shard that is
@@ -73,17 +71,21 @@ func (rv *reservation) commit() error {
 		rv.rollbackLocked()
 		return ErrShuttingDown
 	}
-	if pw := rv.prev.writerOrNil(); pw != nil {
+	if rv.prev != nil {
 		r.closing.Add(1)
-		go r.closeReplaced(pw)
+		go r.closeReplaced(rv.prev)
 	}
 	return nil
 }
 
-// closeReplaced closes the writer of a replaced shard.
-func (r *registry) closeReplaced(w *translog.Writer) {
+// closeReplaced stops a replaced shard's warm serving, if any (its replay
+// then leaves no writer behind), and closes its writer.
+func (r *registry) closeReplaced(sh *shard) {
 	defer r.closing.Done()
-	_ = w.Close(r.bg)
+	sh.stopWarm()
+	if w := sh.writer(); w != nil {
+		_ = w.Close(r.bg)
+	}
 }
 
 // rollback gives the slot back to the shard the reservation replaced.

@@ -48,6 +48,10 @@ type Server struct {
 	// watch tells watchers (the primary) what this sidecar gained, lost
 	// or was fenced from.
 	watch *watchHub
+
+	// warm is the block cache and the folder of warm serving, made at
+	// the first warm open (warm_server.go).
+	warm warmResources
 }
 
 // New probes store for enforced preconditions and returns a server for

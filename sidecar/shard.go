@@ -48,6 +48,10 @@ type shard struct {
 	// which GC may have collected below.
 	checkpoints []seal.Manifest
 	fenceErr    error
+	// warm serves the checkpoint of a warm open (nil otherwise); set by
+	// installWarm. replaying holds appends back until its replay ended.
+	warm      *warmShard
+	replaying bool
 	// healthLogged is the store health last logged, at healthLoggedAt.
 	healthLogged   string
 	healthLoggedAt time.Time
@@ -64,6 +68,57 @@ func (sh *shard) install(o *opened) {
 	sh.settings = sh.settings.withFencing(o.Fencing)
 	sh.ackedGen, sh.nextSeq = o.Restore.Gen, o.Restore.NextSeqNo
 	sh.state = ShardOpen
+}
+
+// installWarm makes sh the shard a warm open opened: as install, without
+// a writer until the replay ends (replayed), its checkpoint served by w.
+func (sh *shard) installWarm(o *opened, w *warmShard) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.chain, sh.restore, sh.startGen, sh.lineage = o.Chain, o.Restore, o.StartGen, o.Lineage
+	sh.settings = sh.settings.withFencing(o.Fencing)
+	sh.ackedGen = o.Restore.Gen
+	sh.warm, sh.replaying = w, true
+	sh.state = ShardOpen
+}
+
+// replayed ends a warm shard's replay: it takes the writer, or records
+// why the replay failed (the shard then reports failed, or fenced). It
+// reports false, having taken nothing, when the shard no longer opens
+// (closing or replaced): the caller closes the writer.
+func (sh *shard) replayed(r replayed) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.state != ShardOpen {
+		return false
+	}
+	if r.Err != nil {
+		if sh.fenceErr == nil {
+			sh.fenceErr = r.Err
+		}
+		return true
+	}
+	sh.w, sh.replaying = r.Writer, false
+	sh.restore.NextSeqNo, sh.nextSeq = r.NextSeqNo, r.NextSeqNo
+	return true
+}
+
+// warmShard is the shard's warm serving, nil for a full open.
+func (sh *shard) warmShard() *warmShard {
+	if sh == nil {
+		return nil
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.warm
+}
+
+// isReplaying reports whether a warm open's replay is still running (or
+// failed: then no writer ever comes).
+func (sh *shard) isReplaying() bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.replaying
 }
 
 // lifecycle returns the shard's lifecycle state and its handoff target.
@@ -116,6 +171,11 @@ type ShardStatus struct {
 	// the first.
 	LastSyncAge  time.Duration
 	StoreRetries int64
+
+	// Warm is what warm serving reports (zero for a full open); Replaying
+	// holds appends back.
+	Warm      WarmStats
+	Replaying bool
 }
 
 func (sh *shard) status() ShardStatus {
@@ -128,8 +188,12 @@ func (sh *shard) status() ShardStatus {
 	if !sh.lastCAS.IsZero() {
 		st.LastCASAge = time.Since(sh.lastCAS)
 	}
-	fenceErr, chain, w := sh.fenceErr, sh.chain, sh.w
+	fenceErr, chain, w, warm := sh.fenceErr, sh.chain, sh.w, sh.warm
+	st.Replaying = sh.replaying && sh.fenceErr == nil
 	sh.mu.Unlock()
+	if warm != nil {
+		st.Warm = warm.stats()
+	}
 	if chain != nil {
 		st.Owner = chain.State().Record.Allocation
 	} else if w != nil {
@@ -172,13 +236,6 @@ func (sh *shard) writer() *translog.Writer {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return sh.w
-}
-
-func (sh *shard) writerOrNil() *translog.Writer {
-	if sh == nil {
-		return nil
-	}
-	return sh.writer()
 }
 
 // acked records an acknowledgement: acks come in generation order, so the

@@ -6,9 +6,10 @@ package sidecar
 // writer a successor fenced as fenced, one whose writer failed otherwise
 // as failed, and Close reports closed. The API carries String().
 //
-// A new state goes here with its predicates: a shard serving appends
-// while its checkpoint still hydrates (partial, then full) would accept
-// appends like ShardOpen and say what Read may serve.
+// A warm-opened shard is ShardOpen from the start and carries a second
+// lifecycle state of its own, its Locality (partial, then full): the
+// master, the agent and Watch keep keying on "open", while the locality
+// says where ReadCheckpointFile reads from.
 type ShardState int
 
 const (
@@ -61,3 +62,30 @@ func (s ShardState) movedAway() bool { return s == ShardHandingOff || s == Shard
 // yieldsToAdopt: this sidecar's own term no longer writes, so an
 // AdoptHandoff may take the shard's slot.
 func (s ShardState) yieldsToAdopt() bool { return s == ShardHandedOff || s == ShardFenced }
+
+// Locality is where a warm-opened shard's checkpoint files are: partial
+// (served on demand from the block cache and the store while the
+// background hydration copies them) until every file is local and
+// verified against the manifest, then full. It only moves forward. A
+// shard opened without warm has none: Open streamed its files.
+type Locality int
+
+const (
+	// LocalityNone: the shard was not opened warm.
+	LocalityNone Locality = iota
+	// LocalityPartial: some checkpoint files are read from the store.
+	LocalityPartial
+	// LocalityFull: every checkpoint file is local and verified.
+	LocalityFull
+)
+
+// String is the locality's name in the API and the metrics ("" for none).
+func (l Locality) String() string {
+	switch l {
+	case LocalityPartial:
+		return "partial"
+	case LocalityFull:
+		return "full"
+	}
+	return ""
+}

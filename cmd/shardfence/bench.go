@@ -23,6 +23,7 @@ func benchTargets() []benchTarget {
 		{"master", benchMasterSummary, runBenchMaster},
 		{"seal", benchSealSummary, runBenchSeal},
 		{"recovery", benchRecoverySummary, runBenchRecovery},
+		{"warm", benchWarmSummary, runBenchWarm},
 		{"store", benchStoreSummary, runBenchStore},
 		{"e2e", benchE2ESummary, runBenchE2E},
 		{"failover", benchFailoverSummary, runBenchFailover},

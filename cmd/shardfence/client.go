@@ -293,6 +293,23 @@ func printStatus(w io.Writer, s *sidecarv1.ShardStatus) {
 		{"store health", health}, {"last sync", ago(s.GetLastSyncAgeMs())},
 		{"syncs", fmt.Sprint(s.GetSyncs())}, {"ops", fmt.Sprint(s.GetOps())}, {"bytes", fmt.Sprint(s.GetBytes())},
 	}
+	if s.GetLocality() != "" {
+		writes := "open"
+		if s.GetReplaying() {
+			writes = "refused until the replay ends"
+		}
+		pct := 100.0
+		if s.GetCheckpointBytesTotal() > 0 {
+			pct = 100 * float64(s.GetCheckpointBytesLocal()) / float64(s.GetCheckpointBytesTotal())
+		}
+		rows = append(rows, [2]string{"locality", s.GetLocality()}, [2]string{"appends", writes},
+			[2]string{"checkpoint local", fmt.Sprintf("%d of %d bytes (%.0f%%)", s.GetCheckpointBytesLocal(), s.GetCheckpointBytesTotal(), pct)},
+			[2]string{"block cache", fmt.Sprintf("%d hits, %d misses", s.GetCacheHits(), s.GetCacheMisses())},
+			[2]string{"on-demand fetches", fmt.Sprintf("%d (p50 %v, p99 %v)", s.GetFetches(), time.Duration(s.GetFetchP50Us())*time.Microsecond, time.Duration(s.GetFetchP99Us())*time.Microsecond)})
+		if s.GetWarmError() != "" {
+			rows = append(rows, [2]string{"warm error", s.GetWarmError()})
+		}
+	}
 	if s.GetLastStoreError() != "" {
 		rows = append(rows, [2]string{"store error", fmt.Sprintf("%s (%s, %d retried)", s.GetLastStoreError(), ago(s.GetLastStoreErrorAgeMs()), s.GetStoreRetries())})
 	}

@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
+
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/client"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -116,5 +119,52 @@ func TestModeNumbersMatchTheAPI(t *testing.T) {
 		if got, want := sidecarv1.AckOrder(o).String(), "ACK_ORDER_"+strings.ToUpper(o.String()); got != want {
 			t.Errorf("ack order %v is %s in the API, want %s", o, got, want)
 		}
+	}
+}
+
+// open --warm lists the checkpoint's files, read-file reads them on
+// demand, status shows the locality.
+func TestWarmCommands(t *testing.T) {
+	store := "file://" + t.TempDir()
+	addr, _ := startServe(t, "--store", store, "--listen", "127.0.0.1:0")
+	addr2, _ := startServe(t, "--store", store, "--listen", "127.0.0.1:0", "--cache-dir", t.TempDir(), "--cache-block-bytes", "4096")
+	var o, e syncBuffer
+	if err := runOpen(t.Context(), []string{"--addr", addr, "--shard", "w", "--term", "1", "--allocation", "a1"}, &o, &e); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ack, err := c.Shard("w").Append(t.Context(), []byte("op"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := strings.Repeat("0123456789", 1000)
+	if _, err := c.API().PublishCheckpoint(t.Context(), connect.NewRequest(&sidecarv1.PublishCheckpointRequest{Shard: "w", Gen: ack.Gen,
+		Files: []*sidecarv1.CheckpointFile{{Name: "seg", Data: []byte(data), Last: true}}})); err != nil {
+		t.Fatal(err)
+	}
+	o = syncBuffer{}
+	if err := runOpen(t.Context(), []string{"--addr", addr2, "--shard", "w", "--term", "2", "--allocation", "a2", "--warm"}, &o, &e); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`1 files served on demand[^\n]*\n  seg\s+10000 bytes`).MatchString(o.String()) {
+		t.Errorf("open --warm printed:\n%s", o.String())
+	}
+	o = syncBuffer{}
+	if err := runReadFile(t.Context(), []string{"--addr", addr2, "--shard", "w", "--file", "seg", "--offset", "4094", "--length", "5"}, &o, &e); err != nil || o.String() != "45678" {
+		t.Fatalf("read-file printed %q: %v", o.String(), err)
+	}
+	if err := runReadFile(t.Context(), []string{"--addr", addr2, "--shard", "w", "--file", "seg", "--offset", "9999", "--length", "2"}, &o, &e); err == nil || !strings.Contains(err.Error(), "out_of_range") {
+		t.Errorf("read-file past the end: %v", err)
+	}
+	o = syncBuffer{}
+	if err := runStatus(t.Context(), []string{"--addr", addr2, "--shard", "w"}, &o, &e); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`locality\s+(partial|full)\n`).MatchString(o.String()) || !strings.Contains(o.String(), "block cache") {
+		t.Errorf("status printed:\n%s", o.String())
 	}
 }

@@ -31,6 +31,7 @@ func commands() []command {
 		{"open", openSummary, runOpen},
 		{"append", appendSummary, runAppend},
 		{"read", readSummary, runRead},
+		{"read-file", readFileSummary, runReadFile},
 		{"status", statusSummary, runStatus},
 		{"close", closeSummary, runClose},
 		{"gc", gcSummary, runGC},

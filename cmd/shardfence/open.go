@@ -21,6 +21,7 @@ func runOpen(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		term               int64
 		alloc, mode, order string
 		lease              time.Duration
+		warm               bool
 		settings           = &sidecarv1.ShardSettings{}
 	)
 	return runClient(ctx, clientCmd{name: "open", withShard: true,
@@ -29,6 +30,7 @@ func runOpen(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fs.StringVar(&alloc, "allocation", "", "allocation id of this copy of the shard (required)")
 			fs.StringVar(&mode, "fencing-mode", "", "per_sync or lease (default: the sidecar's); a shard keeps the mode of its first open")
 			fs.StringVar(&order, "ack-order", "", "concurrent or sequenced (default: the sidecar's)")
+			fs.BoolVar(&warm, "warm", false, "open in partial locality: return once sealed, serve the checkpoint's files on demand (read-file) while the sidecar hydrates them; appends wait for the replay")
 			fs.DurationVar(&lease, "lease-interval", 0, fmt.Sprintf("lease of lease mode, %v..%v (default: the sidecar's)", sidecar.MinLeaseInterval, sidecar.MaxLeaseInterval))
 			return func() error {
 				switch {
@@ -56,7 +58,7 @@ func runOpen(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 		},
 		run: func(ctx context.Context, e *clientEnv) error {
-			st, err := e.client.Open(ctx, connect.NewRequest(&sidecarv1.OpenRequest{Shard: e.shard, Term: term, AllocationId: alloc, Settings: settings}))
+			st, err := e.client.Open(ctx, connect.NewRequest(&sidecarv1.OpenRequest{Shard: e.shard, Term: term, AllocationId: alloc, Settings: settings, Warm: warm}))
 			if err != nil {
 				return err
 			}
@@ -93,6 +95,17 @@ func runOpen(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				case *sidecarv1.OpenResponse_Opened:
 					r := ev.Opened.GetRestorePoint()
 					fmt.Fprintf(e.stdout, "opened shard %s at term %d (allocation %s)\n", e.shard, term, printable(alloc))
+					if warm {
+						fmt.Fprintf(e.stdout, "restore point: term %d gen %d, checkpoint gen %d; warm: appends open once the replay ends (status)\n",
+							r.GetTerm(), r.GetGen(), r.GetCheckpointGen())
+						if ck := ev.Opened.GetCheckpoint(); ck != nil {
+							fmt.Fprintf(e.stdout, "checkpoint: term %d gen %d, next seq %d, %d files served on demand (read-file):\n", ck.GetTerm(), ck.GetGen(), ck.GetNextSeqNo(), len(ck.GetFiles()))
+							for _, f := range ck.GetFiles() {
+								fmt.Fprintf(e.stdout, "  %s\t%d bytes\tcrc32c %08x\n", printable(f.GetName()), f.GetSize(), f.GetCrc32C())
+							}
+						}
+						continue
+					}
 					fmt.Fprintf(e.stdout, "restore point: term %d gen %d, next seq %d, checkpoint gen %d; replayed %d ops, %d checkpoint files\n",
 						r.GetTerm(), r.GetGen(), r.GetNextSeqNo(), r.GetCheckpointGen(), ops, files)
 				}

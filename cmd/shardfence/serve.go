@@ -43,6 +43,7 @@ type serveFlags struct {
 	shutdownTimeout, idleTimeout time.Duration
 	stallAfter                   time.Duration
 	hydrateDir                   string
+	cache                        sidecar.CacheOptions
 	limits                       sidecar.Limits
 	masters, advertise           string
 	masterConn                   masterConn
@@ -73,6 +74,11 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight syncs before abandoning them (1s..1h)")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 2*time.Minute, "close a client connection idle this long (1s..1h)")
 	fs.DurationVar(&f.limits.BodyReadTimeout, "body-read-timeout", 30*time.Second, "a request body must arrive within this long (100ms..10m)")
+	fs.StringVar(&f.cache.Dir, "cache-dir", "", "warm opens: where the sidecar keeps its block cache and the checkpoints it hydrates in the background, one folder removed at shutdown (default: the system's temporary directory)")
+	fs.Int64Var(&f.cache.Bytes, "cache-bytes", sidecar.DefaultCacheBytes, "warm opens: the block cache's size, least recently used blocks evicted first (1 MiB..1 PiB, at least two blocks)")
+	fs.Int64Var(&f.cache.BlockBytes, "cache-block-bytes", sidecar.DefaultCacheBlockBytes, "warm opens: the unit of an on-demand fetch, of caching and of checksums (a power of two, 4 KiB..64 MiB)")
+	fs.IntVar(&f.cache.HydrateParallelism, "warm-hydrate-parallelism", 4, "warm opens: files a shard's background hydration copies at once (1..64; -1: none, shards stay partial)")
+	fs.IntVar(&f.cache.FetchParallelism, "warm-fetch-parallelism", 16, "warm opens: on-demand block fetches in flight on the sidecar (1..256)")
 	fs.StringVar(&f.hydrateDir, "hydrate-dir", "", "where Open streams a restored checkpoint to disk before sending it to the primary, one folder per open, removed after (default: the system's temporary directory)")
 	fs.DurationVar(&f.stallAfter, "stall-after", sidecar.DefaultStallAfter, "a shard whose syncs retry store errors this long is stalled: /readyz answers 503 (1s..10m)")
 	fs.IntVar(&f.limits.MaxOpBytes, "max-op-bytes", 1<<20, "largest op an Append may carry")
@@ -385,6 +391,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	opts := sidecar.Options{
 		Node: f.node, Defaults: f.defaults, Limits: f.limits, AllowUnfenced: f.allowUnfenced, Logger: log, StallAfter: f.stallAfter, HydrateDir: f.hydrateDir,
+		Cache: f.cache,
 	}
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

@@ -61,6 +61,10 @@ func TestServeRefusesUnsafeListen(t *testing.T) {
 		{[]string{"--store", "mem://x", "--listen", "127.0.0.1:0", "--tls-cert", "c.pem"}, "--tls-key"},
 		{[]string{"--listen", "127.0.0.1:0"}, "--store is required"},
 		{[]string{"--store", "mem://x", "--fencing-mode", "sometimes"}, "fencing mode"},
+		{[]string{"--store", "mem://x", "--cache-block-bytes", "3000"}, "cache block 3000 bytes: a power of two"},
+		{[]string{"--store", "mem://x", "--cache-bytes", "1048576", "--cache-block-bytes", "1048576"}, "fewer than two blocks"},
+		{[]string{"--store", "mem://x", "--cache-dir", "/nonexistent/cache"}, "cache-dir"},
+		{[]string{"--store", "mem://x", "--warm-hydrate-parallelism", "-2"}, "hydrate parallelism"},
 	} {
 		var out, errOut syncBuffer
 		err := runServe(t.Context(), c.args, &out, &errOut)

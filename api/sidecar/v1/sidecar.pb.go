@@ -212,6 +212,270 @@ func (AckOrder) EnumDescriptor() ([]byte, []int) {
 	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{2}
 }
 
+type ReadCheckpointFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// file is a name of the manifest Opened.checkpoint lists.
+	File   string `protobuf:"bytes,2,opt,name=file,proto3" json:"file,omitempty"`
+	Offset int64  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	// length 0 reads to the end of the file.
+	Length        int64 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadCheckpointFileRequest) Reset() {
+	*x = ReadCheckpointFileRequest{}
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadCheckpointFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadCheckpointFileRequest) ProtoMessage() {}
+
+func (x *ReadCheckpointFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadCheckpointFileRequest.ProtoReflect.Descriptor instead.
+func (*ReadCheckpointFileRequest) Descriptor() ([]byte, []int) {
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ReadCheckpointFileRequest) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *ReadCheckpointFileRequest) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *ReadCheckpointFileRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadCheckpointFileRequest) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+type ReadCheckpointFileResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// offset is where data starts in the file; chunks follow one another.
+	Offset int64  `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Data   []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// file_size is the file's size, from the manifest.
+	FileSize      int64 `protobuf:"varint,3,opt,name=file_size,json=fileSize,proto3" json:"file_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadCheckpointFileResponse) Reset() {
+	*x = ReadCheckpointFileResponse{}
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadCheckpointFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadCheckpointFileResponse) ProtoMessage() {}
+
+func (x *ReadCheckpointFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadCheckpointFileResponse.ProtoReflect.Descriptor instead.
+func (*ReadCheckpointFileResponse) Descriptor() ([]byte, []int) {
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ReadCheckpointFileResponse) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadCheckpointFileResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ReadCheckpointFileResponse) GetFileSize() int64 {
+	if x != nil {
+		return x.FileSize
+	}
+	return 0
+}
+
+// CheckpointManifest lists the checkpoint a warm Open restored: the
+// shard's state up to gen, as files the sidecar serves on demand.
+type CheckpointManifest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Term  int64                  `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
+	Gen   int64                  `protobuf:"varint,2,opt,name=gen,proto3" json:"gen,omitempty"`
+	// next_seq_no is the first op after the checkpoint: Read from it to
+	// apply the translog on top of the files.
+	NextSeqNo     int64                 `protobuf:"varint,3,opt,name=next_seq_no,json=nextSeqNo,proto3" json:"next_seq_no,omitempty"`
+	Files         []*CheckpointFileInfo `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointManifest) Reset() {
+	*x = CheckpointManifest{}
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointManifest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointManifest) ProtoMessage() {}
+
+func (x *CheckpointManifest) ProtoReflect() protoreflect.Message {
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointManifest.ProtoReflect.Descriptor instead.
+func (*CheckpointManifest) Descriptor() ([]byte, []int) {
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CheckpointManifest) GetTerm() int64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *CheckpointManifest) GetGen() int64 {
+	if x != nil {
+		return x.Gen
+	}
+	return 0
+}
+
+func (x *CheckpointManifest) GetNextSeqNo() int64 {
+	if x != nil {
+		return x.NextSeqNo
+	}
+	return 0
+}
+
+func (x *CheckpointManifest) GetFiles() []*CheckpointFileInfo {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+type CheckpointFileInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Crc32C        uint32                 `protobuf:"varint,3,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointFileInfo) Reset() {
+	*x = CheckpointFileInfo{}
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointFileInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointFileInfo) ProtoMessage() {}
+
+func (x *CheckpointFileInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointFileInfo.ProtoReflect.Descriptor instead.
+func (*CheckpointFileInfo) Descriptor() ([]byte, []int) {
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CheckpointFileInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CheckpointFileInfo) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *CheckpointFileInfo) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
 type WatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// shards limits the watch to these shards; empty watches every shard.
@@ -222,7 +486,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[0]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -234,7 +498,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[0]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -247,7 +511,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{0}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WatchRequest) GetShards() []string {
@@ -278,7 +542,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[1]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -290,7 +554,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[1]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -303,7 +567,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{1}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WatchResponse) GetKind() WatchEventKind {
@@ -424,7 +688,7 @@ type ShardSettings struct {
 
 func (x *ShardSettings) Reset() {
 	*x = ShardSettings{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[2]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -436,7 +700,7 @@ func (x *ShardSettings) String() string {
 func (*ShardSettings) ProtoMessage() {}
 
 func (x *ShardSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[2]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -449,7 +713,7 @@ func (x *ShardSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardSettings.ProtoReflect.Descriptor instead.
 func (*ShardSettings) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{2}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ShardSettings) GetFencingDisabled() bool {
@@ -530,18 +794,29 @@ func (x *ShardSettings) GetRetentionGens() int64 {
 }
 
 type OpenRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Shard         string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
-	Term          int64                  `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
-	AllocationId  string                 `protobuf:"bytes,3,opt,name=allocation_id,json=allocationId,proto3" json:"allocation_id,omitempty"`
-	Settings      *ShardSettings         `protobuf:"bytes,4,opt,name=settings,proto3" json:"settings,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Shard        string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	Term         int64                  `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	AllocationId string                 `protobuf:"bytes,3,opt,name=allocation_id,json=allocationId,proto3" json:"allocation_id,omitempty"`
+	Settings     *ShardSettings         `protobuf:"bytes,4,opt,name=settings,proto3" json:"settings,omitempty"`
+	// warm opens the shard in partial locality: Open returns once the seal
+	// is done and the restore point is known (Opened.checkpoint names the
+	// checkpoint's files, no file or op is streamed), the files are served
+	// by ReadCheckpointFile while the sidecar hydrates them in the
+	// background (partial, then full), Read serves the translog at once,
+	// and appends are refused (replaying) until the sidecar replayed the
+	// translog after the checkpoint. Default false: Open streams the whole
+	// restore, checkpoint files then ops, and returns with the shard open
+	// for appends, as it always did, so a primary that does not know
+	// ReadCheckpointFile gets what it expects.
+	Warm          bool `protobuf:"varint,5,opt,name=warm,proto3" json:"warm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OpenRequest) Reset() {
 	*x = OpenRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[3]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -553,7 +828,7 @@ func (x *OpenRequest) String() string {
 func (*OpenRequest) ProtoMessage() {}
 
 func (x *OpenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[3]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -566,7 +841,7 @@ func (x *OpenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
 func (*OpenRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{3}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *OpenRequest) GetShard() string {
@@ -597,6 +872,13 @@ func (x *OpenRequest) GetSettings() *ShardSettings {
 	return nil
 }
 
+func (x *OpenRequest) GetWarm() bool {
+	if x != nil {
+		return x.Warm
+	}
+	return false
+}
+
 // RestorePoint is where the lineage ends when the term opens: every
 // acknowledged op of the predecessors is at or below it.
 type RestorePoint struct {
@@ -613,7 +895,7 @@ type RestorePoint struct {
 
 func (x *RestorePoint) Reset() {
 	*x = RestorePoint{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[4]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +907,7 @@ func (x *RestorePoint) String() string {
 func (*RestorePoint) ProtoMessage() {}
 
 func (x *RestorePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[4]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +920,7 @@ func (x *RestorePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestorePoint.ProtoReflect.Descriptor instead.
 func (*RestorePoint) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{4}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RestorePoint) GetTerm() int64 {
@@ -682,7 +964,7 @@ type OpenProgress struct {
 
 func (x *OpenProgress) Reset() {
 	*x = OpenProgress{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[5]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +976,7 @@ func (x *OpenProgress) String() string {
 func (*OpenProgress) ProtoMessage() {}
 
 func (x *OpenProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[5]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +989,7 @@ func (x *OpenProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenProgress.ProtoReflect.Descriptor instead.
 func (*OpenProgress) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{5}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *OpenProgress) GetStep() string {
@@ -750,7 +1032,7 @@ type CheckpointFile struct {
 
 func (x *CheckpointFile) Reset() {
 	*x = CheckpointFile{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[6]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +1044,7 @@ func (x *CheckpointFile) String() string {
 func (*CheckpointFile) ProtoMessage() {}
 
 func (x *CheckpointFile) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[6]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +1057,7 @@ func (x *CheckpointFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointFile.ProtoReflect.Descriptor instead.
 func (*CheckpointFile) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{6}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CheckpointFile) GetName() string {
@@ -819,7 +1101,7 @@ type OpBatch struct {
 
 func (x *OpBatch) Reset() {
 	*x = OpBatch{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[7]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +1113,7 @@ func (x *OpBatch) String() string {
 func (*OpBatch) ProtoMessage() {}
 
 func (x *OpBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[7]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +1126,7 @@ func (x *OpBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpBatch.ProtoReflect.Descriptor instead.
 func (*OpBatch) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{7}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OpBatch) GetTerm() int64 {
@@ -876,16 +1158,22 @@ func (x *OpBatch) GetOps() [][]byte {
 }
 
 type Opened struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RestorePoint  *RestorePoint          `protobuf:"bytes,1,opt,name=restore_point,json=restorePoint,proto3" json:"restore_point,omitempty"`
-	Status        *ShardStatus           `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// restore_point.next_seq_no is 0 for a warm open, whose replay has not
+	// ended yet: Status reports it once replaying is false.
+	RestorePoint *RestorePoint `protobuf:"bytes,1,opt,name=restore_point,json=restorePoint,proto3" json:"restore_point,omitempty"`
+	Status       *ShardStatus  `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// checkpoint is the checkpoint a warm open serves; unset for a full
+	// open and for a warm open with no checkpoint (Read the lineage from
+	// 0).
+	Checkpoint    *CheckpointManifest `protobuf:"bytes,3,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Opened) Reset() {
 	*x = Opened{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[8]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +1185,7 @@ func (x *Opened) String() string {
 func (*Opened) ProtoMessage() {}
 
 func (x *Opened) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[8]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +1198,7 @@ func (x *Opened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Opened.ProtoReflect.Descriptor instead.
 func (*Opened) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{8}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Opened) GetRestorePoint() *RestorePoint {
@@ -923,6 +1211,13 @@ func (x *Opened) GetRestorePoint() *RestorePoint {
 func (x *Opened) GetStatus() *ShardStatus {
 	if x != nil {
 		return x.Status
+	}
+	return nil
+}
+
+func (x *Opened) GetCheckpoint() *CheckpointManifest {
+	if x != nil {
+		return x.Checkpoint
 	}
 	return nil
 }
@@ -942,7 +1237,7 @@ type OpenResponse struct {
 
 func (x *OpenResponse) Reset() {
 	*x = OpenResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[9]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1249,7 @@ func (x *OpenResponse) String() string {
 func (*OpenResponse) ProtoMessage() {}
 
 func (x *OpenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[9]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1262,7 @@ func (x *OpenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenResponse.ProtoReflect.Descriptor instead.
 func (*OpenResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{9}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OpenResponse) GetEvent() isOpenResponse_Event {
@@ -1055,7 +1350,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[10]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1362,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[10]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1375,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{10}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AppendRequest) GetShard() string {
@@ -1117,7 +1412,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[11]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1424,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[11]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1437,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{11}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AppendResponse) GetTerm() int64 {
@@ -1196,7 +1491,7 @@ type AppendStreamRequest struct {
 
 func (x *AppendStreamRequest) Reset() {
 	*x = AppendStreamRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[12]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1503,7 @@ func (x *AppendStreamRequest) String() string {
 func (*AppendStreamRequest) ProtoMessage() {}
 
 func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[12]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1516,7 @@ func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendStreamRequest.ProtoReflect.Descriptor instead.
 func (*AppendStreamRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{12}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AppendStreamRequest) GetShard() string {
@@ -1279,7 +1574,7 @@ type AppendStreamResponse struct {
 
 func (x *AppendStreamResponse) Reset() {
 	*x = AppendStreamResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[13]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1586,7 @@ func (x *AppendStreamResponse) String() string {
 func (*AppendStreamResponse) ProtoMessage() {}
 
 func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[13]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1599,7 @@ func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendStreamResponse.ProtoReflect.Descriptor instead.
 func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{13}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AppendStreamResponse) GetRequestId() uint64 {
@@ -1349,7 +1644,7 @@ type AppendRefusal struct {
 
 func (x *AppendRefusal) Reset() {
 	*x = AppendRefusal{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[14]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1656,7 @@ func (x *AppendRefusal) String() string {
 func (*AppendRefusal) ProtoMessage() {}
 
 func (x *AppendRefusal) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[14]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1669,7 @@ func (x *AppendRefusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRefusal.ProtoReflect.Descriptor instead.
 func (*AppendRefusal) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{14}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AppendRefusal) GetCode() string {
@@ -1410,7 +1705,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[15]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1717,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[15]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1730,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{15}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReadRequest) GetShard() string {
@@ -1468,7 +1763,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[16]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1775,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[16]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1788,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{16}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReadResponse) GetBatch() *OpBatch {
@@ -1515,7 +1810,7 @@ type PublishCheckpointRequest struct {
 
 func (x *PublishCheckpointRequest) Reset() {
 	*x = PublishCheckpointRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[17]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1822,7 @@ func (x *PublishCheckpointRequest) String() string {
 func (*PublishCheckpointRequest) ProtoMessage() {}
 
 func (x *PublishCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[17]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1835,7 @@ func (x *PublishCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*PublishCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{17}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PublishCheckpointRequest) GetShard() string {
@@ -1573,7 +1868,7 @@ type PublishCheckpointResponse struct {
 
 func (x *PublishCheckpointResponse) Reset() {
 	*x = PublishCheckpointResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[18]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1880,7 @@ func (x *PublishCheckpointResponse) String() string {
 func (*PublishCheckpointResponse) ProtoMessage() {}
 
 func (x *PublishCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[18]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1893,7 @@ func (x *PublishCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*PublishCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{18}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PublishCheckpointResponse) GetKey() string {
@@ -1619,7 +1914,7 @@ type StartHandoffRequest struct {
 
 func (x *StartHandoffRequest) Reset() {
 	*x = StartHandoffRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[19]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1926,7 @@ func (x *StartHandoffRequest) String() string {
 func (*StartHandoffRequest) ProtoMessage() {}
 
 func (x *StartHandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[19]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1939,7 @@ func (x *StartHandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartHandoffRequest.ProtoReflect.Descriptor instead.
 func (*StartHandoffRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{19}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StartHandoffRequest) GetShard() string {
@@ -1679,7 +1974,7 @@ type StartHandoffResponse struct {
 
 func (x *StartHandoffResponse) Reset() {
 	*x = StartHandoffResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[20]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1986,7 @@ func (x *StartHandoffResponse) String() string {
 func (*StartHandoffResponse) ProtoMessage() {}
 
 func (x *StartHandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[20]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1999,7 @@ func (x *StartHandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartHandoffResponse.ProtoReflect.Descriptor instead.
 func (*StartHandoffResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{20}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StartHandoffResponse) GetHandoffContext() []byte {
@@ -1724,7 +2019,7 @@ type AdoptHandoffRequest struct {
 
 func (x *AdoptHandoffRequest) Reset() {
 	*x = AdoptHandoffRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[21]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +2031,7 @@ func (x *AdoptHandoffRequest) String() string {
 func (*AdoptHandoffRequest) ProtoMessage() {}
 
 func (x *AdoptHandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[21]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +2044,7 @@ func (x *AdoptHandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptHandoffRequest.ProtoReflect.Descriptor instead.
 func (*AdoptHandoffRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{21}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AdoptHandoffRequest) GetHandoffContext() []byte {
@@ -1775,7 +2070,7 @@ type AdoptHandoffResponse struct {
 
 func (x *AdoptHandoffResponse) Reset() {
 	*x = AdoptHandoffResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[22]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +2082,7 @@ func (x *AdoptHandoffResponse) String() string {
 func (*AdoptHandoffResponse) ProtoMessage() {}
 
 func (x *AdoptHandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[22]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +2095,7 @@ func (x *AdoptHandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptHandoffResponse.ProtoReflect.Descriptor instead.
 func (*AdoptHandoffResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{22}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AdoptHandoffResponse) GetStatus() *ShardStatus {
@@ -1819,7 +2114,7 @@ type AbortHandoffRequest struct {
 
 func (x *AbortHandoffRequest) Reset() {
 	*x = AbortHandoffRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[23]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +2126,7 @@ func (x *AbortHandoffRequest) String() string {
 func (*AbortHandoffRequest) ProtoMessage() {}
 
 func (x *AbortHandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[23]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +2139,7 @@ func (x *AbortHandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortHandoffRequest.ProtoReflect.Descriptor instead.
 func (*AbortHandoffRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{23}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AbortHandoffRequest) GetHandoffContext() []byte {
@@ -1865,7 +2160,7 @@ type AbortHandoffResponse struct {
 
 func (x *AbortHandoffResponse) Reset() {
 	*x = AbortHandoffResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[24]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +2172,7 @@ func (x *AbortHandoffResponse) String() string {
 func (*AbortHandoffResponse) ProtoMessage() {}
 
 func (x *AbortHandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[24]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +2185,7 @@ func (x *AbortHandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortHandoffResponse.ProtoReflect.Descriptor instead.
 func (*AbortHandoffResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{24}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AbortHandoffResponse) GetResumed() bool {
@@ -1909,7 +2204,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[25]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +2216,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[25]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2229,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{25}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StatusRequest) GetShard() string {
@@ -1977,14 +2272,37 @@ type ShardStatus struct {
 	// Time since the last acknowledged sync; -1 before the first.
 	LastSyncAgeMs int64 `protobuf:"varint,20,opt,name=last_sync_age_ms,json=lastSyncAgeMs,proto3" json:"last_sync_age_ms,omitempty"`
 	// Store errors retried by syncs since the shard opened here.
-	StoreRetries  int64 `protobuf:"varint,21,opt,name=store_retries,json=storeRetries,proto3" json:"store_retries,omitempty"`
+	StoreRetries int64 `protobuf:"varint,21,opt,name=store_retries,json=storeRetries,proto3" json:"store_retries,omitempty"`
+	// Warm serving (OpenRequest.warm); empty locality for a full open.
+	// locality: partial (checkpoint files served on demand while they
+	// hydrate) or full (every file local and verified).
+	Locality string `protobuf:"bytes,22,opt,name=locality,proto3" json:"locality,omitempty"`
+	// replaying: the translog after the checkpoint is still being
+	// replayed; appends are refused until it ends.
+	Replaying bool `protobuf:"varint,23,opt,name=replaying,proto3" json:"replaying,omitempty"`
+	// Checkpoint bytes copied locally so far (each file verified against
+	// the manifest once complete) out of the checkpoint's total.
+	CheckpointBytesLocal int64 `protobuf:"varint,24,opt,name=checkpoint_bytes_local,json=checkpointBytesLocal,proto3" json:"checkpoint_bytes_local,omitempty"`
+	CheckpointBytesTotal int64 `protobuf:"varint,25,opt,name=checkpoint_bytes_total,json=checkpointBytesTotal,proto3" json:"checkpoint_bytes_total,omitempty"`
+	// ReadCheckpointFile blocks served from the local copy or the block
+	// cache (hits) or fetched from the store (misses).
+	CacheHits   int64 `protobuf:"varint,26,opt,name=cache_hits,json=cacheHits,proto3" json:"cache_hits,omitempty"`
+	CacheMisses int64 `protobuf:"varint,27,opt,name=cache_misses,json=cacheMisses,proto3" json:"cache_misses,omitempty"`
+	// On-demand store fetches of blocks and their latency (of the last
+	// 1,024 fetches).
+	Fetches    int64 `protobuf:"varint,28,opt,name=fetches,proto3" json:"fetches,omitempty"`
+	FetchP50Us int64 `protobuf:"varint,29,opt,name=fetch_p50_us,json=fetchP50Us,proto3" json:"fetch_p50_us,omitempty"`
+	FetchP99Us int64 `protobuf:"varint,30,opt,name=fetch_p99_us,json=fetchP99Us,proto3" json:"fetch_p99_us,omitempty"`
+	// The last error of the background hydration or of the block cache's
+	// disk (reads go on from the store), empty when none.
+	WarmError     string `protobuf:"bytes,31,opt,name=warm_error,json=warmError,proto3" json:"warm_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[26]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2314,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[26]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2327,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{26}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ShardStatus) GetShard() string {
@@ -2159,6 +2477,76 @@ func (x *ShardStatus) GetStoreRetries() int64 {
 	return 0
 }
 
+func (x *ShardStatus) GetLocality() string {
+	if x != nil {
+		return x.Locality
+	}
+	return ""
+}
+
+func (x *ShardStatus) GetReplaying() bool {
+	if x != nil {
+		return x.Replaying
+	}
+	return false
+}
+
+func (x *ShardStatus) GetCheckpointBytesLocal() int64 {
+	if x != nil {
+		return x.CheckpointBytesLocal
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetCheckpointBytesTotal() int64 {
+	if x != nil {
+		return x.CheckpointBytesTotal
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetCacheHits() int64 {
+	if x != nil {
+		return x.CacheHits
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetCacheMisses() int64 {
+	if x != nil {
+		return x.CacheMisses
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetFetches() int64 {
+	if x != nil {
+		return x.Fetches
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetFetchP50Us() int64 {
+	if x != nil {
+		return x.FetchP50Us
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetFetchP99Us() int64 {
+	if x != nil {
+		return x.FetchP99Us
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetWarmError() string {
+	if x != nil {
+		return x.WarmError
+	}
+	return ""
+}
+
 type StatusResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Status        *ShardStatus           `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
@@ -2168,7 +2556,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[27]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2568,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[27]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2581,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{27}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StatusResponse) GetStatus() *ShardStatus {
@@ -2212,7 +2600,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[28]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2224,7 +2612,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[28]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2237,7 +2625,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{28}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CloseRequest) GetShard() string {
@@ -2256,7 +2644,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[29]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2656,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[29]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2669,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{29}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CloseResponse) GetStatus() *ShardStatus {
@@ -2300,7 +2688,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[30]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2700,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[30]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2713,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{30}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *InspectRequest) GetShard() string {
@@ -2349,7 +2737,7 @@ type FenceKey struct {
 
 func (x *FenceKey) Reset() {
 	*x = FenceKey{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[31]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2749,7 @@ func (x *FenceKey) String() string {
 func (*FenceKey) ProtoMessage() {}
 
 func (x *FenceKey) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[31]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2762,7 @@ func (x *FenceKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceKey.ProtoReflect.Descriptor instead.
 func (*FenceKey) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{31}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FenceKey) GetKey() string {
@@ -2432,7 +2820,7 @@ type TermGens struct {
 
 func (x *TermGens) Reset() {
 	*x = TermGens{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[32]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2444,7 +2832,7 @@ func (x *TermGens) String() string {
 func (*TermGens) ProtoMessage() {}
 
 func (x *TermGens) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[32]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2457,7 +2845,7 @@ func (x *TermGens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TermGens.ProtoReflect.Descriptor instead.
 func (*TermGens) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{32}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TermGens) GetTerm() int64 {
@@ -2516,7 +2904,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[33]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +2916,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[33]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +2929,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{33}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *InspectResponse) GetShard() string {
@@ -2596,7 +2984,7 @@ type GCRequest struct {
 
 func (x *GCRequest) Reset() {
 	*x = GCRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[34]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2996,7 @@ func (x *GCRequest) String() string {
 func (*GCRequest) ProtoMessage() {}
 
 func (x *GCRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[34]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +3009,7 @@ func (x *GCRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCRequest.ProtoReflect.Descriptor instead.
 func (*GCRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{34}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GCRequest) GetShard() string {
@@ -2652,7 +3040,7 @@ type GCResponse struct {
 
 func (x *GCResponse) Reset() {
 	*x = GCResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[35]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2664,7 +3052,7 @@ func (x *GCResponse) String() string {
 func (*GCResponse) ProtoMessage() {}
 
 func (x *GCResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[35]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2677,7 +3065,7 @@ func (x *GCResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCResponse.ProtoReflect.Descriptor instead.
 func (*GCResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{35}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GCResponse) GetDeleted() []string {
@@ -2721,7 +3109,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[36]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +3121,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[36]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +3134,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{36}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ErrorDetail) GetReason() string {
@@ -2809,7 +3197,25 @@ var File_sidecar_v1_sidecar_proto protoreflect.FileDescriptor
 
 const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\n" +
-	"\x18sidecar/v1/sidecar.proto\x12\x15shardfence.sidecar.v1\"&\n" +
+	"\x18sidecar/v1/sidecar.proto\x12\x15shardfence.sidecar.v1\"u\n" +
+	"\x19ReadCheckpointFileRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
+	"\x04file\x18\x02 \x01(\tR\x04file\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\x04 \x01(\x03R\x06length\"e\n" +
+	"\x1aReadCheckpointFileResponse\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x1b\n" +
+	"\tfile_size\x18\x03 \x01(\x03R\bfileSize\"\x9b\x01\n" +
+	"\x12CheckpointManifest\x12\x12\n" +
+	"\x04term\x18\x01 \x01(\x03R\x04term\x12\x10\n" +
+	"\x03gen\x18\x02 \x01(\x03R\x03gen\x12\x1e\n" +
+	"\vnext_seq_no\x18\x03 \x01(\x03R\tnextSeqNo\x12?\n" +
+	"\x05files\x18\x04 \x03(\v2).shardfence.sidecar.v1.CheckpointFileInfoR\x05files\"T\n" +
+	"\x12CheckpointFileInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\"&\n" +
 	"\fWatchRequest\x12\x16\n" +
 	"\x06shards\x18\x01 \x03(\tR\x06shards\"\xcc\x04\n" +
 	"\rWatchResponse\x129\n" +
@@ -2841,12 +3247,13 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x11lease_interval_ms\x18\t \x01(\x03R\x0fleaseIntervalMs\x122\n" +
 	"\x15freshness_interval_ms\x18\n" +
 	" \x01(\x03R\x13freshnessIntervalMs\x12%\n" +
-	"\x0eretention_gens\x18\v \x01(\x03R\rretentionGens\"\x9e\x01\n" +
+	"\x0eretention_gens\x18\v \x01(\x03R\rretentionGens\"\xb2\x01\n" +
 	"\vOpenRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12#\n" +
 	"\rallocation_id\x18\x03 \x01(\tR\fallocationId\x12@\n" +
-	"\bsettings\x18\x04 \x01(\v2$.shardfence.sidecar.v1.ShardSettingsR\bsettings\"{\n" +
+	"\bsettings\x18\x04 \x01(\v2$.shardfence.sidecar.v1.ShardSettingsR\bsettings\x12\x12\n" +
+	"\x04warm\x18\x05 \x01(\bR\x04warm\"{\n" +
 	"\fRestorePoint\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x03R\x04term\x12\x10\n" +
 	"\x03gen\x18\x02 \x01(\x03R\x03gen\x12\x1e\n" +
@@ -2867,10 +3274,13 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x03gen\x18\x02 \x01(\x03R\x03gen\x12 \n" +
 	"\ffirst_seq_no\x18\x03 \x01(\x03R\n" +
 	"firstSeqNo\x12\x10\n" +
-	"\x03ops\x18\x04 \x03(\fR\x03ops\"\x8e\x01\n" +
+	"\x03ops\x18\x04 \x03(\fR\x03ops\"\xd9\x01\n" +
 	"\x06Opened\x12H\n" +
 	"\rrestore_point\x18\x01 \x01(\v2#.shardfence.sidecar.v1.RestorePointR\frestorePoint\x12:\n" +
-	"\x06status\x18\x02 \x01(\v2\".shardfence.sidecar.v1.ShardStatusR\x06status\"\x99\x02\n" +
+	"\x06status\x18\x02 \x01(\v2\".shardfence.sidecar.v1.ShardStatusR\x06status\x12I\n" +
+	"\n" +
+	"checkpoint\x18\x03 \x01(\v2).shardfence.sidecar.v1.CheckpointManifestR\n" +
+	"checkpoint\"\x99\x02\n" +
 	"\fOpenResponse\x12A\n" +
 	"\bprogress\x18\x01 \x01(\v2#.shardfence.sidecar.v1.OpenProgressH\x00R\bprogress\x12P\n" +
 	"\x0fcheckpoint_file\x18\x02 \x01(\v2%.shardfence.sidecar.v1.CheckpointFileH\x00R\x0echeckpointFile\x122\n" +
@@ -2933,7 +3343,7 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x14AbortHandoffResponse\x12\x18\n" +
 	"\aresumed\x18\x01 \x01(\bR\aresumed\"%\n" +
 	"\rStatusRequest\x12\x14\n" +
-	"\x05shard\x18\x01 \x01(\tR\x05shard\"\xa8\x05\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\"\x8d\b\n" +
 	"\vShardStatus\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12#\n" +
@@ -2957,7 +3367,21 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\vretrying_ms\x18\x13 \x01(\x03R\n" +
 	"retryingMs\x12'\n" +
 	"\x10last_sync_age_ms\x18\x14 \x01(\x03R\rlastSyncAgeMs\x12#\n" +
-	"\rstore_retries\x18\x15 \x01(\x03R\fstoreRetries\"L\n" +
+	"\rstore_retries\x18\x15 \x01(\x03R\fstoreRetries\x12\x1a\n" +
+	"\blocality\x18\x16 \x01(\tR\blocality\x12\x1c\n" +
+	"\treplaying\x18\x17 \x01(\bR\treplaying\x124\n" +
+	"\x16checkpoint_bytes_local\x18\x18 \x01(\x03R\x14checkpointBytesLocal\x124\n" +
+	"\x16checkpoint_bytes_total\x18\x19 \x01(\x03R\x14checkpointBytesTotal\x12\x1d\n" +
+	"\n" +
+	"cache_hits\x18\x1a \x01(\x03R\tcacheHits\x12!\n" +
+	"\fcache_misses\x18\x1b \x01(\x03R\vcacheMisses\x12\x18\n" +
+	"\afetches\x18\x1c \x01(\x03R\afetches\x12 \n" +
+	"\ffetch_p50_us\x18\x1d \x01(\x03R\n" +
+	"fetchP50Us\x12 \n" +
+	"\ffetch_p99_us\x18\x1e \x01(\x03R\n" +
+	"fetchP99Us\x12\x1d\n" +
+	"\n" +
+	"warm_error\x18\x1f \x01(\tR\twarmError\"L\n" +
 	"\x0eStatusResponse\x12:\n" +
 	"\x06status\x18\x01 \x01(\v2\".shardfence.sidecar.v1.ShardStatusR\x06status\"$\n" +
 	"\fCloseRequest\x12\x14\n" +
@@ -3023,7 +3447,8 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\bAckOrder\x12\x19\n" +
 	"\x15ACK_ORDER_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ACK_ORDER_CONCURRENT\x10\x01\x12\x17\n" +
-	"\x13ACK_ORDER_SEQUENCED\x10\x022\xd3\t\n" +
+	"\x13ACK_ORDER_SEQUENCED\x10\x022\xd0\n" +
+	"\n" +
 	"\x0eSidecarService\x12Q\n" +
 	"\x04Open\x12\".shardfence.sidecar.v1.OpenRequest\x1a#.shardfence.sidecar.v1.OpenResponse0\x01\x12U\n" +
 	"\x06Append\x12$.shardfence.sidecar.v1.AppendRequest\x1a%.shardfence.sidecar.v1.AppendResponse\x12k\n" +
@@ -3037,7 +3462,8 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x05Close\x12#.shardfence.sidecar.v1.CloseRequest\x1a$.shardfence.sidecar.v1.CloseResponse\x12X\n" +
 	"\aInspect\x12%.shardfence.sidecar.v1.InspectRequest\x1a&.shardfence.sidecar.v1.InspectResponse\x12I\n" +
 	"\x02GC\x12 .shardfence.sidecar.v1.GCRequest\x1a!.shardfence.sidecar.v1.GCResponse\x12T\n" +
-	"\x05Watch\x12#.shardfence.sidecar.v1.WatchRequest\x1a$.shardfence.sidecar.v1.WatchResponse0\x01B;Z9github.com/shardfence/shardfence/api/sidecar/v1;sidecarv1b\x06proto3"
+	"\x05Watch\x12#.shardfence.sidecar.v1.WatchRequest\x1a$.shardfence.sidecar.v1.WatchResponse0\x01\x12{\n" +
+	"\x12ReadCheckpointFile\x120.shardfence.sidecar.v1.ReadCheckpointFileRequest\x1a1.shardfence.sidecar.v1.ReadCheckpointFileResponse0\x01B;Z9github.com/shardfence/shardfence/api/sidecar/v1;sidecarv1b\x06proto3"
 
 var (
 	file_sidecar_v1_sidecar_proto_rawDescOnce sync.Once
@@ -3052,110 +3478,118 @@ func file_sidecar_v1_sidecar_proto_rawDescGZIP() []byte {
 }
 
 var file_sidecar_v1_sidecar_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sidecar_v1_sidecar_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_sidecar_v1_sidecar_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_sidecar_v1_sidecar_proto_goTypes = []any{
-	(WatchEventKind)(0),               // 0: shardfence.sidecar.v1.WatchEventKind
-	(FencingMode)(0),                  // 1: shardfence.sidecar.v1.FencingMode
-	(AckOrder)(0),                     // 2: shardfence.sidecar.v1.AckOrder
-	(*WatchRequest)(nil),              // 3: shardfence.sidecar.v1.WatchRequest
-	(*WatchResponse)(nil),             // 4: shardfence.sidecar.v1.WatchResponse
-	(*ShardSettings)(nil),             // 5: shardfence.sidecar.v1.ShardSettings
-	(*OpenRequest)(nil),               // 6: shardfence.sidecar.v1.OpenRequest
-	(*RestorePoint)(nil),              // 7: shardfence.sidecar.v1.RestorePoint
-	(*OpenProgress)(nil),              // 8: shardfence.sidecar.v1.OpenProgress
-	(*CheckpointFile)(nil),            // 9: shardfence.sidecar.v1.CheckpointFile
-	(*OpBatch)(nil),                   // 10: shardfence.sidecar.v1.OpBatch
-	(*Opened)(nil),                    // 11: shardfence.sidecar.v1.Opened
-	(*OpenResponse)(nil),              // 12: shardfence.sidecar.v1.OpenResponse
-	(*AppendRequest)(nil),             // 13: shardfence.sidecar.v1.AppendRequest
-	(*AppendResponse)(nil),            // 14: shardfence.sidecar.v1.AppendResponse
-	(*AppendStreamRequest)(nil),       // 15: shardfence.sidecar.v1.AppendStreamRequest
-	(*AppendStreamResponse)(nil),      // 16: shardfence.sidecar.v1.AppendStreamResponse
-	(*AppendRefusal)(nil),             // 17: shardfence.sidecar.v1.AppendRefusal
-	(*ReadRequest)(nil),               // 18: shardfence.sidecar.v1.ReadRequest
-	(*ReadResponse)(nil),              // 19: shardfence.sidecar.v1.ReadResponse
-	(*PublishCheckpointRequest)(nil),  // 20: shardfence.sidecar.v1.PublishCheckpointRequest
-	(*PublishCheckpointResponse)(nil), // 21: shardfence.sidecar.v1.PublishCheckpointResponse
-	(*StartHandoffRequest)(nil),       // 22: shardfence.sidecar.v1.StartHandoffRequest
-	(*StartHandoffResponse)(nil),      // 23: shardfence.sidecar.v1.StartHandoffResponse
-	(*AdoptHandoffRequest)(nil),       // 24: shardfence.sidecar.v1.AdoptHandoffRequest
-	(*AdoptHandoffResponse)(nil),      // 25: shardfence.sidecar.v1.AdoptHandoffResponse
-	(*AbortHandoffRequest)(nil),       // 26: shardfence.sidecar.v1.AbortHandoffRequest
-	(*AbortHandoffResponse)(nil),      // 27: shardfence.sidecar.v1.AbortHandoffResponse
-	(*StatusRequest)(nil),             // 28: shardfence.sidecar.v1.StatusRequest
-	(*ShardStatus)(nil),               // 29: shardfence.sidecar.v1.ShardStatus
-	(*StatusResponse)(nil),            // 30: shardfence.sidecar.v1.StatusResponse
-	(*CloseRequest)(nil),              // 31: shardfence.sidecar.v1.CloseRequest
-	(*CloseResponse)(nil),             // 32: shardfence.sidecar.v1.CloseResponse
-	(*InspectRequest)(nil),            // 33: shardfence.sidecar.v1.InspectRequest
-	(*FenceKey)(nil),                  // 34: shardfence.sidecar.v1.FenceKey
-	(*TermGens)(nil),                  // 35: shardfence.sidecar.v1.TermGens
-	(*InspectResponse)(nil),           // 36: shardfence.sidecar.v1.InspectResponse
-	(*GCRequest)(nil),                 // 37: shardfence.sidecar.v1.GCRequest
-	(*GCResponse)(nil),                // 38: shardfence.sidecar.v1.GCResponse
-	(*ErrorDetail)(nil),               // 39: shardfence.sidecar.v1.ErrorDetail
+	(WatchEventKind)(0),                // 0: shardfence.sidecar.v1.WatchEventKind
+	(FencingMode)(0),                   // 1: shardfence.sidecar.v1.FencingMode
+	(AckOrder)(0),                      // 2: shardfence.sidecar.v1.AckOrder
+	(*ReadCheckpointFileRequest)(nil),  // 3: shardfence.sidecar.v1.ReadCheckpointFileRequest
+	(*ReadCheckpointFileResponse)(nil), // 4: shardfence.sidecar.v1.ReadCheckpointFileResponse
+	(*CheckpointManifest)(nil),         // 5: shardfence.sidecar.v1.CheckpointManifest
+	(*CheckpointFileInfo)(nil),         // 6: shardfence.sidecar.v1.CheckpointFileInfo
+	(*WatchRequest)(nil),               // 7: shardfence.sidecar.v1.WatchRequest
+	(*WatchResponse)(nil),              // 8: shardfence.sidecar.v1.WatchResponse
+	(*ShardSettings)(nil),              // 9: shardfence.sidecar.v1.ShardSettings
+	(*OpenRequest)(nil),                // 10: shardfence.sidecar.v1.OpenRequest
+	(*RestorePoint)(nil),               // 11: shardfence.sidecar.v1.RestorePoint
+	(*OpenProgress)(nil),               // 12: shardfence.sidecar.v1.OpenProgress
+	(*CheckpointFile)(nil),             // 13: shardfence.sidecar.v1.CheckpointFile
+	(*OpBatch)(nil),                    // 14: shardfence.sidecar.v1.OpBatch
+	(*Opened)(nil),                     // 15: shardfence.sidecar.v1.Opened
+	(*OpenResponse)(nil),               // 16: shardfence.sidecar.v1.OpenResponse
+	(*AppendRequest)(nil),              // 17: shardfence.sidecar.v1.AppendRequest
+	(*AppendResponse)(nil),             // 18: shardfence.sidecar.v1.AppendResponse
+	(*AppendStreamRequest)(nil),        // 19: shardfence.sidecar.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),       // 20: shardfence.sidecar.v1.AppendStreamResponse
+	(*AppendRefusal)(nil),              // 21: shardfence.sidecar.v1.AppendRefusal
+	(*ReadRequest)(nil),                // 22: shardfence.sidecar.v1.ReadRequest
+	(*ReadResponse)(nil),               // 23: shardfence.sidecar.v1.ReadResponse
+	(*PublishCheckpointRequest)(nil),   // 24: shardfence.sidecar.v1.PublishCheckpointRequest
+	(*PublishCheckpointResponse)(nil),  // 25: shardfence.sidecar.v1.PublishCheckpointResponse
+	(*StartHandoffRequest)(nil),        // 26: shardfence.sidecar.v1.StartHandoffRequest
+	(*StartHandoffResponse)(nil),       // 27: shardfence.sidecar.v1.StartHandoffResponse
+	(*AdoptHandoffRequest)(nil),        // 28: shardfence.sidecar.v1.AdoptHandoffRequest
+	(*AdoptHandoffResponse)(nil),       // 29: shardfence.sidecar.v1.AdoptHandoffResponse
+	(*AbortHandoffRequest)(nil),        // 30: shardfence.sidecar.v1.AbortHandoffRequest
+	(*AbortHandoffResponse)(nil),       // 31: shardfence.sidecar.v1.AbortHandoffResponse
+	(*StatusRequest)(nil),              // 32: shardfence.sidecar.v1.StatusRequest
+	(*ShardStatus)(nil),                // 33: shardfence.sidecar.v1.ShardStatus
+	(*StatusResponse)(nil),             // 34: shardfence.sidecar.v1.StatusResponse
+	(*CloseRequest)(nil),               // 35: shardfence.sidecar.v1.CloseRequest
+	(*CloseResponse)(nil),              // 36: shardfence.sidecar.v1.CloseResponse
+	(*InspectRequest)(nil),             // 37: shardfence.sidecar.v1.InspectRequest
+	(*FenceKey)(nil),                   // 38: shardfence.sidecar.v1.FenceKey
+	(*TermGens)(nil),                   // 39: shardfence.sidecar.v1.TermGens
+	(*InspectResponse)(nil),            // 40: shardfence.sidecar.v1.InspectResponse
+	(*GCRequest)(nil),                  // 41: shardfence.sidecar.v1.GCRequest
+	(*GCResponse)(nil),                 // 42: shardfence.sidecar.v1.GCResponse
+	(*ErrorDetail)(nil),                // 43: shardfence.sidecar.v1.ErrorDetail
 }
 var file_sidecar_v1_sidecar_proto_depIdxs = []int32{
-	0,  // 0: shardfence.sidecar.v1.WatchResponse.kind:type_name -> shardfence.sidecar.v1.WatchEventKind
-	8,  // 1: shardfence.sidecar.v1.WatchResponse.progress:type_name -> shardfence.sidecar.v1.OpenProgress
-	9,  // 2: shardfence.sidecar.v1.WatchResponse.checkpoint_file:type_name -> shardfence.sidecar.v1.CheckpointFile
-	10, // 3: shardfence.sidecar.v1.WatchResponse.ops:type_name -> shardfence.sidecar.v1.OpBatch
-	29, // 4: shardfence.sidecar.v1.WatchResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	7,  // 5: shardfence.sidecar.v1.WatchResponse.restore_point:type_name -> shardfence.sidecar.v1.RestorePoint
-	1,  // 6: shardfence.sidecar.v1.ShardSettings.mode:type_name -> shardfence.sidecar.v1.FencingMode
-	2,  // 7: shardfence.sidecar.v1.ShardSettings.ack_order:type_name -> shardfence.sidecar.v1.AckOrder
-	5,  // 8: shardfence.sidecar.v1.OpenRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	7,  // 9: shardfence.sidecar.v1.Opened.restore_point:type_name -> shardfence.sidecar.v1.RestorePoint
-	29, // 10: shardfence.sidecar.v1.Opened.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	8,  // 11: shardfence.sidecar.v1.OpenResponse.progress:type_name -> shardfence.sidecar.v1.OpenProgress
-	9,  // 12: shardfence.sidecar.v1.OpenResponse.checkpoint_file:type_name -> shardfence.sidecar.v1.CheckpointFile
-	10, // 13: shardfence.sidecar.v1.OpenResponse.ops:type_name -> shardfence.sidecar.v1.OpBatch
-	11, // 14: shardfence.sidecar.v1.OpenResponse.opened:type_name -> shardfence.sidecar.v1.Opened
-	14, // 15: shardfence.sidecar.v1.AppendStreamResponse.ack:type_name -> shardfence.sidecar.v1.AppendResponse
-	17, // 16: shardfence.sidecar.v1.AppendStreamResponse.refused:type_name -> shardfence.sidecar.v1.AppendRefusal
-	16, // 17: shardfence.sidecar.v1.AppendStreamResponse.more:type_name -> shardfence.sidecar.v1.AppendStreamResponse
-	39, // 18: shardfence.sidecar.v1.AppendRefusal.detail:type_name -> shardfence.sidecar.v1.ErrorDetail
-	10, // 19: shardfence.sidecar.v1.ReadResponse.batch:type_name -> shardfence.sidecar.v1.OpBatch
-	9,  // 20: shardfence.sidecar.v1.PublishCheckpointRequest.files:type_name -> shardfence.sidecar.v1.CheckpointFile
-	5,  // 21: shardfence.sidecar.v1.AdoptHandoffRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	29, // 22: shardfence.sidecar.v1.AdoptHandoffResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	5,  // 23: shardfence.sidecar.v1.ShardStatus.settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	29, // 24: shardfence.sidecar.v1.StatusResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	29, // 25: shardfence.sidecar.v1.CloseResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	34, // 26: shardfence.sidecar.v1.InspectResponse.fence_keys:type_name -> shardfence.sidecar.v1.FenceKey
-	35, // 27: shardfence.sidecar.v1.InspectResponse.translog:type_name -> shardfence.sidecar.v1.TermGens
-	5,  // 28: shardfence.sidecar.v1.InspectResponse.stored_settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	6,  // 29: shardfence.sidecar.v1.SidecarService.Open:input_type -> shardfence.sidecar.v1.OpenRequest
-	13, // 30: shardfence.sidecar.v1.SidecarService.Append:input_type -> shardfence.sidecar.v1.AppendRequest
-	15, // 31: shardfence.sidecar.v1.SidecarService.AppendStream:input_type -> shardfence.sidecar.v1.AppendStreamRequest
-	18, // 32: shardfence.sidecar.v1.SidecarService.Read:input_type -> shardfence.sidecar.v1.ReadRequest
-	20, // 33: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:input_type -> shardfence.sidecar.v1.PublishCheckpointRequest
-	22, // 34: shardfence.sidecar.v1.SidecarService.StartHandoff:input_type -> shardfence.sidecar.v1.StartHandoffRequest
-	24, // 35: shardfence.sidecar.v1.SidecarService.AdoptHandoff:input_type -> shardfence.sidecar.v1.AdoptHandoffRequest
-	26, // 36: shardfence.sidecar.v1.SidecarService.AbortHandoff:input_type -> shardfence.sidecar.v1.AbortHandoffRequest
-	28, // 37: shardfence.sidecar.v1.SidecarService.Status:input_type -> shardfence.sidecar.v1.StatusRequest
-	31, // 38: shardfence.sidecar.v1.SidecarService.Close:input_type -> shardfence.sidecar.v1.CloseRequest
-	33, // 39: shardfence.sidecar.v1.SidecarService.Inspect:input_type -> shardfence.sidecar.v1.InspectRequest
-	37, // 40: shardfence.sidecar.v1.SidecarService.GC:input_type -> shardfence.sidecar.v1.GCRequest
-	3,  // 41: shardfence.sidecar.v1.SidecarService.Watch:input_type -> shardfence.sidecar.v1.WatchRequest
-	12, // 42: shardfence.sidecar.v1.SidecarService.Open:output_type -> shardfence.sidecar.v1.OpenResponse
-	14, // 43: shardfence.sidecar.v1.SidecarService.Append:output_type -> shardfence.sidecar.v1.AppendResponse
-	16, // 44: shardfence.sidecar.v1.SidecarService.AppendStream:output_type -> shardfence.sidecar.v1.AppendStreamResponse
-	19, // 45: shardfence.sidecar.v1.SidecarService.Read:output_type -> shardfence.sidecar.v1.ReadResponse
-	21, // 46: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:output_type -> shardfence.sidecar.v1.PublishCheckpointResponse
-	23, // 47: shardfence.sidecar.v1.SidecarService.StartHandoff:output_type -> shardfence.sidecar.v1.StartHandoffResponse
-	25, // 48: shardfence.sidecar.v1.SidecarService.AdoptHandoff:output_type -> shardfence.sidecar.v1.AdoptHandoffResponse
-	27, // 49: shardfence.sidecar.v1.SidecarService.AbortHandoff:output_type -> shardfence.sidecar.v1.AbortHandoffResponse
-	30, // 50: shardfence.sidecar.v1.SidecarService.Status:output_type -> shardfence.sidecar.v1.StatusResponse
-	32, // 51: shardfence.sidecar.v1.SidecarService.Close:output_type -> shardfence.sidecar.v1.CloseResponse
-	36, // 52: shardfence.sidecar.v1.SidecarService.Inspect:output_type -> shardfence.sidecar.v1.InspectResponse
-	38, // 53: shardfence.sidecar.v1.SidecarService.GC:output_type -> shardfence.sidecar.v1.GCResponse
-	4,  // 54: shardfence.sidecar.v1.SidecarService.Watch:output_type -> shardfence.sidecar.v1.WatchResponse
-	42, // [42:55] is the sub-list for method output_type
-	29, // [29:42] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	6,  // 0: shardfence.sidecar.v1.CheckpointManifest.files:type_name -> shardfence.sidecar.v1.CheckpointFileInfo
+	0,  // 1: shardfence.sidecar.v1.WatchResponse.kind:type_name -> shardfence.sidecar.v1.WatchEventKind
+	12, // 2: shardfence.sidecar.v1.WatchResponse.progress:type_name -> shardfence.sidecar.v1.OpenProgress
+	13, // 3: shardfence.sidecar.v1.WatchResponse.checkpoint_file:type_name -> shardfence.sidecar.v1.CheckpointFile
+	14, // 4: shardfence.sidecar.v1.WatchResponse.ops:type_name -> shardfence.sidecar.v1.OpBatch
+	33, // 5: shardfence.sidecar.v1.WatchResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	11, // 6: shardfence.sidecar.v1.WatchResponse.restore_point:type_name -> shardfence.sidecar.v1.RestorePoint
+	1,  // 7: shardfence.sidecar.v1.ShardSettings.mode:type_name -> shardfence.sidecar.v1.FencingMode
+	2,  // 8: shardfence.sidecar.v1.ShardSettings.ack_order:type_name -> shardfence.sidecar.v1.AckOrder
+	9,  // 9: shardfence.sidecar.v1.OpenRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	11, // 10: shardfence.sidecar.v1.Opened.restore_point:type_name -> shardfence.sidecar.v1.RestorePoint
+	33, // 11: shardfence.sidecar.v1.Opened.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	5,  // 12: shardfence.sidecar.v1.Opened.checkpoint:type_name -> shardfence.sidecar.v1.CheckpointManifest
+	12, // 13: shardfence.sidecar.v1.OpenResponse.progress:type_name -> shardfence.sidecar.v1.OpenProgress
+	13, // 14: shardfence.sidecar.v1.OpenResponse.checkpoint_file:type_name -> shardfence.sidecar.v1.CheckpointFile
+	14, // 15: shardfence.sidecar.v1.OpenResponse.ops:type_name -> shardfence.sidecar.v1.OpBatch
+	15, // 16: shardfence.sidecar.v1.OpenResponse.opened:type_name -> shardfence.sidecar.v1.Opened
+	18, // 17: shardfence.sidecar.v1.AppendStreamResponse.ack:type_name -> shardfence.sidecar.v1.AppendResponse
+	21, // 18: shardfence.sidecar.v1.AppendStreamResponse.refused:type_name -> shardfence.sidecar.v1.AppendRefusal
+	20, // 19: shardfence.sidecar.v1.AppendStreamResponse.more:type_name -> shardfence.sidecar.v1.AppendStreamResponse
+	43, // 20: shardfence.sidecar.v1.AppendRefusal.detail:type_name -> shardfence.sidecar.v1.ErrorDetail
+	14, // 21: shardfence.sidecar.v1.ReadResponse.batch:type_name -> shardfence.sidecar.v1.OpBatch
+	13, // 22: shardfence.sidecar.v1.PublishCheckpointRequest.files:type_name -> shardfence.sidecar.v1.CheckpointFile
+	9,  // 23: shardfence.sidecar.v1.AdoptHandoffRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	33, // 24: shardfence.sidecar.v1.AdoptHandoffResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	9,  // 25: shardfence.sidecar.v1.ShardStatus.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	33, // 26: shardfence.sidecar.v1.StatusResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	33, // 27: shardfence.sidecar.v1.CloseResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	38, // 28: shardfence.sidecar.v1.InspectResponse.fence_keys:type_name -> shardfence.sidecar.v1.FenceKey
+	39, // 29: shardfence.sidecar.v1.InspectResponse.translog:type_name -> shardfence.sidecar.v1.TermGens
+	9,  // 30: shardfence.sidecar.v1.InspectResponse.stored_settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	10, // 31: shardfence.sidecar.v1.SidecarService.Open:input_type -> shardfence.sidecar.v1.OpenRequest
+	17, // 32: shardfence.sidecar.v1.SidecarService.Append:input_type -> shardfence.sidecar.v1.AppendRequest
+	19, // 33: shardfence.sidecar.v1.SidecarService.AppendStream:input_type -> shardfence.sidecar.v1.AppendStreamRequest
+	22, // 34: shardfence.sidecar.v1.SidecarService.Read:input_type -> shardfence.sidecar.v1.ReadRequest
+	24, // 35: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:input_type -> shardfence.sidecar.v1.PublishCheckpointRequest
+	26, // 36: shardfence.sidecar.v1.SidecarService.StartHandoff:input_type -> shardfence.sidecar.v1.StartHandoffRequest
+	28, // 37: shardfence.sidecar.v1.SidecarService.AdoptHandoff:input_type -> shardfence.sidecar.v1.AdoptHandoffRequest
+	30, // 38: shardfence.sidecar.v1.SidecarService.AbortHandoff:input_type -> shardfence.sidecar.v1.AbortHandoffRequest
+	32, // 39: shardfence.sidecar.v1.SidecarService.Status:input_type -> shardfence.sidecar.v1.StatusRequest
+	35, // 40: shardfence.sidecar.v1.SidecarService.Close:input_type -> shardfence.sidecar.v1.CloseRequest
+	37, // 41: shardfence.sidecar.v1.SidecarService.Inspect:input_type -> shardfence.sidecar.v1.InspectRequest
+	41, // 42: shardfence.sidecar.v1.SidecarService.GC:input_type -> shardfence.sidecar.v1.GCRequest
+	7,  // 43: shardfence.sidecar.v1.SidecarService.Watch:input_type -> shardfence.sidecar.v1.WatchRequest
+	3,  // 44: shardfence.sidecar.v1.SidecarService.ReadCheckpointFile:input_type -> shardfence.sidecar.v1.ReadCheckpointFileRequest
+	16, // 45: shardfence.sidecar.v1.SidecarService.Open:output_type -> shardfence.sidecar.v1.OpenResponse
+	18, // 46: shardfence.sidecar.v1.SidecarService.Append:output_type -> shardfence.sidecar.v1.AppendResponse
+	20, // 47: shardfence.sidecar.v1.SidecarService.AppendStream:output_type -> shardfence.sidecar.v1.AppendStreamResponse
+	23, // 48: shardfence.sidecar.v1.SidecarService.Read:output_type -> shardfence.sidecar.v1.ReadResponse
+	25, // 49: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:output_type -> shardfence.sidecar.v1.PublishCheckpointResponse
+	27, // 50: shardfence.sidecar.v1.SidecarService.StartHandoff:output_type -> shardfence.sidecar.v1.StartHandoffResponse
+	29, // 51: shardfence.sidecar.v1.SidecarService.AdoptHandoff:output_type -> shardfence.sidecar.v1.AdoptHandoffResponse
+	31, // 52: shardfence.sidecar.v1.SidecarService.AbortHandoff:output_type -> shardfence.sidecar.v1.AbortHandoffResponse
+	34, // 53: shardfence.sidecar.v1.SidecarService.Status:output_type -> shardfence.sidecar.v1.StatusResponse
+	36, // 54: shardfence.sidecar.v1.SidecarService.Close:output_type -> shardfence.sidecar.v1.CloseResponse
+	40, // 55: shardfence.sidecar.v1.SidecarService.Inspect:output_type -> shardfence.sidecar.v1.InspectResponse
+	42, // 56: shardfence.sidecar.v1.SidecarService.GC:output_type -> shardfence.sidecar.v1.GCResponse
+	8,  // 57: shardfence.sidecar.v1.SidecarService.Watch:output_type -> shardfence.sidecar.v1.WatchResponse
+	4,  // 58: shardfence.sidecar.v1.SidecarService.ReadCheckpointFile:output_type -> shardfence.sidecar.v1.ReadCheckpointFileResponse
+	45, // [45:59] is the sub-list for method output_type
+	31, // [31:45] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_sidecar_v1_sidecar_proto_init() }
@@ -3163,7 +3597,7 @@ func file_sidecar_v1_sidecar_proto_init() {
 	if File_sidecar_v1_sidecar_proto != nil {
 		return
 	}
-	file_sidecar_v1_sidecar_proto_msgTypes[9].OneofWrappers = []any{
+	file_sidecar_v1_sidecar_proto_msgTypes[13].OneofWrappers = []any{
 		(*OpenResponse_Progress)(nil),
 		(*OpenResponse_CheckpointFile)(nil),
 		(*OpenResponse_Ops)(nil),
@@ -3175,7 +3609,7 @@ func file_sidecar_v1_sidecar_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sidecar_v1_sidecar_proto_rawDesc), len(file_sidecar_v1_sidecar_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   37,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

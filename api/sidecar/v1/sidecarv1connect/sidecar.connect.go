@@ -68,6 +68,9 @@ const (
 	SidecarServiceGCProcedure = "/shardfence.sidecar.v1.SidecarService/GC"
 	// SidecarServiceWatchProcedure is the fully-qualified name of the SidecarService's Watch RPC.
 	SidecarServiceWatchProcedure = "/shardfence.sidecar.v1.SidecarService/Watch"
+	// SidecarServiceReadCheckpointFileProcedure is the fully-qualified name of the SidecarService's
+	// ReadCheckpointFile RPC.
+	SidecarServiceReadCheckpointFileProcedure = "/shardfence.sidecar.v1.SidecarService/ReadCheckpointFile"
 )
 
 // SidecarServiceClient is a client for the shardfence.sidecar.v1.SidecarService service.
@@ -128,6 +131,16 @@ type SidecarServiceClient interface {
 	// off (resource_exhausted): it calls Watch again and Reads what it
 	// missed.
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
+	// ReadCheckpointFile reads length bytes of a file of the checkpoint a
+	// warm Open restored (OpenRequest.warm), from offset, in chunks, in
+	// order. While the shard is partial the bytes come from the sidecar's
+	// block cache or, block by block, from the store (ranged reads pinned
+	// to the file's version); once it is full, from its local copy. Every
+	// block is checked against its checksum before it is sent, and no
+	// partial block is ever sent. A range that ends past the file is
+	// out_of_range, a file the manifest does not list no_such_file, a
+	// block whose store copy is bad too corrupt.
+	ReadCheckpointFile(context.Context, *connect.Request[v1.ReadCheckpointFileRequest]) (*connect.ServerStreamForClient[v1.ReadCheckpointFileResponse], error)
 }
 
 // NewSidecarServiceClient constructs a client for the shardfence.sidecar.v1.SidecarService service.
@@ -219,24 +232,31 @@ func NewSidecarServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sidecarServiceMethods.ByName("Watch")),
 			connect.WithClientOptions(opts...),
 		),
+		readCheckpointFile: connect.NewClient[v1.ReadCheckpointFileRequest, v1.ReadCheckpointFileResponse](
+			httpClient,
+			baseURL+SidecarServiceReadCheckpointFileProcedure,
+			connect.WithSchema(sidecarServiceMethods.ByName("ReadCheckpointFile")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // sidecarServiceClient implements SidecarServiceClient.
 type sidecarServiceClient struct {
-	open              *connect.Client[v1.OpenRequest, v1.OpenResponse]
-	append            *connect.Client[v1.AppendRequest, v1.AppendResponse]
-	appendStream      *connect.Client[v1.AppendStreamRequest, v1.AppendStreamResponse]
-	read              *connect.Client[v1.ReadRequest, v1.ReadResponse]
-	publishCheckpoint *connect.Client[v1.PublishCheckpointRequest, v1.PublishCheckpointResponse]
-	startHandoff      *connect.Client[v1.StartHandoffRequest, v1.StartHandoffResponse]
-	adoptHandoff      *connect.Client[v1.AdoptHandoffRequest, v1.AdoptHandoffResponse]
-	abortHandoff      *connect.Client[v1.AbortHandoffRequest, v1.AbortHandoffResponse]
-	status            *connect.Client[v1.StatusRequest, v1.StatusResponse]
-	close             *connect.Client[v1.CloseRequest, v1.CloseResponse]
-	inspect           *connect.Client[v1.InspectRequest, v1.InspectResponse]
-	gC                *connect.Client[v1.GCRequest, v1.GCResponse]
-	watch             *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	open               *connect.Client[v1.OpenRequest, v1.OpenResponse]
+	append             *connect.Client[v1.AppendRequest, v1.AppendResponse]
+	appendStream       *connect.Client[v1.AppendStreamRequest, v1.AppendStreamResponse]
+	read               *connect.Client[v1.ReadRequest, v1.ReadResponse]
+	publishCheckpoint  *connect.Client[v1.PublishCheckpointRequest, v1.PublishCheckpointResponse]
+	startHandoff       *connect.Client[v1.StartHandoffRequest, v1.StartHandoffResponse]
+	adoptHandoff       *connect.Client[v1.AdoptHandoffRequest, v1.AdoptHandoffResponse]
+	abortHandoff       *connect.Client[v1.AbortHandoffRequest, v1.AbortHandoffResponse]
+	status             *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	close              *connect.Client[v1.CloseRequest, v1.CloseResponse]
+	inspect            *connect.Client[v1.InspectRequest, v1.InspectResponse]
+	gC                 *connect.Client[v1.GCRequest, v1.GCResponse]
+	watch              *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	readCheckpointFile *connect.Client[v1.ReadCheckpointFileRequest, v1.ReadCheckpointFileResponse]
 }
 
 // Open calls shardfence.sidecar.v1.SidecarService.Open.
@@ -304,6 +324,11 @@ func (c *sidecarServiceClient) Watch(ctx context.Context, req *connect.Request[v
 	return c.watch.CallServerStream(ctx, req)
 }
 
+// ReadCheckpointFile calls shardfence.sidecar.v1.SidecarService.ReadCheckpointFile.
+func (c *sidecarServiceClient) ReadCheckpointFile(ctx context.Context, req *connect.Request[v1.ReadCheckpointFileRequest]) (*connect.ServerStreamForClient[v1.ReadCheckpointFileResponse], error) {
+	return c.readCheckpointFile.CallServerStream(ctx, req)
+}
+
 // SidecarServiceHandler is an implementation of the shardfence.sidecar.v1.SidecarService service.
 type SidecarServiceHandler interface {
 	// Open claims the shard at term for allocation_id, seals its predecessors,
@@ -362,6 +387,16 @@ type SidecarServiceHandler interface {
 	// off (resource_exhausted): it calls Watch again and Reads what it
 	// missed.
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
+	// ReadCheckpointFile reads length bytes of a file of the checkpoint a
+	// warm Open restored (OpenRequest.warm), from offset, in chunks, in
+	// order. While the shard is partial the bytes come from the sidecar's
+	// block cache or, block by block, from the store (ranged reads pinned
+	// to the file's version); once it is full, from its local copy. Every
+	// block is checked against its checksum before it is sent, and no
+	// partial block is ever sent. A range that ends past the file is
+	// out_of_range, a file the manifest does not list no_such_file, a
+	// block whose store copy is bad too corrupt.
+	ReadCheckpointFile(context.Context, *connect.Request[v1.ReadCheckpointFileRequest], *connect.ServerStream[v1.ReadCheckpointFileResponse]) error
 }
 
 // NewSidecarServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -449,6 +484,12 @@ func NewSidecarServiceHandler(svc SidecarServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sidecarServiceMethods.ByName("Watch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sidecarServiceReadCheckpointFileHandler := connect.NewServerStreamHandler(
+		SidecarServiceReadCheckpointFileProcedure,
+		svc.ReadCheckpointFile,
+		connect.WithSchema(sidecarServiceMethods.ByName("ReadCheckpointFile")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/shardfence.sidecar.v1.SidecarService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SidecarServiceOpenProcedure:
@@ -477,6 +518,8 @@ func NewSidecarServiceHandler(svc SidecarServiceHandler, opts ...connect.Handler
 			sidecarServiceGCHandler.ServeHTTP(w, r)
 		case SidecarServiceWatchProcedure:
 			sidecarServiceWatchHandler.ServeHTTP(w, r)
+		case SidecarServiceReadCheckpointFileProcedure:
+			sidecarServiceReadCheckpointFileHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -536,4 +579,8 @@ func (UnimplementedSidecarServiceHandler) GC(context.Context, *connect.Request[v
 
 func (UnimplementedSidecarServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.sidecar.v1.SidecarService.Watch is not implemented"))
+}
+
+func (UnimplementedSidecarServiceHandler) ReadCheckpointFile(context.Context, *connect.Request[v1.ReadCheckpointFileRequest], *connect.ServerStream[v1.ReadCheckpointFileResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.sidecar.v1.SidecarService.ReadCheckpointFile is not implemented"))
 }

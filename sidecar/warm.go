@@ -1,0 +1,594 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/steady"
+	"github.com/shardfence/shardfence/seal"
+)
+
+// warmShard serves the checkpoint of a shard opened warm: its files block
+// by block, from the shard's verified local copy, the sidecar's block
+// cache, or the store (ranged reads pinned to the version first read),
+// while a background hydration copies every file locally and verifies it
+// against the manifest, then turns the shard full.
+type warmShard struct {
+	shard    string
+	term     int64
+	store    *blobstore.Container
+	manifest *seal.Manifest // nil: no checkpoint to serve
+	files    map[string]*warmFile
+	// dir holds the local copies; "" when the cache folder could not be
+	// made (every read goes to the store then).
+	dir       string
+	blockSize int64
+	cache     *blockCache // nil: no cache
+	fetchSem  chan struct{}
+	backoff   retry.Backoff
+	clock     steady.Clock
+	metrics   *metrics
+	log       func(msg string, args ...any)
+
+	ctx    context.Context // ends when the shard closes
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu         sync.Mutex
+	locality   Locality
+	bytesLocal int64
+	hits       int64
+	misses     int64
+	fetches    int64
+	lat        [1024]time.Duration // fetch latencies, a ring
+	latN       int64
+	lastErr    string
+	inflight   map[blockKey]*fetchCall
+	stopped    bool
+}
+
+// warmFile is one checkpoint file and what is known of it.
+type warmFile struct {
+	info seal.ManifestFile
+	key  string // its store key
+
+	mu sync.Mutex
+	// token pins every range of the file to the version first read.
+	token blobstore.Token
+	// sums are the CRC-32C of each block as first fetched (known[i]), so
+	// a block fetched again must come back the same.
+	sums  []uint32
+	known []bool
+	// local is the verified local copy ("" until hydrated); bad is why
+	// the file cannot be served (its store copy is corrupt).
+	local string
+	bad   error
+}
+
+type fetchCall struct {
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+// warmConfig is what a warm shard takes from its server.
+type warmConfig struct {
+	dir       string
+	blockSize int64
+	cache     *blockCache
+	fetchSem  chan struct{}
+	metrics   *metrics
+	log       func(msg string, args ...any)
+}
+
+func newWarmShard(shard string, term int64, store *blobstore.Container, m *seal.Manifest, cfg warmConfig) *warmShard {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &warmShard{
+		shard: shard, term: term, store: store, manifest: m, files: map[string]*warmFile{},
+		dir: cfg.dir, blockSize: cfg.blockSize, cache: cfg.cache, fetchSem: cfg.fetchSem,
+		backoff: retry.Backoff{Initial: 20 * time.Millisecond, Max: 2 * time.Second, Attempts: 8},
+		clock:   steady.System(), metrics: cfg.metrics, log: cfg.log,
+		ctx: ctx, cancel: cancel, locality: LocalityPartial, inflight: map[blockKey]*fetchCall{},
+	}
+	if m == nil {
+		w.locality = LocalityFull
+		return w
+	}
+	for _, f := range m.Files {
+		n := w.blocks(f.Size)
+		w.files[f.Name] = &warmFile{info: f, key: seal.FilePrefix(m.Term, m.Gen) + f.Name, sums: make([]uint32, n), known: make([]bool, n)}
+	}
+	if len(m.Files) == 0 {
+		w.locality = LocalityFull
+	}
+	return w
+}
+
+// blocks is how many blocks a file of size bytes has.
+func (w *warmShard) blocks(size int64) int64 { return (size + w.blockSize - 1) / w.blockSize }
+
+// WarmStats is what Status reports of warm serving.
+type WarmStats struct {
+	Locality   Locality
+	BytesLocal int64
+	BytesTotal int64
+	Hits       int64
+	Misses     int64
+	Fetches    int64
+	FetchP50   time.Duration
+	FetchP99   time.Duration
+	Err        string
+}
+
+func (w *warmShard) stats() WarmStats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := WarmStats{Locality: w.locality, BytesLocal: w.bytesLocal, Hits: w.hits, Misses: w.misses, Fetches: w.fetches, Err: w.lastErr}
+	if w.manifest != nil {
+		st.BytesTotal = w.manifest.Bytes()
+	}
+	n := int(min(w.latN, int64(len(w.lat))))
+	if n > 0 {
+		s := slices.Clone(w.lat[:n])
+		slices.Sort(s)
+		st.FetchP50, st.FetchP99 = s[(n-1)/2], s[(n-1)*99/100]
+	}
+	return st
+}
+
+func (w *warmShard) noteErr(err error) {
+	w.mu.Lock()
+	w.lastErr = clipN(err.Error(), maxErrorMessage)
+	w.mu.Unlock()
+}
+
+func (w *warmShard) isStopped() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stopped
+}
+
+// stop ends the background work and waits for it, then removes the local
+// copies and the shard's cached blocks.
+func (w *warmShard) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
+	w.cancel()
+	w.wg.Wait()
+	if w.cache != nil {
+		w.cache.dropShard(w.shard, w.term)
+	}
+	if w.dir != "" {
+		_ = os.RemoveAll(w.dir)
+	}
+}
+
+// file is the manifest's file name, or ErrNoSuchFile.
+func (w *warmShard) file(name string) (*warmFile, error) {
+	if w.manifest == nil {
+		return nil, ErrNotWarm
+	}
+	f, ok := w.files[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q is not in the manifest of checkpoint %s", ErrNoSuchFile, clip(name), w.manifest.Key())
+	}
+	return f, nil
+}
+
+// read calls emit with the bytes of name from off, length bytes (0: to
+// the end), in block-sized chunks, in order. Every chunk is part of a
+// whole block whose checksum was checked.
+func (w *warmShard) read(ctx context.Context, name string, off, length int64, emit func(off int64, data []byte, size int64) error) error {
+	f, err := w.file(name)
+	if err != nil {
+		return err
+	}
+	size := f.info.Size
+	if off < 0 || length < 0 {
+		return fmt.Errorf("%w: offset %d, length %d", ErrInvalidArgument, off, length)
+	}
+	if length == 0 {
+		length = size - off
+	}
+	if off > size || length < 0 || off+length > size {
+		return fmt.Errorf("%w: %q is %d bytes, the range is %d..%d", ErrOutOfRange, clip(name), size, off, off+max(length, 0))
+	}
+	if length == 0 {
+		return emit(off, nil, size)
+	}
+	for idx := off / w.blockSize; idx*w.blockSize < off+length; idx++ {
+		b, err := w.block(ctx, f, idx)
+		if err != nil {
+			return err
+		}
+		start := idx * w.blockSize
+		lo, hi := max(off, start)-start, min(off+length, start+int64(len(b)))-start
+		if err := emit(start+lo, b[lo:hi], size); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// block returns block idx of f, whole and verified: from the local copy,
+// the cache, or the store.
+func (w *warmShard) block(ctx context.Context, f *warmFile, idx int64) ([]byte, error) {
+	f.mu.Lock()
+	local, bad := f.local, f.bad
+	f.mu.Unlock()
+	if bad != nil {
+		return nil, bad
+	}
+	key := blockKey{shard: w.shard, term: w.term, file: f.info.Name, index: idx}
+	if local != "" {
+		b, err := w.readLocal(f, local, idx)
+		if err == nil {
+			w.hit()
+			return b, nil
+		}
+		w.noteErr(err)
+		w.log("local checkpoint copy unreadable, reading the store", "shard", w.shard, "file", f.info.Name, "block", idx, "error", err.Error())
+	} else if w.cache != nil {
+		b, ok, err := w.cache.get(key)
+		switch {
+		case err != nil:
+			w.noteErr(err)
+			w.log("cached block corrupt, fetching it again", "shard", w.shard, "file", f.info.Name, "block", idx, "error", err.Error())
+			if w.metrics != nil {
+				w.metrics.cacheCorrupt.Inc()
+			}
+		case ok && w.matches(f, idx, b):
+			w.hit()
+			return b, nil
+		}
+	}
+	return w.fetchShared(ctx, f, key)
+}
+
+func (w *warmShard) hit() {
+	w.mu.Lock()
+	w.hits++
+	w.mu.Unlock()
+	if w.metrics != nil {
+		w.metrics.cacheHits.Inc()
+	}
+}
+
+// matches reports whether b is block idx as first fetched.
+func (w *warmShard) matches(f *warmFile, idx int64, b []byte) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.known[idx] || f.sums[idx] == blockSum(b)
+}
+
+// readLocal reads block idx of the hydrated copy at path and checks it.
+func (w *warmShard) readLocal(f *warmFile, path string, idx int64) ([]byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	n := min(w.blockSize, f.info.Size-idx*w.blockSize)
+	b := make([]byte, n)
+	if _, err := fh.ReadAt(b, idx*w.blockSize); err != nil {
+		return nil, fmt.Errorf("local copy of %q: %w", f.info.Name, err)
+	}
+	if !w.matches(f, idx, b) {
+		return nil, fmt.Errorf("local copy of %q: block %d does not match its checksum", f.info.Name, idx)
+	}
+	return b, nil
+}
+
+// fetchShared fetches a block from the store once for every concurrent
+// reader of it. The fetch runs for the shard, not for the reader that
+// started it: a reader that goes away leaves it to the others (and to the
+// cache).
+func (w *warmShard) fetchShared(ctx context.Context, f *warmFile, key blockKey) ([]byte, error) {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return nil, fmt.Errorf("%w: the shard closed", ErrShardNotOpen)
+	}
+	c, ok := w.inflight[key]
+	if !ok {
+		c = &fetchCall{done: make(chan struct{})}
+		w.inflight[key] = c
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			c.data, c.err = w.fetch(w.ctx, f, key)
+			w.mu.Lock()
+			delete(w.inflight, key)
+			w.mu.Unlock()
+			close(c.done)
+		}()
+	}
+	w.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.data, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// fetch reads block key.index of f from the store with a ranged read
+// pinned to the file's version, retrying store trouble (a stream cut
+// short included) with backoff; a block is returned whole or not at all.
+// A block that differs from its first fetch, a file of another size,
+// missing or replaced is ErrCorruptCheckpoint.
+func (w *warmShard) fetch(ctx context.Context, f *warmFile, key blockKey) ([]byte, error) {
+	select {
+	case w.fetchSem <- struct{}{}:
+		defer func() { <-w.fetchSem }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	start := time.Now()
+	off := key.index * w.blockSize
+	n := min(w.blockSize, f.info.Size-off)
+	buf := make([]byte, n)
+	corrupt := func(format string, args ...any) error {
+		err := fmt.Errorf("%w: %q (%s): %s", ErrCorruptCheckpoint, f.info.Name, f.key, fmt.Sprintf(format, args...))
+		return err
+	}
+	err := retry.Do(ctx, w.clock, w.backoff, func(ctx context.Context) error {
+		f.mu.Lock()
+		pin := f.token
+		f.mu.Unlock()
+		rc, attrs, err := w.store.NewRangeReader(ctx, f.key, off, n, pin)
+		switch {
+		case errors.Is(err, blobstore.ErrNotFound):
+			return corrupt("missing in the store")
+		case errors.Is(err, blobstore.ErrPreconditionFailed):
+			return corrupt("replaced in the store since its first read (version %s)", pin)
+		case errors.Is(err, blobstore.ErrInvalidRange):
+			return corrupt("shorter in the store than the manifest's %d bytes", f.info.Size)
+		case err != nil:
+			return err
+		}
+		defer rc.Close()
+		if attrs.Size != f.info.Size {
+			return corrupt("%d bytes in the store, the manifest says %d", attrs.Size, f.info.Size)
+		}
+		if pin == "" && attrs.Token != "" {
+			f.mu.Lock()
+			if f.token == "" {
+				f.token = attrs.Token
+			} else if f.token != attrs.Token {
+				f.mu.Unlock()
+				return corrupt("two versions read (%s and %s)", f.token, attrs.Token)
+			}
+			f.mu.Unlock()
+		}
+		if _, err := io.ReadFull(rc, buf); err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+				return blobstore.Unavailable(fmt.Errorf("block %d of %q: the stream ended early: %w", key.index, f.info.Name, err))
+			}
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrCorruptCheckpoint) {
+			f.mu.Lock()
+			f.bad = err
+			f.mu.Unlock()
+		}
+		return nil, err
+	}
+	sum := blockSum(buf)
+	f.mu.Lock()
+	switch {
+	case f.known[key.index] && f.sums[key.index] != sum:
+		err = corrupt("block %d reads %08x now, %08x when first fetched", key.index, sum, f.sums[key.index])
+	case int64(len(f.sums)) == 1 && sum != f.info.CRC32C:
+		// A one-block file is verified against the manifest right away.
+		err = corrupt("checksum %08x, the manifest says %08x", sum, f.info.CRC32C)
+	}
+	if err != nil {
+		f.bad = err
+		f.mu.Unlock()
+		return nil, err
+	}
+	f.sums[key.index], f.known[key.index] = sum, true
+	f.mu.Unlock()
+	took := time.Since(start)
+	w.mu.Lock()
+	w.misses++
+	w.fetches++
+	w.lat[w.latN%int64(len(w.lat))] = took
+	w.latN++
+	w.mu.Unlock()
+	if w.metrics != nil {
+		w.metrics.cacheMisses.Inc()
+		w.metrics.fetchLatency.Observe(took.Seconds())
+	}
+	if w.cache != nil {
+		if err := w.cache.put(key, buf); err != nil {
+			// Served anyway: the shard stays readable from the store.
+			w.noteErr(err)
+			if w.metrics != nil {
+				w.metrics.cacheWriteErrors.Inc()
+			}
+		} else if w.stats().Locality == LocalityFull || w.isStopped() {
+			// The hydration finished (or the shard closed) while this
+			// block was fetched, and dropped the shard's blocks before it.
+			w.cache.remove(key)
+		}
+	}
+	return buf, nil
+}
+
+// hydrate copies every file the shard does not hold yet into its folder,
+// par at a time, verifying each against the manifest, and turns the
+// shard full once all are local. Store and disk trouble is retried with
+// backoff until the shard closes; a corrupt file stops its own copy.
+func (w *warmShard) hydrate(par int, onFull func()) {
+	if w.manifest == nil || len(w.manifest.Files) == 0 {
+		onFull()
+		return
+	}
+	if par < 1 || w.dir == "" {
+		return
+	}
+	names := make(chan *warmFile)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	left := len(w.manifest.Files)
+	for range par {
+		wg.Go(func() {
+			for f := range names {
+				if err := w.hydrateFile(f); err != nil {
+					continue
+				}
+				mu.Lock()
+				left--
+				full := left == 0
+				mu.Unlock()
+				if full {
+					w.mu.Lock()
+					w.locality = LocalityFull
+					w.mu.Unlock()
+					if w.cache != nil {
+						w.cache.dropShard(w.shard, w.term)
+					}
+					onFull()
+				}
+			}
+		})
+	}
+	for _, mf := range w.manifest.Files {
+		select {
+		case names <- w.files[mf.Name]:
+		case <-w.ctx.Done():
+		}
+	}
+	close(names)
+	wg.Wait()
+}
+
+// hydrateFile copies f into the shard's folder until it is verified, the
+// file turns out corrupt, or the shard closes.
+func (w *warmShard) hydrateFile(f *warmFile) error {
+	path := filepath.Join(w.dir, filepath.FromSlash(f.info.Name))
+	for attempt := 1; ; attempt++ {
+		err := w.copyFile(f, path)
+		if err == nil {
+			return nil
+		}
+		_ = os.Remove(path)
+		if w.ctx.Err() != nil {
+			return w.ctx.Err()
+		}
+		w.noteErr(err)
+		if errors.Is(err, ErrCorruptCheckpoint) {
+			f.mu.Lock()
+			f.bad = err
+			f.mu.Unlock()
+			w.log("checkpoint file corrupt, not hydrated", "shard", w.shard, "file", f.info.Name, "error", err.Error())
+			return err
+		}
+		w.log("hydrating a checkpoint file failed, retrying", "shard", w.shard, "file", f.info.Name, "attempt", attempt, "error", err.Error())
+		d := (retry.Backoff{Initial: 100 * time.Millisecond, Max: 30 * time.Second}).Delay(attempt)
+		if steady.Sleep(w.ctx, w.clock, d) != nil {
+			return w.ctx.Err()
+		}
+	}
+}
+
+// copyFile streams f from the store (pinned to its version once known)
+// into path, computing each block's checksum and the file's, and makes it
+// the local copy when size and CRC-32C match the manifest and every block
+// matches what on-demand reads were served.
+func (w *warmShard) copyFile(f *warmFile, path string) error {
+	f.mu.Lock()
+	pin := f.token
+	f.mu.Unlock()
+	rc, attrs, err := w.store.NewRangeReader(w.ctx, f.key, 0, -1, pin)
+	switch {
+	case errors.Is(err, blobstore.ErrNotFound):
+		return fmt.Errorf("%w: %q missing in the store", ErrCorruptCheckpoint, f.info.Name)
+	case errors.Is(err, blobstore.ErrPreconditionFailed):
+		return fmt.Errorf("%w: %q replaced in the store since its first read", ErrCorruptCheckpoint, f.info.Name)
+	case err != nil:
+		return err
+	}
+	defer rc.Close()
+	if attrs.Size != f.info.Size {
+		return fmt.Errorf("%w: %q is %d bytes in the store, the manifest says %d", ErrCorruptCheckpoint, f.info.Name, attrs.Size, f.info.Size)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("hydrating %q: %w", f.info.Name, err)
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("hydrating %q: %w", f.info.Name, err)
+	}
+	defer out.Close()
+	whole := crc32.New(castagnoli)
+	sums := make([]uint32, len(f.sums))
+	buf := make([]byte, w.blockSize)
+	var n int64
+	for i := range sums {
+		m, err := io.ReadFull(rc, buf[:min(w.blockSize, f.info.Size-n)])
+		if err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+				return blobstore.Unavailable(fmt.Errorf("%q: the stream ended at %d of %d bytes", f.info.Name, n+int64(m), f.info.Size))
+			}
+			return err
+		}
+		b := buf[:m]
+		sums[i] = blockSum(b)
+		_, _ = whole.Write(b)
+		if _, err := out.Write(b); err != nil {
+			return fmt.Errorf("hydrating %q: %w", f.info.Name, err)
+		}
+		n += int64(m)
+		w.mu.Lock()
+		w.bytesLocal += int64(m)
+		w.mu.Unlock()
+	}
+	counted := n
+	defer func() {
+		if counted > 0 {
+			w.mu.Lock()
+			w.bytesLocal -= counted
+			w.mu.Unlock()
+		}
+	}()
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("hydrating %q: %w", f.info.Name, err)
+	}
+	if got := whole.Sum32(); got != f.info.CRC32C {
+		return fmt.Errorf("%w: %q checksum %08x, the manifest says %08x", ErrCorruptCheckpoint, f.info.Name, got, f.info.CRC32C)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, s := range sums {
+		if f.known[i] && f.sums[i] != s {
+			return fmt.Errorf("%w: %q block %d reads %08x in the whole file, %08x when fetched on demand", ErrCorruptCheckpoint, f.info.Name, i, s, f.sums[i])
+		}
+	}
+	copy(f.sums, sums)
+	for i := range f.known {
+		f.known[i] = true
+	}
+	if f.token == "" {
+		f.token = attrs.Token
+	}
+	f.local = path
+	counted = 0
+	return nil
+}
