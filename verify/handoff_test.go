@@ -204,9 +204,15 @@ func init() {
 // TestRelocation: the relocation package's Handoff, Adopt and Abort racing
 // each other, and a cluster that hands the target the wrong generation.
 func TestRelocation(t *testing.T) {
+	// Under the race detector the search with a fault stops at 2,500
+	// states.
+	b := Bounds{}
+	if raceEnabled && !deep() {
+		b.MaxStates = 2500
+	}
 	runExpectations(t, []expectation{
 		{scenario: "relocation"},
-		{scenario: "relocation-faults"},
+		{scenario: "relocation-faults", bounds: b},
 		{scenario: "wrong-handoff-gap", refuted: true, invariant: "NoAckedWriteLoss"},
 	})
 }

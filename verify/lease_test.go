@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -183,19 +184,19 @@ func init() {
 	for _, c := range []leaseCase{
 		// The shipped write path in lease mode: concurrent order, the
 		// successor waits lease plus margin from its sweep and poisons.
-		{name: "lease-takeover", syncs: 2, order: con, poison: true, wait: full, horizon: 4},
+		{name: "lease-takeover", syncs: 2, order: con, poison: true, wait: full, horizon: 3},
 		{name: "lease-takeover-deep", syncs: 3, order: con, poison: true, wait: full, faults: 1, horizon: 5},
 		// Without the poison only the lease keeps a deposed writer from
 		// acknowledging past the restore point (the sequenced order, the
 		// anchor's design): the wait is what makes it safe.
-		{name: "lease-no-poison", syncs: 2, order: seq, wait: full, horizon: 4},
+		{name: "lease-no-poison", syncs: 2, order: seq, wait: full, horizon: 3},
 		{name: "lease-no-poison-deep", syncs: 2, order: seq, wait: full, faults: 1, horizon: 5},
 		// Wrong successors: a wait one tick shorter than the lease, and the
 		// full wait counted from before the claim instead of from the sweep.
 		{name: "wrong-lease-short-wait", syncs: 2, order: seq, wait: leaseWait{wait: leaseInterval - leaseTick}, horizon: 1},
 		{name: "wrong-lease-wait-from-claim", syncs: 2, order: seq, wait: leaseWait{wait: leaseInterval + leaseMargin, fromClaim: true}, horizon: 3},
 		// The poison alone: the same successor with no wait at all.
-		{name: "lease-no-wait-poison", syncs: 2, order: con, poison: true, horizon: 4},
+		{name: "lease-no-wait-poison", syncs: 2, order: con, poison: true, horizon: 3},
 	} {
 		register(c.scenario())
 	}
@@ -208,12 +209,19 @@ func init() {
 // writer acknowledges without a CAS while its lease lasts; the successor
 // must wait it out from its sweep before it reads the restore point.
 func TestLease(t *testing.T) {
-	runExpectations(t, []expectation{
+	es := []expectation{
 		{scenario: "lease-takeover"},
 		{scenario: "lease-no-poison"},
 		{scenario: "wrong-lease-short-wait", refuted: true, invariant: "NoAckedWriteLoss"},
-		{scenario: "wrong-lease-wait-from-claim", refuted: true, invariant: "NoAckedWriteLoss", bounds: Bounds{MaxStates: 300000}},
+		// Its counterexample needs two ticks before the primary's first
+		// CAS, which the depth-first search reaches after about 32,000
+		// states: too many for the race detector's budget.
+		{scenario: "wrong-lease-wait-from-claim", refuted: true, invariant: "NoAckedWriteLoss", bounds: Bounds{MaxStates: 60000}},
 		{scenario: "lease-no-wait-poison"},
 		{scenario: "lease-recovery"},
-	})
+	}
+	if raceEnabled && !deep() {
+		es = slices.DeleteFunc(es, func(e expectation) bool { return e.scenario == "wrong-lease-wait-from-claim" })
+	}
+	runExpectations(t, es)
 }
