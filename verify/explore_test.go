@@ -191,18 +191,22 @@ func TestRecovery(t *testing.T) {
 // TestCounterexamplesReplay: a printed path replays to the same violation,
 // and a seed to the same schedule, which is what makes a report usable.
 func TestCounterexamplesReplay(t *testing.T) {
-	sc := scenarios["wrong-plain-md"]
-	_, v := Explore(t, sc, Bounds{MaxStates: stateBound()})
-	if v == nil {
-		t.Fatal("wrong-plain-md was not refuted")
-	}
-	path, err := ParsePath(v.PathString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, again := Replay(t, sc, path)
-	if again == nil || again.Err.Error() != v.Err.Error() || strings.Join(again.Trace, "\n") != strings.Join(v.Trace, "\n") {
-		t.Fatalf("replaying %s did not reproduce\n%v\ngot\n%v", v.PathString(), v, again)
+	// One refutation on each kind of schedule: store steps only, ticks of
+	// the scheduled time among them, and the relocation package's.
+	for _, name := range []string{"wrong-plain-md", "wrong-lease-short-wait", "wrong-handoff-gap"} {
+		sc := scenarios[name]
+		_, v := Explore(t, sc, Bounds{MaxStates: stateBound()})
+		if v == nil {
+			t.Fatalf("%s was not refuted", name)
+		}
+		path, err := ParsePath(v.PathString())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, again := Replay(t, sc, path)
+		if again == nil || again.Err.Error() != v.Err.Error() || strings.Join(again.Trace, "\n") != strings.Join(v.Trace, "\n") {
+			t.Fatalf("replaying %s did not reproduce\n%v\ngot\n%v", v.PathString(), v, again)
+		}
 	}
 	walk := scenarios["walk-recovery-race"]
 	run := func() []string {

@@ -66,7 +66,8 @@ func recoverAt(r *Run, w *world, actor string, term int64, n int, gate bool) {
 }
 
 // finalLineage restores the store as the run left it at a term above every
-// claim, outside the schedule, and returns the ops of the lineage.
+// claim, outside the schedule, and returns the ops of the lineage (from the
+// newest lineage checkpoint when there is one).
 func finalLineage(r *Run) ([]string, error) {
 	ctx := context.Background()
 	c := mem.New()
@@ -75,8 +76,7 @@ func finalLineage(r *Run) ([]string, error) {
 			return nil, err
 		}
 	}
-	var ops []string
-	sh, err := recovery.Open(ctx, c, Shard, 1000, "reader", recoveryOpts(&ops))
+	sh, ops, err := recoverWithCheckpoint(ctx, c, 1000, "reader")
 	if err != nil {
 		return nil, err
 	}

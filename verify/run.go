@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing/synctest"
+	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
 )
@@ -47,6 +49,12 @@ type Scenario struct {
 	// MaxSteps bounds one schedule; a schedule still running after it is a
 	// liveness violation. Default 500.
 	MaxSteps int
+	// Tick, when set, puts time in the schedule (clock.go): the actors'
+	// clocks (Run.Clock) move by Tick only when the scheduler ticks.
+	Tick time.Duration
+	// Horizon is how many ticks the scheduler may take at any step; past
+	// it, time moves only when nothing else can happen and a timer waits.
+	Horizon int
 }
 
 // Run is one execution of a scenario.
@@ -62,10 +70,17 @@ type Run struct {
 	notes   []string
 	answers []Answer
 	faults  int
+
+	tmu    sync.Mutex // scheduled time (clock.go)
+	now    int64
+	timers []*timer
+	clocks map[string]*Clock
+	// timeEnded: the schedule ended; every wait ends at once.
+	timeEnded bool
 }
 
 func newRun(sc *Scenario) *Run {
-	return &Run{Store: newStore(sc.UniqueTokens), sc: sc, actors: map[string]bool{}, history: map[string][32]byte{}}
+	return &Run{Store: newStore(sc.UniqueTokens), sc: sc, actors: map[string]bool{}, history: map[string][32]byte{}, clocks: map[string]*Clock{}}
 }
 
 // Go starts an actor. Its store view sends every request through the
@@ -134,14 +149,21 @@ func (r *Run) finished() bool {
 
 // choice is one thing the scheduler can do next.
 type choice struct {
-	req *Request
-	out Outcome
+	req  *Request
+	out  Outcome
+	tick bool // move the scheduled time one tick (req is nil)
 }
 
-func (c choice) String() string { return fmt.Sprintf("%s [%s]", c.req.Label(), c.out) }
+func (c choice) String() string {
+	if c.tick {
+		return "clock tick"
+	}
+	return fmt.Sprintf("%s [%s]", c.req.Label(), c.out)
+}
 
 // choices lists the options at the current state in a fixed order:
-// deliveries, then landings of delayed requests, then faults.
+// deliveries, then landings of delayed requests, then a tick of the
+// scheduled time, then faults.
 func (r *Run) choices() []choice {
 	s := r.Store
 	s.mu.Lock()
@@ -150,16 +172,19 @@ func (r *Run) choices() []choice {
 	sortRequests(s.delayed)
 	var out []choice
 	for _, q := range s.pending {
-		out = append(out, choice{q, Deliver})
+		out = append(out, choice{req: q, out: Deliver})
 	}
 	for _, q := range s.delayed {
-		out = append(out, choice{q, Land})
+		out = append(out, choice{req: q, out: Land})
+	}
+	if r.canTick(len(out) > 0) {
+		out = append(out, choice{tick: true})
 	}
 	if r.faults < r.sc.Faults {
 		for _, q := range s.pending {
 			for _, o := range outcomes(q) {
 				if r.sc.Faulty == nil || r.sc.Faulty(q, o) {
-					out = append(out, choice{q, o})
+					out = append(out, choice{req: q, out: o})
 				}
 			}
 		}
@@ -178,6 +203,10 @@ func sortRequests(rs []*Request) {
 
 // take carries out c.
 func (r *Run) take(c choice) {
+	if c.tick {
+		r.takeTick()
+		return
+	}
 	s := r.Store
 	s.mu.Lock()
 	remove := func(list []*Request) []*Request {
@@ -219,6 +248,9 @@ func (r *Run) take(c choice) {
 	case Fail:
 		heard = "unavailable"
 	}
+	if r.sc.Tick > 0 {
+		heard += "@" + strconv.FormatInt(r.Now(), 10)
+	}
 	if c.out != Land {
 		h := r.history[c.req.Actor]
 		r.history[c.req.Actor] = sha256.Sum256([]byte(string(h[:]) + "\x00" + c.req.Label() + "\x00" + heard))
@@ -232,6 +264,34 @@ func (r *Run) take(c choice) {
 	}
 	r.trace = append(r.trace, line)
 	r.answers = append(r.answers, Answer{Step: step, Req: c.req, Out: c.out, Summary: summary})
+}
+
+// takeTick moves the scheduled time and wakes the timers that fell due,
+// once the step is in the trace.
+func (r *Run) takeTick() {
+	s := r.Store
+	s.mu.Lock()
+	s.step++
+	step := s.step
+	s.mu.Unlock()
+	now, due := r.tick()
+	r.mu.Lock()
+	r.flushNotes()
+	var woken []string
+	for _, t := range due {
+		woken = append(woken, t.actor)
+		h := r.history[t.actor]
+		r.history[t.actor] = sha256.Sum256([]byte(string(h[:]) + "\x00timer@" + strconv.FormatInt(now, 10)))
+	}
+	line := fmt.Sprintf("%4d  clock tick -> t=%d", step, now)
+	if len(woken) > 0 {
+		line += " (wakes " + strings.Join(woken, ", ") + ")"
+	}
+	r.trace = append(r.trace, line)
+	r.mu.Unlock()
+	for _, t := range due {
+		close(t.ch)
+	}
 }
 
 // Answer is one request the scheduler decided.
@@ -292,6 +352,7 @@ func (r *Run) hash(chk Checker) [32]byte {
 	}
 	_ = binary.Write(h, binary.LittleEndian, int64(r.faults))
 	r.mu.Unlock()
+	fmt.Fprint(h, r.timeState())
 	fmt.Fprint(h, "c", chk.Digest())
 	var out [32]byte
 	copy(out[:], h.Sum(nil))
@@ -326,6 +387,7 @@ func (sc *Scenario) runSchedule(prefix []int, pick picker) (res runResult) {
 		r.flushNotes()
 		r.mu.Unlock()
 		r.Store.end()
+		r.endTime()
 		r.wg.Wait()
 		r.mu.Lock()
 		res.trace = r.trace

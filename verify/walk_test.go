@@ -17,10 +17,11 @@ func init() {
 	register(writeCase{name: "walk-solo", syncs: 4, order: con, faults: 4}.scenario())
 }
 
-var walkScenarios = []string{"walk-recovery-race", "walk-recovery-sequenced", "walk-takeover", "walk-solo", "walk-gc", "walk-handoff"}
+var walkScenarios = []string{"walk-recovery-race", "walk-recovery-sequenced", "walk-takeover", "walk-solo", "walk-gc", "walk-handoff",
+	"walk-lease-recovery", "walk-relocation", "walk-checkpoint-gc"}
 
 // TestRandomWalks runs seeded random schedules: seed n runs scenario
-// n mod 6. 500 seeds in make test, 10,000 under make verify; a failure
+// n mod 9. 500 seeds in make test, 10,000 under make verify; a failure
 // prints the seed and the path that replay it.
 func TestRandomWalks(t *testing.T) {
 	seeds := 500
