@@ -117,8 +117,18 @@ func (c *Chain) Advance(ctx context.Context, gen int64) (State, error) {
 // TransferTo hands the term to a relocation target (section 6 step 2): the
 // key's owner becomes allocation. The returned token is what the target
 // must be given (Instance.Accept) and what Revert expects. After it, Advance
-// fails with ErrHandedOff.
+// fails with ErrHandedOff. The record keeps the generation of the chain's
+// last CAS; TransferAt records where the log ends instead.
 func (c *Chain) TransferTo(ctx context.Context, allocation, node string) (State, error) {
+	return c.TransferAt(ctx, allocation, node, -1)
+}
+
+// TransferAt is TransferTo recording gen, the last generation the source
+// acknowledged, in the transferred record (-1: keep the record's), so the
+// target can check the handoff context it is given against the key
+// (relocation.Adopt). gen below the generation the key already commits is
+// ErrInvalidArgument.
+func (c *Chain) TransferAt(ctx context.Context, allocation, node string, gen int64) (State, error) {
 	if err := ValidateID("allocation", allocation, false); err != nil {
 		return State{}, c.opErr("TransferTo", err)
 	}
@@ -133,9 +143,15 @@ func (c *Chain) TransferTo(ctx context.Context, allocation, node string) (State,
 	if c.handedOff {
 		return State{}, c.opErr("TransferTo", ErrHandedOff)
 	}
+	if gen >= 0 && gen < c.state.Record.Gen {
+		return State{}, c.opErr("TransferTo", fmt.Errorf("%w: generation %d is below generation %d the fence key commits", ErrInvalidArgument, gen, c.state.Record.Gen))
+	}
 	next := func(base Record) Record {
 		r := base
 		r.Allocation, r.Node = allocation, node
+		if gen >= 0 {
+			r.Gen = gen
+		}
 		return r
 	}
 	decide := func(obs Observation, prev State, attempts ...Record) Verdict {

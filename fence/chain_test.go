@@ -371,3 +371,22 @@ func TestAdvanceWithADoneContextLeavesNothingToSettle(t *testing.T) {
 		t.Fatalf("%d reads before the CAS: a write that never left was settled", got)
 	}
 }
+
+func TestTransferAtRecordsTheGenerationAndRefusesOneBelowTheKey(t *testing.T) {
+	ctx := context.Background()
+	store := mem.New()
+	src := mustClaim(t, store, 1, "src")
+	if _, err := src.Advance(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.TransferAt(ctx, "dst", "", 2); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("transfer at generation 2 below the key's 3: %v, want ErrInvalidArgument", err)
+	}
+	st, err := src.TransferAt(ctx, "dst", "", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := readRecord(t, store, 1); rec.Gen != 5 || rec.Allocation != "dst" || st.Record.Gen != 5 {
+		t.Fatalf("transferred record %+v (state %+v), want gen 5 owned by dst", rec, st.Record)
+	}
+}

@@ -112,6 +112,13 @@ func (o Outcome) String() string {
 // shard must be recovered under a new term.
 var ErrNotResumable = errors.New("relocation source cannot hand off or resume")
 
+// ErrPositionMismatch: a handoff context's generation is not where the
+// fence key says the source's log ends (a context edited, or taken from
+// another handoff). Adopting it would leave a hole in the term's log that
+// every later seal poisons, losing what the target acknowledges; Adopt
+// refuses it before opening.
+var ErrPositionMismatch = errors.New("handoff context does not match the fence key")
+
 // Error names the shard, term and step of a failed relocation step.
 type Error struct {
 	Op    string // Handoff, Abort, Adopt
@@ -208,7 +215,7 @@ func (s *Source) Handoff(ctx context.Context, target, targetNode string) (Handof
 		return HandoffContext{}, s.err("Handoff", fmt.Errorf("%w: a transfer to %q may have landed; abort it before handing off to %q", fence.ErrInvalidArgument, s.target, target))
 	}
 	s.target, s.node = target, targetNode
-	st, err := s.chain.TransferTo(ctx, target, targetNode)
+	st, err := s.chain.TransferAt(ctx, target, targetNode, s.gen)
 	if err != nil {
 		return HandoffContext{}, s.err("Handoff", err)
 	}
@@ -306,6 +313,9 @@ func Adopt(ctx context.Context, store *blobstore.Container, allocation string, h
 	if err != nil {
 		return fail(err)
 	}
+	if err := checkPosition(hc, chain.State().Record.Gen); err != nil {
+		return fail(err)
+	}
 	wo := fencing.Apply(opts.Writer)
 	wo.Shard, wo.Term, wo.Allocation = "", 0, ""
 	wo.StartGen, wo.StartSeqNo = hc.Gen+1, hc.NextSeqNo
@@ -317,4 +327,14 @@ func Adopt(ctx context.Context, store *blobstore.Container, allocation string, h
 		return fail(err)
 	}
 	return chain, w, nil
+}
+
+// checkPosition compares the context's generation with keyGen, the one the
+// transferred fence record holds: the source records where its log ends
+// (fence.Chain.TransferAt), so the two must be equal.
+func checkPosition(hc HandoffContext, keyGen int64) error {
+	if hc.Gen == keyGen {
+		return nil
+	}
+	return fmt.Errorf("%w: the context names generation %d of term %d as the source's last, the fence key records generation %d; adopting it would leave a gap in the term's log or write over it (hand off again from the source)", ErrPositionMismatch, hc.Gen, hc.Term, keyGen)
 }

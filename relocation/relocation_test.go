@@ -328,3 +328,77 @@ func TestHandoffContextRejectsBadBytes(t *testing.T) {
 		t.Errorf("adopt by the wrong allocation: %v", err)
 	}
 }
+
+// A context whose generation is not where the fence key says the source's
+// log ends is refused before the target writes: one past the end would
+// leave a hole every later seal poisons (the checker's wrong-handoff-gap),
+// one before it would write over the source's generations.
+func TestAdoptRefusesAContextOffTheEndOfTheLog(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gen  int64
+	}{
+		{"one generation past", 1},
+		{"one generation before", -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := faulty.New(mem.New(), 1)
+			src := source(t, store)
+			mustApp(t, src.Writer(), "a")
+			mustApp(t, src.Writer(), "b")
+			hc, err := src.Handoff(context.Background(), "dst", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := hc
+			bad.Gen += tc.gen
+			_, _, err = adopt(t, store, bad)
+			if !errors.Is(err, relocation.ErrPositionMismatch) || errors.Is(err, fence.ErrFenced) {
+				t.Fatalf("adopt of %+v: %v, want ErrPositionMismatch", bad, err)
+			}
+			// The true context still adopts, and nothing was lost.
+			_, w, err := adopt(t, store, hc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustApp(t, w, "c")
+			if err := w.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprint(restored(t, store, 2)); got != "[a b c]" {
+				t.Fatalf("restored %s, want [a b c]", got)
+			}
+		})
+	}
+}
+
+// In lease mode the fence key's generation lags the log; the transfer
+// records where the log ends, so the context matches.
+func TestAdoptAfterALeaseModeSource(t *testing.T) {
+	store := faulty.New(mem.New(), 1)
+	o := recovery.Options{Clock: fence.NewAutoClock(), Backoff: fastRetry, Writer: writerOpts()}
+	o.Writer.FencingMode, o.Writer.LeaseInterval = translog.Lease, time.Minute
+	sh, err := recovery.Open(context.Background(), store.Container, shard, 1, "src", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := relocation.NewSource(store.Container, sh.Chain, sh.Writer, o.Writer)
+	for _, op := range []string{"a", "b", "c"} {
+		mustApp(t, src.Writer(), op)
+	}
+	if g := sh.Chain.State().Record.Gen; g >= 3 {
+		t.Fatalf("the lease-mode key commits generation %d: the test needs it to lag", g)
+	}
+	hc, err := src.Handoff(context.Background(), "dst", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, w, err := adoptWith(t, store, hc, o.Writer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustApp(t, w, "d")
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -93,11 +93,13 @@ func relocError(r *Run, w *world, actor, step string, err error) {
 
 // relocationScenario: src opens term 1 and appends one op, then hands off
 // to tgt and aborts at a point the schedule picks; tgt adopts and appends
-// one op; a resumed src appends one more. gap is a wrong cluster: the
-// context it carries is one past the source's (the next generation and
-// sequence number where the last are meant), so the target leaves a hole
-// in the term's log.
-func relocationScenario(name string, faults int, gap bool) Scenario {
+// one op; a resumed src appends one more. gap: the context it carries is
+// one past the source's (the next generation and sequence number where the
+// last are meant); relocation.Adopt refuses it (the fence key records where
+// the source's log ends). trust is the wrong target that adopts the context
+// without that check (Accept, then a writer at its generation + 1), and so
+// leaves a hole in the term's log.
+func relocationScenario(name string, faults int, gap, trust bool) Scenario {
 	return Scenario{
 		Name:   name,
 		Faults: faults,
@@ -119,6 +121,9 @@ func relocationScenario(name string, faults int, gap bool) Scenario {
 				w.mu.Lock()
 				w.writers["src"], w.startGen["src"] = sh.Writer, sh.Writer.NextGen()
 				w.mu.Unlock()
+				// A src that stops before its handoff drained the writer
+				// closes it (a closed writer closes again at once).
+				defer func() { _ = sh.Writer.Close(ctx) }()
 				var wg sync.WaitGroup
 				defer wg.Wait()
 				if !startAppend(ctx, r, w, "src", 1, sh.Writer, "src.1", &wg) {
@@ -176,8 +181,23 @@ func relocationScenario(name string, faults int, gap bool) Scenario {
 					w.fail(r, "tgt: %v", err)
 					return
 				}
-				_, wr, err := relocation.Adopt(ctx, store, "tgt", hc, relocation.AdoptOptions{
-					Clock: fence.NewAutoClock(), Backoff: backoff, Writer: writerOpts(translog.Concurrent)})
+				var wr *translog.Writer
+				if trust {
+					wr, err = trustingAdopt(ctx, store, hc)
+				} else {
+					_, wr, err = relocation.Adopt(ctx, store, "tgt", hc, relocation.AdoptOptions{
+						Clock: fence.NewAutoClock(), Backoff: backoff, Writer: writerOpts(translog.Concurrent)})
+				}
+				if gap && !trust {
+					if err == nil {
+						w.fail(r, "tgt: adopted a context one generation past the source's log")
+						return
+					}
+					if errors.Is(err, relocation.ErrPositionMismatch) {
+						r.Note("tgt: adopt refused: %v", err)
+						return
+					}
+				}
 				if err != nil {
 					relocError(r, w, "tgt", "adopt", err)
 					return
@@ -194,11 +214,12 @@ func relocationScenario(name string, faults int, gap bool) Scenario {
 }
 
 func init() {
-	register(relocationScenario("relocation", 0, false))
-	register(relocationScenario("relocation-faults", 1, false))
-	register(relocationScenario("relocation-faults-deep", 2, false))
-	register(relocationScenario("walk-relocation", 3, false))
-	register(relocationScenario("wrong-handoff-gap", 0, true))
+	register(relocationScenario("relocation", 0, false, false))
+	register(relocationScenario("relocation-faults", 1, false, false))
+	register(relocationScenario("relocation-faults-deep", 2, false, false))
+	register(relocationScenario("walk-relocation", 3, false, false))
+	register(relocationScenario("relocation-gap-refused", 1, true, false))
+	register(relocationScenario("wrong-handoff-gap", 0, true, true))
 }
 
 // TestRelocation: the relocation package's Handoff, Adopt and Abort racing
@@ -213,6 +234,23 @@ func TestRelocation(t *testing.T) {
 	runExpectations(t, []expectation{
 		{scenario: "relocation"},
 		{scenario: "relocation-faults", bounds: b},
+		{scenario: "relocation-gap-refused", bounds: b},
 		{scenario: "wrong-handoff-gap", refuted: true, invariant: "NoAckedWriteLoss"},
 	})
+}
+
+// trustingAdopt is the wrong target of wrong-handoff-gap: relocation.Adopt
+// without its check of the context against the fence key.
+func trustingAdopt(ctx context.Context, store *blobstore.Container, hc relocation.HandoffContext) (*translog.Writer, error) {
+	in, err := fence.NewInstance(store, hc.Shard, "tgt", claimOpts()...)
+	if err != nil {
+		return nil, err
+	}
+	chain, err := in.Accept(ctx, hc.Term, hc.Token)
+	if err != nil {
+		return nil, err
+	}
+	wo := writerOpts(translog.Concurrent)
+	wo.StartGen, wo.StartSeqNo = hc.Gen+1, hc.NextSeqNo
+	return translog.Open(ctx, store, chain, wo)
 }
