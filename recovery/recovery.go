@@ -197,13 +197,21 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 	// verifies the sweep: the read of the settings that counts (a shard's
 	// first open creates them there) and the seal's first round.
 	var (
-		found    bool
-		fencing  seal.Fencing
-		survey   *seal.Survey
-		stepErr  string
+		found   bool
+		fencing seal.Fencing
+		survey  *seal.Survey
+		// The step each hook error belongs to: the claim returns a hook's
+		// error as is, and its own errors (a failed LIST) as its own.
+		hookErrs []struct {
+			err  error
+			step string
+		}
 		hookFail = func(step string, err error) error {
 			if err != nil {
-				stepErr = step
+				hookErrs = append(hookErrs, struct {
+					err  error
+					step string
+				}{err, step})
 			}
 			return err
 		}
@@ -245,8 +253,10 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 	}
 	chain, err := in.ClaimWith(ctx, term, hooks)
 	if err != nil {
-		if stepErr != "" {
-			return fail(stepErr, err)
+		for i := len(hookErrs) - 1; i >= 0; i-- {
+			if errors.Is(err, hookErrs[i].err) {
+				return fail(hookErrs[i].step, err)
+			}
 		}
 		return fail("Claim", err)
 	}

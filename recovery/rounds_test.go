@@ -125,3 +125,29 @@ func TestTakeoverReadsBesideTheClaimsLists(t *testing.T) {
 		t.Fatalf("the takeover sent %d LISTs of fence/ and %d GETs of the settings, want 2 and 2", fenceLists, settingsGets)
 	}
 }
+
+// A store that fails both the claim's LIST and the settings read beside it
+// is reported at the claim, by the claim's error; a refused setting is
+// reported at Settings.
+func TestOpenNamesTheStepOfAFailureBesideTheClaim(t *testing.T) {
+	ctx := context.Background()
+	fs := faulty.New(mem.New(), 1)
+	fs.MustAdd(faulty.Rule{Ops: faulty.Reads, Fault: faulty.Unavailable})
+	o := options(nil)
+	o.Backoff = fence.Backoff{Initial: time.Millisecond, Max: time.Millisecond, Attempts: 1}
+	_, err := recovery.Open(ctx, fs.Container, shard, 1, "a1", o)
+	var re *recovery.Error
+	if !errors.As(err, &re) || re.Step != "Claim" {
+		t.Fatalf("open with LIST failing: %v, want a recovery error at Claim", err)
+	}
+	fs.Clear()
+	store := mem.New()
+	o2 := options(nil)
+	o2.Writer.FencingDisabled = true
+	sh := open(t, store, 1, "a1", o2)
+	closeW(t, sh.Writer)
+	_, err = recovery.Open(ctx, store, shard, 2, "a2", options(nil))
+	if !errors.As(err, &re) || re.Step != "Settings" || !errors.Is(err, seal.ErrFencingMismatch) {
+		t.Fatalf("fenced open of an unfenced shard: %v, want a recovery error at Settings", err)
+	}
+}
