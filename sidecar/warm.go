@@ -42,7 +42,13 @@ type warmShard struct {
 
 	ctx    context.Context // ends when the shard closes
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// firstRead is closed once the first ReadCheckpointFile was answered:
+	// the background hydration waits for it (or hydrateGrace), so its
+	// streams do not compete with the read a primary opening its engine
+	// is waiting for.
+	firstRead     chan struct{}
+	firstReadOnce sync.Once
+	wg            sync.WaitGroup
 
 	mu         sync.Mutex
 	locality   Locality
@@ -99,6 +105,7 @@ func newWarmShard(shard string, term int64, store *blobstore.Container, m *seal.
 		backoff: retry.Backoff{Initial: 20 * time.Millisecond, Max: 2 * time.Second, Attempts: 8},
 		clock:   steady.System(), metrics: cfg.metrics, log: cfg.log,
 		ctx: ctx, cancel: cancel, locality: LocalityPartial, inflight: map[blockKey]*fetchCall{},
+		firstRead: make(chan struct{}),
 	}
 	if m == nil {
 		w.locality = LocalityFull
@@ -190,6 +197,7 @@ func (w *warmShard) file(name string) (*warmFile, error) {
 // the end), in block-sized chunks, in order. Every chunk is part of a
 // whole block whose checksum was checked.
 func (w *warmShard) read(ctx context.Context, name string, off, length int64, emit func(off int64, data []byte, size int64) error) error {
+	defer w.firstReadOnce.Do(func() { close(w.firstRead) })
 	f, err := w.file(name)
 	if err != nil {
 		return err
@@ -431,6 +439,10 @@ func (w *warmShard) fetch(ctx context.Context, f *warmFile, key blockKey) ([]byt
 	return buf, nil
 }
 
+// hydrateGrace is how long the background hydration waits for the first
+// ReadCheckpointFile before it starts anyway.
+const hydrateGrace = time.Second
+
 // hydrate copies every file the shard does not hold yet into its folder,
 // par at a time, verifying each against the manifest, and turns the
 // shard full once all are local. Store and disk trouble is retried with
@@ -443,6 +455,16 @@ func (w *warmShard) hydrate(par int, onFull func()) {
 	if par < 1 || w.dir == "" {
 		return
 	}
+	// Let the primary's first read go first (docs/BENCHMARKS.md, "Warm
+	// serving"): hydration starts once it was answered, or after
+	// hydrateGrace when no read comes.
+	grace := time.NewTimer(hydrateGrace)
+	select {
+	case <-w.firstRead:
+	case <-grace.C:
+	case <-w.ctx.Done():
+	}
+	grace.Stop()
 	names := make(chan *warmFile)
 	var wg sync.WaitGroup
 	var mu sync.Mutex

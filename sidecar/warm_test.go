@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -476,4 +477,30 @@ func TestWarmCloseMidReplay(t *testing.T) {
 			t.Errorf("%s left in the cache folder after Close", e.Name())
 		}
 	}
+}
+
+// The background hydration waits for the primary's first read (or
+// hydrateGrace): nothing is copied before it, so the copy does not compete
+// with the read an engine opening over the checkpoint waits for; once the
+// first read is answered the shard turns full.
+func TestWarmHydrationWaitsForTheFirstRead(t *testing.T) {
+	base := mem.New()
+	newWarmFixture(t, base)
+	var gets atomic.Int64
+	count := func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
+		if call.Op == blobstore.OpGetRange && strings.Contains(call.Key, "checkpoint/files/") {
+			gets.Add(1)
+		}
+		return next(ctx, call)
+	}
+	_, b := warmSidecar(t, base.With("count", count), CacheOptions{})
+	warmOpen(t, b, 2, "a2")
+	time.Sleep(hydrateGrace / 4)
+	if n, st := gets.Load(), status(t, b); n != 0 || st.GetCheckpointBytesLocal() != 0 {
+		t.Fatalf("before any read: %d ranged reads of checkpoint files, %d bytes local; the hydration did not wait", n, st.GetCheckpointBytesLocal())
+	}
+	if _, err := readFile(t.Context(), b, "small", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "full locality", func() bool { return status(t, b).GetLocality() == "full" })
 }

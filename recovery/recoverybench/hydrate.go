@@ -16,6 +16,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/fs"
 	"github.com/shardfence/shardfence/blobstore/metered"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/flush"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
@@ -66,7 +67,7 @@ func RunHydrate(ctx context.Context, cfg HydrateConfig, out, log io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("bench recovery: setup: %w", err)
 	}
-	flushDirty()
+	flush.Dirty()
 	total := ckptBytes + tlogBytes
 	type measured struct {
 		name    string
