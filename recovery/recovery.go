@@ -202,16 +202,11 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 		survey  *seal.Survey
 		// The step each hook error belongs to: the claim returns a hook's
 		// error as is, and its own errors (a failed LIST) as its own.
-		hookErrs []struct {
-			err  error
-			step string
-		}
-		hookFail = func(step string, err error) error {
+		hookErrs  []error
+		hookSteps []string
+		hookFail  = func(step string, err error) error {
 			if err != nil {
-				hookErrs = append(hookErrs, struct {
-					err  error
-					step string
-				}{err, step})
+				hookErrs, hookSteps = append(hookErrs, err), append(hookSteps, step)
 			}
 			return err
 		}
@@ -254,8 +249,8 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 	chain, err := in.ClaimWith(ctx, term, hooks)
 	if err != nil {
 		for i := len(hookErrs) - 1; i >= 0; i-- {
-			if errors.Is(err, hookErrs[i].err) {
-				return fail(hookErrs[i].step, err)
+			if errors.Is(err, hookErrs[i]) {
+				return fail(hookSteps[i], err)
 			}
 		}
 		return fail("Claim", err)

@@ -109,21 +109,10 @@ func checkpointer(r *Run, w *world, actor string, term int64, before, after int,
 		if term == 1 {
 			close(w.opened)
 		}
-		if err != nil {
-			var fe *fence.FencedError
-			if errors.As(err, &fe) {
-				w.claimResult(r, actor, term, err)
-				return
-			}
-			w.fail(r, "%s: recovery at term %d failed without a fencing verdict: %v", actor, term, err)
+		if !w.recovered(r, actor, term, err, restored, writerOf(sh)) {
 			return
 		}
-		w.claimResult(r, actor, term, nil)
-		w.restored(r, actor, term, restored)
 		wr := sh.Writer
-		w.mu.Lock()
-		w.writers[actor], w.startGen[actor] = wr, wr.NextGen()
-		w.mu.Unlock()
 		held := append([]string(nil), restored...)
 		var mu sync.Mutex
 		appendAll := func(first, n int) bool {

@@ -2,7 +2,6 @@ package verify
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/shardfence/shardfence/blobstore"
@@ -46,20 +45,9 @@ func collector(r *Run, w *world, actor string, term int64, n int) {
 		<-w.opened
 		var ops []string
 		sh, err := recovery.Open(ctx, store, Shard, term, actor, recoveryOpts(&ops))
-		if err != nil {
-			var fe *fence.FencedError
-			if errors.As(err, &fe) {
-				w.claimResult(r, actor, term, err)
-				return
-			}
-			w.fail(r, "%s: recovery at term %d failed without a fencing verdict: %v", actor, term, err)
+		if !w.recovered(r, actor, term, err, ops, writerOf(sh)) {
 			return
 		}
-		w.claimResult(r, actor, term, nil)
-		w.restored(r, actor, term, ops)
-		w.mu.Lock()
-		w.writers[actor], w.startGen[actor] = sh.Writer, sh.Writer.NextGen()
-		w.mu.Unlock()
 		appender(ctx, r, w, actor, term, sh.Writer, n)
 		res, err := seal.GC(ctx, store, sh.Chain, seal.GCOptions{Options: seal.Options{Clock: fence.NewAutoClock(), Backoff: backoff}})
 		if err != nil {

@@ -47,22 +47,19 @@ func recoverAt(r *Run, w *world, actor string, term int64, n int, gate bool) {
 		if term == 1 {
 			close(w.opened)
 		}
-		if err != nil {
-			var fe *fence.FencedError
-			if errors.As(err, &fe) {
-				w.claimResult(r, actor, term, err)
-				return
-			}
-			w.fail(r, "%s: recovery at term %d failed without a fencing verdict: %v", actor, term, err)
+		if !w.recovered(r, actor, term, err, ops, writerOf(sh)) {
 			return
 		}
-		w.claimResult(r, actor, term, nil)
-		w.restored(r, actor, term, ops)
-		w.mu.Lock()
-		w.writers[actor], w.startGen[actor] = sh.Writer, sh.Writer.NextGen()
-		w.mu.Unlock()
 		appender(ctx, r, w, actor, term, sh.Writer, n)
 	})
+}
+
+// writerOf is an opened shard's writer; nil for a failed open.
+func writerOf(sh *recovery.Shard) *translog.Writer {
+	if sh == nil {
+		return nil
+	}
+	return sh.Writer
 }
 
 // finalLineage restores the store as the run left it at a term above every

@@ -129,6 +129,28 @@ func (w *world) appended(r *Run, actor string, term int64, op string, a translog
 	}
 }
 
+// recovered records how an actor's recovery at term ended: a fencing
+// verdict is its claim's result, any other error a violation; an open
+// records the claim, the restore point and the writer. It reports whether
+// the actor opened.
+func (w *world) recovered(r *Run, actor string, term int64, err error, ops []string, wr *translog.Writer) bool {
+	if err != nil {
+		var fe *fence.FencedError
+		if errors.As(err, &fe) {
+			w.claimResult(r, actor, term, err)
+			return false
+		}
+		w.fail(r, "%s: recovery at term %d failed without a fencing verdict: %v", actor, term, err)
+		return false
+	}
+	w.claimResult(r, actor, term, nil)
+	w.restored(r, actor, term, ops)
+	w.mu.Lock()
+	w.writers[actor], w.startGen[actor] = wr, wr.NextGen()
+	w.mu.Unlock()
+	return true
+}
+
 func (w *world) restored(r *Run, actor string, term int64, ops []string) {
 	if r.Ended() {
 		return
