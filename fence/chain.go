@@ -206,6 +206,32 @@ func (c *Chain) Revert(ctx context.Context) (bool, error) {
 	return false, err
 }
 
+// Check reads the chain's key and fences the instance unless the key still
+// names this claim as the term's owner: same allocation, same claim nonce.
+// A key a higher term's sweep deleted, or one handed to another allocation
+// (or re-claimed by another attempt of this one), is a *FencedError. A store
+// error is returned as is and decides nothing. Check never writes: it is
+// how a create-only writer, whose syncs send no CAS, learns it lost the
+// term (translog.CreateOnly). The token is not compared: the chain's own
+// ownership CAS (GC, a checkpoint) changes it.
+func (c *Chain) Check(ctx context.Context) error {
+	if err := c.in.Fenced(); err != nil {
+		return err
+	}
+	obs, err := c.in.read(ctx, c.key)
+	if err != nil {
+		return c.opErr("Check", err)
+	}
+	own := c.State().Record
+	switch {
+	case !obs.Found:
+		return c.in.fence(c.term, c.key, c.in.successor(ctx, c.term), "fence key missing at the fence check (a higher term claimed the shard)")
+	case obs.Record.Allocation != c.in.allocation || obs.Record.Nonce != own.Nonce:
+		return c.in.fence(c.term, c.key, c.in.successor(ctx, c.term), fmt.Sprintf("fence key no longer names this claim at the fence check (owner %q, seq %d)", obs.Record.Allocation, obs.Record.Seq))
+	}
+	return nil
+}
+
 // Superseded reports the highest term above the chain's, 0 if none. Only a
 // higher term counts: a missing own key is not supersession (it may be a
 // store hiccup; the next CAS decides).

@@ -316,6 +316,16 @@ func Adopt(ctx context.Context, store *blobstore.Container, allocation string, h
 	if err := checkPosition(hc, chain.State().Record.Gen); err != nil {
 		return fail(err)
 	}
+	if !fencing.Disabled && fencing.Mode == translog.CreateOnly {
+		// A create-only writer sends no CAS, so without one here an
+		// aborting source's revert would find the transfer's token still
+		// in place and resume beside this target. This CAS, expecting the
+		// transfer's token, and the revert race for the key: whichever
+		// lands first owns the term, the other is fenced (stands down).
+		if _, err := chain.Advance(ctx, hc.Gen); err != nil {
+			return fail(err)
+		}
+	}
 	wo := fencing.Apply(opts.Writer)
 	wo.Shard, wo.Term, wo.Allocation = "", 0, ""
 	wo.StartGen, wo.StartSeqNo = hc.Gen+1, hc.NextSeqNo

@@ -238,6 +238,8 @@ func parseFencing(enabled, mode, leaseMS string) (Fencing, error) {
 		f.Mode = translog.PerSync
 	case translog.Lease.String():
 		f.Mode = translog.Lease
+	case translog.CreateOnly.String():
+		f.Mode = translog.CreateOnly
 	default:
 		return Fencing{}, fmt.Errorf("fencing mode %q", trunc(mode))
 	}

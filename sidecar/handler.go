@@ -100,8 +100,9 @@ func settingsFromProto(p *sidecarv1.ShardSettings) (Settings, error) {
 	s.FencingDisabled = p.GetFencingDisabled()
 	var err error
 	if s.Mode, err = enumFromProto("fencing mode", p.GetMode(), map[sidecarv1.FencingMode]translog.FencingMode{
-		sidecarv1.FencingMode_FENCING_MODE_PER_SYNC: translog.PerSync,
-		sidecarv1.FencingMode_FENCING_MODE_LEASE:    translog.Lease,
+		sidecarv1.FencingMode_FENCING_MODE_PER_SYNC:    translog.PerSync,
+		sidecarv1.FencingMode_FENCING_MODE_LEASE:       translog.Lease,
+		sidecarv1.FencingMode_FENCING_MODE_CREATE_ONLY: translog.CreateOnly,
 	}); err != nil {
 		return Settings{}, err
 	}
@@ -159,8 +160,11 @@ func settingsProto(s Settings) *sidecarv1.ShardSettings {
 		MaxPipeline: int32(s.MaxPipeline), MaxGatherDelayUs: gatherUs(s.MaxGatherDelay),
 		LeaseIntervalMs: s.LeaseInterval.Milliseconds(), FreshnessIntervalMs: s.FreshnessInterval.Milliseconds(), RetentionGens: s.RetentionGens,
 	}
-	if s.Mode == translog.Lease {
+	switch s.Mode {
+	case translog.Lease:
 		p.Mode = sidecarv1.FencingMode_FENCING_MODE_LEASE
+	case translog.CreateOnly:
+		p.Mode = sidecarv1.FencingMode_FENCING_MODE_CREATE_ONLY
 	}
 	if s.AckOrder == translog.Sequenced {
 		p.AckOrder = sidecarv1.AckOrder_ACK_ORDER_SEQUENCED

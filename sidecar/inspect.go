@@ -80,8 +80,11 @@ func settingsLines(st seal.StoredSettings) []string {
 // other fields are per open and stay unset).
 func fencingProto(f seal.Fencing) *sidecarv1.ShardSettings {
 	p := &sidecarv1.ShardSettings{FencingDisabled: f.Disabled, Mode: sidecarv1.FencingMode_FENCING_MODE_PER_SYNC}
-	if f.Mode == translog.Lease {
+	switch f.Mode {
+	case translog.Lease:
 		p.Mode, p.LeaseIntervalMs = sidecarv1.FencingMode_FENCING_MODE_LEASE, f.LeaseInterval.Milliseconds()
+	case translog.CreateOnly:
+		p.Mode = sidecarv1.FencingMode_FENCING_MODE_CREATE_ONLY
 	}
 	return p
 }

@@ -37,10 +37,23 @@ const (
 	// while the steady clock is inside the lease. The successor must wait
 	// the interval plus a margin after its sweep.
 	Lease
+	// CreateOnly sends no CAS on the sync path: a generation is
+	// acknowledged once its md exists as this writer's own and every lower
+	// generation of the writer was acknowledged. The successor's seal,
+	// which poisons until one of its poisons lands, is the only fence; a
+	// background read of the fence key (at most one in flight, at most
+	// CheckWindow generations ahead of the last good one) stops a writer
+	// that lost the term, so that seal ends (docs/PROTOCOL.md, section 4).
+	CreateOnly
 )
 
+// CheckWindow is how many generations a CreateOnly writer may start past
+// the last fence check that found it the owner: a writer whose checks
+// stall stops there, so a successor's seal racing it ends.
+const CheckWindow = 8
+
 // String is the mode's name in the shard's stored settings and the API.
-func (m FencingMode) String() string { return enumName(int(m), "per_sync", "lease") }
+func (m FencingMode) String() string { return enumName(int(m), "per_sync", "lease", "create_only") }
 
 // enumName names value n of an enum numbered from 1, whose zero is
 // unspecified.
@@ -116,6 +129,7 @@ type Stats struct {
 	Bytes       int64 // payload bytes
 	CASWrites   int64 // fence advances sent by syncs
 	LeaseSkips  int64 // syncs acknowledged inside the lease without a CAS
+	FenceChecks int64 // fence key reads of create-only mode
 	DataObjects int64 // syncs whose payload went to a data object
 }
 

@@ -41,11 +41,16 @@ type pipeline struct {
 	lastBatch   int   // appends in the last batch cut
 	lastSyncDur int64 // steady ns from start to ack of the last acked sync
 	lease       LeaseState
-	err         error // terminal: fenced, broken, closed
-	closing     bool
-	stats       Stats
-	acked       int64    // generations acknowledged
-	done        []*entry // completed, not yet delivered
+	// Create-only mode's fence checks: checkedAt is the next generation
+	// when the last check that found the writer the owner started (the
+	// claim counts as one at StartGen), checking says one is in flight.
+	checkedAt int64
+	checking  bool
+	err       error // terminal: fenced, broken, closed
+	closing   bool
+	stats     Stats
+	acked     int64    // generations acknowledged
+	done      []*entry // completed, not yet delivered
 }
 
 // entry is one Append in the pipeline.
@@ -85,6 +90,7 @@ func newPipeline(o Options) pipeline {
 		shard: o.Shard, term: o.Term, witness: !o.FencingDisabled, mode: o.FencingMode, order: o.AckOrder,
 		maxInFlight: o.MaxInFlightBytes, maxSync: o.MaxSyncBytes, failFast: o.FailFast, maxGather: o.MaxGatherDelay,
 		nextGen: o.StartGen, nextSeqNo: o.StartSeqNo, lease: LeaseState{Interval: o.LeaseInterval},
+		checkedAt: o.StartGen,
 	}
 }
 
@@ -210,6 +216,9 @@ const (
 	// Renewing only on expiry keeps successful CASes at least one
 	// interval apart.
 	inLease
+	// mdFenced: create-only mode: the md alone, acknowledged once it
+	// landed as ours (the fence checks run beside the syncs).
+	mdFenced
 )
 
 // orderFor is the order of a sync prepared at steady time now.
@@ -217,6 +226,8 @@ func (p *pipeline) orderFor(now int64) order {
 	switch {
 	case !p.witness:
 		return mdOnly
+	case p.mode == CreateOnly:
+		return mdFenced
 	case p.mode == Lease && p.lease.Covers(now):
 		return inLease
 	case p.mode == Lease && p.order == Concurrent:
@@ -225,6 +236,40 @@ func (p *pipeline) orderFor(now int64) order {
 		return mdThenCAS
 	}
 	return pipelined
+}
+
+// createOnly reports whether the writer runs create-only fencing.
+func (p *pipeline) createOnly() bool { return p.witness && p.mode == CreateOnly }
+
+// startCheck says whether a create-only fence check should start now (none
+// is in flight); gen is the next generation, which the check vouches for
+// once it found the writer the owner.
+func (p *pipeline) startCheck() (gen int64, ok bool) {
+	if !p.createOnly() || p.checking || p.err != nil {
+		return 0, false
+	}
+	p.checking = true
+	p.stats.FenceChecks++
+	return p.nextGen, true
+}
+
+// checked takes the outcome of the fence check started at gen: nil found
+// the writer the owner. A fenced verdict arrives through the instance
+// (inst); store trouble leaves the window where it was.
+func (p *pipeline) checked(gen int64, err error, inst error) {
+	p.checking = false
+	if err == nil {
+		p.checkedAt = max(p.checkedAt, gen)
+	}
+	if p.checkFenced(inst) == nil && errors.Is(err, fence.ErrFenced) {
+		p.fail(err)
+	}
+}
+
+// windowOpen reports whether the next sync may start: create-only mode
+// starts at most CheckWindow generations past the last good check.
+func (p *pipeline) windowOpen() bool {
+	return !p.createOnly() || p.err != nil || p.nextGen < p.checkedAt+CheckWindow
 }
 
 // noteCAS counts a fence advance sent by a sync.

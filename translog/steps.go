@@ -165,3 +165,52 @@ func (w *Writer) fence(successor int64, key, reason string) error {
 	}
 	return &fence.FencedError{Shard: w.opts.Shard, Key: key, Term: w.opts.Term, Allocation: w.opts.Allocation, Successor: successor, Reason: reason}
 }
+
+// startCheck starts a create-only fence check unless one is in flight: a
+// read of the fence key that fences the instance once the key no longer
+// names this claim as the owner (fence.Chain.Check). A sync sends no CAS
+// in this mode, so without the check a writer that lost the term would go
+// on creating md until a successor's poison stops it.
+func (w *Writer) startCheck() {
+	var gen int64
+	var ok bool
+	w.locked(func(p *pipeline) { gen, ok = p.startCheck() })
+	if !ok {
+		return
+	}
+	w.mdWG.Go(func() {
+		err := w.chain.Check(w.ctx)
+		w.locked(func(p *pipeline) { p.checked(gen, err, w.instanceErr()) })
+		select {
+		case w.checked <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// awaitWindow holds the next sync back while it would start more than
+// CheckWindow generations past the last good fence check, starting checks
+// (with backoff after store errors) until one lets it go or the writer
+// fails or closes. A sync that cannot start is failed by start.
+func (w *Writer) awaitWindow() {
+	for attempt := 1; ; attempt++ {
+		var open bool
+		w.locked(func(p *pipeline) { open = p.windowOpen() })
+		if open || w.ctx.Err() != nil {
+			return
+		}
+		w.startCheck()
+		select {
+		case <-w.checked:
+		case <-w.ctx.Done():
+			return
+		}
+		w.locked(func(p *pipeline) { open = p.windowOpen() })
+		if open {
+			return
+		}
+		if attempt > 1 && steady.Sleep(w.ctx, w.clock, w.opts.Backoff.Delay(attempt)) != nil {
+			return
+		}
+	}
+}

@@ -68,12 +68,16 @@ func sealForTest(ctx context.Context, t *testing.T, store *blobstore.Container, 
 // appending through a jittery store while a term-2 successor claims and
 // seals. Every op the primary acknowledged must be in the restore point.
 func TestAckedWritesSurviveSuccessorSeal(t *testing.T) {
-	for _, order := range []AckOrder{Concurrent, Sequenced} {
-		t.Run(order.String(), func(t *testing.T) {
+	for _, o := range []Options{{AckOrder: Concurrent}, {AckOrder: Sequenced}, {FencingMode: CreateOnly}} {
+		name := o.AckOrder.String()
+		if o.FencingMode == CreateOnly {
+			name = CreateOnly.String()
+		}
+		t.Run(name, func(t *testing.T) {
 			ackedTotal := 0
 			for round := range 20 {
 				ctx := context.Background()
-				r := newRig(t, 1, Options{AckOrder: order})
+				r := newRig(t, 1, o)
 				// md creates are slower than CASes, so a CAS often lands
 				// before the successor's delete while its md lands after
 				// the successor's lineage read: the race the poison closes.

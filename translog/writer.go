@@ -32,6 +32,7 @@ type Writer struct {
 	closeCh  chan struct{}
 	loopDone chan struct{}
 	pipe     chan struct{} // md creates in flight in the pipelined order
+	checked  chan struct{} // a create-only fence check ended
 	mdWG     sync.WaitGroup
 
 	mu       sync.Mutex
@@ -55,7 +56,7 @@ func Open(ctx context.Context, store *blobstore.Container, chain *fence.Chain, o
 	w := &Writer{
 		store: store, chain: chain, opts: opts, clock: opts.Clock, inline: inline, ctx: wctx, cancel: cancel,
 		arrived: make(chan struct{}, 1), closeCh: make(chan struct{}), loopDone: make(chan struct{}),
-		pipe: make(chan struct{}, opts.MaxPipeline), space: make(chan struct{}), p: newPipeline(opts),
+		pipe: make(chan struct{}, opts.MaxPipeline), checked: make(chan struct{}, 1), space: make(chan struct{}), p: newPipeline(opts),
 	}
 	go w.loop()
 	return w, nil
@@ -236,6 +237,8 @@ func (w *Writer) loop() {
 		if !ok {
 			break
 		}
+		w.startCheck()
+		w.awaitWindow()
 		w.sync(batch)
 	}
 	w.mdWG.Wait()
@@ -307,8 +310,10 @@ func (w *Writer) sync(batch []*entry) {
 	md.Payload = nil // the comparison on settle needs only the header
 
 	switch ord {
-	case mdOnly:
-		w.record(outcome{sync: s, step: stepCAS}) // no CAS in the unfenced baseline
+	case mdOnly, mdFenced:
+		// No CAS: unfenced, or create-only, where the md create is the
+		// fence (a successor's poison makes it fail).
+		w.record(outcome{sync: s, step: stepCAS})
 		w.record(outcome{sync: s, step: stepMD, err: w.createMD(md, body)})
 	case pipelined:
 		w.pipe <- struct{}{}

@@ -110,9 +110,13 @@ func TestClientCommands(t *testing.T) {
 // open sends --fencing-mode and --ack-order as the API's enums by number:
 // the API and translog number them alike (0 unspecified).
 func TestModeNumbersMatchTheAPI(t *testing.T) {
-	for _, m := range []translog.FencingMode{translog.PerSync, translog.Lease} {
+	for _, m := range []translog.FencingMode{translog.PerSync, translog.Lease, translog.CreateOnly} {
 		if got, want := sidecarv1.FencingMode(m).String(), "FENCING_MODE_"+strings.ToUpper(m.String()); got != want {
 			t.Errorf("fencing mode %v is %s in the API, want %s", m, got, want)
+		}
+		// open and master assign send what --fencing-mode names.
+		if got, err := parseModeProto(m.String()); err != nil || got.String() != "FENCING_MODE_"+strings.ToUpper(m.String()) {
+			t.Errorf("--fencing-mode %s is sent as %v (%v)", m, got, err)
 		}
 	}
 	for _, o := range []translog.AckOrder{translog.Concurrent, translog.Sequenced} {

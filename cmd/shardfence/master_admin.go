@@ -198,11 +198,11 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 			return fmt.Errorf("%w: --takeover %q (offline or suspected)", errUsage, takeover)
 		}
 		if mode != "" {
-			m, err := parseMode(mode)
+			m, err := parseModeProto(mode)
 			if err != nil {
 				return err
 			}
-			req.Settings.Mode = sidecarv1.FencingMode(m + 1)
+			req.Settings.Mode = m
 		}
 		if ackOrder != "" {
 			o, err := parseAckOrder(ackOrder)

@@ -41,11 +41,11 @@ func runOpen(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				}
 				settings.LeaseIntervalMs = lease.Milliseconds()
 				if mode != "" {
-					m, err := parseMode(mode)
+					m, err := parseModeProto(mode)
 					if err != nil {
 						return err
 					}
-					settings.Mode = sidecarv1.FencingMode(m) // the API and translog number the modes alike
+					settings.Mode = m
 				}
 				if order != "" {
 					o, err := parseAckOrder(order)

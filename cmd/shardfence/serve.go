@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.yaml.in/yaml/v3"
 
+	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/conformance"
 	masterLib "github.com/shardfence/shardfence/master"
@@ -85,7 +86,7 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.IntVar(&f.limits.MaxOpsPerAppend, "max-ops-per-append", 10000, "most ops one Append may carry")
 	fs.IntVar(&f.limits.MaxRequestBytes, "max-request-bytes", 32<<20, "largest request message")
 	fs.Int64Var(&f.limits.MaxConcurrentRequestBytes, "max-concurrent-request-bytes", 128<<20, "request bytes all calls may hold at once (at least --max-request-bytes)")
-	fs.StringVar(&f.mode, "fencing-mode", "per_sync", "default fencing mode of a shard: per_sync or lease")
+	fs.StringVar(&f.mode, "fencing-mode", "per_sync", "default fencing mode of a shard: per_sync, lease or create_only")
 	fs.StringVar(&f.ackOrder, "ack-order", "concurrent", "default ack order of a shard: concurrent or sequenced")
 	fs.IntVar(&f.defaults.InlineLimit, "inline-limit", d.InlineLimit, "default: payloads up to this many bytes go inside the md object")
 	fs.Int64Var(&f.defaults.MaxSyncBytes, "max-sync-bytes", d.MaxSyncBytes, "default: payload cap of one sync")
@@ -175,8 +176,17 @@ func parseMode(s string) (translog.FencingMode, error) {
 		return translog.PerSync, nil
 	case "lease":
 		return translog.Lease, nil
+	case "create_only", "create-only":
+		return translog.CreateOnly, nil
 	}
-	return 0, fmt.Errorf("%w: fencing mode %q (per_sync or lease)", errUsage, s)
+	return 0, fmt.Errorf("%w: fencing mode %q (per_sync, lease or create_only)", errUsage, s)
+}
+
+// parseModeProto is parseMode as the API's enum, which numbers the modes
+// as the translog does.
+func parseModeProto(s string) (sidecarv1.FencingMode, error) {
+	m, err := parseMode(s)
+	return sidecarv1.FencingMode(m), err
 }
 
 func parseAckOrder(s string) (translog.AckOrder, error) {

@@ -52,7 +52,7 @@ func runSettings(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		case *term < 1 || *term > sidecar.MaxTerm || *alloc == "":
 			return fmt.Errorf("%w: a rewrite needs --term (1..%d, above every term of the shard) and --allocation", errUsage, int64(sidecar.MaxTerm))
 		case *mode == "":
-			return fmt.Errorf("%w: a rewrite needs --fencing-mode (per_sync or lease)", errUsage)
+			return fmt.Errorf("%w: a rewrite needs --fencing-mode (per_sync, lease or create_only)", errUsage)
 		case *maxWait <= 0:
 			return fmt.Errorf("%w: --max-wait must be positive", errUsage)
 		}

@@ -118,6 +118,10 @@ const (
 	FencingMode_FENCING_MODE_PER_SYNC FencingMode = 1
 	// CAS at most once per lease interval; failover waits the interval.
 	FencingMode_FENCING_MODE_LEASE FencingMode = 2
+	// No CAS on the sync path: the md create is the fence (a successor's
+	// seal poisons until it wins); a background read of the fence key stops
+	// a writer that lost the term.
+	FencingMode_FENCING_MODE_CREATE_ONLY FencingMode = 3
 )
 
 // Enum value maps for FencingMode.
@@ -126,11 +130,13 @@ var (
 		0: "FENCING_MODE_UNSPECIFIED",
 		1: "FENCING_MODE_PER_SYNC",
 		2: "FENCING_MODE_LEASE",
+		3: "FENCING_MODE_CREATE_ONLY",
 	}
 	FencingMode_value = map[string]int32{
 		"FENCING_MODE_UNSPECIFIED": 0,
 		"FENCING_MODE_PER_SYNC":    1,
 		"FENCING_MODE_LEASE":       2,
+		"FENCING_MODE_CREATE_ONLY": 3,
 	}
 )
 
@@ -3439,11 +3445,12 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x1cWATCH_EVENT_KIND_OPEN_FAILED\x10\x06\x12\x19\n" +
 	"\x15WATCH_EVENT_KIND_LOST\x10\a\x12\x1b\n" +
 	"\x17WATCH_EVENT_KIND_FENCED\x10\b\x12\x1b\n" +
-	"\x17WATCH_EVENT_KIND_SYNCED\x10\t*^\n" +
+	"\x17WATCH_EVENT_KIND_SYNCED\x10\t*|\n" +
 	"\vFencingMode\x12\x1c\n" +
 	"\x18FENCING_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15FENCING_MODE_PER_SYNC\x10\x01\x12\x16\n" +
-	"\x12FENCING_MODE_LEASE\x10\x02*X\n" +
+	"\x12FENCING_MODE_LEASE\x10\x02\x12\x1c\n" +
+	"\x18FENCING_MODE_CREATE_ONLY\x10\x03*X\n" +
 	"\bAckOrder\x12\x19\n" +
 	"\x15ACK_ORDER_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ACK_ORDER_CONCURRENT\x10\x01\x12\x17\n" +
