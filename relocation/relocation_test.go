@@ -58,17 +58,90 @@ func scenarios() []scenario {
 	}
 }
 
-func TestScenarios(t *testing.T) {
-	for _, sc := range scenarios() {
-		t.Run(sc.name, func(t *testing.T) {
-			for _, name := range []string{"mem", "fs", "faulty"} {
-				t.Run(name, func(t *testing.T) { sc.run(t, backends()[name](t)) })
-			}
-		})
+// createOnlyScenarios are the scenarios of a create-only shard: the same
+// transfer, resume and stand-down, but the target's Adopt CASes the key
+// once (its syncs send none), so an adopted target owns the term whether
+// or not it wrote, and a revert that landed first fences the adopt.
+func createOnlyScenarios() []scenario {
+	return []scenario{
+		{"TransferContinuesTheChainAtTheTarget", scenarioTransferContinuesTheChainAtTheTarget},
+		{"AbortThenResume", scenarioAbortThenResume},
+		{"AbortAfterTargetWroteStandsDown", scenarioAbortAfterTargetWroteStandsDown},
+		{"AbortAfterAdoptStandsDown", scenarioCreateOnlyAbortAfterAdoptStandsDown},
+		{"RevertBeforeAdoptFencesTheTarget", scenarioCreateOnlyRevertBeforeAdoptFencesTheTarget},
 	}
 }
 
-func writerOpts() translog.Options { return translog.Options{Backoff: fastRetry} }
+// mode is the fencing mode the scenarios' shard is created with (0: the
+// default, per_sync).
+var mode translog.FencingMode
+
+func TestScenarios(t *testing.T) {
+	run := func(t *testing.T, scs []scenario) {
+		for _, sc := range scs {
+			t.Run(sc.name, func(t *testing.T) {
+				for _, name := range []string{"mem", "fs", "faulty"} {
+					t.Run(name, func(t *testing.T) { sc.run(t, backends()[name](t)) })
+				}
+			})
+		}
+	}
+	t.Run("per_sync", func(t *testing.T) { run(t, scenarios()) })
+	t.Run("create_only", func(t *testing.T) {
+		mode = translog.CreateOnly
+		defer func() { mode = 0 }()
+		run(t, createOnlyScenarios())
+	})
+}
+
+func writerOpts() translog.Options { return translog.Options{Backoff: fastRetry, FencingMode: mode} }
+
+// In create-only mode the target's Adopt CASes the key: the source's
+// revert then finds the term taken and stands down, though the target has
+// not written yet; the target goes on, and nothing is lost.
+func scenarioCreateOnlyAbortAfterAdoptStandsDown(t *testing.T, store *faulty.Container) {
+	src := source(t, store)
+	mustApp(t, src.Writer(), "a")
+	hc, err := src.Handoff(context.Background(), "dst", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, w, err := adopt(t, store, hc)
+	if err != nil {
+		t.Fatalf("adopt: %v", err)
+	}
+	if out, err := src.Abort(context.Background()); err != nil || out != relocation.StoodDown {
+		t.Fatalf("abort after a create-only adopt: %v %v, want stood down", out, err)
+	}
+	mustApp(t, w, "b")
+	_ = w.Close(context.Background())
+	if got := fmt.Sprint(restored(t, store, 2)); got != "[a b]" {
+		t.Fatalf("restored %s", got)
+	}
+}
+
+// A revert that landed before the target's adopt: the adopt's CAS finds
+// the key back with the source and the target is fenced before it writes;
+// the resumed source goes on.
+func scenarioCreateOnlyRevertBeforeAdoptFencesTheTarget(t *testing.T, store *faulty.Container) {
+	src := source(t, store)
+	mustApp(t, src.Writer(), "a")
+	hc, err := src.Handoff(context.Background(), "dst", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := src.Abort(context.Background()); err != nil || out != relocation.Resumed {
+		t.Fatalf("abort before the adopt: %v %v", out, err)
+	}
+	if _, _, err := adopt(t, store, hc); !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("adopt after the revert: %v, want fenced", err)
+	}
+	mustApp(t, src.Writer(), "b")
+	_ = src.Writer().Close(context.Background())
+	if got := fmt.Sprint(restored(t, store, 2)); got != "[a b]" {
+		t.Fatalf("restored %s", got)
+	}
+}
 
 // source opens term 1 for allocation "src" through recovery and wraps it.
 func source(t *testing.T, store *faulty.Container) *relocation.Source {

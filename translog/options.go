@@ -41,9 +41,10 @@ const (
 	// acknowledged once its md exists as this writer's own and every lower
 	// generation of the writer was acknowledged. The successor's seal,
 	// which poisons until one of its poisons lands, is the only fence; a
-	// background read of the fence key (at most one in flight, at most
-	// CheckWindow generations ahead of the last good one) stops a writer
-	// that lost the term, so that seal ends (docs/PROTOCOL.md, section 4).
+	// background read of the fence key (one every CheckWindow/2
+	// generations, at most one in flight, syncs at most CheckWindow
+	// generations past the last good one) stops a writer that lost the
+	// term, so that seal ends (docs/PROTOCOL.md, section 4).
 	CreateOnly
 )
 

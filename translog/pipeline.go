@@ -43,8 +43,10 @@ type pipeline struct {
 	lease       LeaseState
 	// Create-only mode's fence checks: checkedAt is the next generation
 	// when the last check that found the writer the owner started (the
-	// claim counts as one at StartGen), checking says one is in flight.
+	// claim counts as one at StartGen), checkFrom the next generation when
+	// the last check started, checking says one is in flight.
 	checkedAt int64
+	checkFrom int64
 	checking  bool
 	err       error // terminal: fenced, broken, closed
 	closing   bool
@@ -90,7 +92,7 @@ func newPipeline(o Options) pipeline {
 		shard: o.Shard, term: o.Term, witness: !o.FencingDisabled, mode: o.FencingMode, order: o.AckOrder,
 		maxInFlight: o.MaxInFlightBytes, maxSync: o.MaxSyncBytes, failFast: o.FailFast, maxGather: o.MaxGatherDelay,
 		nextGen: o.StartGen, nextSeqNo: o.StartSeqNo, lease: LeaseState{Interval: o.LeaseInterval},
-		checkedAt: o.StartGen,
+		checkedAt: o.StartGen, checkFrom: o.StartGen,
 	}
 }
 
@@ -241,14 +243,17 @@ func (p *pipeline) orderFor(now int64) order {
 // createOnly reports whether the writer runs create-only fencing.
 func (p *pipeline) createOnly() bool { return p.witness && p.mode == CreateOnly }
 
-// startCheck says whether a create-only fence check should start now (none
-// is in flight); gen is the next generation, which the check vouches for
-// once it found the writer the owner.
-func (p *pipeline) startCheck() (gen int64, ok bool) {
-	if !p.createOnly() || p.checking || p.err != nil {
+// startCheck says whether a create-only fence check should start now: none
+// is in flight, and the writer started half a CheckWindow of generations
+// since the last one started (or force: the window is closed). gen is the
+// next generation, which the check vouches for once it found the writer
+// the owner. Checking every half window keeps the window open while the
+// checks answer within a few syncs, at a read per four syncs.
+func (p *pipeline) startCheck(force bool) (gen int64, ok bool) {
+	if !p.createOnly() || p.checking || p.err != nil || (!force && p.nextGen < p.checkFrom+CheckWindow/2) {
 		return 0, false
 	}
-	p.checking = true
+	p.checking, p.checkFrom = true, p.nextGen
 	p.stats.FenceChecks++
 	return p.nextGen, true
 }

@@ -166,15 +166,15 @@ func (w *Writer) fence(successor int64, key, reason string) error {
 	return &fence.FencedError{Shard: w.opts.Shard, Key: key, Term: w.opts.Term, Allocation: w.opts.Allocation, Successor: successor, Reason: reason}
 }
 
-// startCheck starts a create-only fence check unless one is in flight: a
+// startCheck starts a create-only fence check when the pipeline says so: a
 // read of the fence key that fences the instance once the key no longer
 // names this claim as the owner (fence.Chain.Check). A sync sends no CAS
 // in this mode, so without the check a writer that lost the term would go
 // on creating md until a successor's poison stops it.
-func (w *Writer) startCheck() {
+func (w *Writer) startCheck(force bool) {
 	var gen int64
 	var ok bool
-	w.locked(func(p *pipeline) { gen, ok = p.startCheck() })
+	w.locked(func(p *pipeline) { gen, ok = p.startCheck(force) })
 	if !ok {
 		return
 	}
@@ -199,7 +199,7 @@ func (w *Writer) awaitWindow() {
 		if open || w.ctx.Err() != nil {
 			return
 		}
-		w.startCheck()
+		w.startCheck(true)
 		select {
 		case <-w.checked:
 		case <-w.ctx.Done():

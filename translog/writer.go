@@ -237,7 +237,7 @@ func (w *Writer) loop() {
 		if !ok {
 			break
 		}
-		w.startCheck()
+		w.startCheck(false)
 		w.awaitWindow()
 		w.sync(batch)
 	}

@@ -23,11 +23,11 @@ func TestBenchDispatch(t *testing.T) {
 
 func TestBenchTranslogPrintsTable(t *testing.T) {
 	var out, errb bytes.Buffer
-	args := []string{"bench", "translog", "-duration", "150ms", "-latency", "1ms", "-appenders", "8", "-op-size", "128", "-modes", "concurrent,unfenced"}
+	args := []string{"bench", "translog", "-duration", "150ms", "-latency", "1ms", "-appenders", "8", "-op-size", "128", "-modes", "concurrent,unfenced,create_only"}
 	if code := dispatch(t.Context(), args, &out, &errb); code != 0 {
 		t.Fatalf("exit %d, stderr %s", code, errb.String())
 	}
-	for _, want := range []string{"| concurrent |", "| unfenced |", "target 2 PUTs per inline sync: 2.00"} {
+	for _, want := range []string{"| concurrent |", "| unfenced |", "| create_only |", "target 2 PUTs per inline sync: 2.00", "target create_only 1 PUT per inline sync: 1.00"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("output lacks %q:\n%s", want, out.String())
 		}

@@ -39,6 +39,7 @@ func Modes() []Mode {
 		{Name: "sequenced", AckOrder: translog.Sequenced, Fenced: true},
 		{Name: "unfenced", Fenced: false},
 		{Name: "lease", AckOrder: translog.Concurrent, Fenced: true, FencingMode: translog.Lease},
+		{Name: "create_only", Fenced: true, FencingMode: translog.CreateOnly},
 	}
 }
 
@@ -228,7 +229,9 @@ func peakRSS() int64 {
 
 // WriteTargets checks the results against the design targets: the
 // concurrent order acks in about one round trip, fencing costs at most 10%
-// of the unfenced throughput, and an inline sync is two PUTs.
+// of the unfenced throughput, and an inline sync is two PUTs; create-only
+// mode acks in about one round trip at one PUT per sync and at least 0.95x
+// the unfenced throughput.
 func WriteTargets(out io.Writer, cfg Config, rs []Result) {
 	by := map[string]Result{}
 	for _, r := range rs {
@@ -236,16 +239,30 @@ func WriteTargets(out io.Writer, cfg Config, rs []Result) {
 	}
 	c, okC := by["concurrent"]
 	u, okU := by["unfenced"]
-	if !okC {
-		return
-	}
+	co, okCO := by["create_only"]
 	verdict := func(ok bool) string {
 		if ok {
 			return "met"
 		}
 		return "MISSED"
 	}
-	fmt.Fprintln(out)
+	if okC || okCO {
+		fmt.Fprintln(out)
+	}
+	if okCO {
+		if cfg.Latency > 0 {
+			x := float64(co.P50) / float64(cfg.Latency)
+			fmt.Fprintf(out, "target create_only ack p50 <= 1.3 round trips: %.2f (%s)\n", x, verdict(x <= 1.3))
+		}
+		if okU && u.OpsPerSec > 0 {
+			x := co.OpsPerSec / u.OpsPerSec
+			fmt.Fprintf(out, "target create_only throughput >= 0.95x unfenced: %.2fx (%s)\n", x, verdict(x >= 0.95))
+		}
+		fmt.Fprintf(out, "target create_only 1 PUT per inline sync: %.2f (%s)\n", co.WritesPerSync(), verdict(co.WritesPerSync() <= 1.0))
+	}
+	if !okC {
+		return
+	}
 	if cfg.Latency > 0 {
 		x := float64(c.P50) / float64(cfg.Latency)
 		fmt.Fprintf(out, "target concurrent ack p50 <= 1.3 round trips: %.2f (%s)\n", x, verdict(x <= 1.3))
