@@ -56,3 +56,52 @@ func TestShardKeepsItsFencingModeAcrossHandoffAndTerms(t *testing.T) {
 		t.Errorf("successor restore point %+v, want both terms' ops", st.Restore)
 	}
 }
+
+// A create-only shard: the target of a handoff and the next term run it
+// whatever they ask for, and the deposed target acknowledges nothing once
+// the next term opened (the seal's poison is its fence).
+func TestCreateOnlyShardAcrossHandoffAndTerms(t *testing.T) {
+	store := mem.New()
+	server := func() *Server {
+		s, err := New(t.Context(), store, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+		return s
+	}
+	src, dst, next := server(), server(), server()
+	if _, err := src.Open(t.Context(), "c", 1, "src", Settings{Mode: translog.CreateOnly}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Append(t.Context(), "c", [][]byte{[]byte("a")}, 1); err != nil {
+		t.Fatal(err)
+	}
+	hc, err := src.StartHandoff(t.Context(), "c", "dst", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := dst.AdoptHandoff(t.Context(), hc, Settings{Mode: translog.PerSync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Settings.Mode != translog.CreateOnly {
+		t.Errorf("target runs %v, want the shard's create_only", st.Settings.Mode)
+	}
+	if _, err := dst.Append(t.Context(), "c", [][]byte{[]byte("b")}, 1); err != nil {
+		t.Fatal(err)
+	}
+	st, err = next.Open(t.Context(), "c", 2, "next", Settings{Mode: translog.PerSync}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Settings.Mode != translog.CreateOnly {
+		t.Errorf("successor runs %v, want the shard's create_only", st.Settings.Mode)
+	}
+	if st.Restore.Gen != 2 || st.Restore.NextSeqNo != 2 {
+		t.Errorf("successor restore point %+v, want both acknowledged ops", st.Restore)
+	}
+	if _, err := dst.Append(t.Context(), "c", [][]byte{[]byte("late")}, 1); err == nil {
+		t.Fatal("the deposed create-only target acknowledged an append after the next term opened")
+	}
+}
