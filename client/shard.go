@@ -18,6 +18,9 @@ import (
 type Ack struct {
 	Term, Gen, FirstSeqNo int64
 	Count                 int
+	// FencingObserved is set on a shard in observe mode when per-sync
+	// fencing would have failed this append: it says why.
+	FencingObserved string
 }
 
 // Shard appends to one shard over one stream at a time. It is safe for
@@ -469,7 +472,7 @@ func (st *stream) answer(req *request, resp *sidecarv1.AppendStreamResponse) {
 	case a != nil && a.GetCount() == int64(req.ops):
 		seq := a.GetFirstSeqNo()
 		for _, cl := range req.calls {
-			sh.finish(cl, Ack{Term: a.GetTerm(), Gen: a.GetGen(), FirstSeqNo: seq, Count: len(cl.ops)}, nil)
+			sh.finish(cl, Ack{Term: a.GetTerm(), Gen: a.GetGen(), FirstSeqNo: seq, Count: len(cl.ops), FencingObserved: a.GetFencingObserved()}, nil)
 			seq += int64(len(cl.ops))
 		}
 	case r != nil && len(req.calls) > 1:

@@ -282,8 +282,9 @@ func TestRewriteThatCannotWeakenDoesNotWaitAndAnUnsafeOneRollsBack(t *testing.T)
 	if err != nil || rw != nil || f != longer {
 		t.Fatalf("after the rollback the shard stores %v (rewrite %v, %v), want %v", f, rw, err, longer)
 	}
-	if _, err := recovery.RewriteFencing(ctx, store, shard, 4, "admin", seal.Fencing{Disabled: true}, recovery.RewriteOptions{Clock: clock}); !errors.Is(err, seal.ErrFencingMismatch) {
-		t.Fatalf("rewrite to unfenced: %v", err)
+	// Unfenced waits no lease either: from lease mode it weakens too.
+	if _, err := recovery.RewriteFencing(ctx, store, shard, 4, "admin", seal.Fencing{Disabled: true}, recovery.RewriteOptions{Clock: clock, MaxWait: time.Second}); !errors.Is(err, recovery.ErrRewriteUnsafe) {
+		t.Fatalf("rewrite of a lease shard to unfenced with at most 1s allowed: %v, want ErrRewriteUnsafe", err)
 	}
 	sh5 := mustWait(t, store, clock, openBG(t, store, 5, "a5", leaseOptions(clock, time.Second, nil)), 5, 4*time.Second)
 	if sh5.Fencing != longer {

@@ -29,8 +29,8 @@ const (
 )
 
 var (
-	// ErrFencingMismatch: an open asked for fencing on a shard created
-	// unfenced, or the reverse.
+	// ErrFencingMismatch: an open asked for fencing on a shard that runs
+	// unfenced, or the reverse (a rewrite changes that, at a new term).
 	ErrFencingMismatch = errors.New("fencing setting differs from the shard's")
 	// ErrFencingRewrite: the shard's fencing is being rewritten; no term
 	// opens until the rewrite finished or was rolled back.
@@ -107,7 +107,9 @@ func (f Fencing) checkRange() error {
 // Weakens reports whether writers running f while a successor runs to
 // could acknowledge after the successor stopped waiting: to waits less
 // than f may hold a lease (per_sync waits nothing; a shorter lease waits
-// less). Switching between fenced and unfenced is never a rewrite.
+// less). Only a lease-mode f can be weakened: no other mode acknowledges
+// on a lease, and the acks of all of them, unfenced included, are covered
+// by the successor's poison (docs/PROTOCOL.md).
 func (f Fencing) Weakens(to Fencing) bool {
 	if f.Disabled || f.Mode != translog.Lease {
 		return false
@@ -136,6 +138,11 @@ const (
 	// what the rewrite needs of every opener.
 	rewriteVersion = "rewrite1"
 	rewriteFields  = 10
+	// switchVersion marks a rewrite between fenced and unfenced: it
+	// records the target's enabled flag too. A build that reads only v1
+	// and rewrite1 refuses it as an unknown version, as a rewrite needs.
+	switchVersion = "rewrite2"
+	switchFields  = 11
 )
 
 func fencingParts(f Fencing) []string {
@@ -160,8 +167,14 @@ func encodeFencing(shard string, f Fencing) []byte {
 
 // encodeRewrite is the body of a rewrite in progress: "shardfence.fencing|
 // rewrite1|shard|enabled|mode|lease ms|to mode|to lease ms|term|crc32c".
+//
+// A rewrite between fenced and unfenced is "shardfence.fencing|rewrite2|
+// shard|enabled|mode|lease ms|to enabled|to mode|to lease ms|term|crc32c".
 func encodeRewrite(shard string, rw FencingRewrite) []byte {
 	to := fencingParts(rw.To)
+	if rw.From.normalized().Disabled != rw.To.normalized().Disabled {
+		return sealed(append(append([]string{fencingTag, switchVersion, shard}, fencingParts(rw.From)...), to[0], to[1], to[2], itoa(rw.Term))...)
+	}
 	return sealed(append(append([]string{fencingTag, rewriteVersion, shard}, fencingParts(rw.From)...), to[1], to[2], itoa(rw.Term))...)
 }
 
@@ -191,8 +204,10 @@ func decodeStored(shard string, body []byte) (Fencing, *FencingRewrite, error) {
 	case fencingVersion:
 	case rewriteVersion:
 		want = rewriteFields
+	case switchVersion:
+		want = switchFields
 	default:
-		return bad(fence.ErrUnknownVersion, "fencing settings version %q, this build reads %s and %s", trunc(p[1]), fencingVersion, rewriteVersion)
+		return bad(fence.ErrUnknownVersion, "fencing settings version %q, this build reads %s, %s and %s", trunc(p[1]), fencingVersion, rewriteVersion, switchVersion)
 	}
 	if len(p) != want {
 		return bad(fence.ErrCorruptBody, "fencing settings have %d fields, want %d", len(p), want)
@@ -202,14 +217,19 @@ func decodeStored(shard string, body []byte) (Fencing, *FencingRewrite, error) {
 		return bad(fence.ErrCorruptBody, "%v", err)
 	}
 	var rw *FencingRewrite
-	if p[1] == rewriteVersion {
-		to, err := parseFencing(p[3], p[6], p[7])
+	if p[1] != fencingVersion {
+		// rewrite1 keeps the enabled flag; rewrite2 records the target's.
+		toEnabled, rest := p[3], p[6:]
+		if p[1] == switchVersion {
+			toEnabled, rest = p[6], p[7:]
+		}
+		to, err := parseFencing(toEnabled, rest[0], rest[1])
 		if err != nil {
 			return bad(fence.ErrCorruptBody, "rewrite target: %v", err)
 		}
-		term, err := strconv.ParseInt(p[8], 10, 64)
+		term, err := strconv.ParseInt(rest[2], 10, 64)
 		if err != nil || term < 1 {
-			return bad(fence.ErrCorruptBody, "rewrite term %q", trunc(p[8]))
+			return bad(fence.ErrCorruptBody, "rewrite term %q", trunc(rest[2]))
 		}
 		rw = &FencingRewrite{From: f, To: to, Term: term}
 		if string(encodeRewrite(p[2], *rw)) != string(body) {
@@ -240,6 +260,8 @@ func parseFencing(enabled, mode, leaseMS string) (Fencing, error) {
 		f.Mode = translog.Lease
 	case translog.CreateOnly.String():
 		f.Mode = translog.CreateOnly
+	case translog.Observe.String():
+		f.Mode = translog.Observe
 	default:
 		return Fencing{}, fmt.Errorf("fencing mode %q", trunc(mode))
 	}
@@ -356,7 +378,7 @@ func shardFencing(ctx context.Context, store *blobstore.Container, shard string,
 	case rw != nil:
 		return fail(fmt.Errorf("%w %s; no term opens until it finishes: run `shardfence settings` for the shard again (it finishes or rolls back)", ErrFencingRewrite, rw))
 	case got.Disabled != want.Disabled:
-		return fail(fmt.Errorf("%w: the shard was created with fencing %s, this open asks for fencing %s; open it with fencing %s (a shard never switches between fenced and unfenced)",
+		return fail(fmt.Errorf("%w: the shard runs fencing %s, this open asks for fencing %s; open it with fencing %s, or change the shard's fencing at a new term with `shardfence settings` (observe mode first shows what fencing would do)",
 			ErrFencingMismatch, got, want, enabledWord(got.Disabled)))
 	}
 	if err := got.checkRange(); err != nil {
@@ -414,9 +436,6 @@ func BeginFencingRewrite(ctx context.Context, store *blobstore.Container, shard 
 		cur, prev, err := decodeStored(shard, obj.Body)
 		if err != nil {
 			return err
-		}
-		if cur.Disabled != to.Disabled {
-			return fmt.Errorf("%w: the shard runs fencing %s; a rewrite never switches between fenced and unfenced", ErrFencingMismatch, cur)
 		}
 		if prev == nil && cur == to {
 			done = true

@@ -15,7 +15,8 @@ import (
 )
 
 func TestFencingRoundTripAndRejects(t *testing.T) {
-	for _, f := range []Fencing{{Mode: translog.PerSync}, {Mode: translog.Lease, LeaseInterval: 3 * time.Second}, {Disabled: true}} {
+	for _, f := range []Fencing{{Mode: translog.PerSync}, {Mode: translog.Lease, LeaseInterval: 3 * time.Second}, {Disabled: true},
+		{Mode: translog.CreateOnly}, {Mode: translog.Observe}} {
 		got, err := DecodeFencing("s", encodeFencing("s", f))
 		if err != nil || got != f.normalized() {
 			t.Fatalf("round trip of %v: %v, %v", f, got, err)
@@ -161,9 +162,6 @@ func TestFencingRewriteLifecycle(t *testing.T) {
 	if _, done, err := BeginFencingRewrite(ctx, store.Container, "s", lease, 2, opts); err != nil || !done {
 		t.Fatalf("rewrite to what runs: done %v, %v", done, err)
 	}
-	if _, _, err := BeginFencingRewrite(ctx, store.Container, "s", Fencing{Disabled: true}, 2, opts); !errors.Is(err, ErrFencingMismatch) {
-		t.Fatalf("rewrite to unfenced: %v", err)
-	}
 	store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Fault: faulty.LostResponse, Times: 1})
 	rw, _, err := BeginFencingRewrite(ctx, store.Container, "s", Fencing{Mode: translog.PerSync}, 2, opts)
 	if err != nil || rw.From != lease || rw.To.Mode != translog.PerSync || rw.Term != 2 {
@@ -214,12 +212,56 @@ func TestWeakens(t *testing.T) {
 	per := Fencing{Mode: translog.PerSync}
 	l5 := Fencing{Mode: translog.Lease, LeaseInterval: 5 * time.Second}
 	l9 := Fencing{Mode: translog.Lease, LeaseInterval: 9 * time.Second}
+	co, obs, off := Fencing{Mode: translog.CreateOnly}, Fencing{Mode: translog.Observe}, Fencing{Disabled: true}
 	for _, c := range []struct {
 		from, to Fencing
 		want     bool
-	}{{per, l5, false}, {per, per, false}, {l5, l9, false}, {l5, l5, false}, {l9, l5, true}, {l5, per, true}} {
+	}{{per, l5, false}, {per, per, false}, {l5, l9, false}, {l5, l5, false}, {l9, l5, true}, {l5, per, true},
+		{l5, co, true}, {l5, obs, true}, {l5, off, true}, {co, per, false}, {obs, co, false}, {off, per, false}, {off, l5, false}} {
 		if got := c.from.Weakens(c.to); got != c.want {
 			t.Errorf("%v -> %v weakens: %v, want %v", c.from, c.to, got, c.want)
 		}
+	}
+}
+
+// A rewrite may switch between fenced and unfenced (at its new term): its
+// record then carries the target's enabled flag in a version older builds
+// refuse, and it round-trips.
+func TestFencingRewriteBetweenFencedAndUnfenced(t *testing.T) {
+	ctx := context.Background()
+	store := mem.New()
+	opts := Options{Clock: fence.NewAutoClock()}
+	off, obs := Fencing{Disabled: true}, Fencing{Mode: translog.Observe}
+	if _, err := ShardFencing(ctx, store, "s", off, opts); err != nil {
+		t.Fatal(err)
+	}
+	for i, to := range []Fencing{obs, {Mode: translog.CreateOnly}, off} {
+		rw, done, err := BeginFencingRewrite(ctx, store, "s", to, int64(2+i), opts)
+		if err != nil || done {
+			t.Fatalf("begin rewrite to %v: done %v, %v", to, done, err)
+		}
+		obj, err := store.Get(ctx, FencingKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switching := rw.From.Disabled != rw.To.Disabled
+		if switching != strings.Contains(string(obj.Body), "|"+switchVersion+"|") {
+			t.Fatalf("rewrite %s stored as %q", rw, obj.Body)
+		}
+		if _, got, _, err := ReadFencing(ctx, store, "s", opts); err != nil || got == nil || *got != rw {
+			t.Fatalf("read back %+v, %v, want %+v", got, err, rw)
+		}
+		if err := FinishFencingRewrite(ctx, store, "s", rw, opts); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := ShardFencing(ctx, store, "s", to, opts); err != nil || got != to.normalized() {
+			t.Fatalf("after the rewrite to %v: %v, %v", to, got, err)
+		}
+	}
+	// A rewrite2 body that does not switch is not in canonical form.
+	body := encodeRewrite("s", FencingRewrite{From: off, To: obs, Term: 9})
+	same := strings.Replace(string(body), "|disabled|per_sync|0|enabled|", "|disabled|per_sync|0|disabled|", 1)
+	if _, _, err := decodeStored("s", []byte(same)); !errors.Is(err, fence.ErrCorruptBody) {
+		t.Fatalf("tampered rewrite2 body: %v, want corrupt", err)
 	}
 }

@@ -44,6 +44,7 @@ func (s *Server) append(ctx context.Context, name string, ops [][]byte, expected
 	}
 	s.metrics.ackLatency.Observe(time.Since(start).Seconds())
 	sh.acked(ack, sent)
+	s.noteObserved(sh, ack)
 	return ack, nil
 }
 
@@ -114,6 +115,22 @@ func (e *handoffError) Unwrap() []error {
 		return []error{e.err, e.cause}
 	}
 	return []error{e.err}
+}
+
+// noteObserved logs, once per shard, the first ack an observe-mode writer
+// gave that per-sync fencing would have failed.
+func (s *Server) noteObserved(sh *shard, ack translog.Ack) {
+	if ack.FencingObserved == "" {
+		return
+	}
+	sh.mu.Lock()
+	first := !sh.observedLogged
+	sh.observedLogged = true
+	sh.mu.Unlock()
+	if first {
+		s.log.Warn("fencing observed: per_sync mode would have failed this append and every later one (observe mode acknowledges them)",
+			append(sh.logAttrs(), "gen", ack.Gen, "reason", ack.FencingObserved)...)
+	}
 }
 
 // noteFailure logs and counts a writer's terminal failure once.

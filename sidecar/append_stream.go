@@ -184,7 +184,8 @@ func (st *appendStream) answer(ctx context.Context, it streamItem) (*sidecarv1.A
 	s.metrics.ackedOps.Add(float64(ack.Count))
 	s.metrics.ackLatency.Observe(time.Since(it.start).Seconds())
 	st.sh.acked(ack, it.sent)
-	resp.Ack = &sidecarv1.AppendResponse{Term: ack.Term, Gen: ack.Gen, FirstSeqNo: ack.FirstSeqNo, Count: int64(ack.Count)}
+	s.noteObserved(st.sh, ack)
+	resp.Ack = appendResponse(ack)
 	return resp, nil
 }
 

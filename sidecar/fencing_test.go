@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -103,5 +105,53 @@ func TestCreateOnlyShardAcrossHandoffAndTerms(t *testing.T) {
 	}
 	if _, err := dst.Append(t.Context(), "c", [][]byte{[]byte("late")}, 1); err == nil {
 		t.Fatal("the deposed create-only target acknowledged an append after the next term opened")
+	}
+}
+
+// Observe mode acknowledges what per-sync fencing would have failed, and
+// says so: on the ack, in status and in the writer's counters; a
+// successor's open (its poison) still stops the writer.
+func TestObserveModeReportsInsteadOfFailing(t *testing.T) {
+	store := mem.New()
+	s, err := New(t.Context(), store, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	if _, err := s.Open(t.Context(), "o", 1, "a1", Settings{Mode: translog.Observe}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ack, err := s.Append(t.Context(), "o", [][]byte{[]byte("a")}, 1)
+	if err != nil || ack.FencingObserved != "" {
+		t.Fatalf("append before any successor: %+v, %v", ack, err)
+	}
+	sub, err := blobstore.Sub(store, "o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fence.Claim(t.Context(), sub, "o", 2, "successor"); err != nil {
+		t.Fatal(err)
+	}
+	ack, err = s.Append(t.Context(), "o", [][]byte{[]byte("b")}, 1)
+	if err != nil || ack.FencingObserved == "" {
+		t.Fatalf("append after a successor's claim: %+v, %v; want acknowledged with the observed fencing", ack, err)
+	}
+	st, err := s.Status("o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.FencingObserved == "" || st.Stats.FencingObserved != 1 || st.Fenced || st.Settings.Mode != translog.Observe {
+		t.Fatalf("status %+v: want the observed fencing reported, one observed sync, not fenced", st)
+	}
+	next, err := New(t.Context(), store, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = next.Shutdown(context.Background()) })
+	if _, err := next.Open(t.Context(), "o", 3, "a3", Settings{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(t.Context(), "o", [][]byte{[]byte("late")}, 1); err == nil {
+		t.Fatal("the observe-mode writer acknowledged an append onto the successor's poison")
 	}
 }

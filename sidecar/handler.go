@@ -103,6 +103,7 @@ func settingsFromProto(p *sidecarv1.ShardSettings) (Settings, error) {
 		sidecarv1.FencingMode_FENCING_MODE_PER_SYNC:    translog.PerSync,
 		sidecarv1.FencingMode_FENCING_MODE_LEASE:       translog.Lease,
 		sidecarv1.FencingMode_FENCING_MODE_CREATE_ONLY: translog.CreateOnly,
+		sidecarv1.FencingMode_FENCING_MODE_OBSERVE:     translog.Observe,
 	}); err != nil {
 		return Settings{}, err
 	}
@@ -153,6 +154,12 @@ func enumFromProto[P ~int32, T any](what string, p P, values map[P]T) (v T, err 
 	return v, nil
 }
 
+// appendResponse is an ack in the API.
+func appendResponse(ack translog.Ack) *sidecarv1.AppendResponse {
+	return &sidecarv1.AppendResponse{Term: ack.Term, Gen: ack.Gen, FirstSeqNo: ack.FirstSeqNo, Count: int64(ack.Count),
+		FencingObserved: clipN(ack.FencingObserved, maxErrorMessage)}
+}
+
 func settingsProto(s Settings) *sidecarv1.ShardSettings {
 	p := &sidecarv1.ShardSettings{
 		FencingDisabled: s.FencingDisabled, Mode: sidecarv1.FencingMode_FENCING_MODE_PER_SYNC, AckOrder: sidecarv1.AckOrder_ACK_ORDER_CONCURRENT,
@@ -165,6 +172,8 @@ func settingsProto(s Settings) *sidecarv1.ShardSettings {
 		p.Mode = sidecarv1.FencingMode_FENCING_MODE_LEASE
 	case translog.CreateOnly:
 		p.Mode = sidecarv1.FencingMode_FENCING_MODE_CREATE_ONLY
+	case translog.Observe:
+		p.Mode = sidecarv1.FencingMode_FENCING_MODE_OBSERVE
 	}
 	if s.AckOrder == translog.Sequenced {
 		p.AckOrder = sidecarv1.AckOrder_ACK_ORDER_SEQUENCED
@@ -201,7 +210,9 @@ func statusProto(st ShardStatus) *sidecarv1.ShardStatus {
 		CheckpointBytesLocal: st.Warm.BytesLocal, CheckpointBytesTotal: st.Warm.BytesTotal,
 		CacheHits: st.Warm.Hits, CacheMisses: st.Warm.Misses, Fetches: st.Warm.Fetches,
 		FetchP50Us: st.Warm.FetchP50.Microseconds(), FetchP99Us: st.Warm.FetchP99.Microseconds(),
-		WarmError: clipN(st.Warm.Err, maxErrorMessage),
+		WarmError:            clipN(st.Warm.Err, maxErrorMessage),
+		FencingObservedSyncs: st.Stats.FencingObserved, FencingObserved: clipN(st.FencingObserved, maxErrorMessage),
+		FenceChecks: st.Stats.FenceChecks,
 	}
 }
 
@@ -271,7 +282,7 @@ func (sv *service) Append(ctx context.Context, req *connect.Request[sidecarv1.Ap
 	if err != nil {
 		return nil, sv.fail("Append", m.GetShard(), err)
 	}
-	return connect.NewResponse(&sidecarv1.AppendResponse{Term: ack.Term, Gen: ack.Gen, FirstSeqNo: ack.FirstSeqNo, Count: int64(ack.Count)}), nil
+	return connect.NewResponse(appendResponse(ack)), nil
 }
 
 func (sv *service) Read(ctx context.Context, req *connect.Request[sidecarv1.ReadRequest], stream *connect.ServerStream[sidecarv1.ReadResponse]) error {

@@ -85,6 +85,8 @@ func fencingProto(f seal.Fencing) *sidecarv1.ShardSettings {
 		p.Mode, p.LeaseIntervalMs = sidecarv1.FencingMode_FENCING_MODE_LEASE, f.LeaseInterval.Milliseconds()
 	case translog.CreateOnly:
 		p.Mode = sidecarv1.FencingMode_FENCING_MODE_CREATE_ONLY
+	case translog.Observe:
+		p.Mode = sidecarv1.FencingMode_FENCING_MODE_OBSERVE
 	}
 	return p
 }

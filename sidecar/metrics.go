@@ -18,6 +18,8 @@ const (
 	SyncedOpsMetric     = "shardfence_sidecar_synced_ops_total"
 	CASWritesMetric     = "shardfence_sidecar_cas_writes_total"
 	LeaseSkipsMetric    = "shardfence_sidecar_lease_skips_total"
+	FenceChecksMetric   = "shardfence_sidecar_fence_checks_total"
+	ObservedMetric      = "shardfence_sidecar_fencing_observed_total"
 	OpensMetric         = "shardfence_sidecar_opens_total"
 	ServiceErrorsMetric = "shardfence_sidecar_errors_total"
 	StoreRetriesMetric  = "shardfence_sidecar_store_retries_total"
@@ -100,6 +102,8 @@ var (
 	syncedOpsDesc  = prometheus.NewDesc(SyncedOpsMetric, "Ops written by the syncs of the shards open now.", []string{"shard"}, nil)
 	casDesc        = prometheus.NewDesc(CASWritesMetric, "Fence CAS writes sent by syncs of the shards open now.", []string{"shard"}, nil)
 	leaseSkipsDesc = prometheus.NewDesc(LeaseSkipsMetric, "Syncs acknowledged inside the lease without a CAS.", []string{"shard"}, nil)
+	checksDesc     = prometheus.NewDesc(FenceChecksMetric, "Fence key reads of create-only writers of the shards open now.", []string{"shard"}, nil)
+	observedDesc   = prometheus.NewDesc(ObservedMetric, "Syncs an observe-mode writer acknowledged that per-sync fencing would have failed.", []string{"shard"}, nil)
 	openDesc       = prometheus.NewDesc(OpenShardsMetric, "Shards open on this sidecar, by state.", []string{"state"}, nil)
 	retriesDesc    = prometheus.NewDesc(StoreRetriesMetric, "Store errors the syncs of the shards open now retried.", []string{"shard"}, nil)
 	retryingDesc   = prometheus.NewDesc(RetryingMetric, "How long the shard's syncs have been retrying store errors (0: they are not).", []string{"shard"}, nil)
@@ -115,7 +119,7 @@ var (
 type writerCollector struct{ s *Server }
 
 func (c *writerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{syncsDesc, syncedOpsDesc, casDesc, leaseSkipsDesc, openDesc, retriesDesc, retryingDesc, lastSyncDesc, stalledDesc, partialDesc, localDesc, totalDesc, cacheBytesDesc} {
+	for _, d := range []*prometheus.Desc{syncsDesc, syncedOpsDesc, casDesc, leaseSkipsDesc, checksDesc, observedDesc, openDesc, retriesDesc, retryingDesc, lastSyncDesc, stalledDesc, partialDesc, localDesc, totalDesc, cacheBytesDesc} {
 		ch <- d
 	}
 }
@@ -144,6 +148,8 @@ func (c *writerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(syncedOpsDesc, prometheus.CounterValue, float64(ws.Ops), sh.name)
 		ch <- prometheus.MustNewConstMetric(casDesc, prometheus.CounterValue, float64(ws.CASWrites), sh.name)
 		ch <- prometheus.MustNewConstMetric(leaseSkipsDesc, prometheus.CounterValue, float64(ws.LeaseSkips), sh.name)
+		ch <- prometheus.MustNewConstMetric(checksDesc, prometheus.CounterValue, float64(ws.FenceChecks), sh.name)
+		ch <- prometheus.MustNewConstMetric(observedDesc, prometheus.CounterValue, float64(ws.FencingObserved), sh.name)
 		h := w.StoreHealth()
 		now := time.Now()
 		retrying, last, stalled := 0.0, 0.0, 0.0

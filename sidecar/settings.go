@@ -79,7 +79,7 @@ func (s Settings) Validate() error {
 		{"lease interval", s.LeaseInterval != 0 && (s.LeaseInterval < MinLeaseInterval || s.LeaseInterval > MaxLeaseInterval), s.LeaseInterval, fmt.Sprintf("%v..%v", MinLeaseInterval, MaxLeaseInterval)},
 		{"freshness interval", s.FreshnessInterval != 0 && (s.FreshnessInterval < MinFreshnessInterval || s.FreshnessInterval > MaxFreshnessInterval), s.FreshnessInterval, fmt.Sprintf("%v..%v", MinFreshnessInterval, MaxFreshnessInterval)},
 		{"retention generations", s.RetentionGens < 0 || s.RetentionGens > MaxRetentionGens, s.RetentionGens, fmt.Sprintf("0..%d", int64(MaxRetentionGens))},
-		{"fencing mode", s.Mode != translog.PerSync && s.Mode != translog.Lease && s.Mode != translog.CreateOnly, int(s.Mode), "per_sync, lease or create_only"},
+		{"fencing mode", s.Mode < translog.PerSync || s.Mode > translog.Observe, int(s.Mode), "per_sync, lease, create_only or observe"},
 		{"ack order", s.AckOrder != translog.Concurrent && s.AckOrder != translog.Sequenced, int(s.AckOrder), "concurrent or sequenced"},
 	} {
 		if c.bad {

@@ -55,6 +55,8 @@ type shard struct {
 	// healthLogged is the store health last logged, at healthLoggedAt.
 	healthLogged   string
 	healthLoggedAt time.Time
+	// observedLogged: the first observed fencing was logged.
+	observedLogged bool
 }
 
 // install makes sh the shard the lifecycle opened: its writer, chain,
@@ -176,6 +178,11 @@ type ShardStatus struct {
 	// holds appends back.
 	Warm      WarmStats
 	Replaying bool
+
+	// FencingObserved is, in observe mode, the first refused fence CAS:
+	// per-sync fencing would have failed every append acknowledged since
+	// (Stats.FencingObserved counts their syncs). Empty when none.
+	FencingObserved string
 }
 
 func (sh *shard) status() ShardStatus {
@@ -201,6 +208,9 @@ func (sh *shard) status() ShardStatus {
 	}
 	if w != nil {
 		st.Stats = w.Stats()
+		if err := w.ObservedFencing(); err != nil {
+			st.FencingObserved = err.Error()
+		}
 		fillHealth(&st, w.StoreHealth(), sh.stallAfter, time.Now())
 		if err := w.Err(); err != nil && fenceErr == nil && st.State == ShardOpen {
 			fenceErr = err

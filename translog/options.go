@@ -46,6 +46,16 @@ const (
 	// generations past the last good one) stops a writer that lost the
 	// term, so that seal ends (docs/PROTOCOL.md, section 4).
 	CreateOnly
+	// Observe claims and CASes the fence key as PerSync does, but a
+	// refused CAS is reported instead of failing the append: the writer
+	// acknowledges on its md alone, as an unfenced writer does, and marks
+	// every ack that PerSync mode would have failed (Ack.FencingObserved,
+	// Stats.FencingObserved). It protects nothing a successor needs beyond
+	// what an unfenced shard has: it shows an operator what fencing would
+	// do before it is enforced. A poison at the writer's next generation
+	// still stops it, as it stops an unfenced writer: the op has no place
+	// in the log.
+	Observe
 )
 
 // CheckWindow is how many generations a CreateOnly writer may start past
@@ -54,7 +64,9 @@ const (
 const CheckWindow = 8
 
 // String is the mode's name in the shard's stored settings and the API.
-func (m FencingMode) String() string { return enumName(int(m), "per_sync", "lease", "create_only") }
+func (m FencingMode) String() string {
+	return enumName(int(m), "per_sync", "lease", "create_only", "observe")
+}
 
 // enumName names value n of an enum numbered from 1, whose zero is
 // unspecified.
@@ -121,6 +133,10 @@ type Ack struct {
 	Gen        int64
 	FirstSeqNo int64 // the ops got FirstSeqNo .. FirstSeqNo+Count-1
 	Count      int
+	// FencingObserved is set in Observe mode when PerSync mode would have
+	// failed this append instead: the fence CAS was refused (a successor
+	// claimed the shard, or the key was handed on). It says why.
+	FencingObserved string
 }
 
 // Stats are the writer's counters.
@@ -131,7 +147,10 @@ type Stats struct {
 	CASWrites   int64 // fence advances sent by syncs
 	LeaseSkips  int64 // syncs acknowledged inside the lease without a CAS
 	FenceChecks int64 // fence key reads of create-only mode
-	DataObjects int64 // syncs whose payload went to a data object
+	// FencingObserved counts the syncs an Observe-mode writer acknowledged
+	// that PerSync mode would have failed.
+	FencingObserved int64
+	DataObjects     int64 // syncs whose payload went to a data object
 }
 
 // StoreHealth is what the writer has seen of the store. Syncs retry store

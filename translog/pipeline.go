@@ -48,11 +48,14 @@ type pipeline struct {
 	checkedAt int64
 	checkFrom int64
 	checking  bool
-	err       error // terminal: fenced, broken, closed
-	closing   bool
-	stats     Stats
-	acked     int64    // generations acknowledged
-	done      []*entry // completed, not yet delivered
+	// observed is Observe mode's first refused CAS: what PerSync mode
+	// would have failed every later ack with.
+	observed error
+	err      error // terminal: fenced, broken, closed
+	closing  bool
+	stats    Stats
+	acked    int64    // generations acknowledged
+	done     []*entry // completed, not yet delivered
 }
 
 // entry is one Append in the pipeline.
@@ -240,6 +243,10 @@ func (p *pipeline) orderFor(now int64) order {
 	return pipelined
 }
 
+// observing reports whether the writer runs Observe mode: fencing verdicts
+// of the CAS are reported, not enforced.
+func (p *pipeline) observing() bool { return p.witness && p.mode == Observe }
+
 // createOnly reports whether the writer runs create-only fencing.
 func (p *pipeline) createOnly() bool { return p.witness && p.mode == CreateOnly }
 
@@ -306,6 +313,13 @@ type outcome struct {
 func (p *pipeline) record(o outcome, now int64, inst error) {
 	s := o.sync
 	switch {
+	case o.err != nil && o.step == stepCAS && p.observing() && !errors.Is(o.err, ErrClosed):
+		// Observe mode: the CAS is a witness only. PerSync mode would
+		// fail this sync and everything after it; report that instead.
+		s.casOK = true
+		if p.observed == nil {
+			p.observed = o.err
+		}
 	case o.err != nil:
 		if s.err == nil {
 			s.err = p.genErr(s.gen, o.err)
@@ -358,9 +372,14 @@ func (p *pipeline) ack(now int64, inst error) {
 		p.syncs = p.syncs[1:]
 		p.lastSyncDur = now - s.started
 		p.acked++
+		var observed string
+		if p.observed != nil {
+			observed = p.observed.Error()
+			p.stats.FencingObserved++
+		}
 		seq := s.firstSeqNo
 		for _, e := range s.entries {
-			p.complete(e, Ack{Term: p.term, Gen: s.gen, FirstSeqNo: seq, Count: len(e.ops)}, nil)
+			p.complete(e, Ack{Term: p.term, Gen: s.gen, FirstSeqNo: seq, Count: len(e.ops), FencingObserved: observed}, nil)
 			seq += int64(len(e.ops))
 		}
 	}
@@ -372,7 +391,10 @@ func (p *pipeline) ack(now int64, inst error) {
 // every started and queued append with it; nil otherwise.
 func (p *pipeline) checkFenced(inst error) error {
 	err := p.err
-	if err == nil {
+	if err == nil && !p.observing() {
+		// In Observe mode the instance's fencing comes from a refused
+		// CAS, which is only reported; a poison at our md key arrives
+		// as the sync's own error (p.err) and ends the writer.
 		err = inst
 	}
 	if err == nil || !errors.Is(err, fence.ErrFenced) {

@@ -68,10 +68,10 @@ func sealForTest(ctx context.Context, t *testing.T, store *blobstore.Container, 
 // appending through a jittery store while a term-2 successor claims and
 // seals. Every op the primary acknowledged must be in the restore point.
 func TestAckedWritesSurviveSuccessorSeal(t *testing.T) {
-	for _, o := range []Options{{AckOrder: Concurrent}, {AckOrder: Sequenced}, {FencingMode: CreateOnly}} {
+	for _, o := range []Options{{AckOrder: Concurrent}, {AckOrder: Sequenced}, {FencingMode: CreateOnly}, {FencingMode: Observe}} {
 		name := o.AckOrder.String()
-		if o.FencingMode == CreateOnly {
-			name = CreateOnly.String()
+		if o.FencingMode != 0 {
+			name = o.FencingMode.String()
 		}
 		t.Run(name, func(t *testing.T) {
 			ackedTotal := 0

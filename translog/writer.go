@@ -354,3 +354,12 @@ func (w *Writer) sync(batch []*entry) {
 func (w *Writer) record(o outcome) {
 	w.locked(func(p *pipeline) { p.record(o, w.clock.Now(), w.instanceErr()) })
 }
+
+// ObservedFencing returns, in Observe mode, the refused fence CAS that
+// PerSync mode would have failed every later append with; nil while there
+// was none, and always nil in the other modes.
+func (w *Writer) ObservedFencing() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.p.observed
+}

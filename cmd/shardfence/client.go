@@ -313,6 +313,9 @@ func printStatus(w io.Writer, s *sidecarv1.ShardStatus) {
 	if s.GetLastStoreError() != "" {
 		rows = append(rows, [2]string{"store error", fmt.Sprintf("%s (%s, %d retried)", s.GetLastStoreError(), ago(s.GetLastStoreErrorAgeMs()), s.GetStoreRetries())})
 	}
+	if s.GetFencingObserved() != "" {
+		rows = append(rows, [2]string{"fencing observed", fmt.Sprintf("%d syncs per_sync would have failed: %s", s.GetFencingObservedSyncs(), s.GetFencingObserved())})
+	}
 	rows = append(rows, settingsRows(s.GetSettings())...)
 	if s.GetError() != "" {
 		rows = append(rows, [2]string{"error", s.GetError()})

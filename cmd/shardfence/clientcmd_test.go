@@ -110,7 +110,7 @@ func TestClientCommands(t *testing.T) {
 // open sends --fencing-mode and --ack-order as the API's enums by number:
 // the API and translog number them alike (0 unspecified).
 func TestModeNumbersMatchTheAPI(t *testing.T) {
-	for _, m := range []translog.FencingMode{translog.PerSync, translog.Lease, translog.CreateOnly} {
+	for _, m := range []translog.FencingMode{translog.PerSync, translog.Lease, translog.CreateOnly, translog.Observe} {
 		if got, want := sidecarv1.FencingMode(m).String(), "FENCING_MODE_"+strings.ToUpper(m.String()); got != want {
 			t.Errorf("fencing mode %v is %s in the API, want %s", m, got, want)
 		}

@@ -21,14 +21,15 @@ func runOpen(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		term               int64
 		alloc, mode, order string
 		lease              time.Duration
-		warm               bool
+		warm, unfenced     bool
 		settings           = &sidecarv1.ShardSettings{}
 	)
 	return runClient(ctx, clientCmd{name: "open", withShard: true,
 		flags: func(fs *flag.FlagSet) func() error {
 			fs.Int64Var(&term, "term", 0, fmt.Sprintf("term granted to this primary (required, 1..%d)", int64(sidecar.MaxTerm)))
 			fs.StringVar(&alloc, "allocation", "", "allocation id of this copy of the shard (required)")
-			fs.StringVar(&mode, "fencing-mode", "", "per_sync or lease (default: the sidecar's); a shard keeps the mode of its first open")
+			fs.StringVar(&mode, "fencing-mode", "", "per_sync, lease, create_only or observe (default: the sidecar's); a shard keeps the mode of its first open until `shardfence settings` rewrites it")
+			fs.BoolVar(&unfenced, "unfenced", false, "open with fencing disabled (the sidecar needs --allow-unfenced; a shard created so stays unfenced until `shardfence settings` rewrites it)")
 			fs.StringVar(&order, "ack-order", "", "concurrent or sequenced (default: the sidecar's)")
 			fs.BoolVar(&warm, "warm", false, "open in partial locality: return once sealed, serve the checkpoint's files on demand (read-file) while the sidecar hydrates them; appends wait for the replay")
 			fs.DurationVar(&lease, "lease-interval", 0, fmt.Sprintf("lease of lease mode, %v..%v (default: the sidecar's)", sidecar.MinLeaseInterval, sidecar.MaxLeaseInterval))
@@ -36,10 +37,13 @@ func runOpen(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				switch {
 				case term < 1 || term > sidecar.MaxTerm || alloc == "":
 					return fmt.Errorf("%w: --term (1..%d) and --allocation are required", errUsage, int64(sidecar.MaxTerm))
+				case unfenced && (mode != "" || lease != 0):
+					return fmt.Errorf("%w: --unfenced goes without --fencing-mode and --lease-interval", errUsage)
 				case lease != 0 && (lease < sidecar.MinLeaseInterval || lease > sidecar.MaxLeaseInterval):
 					return fmt.Errorf("%w: --lease-interval %v is outside %v..%v", errUsage, lease, sidecar.MinLeaseInterval, sidecar.MaxLeaseInterval)
 				}
 				settings.LeaseIntervalMs = lease.Milliseconds()
+				settings.FencingDisabled = unfenced
 				if mode != "" {
 					m, err := parseModeProto(mode)
 					if err != nil {

@@ -86,7 +86,7 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.IntVar(&f.limits.MaxOpsPerAppend, "max-ops-per-append", 10000, "most ops one Append may carry")
 	fs.IntVar(&f.limits.MaxRequestBytes, "max-request-bytes", 32<<20, "largest request message")
 	fs.Int64Var(&f.limits.MaxConcurrentRequestBytes, "max-concurrent-request-bytes", 128<<20, "request bytes all calls may hold at once (at least --max-request-bytes)")
-	fs.StringVar(&f.mode, "fencing-mode", "per_sync", "default fencing mode of a shard: per_sync, lease or create_only")
+	fs.StringVar(&f.mode, "fencing-mode", "per_sync", "default fencing mode of a shard: per_sync, lease, create_only or observe")
 	fs.StringVar(&f.ackOrder, "ack-order", "concurrent", "default ack order of a shard: concurrent or sequenced")
 	fs.IntVar(&f.defaults.InlineLimit, "inline-limit", d.InlineLimit, "default: payloads up to this many bytes go inside the md object")
 	fs.Int64Var(&f.defaults.MaxSyncBytes, "max-sync-bytes", d.MaxSyncBytes, "default: payload cap of one sync")
@@ -178,8 +178,10 @@ func parseMode(s string) (translog.FencingMode, error) {
 		return translog.Lease, nil
 	case "create_only", "create-only":
 		return translog.CreateOnly, nil
+	case "observe":
+		return translog.Observe, nil
 	}
-	return 0, fmt.Errorf("%w: fencing mode %q (per_sync, lease or create_only)", errUsage, s)
+	return 0, fmt.Errorf("%w: fencing mode %q (per_sync, lease, create_only or observe)", errUsage, s)
 }
 
 // parseModeProto is parseMode as the API's enum, which numbers the modes

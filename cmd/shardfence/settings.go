@@ -22,7 +22,7 @@ func runSettings(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	term := fs.Int64("term", 0, "term the rewrite claims, above every term of the shard (rewrite only)")
 	alloc := fs.String("allocation", "", "allocation id recorded in the claimed fence key (rewrite only)")
 	node := fs.String("node", "", "node recorded in the claimed fence key")
-	mode := fs.String("fencing-mode", "", "per_sync or lease: the mode to store")
+	mode := fs.String("fencing-mode", "", "the mode to store: per_sync, lease, create_only, observe, or unfenced")
 	lease := fs.Duration("lease-interval", 0, fmt.Sprintf("lease to store with lease mode (%v..%v)", seal.MinLeaseInterval, seal.MaxLeaseInterval))
 	maxWait := fs.Duration("max-wait", seal.MaxLeaseInterval+time.Second, "longest wait for a running lease before the rewrite is rolled back")
 	fs.Usage = func() {
@@ -52,12 +52,14 @@ func runSettings(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		case *term < 1 || *term > sidecar.MaxTerm || *alloc == "":
 			return fmt.Errorf("%w: a rewrite needs --term (1..%d, above every term of the shard) and --allocation", errUsage, int64(sidecar.MaxTerm))
 		case *mode == "":
-			return fmt.Errorf("%w: a rewrite needs --fencing-mode (per_sync, lease or create_only)", errUsage)
+			return fmt.Errorf("%w: a rewrite needs --fencing-mode (per_sync, lease, create_only, observe or unfenced)", errUsage)
 		case *maxWait <= 0:
 			return fmt.Errorf("%w: --max-wait must be positive", errUsage)
 		}
-		m, err := parseMode(*mode)
-		if err != nil {
+		m, err := translog.PerSync, error(nil)
+		if *mode == "unfenced" {
+			to.Disabled = true
+		} else if m, err = parseMode(*mode); err != nil {
 			return err
 		}
 		to.Mode = m

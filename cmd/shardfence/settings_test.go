@@ -137,3 +137,49 @@ func TestSettingsRewriteAcrossProcesses(t *testing.T) {
 	}
 	t.Logf("term 1 acknowledged %d ops; the rewrite took %v", len(acked), time.Since(start).Round(time.Millisecond))
 }
+
+// `settings` moves a shard between fenced and unfenced, one term at a
+// time: an unfenced shard opened by a sidecar becomes observe, then
+// create_only, then unfenced again; each open after a rewrite runs the
+// stored mode.
+func TestSettingsSwitchesBetweenFencedAndUnfenced(t *testing.T) {
+	storeURL := "file://" + t.TempDir()
+	addr, _ := startServe(t, "--store", storeURL, "--listen", "127.0.0.1:0", "--allow-unfenced")
+	var o, e syncBuffer
+	if err := runOpen(t.Context(), []string{"--addr", addr, "--shard", "m", "--term", "1", "--allocation", "a1", "--unfenced"}, &o, &e); err != nil {
+		t.Fatalf("open unfenced: %v\n%s", err, e.String())
+	}
+	term := 1
+	for _, mode := range []string{"observe", "create_only", "unfenced"} {
+		term++
+		var out, errb strings.Builder
+		args := []string{"settings", "--store", storeURL, "--shard", "m", "--term", fmt.Sprint(term), "--allocation", "admin", "--fencing-mode", mode}
+		if code := dispatch(t.Context(), args, &out, &errb); code != 0 {
+			t.Fatalf("settings --fencing-mode %s: exit %d\n%s", mode, code, errb.String())
+		}
+		want := mode
+		if mode == "unfenced" {
+			want = "disabled"
+		}
+		if !strings.Contains(out.String(), "-> "+want) {
+			t.Fatalf("settings --fencing-mode %s printed %q", mode, out.String())
+		}
+		term++
+		openArgs := []string{"--addr", addr, "--shard", "m", "--term", fmt.Sprint(term), "--allocation", fmt.Sprint("a", term)}
+		if mode == "unfenced" {
+			openArgs = append(openArgs, "--unfenced")
+		} else {
+			openArgs = append(openArgs, "--fencing-mode", mode)
+		}
+		if err := runOpen(t.Context(), openArgs, &o, &e); err != nil {
+			t.Fatalf("open after the rewrite to %s: %v\n%s", mode, err, e.String())
+		}
+		var st strings.Builder
+		if err := runStatus(t.Context(), []string{"--addr", addr, "--shard", "m"}, &st, &e); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(st.String(), want) {
+			t.Fatalf("status after the rewrite to %s:\n%s", mode, st.String())
+		}
+	}
+}

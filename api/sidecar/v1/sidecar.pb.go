@@ -122,6 +122,11 @@ const (
 	// seal poisons until it wins); a background read of the fence key stops
 	// a writer that lost the term.
 	FencingMode_FENCING_MODE_CREATE_ONLY FencingMode = 3
+	// The fence key is claimed and CASed as in per-sync mode, but a refused
+	// CAS is reported (AppendResponse.fencing_observed, status, a metric, a
+	// log line) instead of failing the append. Protects nothing: it shows
+	// what fencing would do before it is enforced.
+	FencingMode_FENCING_MODE_OBSERVE FencingMode = 4
 )
 
 // Enum value maps for FencingMode.
@@ -131,12 +136,14 @@ var (
 		1: "FENCING_MODE_PER_SYNC",
 		2: "FENCING_MODE_LEASE",
 		3: "FENCING_MODE_CREATE_ONLY",
+		4: "FENCING_MODE_OBSERVE",
 	}
 	FencingMode_value = map[string]int32{
 		"FENCING_MODE_UNSPECIFIED": 0,
 		"FENCING_MODE_PER_SYNC":    1,
 		"FENCING_MODE_LEASE":       2,
 		"FENCING_MODE_CREATE_ONLY": 3,
+		"FENCING_MODE_OBSERVE":     4,
 	}
 )
 
@@ -1410,10 +1417,14 @@ type AppendResponse struct {
 	Term  int64                  `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
 	Gen   int64                  `protobuf:"varint,2,opt,name=gen,proto3" json:"gen,omitempty"`
 	// The ops got sequence numbers first_seq_no .. first_seq_no+count-1.
-	FirstSeqNo    int64 `protobuf:"varint,3,opt,name=first_seq_no,json=firstSeqNo,proto3" json:"first_seq_no,omitempty"`
-	Count         int64 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FirstSeqNo int64 `protobuf:"varint,3,opt,name=first_seq_no,json=firstSeqNo,proto3" json:"first_seq_no,omitempty"`
+	Count      int64 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	// fencing_observed is set in observe mode when per-sync fencing would
+	// have failed this append instead of acknowledging it; it says why (a
+	// successor claimed the shard, or the key was handed on).
+	FencingObserved string `protobuf:"bytes,5,opt,name=fencing_observed,json=fencingObserved,proto3" json:"fencing_observed,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AppendResponse) Reset() {
@@ -1472,6 +1483,13 @@ func (x *AppendResponse) GetCount() int64 {
 		return x.Count
 	}
 	return 0
+}
+
+func (x *AppendResponse) GetFencingObserved() string {
+	if x != nil {
+		return x.FencingObserved
+	}
+	return ""
 }
 
 type AppendStreamRequest struct {
@@ -2301,7 +2319,13 @@ type ShardStatus struct {
 	FetchP99Us int64 `protobuf:"varint,30,opt,name=fetch_p99_us,json=fetchP99Us,proto3" json:"fetch_p99_us,omitempty"`
 	// The last error of the background hydration or of the block cache's
 	// disk (reads go on from the store), empty when none.
-	WarmError     string `protobuf:"bytes,31,opt,name=warm_error,json=warmError,proto3" json:"warm_error,omitempty"`
+	WarmError string `protobuf:"bytes,31,opt,name=warm_error,json=warmError,proto3" json:"warm_error,omitempty"`
+	// Observe mode: syncs acknowledged that per-sync fencing would have
+	// failed, and the first refused CAS that says why (empty when none).
+	FencingObservedSyncs int64  `protobuf:"varint,32,opt,name=fencing_observed_syncs,json=fencingObservedSyncs,proto3" json:"fencing_observed_syncs,omitempty"`
+	FencingObserved      string `protobuf:"bytes,33,opt,name=fencing_observed,json=fencingObserved,proto3" json:"fencing_observed,omitempty"`
+	// Create-only mode: reads of the fence key by the writer.
+	FenceChecks   int64 `protobuf:"varint,34,opt,name=fence_checks,json=fenceChecks,proto3" json:"fence_checks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2551,6 +2575,27 @@ func (x *ShardStatus) GetWarmError() string {
 		return x.WarmError
 	}
 	return ""
+}
+
+func (x *ShardStatus) GetFencingObservedSyncs() int64 {
+	if x != nil {
+		return x.FencingObservedSyncs
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetFencingObserved() string {
+	if x != nil {
+		return x.FencingObserved
+	}
+	return ""
+}
+
+func (x *ShardStatus) GetFenceChecks() int64 {
+	if x != nil {
+		return x.FenceChecks
+	}
+	return 0
 }
 
 type StatusResponse struct {
@@ -3296,13 +3341,14 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\rAppendRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x10\n" +
 	"\x03ops\x18\x02 \x03(\fR\x03ops\x12#\n" +
-	"\rexpected_term\x18\x03 \x01(\x03R\fexpectedTerm\"n\n" +
+	"\rexpected_term\x18\x03 \x01(\x03R\fexpectedTerm\"\x99\x01\n" +
 	"\x0eAppendResponse\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x03R\x04term\x12\x10\n" +
 	"\x03gen\x18\x02 \x01(\x03R\x03gen\x12 \n" +
 	"\ffirst_seq_no\x18\x03 \x01(\x03R\n" +
 	"firstSeqNo\x12\x14\n" +
-	"\x05count\x18\x04 \x01(\x03R\x05count\"\xa6\x01\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05count\x12)\n" +
+	"\x10fencing_observed\x18\x05 \x01(\tR\x0ffencingObserved\"\xa6\x01\n" +
 	"\x13AppendStreamRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12#\n" +
 	"\rexpected_term\x18\x02 \x01(\x03R\fexpectedTerm\x12\x1d\n" +
@@ -3349,7 +3395,7 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x14AbortHandoffResponse\x12\x18\n" +
 	"\aresumed\x18\x01 \x01(\bR\aresumed\"%\n" +
 	"\rStatusRequest\x12\x14\n" +
-	"\x05shard\x18\x01 \x01(\tR\x05shard\"\x8d\b\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\"\x91\t\n" +
 	"\vShardStatus\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12#\n" +
@@ -3387,7 +3433,10 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\ffetch_p99_us\x18\x1e \x01(\x03R\n" +
 	"fetchP99Us\x12\x1d\n" +
 	"\n" +
-	"warm_error\x18\x1f \x01(\tR\twarmError\"L\n" +
+	"warm_error\x18\x1f \x01(\tR\twarmError\x124\n" +
+	"\x16fencing_observed_syncs\x18  \x01(\x03R\x14fencingObservedSyncs\x12)\n" +
+	"\x10fencing_observed\x18! \x01(\tR\x0ffencingObserved\x12!\n" +
+	"\ffence_checks\x18\" \x01(\x03R\vfenceChecks\"L\n" +
 	"\x0eStatusResponse\x12:\n" +
 	"\x06status\x18\x01 \x01(\v2\".shardfence.sidecar.v1.ShardStatusR\x06status\"$\n" +
 	"\fCloseRequest\x12\x14\n" +
@@ -3445,12 +3494,13 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x1cWATCH_EVENT_KIND_OPEN_FAILED\x10\x06\x12\x19\n" +
 	"\x15WATCH_EVENT_KIND_LOST\x10\a\x12\x1b\n" +
 	"\x17WATCH_EVENT_KIND_FENCED\x10\b\x12\x1b\n" +
-	"\x17WATCH_EVENT_KIND_SYNCED\x10\t*|\n" +
+	"\x17WATCH_EVENT_KIND_SYNCED\x10\t*\x96\x01\n" +
 	"\vFencingMode\x12\x1c\n" +
 	"\x18FENCING_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15FENCING_MODE_PER_SYNC\x10\x01\x12\x16\n" +
 	"\x12FENCING_MODE_LEASE\x10\x02\x12\x1c\n" +
-	"\x18FENCING_MODE_CREATE_ONLY\x10\x03*X\n" +
+	"\x18FENCING_MODE_CREATE_ONLY\x10\x03\x12\x18\n" +
+	"\x14FENCING_MODE_OBSERVE\x10\x04*X\n" +
 	"\bAckOrder\x12\x19\n" +
 	"\x15ACK_ORDER_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ACK_ORDER_CONCURRENT\x10\x01\x12\x17\n" +
