@@ -100,6 +100,13 @@ func relocError(r *Run, w *world, actor, step string, err error) {
 // without that check (Accept, then a writer at its generation + 1), and so
 // leaves a hole in the term's log.
 func relocationScenario(name string, faults int, gap, trust bool) Scenario {
+	return relocationScenarioWith(name, faults, gap, trust, writerOpts(translog.Concurrent))
+}
+
+// relocationScenarioWith is relocationScenario with the writer options wo
+// for the source's first open (which stores their fencing mode) and the
+// target's Adopt.
+func relocationScenarioWith(name string, faults int, gap, trust bool, wo translog.Options) Scenario {
 	return Scenario{
 		Name:   name,
 		Faults: faults,
@@ -111,6 +118,7 @@ func relocationScenario(name string, faults int, gap, trust bool) Scenario {
 				defer close(ctxs)
 				var ops []string
 				o := recoveryOpts(&ops)
+				o.Writer = wo
 				sh, err := recovery.Open(ctx, store, Shard, 1, "src", o)
 				if err != nil {
 					w.fail(r, "src: recovery: %v", err)
@@ -186,7 +194,7 @@ func relocationScenario(name string, faults int, gap, trust bool) Scenario {
 					wr, err = trustingAdopt(ctx, store, hc)
 				} else {
 					_, wr, err = relocation.Adopt(ctx, store, "tgt", hc, relocation.AdoptOptions{
-						Clock: fence.NewAutoClock(), Backoff: backoff, Writer: writerOpts(translog.Concurrent)})
+						Clock: fence.NewAutoClock(), Backoff: backoff, Writer: wo})
 				}
 				if gap && !trust {
 					if err == nil {
