@@ -108,6 +108,11 @@ func init() {
 	register(relocationScenarioWith("createonly-handoff-abort", 0, false, false, createOnlyWriterOpts()))
 	register(relocationScenarioWith("createonly-handoff-abort-faults", 1, false, false, createOnlyWriterOpts()))
 	register(relocationScenarioWith("createonly-handoff-abort-faults-deep", 2, false, false, createOnlyWriterOpts()))
+	// A target that adopts without that CAS (Accept, then a writer):
+	// the md create at the next generation still lets only one of them
+	// acknowledge, but the revert then wins the key after the target
+	// wrote, and both end fenced.
+	register(relocationScenarioWith("wrong-createonly-adopt-no-cas", 0, false, true, createOnlyWriterOpts()))
 	register(createOnlyGCScenario("createonly-gc-zombie", 2, 0))
 	register(createOnlyGCScenario("createonly-gc-zombie-deep", 2, 1))
 }
@@ -130,7 +135,9 @@ func createOnlyGCScenario(name string, syncs, faults int) Scenario {
 
 // TestCreateOnly: create-only writers against successors that poison
 // until they win, a relocation whose adopt CAS races the revert, GC
-// beside a create-only zombie, and a successor that poisons only once.
+// beside a create-only zombie; and the wrong designs: a successor that
+// poisons only once (against create-only and per-sync writers), a target
+// that adopts without the CAS.
 func TestCreateOnly(t *testing.T) {
 	// The bounded run keeps the package's time: the GC scope stops at
 	// 2,000 states (its schedules run to about 40 steps), and the
@@ -148,6 +155,7 @@ func TestCreateOnly(t *testing.T) {
 		{scenario: "wrong-createonly-one-poison", refuted: true, invariant: "NoAckedWriteLoss"},
 		{scenario: "wrong-one-poison-per-sync", refuted: true, invariant: "NoAckedWriteLoss"},
 		{scenario: "one-poison-per-sync-sequenced"},
+		{scenario: "wrong-createonly-adopt-no-cas", refuted: true, invariant: "HandoffOwner"},
 	}
 	if deep() {
 		es = append(es, expectation{scenario: "createonly-handoff-abort-faults"})
