@@ -25,6 +25,40 @@ import (
 type relocWorld struct {
 	lineageWorld
 	handedOff *int // step of the handoff; nil until then (guarded by w.mu)
+	// owner (create-only mode) adds HandoffOwner: once the transfer
+	// landed, the source and the target do not both end stopped (fenced,
+	// or stood down). stopped holds the verdicts of Handoff, Abort and
+	// Adopt; a fenced writer is in world.fenced (both guarded by w.mu).
+	owner   bool
+	stopped map[string]bool
+}
+
+// stop records that actor ended without the term: a fencing verdict of a
+// relocation step, or the source standing down.
+func (w relocWorld) stop(r *Run, actor string) {
+	if r.Ended() {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped[actor] = true
+}
+
+func (w relocWorld) Final(r *Run) error {
+	if err := w.lineageWorld.Final(r); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.owner || *w.handedOff == 0 {
+		return nil
+	}
+	_, srcFenced := w.fenced["src"]
+	_, tgtFenced := w.fenced["tgt"]
+	if (w.stopped["src"] || srcFenced) && (w.stopped["tgt"] || tgtFenced) {
+		return fmt.Errorf("HandoffOwner: the source (stood down or fenced) and the target (fenced) both ended without the term")
+	}
+	return nil
 }
 
 func (w relocWorld) Check(r *Run) error {
@@ -49,6 +83,14 @@ func (w relocWorld) Check(r *Run) error {
 		return fmt.Errorf("SingleAcker: after the handoff the source acked %v and the target acked %v", src, tgt)
 	}
 	return nil
+}
+
+// stopIfFenced records a fencing verdict of a relocation step.
+func (w relocWorld) stopIfFenced(r *Run, actor string, err error) {
+	var fe *fence.FencedError
+	if errors.As(err, &fe) {
+		w.stop(r, actor)
+	}
 }
 
 // startAppend issues one append through a gate without waiting for its
@@ -100,17 +142,27 @@ func relocError(r *Run, w *world, actor, step string, err error) {
 // without that check (Accept, then a writer at its generation + 1), and so
 // leaves a hole in the term's log.
 func relocationScenario(name string, faults int, gap, trust bool) Scenario {
+	return relocationScenarioWith(name, faults, gap, trust, writerOpts(translog.Concurrent))
+}
+
+// relocationScenarioWith is relocationScenario with the writer options wo
+// for the source's first open (which stores their fencing mode) and the
+// target's Adopt.
+func relocationScenarioWith(name string, faults int, gap, trust bool, wo translog.Options) Scenario {
 	return Scenario{
 		Name:   name,
 		Faults: faults,
 		Start: func(r *Run) Checker {
 			w := newWorld(true)
-			rw := relocWorld{lineageWorld{w}, new(int)}
+			// In create-only mode Adopt's CAS and the revert race on the
+			// key, so exactly one of them keeps the term.
+			rw := relocWorld{lineageWorld{w}, new(int), wo.FencingMode == translog.CreateOnly, map[string]bool{}}
 			ctxs := make(chan []byte, 1)
 			r.Go("src", func(ctx context.Context, store *blobstore.Container) {
 				defer close(ctxs)
 				var ops []string
 				o := recoveryOpts(&ops)
+				o.Writer = wo
 				sh, err := recovery.Open(ctx, store, Shard, 1, "src", o)
 				if err != nil {
 					w.fail(r, "src: recovery: %v", err)
@@ -150,6 +202,7 @@ func relocationScenario(name string, faults int, gap, trust bool) Scenario {
 					ctxs <- b
 				} else {
 					relocError(r, w, "src", "handoff", err)
+					rw.stopIfFenced(r, "src", err)
 				}
 				if !r.Gate("src", "abort") {
 					return
@@ -157,9 +210,13 @@ func relocationScenario(name string, faults int, gap, trust bool) Scenario {
 				out, err := src.Abort(ctx)
 				if err != nil {
 					relocError(r, w, "src", "abort", err)
+					rw.stopIfFenced(r, "src", err)
 					return
 				}
 				r.Note("src abort: %s", out)
+				if out == relocation.StoodDown {
+					rw.stop(r, "src")
+				}
 				if out != relocation.Resumed {
 					return
 				}
@@ -183,10 +240,10 @@ func relocationScenario(name string, faults int, gap, trust bool) Scenario {
 				}
 				var wr *translog.Writer
 				if trust {
-					wr, err = trustingAdopt(ctx, store, hc)
+					wr, err = trustingAdopt(ctx, store, hc, wo)
 				} else {
 					_, wr, err = relocation.Adopt(ctx, store, "tgt", hc, relocation.AdoptOptions{
-						Clock: fence.NewAutoClock(), Backoff: backoff, Writer: writerOpts(translog.Concurrent)})
+						Clock: fence.NewAutoClock(), Backoff: backoff, Writer: wo})
 				}
 				if gap && !trust {
 					if err == nil {
@@ -200,6 +257,7 @@ func relocationScenario(name string, faults int, gap, trust bool) Scenario {
 				}
 				if err != nil {
 					relocError(r, w, "tgt", "adopt", err)
+					rw.stopIfFenced(r, "tgt", err)
 					return
 				}
 				r.Note("tgt adopted term 1 at gen %d", hc.Gen+1)
@@ -240,8 +298,9 @@ func TestRelocation(t *testing.T) {
 }
 
 // trustingAdopt is the wrong target of wrong-handoff-gap: relocation.Adopt
-// without its check of the context against the fence key.
-func trustingAdopt(ctx context.Context, store *blobstore.Container, hc relocation.HandoffContext) (*translog.Writer, error) {
+// without its check of the context against the fence key (and, in
+// create-only mode, without its CAS).
+func trustingAdopt(ctx context.Context, store *blobstore.Container, hc relocation.HandoffContext, wo translog.Options) (*translog.Writer, error) {
 	in, err := fence.NewInstance(store, hc.Shard, "tgt", claimOpts()...)
 	if err != nil {
 		return nil, err
@@ -250,7 +309,6 @@ func trustingAdopt(ctx context.Context, store *blobstore.Container, hc relocatio
 	if err != nil {
 		return nil, err
 	}
-	wo := writerOpts(translog.Concurrent)
 	wo.StartGen, wo.StartSeqNo = hc.Gen+1, hc.NextSeqNo
 	return translog.Open(ctx, store, chain, wo)
 }

@@ -37,13 +37,21 @@ func successorRecovery(r *Run, w *world, actor string, term int64, n int) {
 // recoverAt is successorRecovery; with gate false a successor starts at
 // once instead of after the term-1 primary opened.
 func recoverAt(r *Run, w *world, actor string, term int64, n int, gate bool) {
+	recoverAtWith(r, w, actor, term, n, gate, writerOpts(translog.Concurrent))
+}
+
+// recoverAtWith is recoverAt asking for the writer options wo (a first
+// open stores their fencing mode; a later one runs the stored mode).
+func recoverAtWith(r *Run, w *world, actor string, term int64, n int, gate bool, wo translog.Options) {
 	w.terms[actor] = term
 	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
 		if gate {
 			<-w.opened
 		}
 		var ops []string
-		sh, err := recovery.Open(ctx, store, Shard, term, actor, recoveryOpts(&ops))
+		o := recoveryOpts(&ops)
+		o.Writer = wo
+		sh, err := recovery.Open(ctx, store, Shard, term, actor, o)
 		if term == 1 {
 			close(w.opened)
 		}

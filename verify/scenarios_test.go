@@ -17,6 +17,14 @@ import (
 // stand-in the write-path scenarios use where a full recovery would only
 // add steps; the recovery scenarios run the real seal.
 func sealDirect(ctx context.Context, store *blobstore.Container, sealedBy int64, poison bool) (int64, []string, error) {
+	return sealDirectWith(ctx, store, sealedBy, poison, false)
+}
+
+// sealDirectWith is sealDirect; onePoison is a wrong successor that stops
+// after its first poison attempt: when the create finds the lineage term's
+// md there, it takes the restore point at the prefix, without that md and
+// without poisoning the next generation.
+func sealDirectWith(ctx context.Context, store *blobstore.Container, sealedBy int64, poison, onePoison bool) (int64, []string, error) {
 	rd := translog.NewReader(store, Shard)
 	clock := fence.NewAutoClock()
 	m := int64(0)
@@ -55,6 +63,9 @@ func sealDirect(ctx context.Context, store *blobstore.Container, sealedBy int64,
 		}
 		if !errors.Is(err, blobstore.ErrAlreadyExists) && !blobstore.IsAmbiguous(err) {
 			return 0, nil, err
+		}
+		if onePoison && errors.Is(err, blobstore.ErrAlreadyExists) {
+			break
 		}
 		// Someone's md, or our own poison whose answer was lost: read again.
 	}

@@ -351,6 +351,11 @@ func appender(ctx context.Context, r *Run, w *world, actor string, term int64, w
 
 // primary claims term 1 and appends n ops.
 func primary(r *Run, w *world, actor string, n int, order translog.AckOrder, wrap func(*blobstore.Container) *blobstore.Container) {
+	primaryWith(r, w, actor, n, writerOpts(order), wrap)
+}
+
+// primaryWith is primary with the writer options wo.
+func primaryWith(r *Run, w *world, actor string, n int, wo translog.Options, wrap func(*blobstore.Container) *blobstore.Container) {
 	w.terms[actor] = 1
 	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
 		if wrap != nil {
@@ -362,7 +367,7 @@ func primary(r *Run, w *world, actor string, n int, order translog.AckOrder, wra
 		if err != nil {
 			return
 		}
-		wr, err := translog.Open(ctx, store, chain, writerOpts(order))
+		wr, err := translog.Open(ctx, store, chain, wo)
 		if err != nil {
 			w.fail(r, "%s: open writer: %v", actor, err)
 			return

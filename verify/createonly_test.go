@@ -1,0 +1,164 @@
+package verify
+
+import (
+	"context"
+	"testing"
+
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/translog"
+)
+
+// Create-only mode (translog.CreateOnly): a sync sends no fence CAS; a
+// generation is acknowledged once its md exists as the writer's own and
+// every lower one was acknowledged. What keeps a deposed writer's acks in
+// the successor's restore point is the seal alone: it poisons the first
+// missing generation of the lineage term and, while it finds the writer's
+// md there, includes it and poisons the next (poison until it wins). The
+// writer's background read of the fence key (fence.Chain.Check) stops it,
+// so that seal ends; relocation.Adopt CASes once, so that a source's
+// revert and the target race on the key.
+
+// createOnlyWriterOpts is writerOpts in create-only mode.
+func createOnlyWriterOpts() translog.Options {
+	o := writerOpts(translog.Concurrent)
+	o.FencingMode = translog.CreateOnly
+	return o
+}
+
+// createOnlySuccessor claims term and seals term 1 with sealDirect (which
+// poisons until it wins), or, with onePoison, with the wrong successor
+// that gives up after its first poison attempt. It writes nothing, so a
+// second successor's sealDirect of term 1 still sees the whole lineage.
+func createOnlySuccessor(r *Run, w *world, actor string, term int64, onePoison bool) {
+	w.terms[actor] = term
+	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
+		<-w.opened
+		_, err := fence.Claim(ctx, store, Shard, term, actor, claimOpts()...)
+		w.claimResult(r, actor, term, err)
+		if err != nil {
+			return
+		}
+		_, ops, err := sealDirectWith(ctx, store, term, true, onePoison)
+		if err != nil {
+			w.fail(r, "%s: seal: %v", actor, err)
+			return
+		}
+		w.restored(r, actor, term, ops)
+	})
+}
+
+// createOnlyCase: a term-1 primary appending syncs ops in the writer mode
+// opts gives (create-only unless perSync), raced by a term-2 successor
+// and, with third, a term-3 one.
+type createOnlyCase struct {
+	name      string
+	syncs     int
+	faults    int
+	third     bool
+	onePoison bool
+	perSync   translog.AckOrder // non-zero: a per-sync primary in this order
+}
+
+func (c createOnlyCase) scenario() Scenario {
+	return Scenario{
+		Name:   c.name,
+		Faults: c.faults,
+		Start: func(r *Run) Checker {
+			w := newWorld(true)
+			wo := createOnlyWriterOpts()
+			if c.perSync != 0 {
+				wo = writerOpts(c.perSync)
+			}
+			primaryWith(r, w, "w1", c.syncs, wo, nil)
+			createOnlySuccessor(r, w, "c2", 2, c.onePoison)
+			if c.third {
+				createOnlySuccessor(r, w, "c3", 3, c.onePoison)
+			}
+			return w
+		},
+	}
+}
+
+func init() {
+	con, seq := translog.Concurrent, translog.Sequenced
+	for _, c := range []createOnlyCase{
+		{name: "createonly-takeover", syncs: 2},
+		{name: "createonly-takeover-deep", syncs: 3},
+		{name: "createonly-takeover-faults", syncs: 1, faults: 1},
+		{name: "createonly-takeover-faults-deep", syncs: 2, faults: 1},
+		{name: "createonly-racing-successors", syncs: 1, third: true},
+		{name: "createonly-racing-successors-deep", syncs: 2, third: true},
+		// A successor that stops after one poison: the zombie's md at
+		// the poisoned generation, acknowledged without a CAS, is lost.
+		{name: "wrong-createonly-one-poison", syncs: 2, onePoison: true},
+		// The same successor against a per-sync primary. In the
+		// concurrent order (the default) the CAS of gen 1 may land
+		// before the sweep and the md after the seal's read, so the
+		// fence CAS does not save it: it needs the poison to win too.
+		// In the sequenced order a landed CAS means the md landed
+		// before the sweep, where the seal reads it.
+		{name: "wrong-one-poison-per-sync", syncs: 2, onePoison: true, perSync: con},
+		{name: "one-poison-per-sync-sequenced", syncs: 2, onePoison: true, perSync: seq},
+	} {
+		register(c.scenario())
+	}
+	// The relocation package in create-only mode: Adopt's CAS races the
+	// source's revert.
+	register(relocationScenarioWith("createonly-handoff-abort", 0, false, false, createOnlyWriterOpts()))
+	register(relocationScenarioWith("createonly-handoff-abort-faults", 1, false, false, createOnlyWriterOpts()))
+	register(relocationScenarioWith("createonly-handoff-abort-faults-deep", 2, false, false, createOnlyWriterOpts()))
+	// A target that adopts without that CAS (Accept, then a writer):
+	// the md create at the next generation still lets only one of them
+	// acknowledge, but the revert then wins the key after the target
+	// wrote, and both end fenced.
+	register(relocationScenarioWith("wrong-createonly-adopt-no-cas", 0, false, true, createOnlyWriterOpts()))
+	register(createOnlyGCScenario("createonly-gc-zombie", 2, 0))
+	register(createOnlyGCScenario("createonly-gc-zombie-deep", 2, 1))
+}
+
+// createOnlyGCScenario is gcScenario with a create-only zombie: w1's first
+// open stores the mode, c2's recovery runs it too, writes and runs the
+// real seal.GC while w1 keeps writing.
+func createOnlyGCScenario(name string, syncs, faults int) Scenario {
+	return Scenario{
+		Name:   name,
+		Faults: faults,
+		Start: func(r *Run) Checker {
+			w := newWorld(true)
+			recoverAtWith(r, w, "w1", 1, syncs, false, createOnlyWriterOpts())
+			collector(r, w, "c2", 2, 1)
+			return gcWorld{lineageWorld{w}, map[string]bool{}}
+		},
+	}
+}
+
+// TestCreateOnly: create-only writers against successors that poison
+// until they win, a relocation whose adopt CAS races the revert, GC
+// beside a create-only zombie; and the wrong designs: a successor that
+// poisons only once (against create-only and per-sync writers), a target
+// that adopts without the CAS.
+func TestCreateOnly(t *testing.T) {
+	// The bounded run keeps the package's time: the GC scope stops at
+	// 2,000 states (its schedules run to about 40 steps), and the
+	// relocation with a fault runs only under make verify.
+	gc := Bounds{}
+	if !deep() {
+		gc.MaxStates = 2000
+	}
+	es := []expectation{
+		{scenario: "createonly-takeover"},
+		{scenario: "createonly-takeover-faults"},
+		{scenario: "createonly-racing-successors"},
+		{scenario: "createonly-handoff-abort"},
+		{scenario: "createonly-gc-zombie", bounds: gc},
+		{scenario: "wrong-createonly-one-poison", refuted: true, invariant: "NoAckedWriteLoss"},
+		{scenario: "wrong-one-poison-per-sync", refuted: true, invariant: "NoAckedWriteLoss"},
+		{scenario: "one-poison-per-sync-sequenced"},
+		{scenario: "wrong-createonly-adopt-no-cas", refuted: true, invariant: "HandoffOwner"},
+	}
+	if deep() {
+		es = append(es, expectation{scenario: "createonly-handoff-abort-faults"})
+	}
+	runExpectations(t, es)
+}
