@@ -38,6 +38,12 @@ func fencingChecks() []Check {
 			Description: "the successor checkpoints and runs GC while a zombie's md create is on the wire: the poison survives, the zombie's own GC deletes nothing, nothing acknowledged is lost", run: checkGCBesideZombie},
 		{Name: "checkpoint-gate", Guards: []string{HigherTermPrevails, NoAckedWriteLoss},
 			Description: "a superseded term's checkpoint publish is refused; a checkpoint off the lineage is never restored", run: checkCheckpointGate},
+		{Name: "create-only-zombie", Guards: []string{NoAckedWriteLoss, SingleAcker, FencedTerminal},
+			Description: "create_only mode: term 2 claims and seals while term 1 appends from four clients with no CAS: all term 1 acknowledged is in term 2's restore point, nothing asked after term 2's open is", run: checkCreateOnlyZombie},
+		{Name: "create-only-md-race", Guards: []string{NoAckedWriteLoss, SingleAcker, AckOrder},
+			Description: "create_only mode: term 1's md create held on the wire, released after term 2's poison landed, then while the poison create is on the wire: whichever lands first, nothing acknowledged is lost", run: checkCreateOnlyMDRace},
+		{Name: "create-only-requests", Guards: []string{SingleAcker, NoAckedWriteLoss},
+			Description: "create_only mode: each sync sends one write, its md create, and no CAS; the fence checks are reads", run: checkCreateOnlyRequests},
 	}
 }
 
