@@ -44,6 +44,8 @@ func fencingChecks() []Check {
 			Description: "create_only mode: term 1's md create held on the wire, released after term 2's poison landed, then while the poison create is on the wire: whichever lands first, nothing acknowledged is lost", run: checkCreateOnlyMDRace},
 		{Name: "create-only-requests", Guards: []string{SingleAcker, NoAckedWriteLoss},
 			Description: "create_only mode: each sync sends one write, its md create, and no CAS; the fence checks are reads", run: checkCreateOnlyRequests},
+		{Name: "create-only-handoff-race", Guards: []string{SingleAcker, NoSpuriousFencing, NoAckedWriteLoss},
+			Description: "create_only mode: the adopt's one CAS races the source's revert (adopt first: the revert stands down; revert first, the adopt's CAS held on the wire: the adopt is fenced); never both acknowledge", run: checkCreateOnlyHandoffRace},
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/relocation"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -274,3 +275,98 @@ type suffixT struct {
 func (s *suffixT) Errorf(format string, args ...any) { s.T.Errorf(format+s.suffix, args...) }
 func (s *suffixT) Fatalf(format string, args ...any) { s.T.Fatalf(format+s.suffix, args...) }
 func (s *suffixT) Logf(format string, args ...any)   { s.T.Logf(format+s.suffix, args...) }
+
+// checkCreateOnlyHandoffRace: in create_only mode the target's writer sends
+// no CAS, so relocation.Adopt CASes the key once and that CAS races an
+// aborting source's revert. In the first round the adopt's CAS lands first
+// and the revert must stand down; in the second the revert lands while the
+// adopt's CAS is held on the wire, and the adopt must fail fenced. Never do
+// both acknowledge, and nothing acknowledged is lost.
+func checkCreateOnlyHandoffRace(t T, c *blobstore.Container) {
+	for i, adoptFirst := range []bool{true, false} {
+		sub, err := blobstore.Sub(c, fmt.Sprintf("round-%d", i+1))
+		if err != nil {
+			unstaged(t, "round prefix: %v", err)
+		}
+		how := "the adopt's CAS lands first"
+		if !adoptFirst {
+			how = "the revert lands first"
+		}
+		createOnlyHandoffRound(&suffixT{T: t, suffix: fmt.Sprintf(" (round %d: %s)", i+1, how)}, sub, adoptFirst)
+	}
+}
+
+func createOnlyHandoffRound(t T, c *blobstore.Container, adoptFirst bool) {
+	e := newCreateOnlyEnv(t, c)
+	sa := e.actor("the source")
+	sh := e.mustOpen(sa, 1, "src", nil)
+	e.expectCreateOnly()
+	e.mustAppend(sh.Writer, "the source", "a")
+	src := relocation.NewSource(sa.store, sh.Chain, sh.Writer, e.writerOptions())
+	hc, err := src.Handoff(e.ctx, "dst", "")
+	if err != nil {
+		unstaged(t, "handoff: %v", err)
+	}
+	d := e.actor("the target")
+	type adopted struct {
+		w   *translog.Writer
+		err error
+	}
+	adopt := func() <-chan adopted {
+		ch := make(chan adopted, 1)
+		go func() {
+			_, w, err := relocation.Adopt(e.ctx, d.store, "dst", hc, relocation.AdoptOptions{Backoff: fencingBackoff(), Clock: e.clock, Writer: e.writerOptions()})
+			if err == nil {
+				e.track(w)
+			}
+			ch <- adopted{w, err}
+		}()
+		return ch
+	}
+	if adoptFirst {
+		ra := receive(e, adopt(), "the adopt")
+		if ra.err != nil {
+			violated(t, NoSpuriousFencing, "the target could not adopt the handoff it was given: %v", ra.err)
+			return
+		}
+		out, err := src.Abort(e.ctx)
+		e.track(src.Writer())
+		switch {
+		case err != nil:
+			t.Errorf("the revert after the adopt failed: %v; want a stand-down", err)
+		case out != relocation.StoodDown:
+			violated(t, SingleAcker, "the revert after the target adopted ended %v, not stood down: in create_only mode the adopt's CAS must move the key off the transfer's token (or the store accepted a stale If-Match), else the source resumes beside a target whose syncs send no CAS", out)
+		}
+		e.mustAppend(ra.w, "the target", "t-1")
+		e.expectFenced(src.Writer(), "the source", "b-late", SingleAcker, "the target had adopted the handoff")
+		e.mustAppend(ra.w, "the target", "t-2")
+	} else {
+		h := d.hold("the adopt's fence CAS", request(blobstore.OpCompareAndSwap, fence.Key(1)))
+		pa := adopt()
+		e.await(h)
+		out, err := src.Abort(e.ctx)
+		e.track(src.Writer())
+		if err != nil || out != relocation.Resumed {
+			unstaged(t, "the revert while the adopt's CAS is on the wire: %v %v, want resumed", out, err)
+		}
+		h.release()
+		ra := receive(e, pa, "the adopt")
+		rs, serr := e.appendOp(src.Writer(), "the source", "b")
+		switch {
+		case ra.err == nil:
+			ack, terr := e.appendOp(ra.w, "the target", "t")
+			if terr == nil {
+				violated(t, SingleAcker, "the target adopted and acknowledged %q at gen %d though the source's revert had moved the key off the transfer's token: the store accepted a stale If-Match", "t", ack.Gen)
+			}
+			if terr == nil && serr == nil {
+				violated(t, SingleAcker, "after the revert both the target (%q at gen %d) and the source (%q at gen %d) acknowledged in term 1", "t", ack.Gen, "b", rs.Gen)
+			}
+		case !errors.Is(ra.err, fence.ErrFenced):
+			t.Errorf("the adopt after the revert ended with %v, want fenced", ra.err)
+		}
+		if serr != nil {
+			violated(t, NoSpuriousFencing, "the source, which reverted before the target's CAS landed, could not append: %v", serr)
+		}
+	}
+	e.verifyLineage(staleWriterHint)
+}

@@ -43,7 +43,7 @@ func TestFencingSuiteHasTeeth(t *testing.T) {
 			name:     "CAS sent without If-Match",
 			breakIt:  func(f *faulty.Container) { f.IgnorePreconditionsOf(faulty.Ops(blobstore.OpCompareAndSwap)) },
 			inv:      conformance.SingleAcker,
-			mustFail: []string{"fence-aba", "handoff-revert", "handoff-racing-target"},
+			mustFail: []string{"fence-aba", "handoff-revert", "handoff-racing-target", "create-only-handoff-race"},
 		},
 		{
 			name:     "create sent without If-None-Match",
