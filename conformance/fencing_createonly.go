@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -343,7 +344,14 @@ func createOnlyHandoffRound(t T, c *blobstore.Container, adoptFirst bool) {
 	} else {
 		h := d.hold("the adopt's fence CAS", request(blobstore.OpCompareAndSwap, fence.Key(1)))
 		pa := adopt()
-		e.await(h)
+		select {
+		case <-h.arrived:
+		case ra := <-pa:
+			violated(t, SingleAcker, "the adopt returned (%v) without a CAS on the fence key: in create_only mode the target's syncs send none, so an aborting source's revert would find the transfer's token in place and resume beside the target", ra.err)
+			return
+		case <-e.ctx.Done():
+			unstaged(t, "the adopt's fence CAS was never sent (%v)", context.Cause(e.ctx))
+		}
 		out, err := src.Abort(e.ctx)
 		e.track(src.Writer())
 		if err != nil || out != relocation.Resumed {
