@@ -44,6 +44,8 @@ func fencingChecks() []Check {
 			Description: "create_only mode: term 1's md create held on the wire, released after term 2's poison landed, then while the poison create is on the wire: whichever lands first, nothing acknowledged is lost", run: checkCreateOnlyMDRace},
 		{Name: "create-only-requests", Guards: []string{SingleAcker, NoAckedWriteLoss},
 			Description: "create_only mode: each sync sends one write, its md create, and no CAS; the fence checks are reads", run: checkCreateOnlyRequests},
+		{Name: "create-only-gc-beside-zombie", Guards: []string{GCSafety, NoAckedWriteLoss},
+			Description: "create_only mode: gc-beside-zombie with no CAS on any sync: the successor checkpoints and runs GC while the zombie's md create is on the wire; the poison survives, the zombie's GC deletes nothing", run: checkCreateOnlyGCBesideZombie},
 		{Name: "create-only-handoff-race", Guards: []string{SingleAcker, NoSpuriousFencing, NoAckedWriteLoss},
 			Description: "create_only mode: the adopt's one CAS races the source's revert (adopt first: the revert stands down; revert first, the adopt's CAS held on the wire: the adopt is fenced); never both acknowledge", run: checkCreateOnlyHandoffRace},
 	}
@@ -195,8 +197,11 @@ func (e *fencingEnv) stageZombie() *zombie {
 	z.md = z.a.hold(fmt.Sprintf("term 1's md create for gen %d", z.gen), request(blobstore.OpCreateIfAbsent, z.gap))
 	z.pending = e.appendAsync(z.sh.Writer, "term 1", "z-3")
 	e.await(z.md)
-	// The concurrent order sent the CAS beside the md.
-	e.waitFenceGen(1, z.gen)
+	if e.mode != translog.CreateOnly {
+		// The concurrent order sent the CAS beside the md (create-only
+		// mode sends none).
+		e.waitFenceGen(1, z.gen)
+	}
 	return z
 }
 
@@ -542,8 +547,22 @@ func checkHandoffRacingTarget(t T, c *blobstore.Container) {
 }
 
 func checkGCBesideZombie(t T, c *blobstore.Container) {
-	e := newFencingEnv(t, c)
+	gcBesideZombie(newFencingEnv(t, c))
+}
+
+// checkCreateOnlyGCBesideZombie is gc-beside-zombie with every writer in
+// create_only mode: the checkpoint and GC of a term whose syncs send no
+// CAS, beside a zombie whose md create is on the wire.
+func checkCreateOnlyGCBesideZombie(t T, c *blobstore.Container) {
+	gcBesideZombie(newCreateOnlyEnv(t, c))
+}
+
+func gcBesideZombie(e *fencingEnv) {
+	t := e.t
 	z := e.stageZombie()
+	if e.mode == translog.CreateOnly {
+		e.expectCreateOnly()
+	}
 	sh1, gen, gap, h, pz := z.sh, z.gen, z.gap, z.md, z.pending
 
 	s := e.actor("term 2")
