@@ -24,7 +24,7 @@ import (
 )
 
 // FencingVersion is the fencing suite's version (see Suite.Version).
-const FencingVersion = 1
+const FencingVersion = 2
 
 // The invariants of docs/PROTOCOL.md section 8, as the fencing checks name
 // them in Check.Guards and in every failure.
@@ -85,6 +85,9 @@ type fencingEnv struct {
 	// fenceBodies counts every body stored at each fence key, to find a
 	// body written twice (an ABA on stores whose token hashes the body).
 	fenceBodies map[string]map[string]int
+	// mode is the fencing mode every writer of the check asks for (the
+	// shard stores it at its first open); zero is the translog's default.
+	mode translog.FencingMode
 }
 
 // ackRecord is one acknowledged op: who acknowledged it, and where.
@@ -277,7 +280,7 @@ func (e *fencingEnv) sealOptions() seal.Options {
 func (e *fencingEnv) writerOptions() translog.Options {
 	// A small inline limit, so the larger ops go through data objects;
 	// no gather delay, so each append is one generation.
-	return translog.Options{Clock: e.clock, Backoff: fencingBackoff(), MaxGatherDelay: -1, InlineLimit: 256}
+	return translog.Options{Clock: e.clock, Backoff: fencingBackoff(), MaxGatherDelay: -1, InlineLimit: 256, FencingMode: e.mode}
 }
 
 func (e *fencingEnv) recoveryOptions(col *collector) recovery.Options {

@@ -38,6 +38,16 @@ func fencingChecks() []Check {
 			Description: "the successor checkpoints and runs GC while a zombie's md create is on the wire: the poison survives, the zombie's own GC deletes nothing, nothing acknowledged is lost", run: checkGCBesideZombie},
 		{Name: "checkpoint-gate", Guards: []string{HigherTermPrevails, NoAckedWriteLoss},
 			Description: "a superseded term's checkpoint publish is refused; a checkpoint off the lineage is never restored", run: checkCheckpointGate},
+		{Name: "create-only-zombie", Guards: []string{NoAckedWriteLoss, SingleAcker, FencedTerminal},
+			Description: "create_only mode: term 2 claims and seals while term 1 appends from four clients with no CAS: all term 1 acknowledged is in term 2's restore point, nothing asked after term 2's open is", run: checkCreateOnlyZombie},
+		{Name: "create-only-md-race", Guards: []string{NoAckedWriteLoss, SingleAcker, AckOrder},
+			Description: "create_only mode: term 1's md create held on the wire, released after term 2's poison landed, then while the poison create is on the wire: whichever lands first, nothing acknowledged is lost", run: checkCreateOnlyMDRace},
+		{Name: "create-only-requests", Guards: []string{SingleAcker, NoAckedWriteLoss},
+			Description: "create_only mode: each sync sends one write, its md create, and no CAS; the fence checks are reads", run: checkCreateOnlyRequests},
+		{Name: "create-only-gc-beside-zombie", Guards: []string{GCSafety, NoAckedWriteLoss},
+			Description: "create_only mode: gc-beside-zombie with no CAS on any sync: the successor checkpoints and runs GC while the zombie's md create is on the wire; the poison survives, the zombie's GC deletes nothing", run: checkCreateOnlyGCBesideZombie},
+		{Name: "create-only-handoff-race", Guards: []string{SingleAcker, NoSpuriousFencing, NoAckedWriteLoss},
+			Description: "create_only mode: the adopt's one CAS races the source's revert (adopt first: the revert stands down; revert first, the adopt's CAS held on the wire: the adopt is fenced); never both acknowledge", run: checkCreateOnlyHandoffRace},
 	}
 }
 
@@ -187,8 +197,11 @@ func (e *fencingEnv) stageZombie() *zombie {
 	z.md = z.a.hold(fmt.Sprintf("term 1's md create for gen %d", z.gen), request(blobstore.OpCreateIfAbsent, z.gap))
 	z.pending = e.appendAsync(z.sh.Writer, "term 1", "z-3")
 	e.await(z.md)
-	// The concurrent order sent the CAS beside the md.
-	e.waitFenceGen(1, z.gen)
+	if e.mode != translog.CreateOnly {
+		// The concurrent order sent the CAS beside the md (create-only
+		// mode sends none).
+		e.waitFenceGen(1, z.gen)
+	}
 	return z
 }
 
@@ -534,8 +547,22 @@ func checkHandoffRacingTarget(t T, c *blobstore.Container) {
 }
 
 func checkGCBesideZombie(t T, c *blobstore.Container) {
-	e := newFencingEnv(t, c)
+	gcBesideZombie(newFencingEnv(t, c))
+}
+
+// checkCreateOnlyGCBesideZombie is gc-beside-zombie with every writer in
+// create_only mode: the checkpoint and GC of a term whose syncs send no
+// CAS, beside a zombie whose md create is on the wire.
+func checkCreateOnlyGCBesideZombie(t T, c *blobstore.Container) {
+	gcBesideZombie(newCreateOnlyEnv(t, c))
+}
+
+func gcBesideZombie(e *fencingEnv) {
+	t := e.t
 	z := e.stageZombie()
+	if e.mode == translog.CreateOnly {
+		e.expectCreateOnly()
+	}
 	sh1, gen, gap, h, pz := z.sh, z.gen, z.gap, z.md, z.pending
 
 	s := e.actor("term 2")

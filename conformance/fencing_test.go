@@ -43,13 +43,13 @@ func TestFencingSuiteHasTeeth(t *testing.T) {
 			name:     "CAS sent without If-Match",
 			breakIt:  func(f *faulty.Container) { f.IgnorePreconditionsOf(faulty.Ops(blobstore.OpCompareAndSwap)) },
 			inv:      conformance.SingleAcker,
-			mustFail: []string{"fence-aba", "handoff-revert", "handoff-racing-target"},
+			mustFail: []string{"fence-aba", "handoff-revert", "handoff-racing-target", "create-only-handoff-race"},
 		},
 		{
 			name:     "create sent without If-None-Match",
 			breakIt:  func(f *faulty.Container) { f.IgnorePreconditionsOf(faulty.Ops(blobstore.OpCreateIfAbsent)) },
 			inv:      conformance.NoAckedWriteLoss,
-			mustFail: []string{"zombie-md-after-seal", "zombie-md-before-poison"},
+			mustFail: []string{"zombie-md-after-seal", "zombie-md-before-poison", "create-only-md-race"},
 		},
 		{
 			name:     "tokens restart when a key is created again",

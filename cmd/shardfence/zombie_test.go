@@ -66,6 +66,22 @@ func TestZombieProcessesOnFakeGCS(t *testing.T) {
 	sidecarproc.RunZombie(t, thisBinary(), srv.StoreURL("zombie"), "", zombiePhase)
 }
 
+// The zombie scenario with every sidecar serving create_only fencing: the
+// shard is created in that mode at A's first open (the scenario checks the
+// stored mode), so no sync sends a CAS and the successors' seals, poisoning
+// until they win, and the writers' fence checks are the only fence.
+func TestZombieProcessesCreateOnlyOnFS(t *testing.T) {
+	sidecarproc.RunZombie(t, thisBinary(), "file://"+t.TempDir(), "", zombiePhase, "--fencing-mode", "create_only")
+}
+
+func TestZombieProcessesCreateOnlyOnMinIO(t *testing.T) {
+	srv, err := testservers.StartMinIO(t)
+	if err != nil {
+		testservers.Unavailable(t, "MinIO", err)
+	}
+	sidecarproc.RunZombie(t, thisBinary(), srv.MinioURL("zombie"), srv.SecretKey, zombiePhase, "--fencing-mode", "create_only")
+}
+
 // Three first opens of a new shard racing across processes, on the
 // filesystem and on MinIO (sidecarproc.RunFirstOpenRace).
 func TestFirstOpenRaceOnFS(t *testing.T) {

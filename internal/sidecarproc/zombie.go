@@ -73,13 +73,20 @@ func (z *zombieRun) await(t *testing.T, who string) {
 // gets SIGTERM while its clients append, and term 4 on A reads the lineage.
 // Every acknowledged op must be in that read, A must refuse appends once B's
 // term is open, and B once it handed off. No sidecar may log secret.
-func RunZombie(t *testing.T, cmd Command, storeURL, secret string, phase time.Duration) {
+//
+// serveArgs are extra `shardfence serve` flags for every sidecar. With
+// --fencing-mode the shard is created in that mode at A's first open; the
+// scenario checks that the store holds it and that every term runs it, so
+// a run meant for one mode cannot silently run another (default per_sync).
+func RunZombie(t *testing.T, cmd Command, storeURL, secret string, phase time.Duration, serveArgs ...string) {
 	z := &zombieRun{phase: phase, acked: map[string]string{}}
-	a := Start(t, cmd, "A", storeURL)
-	b := Start(t, cmd, "B", storeURL)
-	c := Start(t, cmd, "C", storeURL)
-	d := Start(t, cmd, "D", storeURL)
+	mode := wantMode(t, serveArgs)
+	a := Start(t, cmd, "A", storeURL, serveArgs...)
+	b := Start(t, cmd, "B", storeURL, serveArgs...)
+	c := Start(t, cmd, "C", storeURL, serveArgs...)
+	d := Start(t, cmd, "D", storeURL, serveArgs...)
 	a.Open(t, "z", 1, "alloc-a")
+	a.expectMode(t, "z", mode)
 	z.current.Store(a)
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
@@ -90,6 +97,7 @@ func RunZombie(t *testing.T, cmd Command, storeURL, secret string, phase time.Du
 
 	z.await(t, "A")
 	b.Open(t, "z", 2, "alloc-b")
+	b.expectMode(t, "z", mode)
 	// B's seal is stored before its Open returns: from here on A must
 	// not acknowledge anything, while it is still alive.
 	err := a.Append(t.Context(), "z", []byte("late-a"))
@@ -106,6 +114,7 @@ func RunZombie(t *testing.T, cmd Command, storeURL, secret string, phase time.Du
 	if _, err := c.Client.AdoptHandoff(t.Context(), connect.NewRequest(&sidecarv1.AdoptHandoffRequest{HandoffContext: hc.Msg.GetHandoffContext()})); err != nil {
 		t.Fatalf("adopt on C: %v", err)
 	}
+	c.expectMode(t, "z", mode)
 	err = b.Append(t.Context(), "z", []byte("late-b"))
 	if ReasonOf(err) != "handed_off" {
 		t.Fatalf("B after the handoff: %v, want handed_off", err)
@@ -118,6 +127,7 @@ func RunZombie(t *testing.T, cmd Command, storeURL, secret string, phase time.Du
 	}
 	c.WaitExit(time.Minute)
 	d.Open(t, "z", 3, "alloc-d")
+	d.expectMode(t, "z", mode)
 	z.current.Store(d)
 	z.await(t, "D")
 
@@ -167,5 +177,43 @@ func RunZombie(t *testing.T, cmd Command, storeURL, secret string, phase time.Du
 		if !strings.Contains(logs, `"msg":"shard open"`) || !strings.Contains(logs, `"shard":"z"`) {
 			t.Errorf("sidecar %s logs lack the shard-open event:\n%s", p.Name, logs)
 		}
+	}
+}
+
+// wantMode is the fencing mode serveArgs give new shards: their
+// --fencing-mode, or serve's default, per_sync.
+func wantMode(t *testing.T, serveArgs []string) sidecarv1.FencingMode {
+	t.Helper()
+	name := "per_sync"
+	for i, arg := range serveArgs {
+		if v, ok := strings.CutPrefix(arg, "--fencing-mode="); ok {
+			name = v
+		} else if arg == "--fencing-mode" && i+1 < len(serveArgs) {
+			name = serveArgs[i+1]
+		}
+	}
+	m, ok := sidecarv1.FencingMode_value["FENCING_MODE_"+strings.ToUpper(strings.ReplaceAll(name, "-", "_"))]
+	if !ok {
+		t.Fatalf("unknown --fencing-mode %q in the serve flags", name)
+	}
+	return sidecarv1.FencingMode(m)
+}
+
+// expectMode fails the test unless the shard's stored fencing settings (as
+// Inspect reads them from the store) and the settings its open writer runs
+// on this sidecar (Status) are mode.
+func (p *Proc) expectMode(t *testing.T, shard string, mode sidecarv1.FencingMode) {
+	t.Helper()
+	in, err := p.Client.Inspect(t.Context(), connect.NewRequest(&sidecarv1.InspectRequest{Shard: shard}))
+	if err != nil {
+		t.Fatalf("inspect %s on %s: %v", shard, p.Name, err)
+	}
+	st, err := p.Client.Status(t.Context(), connect.NewRequest(&sidecarv1.StatusRequest{Shard: shard}))
+	if err != nil {
+		t.Fatalf("status of %s on %s: %v", shard, p.Name, err)
+	}
+	stored, running := in.Msg.GetStoredSettings().GetMode(), st.Msg.GetStatus().GetSettings().GetMode()
+	if stored != mode || running != mode {
+		t.Fatalf("shard %s on %s: stored fencing mode %v, running %v; the scenario asked for %v", shard, p.Name, stored, running, mode)
 	}
 }
