@@ -18,7 +18,7 @@ func runBenchTranslog(ctx context.Context, args []string, stdout, stderr io.Writ
 	appenders := fs.Int("appenders", 64, "concurrent appenders, each in a closed loop")
 	opSize := fs.Int("op-size", 1024, "bytes per op (one op per append)")
 	duration := fs.Duration("duration", 5*time.Second, "run time per mode")
-	modes := fs.String("modes", "concurrent,sequenced,unfenced,create_only", "comma-separated modes: concurrent, sequenced, unfenced, lease, create_only")
+	modes := fs.String("modes", "concurrent,sequenced,unfenced,create_only", "comma-separated modes: concurrent, sequenced, unfenced, lease, create_only, observe")
 	seed := fs.Uint64("seed", 1, "seed of the fault injector")
 	if err := parseArgs(fs, args); err != nil {
 		return err

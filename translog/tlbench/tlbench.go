@@ -40,6 +40,7 @@ func Modes() []Mode {
 		{Name: "unfenced", Fenced: false},
 		{Name: "lease", AckOrder: translog.Concurrent, Fenced: true, FencingMode: translog.Lease},
 		{Name: "create_only", Fenced: true, FencingMode: translog.CreateOnly},
+		{Name: "observe", AckOrder: translog.Concurrent, Fenced: true, FencingMode: translog.Observe},
 	}
 }
 
