@@ -58,9 +58,10 @@ const (
 	Observe
 )
 
-// CheckWindow is how many generations a CreateOnly writer may start past
-// the last fence check that found it the owner: a writer whose checks
-// stall stops there, so a successor's seal racing it ends.
+// CheckWindow is the default of Options.CheckWindow: how many generations
+// a CreateOnly writer may start past the last fence check that found it
+// the owner. A writer whose checks stall stops there, so a successor's seal
+// racing it ends.
 const CheckWindow = 8
 
 // String is the mode's name in the shard's stored settings and the API.
@@ -101,6 +102,10 @@ type Options struct {
 	FencingMode FencingMode
 	// LeaseInterval is the lease of Lease mode. Default 10s.
 	LeaseInterval time.Duration
+	// CheckWindow is how many generations a CreateOnly writer may start
+	// past the last fence check that found it the owner; it checks every
+	// CheckWindow/2 generations. Default CheckWindow (8); at least 2.
+	CheckWindow int
 
 	// InlineLimit: payloads up to this size go inside the md; larger ones
 	// are written to a data object first. Default 1 MiB, capped by the
@@ -209,6 +214,10 @@ func (o Options) withDefaults() Options {
 	if o.LeaseInterval <= 0 {
 		o.LeaseInterval = d.LeaseInterval
 	}
+	if o.CheckWindow <= 0 {
+		o.CheckWindow = CheckWindow
+	}
+	o.CheckWindow = max(o.CheckWindow, 2)
 	if o.InlineLimit <= 0 {
 		o.InlineLimit = d.InlineLimit
 	}

@@ -48,6 +48,7 @@ type pipeline struct {
 	checkedAt int64
 	checkFrom int64
 	checking  bool
+	window    int64 // Options.CheckWindow
 	// observed is Observe mode's first refused CAS: what PerSync mode
 	// would have failed every later ack with.
 	observed error
@@ -95,7 +96,7 @@ func newPipeline(o Options) pipeline {
 		shard: o.Shard, term: o.Term, witness: !o.FencingDisabled, mode: o.FencingMode, order: o.AckOrder,
 		maxInFlight: o.MaxInFlightBytes, maxSync: o.MaxSyncBytes, failFast: o.FailFast, maxGather: o.MaxGatherDelay,
 		nextGen: o.StartGen, nextSeqNo: o.StartSeqNo, lease: LeaseState{Interval: o.LeaseInterval},
-		checkedAt: o.StartGen, checkFrom: o.StartGen,
+		checkedAt: o.StartGen, checkFrom: o.StartGen, window: int64(o.CheckWindow),
 	}
 }
 
@@ -257,7 +258,7 @@ func (p *pipeline) createOnly() bool { return p.witness && p.mode == CreateOnly 
 // the owner. Checking every half window keeps the window open while the
 // checks answer within a few syncs, at a read per four syncs.
 func (p *pipeline) startCheck(force bool) (gen int64, ok bool) {
-	if !p.createOnly() || p.checking || p.err != nil || (!force && p.nextGen < p.checkFrom+CheckWindow/2) {
+	if !p.createOnly() || p.checking || p.err != nil || (!force && p.nextGen < p.checkFrom+p.window/2) {
 		return 0, false
 	}
 	p.checking, p.checkFrom = true, p.nextGen
@@ -281,7 +282,7 @@ func (p *pipeline) checked(gen int64, err error, inst error) {
 // windowOpen reports whether the next sync may start: create-only mode
 // starts at most CheckWindow generations past the last good check.
 func (p *pipeline) windowOpen() bool {
-	return !p.createOnly() || p.err != nil || p.nextGen < p.checkedAt+CheckWindow
+	return !p.createOnly() || p.err != nil || p.nextGen < p.checkedAt+p.window
 }
 
 // noteCAS counts a fence advance sent by a sync.

@@ -309,3 +309,59 @@ func TestPipelineFailOnClose(t *testing.T) {
 		t.Fatal("an append completes once; the first terminal error stays")
 	}
 }
+
+// Create-only mode: a fence check starts every half window (or when
+// forced), at most one in flight; no sync starts a window past the last
+// good check; a check that answered moves the window to where it started,
+// store trouble does not, and a fenced verdict fails the writer.
+func TestPipelineCreateOnlyCheckWindow(t *testing.T) {
+	p := testPipeline(Options{FencingMode: CreateOnly, CheckWindow: 4})
+	if p.orderFor(0) != mdFenced {
+		t.Fatalf("create-only order %v", p.orderFor(0))
+	}
+	step := func(op string) *syncState {
+		mustEnqueue(t, p, newEntry(t, p, op))
+		s := p.start(p.cut(), 0, nil)
+		p.record(outcome{sync: s, step: stepCAS}, 0, nil)
+		p.record(outcome{sync: s, step: stepMD}, 0, nil)
+		return s
+	}
+	if _, ok := p.startCheck(false); ok {
+		t.Fatal("a check started at the first generation: the claim vouches for it")
+	}
+	step("a") // gen 1
+	step("b") // gen 2
+	gen, ok := p.startCheck(false)
+	if !ok || gen != 3 {
+		t.Fatalf("check after half a window: %d %v, want one vouching for generation 3", gen, ok)
+	}
+	if _, again := p.startCheck(true); again {
+		t.Fatal("a second check started while one is in flight")
+	}
+	step("c")
+	step("d") // gen 4; the window from the claim (gen 1) ends before gen 5
+	if p.windowOpen() {
+		t.Fatal("the window is open a full window past the last good check")
+	}
+	p.checked(gen, blobstore.ErrUnavailable, nil)
+	if p.windowOpen() || p.err != nil {
+		t.Fatal("store trouble on a check moved the window or failed the writer")
+	}
+	gen, ok = p.startCheck(true)
+	if !ok || gen != 5 {
+		t.Fatalf("forced check: %d %v", gen, ok)
+	}
+	p.checked(gen, nil, nil)
+	if !p.windowOpen() {
+		t.Fatal("a good check did not open the window")
+	}
+	if got := delivered(p); !same(got, []string{"a:1/0", "b:2/1", "c:3/2", "d:4/3"}) {
+		t.Fatalf("delivered %v", got)
+	}
+	gen, _ = p.startCheck(true)
+	fenced := &fence.FencedError{Shard: shard, Term: 3, Reason: "fence key missing at the fence check"}
+	p.checked(gen, fenced, fenced)
+	if !errors.Is(p.err, fence.ErrFenced) {
+		t.Fatalf("a fenced check left the writer with %v", p.err)
+	}
+}
