@@ -779,6 +779,9 @@ func (m *Master) AssignShard(ctx context.Context, req AssignRequest) (ShardInfo,
 	if req.AutoRestore && !fenced {
 		return fail(fmt.Errorf("%w: auto_restore needs a fenced shard: an unfenced shard is never auto-restored (a zombie could lose acknowledged writes)", ErrInvalidArgument), "assign it without auto_restore, or fenced")
 	}
+	if req.AutoRestore && settings.GetMode() == sidecarv1.FencingMode_FENCING_MODE_OBSERVE {
+		return fail(fmt.Errorf("%w: auto_restore needs a fenced shard: observe mode only reports what fencing would refuse (a zombie keeps acknowledging)", ErrInvalidArgument), "enforce fencing first (per_sync, create_only or lease), or assign it without auto_restore")
+	}
 	if req.TakeoverAtSuspected && !req.AutoRestore {
 		return fail(fmt.Errorf("%w: takeover at suspected needs auto_restore", ErrInvalidArgument), "")
 	}

@@ -290,6 +290,11 @@ func TestAutoRestoreOnlyForFencedShards(t *testing.T) {
 	}
 	_, err := m.AssignShard(context.Background(), AssignRequest{Shard: "s", Node: "u", AutoRestore: true, Settings: &sidecarv1.ShardSettings{FencingDisabled: true}})
 	wantErr(t, err, ErrInvalidArgument)
+	_, err = m.AssignShard(context.Background(), AssignRequest{Shard: "s", Node: "u", AutoRestore: true, Settings: &sidecarv1.ShardSettings{Mode: sidecarv1.FencingMode_FENCING_MODE_OBSERVE}})
+	wantErr(t, err, ErrInvalidArgument)
+	if !errorsContains(err, "observe mode") {
+		t.Fatalf("observe-mode auto_restore refused for: %v", err)
+	}
 	_, err = m.AssignShard(context.Background(), AssignRequest{Shard: "s", Node: "u", AutoRestore: true})
 	wantErr(t, err, ErrNodeNotEligible)
 	if !errorsContains(err, "precondition probe") {
