@@ -248,6 +248,21 @@ func (p *pipeline) orderFor(now int64) order {
 // of the CAS are reported, not enforced.
 func (p *pipeline) observing() bool { return p.witness && p.mode == Observe }
 
+// observedText is what an Observe-mode ack says of the refused CAS: the
+// verdict per-sync mode would have failed it with, without the fencing
+// error's instruction to stop (this writer goes on).
+func observedText(err error) string {
+	var fe *fence.FencedError
+	if !errors.As(err, &fe) {
+		return "per_sync would have failed this append: " + err.Error()
+	}
+	succ := "successor term unknown"
+	if fe.Successor > 0 {
+		succ = fmt.Sprintf("successor term %d", fe.Successor)
+	}
+	return fmt.Sprintf("per_sync would have failed this append: the fence CAS at term %d was refused: %s; %s", fe.Term, fe.Reason, succ)
+}
+
 // createOnly reports whether the writer runs create-only fencing.
 func (p *pipeline) createOnly() bool { return p.witness && p.mode == CreateOnly }
 
@@ -375,7 +390,7 @@ func (p *pipeline) ack(now int64, inst error) {
 		p.acked++
 		var observed string
 		if p.observed != nil {
-			observed = p.observed.Error()
+			observed = observedText(p.observed)
 			p.stats.FencingObserved++
 		}
 		seq := s.firstSeqNo

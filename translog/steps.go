@@ -161,7 +161,13 @@ func (w *Writer) advance(s *syncState) outcome {
 
 func (w *Writer) fence(successor int64, key, reason string) error {
 	if w.chain != nil {
-		return w.chain.Fence(successor, reason)
+		err := w.chain.Fence(successor, reason)
+		if w.opts.FencingMode != Observe || w.opts.FencingDisabled {
+			return err
+		}
+		// Observe mode: the instance may hold an earlier verdict (a
+		// refused CAS, only reported); this one ends the writer and
+		// must say why.
 	}
 	return &fence.FencedError{Shard: w.opts.Shard, Key: key, Term: w.opts.Term, Allocation: w.opts.Allocation, Successor: successor, Reason: reason}
 }
