@@ -49,6 +49,8 @@ type Options struct {
 	Backoff retry.Backoff
 	// Parallelism caps concurrent reads and downloads. Default 32.
 	Parallelism int
+	// BarrierLead is the seal's (seal.Options.BarrierLead). Default 16.
+	BarrierLead int
 
 	// LeaseMargin is added to the lease interval a lease-mode successor
 	// waits after its sweep (clock drift between steady clocks). Default
@@ -189,7 +191,7 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 		}
 		return nil, &Error{Step: step, Shard: shard, Term: term, Err: err}
 	}
-	so := seal.Options{Clock: opts.Clock, Backoff: opts.Backoff, Parallelism: opts.Parallelism}
+	so := seal.Options{Clock: opts.Clock, Backoff: opts.Backoff, Parallelism: opts.Parallelism, BarrierLead: opts.BarrierLead}
 	want := seal.FencingOf(opts.Writer)
 	// The claim's rounds carry our reads (docs/PROTOCOL.md, section 4, "As
 	// built: the claim's rounds"). Beside its first LIST, the settings

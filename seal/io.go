@@ -22,6 +22,11 @@ type Options struct {
 	Backoff retry.Backoff
 	// Parallelism caps concurrent requests of one call. Default 32.
 	Parallelism int
+	// BarrierLead is how far above the generation it poisons a seal's
+	// walk places its barrier once a writer still appending beat two of
+	// its poisons (docs/PROTOCOL.md, section 5). Default 16; the checker
+	// uses a short lead to keep its state space small.
+	BarrierLead int
 }
 
 func (o Options) withDefaults() Options {
@@ -31,6 +36,9 @@ func (o Options) withDefaults() Options {
 	o.Backoff = o.Backoff.Or(retry.DefaultBackoff())
 	if o.Parallelism <= 0 {
 		o.Parallelism = 32
+	}
+	if o.BarrierLead <= 0 {
+		o.BarrierLead = barrierLead
 	}
 	return o
 }

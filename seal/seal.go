@@ -176,6 +176,7 @@ func SealWith(ctx context.Context, store *blobstore.Container, chain *fence.Chai
 			return fail(MarkerKey(top), blobstore.Unavailable(errors.New("the newest seal marker vanished between LIST and GET")))
 		}
 		w = newWalk(top, plan.walkFrom(prev, ckpts), term, gens)
+		w.lead = int64(s.opts.BarrierLead)
 		if err := s.walk(ctx, w, also); err != nil {
 			return fail(translog.MDTermPrefix(top), err)
 		}
@@ -290,6 +291,28 @@ func (s io) walk(ctx context.Context, w *walk, also func(ctx context.Context) er
 		w.poisonSettled(first)
 	}
 	for !w.done {
+		if gen, ok := w.barrierAt(); ok {
+			v, err := s.poison(ctx, w.tl, gen, w.term)
+			if err != nil {
+				return err
+			}
+			if w.barrierSettled(gen, v); w.barrier == 0 {
+				continue
+			}
+			lo, hi := w.fill()
+			mds := make([]translog.MD, max(0, hi-lo+1))
+			found := make([]bool, len(mds))
+			err = parallel(ctx, s.opts.Parallelism, len(mds), func(ctx context.Context, i int) error {
+				var err error
+				mds[i], found[i], err = s.readMDMaybe(ctx, w.tl, lo+int64(i))
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			w.readFill(mds, found)
+			continue
+		}
 		v, err := s.poison(ctx, w.tl, w.next, w.term)
 		if err != nil {
 			return err
@@ -297,6 +320,18 @@ func (s io) walk(ctx context.Context, w *walk, also func(ctx context.Context) er
 		w.poisonSettled(v)
 	}
 	return nil
+}
+
+// readMDMaybe reads and decodes one md, retrying store trouble; found is
+// false when there is none.
+func (s io) readMDMaybe(ctx context.Context, term, gen int64) (translog.MD, bool, error) {
+	key := translog.MDKey(term, gen)
+	obj, found, err := s.get(ctx, key)
+	if err != nil || !found {
+		return translog.MD{}, false, err
+	}
+	md, err := translog.DecodeMD(s.shard, key, obj.Body)
+	return md, err == nil, err
 }
 
 // poison creates the poison of (tl, gen) and settles it: Created (it

@@ -124,11 +124,25 @@ func (p *sealPlan) marker(prev Marker, w *walk) Marker {
 // section 5). The first poison is sent while the prefix is read: if the
 // prefix holds another successor's poison, the cut is there and our poison
 // further up is one more never-acknowledged md past it.
+//
+// A writer still appending can win the race for next again and again (a
+// poison costs a create and a read, its md one create), and an unfenced or
+// observe-mode writer never stops on its own. After chaseLimit lost
+// poisons the walk places a barrier: a poison lead generations above next
+// (the lead doubles while the writer's md is found there too). The writer
+// cannot acknowledge past a poison, nor create beyond it, so the walk then
+// reads next up to the barrier in one round, includes what is there, and
+// poisons from the first gap; it ends at the barrier at the latest.
 type walk struct {
 	tl, term int64
 	from     int64
 	next     int64 // the generation the next poison goes to
 	mds      map[int64]translog.MD
+
+	lost       int    // poisons at next the lineage term's md beat
+	barrier    int64  // generation of the barrier poison; 0 while none
+	barrierHow string // "created" or "found", as for the walk's end
+	lead       int64  // how far above next the next barrier attempt goes
 
 	done     bool
 	cut      int64  // the last generation of the lineage term's history
@@ -139,7 +153,73 @@ type walk struct {
 // newWalk starts a walk of tl from from; gens lists tl's md.
 func newWalk(tl, from, term int64, gens []int64) *walk {
 	k := ContiguousAfter(gens, from)
-	return &walk{tl: tl, term: term, from: from, next: k + 1, mds: make(map[int64]translog.MD, k-from+1)}
+	return &walk{tl: tl, term: term, from: from, next: k + 1, mds: make(map[int64]translog.MD, k-from+1), lead: barrierLead}
+}
+
+// chaseLimit is how many poisons the lineage term's md may beat before the
+// walk places a barrier; barrierLead is the barrier's first distance above
+// next (more than a writer's md creates in flight, translog.MaxPipeline's
+// default of 4, and create-only's check window of 8).
+const (
+	chaseLimit  = 2
+	barrierLead = 16
+)
+
+// barrierAt says where to place the barrier now: ok once chaseLimit
+// poisons were lost and no barrier stands.
+func (w *walk) barrierAt() (gen int64, ok bool) {
+	if w.done || w.barrier != 0 || w.lost < chaseLimit {
+		return 0, false
+	}
+	return w.next + w.lead, true
+}
+
+// barrierSettled takes the verdict on the barrier poison at gen: a poison
+// there (ours, or another successor's) is the barrier; the lineage term's
+// md there means the writer got that far: try twice as far up.
+func (w *walk) barrierSettled(gen int64, v settle.Verdict[translog.MD]) {
+	switch v.Action {
+	case settle.Created:
+		w.barrier, w.barrierHow = gen, "created"
+	case settle.Adopt:
+		w.barrier, w.barrierHow = gen, "found"
+		if v.Held.SealedBy == w.term {
+			w.barrierHow = "created"
+		}
+	case settle.Lost:
+		w.lead *= 2
+	}
+}
+
+// fill is the range to read once the barrier stands: next up to the
+// generation below it.
+func (w *walk) fill() (lo, hi int64) { return w.next, w.barrier - 1 }
+
+// readFill takes what the fill read, in order from next (found false: no
+// md there): the lineage term's md are included up to the first gap, where
+// the walk poisons next; a poison ends the walk below it, and with no gap
+// the barrier does.
+func (w *walk) readFill(mds []translog.MD, found []bool) {
+	defer func() {
+		if !w.done && w.next == w.barrier {
+			w.end(w.barrier-1, w.barrierHow)
+		}
+	}()
+	for i, md := range mds {
+		if !found[i] {
+			return
+		}
+		if md.Kind == translog.KindPoison {
+			how := "found"
+			if md.SealedBy == w.term {
+				how = "created"
+			}
+			w.end(md.Gen-1, how)
+			return
+		}
+		w.mds[md.Gen] = md
+		w.next = md.Gen + 1
+	}
 }
 
 // prefix is the range of md to read beside the first poison: from+1 up to
@@ -175,6 +255,7 @@ func (w *walk) poisonSettled(v settle.Verdict[translog.MD]) {
 	case settle.Lost:
 		w.mds[w.next] = v.Held
 		w.next++
+		w.lost++
 	}
 }
 

@@ -89,10 +89,11 @@ func syncMDAt(tl, gen int64) translog.MD {
 }
 
 // The walk of lineage term 3 for successor term 5, from generation 10.
+func verdict(a settle.Action, md translog.MD) settle.Verdict[translog.MD] {
+	return settle.Verdict[translog.MD]{Action: a, Held: md}
+}
+
 func TestWalkFindsTheCut(t *testing.T) {
-	verdict := func(a settle.Action, md translog.MD) settle.Verdict[translog.MD] {
-		return settle.Verdict[translog.MD]{Action: a, Held: md}
-	}
 	for _, c := range []struct {
 		name     string
 		gens     []int64 // md listed for term 3
@@ -176,5 +177,64 @@ func TestSealPlanMarker(t *testing.T) {
 	w.cut = 12
 	if m := p.marker(prev, w); m.Restore.MDKey != layout.MDKey(3, 12) {
 		t.Fatalf("restore md %q, want the lineage term's gen 12", m.Restore.MDKey)
+	}
+}
+
+// A walk that keeps losing the race for next places a barrier poison
+// further up (doubling the distance while the writer's md is there too),
+// reads up to it in one round, and poisons from the first gap; with no gap
+// the barrier is the cut.
+func TestSealPlanWalkBarrier(t *testing.T) {
+	lose := func(w *walk) { w.poisonSettled(verdict(settle.Lost, syncMDAt(3, w.next))) }
+	read := func(lo, hi int64, gap int64) ([]translog.MD, []bool) {
+		var mds []translog.MD
+		var found []bool
+		for g := lo; g <= hi; g++ {
+			mds, found = append(mds, syncMDAt(3, g)), append(found, g != gap)
+		}
+		return mds, found
+	}
+	for _, c := range []struct {
+		name     string
+		gap      int64 // 0: none below the barrier
+		cut      int64
+		how      string
+		included int
+	}{
+		{name: "a gap below the barrier", gap: 20, cut: 19, how: "created", included: 9},
+		{name: "no gap: the barrier cuts", gap: 0, cut: 13 + 2*barrierLead - 1, how: "created", included: 2 + 2*barrierLead},
+	} {
+		w := newWalk(3, 10, 5, nil) // next 11
+		if _, ok := w.barrierAt(); ok {
+			t.Fatalf("%s: a barrier before any lost poison", c.name)
+		}
+		lose(w)
+		if _, ok := w.barrierAt(); ok {
+			t.Fatalf("%s: a barrier after one lost poison", c.name)
+		}
+		lose(w) // next 13
+		gen, ok := w.barrierAt()
+		if !ok || gen != 13+barrierLead {
+			t.Fatalf("%s: barrier at %d (%v), want %d", c.name, gen, ok, 13+barrierLead)
+		}
+		w.barrierSettled(gen, verdict(settle.Lost, syncMDAt(3, gen)))
+		if gen, ok = w.barrierAt(); !ok || gen != 13+2*barrierLead {
+			t.Fatalf("%s: after the writer's md at the barrier, retry at %d (%v), want %d", c.name, gen, ok, 13+2*barrierLead)
+		}
+		w.barrierSettled(gen, verdict(settle.Created, translog.MD{}))
+		lo, hi := w.fill()
+		if lo != 13 || hi != gen-1 {
+			t.Fatalf("%s: fill %d..%d", c.name, lo, hi)
+		}
+		w.readFill(read(lo, hi, c.gap))
+		if c.gap != 0 {
+			if w.done || w.next != c.gap {
+				t.Fatalf("%s: after the fill done %v next %d, want the gap %d poisoned next", c.name, w.done, w.next, c.gap)
+			}
+			w.poisonSettled(verdict(settle.Created, translog.MD{}))
+		}
+		if !w.done || w.cut != c.cut || w.how != c.how || w.poisoned != layout.MDKey(3, c.cut+1) || len(w.mds) != c.included {
+			t.Fatalf("%s: done %v cut %d (%s, %q), %d md; want cut %d (%s), %d md", c.name, w.done, w.cut, w.how, w.poisoned, len(w.mds), c.cut, c.how, c.included)
+		}
 	}
 }
