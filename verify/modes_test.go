@@ -134,7 +134,7 @@ func init() {
 		{name: "unfenced-takeover", f: unfenced, syncs: 2},
 		{name: "unfenced-takeover-deep", f: unfenced, syncs: 3},
 		{name: "unfenced-takeover-faults", f: unfenced, syncs: 1, faults: 1},
-		{name: "unfenced-takeover-faults-deep", f: unfenced, syncs: 2, faults: 1},
+		{name: "unfenced-takeover-faults-deep", f: unfenced, syncs: 2, faults: 2},
 		{name: "observe-takeover", f: observe, syncs: 2},
 		{name: "observe-takeover-deep", f: observe, syncs: 3},
 		{name: "observe-takeover-faults", f: observe, syncs: 1, faults: 1},

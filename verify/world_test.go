@@ -123,7 +123,12 @@ func (w *world) appended(r *Run, actor string, term int64, op string, a translog
 	w.mu.Unlock()
 	switch {
 	case err == nil:
-		r.Note("%s acked %s (term %d gen %d)", actor, op, a.Term, a.Gen)
+		if a.FencingObserved != "" {
+			// Observe mode: per_sync would have failed this append.
+			r.Note("%s acked %s (term %d gen %d) with fencing observed", actor, op, a.Term, a.Gen)
+		} else {
+			r.Note("%s acked %s (term %d gen %d)", actor, op, a.Term, a.Gen)
+		}
 		w.mu.Lock()
 		w.acks = append(w.acks, ack{actor: actor, term: term, gen: a.Gen, op: op, step: r.Step()})
 		w.mu.Unlock()
