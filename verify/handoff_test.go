@@ -158,6 +158,14 @@ func relocationScenarioWith(name string, faults int, gap, trust bool, wo translo
 			// key, so exactly one of them keeps the term.
 			rw := relocWorld{lineageWorld{w}, new(int), wo.FencingMode == translog.CreateOnly, map[string]bool{}}
 			ctxs := make(chan []byte, 1)
+			// A create-only target that skipped Adopt's CAS learns that
+			// the revert took the key back only from its fence check,
+			// which a writer starts once it is half a CheckWindow of
+			// generations past its start: it appends that many and one.
+			tgtAppends := 1
+			if trust && wo.FencingMode == translog.CreateOnly {
+				tgtAppends = translog.CheckWindow/2 + 1
+			}
 			r.Go("src", func(ctx context.Context, store *blobstore.Container) {
 				defer close(ctxs)
 				var ops []string
@@ -264,7 +272,7 @@ func relocationScenarioWith(name string, faults int, gap, trust bool, wo translo
 				w.mu.Lock()
 				w.writers["tgt"], w.startGen["tgt"] = wr, wr.NextGen()
 				w.mu.Unlock()
-				appender(ctx, r, w, "tgt", 1, wr, 1)
+				appender(ctx, r, w, "tgt", 1, wr, tgtAppends)
 			})
 			return rw
 		},
