@@ -54,7 +54,10 @@ func TestGatherWaitsBoundedOnTheClock(t *testing.T) {
 	}})
 	var wg sync.WaitGroup
 	wg.Go(func() { r.appendOrError("lead") })
-	waitFor(t, func() bool { return r.w.inflightBytes() > 0 })
+	// The lead is cut into its own sync (queued, then taken off the
+	// queue) before the others arrive; on a loaded machine the committer
+	// could otherwise take some of them into the first batch.
+	waitFor(t, func() bool { return r.w.inflightBytes() > 0 && r.w.pendingCount() == 0 })
 	for range 4 {
 		wg.Go(func() { r.appendOrError("batched") })
 	}
