@@ -19,10 +19,20 @@ import (
 // so that seal ends; relocation.Adopt CASes once, so that a source's
 // revert and the target race on the key.
 
-// createOnlyWriterOpts is writerOpts in create-only mode.
+// createOnlyCheckWindow is the create-only writers' translog.CheckWindow
+// here: the smallest, 2, so that a fence check starts at every generation
+// after the writer's first and a sync waits for the check of the one
+// before the last. With the default (8, a check four generations past
+// the start) the writers of these scopes, which sync at most three
+// times, would never send a check.
+const createOnlyCheckWindow = 2
+
+// createOnlyWriterOpts is writerOpts in create-only mode, with the check
+// window createOnlyCheckWindow.
 func createOnlyWriterOpts() translog.Options {
 	o := writerOpts(translog.Concurrent)
 	o.FencingMode = translog.CreateOnly
+	o.CheckWindow = createOnlyCheckWindow
 	return o
 }
 
