@@ -68,6 +68,7 @@ type createOnlyCase struct {
 	third     bool
 	onePoison bool
 	perSync   translog.AckOrder // non-zero: a per-sync primary in this order
+	window    int               // non-zero: the create-only writer's CheckWindow
 }
 
 func (c createOnlyCase) scenario() Scenario {
@@ -77,6 +78,9 @@ func (c createOnlyCase) scenario() Scenario {
 		Start: func(r *Run) Checker {
 			w := newWorld(true)
 			wo := createOnlyWriterOpts()
+			if c.window != 0 {
+				wo.CheckWindow = c.window
+			}
 			if c.perSync != 0 {
 				wo = writerOpts(c.perSync)
 			}
@@ -94,7 +98,11 @@ func init() {
 	con, seq := translog.Concurrent, translog.Sequenced
 	for _, c := range []createOnlyCase{
 		{name: "createonly-takeover", syncs: 2},
-		{name: "createonly-takeover-deep", syncs: 3},
+		// The default window: with window 2 its third sync waits for the
+		// check of gen 2, and a schedule the search cuts there never
+		// ends (the check's reads all fail with ErrScheduleEnded and
+		// awaitWindow sends another at once, for ever).
+		{name: "createonly-takeover-deep", syncs: 3, window: translog.CheckWindow},
 		{name: "createonly-takeover-faults", syncs: 1, faults: 1},
 		{name: "createonly-takeover-faults-deep", syncs: 2, faults: 1},
 		{name: "createonly-racing-successors", syncs: 1, third: true},
