@@ -19,10 +19,20 @@ import (
 // so that seal ends; relocation.Adopt CASes once, so that a source's
 // revert and the target race on the key.
 
-// createOnlyWriterOpts is writerOpts in create-only mode.
+// createOnlyCheckWindow is the create-only writers' translog.CheckWindow
+// here: the smallest, 2, so that a fence check starts at every generation
+// after the writer's first and a sync waits for the check of the one
+// before the last. With the default (8, a check four generations past
+// the start) the writers of these scopes, which sync at most three
+// times, would never send a check.
+const createOnlyCheckWindow = 2
+
+// createOnlyWriterOpts is writerOpts in create-only mode, with the check
+// window createOnlyCheckWindow.
 func createOnlyWriterOpts() translog.Options {
 	o := writerOpts(translog.Concurrent)
 	o.FencingMode = translog.CreateOnly
+	o.CheckWindow = createOnlyCheckWindow
 	return o
 }
 
@@ -58,6 +68,7 @@ type createOnlyCase struct {
 	third     bool
 	onePoison bool
 	perSync   translog.AckOrder // non-zero: a per-sync primary in this order
+	window    int               // non-zero: the create-only writer's CheckWindow
 }
 
 func (c createOnlyCase) scenario() Scenario {
@@ -67,6 +78,9 @@ func (c createOnlyCase) scenario() Scenario {
 		Start: func(r *Run) Checker {
 			w := newWorld(true)
 			wo := createOnlyWriterOpts()
+			if c.window != 0 {
+				wo.CheckWindow = c.window
+			}
 			if c.perSync != 0 {
 				wo = writerOpts(c.perSync)
 			}
@@ -84,7 +98,11 @@ func init() {
 	con, seq := translog.Concurrent, translog.Sequenced
 	for _, c := range []createOnlyCase{
 		{name: "createonly-takeover", syncs: 2},
-		{name: "createonly-takeover-deep", syncs: 3},
+		// The default window: with window 2 its third sync waits for the
+		// check of gen 2, and a schedule the search cuts there never
+		// ends (the check's reads all fail with ErrScheduleEnded and
+		// awaitWindow sends another at once, for ever).
+		{name: "createonly-takeover-deep", syncs: 3, window: translog.CheckWindow},
 		{name: "createonly-takeover-faults", syncs: 1, faults: 1},
 		{name: "createonly-takeover-faults-deep", syncs: 2, faults: 1},
 		{name: "createonly-racing-successors", syncs: 1, third: true},

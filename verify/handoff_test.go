@@ -164,7 +164,11 @@ func relocationScenarioWith(name string, faults int, gap, trust bool, wo translo
 			// generations past its start: it appends that many and one.
 			tgtAppends := 1
 			if trust && wo.FencingMode == translog.CreateOnly {
-				tgtAppends = translog.CheckWindow/2 + 1
+				window := wo.CheckWindow
+				if window <= 0 {
+					window = translog.CheckWindow
+				}
+				tgtAppends = max(window, 2)/2 + 1
 			}
 			r.Go("src", func(ctx context.Context, store *blobstore.Container) {
 				defer close(ctxs)
