@@ -283,14 +283,18 @@ func (p *pipeline) startCheck(force bool) (gen int64, ok bool) {
 
 // checked takes the outcome of the fence check started at gen: nil found
 // the writer the owner. A fenced verdict arrives through the instance
-// (inst); store trouble leaves the window where it was.
+// (inst); store trouble (retryable) leaves the window where it was, to be
+// checked again; ErrClosed (the writer gave up on its requests) changes
+// nothing; any other error (a bad body at the fence key) is terminal, as
+// it is for a sync's own steps.
 func (p *pipeline) checked(gen int64, err error, inst error) {
 	p.checking = false
-	if err == nil {
+	switch {
+	case err == nil:
 		p.checkedAt = max(p.checkedAt, gen)
-	}
-	if p.checkFenced(inst) == nil && errors.Is(err, fence.ErrFenced) {
-		p.fail(err)
+	case p.checkFenced(inst) != nil, errors.Is(err, ErrClosed), blobstore.IsRetryable(err):
+	default:
+		p.fail(p.opErr("Append", fmt.Errorf("fence check: %w", err)))
 	}
 }
 

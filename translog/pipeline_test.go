@@ -359,9 +359,29 @@ func TestPipelineCreateOnlyCheckWindow(t *testing.T) {
 		t.Fatalf("delivered %v", got)
 	}
 	gen, _ = p.startCheck(true)
+	p.checked(gen, ErrClosed, nil)
+	if p.err != nil || p.checking {
+		t.Fatalf("a check Close gave up on: writer error %v, checking %v", p.err, p.checking)
+	}
+	gen, _ = p.startCheck(true)
 	fenced := &fence.FencedError{Shard: shard, Term: 3, Reason: "fence key missing at the fence check"}
 	p.checked(gen, fenced, fenced)
 	if !errors.Is(p.err, fence.ErrFenced) {
 		t.Fatalf("a fenced check left the writer with %v", p.err)
+	}
+}
+
+// A fence check that fails for good (neither store trouble nor fencing: a
+// corrupt body at the fence key) ends a create-only writer, as the same
+// error would end one of its syncs; it is not retried for ever.
+func TestPipelineCreateOnlyCheckFailingForGood(t *testing.T) {
+	p := testPipeline(Options{FencingMode: CreateOnly, CheckWindow: 2})
+	gen, ok := p.startCheck(true)
+	if !ok {
+		t.Fatal("no forced check")
+	}
+	p.checked(gen, fence.ErrCorruptBody, nil)
+	if !errors.Is(p.err, fence.ErrCorruptBody) {
+		t.Fatalf("writer error %v after a check that failed for good", p.err)
 	}
 }

@@ -186,6 +186,9 @@ func (w *Writer) startCheck(force bool) {
 	}
 	w.mdWG.Go(func() {
 		err := w.chain.Check(w.ctx)
+		if err != nil && w.ctx.Err() != nil {
+			err = ErrClosed // Close gave up on the requests in flight
+		}
 		w.locked(func(p *pipeline) { p.checked(gen, err, w.instanceErr()) })
 		select {
 		case w.checked <- struct{}{}:
