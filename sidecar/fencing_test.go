@@ -79,6 +79,10 @@ func TestCreateOnlyShardAcrossHandoffAndTerms(t *testing.T) {
 	if _, err := src.Append(t.Context(), "c", [][]byte{[]byte("a")}, 1); err != nil {
 		t.Fatal(err)
 	}
+	// No CAS on the sync path: status says none was seen.
+	if st, err := src.Status("c"); err != nil || st.LastCASAge != -1 || st.Stats.CASWrites != 0 {
+		t.Fatalf("create-only status: last CAS age %v, %d CAS writes (%v); want none", st.LastCASAge, st.Stats.CASWrites, err)
+	}
 	hc, err := src.StartHandoff(t.Context(), "c", "dst", "")
 	if err != nil {
 		t.Fatal(err)

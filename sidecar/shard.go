@@ -265,7 +265,7 @@ func (sh *shard) acked(ack translog.Ack, sentBy int64) {
 	defer sh.mu.Unlock()
 	sh.ackedGen = max(sh.ackedGen, ack.Gen)
 	sh.nextSeq = max(sh.nextSeq, ack.FirstSeqNo+int64(ack.Count))
-	if cas > sh.casSeq || sh.lastCAS.IsZero() {
+	if cas > sh.casSeq {
 		sh.casSeq = cas
 		sh.lastCAS = time.Now()
 		// In lease mode an ack may come without a CAS, so only per-sync
