@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync/atomic"
 	"testing"
 
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
@@ -149,11 +147,9 @@ func (w modeLineageWorld) Final(r *Run) error {
 		return err
 	}
 	ctx := context.Background()
-	c := mem.New()
-	for k, body := range r.Store.Snapshot() {
-		if _, err := c.Put(ctx, k, body); err != nil {
-			return err
-		}
+	c, err := finalStore(ctx, r)
+	if err != nil {
+		return err
 	}
 	var ops []string
 	o := recoveryOpts(&ops)
@@ -165,23 +161,7 @@ func (w modeLineageWorld) Final(r *Run) error {
 	if err := sh.Writer.Close(ctx); err != nil {
 		return err
 	}
-	have := map[string]bool{}
-	for _, op := range ops {
-		have[op] = true
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var lost []string
-	for _, a := range w.acks {
-		if !have[a.op] {
-			lost = append(lost, a.op)
-		}
-	}
-	if len(lost) > 0 {
-		sort.Strings(lost)
-		return fmt.Errorf("NoAckedWriteLoss: acked ops %v are not in the final lineage %v", lost, ops)
-	}
-	return nil
+	return w.allAckedIn(ops)
 }
 
 // barrierSealDirect is the seal's walk of term 1 reduced to its rule, for

@@ -75,11 +75,9 @@ func writerOf(sh *recovery.Shard) *translog.Writer {
 // newest lineage checkpoint when there is one).
 func finalLineage(r *Run) ([]string, error) {
 	ctx := context.Background()
-	c := mem.New()
-	for k, body := range r.Store.Snapshot() {
-		if _, err := c.Put(ctx, k, body); err != nil {
-			return nil, err
-		}
+	c, err := finalStore(ctx, r)
+	if err != nil {
+		return nil, err
 	}
 	sh, ops, err := recoverWithCheckpoint(ctx, c, 1000, "reader")
 	if err != nil {
@@ -102,6 +100,23 @@ func (w lineageWorld) Final(r *Run) error {
 	if err != nil {
 		return fmt.Errorf("final lineage: a recovery over the final store failed: %w", err)
 	}
+	return w.allAckedIn(ops)
+}
+
+// finalStore copies the run's final store contents into a fresh store.
+func finalStore(ctx context.Context, r *Run) (*blobstore.Container, error) {
+	c := mem.New()
+	for k, body := range r.Store.Snapshot() {
+		if _, err := c.Put(ctx, k, body); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// allAckedIn is the final-lineage half of NoAckedWriteLoss: every op the
+// run acknowledged is among ops, the final lineage.
+func (w *world) allAckedIn(ops []string) error {
 	have := map[string]bool{}
 	for _, op := range ops {
 		have[op] = true
