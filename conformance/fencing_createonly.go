@@ -127,16 +127,21 @@ func checkCreateOnlyZombie(t T, c *blobstore.Container) {
 // md lands while the poison create is on the wire, and term 2 must restore
 // that generation, whether term 1 got to acknowledge it or not.
 func checkCreateOnlyMDRace(t T, c *blobstore.Container) {
-	for i, mdFirst := range []bool{false, true} {
+	twoRounds(t, c, "the poison lands first", "the md lands first", func(t T, c *blobstore.Container, second bool) {
+		createOnlyMDRaceRound(t, c, second)
+	})
+}
+
+// twoRounds runs round(t, c, false) and then round(t, c, true), each under
+// its own prefix of c and with its messages ending in the round and how it
+// is staged (first, second).
+func twoRounds(t T, c *blobstore.Container, first, second string, round func(t T, c *blobstore.Container, second bool)) {
+	for i, how := range []string{first, second} {
 		sub, err := blobstore.Sub(c, fmt.Sprintf("round-%d", i+1))
 		if err != nil {
 			unstaged(t, "round prefix: %v", err)
 		}
-		how := "the poison lands first"
-		if mdFirst {
-			how = "the md lands first"
-		}
-		createOnlyMDRaceRound(&suffixT{T: t, suffix: fmt.Sprintf(" (round %d: %s)", i+1, how)}, sub, mdFirst)
+		round(&suffixT{T: t, suffix: fmt.Sprintf(" (round %d: %s)", i+1, how)}, sub, i == 1)
 	}
 }
 
@@ -284,17 +289,9 @@ func (s *suffixT) Logf(format string, args ...any)   { s.T.Logf(format+s.suffix,
 // adopt's CAS is held on the wire, and the adopt must fail fenced. Never do
 // both acknowledge, and nothing acknowledged is lost.
 func checkCreateOnlyHandoffRace(t T, c *blobstore.Container) {
-	for i, adoptFirst := range []bool{true, false} {
-		sub, err := blobstore.Sub(c, fmt.Sprintf("round-%d", i+1))
-		if err != nil {
-			unstaged(t, "round prefix: %v", err)
-		}
-		how := "the adopt's CAS lands first"
-		if !adoptFirst {
-			how = "the revert lands first"
-		}
-		createOnlyHandoffRound(&suffixT{T: t, suffix: fmt.Sprintf(" (round %d: %s)", i+1, how)}, sub, adoptFirst)
-	}
+	twoRounds(t, c, "the adopt's CAS lands first", "the revert lands first", func(t T, c *blobstore.Container, second bool) {
+		createOnlyHandoffRound(t, c, !second)
+	})
 }
 
 func createOnlyHandoffRound(t T, c *blobstore.Container, adoptFirst bool) {
