@@ -22,9 +22,10 @@ func runBenchStore(ctx context.Context, args []string, stdout, stderr io.Writer)
 	size := fs.Int("size", 1024, "body size in bytes of every write")
 	opsFlag := fs.String("ops", "Get,Put,CreateIfAbsent,CAS,List,Delete", "comma-separated operations to measure (Delete removes what CreateIfAbsent made, so keep them together)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: shardfence bench store --store URL [--duration D] [--clients 1,16] [--size N] [--ops a,b]\n\n")
-		fmt.Fprintf(stderr, "Measures each operation of the store's driver in a closed loop and prints p50/p99 latency and\n")
-		fmt.Fprintf(stderr, "ops/s. Every key is written under a unique shardfence-bench/ prefix, removed afterwards.\n\nFlags:\n")
+		w := fs.Output() // the flag package prints usage itself on -h, to its output
+		fmt.Fprintf(w, "usage: shardfence bench store --store URL [--duration D] [--clients 1,16] [--size N] [--ops a,b]\n\n")
+		fmt.Fprintf(w, "Measures each operation of the store's driver in a closed loop and prints p50/p99 latency and\n")
+		fmt.Fprintf(w, "ops/s. Every key is written under a unique shardfence-bench/ prefix, removed afterwards.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := parseArgs(fs, args); err != nil {

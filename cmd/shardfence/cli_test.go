@@ -39,15 +39,33 @@ func cli(t *testing.T, stdin string, args ...string) cliResult {
 // Every command: -h exits 0 and prints its flags; an unknown flag or a bad
 // value is a usage error, exit 2, its message printed once.
 func TestHelpAndUsageErrorsEverywhere(t *testing.T) {
-	cmds := [][]string{{"serve"}, {"open"}, {"append"}, {"read"}, {"status"}, {"close"}, {"gc"}, {"inspect"}, {"settings"},
+	cmds := [][]string{{"serve"}, {"open"}, {"append"}, {"read"}, {"read-file"}, {"status"}, {"close"}, {"gc"}, {"inspect"}, {"settings"},
 		{"handoff", "start"}, {"handoff", "adopt"}, {"handoff", "abort"}, {"conformance"}, {"master"}, {"demo"},
 		{"bench", "store"}, {"bench", "e2e"}, {"bench", "translog"}, {"bench", "seal"}, {"bench", "recovery"}, {"bench", "master"}}
 	for _, c := range cmds {
 		name := strings.Join(c, " ")
-		if r := cli(t, "", append(c, "-h")...); r.code != 0 || !strings.Contains(r.stderr, "-") {
+		r := cli(t, "", append(c, "-h")...)
+		if r.code != 0 || !strings.Contains(r.stderr, "-") {
 			t.Errorf("%s -h: exit %d, stderr %q", name, r.code, r.stderr)
 		}
-		r := cli(t, "", append(c, "--no-such-flag")...)
+		heads := 0
+		for _, line := range strings.Split(r.stderr, "\n") {
+			if strings.HasPrefix(line, "usage:") || strings.HasPrefix(line, "Usage of") {
+				heads++
+			}
+		}
+		if heads != 1 {
+			t.Errorf("%s -h: usage printed %d times, want once:\n%s", name, heads, r.stderr)
+		}
+		// The flag package takes a `quoted` phrase of a usage text as the
+		// flag's value name: "-fencing-mode shardfence settings".
+		for _, line := range strings.Split(r.stderr, "\n") {
+			head, _, _ := strings.Cut(line, "\t") // a one-letter flag's usage follows a tab
+			if strings.HasPrefix(head, "  -") && len(strings.Fields(head)) > 2 {
+				t.Errorf("%s -h: flag line %q names a value of more than one word (a backquote in its usage?)", name, line)
+			}
+		}
+		r = cli(t, "", append(c, "--no-such-flag")...)
 		if r.code != 2 || strings.Count(r.stderr, "no-such-flag") != 1 {
 			t.Errorf("%s --no-such-flag: exit %d, want 2 with the message once; stderr:\n%s", name, r.code, r.stderr)
 		}

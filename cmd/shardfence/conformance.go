@@ -61,20 +61,21 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	noCert := fs.Bool("no-certificate", false, "do not record the outcome in the store for serve to read")
 	verbose := fs.Bool("v", false, "print what failing checks logged, not only their failures")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: shardfence conformance --store URL [--fencing-only | --blob-only] [--json] [--timeout D] [--only a,b] [--no-certificate] [-v]\n\n")
-		fmt.Fprintf(stderr, "Certifies a live store in two suites: the blob contract, then the fencing protocol (the real\n")
-		fmt.Fprintf(stderr, "fence, translog, seal, recovery and relocation code run against the store with injected\n")
-		fmt.Fprintf(stderr, "faults). Every key it writes is under a unique shardfence-conformance/ prefix and removed\n")
-		fmt.Fprintf(stderr, "afterwards. When the fencing suite ran, the outcome is recorded at %s under the\n", conformance.CertificateKey)
-		fmt.Fprintf(stderr, "store URL: serve refuses a store that failed a fencing check. Exit status 1 if the store\n")
-		fmt.Fprintf(stderr, "ignores preconditions or any check fails.\n")
+		w := fs.Output() // the flag package prints usage itself on -h, to its output
+		fmt.Fprintf(w, "usage: shardfence conformance --store URL [--fencing-only | --blob-only] [--json] [--timeout D] [--only a,b] [--no-certificate] [-v]\n\n")
+		fmt.Fprintf(w, "Certifies a live store in two suites: the blob contract, then the fencing protocol (the real\n")
+		fmt.Fprintf(w, "fence, translog, seal, recovery and relocation code run against the store with injected\n")
+		fmt.Fprintf(w, "faults). Every key it writes is under a unique shardfence-conformance/ prefix and removed\n")
+		fmt.Fprintf(w, "afterwards. When the fencing suite ran, the outcome is recorded at %s under the\n", conformance.CertificateKey)
+		fmt.Fprintf(w, "store URL: serve refuses a store that failed a fencing check. Exit status 1 if the store\n")
+		fmt.Fprintf(w, "ignores preconditions or any check fails.\n")
 		for _, suite := range conformance.Suites() {
-			fmt.Fprintf(stderr, "\n%s checks:\n", suiteTitle(suite))
+			fmt.Fprintf(w, "\n%s checks:\n", suiteTitle(suite))
 			for _, ch := range suite.Checks() {
-				fmt.Fprintf(stderr, "  %-24s %s\n", ch.Name, ch.Description)
+				fmt.Fprintf(w, "  %-24s %s\n", ch.Name, ch.Description)
 			}
 		}
-		fmt.Fprintf(stderr, "\nFlags:\n")
+		fmt.Fprintf(w, "\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := parseArgs(fs, args); err != nil {

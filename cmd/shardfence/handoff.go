@@ -45,7 +45,7 @@ func runHandoff(ctx context.Context, args []string, stdout, stderr io.Writer) er
 				return nil
 			}
 		}
-		fs.StringVar(&ctxFile, "context-file", "", "file with the handoff context `handoff start` printed; - for stdin (required)")
+		fs.StringVar(&ctxFile, "context-file", "", "file with the handoff context 'handoff start' printed; - for stdin (required)")
 		return func() error {
 			if ctxFile == "" {
 				return fmt.Errorf("%w: --context-file is required", errUsage)

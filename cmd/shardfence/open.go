@@ -28,8 +28,8 @@ func runOpen(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		flags: func(fs *flag.FlagSet) func() error {
 			fs.Int64Var(&term, "term", 0, fmt.Sprintf("term granted to this primary (required, 1..%d)", int64(sidecar.MaxTerm)))
 			fs.StringVar(&alloc, "allocation", "", "allocation id of this copy of the shard (required)")
-			fs.StringVar(&mode, "fencing-mode", "", "per_sync, lease, create_only or observe (default: the sidecar's); a shard keeps the mode of its first open until `shardfence settings` rewrites it")
-			fs.BoolVar(&unfenced, "unfenced", false, "open with fencing disabled (the sidecar needs --allow-unfenced; a shard created so stays unfenced until `shardfence settings` rewrites it)")
+			fs.StringVar(&mode, "fencing-mode", "", "per_sync, lease, create_only or observe (default: the sidecar's); a shard keeps the mode of its first open until 'shardfence settings' rewrites it")
+			fs.BoolVar(&unfenced, "unfenced", false, "open with fencing disabled (the sidecar needs --allow-unfenced; a shard created so stays unfenced until 'shardfence settings' rewrites it)")
 			fs.StringVar(&order, "ack-order", "", "concurrent or sequenced (default: the sidecar's)")
 			fs.BoolVar(&warm, "warm", false, "open in partial locality: return once sealed, serve the checkpoint's files on demand (read-file) while the sidecar hydrates them; appends wait for the replay")
 			fs.DurationVar(&lease, "lease-interval", 0, fmt.Sprintf("lease of lease mode, %v..%v (default: the sidecar's)", sidecar.MinLeaseInterval, sidecar.MaxLeaseInterval))

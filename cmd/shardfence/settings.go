@@ -26,11 +26,12 @@ func runSettings(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	lease := fs.Duration("lease-interval", 0, fmt.Sprintf("lease to store with lease mode (%v..%v)", seal.MinLeaseInterval, seal.MaxLeaseInterval))
 	maxWait := fs.Duration("max-wait", seal.MaxLeaseInterval+time.Second, "longest wait for a running lease before the rewrite is rolled back")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: shardfence settings --store URL --shard S                      # show the stored fencing\n")
-		fmt.Fprintf(stderr, "       shardfence settings --store URL --shard S --term T --allocation A --fencing-mode lease --lease-interval 10s\n\n")
-		fmt.Fprintf(stderr, "A rewrite stops every open of the shard, claims term T (fencing every lower term), waits out\n")
-		fmt.Fprintf(stderr, "the old lease if the new setting would shorten a successor's wait and a term ever opened, then\n")
-		fmt.Fprintf(stderr, "stores the new setting. The shard's next open needs a term above T.\n\nFlags:\n")
+		w := fs.Output() // the flag package prints usage itself on -h, to its output
+		fmt.Fprintf(w, "usage: shardfence settings --store URL --shard S                      # show the stored fencing\n")
+		fmt.Fprintf(w, "       shardfence settings --store URL --shard S --term T --allocation A --fencing-mode lease --lease-interval 10s\n\n")
+		fmt.Fprintf(w, "A rewrite stops every open of the shard, claims term T (fencing every lower term), waits out\n")
+		fmt.Fprintf(w, "the old lease if the new setting would shorten a successor's wait and a term ever opened, then\n")
+		fmt.Fprintf(w, "stores the new setting. The shard's next open needs a term above T.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := parseArgs(fs, args); err != nil {
