@@ -29,9 +29,11 @@ func runSettings(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		w := fs.Output() // the flag package prints usage itself on -h, to its output
 		fmt.Fprintf(w, "usage: shardfence settings --store URL --shard S                      # show the stored fencing\n")
 		fmt.Fprintf(w, "       shardfence settings --store URL --shard S --term T --allocation A --fencing-mode lease --lease-interval 10s\n\n")
-		fmt.Fprintf(w, "A rewrite stops every open of the shard, claims term T (fencing every lower term), waits out\n")
-		fmt.Fprintf(w, "the old lease if the new setting would shorten a successor's wait and a term ever opened, then\n")
-		fmt.Fprintf(w, "stores the new setting. The shard's next open needs a term above T.\n\nFlags:\n")
+		fmt.Fprintf(w, "A rewrite blocks every open of the shard while it runs, claims term T (a lower per-sync or\n")
+		fmt.Fprintf(w, "lease writer fails its next CAS; a lower create-only, observe or unfenced writer is stopped by\n")
+		fmt.Fprintf(w, "the next open's seal, which also keeps what it acknowledged), waits out the old lease if the\n")
+		fmt.Fprintf(w, "new setting would shorten a successor's wait and a term ever opened, then stores the new\n")
+		fmt.Fprintf(w, "setting. The shard's next open needs a term above T.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := parseArgs(fs, args); err != nil {
