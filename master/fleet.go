@@ -15,6 +15,7 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/sidecar"
 )
 
 // Sidecar nodes are clients of the master like the memory clients: a node
@@ -775,6 +776,12 @@ func (m *Master) AssignShard(ctx context.Context, req AssignRequest) (ShardInfo,
 		return fail(fmt.Errorf("%w: term %d is outside 1..2^53-1", ErrInvalidArgument, req.Term), "")
 	}
 	settings := req.Settings
+	// The owner opens the shard with these: refuse what it would refuse
+	// (an unknown mode or ack order, a bound out of range) now, not at
+	// every open attempt on every node.
+	if _, err := sidecar.SettingsFromProto(settings); err != nil {
+		return fail(fmt.Errorf("%w: settings: %v", ErrInvalidArgument, err), "")
+	}
 	fenced := !settings.GetFencingDisabled()
 	if req.AutoRestore && !fenced {
 		return fail(fmt.Errorf("%w: auto_restore needs a fenced shard: an unfenced shard is never auto-restored (a zombie could lose acknowledged writes)", ErrInvalidArgument), "assign it without auto_restore, or fenced")

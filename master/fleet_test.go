@@ -305,6 +305,37 @@ func TestAutoRestoreOnlyForFencedShards(t *testing.T) {
 	}
 }
 
+// Settings the owner would refuse at open are refused at assign, with what
+// is wrong, and the table is left as it was.
+func TestAssignRefusesSettingsTheOwnerWouldRefuse(t *testing.T) {
+	m, _ := newTestMaster(t, liveCfg(true), Options{})
+	if _, err := m.RegisterNode(context.Background(), NodeRegistration{Name: "u", Addr: "http://u", Store: "x", Fencing: true, Session: "u-1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		settings *sidecarv1.ShardSettings
+		want     string
+	}{
+		{&sidecarv1.ShardSettings{AckOrder: 3}, "ack order 3"},
+		{&sidecarv1.ShardSettings{Mode: 9}, "fencing mode 9"},
+		{&sidecarv1.ShardSettings{LeaseIntervalMs: -1}, "lease_interval_ms"},
+		{&sidecarv1.ShardSettings{MaxPipeline: 1 << 30}, "max_pipeline"},
+	} {
+		_, err := m.AssignShard(context.Background(), AssignRequest{Shard: "s", Node: "u", Settings: c.settings})
+		wantErr(t, err, ErrInvalidArgument)
+		if !errorsContains(err, c.want) {
+			t.Errorf("settings %v refused for %v, want it to name %q", c.settings, err, c.want)
+		}
+	}
+	if rows := m.Shards(); len(rows) != 0 {
+		t.Fatalf("refused assigns left rows: %v", rows)
+	}
+	if _, err := m.AssignShard(context.Background(), AssignRequest{Shard: "s", Node: "u", Settings: &sidecarv1.ShardSettings{
+		AckOrder: sidecarv1.AckOrder_ACK_ORDER_SEQUENCED, Mode: sidecarv1.FencingMode_FENCING_MODE_CREATE_ONLY}}); err != nil {
+		t.Fatalf("valid settings: %v", err)
+	}
+}
+
 func errorsContains(err error, s string) bool { return err != nil && strings.Contains(err.Error(), s) }
 
 // A stale grant (the store holds a higher term) raises the term above it,

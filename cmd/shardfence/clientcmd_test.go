@@ -123,6 +123,10 @@ func TestModeNumbersMatchTheAPI(t *testing.T) {
 		if got, want := sidecarv1.AckOrder(o).String(), "ACK_ORDER_"+strings.ToUpper(o.String()); got != want {
 			t.Errorf("ack order %v is %s in the API, want %s", o, got, want)
 		}
+		// open and master assign send what --ack-order names.
+		if got, err := parseAckOrderProto(o.String()); err != nil || got.String() != "ACK_ORDER_"+strings.ToUpper(o.String()) {
+			t.Errorf("--ack-order %s is sent as %v (%v)", o, got, err)
+		}
 	}
 }
 

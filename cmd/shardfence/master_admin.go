@@ -127,7 +127,7 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 		fs.Int64Var(&term, "term", 0, "term to open at (default 1; a stale grant is raised above the shard's stored terms)")
 		fs.BoolVar(&autoRestore, "auto-restore", false, "move the shard to a live node at a higher term by itself when its owner goes offline (fenced shards only)")
 		fs.StringVar(&takeover, "takeover", "offline", "when an auto-restore shard moves: offline, or already suspected")
-		fs.StringVar(&mode, "fencing-mode", "", "per_sync or lease (default: the sidecar's)")
+		fs.StringVar(&mode, "fencing-mode", "", "per_sync, lease, create_only or observe (default: the sidecar's; observe goes without --auto-restore)")
 		fs.StringVar(&ackOrder, "ack-order", "", "concurrent or sequenced (default: the sidecar's)")
 		fs.DurationVar(&lease, "lease-interval", 0, "lease of lease mode (default: the sidecar's)")
 		fs.BoolVar(&unfenced, "unfenced", false, "open the shard with fencing disabled (benchmarks only; never auto-restored)")
@@ -205,11 +205,11 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 			req.Settings.Mode = m
 		}
 		if ackOrder != "" {
-			o, err := parseAckOrder(ackOrder)
+			o, err := parseAckOrderProto(ackOrder)
 			if err != nil {
 				return err
 			}
-			req.Settings.AckOrder = sidecarv1.AckOrder(o + 1)
+			req.Settings.AckOrder = o
 		}
 		req.Settings.LeaseIntervalMs = lease.Milliseconds()
 		res, err := fc.AssignShard(ctx, connect.NewRequest(req))

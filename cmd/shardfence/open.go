@@ -52,11 +52,11 @@ func runOpen(ctx context.Context, args []string, stdout, stderr io.Writer) error
 					settings.Mode = m
 				}
 				if order != "" {
-					o, err := parseAckOrder(order)
+					o, err := parseAckOrderProto(order)
 					if err != nil {
 						return err
 					}
-					settings.AckOrder = sidecarv1.AckOrder(o) // numbered alike too
+					settings.AckOrder = o
 				}
 				return nil
 			}

@@ -191,6 +191,13 @@ func parseModeProto(s string) (sidecarv1.FencingMode, error) {
 	return sidecarv1.FencingMode(m), err
 }
 
+// parseAckOrderProto is parseAckOrder as the API's enum, which numbers the
+// orders as the translog does.
+func parseAckOrderProto(s string) (sidecarv1.AckOrder, error) {
+	o, err := parseAckOrder(s)
+	return sidecarv1.AckOrder(o), err
+}
+
 func parseAckOrder(s string) (translog.AckOrder, error) {
 	switch s {
 	case "concurrent":
