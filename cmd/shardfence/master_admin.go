@@ -283,8 +283,12 @@ func masterHA(ctx context.Context, c masterv1connect.MasterHAServiceClient, cmd 
 		}
 		r := res.Msg
 		role := strings.ToLower(strings.TrimPrefix(r.GetRole().String(), "MASTER_ROLE_"))
-		fmt.Fprintf(stdout, "role %s, cluster %q (shard %s), term %d, generation %d, next seq %d, lag %d entries / %d ms, snapshot %q (generation %d)\n",
-			role, r.GetCluster(), r.GetShard(), r.GetTerm(), r.GetAppliedGen(), r.GetNextSeqNo(), r.GetLagEntries(), r.GetLagMs(), r.GetLastSnapshot(), r.GetLastSnapshotGen())
+		term := "term none (a standby holds none until promoted)"
+		if r.GetTerm() > 0 {
+			term = fmt.Sprintf("term %d", r.GetTerm())
+		}
+		fmt.Fprintf(stdout, "role %s, cluster %q (shard %s), %s, generation %d, next seq %d, lag %d entries / %d ms, snapshot %q (generation %d)\n",
+			role, r.GetCluster(), r.GetShard(), term, r.GetAppliedGen(), r.GetNextSeqNo(), r.GetLagEntries(), r.GetLagMs(), r.GetLastSnapshot(), r.GetLastSnapshotGen())
 		if e := r.GetError(); e != "" {
 			fmt.Fprintf(stdout, "error: %s\n", e)
 		}

@@ -151,4 +151,10 @@ func TestMasterCommandRestartsFromTheStore(t *testing.T) {
 	if err := runMaster(ctx, []string{"promote", "--addr", url2}, &out, &out); err == nil {
 		t.Fatal("a primary accepted a promotion")
 	}
+	// A standby holds no term until promoted, and says so.
+	url3, _ := startMasterCmd(t, "--store", store, "--cluster", "unit", "--standby")
+	out.Reset()
+	if err := runMaster(ctx, []string{"status", "--addr", url3}, &out, &out); err != nil || !strings.Contains(out.String(), "role standby") || !strings.Contains(out.String(), "term none") {
+		t.Fatalf("standby status: %v %s", err, out.String())
+	}
 }
