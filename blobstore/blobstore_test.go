@@ -85,6 +85,15 @@ func TestRedact(t *testing.T) {
 	}
 }
 
+// A URL with nothing after its scheme keeps its "//" in errors.
+func TestRedactKeepsAnEmptyURLRecognisable(t *testing.T) {
+	for raw, want := range map[string]string{"s3://": "s3://", "gs://?x=1": "gs://?x=1", "file:///d": "file:///d", "mem://a": "mem://a"} {
+		if got := blobstore.Redact(raw); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}
+
 // A secret in any position of a store URL never reaches an error or the
 // redacted form: user info, credential-like parameters, user info inside
 // endpoint=, fragments, unparseable queries, and URLs that do not parse at

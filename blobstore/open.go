@@ -168,7 +168,14 @@ func RedactURL(u *url.URL) string {
 			c.RawQuery = q.Encode()
 		}
 	}
-	return c.String()
+	out := c.String()
+	if c.Scheme != "" && c.Opaque == "" && c.Host == "" && c.User == nil && c.Path == "" {
+		// url.URL drops the "//" of a URL with nothing after it: show
+		// "s3://", not "s3:".
+		scheme := c.Scheme + ":"
+		out = scheme + "//" + strings.TrimPrefix(out, scheme)
+	}
+	return out
 }
 
 // redactValue redacts a query value that is itself a URL (endpoint=).
