@@ -42,6 +42,7 @@ import (
 
 	minio "github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/s3utils"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/driver"
@@ -84,6 +85,11 @@ func ParseURL(u *url.URL) (Config, error) {
 	bucket, prefix, _ := strings.Cut(strings.TrimPrefix(u.Path, "/"), "/")
 	if bucket == "" {
 		return Config{}, bad("no bucket; want minio://host:port/bucket[/prefix]")
+	}
+	if err := s3utils.CheckValidBucketName(bucket); err != nil {
+		// minio-go refuses such a name on every request, before sending
+		// it, and the error would read as an unknown outcome.
+		return Config{}, bad("bucket %q: %v", bucket, err)
 	}
 	cfg := Config{Endpoint: u.Host, Secure: true, Bucket: bucket, Prefix: strings.Trim(prefix, "/")}
 	for k, vs := range u.Query() {
@@ -135,6 +141,9 @@ func New(_ context.Context, cfg Config) (*blobstore.Container, error) {
 	name := "minio://" + cfg.Endpoint + "/" + cfg.Bucket
 	if cfg.Bucket == "" || cfg.Endpoint == "" {
 		return nil, fmt.Errorf("%w %s: minio container needs an endpoint and a bucket", blobstore.ErrBadURL, name)
+	}
+	if err := s3utils.CheckValidBucketName(cfg.Bucket); err != nil {
+		return nil, fmt.Errorf("%w %s: bucket %q: %v", blobstore.ErrBadURL, name, cfg.Bucket, err)
 	}
 	if cfg.AccessKey == "" || cfg.SecretKey == "" {
 		return nil, fmt.Errorf("%w %s: no credentials (give %s)", blobstore.ErrBadURL, name, credentialHint)

@@ -143,7 +143,10 @@ func TestParseURL(t *testing.T) {
 	if err != nil || cfg.AccessKey != "ui" || cfg.SecretKey != "us" {
 		t.Errorf("user info not preferred: %+v %v", cfg, err)
 	}
-	for _, bad := range []string{"minio:///bkt", "minio://h:1/", "minio://h:1/b?secure=maybe", "minio://h:1/b?sekure=true"} {
+	// A bucket name minio-go refuses on every request is refused here:
+	// too short, a character no bucket name has, two dots in a row.
+	for _, bad := range []string{"minio:///bkt", "minio://h:1/", "minio://h:1/bkt?secure=maybe", "minio://h:1/bkt?sekure=true",
+		"minio://h:1/dm/p", "minio://h:1/b!x", "minio://h:1/a..b"} {
 		if _, err := parse(bad); !errors.Is(err, blobstore.ErrBadURL) {
 			t.Errorf("ParseURL(%q) = %v; want ErrBadURL", bad, err)
 		}
