@@ -316,6 +316,9 @@ func Adopt(ctx context.Context, store *blobstore.Container, allocation string, h
 	if err := checkPosition(hc, chain.State().Record.Gen); err != nil {
 		return fail(err)
 	}
+	if err := checkNextSeq(ctx, store, hc, opts); err != nil {
+		return fail(err)
+	}
 	if !fencing.Disabled && fencing.Mode == translog.CreateOnly {
 		// A create-only writer sends no CAS, so without one here an
 		// aborting source's revert would find the transfer's token still
@@ -337,6 +340,41 @@ func Adopt(ctx context.Context, store *blobstore.Container, allocation string, h
 		return fail(err)
 	}
 	return chain, w, nil
+}
+
+// checkNextSeq compares the context's next sequence number with the md of
+// its last generation when the source wrote that generation in this term:
+// the target numbers its first op NextSeqNo, so a context that disagrees
+// with the log would leave a gap in the sequence numbers or reuse them.
+// When the term wrote nothing yet (the md is in an earlier term, or there
+// is none) the fence key's generation, checked by checkPosition, is all
+// there is to compare.
+func checkNextSeq(ctx context.Context, store *blobstore.Container, hc HandoffContext, opts AdoptOptions) error {
+	if hc.Gen == 0 {
+		return nil
+	}
+	clock := opts.Clock
+	if clock == nil {
+		clock = steady.System()
+	}
+	var md translog.MD
+	err := retry.Do(ctx, clock, opts.Backoff.Or(retry.DefaultBackoff()), func(ctx context.Context) error {
+		var err error
+		md, err = translog.NewReader(store, hc.Shard).ReadMD(ctx, hc.Term, hc.Gen)
+		return err
+	})
+	switch {
+	case errors.Is(err, translog.ErrMissingGen):
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading the md of the context's last generation: %w", err)
+	case md.Kind != translog.KindSync:
+		return fmt.Errorf("%w: generation %d of term %d is a %v, not a generation the source wrote (hand off again from the source)", ErrPositionMismatch, hc.Gen, hc.Term, md.Kind)
+	case md.FirstSeqNo+md.OpCount != hc.NextSeqNo:
+		return fmt.Errorf("%w: the context's next sequence number is %d, the log's generation %d of term %d ends before %d; adopting it would leave a gap in the sequence numbers or reuse them (hand off again from the source)",
+			ErrPositionMismatch, hc.NextSeqNo, hc.Gen, hc.Term, md.FirstSeqNo+md.OpCount)
+	}
+	return nil
 }
 
 // checkPosition compares the context's generation with keyGen, the one the

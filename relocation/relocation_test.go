@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -430,6 +431,47 @@ func TestAdoptRefusesAContextOffTheEndOfTheLog(t *testing.T) {
 				t.Fatalf("adopt of %+v: %v, want ErrPositionMismatch", bad, err)
 			}
 			// The true context still adopts, and nothing was lost.
+			_, w, err := adopt(t, store, hc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustApp(t, w, "c")
+			if err := w.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprint(restored(t, store, 2)); got != "[a b c]" {
+				t.Fatalf("restored %s, want [a b c]", got)
+			}
+		})
+	}
+}
+
+// A context whose next sequence number disagrees with the md of its last
+// generation is refused (the target would number its ops over the log's or
+// leave a gap), and the true context still adopts with nothing lost.
+func TestAdoptRefusesAContextWhoseNextSeqNoDisagreesWithTheLog(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		delta int64
+	}{
+		{"one op past", 1},
+		{"one op before", -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := faulty.New(mem.New(), 1)
+			src := source(t, store)
+			mustApp(t, src.Writer(), "a")
+			mustApp(t, src.Writer(), "b")
+			hc, err := src.Handoff(context.Background(), "dst", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := hc
+			bad.NextSeqNo += tc.delta
+			_, _, err = adopt(t, store, bad)
+			if !errors.Is(err, relocation.ErrPositionMismatch) || errors.Is(err, fence.ErrFenced) || !strings.Contains(err.Error(), "sequence number") {
+				t.Fatalf("adopt of %+v: %v, want ErrPositionMismatch naming the sequence number", bad, err)
+			}
 			_, w, err := adopt(t, store, hc)
 			if err != nil {
 				t.Fatal(err)
