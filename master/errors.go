@@ -53,6 +53,7 @@ type Error struct {
 	Op      string // PutStart, PutEnd, GetReplicaList, ReMountSegment, ...
 	Tenant  string
 	Key     string
+	Shard   string // a shard of the assignment table (fleet calls)
 	Segment uint64 // 0 when no segment is concerned
 	Client  string
 	Err     error  // one of the Err* values, possibly wrapped with detail
@@ -63,6 +64,9 @@ func (e *Error) Error() string {
 	msg := "master " + e.Op
 	if e.Key != "" {
 		msg += fmt.Sprintf(" tenant %q key %q", e.Tenant, e.Key)
+	}
+	if e.Shard != "" {
+		msg += fmt.Sprintf(" shard %q", e.Shard)
 	}
 	if e.Segment != 0 {
 		msg += fmt.Sprintf(" segment %d", e.Segment)

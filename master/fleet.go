@@ -762,7 +762,7 @@ type AssignRequest struct {
 // pass the precondition probe.
 func (m *Master) AssignShard(ctx context.Context, req AssignRequest) (ShardInfo, error) {
 	fail := func(err error, hint string) (ShardInfo, error) {
-		return ShardInfo{}, &Error{Op: "AssignShard", Key: req.Shard, Err: err, Hint: hint}
+		return ShardInfo{}, &Error{Op: "AssignShard", Shard: req.Shard, Err: err, Hint: hint}
 	}
 	if err := ValidateShardName(req.Shard); err != nil {
 		return fail(err, "")
@@ -780,7 +780,7 @@ func (m *Master) AssignShard(ctx context.Context, req AssignRequest) (ShardInfo,
 	// (an unknown mode or ack order, a bound out of range) now, not at
 	// every open attempt on every node.
 	if _, err := sidecar.SettingsFromProto(settings); err != nil {
-		return fail(fmt.Errorf("%w: settings: %v", ErrInvalidArgument, err), "")
+		return fail(fmt.Errorf("%w: settings: %s", ErrInvalidArgument, strings.TrimPrefix(err.Error(), sidecar.ErrInvalidArgument.Error()+": ")), "")
 	}
 	fenced := !settings.GetFencingDisabled()
 	if req.AutoRestore && !fenced {
@@ -856,7 +856,7 @@ func (m *Master) UnassignShard(ctx context.Context, shard string) error {
 	if e == nil || e.cur.GetRemoved() {
 		f.mu.Unlock()
 		m.topo.RUnlock()
-		return &Error{Op: "UnassignShard", Key: shard, Err: ErrShardNotAssigned, Hint: "list the shards with shardfence master shards"}
+		return &Error{Op: "UnassignShard", Shard: shard, Err: ErrShardNotAssigned, Hint: "list the shards with shardfence master shards"}
 	}
 	a := clone(e.cur)
 	a.Removed = true
@@ -985,7 +985,7 @@ func (m *Master) ShardInfo(shard string) (ShardInfo, error) {
 	defer f.mu.Unlock()
 	e := f.shards[shard]
 	if e == nil || e.cur.GetRemoved() {
-		return ShardInfo{}, &Error{Op: "ShardInfo", Key: shard, Err: ErrShardNotAssigned}
+		return ShardInfo{}, &Error{Op: "ShardInfo", Shard: shard, Err: ErrShardNotAssigned}
 	}
 	return f.infoLocked(e), nil
 }

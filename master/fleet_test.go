@@ -323,8 +323,8 @@ func TestAssignRefusesSettingsTheOwnerWouldRefuse(t *testing.T) {
 	} {
 		_, err := m.AssignShard(context.Background(), AssignRequest{Shard: "s", Node: "u", Settings: c.settings})
 		wantErr(t, err, ErrInvalidArgument)
-		if !errorsContains(err, c.want) {
-			t.Errorf("settings %v refused for %v, want it to name %q", c.settings, err, c.want)
+		if !errorsContains(err, c.want) || !errorsContains(err, `shard "s"`) || errorsContains(err, "tenant") {
+			t.Errorf("settings %v refused for %v, want it to name the shard and %q", c.settings, err, c.want)
 		}
 	}
 	if rows := m.Shards(); len(rows) != 0 {

@@ -69,6 +69,9 @@ func connectError(err error) error {
 	var me *Error
 	if errors.As(err, &me) {
 		d.Tenant, d.Key, d.SegmentId, d.ClientId = me.Tenant, me.Key, me.Segment, me.Client
+		if d.Key == "" {
+			d.Key = me.Shard // the detail has no shard field; fleet calls always sent it as the key
+		}
 	}
 	if detail, derr := connect.NewErrorDetail(d); derr == nil {
 		ce.AddDetail(detail)

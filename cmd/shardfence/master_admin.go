@@ -188,6 +188,9 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 		}
 		printShards(stdout, res.Msg.GetShards())
 	case "assign":
+		if unfenced && (mode != "" || lease != 0) {
+			return fmt.Errorf("%w: --unfenced goes without --fencing-mode and --lease-interval", errUsage)
+		}
 		req := &masterv1.AssignShardRequest{Shard: shard, Node: node, Term: term, AutoRestore: autoRestore, Settings: &sidecarv1.ShardSettings{FencingDisabled: unfenced}}
 		switch takeover {
 		case "offline":
