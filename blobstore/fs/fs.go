@@ -15,7 +15,7 @@
 //	objects/               the key tree: segment s of a key is the directory
 //	                       "d.s" when more segments follow, the file "o.s" when
 //	                       it is the last one, so keys "a" and "a/b" coexist
-//	locks/                 lock files of layout version 1; unused since
+//	locks/                 lock files of layout version 1; unused since layout 2
 //	tmp/                   temporary files of writes in flight
 //
 // An object is one file in one of two formats (docs/ARCHITECTURE.md, "The
