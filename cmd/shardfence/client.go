@@ -314,7 +314,7 @@ func printStatus(w io.Writer, s *sidecarv1.ShardStatus) {
 		rows = append(rows, [2]string{"store error", fmt.Sprintf("%s (%s, %d retried)", s.GetLastStoreError(), ago(s.GetLastStoreErrorAgeMs()), s.GetStoreRetries())})
 	}
 	if s.GetFencingObserved() != "" {
-		rows = append(rows, [2]string{"fencing observed", fmt.Sprintf("%d syncs per_sync would have failed: %s", s.GetFencingObservedSyncs(), s.GetFencingObserved())})
+		rows = append(rows, [2]string{"fencing observed", fmt.Sprintf("%d acknowledged syncs per_sync would have failed (first refused CAS: %s)", s.GetFencingObservedSyncs(), s.GetFencingObserved())})
 	}
 	rows = append(rows, settingsRows(s.GetSettings())...)
 	if s.GetError() != "" {
