@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,6 +147,10 @@ func TestObserveModeReportsInsteadOfFailing(t *testing.T) {
 	}
 	if st.FencingObserved == "" || st.Stats.FencingObserved != 1 || st.Fenced || st.Settings.Mode != translog.Observe {
 		t.Fatalf("status %+v: want the observed fencing reported, one observed sync, not fenced", st)
+	}
+	// The writer goes on: the status does not tell it to stop.
+	if !strings.Contains(st.FencingObserved, "successor term 2") || strings.Contains(st.FencingObserved, "must stop") {
+		t.Fatalf("status reports the observed fencing as %q: want the refused CAS and its successor, without the instruction to stop", st.FencingObserved)
 	}
 	next, err := New(t.Context(), store, Options{})
 	if err != nil {

@@ -209,7 +209,7 @@ func (sh *shard) status() ShardStatus {
 	if w != nil {
 		st.Stats = w.Stats()
 		if err := w.ObservedFencing(); err != nil {
-			st.FencingObserved = err.Error()
+			st.FencingObserved = translog.ObservedVerdict(err)
 		}
 		fillHealth(&st, w.StoreHealth(), sh.stallAfter, time.Now())
 		if err := w.Err(); err != nil && fenceErr == nil && st.State == ShardOpen {

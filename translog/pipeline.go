@@ -248,19 +248,25 @@ func (p *pipeline) orderFor(now int64) order {
 // of the CAS are reported, not enforced.
 func (p *pipeline) observing() bool { return p.witness && p.mode == Observe }
 
-// observedText is what an Observe-mode ack says of the refused CAS: the
-// verdict per-sync mode would have failed it with, without the fencing
-// error's instruction to stop (this writer goes on).
+// observedText is what an Observe-mode ack says of the refused CAS.
 func observedText(err error) string {
+	return "per_sync would have failed this append: " + ObservedVerdict(err)
+}
+
+// ObservedVerdict is the refused fence CAS of an Observe-mode writer
+// (Writer.ObservedFencing) as per-sync mode would have failed appends with
+// it, without the fencing error's instruction to stop (this writer goes
+// on).
+func ObservedVerdict(err error) string {
 	var fe *fence.FencedError
 	if !errors.As(err, &fe) {
-		return "per_sync would have failed this append: " + err.Error()
+		return err.Error()
 	}
 	succ := "successor term unknown"
 	if fe.Successor > 0 {
 		succ = fmt.Sprintf("successor term %d", fe.Successor)
 	}
-	return fmt.Sprintf("per_sync would have failed this append: the fence CAS at term %d was refused: %s; %s", fe.Term, fe.Reason, succ)
+	return fmt.Sprintf("the fence CAS at term %d was refused: %s; %s", fe.Term, fe.Reason, succ)
 }
 
 // createOnly reports whether the writer runs create-only fencing.
