@@ -37,6 +37,11 @@ type RewriteResult struct {
 	Waited time.Duration
 }
 
+// ErrRewriteNotRolledBack: a rewrite failed after its freeze and putting
+// the old setting back failed too; no term opens until the rewrite is run
+// again.
+var ErrRewriteNotRolledBack = errors.New("the old fencing setting was not put back")
+
 // ErrRewriteUnsafe: a rewrite that shortens the successors' lease wait
 // could not prove that every writer of the old setting stopped.
 var ErrRewriteUnsafe = errors.New("fencing rewrite cannot be made safe")
@@ -88,7 +93,7 @@ func RewriteFencing(ctx context.Context, store *blobstore.Container, shard strin
 		// The old setting is always safe to put back: it is what writers
 		// may run.
 		if aerr := seal.AbortFencingRewrite(context.WithoutCancel(ctx), store, shard, rw, so); aerr != nil {
-			err = fmt.Errorf("%w (and putting %s back failed: %v; run the rewrite again)", err, rw.From, aerr)
+			err = fmt.Errorf("%w (and putting %s back failed: %w: %v; run the rewrite again)", err, rw.From, ErrRewriteNotRolledBack, aerr)
 		}
 		return fail(s, err)
 	}

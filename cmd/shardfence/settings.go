@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/sidecar"
@@ -106,6 +108,16 @@ func runSettings(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			fmt.Fprintf(stderr, "%s\n", step)
 		},
 	})
+	var fe *fence.FencedError
+	if errors.As(err, &fe) && !errors.Is(err, recovery.ErrRewriteNotRolledBack) {
+		// The rewrite's claim found --term taken or a higher term: the
+		// old setting was put back, and a higher term is all it takes.
+		next := "a --term above every term of the shard ('inspect --store' lists them)"
+		if fe.Successor >= *term {
+			next = fmt.Sprintf("--term %d or higher", fe.Successor+1)
+		}
+		return fmt.Errorf("shard %s: the rewrite cannot claim term %d (%s); nothing changed: run it again with %s", *shard, *term, fe.Reason, next)
+	}
 	if err != nil {
 		return err
 	}

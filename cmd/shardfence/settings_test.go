@@ -182,4 +182,15 @@ func TestSettingsSwitchesBetweenFencedAndUnfenced(t *testing.T) {
 			t.Fatalf("status after the rewrite to %s:\n%s", mode, st.String())
 		}
 	}
+	// A rewrite at a term the shard already passed changes nothing and
+	// says which term to use.
+	var out, errb strings.Builder
+	args := []string{"settings", "--store", storeURL, "--shard", "m", "--term", "1", "--allocation", "admin", "--fencing-mode", "per_sync"}
+	if code := dispatch(t.Context(), args, &out, &errb); code != 1 || !strings.Contains(errb.String(), "nothing changed") || !strings.Contains(errb.String(), fmt.Sprintf("--term %d or higher", term+1)) {
+		t.Fatalf("settings at a stale term: exit %d\n%s", code, errb.String())
+	}
+	out.Reset()
+	if code := dispatch(t.Context(), []string{"settings", "--store", storeURL, "--shard", "m"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "fencing disabled") {
+		t.Fatalf("the setting after a refused rewrite: exit %d, %q", code, out.String())
+	}
 }
