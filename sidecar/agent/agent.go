@@ -161,7 +161,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		}
 		a.setErr(err)
-		a.log.Warn("lost the master; registering again", "master", a.opts.Masters[a.current()], "err", err)
+		switch connect.CodeOf(err) {
+		case connect.CodeUnauthenticated, connect.CodePermissionDenied:
+			// A configuration error, not a lost master: it goes on trying
+			// (the master's token may be the one that changes) but says so.
+			a.log.Error("the master refused this sidecar's credentials (check --master-token-file and the client certificate); trying again", "master", a.opts.Masters[a.current()], "err", err)
+		default:
+			a.log.Warn("lost the master; registering again", "master", a.opts.Masters[a.current()], "err", err)
+		}
 		if !errors.Is(err, errReregister) {
 			a.next()
 		}
