@@ -408,82 +408,53 @@ func TestHandoffContextRejectsBadBytes(t *testing.T) {
 // leave a hole every later seal poisons (the checker's wrong-handoff-gap),
 // one before it would write over the source's generations.
 func TestAdoptRefusesAContextOffTheEndOfTheLog(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		gen  int64
-	}{
-		{"one generation past", 1},
-		{"one generation before", -1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			store := faulty.New(mem.New(), 1)
-			src := source(t, store)
-			mustApp(t, src.Writer(), "a")
-			mustApp(t, src.Writer(), "b")
-			hc, err := src.Handoff(context.Background(), "dst", "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			bad := hc
-			bad.Gen += tc.gen
-			_, _, err = adopt(t, store, bad)
-			if !errors.Is(err, relocation.ErrPositionMismatch) || errors.Is(err, fence.ErrFenced) {
-				t.Fatalf("adopt of %+v: %v, want ErrPositionMismatch", bad, err)
-			}
-			// The true context still adopts, and nothing was lost.
-			_, w, err := adopt(t, store, hc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mustApp(t, w, "c")
-			if err := w.Close(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if got := fmt.Sprint(restored(t, store, 2)); got != "[a b c]" {
-				t.Fatalf("restored %s, want [a b c]", got)
-			}
-		})
-	}
+	t.Run("one generation past", func(t *testing.T) { refuseThenAdopt(t, func(hc *relocation.HandoffContext) { hc.Gen++ }, "") })
+	t.Run("one generation before", func(t *testing.T) { refuseThenAdopt(t, func(hc *relocation.HandoffContext) { hc.Gen-- }, "") })
 }
 
 // A context whose next sequence number disagrees with the md of its last
 // generation is refused (the target would number its ops over the log's or
 // leave a gap), and the true context still adopts with nothing lost.
 func TestAdoptRefusesAContextWhoseNextSeqNoDisagreesWithTheLog(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		delta int64
-	}{
-		{"one op past", 1},
-		{"one op before", -1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			store := faulty.New(mem.New(), 1)
-			src := source(t, store)
-			mustApp(t, src.Writer(), "a")
-			mustApp(t, src.Writer(), "b")
-			hc, err := src.Handoff(context.Background(), "dst", "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			bad := hc
-			bad.NextSeqNo += tc.delta
-			_, _, err = adopt(t, store, bad)
-			if !errors.Is(err, relocation.ErrPositionMismatch) || errors.Is(err, fence.ErrFenced) || !strings.Contains(err.Error(), "sequence number") {
-				t.Fatalf("adopt of %+v: %v, want ErrPositionMismatch naming the sequence number", bad, err)
-			}
-			_, w, err := adopt(t, store, hc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mustApp(t, w, "c")
-			if err := w.Close(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if got := fmt.Sprint(restored(t, store, 2)); got != "[a b c]" {
-				t.Fatalf("restored %s, want [a b c]", got)
-			}
-		})
+	t.Run("one op past", func(t *testing.T) {
+		refuseThenAdopt(t, func(hc *relocation.HandoffContext) { hc.NextSeqNo++ }, "sequence number")
+	})
+	t.Run("one op before", func(t *testing.T) {
+		refuseThenAdopt(t, func(hc *relocation.HandoffContext) { hc.NextSeqNo-- }, "sequence number")
+	})
+}
+
+// refuseThenAdopt hands a shard holding a and b off, has the target adopt
+// the context as edit changes it, which must fail with ErrPositionMismatch
+// (its message naming want, when set) and not as fencing, then adopts the
+// true context and checks that nothing was lost.
+func refuseThenAdopt(t *testing.T, edit func(*relocation.HandoffContext), want string) {
+	t.Helper()
+	store := faulty.New(mem.New(), 1)
+	src := source(t, store)
+	mustApp(t, src.Writer(), "a")
+	mustApp(t, src.Writer(), "b")
+	hc, err := src.Handoff(context.Background(), "dst", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := hc
+	edit(&bad)
+	_, _, err = adopt(t, store, bad)
+	if !errors.Is(err, relocation.ErrPositionMismatch) || errors.Is(err, fence.ErrFenced) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("adopt of %+v: %v, want ErrPositionMismatch naming %q", bad, err, want)
+	}
+	// The true context still adopts, and nothing was lost.
+	_, w, err := adopt(t, store, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustApp(t, w, "c")
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(restored(t, store, 2)); got != "[a b c]" {
+		t.Fatalf("restored %s, want [a b c]", got)
 	}
 }
 
