@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +26,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/testservers"
 )
 
 // logBuffer collects log lines for a test.
@@ -254,13 +257,27 @@ func writeFaultStore(t *testing.T, kind string) faultedStore {
 			start: func(t *testing.T) { id = f.MustAdd(faulty.Rule{Ops: faulty.Writes, Fault: faulty.Unavailable}) },
 			stop:  func(t *testing.T) { f.Remove(id) }}
 	}
+	ro := dir
+	if kind == "read-only" {
+		// The store keeps files of its root open for writing (its
+		// create log, its pooled files), and a device with a file open
+		// for writing refuses a read-only remount: the object tree gets
+		// a device of its own, which the test turns read-only.
+		ro = filepath.Join(dir, "objects")
+		if err := os.Mkdir(ro, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := testservers.MountSmallDisk(t, ro, 4<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
 	store := openFS(t, dir)
 	switch kind {
 	case "read-only":
 		var undo func() error
 		return faultedStore{store: store, want: "read-only file system",
 			start: func(t *testing.T) {
-				if undo, err = setReadOnly(dir); err != nil {
+				if undo, err = setReadOnly(ro); err != nil {
 					t.Fatal(err)
 				}
 			},

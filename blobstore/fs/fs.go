@@ -55,6 +55,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/driver"
@@ -75,11 +78,13 @@ var ErrBadLayout = errors.New("directory is not a usable filesystem store")
 
 const (
 	formatName = "FORMAT"
-	formatLine = "shardfence-fs 2\n"
-	// formatLineV1 is the layout before slot files. Its objects are all
-	// single-version files, which this build reads; Open rewrites FORMAT
-	// to version 2, so builds that cannot read slot files refuse the store.
+	formatLine = "shardfence-fs 3\n"
+	// formatLineV1 is the layout before slot files, formatLineV2 the one
+	// before the create log. This build reads their objects as they are;
+	// Open rewrites FORMAT to version 3, so builds that would not read the
+	// create log after a power cut refuse the store.
 	formatLineV1 = "shardfence-fs 1\n"
+	formatLineV2 = "shardfence-fs 2\n"
 	objectsDir   = "objects"
 	locksDir     = "locks"
 	tmpDir       = "tmp"
@@ -109,6 +114,21 @@ type Bucket struct {
 	// fsys is where every change to the store goes: the kernel, or a test's
 	// power-cut model.
 	fsys fileSystem
+
+	// pool holds empty files made ahead for new keys (pool.go).
+	pool *filePool
+
+	// log is the create log (createlog.go); nil while the store has none
+	// (its device was too full to make one), when creates sync in place.
+	logMu sync.Mutex
+	log   *createLog
+	// checkpointAfter is how long a logged create waits for its
+	// checkpoint (tests stretch it to keep records in the log).
+	checkpointAfter time.Duration
+
+	// onCheckpoint, when set by benchmarks, is told how long each
+	// checkpoint of the create log took.
+	onCheckpoint func(time.Duration)
 
 	// hook, when set by tests, is called at named points of a write so a
 	// test can stop or kill a writer there.
@@ -184,7 +204,10 @@ func openBucket(dir string, fsys fileSystem) (*Bucket, error) {
 		locks:   filepath.Join(abs, locksDir),
 		tmp:     filepath.Join(abs, tmpDir),
 		fsys:    fsys,
+
+		checkpointAfter: logCheckpoint,
 	}
+	c.pool = newFilePool(c)
 	if err := c.initLayout(); err != nil {
 		return nil, fmt.Errorf("opening filesystem store %s: %w", c, err)
 	}
@@ -195,7 +218,29 @@ func openBucket(dir string, fsys fileSystem) (*Bucket, error) {
 	if _, err := c.RemoveStaleTemp(context.Background()); err != nil {
 		return nil, fmt.Errorf("opening filesystem store %s: %w", c, err)
 	}
+	if c.log, err = c.openLog(); err != nil {
+		return nil, fmt.Errorf("opening filesystem store %s: %w", c, err)
+	}
 	return c, nil
+}
+
+// createLog returns the store's create log, attaching one that another
+// process made since this one opened the store; nil when there is none.
+func (c *Bucket) createLog() (*createLog, error) {
+	c.logMu.Lock()
+	defer c.logMu.Unlock()
+	if c.log != nil {
+		return c.log, nil
+	}
+	if _, err := os.Stat(c.logPath()); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	l, err := c.openLog()
+	if err != nil {
+		return nil, blobstore.Unavailable(err)
+	}
+	c.log = l
+	return l, nil
 }
 
 func (c *Bucket) initLayout() error {
@@ -231,6 +276,11 @@ func (c *Bucket) initLayout() error {
 		}
 	}
 	c.durableDirs.Store(c.objects, struct{}{})
+	if err := c.makeLog(); err != nil && !errors.Is(err, errNoRoomForLog) && !errors.Is(err, unix.ENOSPC) && !errors.Is(err, unix.EDQUOT) {
+		// A device too full for the log leaves the store without one:
+		// creates then sync in place.
+		return fmt.Errorf("making the create log: %w", err)
+	}
 	return c.writeFormat()
 }
 
@@ -241,7 +291,7 @@ func (c *Bucket) checkFormat() error {
 	if err != nil {
 		return err
 	}
-	if string(b) != formatLine && string(b) != formatLineV1 {
+	if string(b) != formatLine && string(b) != formatLineV2 && string(b) != formatLineV1 {
 		return fmt.Errorf("%w: %s says %q, this build reads %q", ErrBadLayout, formatName, strings.TrimSpace(string(b)), strings.TrimSpace(formatLine))
 	}
 	return nil
@@ -268,15 +318,15 @@ func (c *Bucket) checkOnlyOurs() error {
 			// (it appears whole: a no-replace rename): check it.
 			return c.checkFormat()
 		}
-		if n != objectsDir && n != locksDir && n != tmpDir {
+		if n != objectsDir && n != locksDir && n != tmpDir && n != logName {
 			return fmt.Errorf("%w: the directory holds %q but no %s file, so it is not a store; use a new or empty directory", ErrBadLayout, n, formatName)
 		}
 	}
 	return nil
 }
 
-// writeFormat creates FORMAT once, or upgrades a version 1 FORMAT (whose
-// objects this build reads as they are) to version 2; concurrent openers
+// writeFormat creates FORMAT once, or upgrades a version 1 or 2 FORMAT
+// (whose objects this build reads as they are) to version 3; concurrent openers
 // race through the same renames objects use, writing the same bytes.
 func (c *Bucket) writeFormat() error {
 	path := filepath.Join(c.root, formatName)
@@ -348,7 +398,16 @@ func (c *Bucket) Capabilities() driver.Capabilities {
 }
 
 // Close releases nothing: the bucket holds no descriptors between calls.
-func (c *Bucket) Close() error { return nil }
+func (c *Bucket) Close() error {
+	c.pool.close()
+	c.logMu.Lock()
+	l := c.log
+	c.logMu.Unlock()
+	if l == nil {
+		return nil
+	}
+	return l.close()
+}
 
 // CheckKey refuses a key with a segment too long for one directory entry.
 func (c *Bucket) CheckKey(key string) error {
@@ -505,6 +564,13 @@ func (c *Bucket) Write(ctx context.Context, key string, body []byte, pre driver.
 	case st.exists && !st.single && slotSizeFor(len(body)) <= st.sf.size:
 		return c.writeSlot(key, p, st, body)
 	case !st.single && !st.exists:
+		l, err := c.createLog()
+		if err != nil {
+			return "", err
+		}
+		if l != nil && len(body) <= logMaxBody && len(key) <= logMaxKey {
+			return c.createLogged(l, p, st, key, body)
+		}
 		return c.createSlot(key, p, st, body)
 	default:
 		// A single-version file, or slots too small: a new slot file
@@ -554,8 +620,31 @@ func (c *Bucket) Delete(ctx context.Context, key string, pre driver.Precondition
 			return fmt.Errorf("%w: stored token %s, expected %s", blobstore.ErrPreconditionFailed, st.tok, pre.IfMatch)
 		}
 	}
+	if f != nil {
+		// A record of the key's create must not outlive the object: a
+		// power cut would bring it back.
+		if err := c.retireCreate(key); err != nil {
+			return err
+		}
+	}
 	c.durable.forget(key)
 	return c.remove(p)
+}
+
+// retireCreate checkpoints the create log if it holds a record for key.
+func (c *Bucket) retireCreate(key string) error {
+	l, err := c.createLog()
+	if err != nil || l == nil {
+		return err
+	}
+	held, err := l.holds(key)
+	if err == nil && held {
+		err = l.checkpoint()
+	}
+	if err != nil {
+		return blobstore.Unavailable(fmt.Errorf("retiring the key's create from the create log: %w", err))
+	}
+	return nil
 }
 
 // publish moves the fsynced temporary file over the key and fsyncs the

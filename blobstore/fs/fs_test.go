@@ -316,7 +316,7 @@ func TestKeyRules(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if !slices.Equal(names, []string{formatName, locksDir, objectsDir, tmpDir}) {
+	if !slices.Equal(names, []string{logName, formatName, locksDir, objectsDir, tmpDir}) {
 		t.Fatalf("store directory holds %q", names)
 	}
 }

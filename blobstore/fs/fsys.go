@@ -22,6 +22,16 @@ type fileSystem interface {
 	Mkdir(name string, perm os.FileMode) error
 	// SyncDir makes the directory's entries durable.
 	SyncDir(dir string) error
+	// SyncFS makes everything written to the filesystem holding dir
+	// durable, data and entries (syncfs(2)); errors.ErrUnsupported where
+	// the system has no such call.
+	SyncFS(dir string) error
+	// OpenUnnamed makes a file with no name on the filesystem holding dir
+	// (O_TMPFILE); errors.ErrUnsupported where the system has none.
+	OpenUnnamed(dir string) (file, error)
+	// LinkUnnamed gives an unnamed file the name newpath, failing with an
+	// error matching unix.EEXIST when newpath exists.
+	LinkUnnamed(f file, newpath string) error
 }
 
 // file is an open file of a fileSystem.
@@ -59,3 +69,14 @@ func (osFS) RenameNoReplace(oldpath, newpath string) error { return renameNoRepl
 func (osFS) Remove(name string) error                      { return os.Remove(name) }
 func (osFS) Mkdir(name string, perm os.FileMode) error     { return os.Mkdir(name, perm) }
 func (osFS) SyncDir(dir string) error                      { return syncDir(dir) }
+func (osFS) SyncFS(dir string) error                       { return syncFS(dir) }
+
+func (osFS) OpenUnnamed(dir string) (file, error) {
+	f, err := openUnnamed(dir)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+func (osFS) LinkUnnamed(f file, newpath string) error { return linkUnnamed(f.Fd(), newpath) }

@@ -82,7 +82,13 @@ func (c *Bucket) lockObject(ctx context.Context, key string, p objectPath, creat
 		flag |= os.O_CREATE
 	}
 	for {
-		f, err := c.fsys.OpenFile(p.file, flag, 0o644)
+		f, err := c.fsys.OpenFile(p.file, os.O_RDWR, 0)
+		if errors.Is(err, os.ErrNotExist) && create {
+			f, err = c.placePooled(p)
+			if f == nil && err == nil {
+				f, err = c.fsys.OpenFile(p.file, flag, 0o644)
+			}
+		}
 		if errors.Is(err, os.ErrNotExist) && !create {
 			return nil, release, nil
 		}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
 )
@@ -217,6 +218,54 @@ func (h *simHandle) SyncDir(dir string) error {
 	})
 }
 
+// SyncFS makes every file's writes and every directory's entries durable.
+func (h *simHandle) SyncFS(string) error {
+	s := h.fs
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !h.step(true) {
+		return errSimDown
+	}
+	dirs := map[string]map[string]*simNode{s.root: {}}
+	for p, n := range s.live {
+		if n.dir {
+			dirs[p] = map[string]*simNode{}
+		}
+	}
+	for p, n := range s.live {
+		for _, op := range n.pending {
+			n.durable = op.apply(n.durable)
+		}
+		n.pending = nil
+		if m, ok := dirs[filepath.Dir(p)]; ok {
+			m[filepath.Base(p)] = n
+		}
+	}
+	for d, m := range dirs {
+		s.durable[d] = m
+	}
+	return nil
+}
+
+func (h *simHandle) OpenUnnamed(dir string) (file, error) {
+	s := h.fs
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !h.step(false) {
+		return nil, errSimDown
+	}
+	f, err := openUnnamed(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &simFile{File: f, h: h, n: &simNode{}}, nil
+}
+
+func (h *simHandle) LinkUnnamed(f file, newpath string) error {
+	n := f.(*simFile).n
+	return h.entry(func() error { return linkUnnamed(f.Fd(), newpath) }, func() { h.fs.live[newpath] = n })
+}
+
 type simFile struct {
 	*os.File
 	h *simHandle
@@ -283,27 +332,53 @@ type simState struct {
 	tok    blobstore.Token
 }
 
-// TestPowerCut runs random writes on a few keys through the power-cut
-// model, sometimes kills the writing process part way (a new one goes on
-// from what it finds), then cuts the power at a random call, reopens the
-// directory the cut left and checks every key: the state of the last
-// acknowledged write on it, or of a write not acknowledged since; never a
-// torn body, an older version, or an error. Then every key must take a
-// create or a CAS again.
+// TestPowerCut runs random writes on a few keys from two processes
+// sharing the store through the power-cut model (with a small create log,
+// so that it fills and wraps, and checkpoints at random points), sometimes
+// kills one of them part way (a new one goes on from what it finds), then
+// cuts the power at a random call, reopens the directory the cut left and
+// checks every key: the state of the last acknowledged write on it, or of
+// a write not acknowledged since; never a torn body, an older version, a
+// deleted object back, or an error. Then every key must take a create or a
+// CAS again.
 func TestPowerCut(t *testing.T) {
 	seeds := 150
 	if testing.Short() {
 		seeds = 30
 	}
+	defer func(n int64) { newLogSize = n }(newLogSize)
+	newLogSize = minLogSize
 	for seed := range uint64(seeds) {
-		powerCutOnce(t, seed)
+		powerCutOnce(t, seed, powerCutRun{keys: 6, ops: 200, window: 400, checkpoints: 40})
 		if t.Failed() {
 			return
 		}
 	}
 }
 
-func powerCutOnce(t *testing.T, seed uint64) {
+// TestPowerCutCreateLogRing is TestPowerCut with many keys, so that most
+// writes are creates, and a longer run: the create log fills, checkpoints
+// in line and wraps around its ring many times before the cut.
+func TestPowerCutCreateLogRing(t *testing.T) {
+	seeds := 40
+	if testing.Short() {
+		seeds = 10
+	}
+	defer func(n int64) { newLogSize = n }(newLogSize)
+	newLogSize = minLogSize
+	for seed := range uint64(seeds) {
+		powerCutOnce(t, 1000+seed, powerCutRun{keys: 300, ops: 600, window: 5000, checkpoints: 300})
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// powerCutRun sizes one run: how many keys, writes, and calls the power
+// cut may come after; one write in checkpoints is a log checkpoint instead.
+type powerCutRun struct{ keys, ops, window, checkpoints int }
+
+func powerCutOnce(t *testing.T, seed uint64, run powerCutRun) {
 	ctx := t.Context()
 	base := t.TempDir()
 	dir := filepath.Join(base, "store")
@@ -312,48 +387,65 @@ func powerCutOnce(t *testing.T, seed uint64) {
 	}
 	rng := rand.New(rand.NewPCG(seed, 7))
 	sim := newSimFS(dir, seed)
-	b, err := openBucket(dir, &simHandle{fs: sim})
-	if err != nil {
-		t.Fatalf("seed %d: open: %v", seed, err)
+	open := func() (testStore, error) {
+		b, err := openBucket(dir, &simHandle{fs: sim})
+		if err != nil {
+			return testStore{}, err
+		}
+		// Checkpoints come as ops below, so a seed replays exactly.
+		b.checkpointAfter = time.Hour
+		return testStore{Container: blobstore.New(b), b: b}, nil
 	}
-	c := testStore{Container: blobstore.New(b), b: b}
+	var stores [2]testStore
+	for i := range stores {
+		var err error
+		if stores[i], err = open(); err != nil {
+			t.Fatalf("seed %d: open: %v", seed, err)
+		}
+	}
 	sim.mu.Lock()
 	start := sim.calls
 	killAt := 0
 	if rng.IntN(2) == 0 {
 		// A process killed part way, then the power cut soon after,
 		// while the next process writes on what the dead one left.
-		killAt = start + 1 + rng.IntN(300)
+		killAt = start + 1 + rng.IntN(run.window*3/4)
 		sim.crashAt = killAt + 1 + rng.IntN(40)
 	} else {
-		sim.crashAt = start + 1 + rng.IntN(400)
+		sim.crashAt = start + 1 + rng.IntN(run.window)
 	}
 	sim.mu.Unlock()
-	c.b.fsys.(*simHandle).killAt = killAt
+	stores[0].b.fsys.(*simHandle).killAt = killAt
 
-	keys := []string{"fence/a", "fence/b", "md/1"}
+	keys := []string{"fence/a", "fence/b", "md/1", "md/2", "ops/1", "ops/2"}
+	for i := len(keys); i < run.keys; i++ {
+		keys = append(keys, fmt.Sprintf("ops/%d", i))
+	}
+	keys = keys[:run.keys]
 	allowed := map[string][]simState{}
 	for _, k := range keys {
 		allowed[k] = []simState{{absent: true}}
 	}
 	cur := func(k string) simState { a := allowed[k]; return a[len(a)-1] }
-	for i := 0; i < 200; i++ {
+	for i := 0; i < run.ops; i++ {
 		sim.mu.Lock()
 		crashed := sim.crashed
 		sim.mu.Unlock()
 		if crashed {
 			break
 		}
-		if h := c.b.fsys.(*simHandle); h.dead {
+		c := stores[rng.IntN(len(stores))]
+		if h := stores[0].b.fsys.(*simHandle); h.dead {
 			// A new process goes on from what it finds.
-			b, err := openBucket(dir, &simHandle{fs: sim})
+			var err error
+			stores[0], err = open()
 			if errors.Is(err, errSimDown) {
 				break // the power cut came while it opened the store
 			}
 			if err != nil {
 				t.Fatalf("seed %d: open after a kill: %v", seed, err)
 			}
-			c = testStore{Container: blobstore.New(b), b: b}
+			c = stores[0]
 			for _, k := range keys {
 				o, err := c.Get(ctx, k)
 				switch {
@@ -373,12 +465,22 @@ func powerCutOnce(t *testing.T, seed uint64) {
 		case 0:
 			body = strings.Repeat(body, 1+maxSlotBody/len(body)) // a single-version file
 		case 1, 2:
-			body = strings.Repeat(body, 1+rng.IntN(200))
+			// Up to 50 KB: a few fill the test's create log.
+			body = strings.Repeat(body, 1+rng.IntN(2000))
 		}
 		st := cur(k)
 		var tok blobstore.Token
 		var err error
 		next := simState{body: body}
+		if rng.IntN(run.checkpoints) == 0 {
+			// A checkpoint of the create log, as its timer would run.
+			if l, _ := c.b.createLog(); l != nil {
+				if err := l.checkpoint(); err != nil && !errors.Is(err, errSimDown) {
+					t.Fatalf("seed %d: checkpoint: %v", seed, err)
+				}
+			}
+			continue
+		}
 		switch op := rng.IntN(10); {
 		case st.absent || st.tok == "" && op < 6:
 			tok, err = c.CreateIfAbsent(ctx, k, []byte(body))

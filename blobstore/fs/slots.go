@@ -400,11 +400,16 @@ func newSlotImage(body []byte) ([]byte, [tokenLen]byte, error) {
 	if err != nil {
 		return nil, tok, err
 	}
+	return slotImage(body, tok), tok, nil
+}
+
+// slotImage is a new slot file holding body, version tok, in both slots.
+func slotImage(body []byte, tok [tokenLen]byte) []byte {
 	size := slotSizeFor(len(body))
 	buf := make([]byte, 2*size)
 	encodeSlot(buf, 1, tok, body)
 	encodeSlot(buf[size:], 0, tok, body)
-	return buf, tok, nil
+	return buf
 }
 
 // createSlot writes a new slot file into the key's file, which holds no
@@ -445,6 +450,44 @@ func (c *Bucket) createSlot(key string, p objectPath, st *lockedState, body []by
 		return "", blobstore.Ambiguous(fmt.Errorf("object written but its directory fsync failed: %w", err))
 	}
 	c.durable.set(key, tok)
+	return blobstore.Token(hex.EncodeToString(tok[:])), nil
+}
+
+// createLogged writes a new slot file into the key's file, which holds no
+// version, without syncing it, and logs the create (createlog.go): the
+// log's fdatasync is the create's only flush. A failure before the record
+// was written empties the file again (the key reads absent); one after
+// leaves the outcome unknown. The caller holds the key's lock on st.f.
+func (c *Bucket) createLogged(l *createLog, p objectPath, st *lockedState, key string, body []byte) (blobstore.Token, error) {
+	tok, err := newToken()
+	if err != nil {
+		return "", blobstore.Unavailable(err)
+	}
+	img := slotImage(body, tok)
+	f := st.f
+	if fi, err := f.Stat(); err != nil {
+		return "", blobstore.Unavailable(err)
+	} else if fi.Size() != 0 {
+		if err := f.Truncate(0); err != nil {
+			return "", blobstore.Unavailable(err)
+		}
+	}
+	if c.hook != nil {
+		c.hook("create-opened")
+	}
+	if _, err := f.WriteAt(img, 0); err != nil {
+		_ = f.Truncate(0)
+		return "", blobstore.Unavailable(storeFull(fmt.Errorf("writing %s: %w", p.file, err)))
+	}
+	if err := l.append(key, tok, body); err != nil {
+		if errors.Is(err, errLogNotWritten) {
+			_ = f.Truncate(0)
+		}
+		return "", err
+	}
+	if c.hook != nil {
+		c.hook("create-synced")
+	}
 	return blobstore.Token(hex.EncodeToString(tok[:])), nil
 }
 

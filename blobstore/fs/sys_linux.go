@@ -3,6 +3,7 @@ package fs
 import (
 	"errors"
 	"os"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,4 +40,45 @@ func nameMaxOf(dir string) int {
 		return defaultNameMax
 	}
 	return int(st.Namelen)
+}
+
+// syncFS makes everything written to the filesystem holding dir durable,
+// with one device flush where the filesystem needs one.
+func syncFS(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for {
+		err := unix.Syncfs(int(f.Fd()))
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+// openUnnamed makes a file with no name in dir's filesystem.
+func openUnnamed(dir string) (*os.File, error) {
+	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return nil, &os.PathError{Op: "open O_TMPFILE", Path: dir, Err: err}
+	}
+	return os.NewFile(uintptr(fd), dir+"/(unnamed)"), nil
+}
+
+// linkUnnamed names the unnamed file open as fd newpath: through
+// /proc/self/fd, as open(2) documents for O_TMPFILE, or by AT_EMPTY_PATH
+// where /proc is not mounted.
+func linkUnnamed(fd uintptr, newpath string) error {
+	err := unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(fd)), unix.AT_FDCWD, newpath, unix.AT_SYMLINK_FOLLOW)
+	if errors.Is(err, unix.ENOENT) {
+		if _, serr := os.Stat("/proc/self/fd"); serr != nil {
+			err = unix.Linkat(int(fd), "", unix.AT_FDCWD, newpath, unix.AT_EMPTY_PATH)
+		}
+	}
+	if err != nil {
+		return &os.LinkError{Op: "linkat", Old: "(unnamed)", New: newpath, Err: err}
+	}
+	return nil
 }

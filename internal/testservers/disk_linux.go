@@ -14,15 +14,25 @@ import (
 func SmallDisk(t testing.TB, size int64) (string, error) {
 	t.Helper()
 	dir := t.TempDir()
+	if err := MountSmallDisk(t, dir, size); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// MountSmallDisk mounts a tmpfs of size bytes on the existing folder dir,
+// unmounted when the test ends.
+func MountSmallDisk(t testing.TB, dir string, size int64) error {
+	t.Helper()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
-		return "", fmt.Errorf("mount a tmpfs (needs root with CAP_SYS_ADMIN): %w", err)
+		return fmt.Errorf("mount a tmpfs (needs root with CAP_SYS_ADMIN): %w", err)
 	}
 	t.Cleanup(func() {
 		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
 	})
-	return dir, nil
+	return nil
 }
 
 // SetReadOnly makes the device of a SmallDisk refuse writes (a read-only

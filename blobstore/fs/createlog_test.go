@@ -1,0 +1,248 @@
+//go:build unix
+
+package fs
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/shardfence/shardfence/blobstore"
+)
+
+// openSim opens the store in dir through the power-cut model, with the
+// create log's timer stretched so records stay in the log until the test
+// checkpoints.
+func openSim(t *testing.T, dir string, sim *simFS) testStore {
+	t.Helper()
+	b, err := openBucket(dir, &simHandle{fs: sim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.checkpointAfter = time.Hour
+	return testStore{Container: blobstore.New(b), b: b}
+}
+
+func simDir(t *testing.T) string {
+	dir := filepath.Join(t.TempDir(), "store")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// A create is acknowledged once its record is in the log: a power cut
+// right after it, before any checkpoint, loses the object's file (its
+// writes and its directory entry were never synced), and opening the
+// store brings it back from the record, with its token.
+func TestLoggedCreateSurvivesAPowerCut(t *testing.T) {
+	ctx := t.Context()
+	dir := simDir(t)
+	sim := newSimFS(dir, 1)
+	c := openSim(t, dir, sim)
+	tok, err := c.CreateIfAbsent(ctx, "fence/a", []byte("v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim.mu.Lock()
+	sim.crash()
+	image := sim.image
+	sim.mu.Unlock()
+	if _, err := os.Stat(filepath.Join(image, objectsDir, "d.fence", "o.a")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the power cut left the object's file (%v): the test needs it lost", err)
+	}
+	after, err := openTest(image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := after.Get(ctx, "fence/a")
+	if err != nil || string(o.Body) != "v1" || o.Token != tok {
+		t.Fatalf("after the power cut: %v %q %s, want v1 %s", err, o.Body, o.Token, tok)
+	}
+	if _, err := after.CompareAndSwap(ctx, "fence/a", tok, []byte("v2")); err != nil {
+		t.Fatalf("CAS with the create's token after recovery: %v", err)
+	}
+}
+
+// One process creates a key, another deletes it while the create's record
+// is still in the log: the delete must retire the record first, or the
+// power cut after it brings the deleted object back.
+func TestDeleteRetiresAnotherProcessesLoggedCreate(t *testing.T) {
+	ctx := t.Context()
+	dir := simDir(t)
+	sim := newSimFS(dir, 2)
+	a := openSim(t, dir, sim)
+	b := openSim(t, dir, sim)
+	if _, err := a.CreateIfAbsent(ctx, "ops/1", []byte("created by a")); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := b.b.log.holds("ops/1"); err != nil || !held {
+		t.Fatalf("the create's record is not in the log (%v, %v): the test needs it there", held, err)
+	}
+	if err := b.Delete(ctx, "ops/1"); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := a.b.log.holds("ops/1"); err != nil || held {
+		t.Fatalf("after the delete the log still holds the create (%v, %v)", held, err)
+	}
+	sim.mu.Lock()
+	sim.crash()
+	image := sim.image
+	sim.mu.Unlock()
+	after, err := openTest(image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := after.Get(ctx, "ops/1"); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Fatalf("the deleted object is back after the power cut: %q %v", o.Body, err)
+	}
+}
+
+// A power cut can leave records beyond the log's end that were written
+// but never acknowledged. Opening the store changes the salt, so when new
+// records later reach the same positions with the same sequence numbers,
+// a reader does not take the stale ones for part of the log.
+func TestCreateLogNewSaltHidesStaleRecords(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	c, err := openTest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.b.checkpointAfter = time.Hour
+	l := c.b.log
+	unlock, err := l.lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := l.readHeader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a power cut may leave: the record at the head lost, the one
+	// after it (never acknowledged) on disk.
+	body := []byte("never acknowledged")
+	stale := encodeRecord(h.salt, h.headSeq+1, 0, "zombie", [tokenLen]byte{1}, body)
+	if _, err := l.f.WriteAt(stale, l.physical(h.head+recordLen("first", body))); err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The next process finds the log empty, then logs a create whose
+	// record is as long as the lost one, and the power cut comes before
+	// the checkpoint.
+	c, err = openTest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.b.checkpointAfter = time.Hour
+	if _, err := c.CreateIfAbsent(ctx, "first", body); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openTest(dir); err != nil { // recovery, as after the cut
+		t.Fatal(err)
+	}
+	after, err := openTest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := after.Get(ctx, "zombie"); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Fatalf("a stale record was redone: %q %v", o.Body, err)
+	}
+	if o, err := after.Get(ctx, "first"); err != nil || string(o.Body) != string(body) {
+		t.Fatalf("the logged create: %q %v", o.Body, err)
+	}
+}
+
+// The log fills (each create checkpoints in line when the ring is full)
+// and wraps; every object stays readable, across a reopen too, and Close
+// leaves the log empty.
+func TestCreateLogFillsAndWraps(t *testing.T) {
+	defer func(n int64) { newLogSize = n }(newLogSize)
+	newLogSize = minLogSize
+	ctx := t.Context()
+	dir := t.TempDir()
+	c, err := openTest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.b.checkpointAfter = time.Hour
+	body := make([]byte, 9000)
+	const n = 100 // about four laps of the ring
+	toks := map[string]blobstore.Token{}
+	for i := range n {
+		k := "ops/" + string(rune('a'+i%26)) + "/" + string(rune('a'+i/26))
+		body[0] = byte(i)
+		tok, err := c.CreateIfAbsent(ctx, k, body)
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		toks[k] = tok
+	}
+	if l := c.b.log; l.tail < 3*l.ring {
+		t.Fatalf("the log reached position %d: it did not wrap (ring %d)", l.tail, l.ring)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := openTest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := after.b.log.lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := after.b.log.readHeader()
+	recs, _, _, serr := after.b.log.scan(h, h.head, h.headSeq)
+	unlock()
+	if err != nil || serr != nil || len(recs) != 0 {
+		t.Fatalf("after Close the log holds %d records (%v %v)", len(recs), err, serr)
+	}
+	for k, tok := range toks {
+		o, err := after.Get(ctx, k)
+		if err != nil || o.Token != tok || len(o.Body) != len(body) {
+			t.Fatalf("%s after the reopen: %v", k, err)
+		}
+	}
+}
+
+// A version 2 store (no create log) is upgraded on open: the log is made
+// and FORMAT says 3, so older builds, which would not read the log after
+// a power cut, refuse it.
+func TestOpenUpgradesToTheCreateLog(t *testing.T) {
+	dir := t.TempDir()
+	c, err := openTest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateIfAbsent(t.Context(), "old", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, logName)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, formatName), []byte(formatLineV2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err = openTest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, formatName)); string(b) != formatLine {
+		t.Fatalf("FORMAT after the upgrade: %q", b)
+	}
+	if c.b.log == nil {
+		t.Fatal("no create log after the upgrade")
+	}
+	if o, err := c.Get(t.Context(), "old"); err != nil || string(o.Body) != "kept" {
+		t.Fatalf("object from before the upgrade: %q %v", o.Body, err)
+	}
+}
