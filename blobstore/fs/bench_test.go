@@ -205,9 +205,6 @@ func BenchmarkRatioToFsyncWrite(b *testing.B) {
 	var ckpt time.Duration
 	var ckptMu sync.Mutex
 	c.b.onCheckpoint = func(d time.Duration) { ckptMu.Lock(); ckpt += d; ckptMu.Unlock() }
-	if os.Getenv("NOCKPT") != "" {
-		c.b.checkpointAfter = time.Hour
-	}
 	floorPath := filepath.Join(b.TempDir(), "floor")
 	tok, err := c.CreateIfAbsent(b.Context(), "fence/fence__1", benchBody)
 	if err != nil {
