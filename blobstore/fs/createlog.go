@@ -72,7 +72,7 @@ const (
 	logHeaderLen  = 52
 	logRecHeader  = 64
 	logFlagWrap   = 1
-	logCheckpoint = 20 * time.Millisecond
+	logCheckpoint = 100 * time.Millisecond
 	// logMaxBody and logMaxKey bound what a create logs; larger ones are
 	// written and synced in place. Any slot file's body fits.
 	logMaxBody = maxSlotBody
