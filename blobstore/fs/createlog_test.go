@@ -246,3 +246,46 @@ func TestOpenUpgradesToTheCreateLog(t *testing.T) {
 		t.Fatalf("object from before the upgrade: %q %v", o.Body, err)
 	}
 }
+
+// A create of a new key links a pooled unnamed file at the key instead of
+// allocating an inode on its path; with the pool off (no O_TMPFILE here),
+// creates make their own files and behave the same.
+func TestCreatesTakePooledFiles(t *testing.T) {
+	ctx := t.Context()
+	c := newTestContainer(t)
+	if _, err := c.CreateIfAbsent(ctx, "first", []byte("starts the pool")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	pooled := func() int { c.b.pool.mu.Lock(); defer c.b.pool.mu.Unlock(); return len(c.b.pool.files) }
+	for pooled() < poolSize && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := pooled(); n != poolSize {
+		t.Fatalf("the pool holds %d files, want %d (off: %v)", n, poolSize, c.b.pool.off)
+	}
+	tok, err := c.CreateIfAbsent(ctx, "second", []byte("from the pool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := pooled(); n != poolSize-1 {
+		t.Fatalf("after a create the pool holds %d files, want %d", n, poolSize-1)
+	}
+	if _, err := c.CreateIfAbsent(ctx, "second", []byte("again")); !errors.Is(err, blobstore.ErrAlreadyExists) {
+		t.Fatalf("second create of a key: %v", err)
+	}
+	if o, err := c.Get(ctx, "second"); err != nil || o.Token != tok || string(o.Body) != "from the pool" {
+		t.Fatalf("the pooled create: %v", err)
+	}
+
+	c.b.pool.close()
+	if _, err := c.CreateIfAbsent(ctx, "third", []byte("own file")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateIfAbsent(ctx, "third", []byte("again")); !errors.Is(err, blobstore.ErrAlreadyExists) {
+		t.Fatalf("second create of a key without the pool: %v", err)
+	}
+	if o, err := c.Get(ctx, "third"); err != nil || string(o.Body) != "own file" {
+		t.Fatalf("a create without the pool: %v", err)
+	}
+}
