@@ -102,6 +102,7 @@ type logHeader struct {
 
 type logRecord struct {
 	pos, seq uint64
+	size     uint64 // bytes it takes in the log
 	key      string
 	tok      [tokenLen]byte
 	body     []byte
@@ -311,8 +312,10 @@ func (l *createLog) writeHeader(h logHeader) error {
 }
 
 // readRecord reads the record at pos if it is the one with sequence seq
-// under salt; ok is false otherwise.
-func (l *createLog) readRecord(pos, seq, salt uint64) (rec logRecord, wrap, ok bool, err error) {
+// under salt; ok is false otherwise. Without full, it reads the header and
+// the key only and does not check the CRC: a torn record may pass, which
+// is enough to look for a key (the caller then checkpoints for nothing).
+func (l *createLog) readRecord(pos, seq, salt uint64, full bool) (rec logRecord, wrap, ok bool, err error) {
 	var h [logRecHeader]byte
 	off := l.physical(pos)
 	if _, err := l.f.ReadAt(h[:], off); err != nil {
@@ -325,26 +328,30 @@ func (l *createLog) readRecord(pos, seq, salt uint64) (rec logRecord, wrap, ok b
 	if blen > logMaxBody || klen > logMaxKey || pos%l.ring+roundBlock(logRecHeader+klen+blen) > l.ring {
 		return rec, false, false, nil
 	}
-	buf := make([]byte, klen+blen)
+	n := klen + blen
+	if !full {
+		n = klen
+	}
+	buf := make([]byte, n)
 	if _, err := l.f.ReadAt(buf, off+logRecHeader); err != nil {
 		return rec, false, false, fmt.Errorf("reading the create log: %w", err)
 	}
 	sum := crc32.Checksum(h[:48], castagnoli)
-	if crc32.Update(sum, castagnoli, buf) != binary.LittleEndian.Uint32(h[48:52]) {
+	if full && crc32.Update(sum, castagnoli, buf) != binary.LittleEndian.Uint32(h[48:52]) {
 		return rec, false, false, nil
 	}
-	rec = logRecord{pos: pos, seq: seq, key: string(buf[:klen]), body: buf[klen:]}
+	rec = logRecord{pos: pos, seq: seq, size: roundBlock(logRecHeader + klen + blen), key: string(buf[:klen]), body: buf[klen:]}
 	copy(rec.tok[:], h[24:40])
 	return rec, binary.LittleEndian.Uint32(h[4:8])&logFlagWrap != 0, true, nil
 }
 
 // scan reads the log's records from pos (sequence seq) to its end,
 // returning them and the position and sequence after the last; the
-// caller holds the lock.
-func (l *createLog) scan(h logHeader, pos, seq uint64) ([]logRecord, uint64, uint64, error) {
+// caller holds the lock. Without full, it reads keys only (readRecord).
+func (l *createLog) scan(h logHeader, pos, seq uint64, full bool) ([]logRecord, uint64, uint64, error) {
 	var recs []logRecord
 	for pos-h.head < l.ring {
-		rec, wrap, ok, err := l.readRecord(pos, seq, h.salt)
+		rec, wrap, ok, err := l.readRecord(pos, seq, h.salt, full)
 		if err != nil || !ok {
 			return recs, pos, seq, err
 		}
@@ -354,7 +361,7 @@ func (l *createLog) scan(h logHeader, pos, seq uint64) ([]logRecord, uint64, uin
 			continue
 		}
 		recs = append(recs, rec)
-		pos += recordLen(rec.key, rec.body)
+		pos += rec.size
 	}
 	return recs, pos, seq, nil
 }
@@ -367,7 +374,7 @@ func (l *createLog) findTail(h logHeader) error {
 		// Another process may have appended since: go on from ours.
 		pos, seq = l.tail, l.tailSeq
 	}
-	_, pos, seq, err := l.scan(h, pos, seq)
+	_, pos, seq, err := l.scan(h, pos, seq, true)
 	if err != nil {
 		l.known = false
 		return err
@@ -500,7 +507,7 @@ func (l *createLog) commit(batch []*logEntry) {
 // to the tail, under the lock (the ring is full). It returns the new
 // header.
 func (l *createLog) checkpointLocked(h logHeader) (logHeader, error) {
-	recs, tail, seq, err := l.scan(h, h.head, h.headSeq)
+	recs, tail, seq, err := l.scan(h, h.head, h.headSeq, true)
 	if err != nil {
 		return h, err
 	}
@@ -531,7 +538,7 @@ func (l *createLog) checkpoint() error {
 	var recs []logRecord
 	var tail, seq uint64
 	if err == nil {
-		recs, tail, seq, err = l.scan(h, h.head, h.headSeq)
+		recs, tail, seq, err = l.scan(h, h.head, h.headSeq, true)
 	}
 	unlock()
 	if err != nil || len(recs) == 0 {
@@ -568,7 +575,7 @@ func (l *createLog) holds(key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	recs, _, _, err := l.scan(h, h.head, h.headSeq)
+	recs, _, _, err := l.scan(h, h.head, h.headSeq, false)
 	for _, r := range recs {
 		if r.key == key {
 			return true, err
@@ -623,7 +630,7 @@ func (l *createLog) recover() error {
 	if err != nil {
 		return err
 	}
-	recs, tail, seq, err := l.scan(h, h.head, h.headSeq)
+	recs, tail, seq, err := l.scan(h, h.head, h.headSeq, true)
 	if err != nil {
 		return err
 	}

@@ -198,7 +198,7 @@ func TestCreateLogFillsAndWraps(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, err := after.b.log.readHeader()
-	recs, _, _, serr := after.b.log.scan(h, h.head, h.headSeq)
+	recs, _, _, serr := after.b.log.scan(h, h.head, h.headSeq, true)
 	unlock()
 	if err != nil || serr != nil || len(recs) != 0 {
 		t.Fatalf("after Close the log holds %d records (%v %v)", len(recs), err, serr)

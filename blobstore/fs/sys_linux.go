@@ -2,8 +2,10 @@ package fs
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,8 +45,13 @@ func nameMaxOf(dir string) int {
 }
 
 // syncFS makes everything written to the filesystem holding dir durable,
-// with one device flush where the filesystem needs one.
+// with one device flush where the filesystem needs one. Before Linux 5.8
+// syncfs(2) did not report writeback errors, so there it is unsupported
+// and callers sync each file.
 func syncFS(dir string) error {
+	if !syncfsReportsErrors() {
+		return errors.ErrUnsupported
+	}
 	f, err := os.Open(dir)
 	if err != nil {
 		return err
@@ -82,3 +89,15 @@ func linkUnnamed(fd uintptr, newpath string) error {
 	}
 	return nil
 }
+
+var syncfsReportsErrors = sync.OnceValue(func() bool {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 5 || major == 5 && minor >= 8
+})
