@@ -247,12 +247,15 @@ func (c *Bucket) openLog() (*createLog, error) {
 	return l, nil
 }
 
-// lock takes mu and the flock; the returned func releases both.
+// lock takes mu and the flock; the returned func releases both. The flock
+// is taken blocking, not polled: appenders of other processes hold it for
+// a few writes at a time, back to back, and a poller could wait for a gap
+// indefinitely.
 func (l *createLog) lock() (func(), error) {
 	l.mu.Lock()
-	if err := flockCtx(context.Background(), l.f, unix.LOCK_EX); err != nil {
+	if err := flock(l.f, unix.LOCK_EX); err != nil {
 		l.mu.Unlock()
-		return nil, err
+		return nil, fmt.Errorf("locking the create log: %w", err)
 	}
 	return func() { _ = flock(l.f, unix.LOCK_UN); l.mu.Unlock() }, nil
 }
@@ -434,7 +437,10 @@ func (l *createLog) append(key string, tok [tokenLen]byte, body []byte) error {
 }
 
 // commit writes the batch's records and syncs once; each entry's err is
-// set. When the ring is full, it checkpoints in line first.
+// set. When the ring is full, it checkpoints in line first. The fdatasync
+// runs after the flock is released, so other processes append meanwhile:
+// a record is durable once any fdatasync issued after its write returns,
+// and a checkpoint that retires it first makes its file durable.
 func (l *createLog) commit(batch []*logEntry) {
 	fail := func(err error) {
 		l.known = false
@@ -449,12 +455,18 @@ func (l *createLog) commit(batch []*logEntry) {
 			}
 		}
 	}
-	unlock, err := l.lock()
-	if err != nil {
-		fail(err)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := flock(l.f, unix.LOCK_EX); err != nil {
+		fail(fmt.Errorf("locking the create log: %w", err))
 		return
 	}
-	defer unlock()
+	locked := true
+	defer func() {
+		if locked {
+			_ = flock(l.f, unix.LOCK_UN)
+		}
+	}()
 	h, err := l.readHeader()
 	if err == nil {
 		err = l.findTail(h)
@@ -498,6 +510,8 @@ func (l *createLog) commit(batch []*logEntry) {
 		l.tailSeq++
 		l.tail += n
 	}
+	_ = flock(l.f, unix.LOCK_UN)
+	locked = false
 	if err := l.f.Datasync(); err != nil {
 		fail(err)
 	}

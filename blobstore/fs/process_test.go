@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -92,6 +93,19 @@ func runChild(role string) error {
 			}
 		}
 		fmt.Println("done")
+	case "create-hold":
+		// Creates keys until killed, with the create log's checkpoint
+		// put off, so its records stay in the log for other processes
+		// to deal with.
+		c.b.checkpointAfter = time.Hour
+		for i := 0; ; i++ {
+			k := fmt.Sprintf("%s-%d", key, i)
+			tok, err := c.CreateIfAbsent(ctx, k, fmt.Appendf(nil, "by %d", os.Getpid()))
+			if err != nil {
+				return err
+			}
+			fmt.Printf("won %s %s\n", k, tok)
+		}
 	case "hang-create", "hang-put":
 		// Stop for good once the temporary file is durable, as a writer
 		// that is killed just before publishing.
@@ -488,4 +502,117 @@ func TestCrossProcessStreamsSeeOneVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = kid.cmd.Wait()
+}
+
+// Two processes create keys through the create log and are SIGKILLed at
+// random moments; meanwhile this process deletes some of the keys they
+// acknowledged, which must retire their records across processes first.
+// Afterwards every acknowledged key not deleted holds its creator's body
+// and token, every deleted key is absent, the log holds no record of a
+// deleted key, and a new open recovers the log to empty without changing
+// any of it.
+func TestKilledLoggedCreatorsAcrossProcesses(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	c, err := openTest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.b.checkpointAfter = time.Hour
+	kids := []*child{startChild(t, "create-hold", dir, "a", 0), startChild(t, "create-hold", dir, "b", 0)}
+	for _, k := range kids {
+		k.expect(t, "ready")
+	}
+	for _, k := range kids {
+		if _, err := io.WriteString(k.stdin, "go\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type won struct{ pid, tok string }
+	acked := map[string]won{}
+	deleted := map[string]bool{}
+	deadline := time.Now().Add(time.Duration(300+rand.IntN(400)) * time.Millisecond)
+	lines := make(chan string, 1024)
+	for _, k := range kids {
+		go func(k *child) {
+			for l := range k.lines {
+				lines <- fmt.Sprintf("%d %s", k.cmd.Process.Pid, l)
+			}
+		}(k)
+	}
+	n := 0
+	for time.Now().Before(deadline) {
+		select {
+		case l := <-lines:
+			f := strings.Fields(l)
+			if len(f) != 4 || f[1] != "won" {
+				t.Fatalf("child said %q", l)
+			}
+			acked[f[2]] = won{pid: f[0], tok: f[3]}
+			n++
+			if n%3 == 0 {
+				if err := c.Delete(ctx, f[2]); err != nil {
+					t.Fatalf("delete %s: %v", f[2], err)
+				}
+				deleted[f[2]] = true
+				if held, err := c.b.log.holds(f[2]); err != nil || held {
+					t.Fatalf("after deleting %s the log still holds its create (%v, %v)", f[2], held, err)
+				}
+			}
+		case <-time.After(time.Second):
+			t.Fatal("children created nothing for a second")
+		}
+	}
+	for _, k := range kids {
+		_ = k.cmd.Process.Signal(syscall.SIGKILL)
+		_ = k.cmd.Wait()
+	}
+	// Lines written before the kill still count as acknowledged.
+	for {
+		select {
+		case l := <-lines:
+			f := strings.Fields(l)
+			if len(f) == 4 && f[1] == "won" {
+				acked[f[2]] = won{pid: f[0], tok: f[3]}
+			}
+			continue
+		case <-time.After(200 * time.Millisecond):
+		}
+		break
+	}
+	t.Logf("%d creates acknowledged, %d of them deleted while the creators ran", len(acked), len(deleted))
+	if len(deleted) < 3 || len(acked) < 10 {
+		t.Fatalf("too little happened: %d creates acknowledged, %d deleted", len(acked), len(deleted))
+	}
+	check := func(s testStore, when string) {
+		t.Helper()
+		for k, w := range acked {
+			o, err := s.Get(ctx, k)
+			if deleted[k] {
+				if !errors.Is(err, blobstore.ErrNotFound) {
+					t.Fatalf("%s: deleted %s is back: %v", when, k, err)
+				}
+				continue
+			}
+			if err != nil || string(o.Body) != "by "+w.pid || string(o.Token) != w.tok {
+				t.Fatalf("%s: %s: %v %q %s, want by %s %s", when, k, err, o.Body, o.Token, w.pid, w.tok)
+			}
+		}
+	}
+	check(c, "after the kills")
+	after, err := openTest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(after, "after a new open")
+	unlock, err := after.b.log.lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := after.b.log.readHeader()
+	recs, _, _, serr := after.b.log.scan(h, h.head, h.headSeq, true)
+	unlock()
+	if err != nil || serr != nil || len(recs) != 0 {
+		t.Fatalf("after a new open the log holds %d records (%v %v)", len(recs), err, serr)
+	}
 }
