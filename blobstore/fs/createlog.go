@@ -525,6 +525,11 @@ func (l *createLog) checkpointLocked(h logHeader) (logHeader, error) {
 	if err != nil {
 		return h, err
 	}
+	if tail != l.tail || seq != l.tailSeq {
+		// The records this process wrote are not all readable: moving the
+		// head would strand the ones past the break.
+		return h, fmt.Errorf("%w: the create log reads to position %d, its records were written to %d", ErrCorruptObject, tail, l.tail)
+	}
 	if err := l.c.syncLogged(recs); err != nil {
 		return h, err
 	}
