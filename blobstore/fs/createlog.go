@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,8 +26,8 @@ import (
 // log"). A create of a small object writes the object's slot file at the
 // key without syncing it, appends a record (key, token, body) to the log
 // and fdatasyncs the log; it is acknowledged then. A checkpoint later
-// makes the logged files and their directory entries durable (one syncfs
-// on Linux) and moves the log's head past their records. After a power
+// makes the logged files and their directory entries durable and moves
+// the log's head past their records. After a power
 // cut, opening the store redoes every record still in the log whose key
 // holds no version.
 //
@@ -73,6 +74,9 @@ const (
 	logRecHeader  = 64
 	logFlagWrap   = 1
 	logCheckpoint = 100 * time.Millisecond
+	// syncEachMax: a checkpoint of at most this many records syncs each
+	// file and directory rather than the whole filesystem.
+	syncEachMax = 4
 	// logMaxBody and logMaxKey bound what a create logs; larger ones are
 	// written and synced in place. Any slot file's body fits.
 	logMaxBody = maxSlotBody
@@ -95,6 +99,11 @@ var (
 // errLogNotWritten: a create's record was not written, so the create did
 // not happen.
 var errLogNotWritten = errors.New("the create's log record was not written")
+
+// errLogFull: the ring has no room for the record until a checkpoint; the
+// create syncs its own file instead (the checkpoint is not waited for: its
+// sync may take long on a device busy with other writes).
+var errLogFull = errors.New("the create log is full")
 
 type logHeader struct {
 	cp, head, headSeq, salt uint64
@@ -138,7 +147,9 @@ type createLog struct {
 	queue   []*logEntry
 	leading bool
 
-	// One checkpoint at a time in this process; timer arms the next.
+	// One checkpoint at a time in this process; timer arms the next;
+	// full asks for one at once.
+	full   atomic.Bool
 	ckmu   sync.Mutex
 	tmu    sync.Mutex
 	timer  *time.Timer
@@ -409,7 +420,8 @@ func encodeRecord(salt, seq uint64, flags uint32, key string, tok [tokenLen]byte
 
 // append logs a create whose slot file is written and returns once the
 // record is durable. An error wrapping errLogNotWritten means no record
-// was written: the create did not happen.
+// was written: the create did not happen; errLogFull, that the caller
+// must make its file durable itself.
 func (l *createLog) append(key string, tok [tokenLen]byte, body []byte) error {
 	e := &logEntry{key: key, tok: tok, body: body, done: make(chan struct{})}
 	l.qmu.Lock()
@@ -432,12 +444,16 @@ func (l *createLog) append(key string, tok [tokenLen]byte, body []byte) error {
 	}
 	l.leading = false
 	l.qmu.Unlock()
+	if l.full.Swap(false) {
+		// Make room now rather than at the timer.
+		go func() { _ = l.checkpoint() }()
+	}
 	l.armCheckpoint()
 	return e.err
 }
 
 // commit writes the batch's records and syncs once; each entry's err is
-// set. When the ring is full, it checkpoints in line first. The fdatasync
+// set (errLogFull for those the ring has no room for). The fdatasync
 // runs after the flock is released, so other processes append meanwhile:
 // a record is durable once any fdatasync issued after its write returns,
 // and a checkpoint that retires it first makes its file durable.
@@ -483,16 +499,14 @@ func (l *createLog) commit(batch []*logEntry) {
 			need += l.ring - l.tail%l.ring
 		}
 		if l.tail+need-h.head > l.ring {
-			// Full: make everything logged so far durable and empty
-			// the log, then go on.
-			if h, err = l.checkpointLocked(h); err != nil {
-				fail(err)
-				return
+			// Full: this create and the rest sync their own files.
+			for _, e := range batch {
+				if !e.written {
+					e.err = errLogFull
+				}
 			}
-			if l.tail+need-h.head > l.ring {
-				fail(fmt.Errorf("a %d-byte record does not fit the create log", n))
-				return
-			}
+			l.full.Store(true)
+			break
 		}
 		if wrap {
 			if _, err := l.f.WriteAt(encodeRecord(l.salt, l.tailSeq, logFlagWrap, "", [tokenLen]byte{}, nil), l.physical(l.tail)); err != nil {
@@ -512,33 +526,11 @@ func (l *createLog) commit(batch []*logEntry) {
 	}
 	_ = flock(l.f, unix.LOCK_UN)
 	locked = false
-	if err := l.f.Datasync(); err != nil {
-		fail(err)
+	if len(batch) > 0 && batch[0].written {
+		if err := l.f.Datasync(); err != nil {
+			fail(err)
+		}
 	}
-}
-
-// checkpointLocked makes every logged create durable and moves the head
-// to the tail, under the lock (the ring is full). It returns the new
-// header.
-func (l *createLog) checkpointLocked(h logHeader) (logHeader, error) {
-	recs, tail, seq, err := l.scan(h, h.head, h.headSeq, true)
-	if err != nil {
-		return h, err
-	}
-	if tail != l.tail || seq != l.tailSeq {
-		// The records this process wrote are not all readable: moving the
-		// head would strand the ones past the break.
-		return h, fmt.Errorf("%w: the create log reads to position %d, its records were written to %d", ErrCorruptObject, tail, l.tail)
-	}
-	if err := l.c.syncLogged(recs); err != nil {
-		return h, err
-	}
-	nh := logHeader{cp: h.cp + 1, head: tail, headSeq: seq, salt: h.salt}
-	if err := l.writeHeader(nh); err != nil {
-		return h, err
-	}
-	l.c.markDurable(recs)
-	return nh, nil
 }
 
 // checkpoint makes the creates logged so far durable and retires their
@@ -708,15 +700,19 @@ func (c *Bucket) redo(r logRecord) error {
 }
 
 // syncLogged makes the logged creates' files and directory entries
-// durable: one syncfs where the system has it, else each file and
-// directory.
+// durable: each file and directory when they are few, else one syncfs
+// where the system has it. A syncfs writes whatever else is dirty on the
+// device too, which on a device shared with a busy writer can take long;
+// a few files are cheaper synced one by one.
 func (c *Bucket) syncLogged(recs []logRecord) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	err := c.fsys.SyncFS(c.root)
-	if !errors.Is(err, errors.ErrUnsupported) {
-		return err
+	if len(recs) > syncEachMax {
+		err := c.fsys.SyncFS(c.root)
+		if !errors.Is(err, errors.ErrUnsupported) {
+			return err
+		}
 	}
 	dirs := map[string]bool{}
 	for _, r := range recs {

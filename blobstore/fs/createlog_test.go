@@ -158,9 +158,9 @@ func TestCreateLogNewSaltHidesStaleRecords(t *testing.T) {
 	}
 }
 
-// The log fills (each create checkpoints in line when the ring is full)
-// and wraps; every object stays readable, across a reopen too, and Close
-// leaves the log empty.
+// The log fills (a create that finds no room syncs its own file and starts
+// a checkpoint) and wraps; every object stays readable, across a reopen
+// too, and Close leaves the log empty.
 func TestCreateLogFillsAndWraps(t *testing.T) {
 	defer func(n int64) { newLogSize = n }(newLogSize)
 	newLogSize = minLogSize

@@ -363,8 +363,9 @@ func TestPowerCut(t *testing.T) {
 }
 
 // TestPowerCutCreateLogRing is TestPowerCut with many keys, so that most
-// writes are creates, and a longer run: the create log fills, checkpoints
-// in line and wraps around its ring many times before the cut.
+// writes are creates, and a longer run: the create log fills (creates
+// then sync their own files) and wraps around its ring many times before
+// the cut.
 func TestPowerCutCreateLogRing(t *testing.T) {
 	seeds := 40
 	if testing.Short() {

@@ -479,10 +479,20 @@ func (c *Bucket) createLogged(l *createLog, p objectPath, st *lockedState, key s
 		_ = f.Truncate(0)
 		return "", blobstore.Unavailable(storeFull(fmt.Errorf("writing %s: %w", p.file, err)))
 	}
-	if err := l.append(key, tok, body); err != nil {
-		if errors.Is(err, errLogNotWritten) {
-			_ = f.Truncate(0)
+	switch err := l.append(key, tok, body); {
+	case errors.Is(err, errLogFull):
+		// As a create without the log: the file's data, then its entry.
+		if err := f.Datasync(); err != nil {
+			return "", blobstore.Ambiguous(storeFull(fmt.Errorf("syncing %s: %w", p.file, err)))
 		}
+		if err := c.fsys.SyncDir(p.dir); err != nil {
+			return "", blobstore.Ambiguous(fmt.Errorf("object written but its directory fsync failed: %w", err))
+		}
+		c.durable.set(key, tok)
+	case errors.Is(err, errLogNotWritten):
+		_ = f.Truncate(0)
+		return "", err
+	case err != nil:
 		return "", err
 	}
 	if c.hook != nil {
