@@ -444,11 +444,7 @@ func (l *createLog) append(key string, tok [tokenLen]byte, body []byte) error {
 	}
 	l.leading = false
 	l.qmu.Unlock()
-	if l.full.Swap(false) {
-		// Make room now rather than at the timer.
-		go func() { _ = l.checkpoint() }()
-	}
-	l.armCheckpoint()
+	l.armCheckpoint(l.full.Swap(false))
 	return e.err
 }
 
@@ -595,14 +591,25 @@ func (l *createLog) holds(key string) (bool, error) {
 	return false, err
 }
 
-// armCheckpoint schedules a checkpoint soon, unless one is scheduled.
-func (l *createLog) armCheckpoint() {
+// armCheckpoint schedules a checkpoint soon, unless one is scheduled;
+// with full (the log had no room for a record), at once.
+func (l *createLog) armCheckpoint(full bool) {
 	l.tmu.Lock()
 	defer l.tmu.Unlock()
-	if l.timer != nil || l.closed {
+	if l.closed {
 		return
 	}
-	l.timer = time.AfterFunc(l.c.checkpointAfter, func() {
+	if l.timer != nil {
+		if full {
+			l.timer.Reset(l.c.checkpointFull)
+		}
+		return
+	}
+	after := l.c.checkpointAfter
+	if full {
+		after = l.c.checkpointFull
+	}
+	l.timer = time.AfterFunc(after, func() {
 		l.tmu.Lock()
 		l.timer = nil
 		l.tmu.Unlock()

@@ -22,6 +22,7 @@ func openSim(t *testing.T, dir string, sim *simFS) testStore {
 		t.Fatal(err)
 	}
 	b.checkpointAfter = time.Hour
+	b.checkpointFull = time.Hour
 	return testStore{Container: blobstore.New(b), b: b}
 }
 

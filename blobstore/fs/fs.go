@@ -123,8 +123,9 @@ type Bucket struct {
 	logMu sync.Mutex
 	log   *createLog
 	// checkpointAfter is how long a logged create waits for its
-	// checkpoint (tests stretch it to keep records in the log).
-	checkpointAfter time.Duration
+	// checkpoint, checkpointFull how long when the log was full (tests
+	// stretch both to keep records in the log).
+	checkpointAfter, checkpointFull time.Duration
 
 	// onCheckpoint, when set by benchmarks, is told how long each
 	// checkpoint of the create log took.

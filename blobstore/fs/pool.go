@@ -32,9 +32,33 @@ type filePool struct {
 	stopped chan struct{} // closed when the filling goroutine ends
 	closed  bool
 	off     bool // unnamed files are not supported here, or failed
+	// inline: take makes each file when asked, on the caller's
+	// goroutine (the power-cut model asks for it, so a seed replays
+	// exactly).
+	inline bool
 }
 
-func newFilePool(c *Bucket) *filePool { return &filePool{c: c} }
+// inlinePool is implemented by file systems that want pooled files made
+// on the caller's goroutine.
+type inlinePool interface{ inlinePool() bool }
+
+func newFilePool(c *Bucket) *filePool {
+	ip, ok := c.fsys.(inlinePool)
+	return &filePool{c: c, inline: ok && ip.inlinePool()}
+}
+
+// make creates one unnamed file, flocked.
+func (p *filePool) make() (file, error) {
+	f, err := p.c.fsys.OpenUnnamed(p.c.tmp)
+	if err != nil {
+		return nil, err
+	}
+	if err := flock(f, unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
 
 // take returns a pooled file, open and flocked, or nil when none is
 // ready, and starts a refill below half.
@@ -43,6 +67,13 @@ func (p *filePool) take() file {
 	defer p.mu.Unlock()
 	if p.closed || p.off {
 		return nil
+	}
+	if p.inline {
+		f, err := p.make()
+		if err != nil {
+			return nil
+		}
+		return f
 	}
 	var f file
 	if n := len(p.files); n > 0 {
@@ -67,12 +98,7 @@ func (p *filePool) fill(stopped chan struct{}) {
 			return
 		}
 		p.mu.Unlock()
-		f, err := p.c.fsys.OpenUnnamed(p.c.tmp)
-		if err == nil {
-			if err = flock(f, unix.LOCK_EX); err != nil {
-				f.Close()
-			}
-		}
+		f, err := p.make()
 		p.mu.Lock()
 		if err != nil {
 			// Unsupported (EOPNOTSUPP, EISDIR on old kernels), or the

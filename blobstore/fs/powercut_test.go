@@ -253,6 +253,10 @@ func (h *simHandle) SyncFS(string) error {
 	return nil
 }
 
+// inlinePool: the pool's files are made on the creating goroutine, so the
+// model sees every call in an order the seed decides.
+func (h *simHandle) inlinePool() bool { return true }
+
 func (h *simHandle) OpenUnnamed(dir string) (file, error) {
 	s := h.fs
 	s.mu.Lock()
@@ -402,6 +406,7 @@ func powerCutOnce(t *testing.T, seed uint64, run powerCutRun) {
 		}
 		// Checkpoints come as ops below, so a seed replays exactly.
 		b.checkpointAfter = time.Hour
+		b.checkpointFull = time.Hour
 		return testStore{Container: blobstore.New(b), b: b}, nil
 	}
 	var stores [2]testStore
@@ -443,7 +448,10 @@ func powerCutOnce(t *testing.T, seed uint64, run powerCutRun) {
 			break
 		}
 		c := stores[rng.IntN(len(stores))]
-		if h := stores[0].b.fsys.(*simHandle); h.dead {
+		sim.mu.Lock()
+		dead := stores[0].b.fsys.(*simHandle).dead
+		sim.mu.Unlock()
+		if dead {
 			// A new process goes on from what it finds.
 			var err error
 			stores[0], err = open()
