@@ -27,12 +27,11 @@ import (
 // key without syncing it, appends a record (key, token, body) to the log
 // and fdatasyncs the log; it is acknowledged then. A checkpoint later
 // makes the logged files and their directory entries durable and moves
-// the log's head past their records. After a power
-// cut, opening the store redoes every record still in the log whose key
-// holds no version.
+// the log's head past their records. After a power cut, opening the store
+// redoes every record still in the log whose key holds no version.
 //
-// The log is one file (newLogSize bytes when made), written with zeros when made, so
-// that appending never allocates. Its first block holds two header slots
+// The log is one file (newLogSize bytes, or less on a small device),
+// written with zeros when made, so that appending never allocates. Its first block holds two header slots
 // (offsets 0 and 512, one sector each; the valid one with the higher
 // checkpoint count is current), the rest is a ring of records, each
 // starting on a logBlock boundary so that an append never rewrites a
@@ -59,8 +58,9 @@ import (
 // Who touches the log: appenders (holding the key's lock), checkpointers
 // and the opener's recovery, each holding the log file's exclusive flock
 // (and this process's log mutex) while it reads the header or changes the
-// file. A checkpointer syncs without the flock, so appends go on
-// meanwhile, and takes it again to move the head. A delete of a key that
+// file. An appender fdatasyncs and a checkpointer syncs without the flock,
+// so other processes append meanwhile; a checkpointer takes it again to
+// move the head. A delete of a key that
 // still has a record in the log first checkpoints it: a record must never
 // outlive the object it created, or a power cut after the delete would
 // bring the object back. Keys with a record in the log always hold a
@@ -694,7 +694,10 @@ func (c *Bucket) redo(r logRecord) error {
 	defer unlock()
 	st, err := readLocked(f, p.file)
 	if err != nil || st.exists {
-		return err
+		// A file that cannot be read is not a lost create (a lost one
+		// reads as empty or absent): leave it to the reads of the key,
+		// which report its damage, rather than refuse the whole store.
+		return nil
 	}
 	img := slotImage(r.body, r.tok)
 	if err := f.Truncate(0); err != nil {
