@@ -26,6 +26,37 @@ func openSim(t *testing.T, dir string, sim *simFS) testStore {
 	return testStore{Container: blobstore.New(b), b: b}
 }
 
+// openHeld opens the store in dir with the create log's timer stretched,
+// so records stay in the log until the test acts.
+func openHeld(t *testing.T, dir string) testStore {
+	t.Helper()
+	c, err := openTest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.b.checkpointAfter = time.Hour
+	return c
+}
+
+// logRecords is how many records the store's create log holds.
+func logRecords(t *testing.T, s testStore) int {
+	t.Helper()
+	unlock, err := s.b.log.lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	h, err := s.b.log.readHeader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _, _, err := s.b.log.scan(h, h.head, h.headSeq, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(recs)
+}
+
 func simDir(t *testing.T) string {
 	dir := filepath.Join(t.TempDir(), "store")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -108,11 +139,7 @@ func TestDeleteRetiresAnotherProcessesLoggedCreate(t *testing.T) {
 func TestCreateLogNewSaltHidesStaleRecords(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	c, err := openTest(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.b.checkpointAfter = time.Hour
+	c := openHeld(t, dir)
 	l := c.b.log
 	unlock, err := l.lock()
 	if err != nil {
@@ -136,11 +163,7 @@ func TestCreateLogNewSaltHidesStaleRecords(t *testing.T) {
 	// The next process finds the log empty, then logs a create whose
 	// record is as long as the lost one, and the power cut comes before
 	// the checkpoint.
-	c, err = openTest(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.b.checkpointAfter = time.Hour
+	c = openHeld(t, dir)
 	if _, err := c.CreateIfAbsent(ctx, "first", body); err != nil {
 		t.Fatal(err)
 	}
@@ -167,11 +190,7 @@ func TestCreateLogFillsAndWraps(t *testing.T) {
 	newLogSize = minLogSize
 	ctx := t.Context()
 	dir := t.TempDir()
-	c, err := openTest(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.b.checkpointAfter = time.Hour
+	c := openHeld(t, dir)
 	body := make([]byte, 9000)
 	const n = 100 // about four laps of the ring
 	toks := map[string]blobstore.Token{}
@@ -194,15 +213,8 @@ func TestCreateLogFillsAndWraps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unlock, err := after.b.log.lock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := after.b.log.readHeader()
-	recs, _, _, serr := after.b.log.scan(h, h.head, h.headSeq, true)
-	unlock()
-	if err != nil || serr != nil || len(recs) != 0 {
-		t.Fatalf("after Close the log holds %d records (%v %v)", len(recs), err, serr)
+	if n := logRecords(t, after); n != 0 {
+		t.Fatalf("after Close the log holds %d records", n)
 	}
 	for k, tok := range toks {
 		o, err := after.Get(ctx, k)
@@ -297,11 +309,7 @@ func TestCreatesTakePooledFiles(t *testing.T) {
 func TestRecoveryLeavesADamagedObjectToItsReads(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	c, err := openTest(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.b.checkpointAfter = time.Hour
+	c := openHeld(t, dir)
 	if _, err := c.CreateIfAbsent(ctx, "fence/a", []byte("v1")); err != nil {
 		t.Fatal(err)
 	}

@@ -514,11 +514,7 @@ func TestCrossProcessStreamsSeeOneVersion(t *testing.T) {
 func TestKilledLoggedCreatorsAcrossProcesses(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	c, err := openTest(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.b.checkpointAfter = time.Hour
+	c := openHeld(t, dir)
 	kids := []*child{startChild(t, "create-hold", dir, "a", 0), startChild(t, "create-hold", dir, "b", 0)}
 	for _, k := range kids {
 		k.expect(t, "ready")
@@ -605,14 +601,7 @@ func TestKilledLoggedCreatorsAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(after, "after a new open")
-	unlock, err := after.b.log.lock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := after.b.log.readHeader()
-	recs, _, _, serr := after.b.log.scan(h, h.head, h.headSeq, true)
-	unlock()
-	if err != nil || serr != nil || len(recs) != 0 {
-		t.Fatalf("after a new open the log holds %d records (%v %v)", len(recs), err, serr)
+	if n := logRecords(t, after); n != 0 {
+		t.Fatalf("after a new open the log holds %d records", n)
 	}
 }

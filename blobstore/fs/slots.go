@@ -419,16 +419,30 @@ func slotImage(body []byte, tok [tokenLen]byte) []byte {
 // with no valid slot (absent) or the whole new version. The caller holds
 // the key's lock on st.f.
 func (c *Bucket) createSlot(key string, p objectPath, st *lockedState, body []byte) (blobstore.Token, error) {
-	img, tok, err := newSlotImage(body)
+	tok, err := c.writeCreate(p, st.f, body)
 	if err != nil {
-		return "", blobstore.Unavailable(err)
+		return "", err
 	}
-	f := st.f
+	if err := c.syncCreate(key, p, st.f, tok); err != nil {
+		return "", err
+	}
+	return blobstore.Token(hex.EncodeToString(tok[:])), nil
+}
+
+// writeCreate writes a new slot file holding body, under a new token,
+// into the key's file f, emptied first: nothing synced. A failed write
+// leaves the file empty (absent).
+func (c *Bucket) writeCreate(p objectPath, f file, body []byte) ([tokenLen]byte, error) {
+	tok, err := newToken()
+	if err != nil {
+		return tok, blobstore.Unavailable(err)
+	}
+	img := slotImage(body, tok)
 	if fi, err := f.Stat(); err != nil {
-		return "", blobstore.Unavailable(err)
+		return tok, blobstore.Unavailable(err)
 	} else if fi.Size() != 0 {
 		if err := f.Truncate(0); err != nil {
-			return "", blobstore.Unavailable(err)
+			return tok, blobstore.Unavailable(err)
 		}
 	}
 	if c.hook != nil {
@@ -438,19 +452,25 @@ func (c *Bucket) createSlot(key string, p objectPath, st *lockedState, body []by
 		// A short file is not a slot file's size, so nothing of this
 		// write is readable: the create failed. Give the space back.
 		_ = f.Truncate(0)
-		return "", blobstore.Unavailable(storeFull(fmt.Errorf("writing %s: %w", p.file, err)))
+		return tok, blobstore.Unavailable(storeFull(fmt.Errorf("writing %s: %w", p.file, err)))
 	}
+	return tok, nil
+}
+
+// syncCreate makes a create written by writeCreate durable by itself: the
+// file's data, then its directory entry.
+func (c *Bucket) syncCreate(key string, p objectPath, f file, tok [tokenLen]byte) error {
 	if err := f.Datasync(); err != nil {
-		return "", blobstore.Ambiguous(storeFull(fmt.Errorf("syncing %s: %w", p.file, err)))
+		return blobstore.Ambiguous(storeFull(fmt.Errorf("syncing %s: %w", p.file, err)))
 	}
 	if c.hook != nil {
 		c.hook("create-synced")
 	}
 	if err := c.fsys.SyncDir(p.dir); err != nil {
-		return "", blobstore.Ambiguous(fmt.Errorf("object written but its directory fsync failed: %w", err))
+		return blobstore.Ambiguous(fmt.Errorf("object written but its directory fsync failed: %w", err))
 	}
 	c.durable.set(key, tok)
-	return blobstore.Token(hex.EncodeToString(tok[:])), nil
+	return nil
 }
 
 // createLogged writes a new slot file into the key's file, which holds no
@@ -459,44 +479,25 @@ func (c *Bucket) createSlot(key string, p objectPath, st *lockedState, body []by
 // was written empties the file again (the key reads absent); one after
 // leaves the outcome unknown. The caller holds the key's lock on st.f.
 func (c *Bucket) createLogged(l *createLog, p objectPath, st *lockedState, key string, body []byte) (blobstore.Token, error) {
-	tok, err := newToken()
+	tok, err := c.writeCreate(p, st.f, body)
 	if err != nil {
-		return "", blobstore.Unavailable(err)
-	}
-	img := slotImage(body, tok)
-	f := st.f
-	if fi, err := f.Stat(); err != nil {
-		return "", blobstore.Unavailable(err)
-	} else if fi.Size() != 0 {
-		if err := f.Truncate(0); err != nil {
-			return "", blobstore.Unavailable(err)
-		}
-	}
-	if c.hook != nil {
-		c.hook("create-opened")
-	}
-	if _, err := f.WriteAt(img, 0); err != nil {
-		_ = f.Truncate(0)
-		return "", blobstore.Unavailable(storeFull(fmt.Errorf("writing %s: %w", p.file, err)))
+		return "", err
 	}
 	switch err := l.append(key, tok, body); {
 	case errors.Is(err, errLogFull):
-		// As a create without the log: the file's data, then its entry.
-		if err := f.Datasync(); err != nil {
-			return "", blobstore.Ambiguous(storeFull(fmt.Errorf("syncing %s: %w", p.file, err)))
+		// As a create without the log.
+		if err := c.syncCreate(key, p, st.f, tok); err != nil {
+			return "", err
 		}
-		if err := c.fsys.SyncDir(p.dir); err != nil {
-			return "", blobstore.Ambiguous(fmt.Errorf("object written but its directory fsync failed: %w", err))
-		}
-		c.durable.set(key, tok)
 	case errors.Is(err, errLogNotWritten):
-		_ = f.Truncate(0)
+		_ = st.f.Truncate(0)
 		return "", err
 	case err != nil:
 		return "", err
-	}
-	if c.hook != nil {
-		c.hook("create-synced")
+	default:
+		if c.hook != nil {
+			c.hook("create-synced")
+		}
 	}
 	return blobstore.Token(hex.EncodeToString(tok[:])), nil
 }
