@@ -48,6 +48,56 @@ var (
 	ErrNodeNotEligible = errors.New("no eligible node")
 )
 
+// Leader is the primary master as another master knows it: its --node
+// name, the URL it serves on and the term of the operation log it holds.
+// The zero Leader means none is known (an election is under way, or no
+// leader entry was read yet).
+type Leader struct {
+	Node string
+	Addr string
+	Term int64
+}
+
+// Known reports whether l names a primary.
+func (l Leader) Known() bool { return l.Term > 0 }
+
+func (l Leader) String() string {
+	if !l.Known() {
+		return "no primary known"
+	}
+	s := fmt.Sprintf("primary %q at term %d", l.Node, l.Term)
+	if l.Addr != "" {
+		s += " serving on " + l.Addr
+	}
+	return s
+}
+
+// RedirectError is ErrNotPrimary or ErrFenced from a master that knows
+// where the primary is: clients send the request there (the API carries
+// Leader in the error detail).
+type RedirectError struct {
+	Err    error
+	Leader Leader
+}
+
+func (e *RedirectError) Error() string {
+	if !e.Leader.Known() {
+		return e.Err.Error() + "; no primary is known yet (an election may be under way): retry shortly"
+	}
+	return fmt.Sprintf("%v; send it to the %v", e.Err, e.Leader)
+}
+
+func (e *RedirectError) Unwrap() error { return e.Err }
+
+// LeaderOf returns the primary a RedirectError inside err names.
+func LeaderOf(err error) (Leader, bool) {
+	var re *RedirectError
+	if errors.As(err, &re) && re.Leader.Known() {
+		return re.Leader, true
+	}
+	return Leader{}, false
+}
+
 // Error is what every master operation returns on failure.
 type Error struct {
 	Op      string // PutStart, PutEnd, GetReplicaList, ReMountSegment, ...

@@ -36,9 +36,14 @@ const (
 	// OpAssignShard records a shard assignment after a change (assign,
 	// takeover at a higher term, handoff start, end or cancel, unassign).
 	OpAssignShard
+	// OpLeader is the primary master's record of itself (its node name,
+	// address and election timeout). It changes no state: its generation
+	// proves the primary alive to standbys, and it tells them where the
+	// primary serves.
+	OpLeader
 )
 
-var opNames = [...]string{"", "MountSegment", "UnmountSegment", "ReMountSegment", "PutStart", "PutEnd", "PutRevoke", "Remove", "Evict", "RestoreSegment", "RestoreObject", "Node", "AssignShard"}
+var opNames = [...]string{"", "MountSegment", "UnmountSegment", "ReMountSegment", "PutStart", "PutEnd", "PutRevoke", "Remove", "Evict", "RestoreSegment", "RestoreObject", "Node", "AssignShard", "Leader"}
 
 func (k OpKind) String() string {
 	if int(k) < len(opNames) && k > 0 {
@@ -63,6 +68,8 @@ type Op struct {
 	Node *masterv1.NodeRecord
 	// Shard is the shard assignment after the change (OpAssignShard).
 	Shard *masterv1.ShardAssignment
+	// Leader is the primary's record of itself (OpLeader).
+	Leader *masterv1.MasterLeader
 }
 
 // Journal is the master's operation log. Record is called while the

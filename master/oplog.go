@@ -67,13 +67,13 @@ func (e *EntryError) Error() string {
 func (e *EntryError) Unwrap() error { return e.Err }
 
 // knownKind reports whether this build reads entries of kind k.
-func knownKind(k OpKind) bool { return k >= OpMountSegment && k <= OpAssignShard }
+func knownKind(k OpKind) bool { return k >= OpMountSegment && k <= OpLeader }
 
 // EncodeEntry returns op in the standby wire format. It refuses an op that
 // DecodeEntry would refuse, so the log never holds an entry its readers
 // cannot apply.
 func EncodeEntry(op *Op) ([]byte, error) {
-	e := &masterv1.OplogEntry{Tenant: op.Tenant, Key: op.Key, ClientId: op.Client, Object: op.Object, Segment: op.Segment, Node: op.Node, Shard: op.Shard}
+	e := &masterv1.OplogEntry{Tenant: op.Tenant, Key: op.Key, ClientId: op.Client, Object: op.Object, Segment: op.Segment, Node: op.Node, Shard: op.Shard, Leader: op.Leader}
 	if err := checkEntry(op.Kind, e); err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func DecodeEntry(b []byte) (*Op, error) {
 	if err := checkEntry(k, &e); err != nil {
 		return nil, err
 	}
-	return &Op{Kind: k, Tenant: e.GetTenant(), Key: e.GetKey(), Client: e.GetClientId(), Object: e.GetObject(), Segment: e.GetSegment(), Node: e.GetNode(), Shard: e.GetShard()}, nil
+	return &Op{Kind: k, Tenant: e.GetTenant(), Key: e.GetKey(), Client: e.GetClientId(), Object: e.GetObject(), Segment: e.GetSegment(), Node: e.GetNode(), Shard: e.GetShard(), Leader: e.GetLeader()}, nil
 }
 
 // checkEntry refuses an entry that lacks what its kind needs or carries
@@ -138,7 +138,22 @@ func checkEntry(k OpKind, e *masterv1.OplogEntry) error {
 	if k != OpAssignShard && e.GetShard() != nil {
 		return bad("a %v entry carries a shard assignment", k)
 	}
+	if k != OpLeader && e.GetLeader() != nil {
+		return bad("a %v entry carries a leader record", k)
+	}
 	switch k {
+	case OpLeader:
+		l := e.GetLeader()
+		switch {
+		case l == nil:
+			return bad("no leader record")
+		case e.GetObject() != nil || e.GetSegment() != nil || e.GetKey() != "" || e.GetTenant() != "" || e.GetClientId() != "":
+			return bad("a leader entry names an object, a segment or a client")
+		case len(l.GetNode()) > maxLeaderField || len(l.GetAddr()) > maxLeaderField:
+			return bad("leader node or address longer than %d bytes", maxLeaderField)
+		case !printable(l.GetNode()) || !printable(l.GetAddr()):
+			return bad("leader node or address holds a control character")
+		}
 	case OpNode:
 		n := e.GetNode()
 		switch {
@@ -213,6 +228,19 @@ func checkEntry(k OpKind, e *masterv1.OplogEntry) error {
 		}
 	}
 	return nil
+}
+
+// maxLeaderField bounds a leader entry's node name and address.
+const maxLeaderField = 1024
+
+// printable reports whether s holds no ASCII control character.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // maxReplicas bounds the replicas of one object (PutStart allows 64 memory

@@ -73,6 +73,9 @@ func connectError(err error) error {
 			d.Key = me.Shard // the detail has no shard field; fleet calls always sent it as the key
 		}
 	}
+	if l, ok := LeaderOf(err); ok {
+		d.LeaderNode, d.LeaderAddr, d.LeaderTerm = l.Node, l.Addr, l.Term
+	}
 	if detail, derr := connect.NewErrorDetail(d); derr == nil {
 		ce.AddDetail(detail)
 	}

@@ -240,7 +240,7 @@ func (m *Master) ReplayStandby(ctx context.Context, op *Op) error {
 		return fail(err)
 	}
 	switch op.Kind {
-	case OpPutStart, OpRemountSegment:
+	case OpPutStart, OpRemountSegment, OpLeader:
 		return nil
 	case OpNode, OpAssignShard:
 		if op.Node == nil && op.Shard == nil {

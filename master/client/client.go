@@ -68,6 +68,10 @@ func wrap(op string, err error) error {
 		if ed, ok := msg.(*masterv1.ErrorDetail); ok {
 			re.Detail = ed
 			re.cause = master.ErrorForReason(ed.GetReason())
+			if re.cause != nil && ed.GetLeaderTerm() > 0 {
+				// master.LeaderOf finds where the primary is.
+				re.cause = &master.RedirectError{Err: re.cause, Leader: master.Leader{Node: ed.GetLeaderNode(), Addr: ed.GetLeaderAddr(), Term: ed.GetLeaderTerm()}}
+			}
 		}
 	}
 	return re

@@ -85,8 +85,12 @@ func (n *node) stop(t *testing.T) {
 
 func start(t *testing.T, store *blobstore.Container, standby bool, tweak ...func(*Options)) *node {
 	t.Helper()
+	name := "test-p"
+	if standby {
+		name = "test-s"
+	}
 	o := Options{
-		Store: store, Cluster: "c1", Standby: standby, Node: "test", Backoff: fastRetry,
+		Store: store, Cluster: "c1", Standby: standby, Node: name, Advertise: "http://" + name, Backoff: fastRetry,
 		Config: master.Config{Shards: 16}, Dir: t.TempDir(), PollInterval: 10 * time.Millisecond,
 		FenceCheckInterval: 50 * time.Millisecond, Retain: seal.GCPolicy{RetainCheckpoints: 2},
 		AllocationLease: 200 * time.Millisecond, AllocationLeaseMargin: 50 * time.Millisecond,

@@ -2,6 +2,7 @@ package ha
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"connectrpc.com/connect"
@@ -27,10 +28,11 @@ func (n *Node) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := n.Ready(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			http.Error(w, fmt.Sprintf("%v; %v", err, n.Leader()), http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ready " + n.Status().Role.String() + "\n"))
+		st := n.Status()
+		_, _ = fmt.Fprintf(w, "ready %s; %v\n", st.Role, st.Leader)
 	})
 }
 
@@ -67,7 +69,21 @@ func (s *haService) Status(context.Context, *connect.Request[masterv1.StatusRequ
 	if st.Err != nil {
 		out.Error = st.Err.Error()
 	}
+	out.LeaderNode, out.LeaderAddr, out.LeaderTerm = st.Leader.Node, st.Leader.Addr, st.Leader.Term
+	out.Node, out.Addr = st.Node, st.Addr
+	out.ElectionTimeoutMs = uint64(st.ElectionTimeout.Milliseconds())
+	if st.Role == RoleStandby && st.ElectionTimeout > 0 {
+		out.ElectionInMs = uint64(max(st.ElectionIn, 0).Milliseconds())
+	}
 	return connect.NewResponse(out), nil
+}
+
+func (s *haService) Leader(context.Context, *connect.Request[masterv1.LeaderRequest]) (*connect.Response[masterv1.LeaderResponse], error) {
+	st := s.n.Status()
+	return connect.NewResponse(&masterv1.LeaderResponse{
+		Role: masterv1.MasterRole(st.Role), Node: st.Node, Addr: st.Addr,
+		LeaderNode: st.Leader.Node, LeaderAddr: st.Leader.Addr, LeaderTerm: st.Leader.Term,
+	}), nil
 }
 
 func (s *haService) Snapshot(ctx context.Context, _ *connect.Request[masterv1.SnapshotRequest]) (*connect.Response[masterv1.SnapshotResponse], error) {

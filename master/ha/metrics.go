@@ -23,6 +23,8 @@ type Metrics struct {
 	snapshotPause      prometheus.Gauge
 	promotionSeconds   prometheus.Gauge
 	term               prometheus.Gauge
+	elections          prometheus.Counter
+	stepDowns          prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -94,11 +96,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "shardfence_master_term",
 			Help: "Term of the operation log this master holds (0 when it holds none).",
 		}),
+		elections: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardfence_master_elections_won_total",
+			Help: "Times this master claimed the operation log by itself, after the primary showed no sign of life for the election timeout.",
+		}),
+		stepDowns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardfence_master_step_downs_total",
+			Help: "Times this master stopped being primary (fenced by a newer one, its leadership lapsed, or its log failed) and turned standby.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.appends, m.appendSeconds, m.entries, m.standbyLagEntries, m.standbyLagSeconds,
 			m.standbyApplied, m.standbyRebuilds, m.candidateFallbacks, m.snapshots, m.snapshotFailures,
-			m.snapshotSeconds, m.snapshotBytes, m.snapshotObjects, m.snapshotPause, m.promotionSeconds, m.term)
+			m.snapshotSeconds, m.snapshotBytes, m.snapshotObjects, m.snapshotPause, m.promotionSeconds, m.term, m.elections, m.stepDowns)
 	}
 	return m
 }

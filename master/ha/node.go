@@ -72,10 +72,31 @@ type Options struct {
 	Store   *blobstore.Container
 	Cluster string
 	// Standby starts the node as a hot standby: it tails the log with
-	// reads only and claims nothing until promoted.
+	// reads only and claims nothing until promoted or elected. Without
+	// it, a node claims the log at once when elections are off or the log
+	// is new; otherwise it starts as a standby and is elected when no
+	// primary shows a sign of life.
 	Standby bool
-	// Node names this process in fence keys, for operators.
+	// Node names this process in fence keys and leader entries, for
+	// operators and clients.
 	Node string
+	// Advertise is the URL this master serves its API on, as sidecars,
+	// the CLI and other masters reach it. The primary writes it into its
+	// leader entries; every other master redirects requests there.
+	Advertise string
+	// ElectionTimeout turns on elections: a standby that sees no sign of
+	// the primary's life (a new log generation or term) for this long,
+	// plus a random share of up to a fifth of it, claims the log by
+	// itself; the primary appends a leader entry every third of it and
+	// answers nothing once no append it sent in the last nine tenths of it
+	// was acknowledged. 0: no elections (only promote makes a primary)
+	// and no leadership lease. Every master of a cluster should use the
+	// same value; a standby waits the longer of its own and the one the
+	// primary announces.
+	ElectionTimeout time.Duration
+	// ElectionSeed seeds the random share of the election wait; 0 draws
+	// one.
+	ElectionSeed uint64
 
 	// Config and MasterOptions build every master the node restores
 	// (MasterOptions.Journal is the node's own).
@@ -152,6 +173,16 @@ type Node struct {
 	lastSnap snapshotInfo
 	// stopLiveness stops the liveness monitor of the primary.
 	stopLiveness context.CancelFunc
+	// lost is closed when the primary's log fails (fenced, lapsed or
+	// failed): the primary steps down.
+	lost chan struct{}
+	// elect is the standby's election bookkeeping.
+	elect *elector
+	// steppedDown is why this node last stopped being primary.
+	steppedDown error
+	// leader is the primary as this node knows it (itself while
+	// primary); nil when unknown.
+	leader atomic.Pointer[master.Leader]
 }
 
 type request struct {
@@ -241,8 +272,21 @@ func New(opts Options) (*Node, error) {
 	if node == "" {
 		alloc = "master-" + hex.EncodeToString(suffix)
 	}
+	if opts.ElectionTimeout < 0 {
+		return nil, fmt.Errorf("%w: election timeout %v is negative", master.ErrInvalidArgument, opts.ElectionTimeout)
+	}
+	if opts.ElectionSeed == 0 {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		for _, c := range b {
+			opts.ElectionSeed = opts.ElectionSeed<<8 | uint64(c)
+		}
+	}
 	n := &Node{opts: opts, shard: shard, store: store, alloc: alloc, reqs: make(chan request),
 		log: opts.Log.With("cluster", opts.Cluster, "shard", shard), role: RoleOpening}
+	n.elect = newElector(opts.ElectionTimeout, opts.ElectionSeed, opts.Clock.Now())
 	if opts.Standby {
 		n.role = RoleStandby
 	}
@@ -265,17 +309,65 @@ func (n *Node) newMaster() (*master.Master, error) {
 // opening), ErrFenced or ErrLogFailed. A standby's master (for Stats) is
 // returned along with ErrNotPrimary when it has one. It is one atomic
 // load: every request calls it.
+//
+// A refusal is a *master.RedirectError naming the primary when this node
+// knows it, so clients go there at once; a primary whose leadership lease
+// ran out refuses too (see Options.ElectionTimeout).
 func (n *Node) Serving() (*master.Master, error) {
 	s := n.serving.Load()
 	if s == nil {
 		return nil, fmt.Errorf("%w: this master of cluster %q is still opening its operation log; retry shortly", master.ErrNotPrimary, n.opts.Cluster)
 	}
-	return s.m, s.err
+	if s.err != nil {
+		return s.m, n.redirect(s.err)
+	}
+	if s.lg != nil {
+		if err := s.lg.Leased(); err != nil {
+			return s.m, n.redirect(err)
+		}
+	}
+	return s.m, nil
+}
+
+// redirect wraps a refusal with the primary this node knows of; a leader
+// record of this node itself is no place to send anyone.
+func (n *Node) redirect(err error) error {
+	return &master.RedirectError{Err: err, Leader: n.otherLeader()}
+}
+
+func (n *Node) otherLeader() master.Leader {
+	l := n.leader.Load()
+	if l == nil || (l.Node == n.opts.Node && l.Addr == n.opts.Advertise) {
+		return master.Leader{}
+	}
+	return *l
+}
+
+// Leader returns the primary as this node knows it: itself while it is
+// primary and its leadership lease holds, else the master its log's newest
+// leader entry names (the zero Leader when it knows of none).
+func (n *Node) Leader() master.Leader {
+	if s := n.serving.Load(); s != nil && s.err == nil && s.lg != nil && s.lg.Leased() == nil {
+		if l := n.leader.Load(); l != nil {
+			return *l
+		}
+	}
+	return n.otherLeader()
+}
+
+// learnLeader records the primary a leader entry of term names; a term
+// seen without its leader entry yet makes the primary unknown.
+func (n *Node) learnLeader(l master.Leader) {
+	if cur := n.leader.Load(); cur != nil && cur.Term > l.Term {
+		return
+	}
+	n.leader.Store(&l)
 }
 
 type servingState struct {
 	m   *master.Master
 	err error
+	lg  *oplog // the primary's log, whose lease Serving checks
 }
 
 // publishLocked makes the role, master and error visible to Serving. The
@@ -284,6 +376,7 @@ func (n *Node) publishLocked() {
 	s := &servingState{m: n.m}
 	switch n.role {
 	case RolePrimary:
+		s.lg = n.oplog
 	case RoleFenced, RoleFailed:
 		s.err = n.err
 	case RoleStandby:
@@ -309,6 +402,9 @@ func (n *Node) Ready() error {
 		n.mu.Unlock()
 		if lg != nil {
 			if err := lg.Unproven(); err != nil {
+				return fmt.Errorf("primary of cluster %q, not serving: %v", n.opts.Cluster, err)
+			}
+			if err := lg.Leased(); err != nil {
 				return fmt.Errorf("primary of cluster %q, not serving: %v", n.opts.Cluster, err)
 			}
 		}
@@ -342,15 +438,32 @@ type Status struct {
 	Err          error
 	LastSnapshot string
 	SnapshotGen  int64
+	// Leader is the primary as this node knows it (Node.Leader).
+	Leader master.Leader
+	// Node and Addr are this master's name and advertised URL.
+	Node, Addr string
+	// ElectionTimeout is how long a standby waits without a sign of the
+	// primary's life (0: it never claims by itself); ElectionIn, on a
+	// standby, how long until it would claim (negative: due).
+	ElectionTimeout time.Duration
+	ElectionIn      time.Duration
+	// SteppedDown is why this node last stopped being primary (nil if it
+	// never did).
+	SteppedDown error
 }
 
 // Status reports the node's role, term and position.
 func (n *Node) Status() Status {
 	n.mu.Lock()
 	st := Status{Role: n.role, Cluster: n.opts.Cluster, Shard: n.shard, Term: n.term, Err: n.err,
-		LastSnapshot: n.lastSnap.key, SnapshotGen: n.lastSnap.gen}
+		LastSnapshot: n.lastSnap.key, SnapshotGen: n.lastSnap.gen, Node: n.opts.Node, Addr: n.opts.Advertise,
+		ElectionTimeout: n.elect.timeout(), SteppedDown: n.steppedDown}
+	if n.role == RoleStandby {
+		st.ElectionIn, _ = n.elect.until(n.opts.Clock.Now())
+	}
 	lg, tl := n.oplog, n.tail
 	n.mu.Unlock()
+	st.Leader = n.Leader()
 	if lg != nil {
 		st.Position, _ = lg.Acked()
 	}
@@ -370,40 +483,117 @@ func (n *Node) setRole(r Role, err error) {
 // Run does the node's work until ctx ends: a primary opens the log (claim
 // at the next term, which fences any previous master, then the newest good
 // snapshot and the log after it) and serves; a standby loads the newest
-// snapshot, tails the log, and becomes primary when promoted. It returns
-// nil when ctx ends, or the error that stopped the node for good.
+// snapshot, tails the log, and becomes primary when promoted or elected. A
+// primary that loses the log (fenced by a newer master, its leadership
+// lapsed, or its log failed) steps down and carries on as a standby. It
+// returns nil when ctx ends, or the error that stopped the node for good.
 func (n *Node) Run(ctx context.Context) error {
 	defer n.shutdown()
-	if n.opts.Standby {
-		promoted, err := n.runStandby(ctx)
-		if !promoted {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
+	claim := !n.opts.Standby
+	if claim && n.opts.ElectionTimeout > 0 {
+		// With elections, a master started as primary claims at once
+		// only a log no master opened yet; otherwise a primary may be
+		// serving, and this one is elected if none shows a sign of life.
+		top, err := n.topTermRetrying(ctx)
+		if err != nil {
+			return nil
 		}
-	} else {
-		for {
-			err := n.openPrimary(ctx, false)
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
+		if claim = top == 0; !claim {
+			n.setRole(RoleStandby, nil)
+			n.log.Info("the operation log has a primary already, or had one: starting as a standby, elected if it shows no sign of life", "term", top, "election_timeout", n.opts.ElectionTimeout)
+		}
+	}
+	for {
+		if claim {
+			err := n.openPrimaryRetrying(ctx)
+			switch {
+			case ctx.Err() != nil:
 				return nil
-			}
-			if !retryable(err) {
+			case err != nil && n.opts.ElectionTimeout > 0 && errors.Is(err, fence.ErrFenced):
+				// Another master claimed the new log first: follow it.
+				n.setRole(RoleStandby, nil)
+				n.log.Info("another master claimed the operation log first; following it as a standby", "err", err)
+				claim = false
+				continue
+			case err != nil:
 				n.setRole(RoleFailed, fmt.Errorf("%w: %w", master.ErrLogFailed, err))
 				n.log.Error("master could not open its operation log", "err", err)
 				return err
 			}
-			n.log.Warn("opening the operation log failed; retrying", "err", err)
-			if fence.Sleep(ctx, n.opts.Clock, time.Second) != nil {
-				return nil
+		} else {
+			promoted, err := n.runStandby(ctx)
+			if !promoted {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
 			}
 		}
+		n.runPrimary(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		n.stepDown()
+		claim = false
 	}
-	n.runPrimary(ctx)
-	return nil
+}
+
+// openPrimaryRetrying opens the log as primary, retrying store trouble.
+func (n *Node) openPrimaryRetrying(ctx context.Context) error {
+	for {
+		err := n.openPrimary(ctx, false, 0)
+		if err == nil || ctx.Err() != nil || !retryable(err) {
+			return err
+		}
+		n.log.Warn("opening the operation log failed; retrying", "err", err)
+		if fence.Sleep(ctx, n.opts.Clock, time.Second) != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// topTermRetrying is the log's highest term, retrying store trouble
+// until ctx ends.
+func (n *Node) topTermRetrying(ctx context.Context) (int64, error) {
+	for {
+		top, err := n.topTerm(ctx)
+		if err == nil || ctx.Err() != nil {
+			return top, err
+		}
+		n.log.Warn("listing the operation log's terms failed; retrying", "err", err)
+		if err := fence.Sleep(ctx, n.opts.Clock, time.Second); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// stepDown ends this node's time as primary: its log is closed (it failed
+// already), its memory dropped, and it tails the log as a standby of
+// whichever master holds it, reporting fenced (or failed) and not ready
+// until it has loaded the log again.
+func (n *Node) stepDown() {
+	n.mu.Lock()
+	lg, term, why, role := n.oplog, n.term, n.err, n.role
+	n.mu.Unlock()
+	if lg != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = lg.Close(ctx)
+		cancel()
+	}
+	if role == RolePrimary {
+		// runPrimary ended without a failure of the log (not expected):
+		// say so rather than carry on as if fenced.
+		role, why = RoleFailed, fmt.Errorf("%w: the primary stopped serving", master.ErrLogFailed)
+	}
+	n.mu.Lock()
+	n.oplog, n.sh, n.tail, n.m, n.term, n.claim = nil, nil, nil, nil, 0, 0
+	n.role, n.err, n.steppedDown = role, why, why
+	n.elect = newElector(n.opts.ElectionTimeout, n.opts.ElectionSeed+uint64(term), n.opts.Clock.Now())
+	n.elect.sawTerm(term, n.opts.Clock.Now())
+	n.publishLocked()
+	n.mu.Unlock()
+	n.opts.Metrics.stepDowns.Inc()
+	n.log.Warn("master stepped down: it reloads the log and follows the new primary as a standby", "term", term, "reason", why)
 }
 
 // retryable: store trouble, not a verdict about the log.
@@ -423,6 +613,16 @@ func retryable(err error) bool {
 // nextTerm is one above every term the shard's fence keys and seal markers
 // name.
 func (n *Node) nextTerm(ctx context.Context) (int64, error) {
+	top, err := n.topTerm(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return top + 1, nil
+}
+
+// topTerm is the highest term the shard's fence keys and seal markers
+// name (0 for a log no master opened).
+func (n *Node) topTerm(ctx context.Context) (int64, error) {
 	var top int64
 	for _, prefix := range []string{fence.Dir, seal.MarkerPrefix} {
 		var items []blobstore.Attrs
@@ -443,18 +643,21 @@ func (n *Node) nextTerm(ctx context.Context) (int64, error) {
 			}
 		}
 	}
-	return top + 1, nil
+	return top, nil
 }
 
-// openPrimary claims the log at the next term (or the term an earlier
-// attempt of this promotion claimed) and opens it. With resume, the
+// openPrimary claims the log at term (0: the term an earlier attempt of
+// this promotion claimed, else the next one) and opens it. With resume, the
 // standby's master continues from its position and only what it had not
 // applied is replayed; otherwise (or when its position is no longer on the
 // lineage) a fresh master is built from the newest snapshot that restores
 // and the log after it.
-func (n *Node) openPrimary(ctx context.Context, resume bool) error {
+func (n *Node) openPrimary(ctx context.Context, resume bool, term int64) error {
+	claimed := n.opts.Clock.Now() // the claim is sent after this: the leadership lease starts here
 	n.mu.Lock()
-	term := n.claim
+	if term == 0 {
+		term = n.claim
+	}
 	n.mu.Unlock()
 	if term == 0 {
 		var err error
@@ -467,7 +670,7 @@ func (n *Node) openPrimary(ctx context.Context, resume bool) error {
 	}
 	ro := recovery.Options{Node: n.opts.Node, Clock: n.opts.Clock, Backoff: n.opts.Backoff, Parallelism: 8, Writer: n.writerOptions()}
 	var cur *master.Master
-	ro.Apply = func(_ context.Context, b translog.Batch) error { return applyBatch(cur, b) }
+	ro.Apply = func(_ context.Context, b translog.Batch) error { _, err := applyBatch(cur, b); return err }
 	var sh *recovery.Shard
 	var err error
 	if resume {
@@ -481,7 +684,7 @@ func (n *Node) openPrimary(ctx context.Context, resume bool) error {
 			// The standby's position moves with what is replayed, so a
 			// retry after a failure part-way resumes where this one got.
 			ro.Apply = func(_ context.Context, b translog.Batch) error {
-				if err := applyBatch(cur, b); err != nil {
+				if _, err := applyBatch(cur, b); err != nil {
 					return err
 				}
 				tl.mu.Lock()
@@ -502,7 +705,7 @@ func (n *Node) openPrimary(ctx context.Context, resume bool) error {
 				return err
 			}
 			ro.Resume = nil
-			ro.Apply = func(_ context.Context, b translog.Batch) error { return applyBatch(cur, b) }
+			ro.Apply = func(_ context.Context, b translog.Batch) error { _, err := applyBatch(cur, b); return err }
 		}
 	}
 	if sh == nil {
@@ -535,6 +738,7 @@ func (n *Node) openPrimary(ctx context.Context, resume bool) error {
 	lg := newOplog(sh.Writer, sh.Chain, n.opts.Clock, oplogOptions{
 		from: pos, maxBytes: int(n.syncLimit()), metrics: n.opts.Metrics, onFail: n.onLogFail,
 		lease: n.opts.AllocationLease, notBefore: sh.Chain.SweptAt() + int64(n.opts.AllocationLease+n.opts.AllocationLeaseMargin),
+		leadership: leaseFor(n.opts.ElectionTimeout), claimed: claimed,
 	})
 	cur.SetJournal(lg)
 	// Every client the restored state names starts a fresh Active window:
@@ -543,6 +747,8 @@ func (n *Node) openPrimary(ctx context.Context, resume bool) error {
 	n.mu.Lock()
 	n.m, n.sh, n.oplog, n.term, n.claim = cur, sh, lg, term, 0
 	n.role, n.err, n.tail = RolePrimary, nil, nil
+	n.lost = make(chan struct{})
+	n.leader.Store(&master.Leader{Node: n.opts.Node, Addr: n.opts.Advertise, Term: term})
 	n.publishLocked()
 	if sh.Checkpoint != nil {
 		n.lastSnap = snapshotInfo{key: sh.Checkpoint.Key(), gen: sh.Checkpoint.Gen, pos: recovery.Position{Term: sh.Checkpoint.Term, Gen: sh.Checkpoint.Gen, NextSeqNo: sh.Checkpoint.NextSeqNo}}
@@ -588,7 +794,14 @@ func (n *Node) onLogFail(err error) {
 	if errors.Is(err, master.ErrFenced) {
 		role = RoleFenced
 	}
-	n.setRole(role, err)
+	n.mu.Lock()
+	n.role, n.err = role, err
+	n.publishLocked()
+	if n.lost != nil {
+		close(n.lost)
+		n.lost = nil
+	}
+	n.mu.Unlock()
 	n.opts.Metrics.term.Set(0)
 	n.log.Error("master stops serving: its operation log failed", "role", role.String(), "err", err)
 }
@@ -604,13 +817,23 @@ func (n *Node) runPrimary(ctx context.Context) {
 	}
 	fenceTick := time.NewTicker(n.opts.FenceCheckInterval)
 	defer fenceTick.Stop()
+	// The leader entry: at once, so standbys learn where this primary
+	// serves, then every renewal interval, so an idle log still shows
+	// standbys a new generation (a busy one carries it in a batch it
+	// writes anyway).
+	renewTick := time.NewTicker(renewEvery(n.opts.ElectionTimeout))
+	defer renewTick.Stop()
+	n.renew()
 	// The liveness monitor (and its offboarding executor) runs while this
 	// node is primary; it drains when the node stops or stops serving.
 	liveCtx, stopLive := context.WithCancel(ctx)
 	n.mu.Lock()
-	m := n.m
+	m, lost := n.m, n.lost
 	n.stopLiveness = stopLive
 	n.mu.Unlock()
+	if lost == nil {
+		return // the log failed before it served
+	}
 	liveDone := make(chan struct{})
 	go func() {
 		defer close(liveDone)
@@ -624,6 +847,10 @@ func (n *Node) runPrimary(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-lost:
+			return
+		case <-renewTick.C:
+			n.renew()
 		case req := <-n.reqs:
 			if req.promote {
 				req.out <- result{err: fmt.Errorf("%w: this master is %s, not a standby", master.ErrInvalidArgument, n.Status().Role)}
@@ -644,6 +871,22 @@ func (n *Node) runPrimary(ctx context.Context) {
 			n.checkFence(ctx)
 		}
 	}
+}
+
+// renew records a leader entry: it carries this master's name, address
+// and election timeout to the standbys, and its generation renews the
+// leadership lease and shows standbys the primary is alive. Its ticket is
+// not waited for: a failed append fails the log and the node steps down.
+func (n *Node) renew() {
+	n.mu.Lock()
+	lg := n.oplog
+	n.mu.Unlock()
+	if lg == nil {
+		return
+	}
+	lg.Record(&master.Op{Kind: master.OpLeader, Leader: &masterv1.MasterLeader{
+		Node: n.opts.Node, Addr: n.opts.Advertise, ElectionTimeoutMs: uint64(n.opts.ElectionTimeout.Milliseconds()),
+	}})
 }
 
 // checkFence lists the fence keys: a higher term means a newer master
@@ -700,11 +943,14 @@ func (n *Node) Promote(ctx context.Context) (PromoteResult, error) {
 }
 
 // promote runs on the Run goroutine, between two tail steps.
-func (n *Node) promote(ctx context.Context) (PromoteResult, error) {
+func (n *Node) promote(ctx context.Context, term int64) (PromoteResult, error) {
 	start := time.Now()
+	n.mu.Lock()
+	was := n.role
+	n.mu.Unlock()
 	n.setRole(RoleOpening, nil)
-	if err := n.openPrimary(ctx, true); err != nil {
-		n.setRole(RoleStandby, nil)
+	if err := n.openPrimary(ctx, true, term); err != nil {
+		n.setRole(was, nil)
 		return PromoteResult{}, err
 	}
 	d := time.Since(start)
@@ -735,21 +981,27 @@ func (n *Node) Snapshot(ctx context.Context) (SnapshotResult, error) {
 
 // applyBatch decodes every entry of a generation before applying any, so
 // an entry this build cannot read stops the replay with nothing of its
-// generation applied.
-func applyBatch(m *master.Master, b translog.Batch) error {
+// generation applied. It returns the generation's last leader entry, if
+// any (they change no state).
+func applyBatch(m *master.Master, b translog.Batch) (*masterv1.MasterLeader, error) {
 	ops := make([]*master.Op, len(b.Ops))
 	for i, raw := range b.Ops {
 		op, err := master.DecodeEntry(raw)
 		if err != nil {
-			return fmt.Errorf("entry %d (sequence number %d) of generation %d, term %d: %w", i, b.FirstSeqNo+int64(i), b.Gen, b.Term, err)
+			return nil, fmt.Errorf("entry %d (sequence number %d) of generation %d, term %d: %w", i, b.FirstSeqNo+int64(i), b.Gen, b.Term, err)
 		}
 		ops[i] = op
 	}
 	ctx := context.Background()
+	var leader *masterv1.MasterLeader
 	for i, op := range ops {
+		if op.Kind == master.OpLeader {
+			leader = op.Leader
+			continue
+		}
 		if err := m.ReplayStandby(ctx, op); err != nil {
-			return fmt.Errorf("entry %d (sequence number %d) of generation %d, term %d: %w", i, b.FirstSeqNo+int64(i), b.Gen, b.Term, err)
+			return nil, fmt.Errorf("entry %d (sequence number %d) of generation %d, term %d: %w", i, b.FirstSeqNo+int64(i), b.Gen, b.Term, err)
 		}
 	}
-	return nil
+	return leader, nil
 }

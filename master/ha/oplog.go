@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardfence/shardfence/fence"
@@ -42,7 +43,12 @@ type oplog struct {
 	// stopped placing before this one starts).
 	lease     time.Duration
 	notBefore int64
-	proveMu   sync.Mutex
+	// leadership is how long an acknowledged append (from its send time)
+	// lets the master answer at all (leaseFor of the election timeout; 0:
+	// no leadership lease). leaseUntil is when the current one runs out.
+	leadership time.Duration
+	leaseUntil atomic.Int64
+	proveMu    sync.Mutex
 	// opened is when the log opened (steady ns): until a first proof,
 	// readiness counts the proof's age from here.
 	opened int64
@@ -80,15 +86,45 @@ type oplogOptions struct {
 	maxBytes  int
 	lease     time.Duration
 	notBefore int64
-	metrics   *Metrics
-	onFail    func(error)
+	// leadership and claimed: the leadership lease (see oplog) and the
+	// steady time the claim that opened the log was sent, which starts it.
+	leadership time.Duration
+	claimed    int64
+	metrics    *Metrics
+	onFail     func(error)
 }
 
 func newOplog(w *translog.Writer, chain *fence.Chain, clock fence.Clock, o oplogOptions) *oplog {
 	l := &oplog{w: w, chain: chain, clock: clock, maxBytes: o.maxBytes, onFail: o.onFail, metrics: o.metrics, acked: o.from,
-		lease: o.lease, notBefore: o.notBefore, opened: clock.Now(), kick: make(chan struct{}, 1), done: make(chan struct{})}
+		lease: o.lease, notBefore: o.notBefore, leadership: o.leadership, opened: clock.Now(), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	l.leaseUntil.Store(o.claimed + int64(o.leadership))
 	go l.pump()
 	return l
+}
+
+// Leased returns nil while this master's leadership lease holds (or it
+// keeps none), else why it must not answer: no append it sent within the
+// lease was acknowledged, so a standby may be claiming the log.
+func (l *oplog) Leased() error {
+	if l.leadership <= 0 {
+		return nil
+	}
+	if late := time.Duration(l.clock.Now() - l.leaseUntil.Load()); late >= 0 {
+		return fmt.Errorf("%w: this master's leadership lapsed %v ago (no append to the operation log sent in the last %v was acknowledged: the store is slow or unreachable, or the process was paused); it answers nothing until an append succeeds again, and a standby may be taking over", master.ErrNotPrimary, late.Round(time.Millisecond), l.leadership)
+	}
+	return nil
+}
+
+// renewed extends the leadership lease after an append sent at sent was
+// acknowledged.
+func (l *oplog) renewed(sent int64) {
+	until := sent + int64(l.leadership)
+	for {
+		cur := l.leaseUntil.Load()
+		if until <= cur || l.leaseUntil.CompareAndSwap(cur, until) {
+			return
+		}
+	}
 }
 
 // Wait implements master.Ticket.
@@ -347,6 +383,18 @@ func (l *oplog) pump() {
 			l.freed = nil
 		}
 		l.mu.Unlock()
+		// An append acknowledged after the leadership lease ran out (the
+		// store held it that long, or the process was paused) is durable,
+		// but a standby may have claimed the log meanwhile: this master
+		// acknowledges nothing past its lease. Its callers hear that the
+		// outcome is unknown, and the master steps down (its memory and
+		// the published table may now differ from what it told callers;
+		// a standby rebuilds both from the log).
+		if err := l.Leased(); err != nil {
+			l.fail(fmt.Errorf("%w (an append reached the operation log after the lease ran out: the outcome of its changes is unknown to their callers, who read them back from the primary)", err))
+			l.finish(b, l.Err())
+			continue
+		}
 		l.finish(b, nil)
 	}
 }
@@ -384,6 +432,7 @@ func (l *oplog) send(b *batch) error {
 		}
 		l.unproven = nil
 		l.mu.Unlock()
+		l.renewed(sent)
 		l.metrics.appends.Inc()
 	}
 	l.metrics.appendSeconds.Observe(float64(l.clock.Now()-start) / 1e9)

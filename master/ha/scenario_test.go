@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -115,13 +116,20 @@ func TestStandbyTailsAndPromotionFencesThePrimary(t *testing.T) {
 		if err := readable(m2, "k1"); !errors.Is(err, master.ErrNoReadableReplica) {
 			t.Fatalf("the promoted master serves a replica before its segment remounted: %v", err)
 		}
-		// The old primary learns it lost the log without a write...
-		waitFor(t, "the old primary to see it is fenced", func() bool { return p.Status().Role == RoleFenced })
-		if err := p.Ready(); err == nil || !strings.Contains(err.Error(), "fenced") {
-			t.Fatalf("old primary ready: %v", err)
-		}
-		if _, err := p.Serving(); !errors.Is(err, master.ErrFenced) || !errors.Is(err, fence.ErrFenced) {
-			t.Fatalf("old primary serving: %v", err)
+		// The old primary learns it lost the log without a write, steps
+		// down, and follows the new one as a standby, sending clients
+		// there...
+		waitFor(t, "the old primary to see it is fenced", func() bool {
+			err := p.Status().SteppedDown
+			return errors.Is(err, master.ErrFenced) && errors.Is(err, fence.ErrFenced)
+		})
+		waitFor(t, "the old primary to name the new one", func() bool {
+			_, err := p.Serving()
+			l, ok := master.LeaderOf(err)
+			return errors.Is(err, master.ErrNotPrimary) && ok && l.Term == 2 && l.Node == "test-s"
+		})
+		if st := p.Status(); st.Role != RoleStandby || st.Term != 0 {
+			t.Fatalf("the old primary after stepping down: %+v", st)
 		}
 		// ...and a change sent to its master directly is not acknowledged.
 		err = m.PutEnd(context.Background(), "c1", "t", "k1")
@@ -389,7 +397,8 @@ func TestSnapshotFormatV1RoundTrip(t *testing.T) {
 	m := primary(t, p)
 	mountSeg(t, m, 1)
 	putObj(t, m, "k", master.PutOptions{HardPin: true})
-	if _, err := p.Snapshot(context.Background()); err != nil {
+	snap, err := p.Snapshot(context.Background())
+	if err != nil {
 		t.Fatal(err)
 	}
 	p.stop(t)
@@ -399,7 +408,7 @@ func TestSnapshotFormatV1RoundTrip(t *testing.T) {
 		t.Fatalf("restored %d objects from a v1 snapshot", got)
 	}
 	sub, _ := blobstore.Sub(store, p.Shard())
-	obj, err := sub.Get(context.Background(), seal.FilePrefix(1, 2)+master.SnapshotManifestFile)
+	obj, err := sub.Get(context.Background(), seal.FilePrefix(1, snap.Gen)+master.SnapshotManifestFile)
 	if err != nil || !strings.HasPrefix(string(obj.Body), "messagepack|1.0.0|") {
 		t.Fatalf("v1 manifest %q %v", obj.Body, err)
 	}
@@ -427,10 +436,21 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 	s := start(t, store, true)
 	s.Promote(context.Background())
-	waitFor(t, "fencing", func() bool { return p.Status().Role == RoleFenced })
-	if get("/healthz") != 200 || get("/readyz") != http.StatusServiceUnavailable {
-		t.Fatal("a fenced master must stay up and not ready")
+	// The old primary, fenced, steps down: it stays up, and once it has
+	// loaded the log again it is a ready standby that names the primary.
+	waitFor(t, "fencing", func() bool { return errors.Is(p.Status().SteppedDown, master.ErrFenced) })
+	if get("/healthz") != 200 {
+		t.Fatal("a fenced master must stay up")
 	}
+	waitFor(t, "the old primary to be a ready standby", func() bool {
+		res, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res.StatusCode == 200 && strings.Contains(string(body), "ready standby") && strings.Contains(string(body), "at term 2")
+	})
 }
 
 // A primary whose store stops answering the fence listing cannot prove it

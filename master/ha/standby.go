@@ -64,13 +64,18 @@ func (t *tailer) position() recovery.Position {
 	return t.pos
 }
 
-// runStandby tails the log until promoted (true) or ctx ends. A log it
-// cannot apply stops it for good (the node turns failed); store trouble is
-// retried.
+// runStandby tails the log until promoted or elected (true) or ctx ends.
+// A log it cannot apply stops it for good (the node turns failed); store
+// trouble is retried.
 func (n *Node) runStandby(ctx context.Context) (bool, error) {
 	var fatal error
 	for {
 		if fatal == nil {
+			if elected, err := n.maybeElect(ctx); elected {
+				return true, nil
+			} else if err != nil && ctx.Err() == nil {
+				n.log.Warn("standby: the election's claim failed; trying again", "err", err)
+			}
 			progressed, err := n.standbyStep(ctx)
 			switch {
 			case err != nil && ctx.Err() != nil:
@@ -118,7 +123,7 @@ func (n *Node) standbyRequest(ctx context.Context, req request, fatal error) (bo
 	// Not bound to the caller: once the claim has fenced the old primary,
 	// finishing the promotion is what restores service, whether or not
 	// the caller is still waiting.
-	res, err := n.promote(ctx)
+	res, err := n.promote(ctx, 0)
 	req.out <- result{promote: res, err: err}
 	return err == nil, nil
 }
@@ -153,10 +158,24 @@ func (n *Node) standbyStep(ctx context.Context) (bool, error) {
 		return false, &fence.BodyError{Shard: n.shard, Key: translog.MDKey(term, g), Err: fence.ErrCorruptBody,
 			Detail: fmt.Sprintf("first sequence number %d, the standby's history ends before %d", b.FirstSeqNo, pos.NextSeqNo)}
 	}
-	if err := applyBatch(t.m, b); err != nil {
+	leader, err := applyBatch(t.m, b)
+	if err != nil {
 		return false, err
 	}
 	n.opts.Metrics.standbyApplied.Add(float64(len(b.Ops)))
+	// A generation seen for the first time was written after its append
+	// was sent: a sign of the primary's life (election.go).
+	now := n.opts.Clock.Now()
+	n.mu.Lock()
+	n.elect.sawTerm(term, now)
+	n.elect.alive(now)
+	if leader != nil {
+		n.elect.primaryTimeout(time.Duration(leader.GetElectionTimeoutMs()) * time.Millisecond)
+	}
+	n.mu.Unlock()
+	if leader != nil {
+		n.learnLeader(master.Leader{Node: leader.GetNode(), Addr: leader.GetAddr(), Term: term})
+	}
 	n.lookAtTip(ctx, t, false)
 	t.mu.Lock()
 	t.pos = recovery.Position{Term: term, Gen: g, NextSeqNo: b.FirstSeqNo + int64(len(b.Ops))}
@@ -276,7 +295,20 @@ func (n *Node) refreshLineage(ctx context.Context, t *tailer) error {
 		return n.rebuild(ctx)
 	}
 	t.lin, t.top = rep.Lineage, rep.Markers[0].Term
+	n.sawTerm(t.top)
 	return nil
+}
+
+// sawTerm tells the election of a term seen in the log: a new one is a
+// new primary's claim (a sign of life), whose leader entry is not read
+// yet.
+func (n *Node) sawTerm(term int64) {
+	n.mu.Lock()
+	fresh := n.elect.sawTerm(term, n.opts.Clock.Now())
+	n.mu.Unlock()
+	if l := n.leader.Load(); fresh && (l == nil || l.Term < term) {
+		n.leader.Store(&master.Leader{})
+	}
 }
 
 func (n *Node) sealOptions() seal.Options {
@@ -306,6 +338,76 @@ func (n *Node) rebuild(ctx context.Context) error {
 	return n.bootstrap(ctx)
 }
 
+// loadedLocked: the standby holds the log again. A node that stepped down
+// (fenced, or its log failed) is a standby from here on; the election
+// counts from here, so a standby that just loaded gives the primary a
+// whole timeout to show a sign of life. The caller holds n.mu.
+func (n *Node) loadedLocked() {
+	if n.role == RoleFenced || n.role == RoleFailed {
+		n.role, n.err = RoleStandby, nil
+		n.log.Info("the master that stepped down is a standby again", "reason", n.steppedDown)
+	}
+	n.elect.alive(n.opts.Clock.Now())
+	n.publishLocked()
+}
+
+// maybeElect claims the log when the election says the primary is gone:
+// no sign of its life for the election timeout (plus this standby's random
+// share). It first looks once more: a term above the one it watched is
+// another master's claim, a new generation the primary's renewal, and
+// either puts the election off. The claim is at exactly one above the
+// highest term seen, so of several standbys that try at once only one
+// wins (the fence key's create-if-absent decides); the others stay
+// standbys and tail the winner. It reports whether this node is primary.
+func (n *Node) maybeElect(ctx context.Context) (bool, error) {
+	n.mu.Lock()
+	t := n.tail
+	due, auto := n.elect.until(n.opts.Clock.Now())
+	n.mu.Unlock()
+	if !auto || due > 0 || t == nil || !t.bootstrapped {
+		return false, nil
+	}
+	top, err := n.topTerm(ctx)
+	if err != nil {
+		return false, err
+	}
+	n.mu.Lock()
+	newer := n.elect.sawTerm(top, n.opts.Clock.Now())
+	term := max(top, n.elect.term) + 1
+	n.mu.Unlock()
+	if newer {
+		n.log.Info("standby: a newer master claimed the operation log; following it", "term", top)
+		return false, nil
+	}
+	if progressed, err := n.standbyStep(ctx); progressed || err != nil {
+		return false, err
+	}
+	n.mu.Lock()
+	d := n.elect.timeout()
+	n.mu.Unlock()
+	n.log.Warn("standby: no sign of the primary's life for the election timeout; claiming the operation log", "term", term, "election_timeout", d)
+	start := n.opts.Clock.Now()
+	res, err := n.promote(ctx, term)
+	if err != nil {
+		n.mu.Lock()
+		n.claim = 0
+		// Lost (another master claimed first, or a higher term is
+		// there), or the store failed: either way wait a whole timeout
+		// again; a lost claim shows its winner as a new term.
+		n.elect.alive(n.opts.Clock.Now())
+		n.mu.Unlock()
+		if errors.Is(err, fence.ErrFenced) {
+			n.log.Info("standby: another master won the election; following it", "term", term, "err", err)
+			return false, nil
+		}
+		return false, err
+	}
+	n.opts.Metrics.elections.Inc()
+	n.log.Warn("elected: this master is the primary", "term", res.Term, "restore_gen", res.RestoreGen, "replayed_gens", res.ReplayedGens,
+		"duration_ms", time.Duration(n.opts.Clock.Now()-start).Milliseconds())
+	return true, nil
+}
+
 // bootstrap loads the newest lineage snapshot that restores (falling back
 // to older ones) into a fresh master, ready to tail the log after it.
 func (n *Node) bootstrap(ctx context.Context) error {
@@ -323,7 +425,7 @@ func (n *Node) bootstrap(ctx context.Context) error {
 		t.bootstrapped = true
 		n.mu.Lock()
 		n.tail, n.m = t, m
-		n.publishLocked()
+		n.loadedLocked()
 		n.mu.Unlock()
 		n.log.Info("standby tailing an empty log")
 		return nil
@@ -376,8 +478,9 @@ func (n *Node) bootstrap(ctx context.Context) error {
 	t.bootstrapped = true
 	n.mu.Lock()
 	n.tail, n.m = t, t.m
-	n.publishLocked()
+	n.loadedLocked()
 	n.mu.Unlock()
+	n.sawTerm(t.top)
 	st := t.m.Stats()
 	n.log.Info("standby loaded", "snapshot_gen", t.pos.Gen, "objects", st.Objects, "segments", st.Segments)
 	return nil

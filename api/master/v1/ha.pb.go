@@ -271,8 +271,21 @@ type StatusResponse struct {
 	// process published or restored.
 	LastSnapshot    string `protobuf:"bytes,10,opt,name=last_snapshot,json=lastSnapshot,proto3" json:"last_snapshot,omitempty"`
 	LastSnapshotGen int64  `protobuf:"varint,11,opt,name=last_snapshot_gen,json=lastSnapshotGen,proto3" json:"last_snapshot_gen,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// leader_node, leader_addr and leader_term name the primary as this
+	// master knows it (itself when primary); empty when it knows of none.
+	LeaderNode string `protobuf:"bytes,12,opt,name=leader_node,json=leaderNode,proto3" json:"leader_node,omitempty"`
+	LeaderAddr string `protobuf:"bytes,13,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
+	LeaderTerm int64  `protobuf:"varint,14,opt,name=leader_term,json=leaderTerm,proto3" json:"leader_term,omitempty"`
+	// election_timeout_ms is how long this master waits without a sign of
+	// the primary's life before it claims the log (0: it never claims by
+	// itself); election_in_ms, on a standby, is how long until it would.
+	ElectionTimeoutMs uint64 `protobuf:"varint,15,opt,name=election_timeout_ms,json=electionTimeoutMs,proto3" json:"election_timeout_ms,omitempty"`
+	ElectionInMs      uint64 `protobuf:"varint,16,opt,name=election_in_ms,json=electionInMs,proto3" json:"election_in_ms,omitempty"`
+	// node is this master's --node name, addr the URL it advertises.
+	Node          string `protobuf:"bytes,17,opt,name=node,proto3" json:"node,omitempty"`
+	Addr          string `protobuf:"bytes,18,opt,name=addr,proto3" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -382,6 +395,178 @@ func (x *StatusResponse) GetLastSnapshotGen() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetLeaderNode() string {
+	if x != nil {
+		return x.LeaderNode
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetLeaderTerm() int64 {
+	if x != nil {
+		return x.LeaderTerm
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetElectionTimeoutMs() uint64 {
+	if x != nil {
+		return x.ElectionTimeoutMs
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetElectionInMs() uint64 {
+	if x != nil {
+		return x.ElectionInMs
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+type LeaderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderRequest) Reset() {
+	*x = LeaderRequest{}
+	mi := &file_master_v1_ha_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderRequest) ProtoMessage() {}
+
+func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_ha_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderRequest.ProtoReflect.Descriptor instead.
+func (*LeaderRequest) Descriptor() ([]byte, []int) {
+	return file_master_v1_ha_proto_rawDescGZIP(), []int{4}
+}
+
+type LeaderResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// role, node and addr are the answering master's own.
+	Role MasterRole `protobuf:"varint,1,opt,name=role,proto3,enum=shardfence.master.v1.MasterRole" json:"role,omitempty"`
+	Node string     `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Addr string     `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
+	// leader_node, leader_addr and leader_term name the primary; empty
+	// (term 0) when none is known, as during an election.
+	LeaderNode    string `protobuf:"bytes,4,opt,name=leader_node,json=leaderNode,proto3" json:"leader_node,omitempty"`
+	LeaderAddr    string `protobuf:"bytes,5,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
+	LeaderTerm    int64  `protobuf:"varint,6,opt,name=leader_term,json=leaderTerm,proto3" json:"leader_term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderResponse) Reset() {
+	*x = LeaderResponse{}
+	mi := &file_master_v1_ha_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderResponse) ProtoMessage() {}
+
+func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_ha_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderResponse.ProtoReflect.Descriptor instead.
+func (*LeaderResponse) Descriptor() ([]byte, []int) {
+	return file_master_v1_ha_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *LeaderResponse) GetRole() MasterRole {
+	if x != nil {
+		return x.Role
+	}
+	return MasterRole_MASTER_ROLE_UNSPECIFIED
+}
+
+func (x *LeaderResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *LeaderResponse) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *LeaderResponse) GetLeaderNode() string {
+	if x != nil {
+		return x.LeaderNode
+	}
+	return ""
+}
+
+func (x *LeaderResponse) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
+}
+
+func (x *LeaderResponse) GetLeaderTerm() int64 {
+	if x != nil {
+		return x.LeaderTerm
+	}
+	return 0
+}
+
 type SnapshotRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -390,7 +575,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_master_v1_ha_proto_msgTypes[4]
+	mi := &file_master_v1_ha_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +587,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_ha_proto_msgTypes[4]
+	mi := &file_master_v1_ha_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +600,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_master_v1_ha_proto_rawDescGZIP(), []int{4}
+	return file_master_v1_ha_proto_rawDescGZIP(), []int{6}
 }
 
 type SnapshotResponse struct {
@@ -434,7 +619,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_master_v1_ha_proto_msgTypes[5]
+	mi := &file_master_v1_ha_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +631,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_ha_proto_msgTypes[5]
+	mi := &file_master_v1_ha_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +644,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_master_v1_ha_proto_rawDescGZIP(), []int{5}
+	return file_master_v1_ha_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SnapshotResponse) GetKey() string {
@@ -519,7 +704,7 @@ const file_master_v1_ha_proto_rawDesc = "" +
 	"durationMs\x12\x18\n" +
 	"\aobjects\x18\x05 \x01(\x04R\aobjects\x12:\n" +
 	"\x19segments_awaiting_remount\x18\x06 \x01(\x04R\x17segmentsAwaitingRemount\"\x0f\n" +
-	"\rStatusRequest\"\xea\x02\n" +
+	"\rStatusRequest\"\xcb\x04\n" +
 	"\x0eStatusResponse\x124\n" +
 	"\x04role\x18\x01 \x01(\x0e2 .shardfence.master.v1.MasterRoleR\x04role\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x14\n" +
@@ -534,7 +719,28 @@ const file_master_v1_ha_proto_rawDesc = "" +
 	"\x05error\x18\t \x01(\tR\x05error\x12#\n" +
 	"\rlast_snapshot\x18\n" +
 	" \x01(\tR\flastSnapshot\x12*\n" +
-	"\x11last_snapshot_gen\x18\v \x01(\x03R\x0flastSnapshotGen\"\x11\n" +
+	"\x11last_snapshot_gen\x18\v \x01(\x03R\x0flastSnapshotGen\x12\x1f\n" +
+	"\vleader_node\x18\f \x01(\tR\n" +
+	"leaderNode\x12\x1f\n" +
+	"\vleader_addr\x18\r \x01(\tR\n" +
+	"leaderAddr\x12\x1f\n" +
+	"\vleader_term\x18\x0e \x01(\x03R\n" +
+	"leaderTerm\x12.\n" +
+	"\x13election_timeout_ms\x18\x0f \x01(\x04R\x11electionTimeoutMs\x12$\n" +
+	"\x0eelection_in_ms\x18\x10 \x01(\x04R\felectionInMs\x12\x12\n" +
+	"\x04node\x18\x11 \x01(\tR\x04node\x12\x12\n" +
+	"\x04addr\x18\x12 \x01(\tR\x04addr\"\x0f\n" +
+	"\rLeaderRequest\"\xd1\x01\n" +
+	"\x0eLeaderResponse\x124\n" +
+	"\x04role\x18\x01 \x01(\x0e2 .shardfence.master.v1.MasterRoleR\x04role\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x12\n" +
+	"\x04addr\x18\x03 \x01(\tR\x04addr\x12\x1f\n" +
+	"\vleader_node\x18\x04 \x01(\tR\n" +
+	"leaderNode\x12\x1f\n" +
+	"\vleader_addr\x18\x05 \x01(\tR\n" +
+	"leaderAddr\x12\x1f\n" +
+	"\vleader_term\x18\x06 \x01(\x03R\n" +
+	"leaderTerm\"\x11\n" +
 	"\x0fSnapshotRequest\"\xa2\x01\n" +
 	"\x10SnapshotResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x10\n" +
@@ -552,11 +758,12 @@ const file_master_v1_ha_proto_rawDesc = "" +
 	"\x13MASTER_ROLE_STANDBY\x10\x03\x12\x17\n" +
 	"\x13MASTER_ROLE_PRIMARY\x10\x04\x12\x16\n" +
 	"\x12MASTER_ROLE_FENCED\x10\x05\x12\x16\n" +
-	"\x12MASTER_ROLE_FAILED\x10\x062\x99\x02\n" +
+	"\x12MASTER_ROLE_FAILED\x10\x062\xee\x02\n" +
 	"\x0fMasterHAService\x12V\n" +
 	"\aPromote\x12$.shardfence.master.v1.PromoteRequest\x1a%.shardfence.master.v1.PromoteResponse\x12S\n" +
 	"\x06Status\x12#.shardfence.master.v1.StatusRequest\x1a$.shardfence.master.v1.StatusResponse\x12Y\n" +
-	"\bSnapshot\x12%.shardfence.master.v1.SnapshotRequest\x1a&.shardfence.master.v1.SnapshotResponseB9Z7github.com/shardfence/shardfence/api/master/v1;masterv1b\x06proto3"
+	"\bSnapshot\x12%.shardfence.master.v1.SnapshotRequest\x1a&.shardfence.master.v1.SnapshotResponse\x12S\n" +
+	"\x06Leader\x12#.shardfence.master.v1.LeaderRequest\x1a$.shardfence.master.v1.LeaderResponseB9Z7github.com/shardfence/shardfence/api/master/v1;masterv1b\x06proto3"
 
 var (
 	file_master_v1_ha_proto_rawDescOnce sync.Once
@@ -571,29 +778,34 @@ func file_master_v1_ha_proto_rawDescGZIP() []byte {
 }
 
 var file_master_v1_ha_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_master_v1_ha_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_master_v1_ha_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_master_v1_ha_proto_goTypes = []any{
 	(MasterRole)(0),          // 0: shardfence.master.v1.MasterRole
 	(*PromoteRequest)(nil),   // 1: shardfence.master.v1.PromoteRequest
 	(*PromoteResponse)(nil),  // 2: shardfence.master.v1.PromoteResponse
 	(*StatusRequest)(nil),    // 3: shardfence.master.v1.StatusRequest
 	(*StatusResponse)(nil),   // 4: shardfence.master.v1.StatusResponse
-	(*SnapshotRequest)(nil),  // 5: shardfence.master.v1.SnapshotRequest
-	(*SnapshotResponse)(nil), // 6: shardfence.master.v1.SnapshotResponse
+	(*LeaderRequest)(nil),    // 5: shardfence.master.v1.LeaderRequest
+	(*LeaderResponse)(nil),   // 6: shardfence.master.v1.LeaderResponse
+	(*SnapshotRequest)(nil),  // 7: shardfence.master.v1.SnapshotRequest
+	(*SnapshotResponse)(nil), // 8: shardfence.master.v1.SnapshotResponse
 }
 var file_master_v1_ha_proto_depIdxs = []int32{
 	0, // 0: shardfence.master.v1.StatusResponse.role:type_name -> shardfence.master.v1.MasterRole
-	1, // 1: shardfence.master.v1.MasterHAService.Promote:input_type -> shardfence.master.v1.PromoteRequest
-	3, // 2: shardfence.master.v1.MasterHAService.Status:input_type -> shardfence.master.v1.StatusRequest
-	5, // 3: shardfence.master.v1.MasterHAService.Snapshot:input_type -> shardfence.master.v1.SnapshotRequest
-	2, // 4: shardfence.master.v1.MasterHAService.Promote:output_type -> shardfence.master.v1.PromoteResponse
-	4, // 5: shardfence.master.v1.MasterHAService.Status:output_type -> shardfence.master.v1.StatusResponse
-	6, // 6: shardfence.master.v1.MasterHAService.Snapshot:output_type -> shardfence.master.v1.SnapshotResponse
-	4, // [4:7] is the sub-list for method output_type
-	1, // [1:4] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	0, // 1: shardfence.master.v1.LeaderResponse.role:type_name -> shardfence.master.v1.MasterRole
+	1, // 2: shardfence.master.v1.MasterHAService.Promote:input_type -> shardfence.master.v1.PromoteRequest
+	3, // 3: shardfence.master.v1.MasterHAService.Status:input_type -> shardfence.master.v1.StatusRequest
+	7, // 4: shardfence.master.v1.MasterHAService.Snapshot:input_type -> shardfence.master.v1.SnapshotRequest
+	5, // 5: shardfence.master.v1.MasterHAService.Leader:input_type -> shardfence.master.v1.LeaderRequest
+	2, // 6: shardfence.master.v1.MasterHAService.Promote:output_type -> shardfence.master.v1.PromoteResponse
+	4, // 7: shardfence.master.v1.MasterHAService.Status:output_type -> shardfence.master.v1.StatusResponse
+	8, // 8: shardfence.master.v1.MasterHAService.Snapshot:output_type -> shardfence.master.v1.SnapshotResponse
+	6, // 9: shardfence.master.v1.MasterHAService.Leader:output_type -> shardfence.master.v1.LeaderResponse
+	6, // [6:10] is the sub-list for method output_type
+	2, // [2:6] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_master_v1_ha_proto_init() }
@@ -607,7 +819,7 @@ func file_master_v1_ha_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_v1_ha_proto_rawDesc), len(file_master_v1_ha_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -288,12 +288,19 @@ func (x *Replica) GetSize() uint64 {
 // ErrorDetail travels as a Connect error detail so clients can map a failure
 // back to a typed error without parsing messages.
 type ErrorDetail struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
-	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Key           string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
-	SegmentId     uint64                 `protobuf:"varint,4,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
-	ClientId      string                 `protobuf:"bytes,5,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Reason    string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	Tenant    string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Key       string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	SegmentId uint64                 `protobuf:"varint,4,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	ClientId  string                 `protobuf:"bytes,5,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// leader_node, leader_addr and leader_term name the primary master as
+	// the answering master knows it, on NOT_PRIMARY and FENCED: a client
+	// sends the request there instead of trying every address it has.
+	// Empty (term 0) when it knows of none (an election is under way).
+	LeaderNode    string `protobuf:"bytes,6,opt,name=leader_node,json=leaderNode,proto3" json:"leader_node,omitempty"`
+	LeaderAddr    string `protobuf:"bytes,7,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
+	LeaderTerm    int64  `protobuf:"varint,8,opt,name=leader_term,json=leaderTerm,proto3" json:"leader_term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -361,6 +368,27 @@ func (x *ErrorDetail) GetClientId() string {
 		return x.ClientId
 	}
 	return ""
+}
+
+func (x *ErrorDetail) GetLeaderNode() string {
+	if x != nil {
+		return x.LeaderNode
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetLeaderTerm() int64 {
+	if x != nil {
+		return x.LeaderTerm
+	}
+	return 0
 }
 
 // ItemError is one failed item of a batch call.
@@ -2384,8 +2412,8 @@ func (x *StandbySegment) GetSize() uint64 {
 // carry. Like the rest of the standby model it never carries a lease or
 // soft-pin deadline. New kinds add fields here and a kind to the frame,
 // under the same version, while every older reader refuses the unknown
-// kind rather than skipping it: sidecar nodes (node) and shard
-// assignments (shard) came that way.
+// kind rather than skipping it: sidecar nodes (node), shard assignments
+// (shard) and the primary's leadership records (leader) came that way.
 type OplogEntry struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Tenant   string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -2399,7 +2427,12 @@ type OplogEntry struct {
 	Node *NodeRecord `protobuf:"bytes,6,opt,name=node,proto3" json:"node,omitempty"`
 	// shard is a shard assignment after the change (assign, takeover,
 	// handoff, unassign).
-	Shard         *ShardAssignment `protobuf:"bytes,7,opt,name=shard,proto3" json:"shard,omitempty"`
+	Shard *ShardAssignment `protobuf:"bytes,7,opt,name=shard,proto3" json:"shard,omitempty"`
+	// leader is the primary master's record of itself (a leader entry):
+	// written when it opens the log and then at least every renewal
+	// interval, it changes no state; standbys learn from it where the
+	// primary serves, and its generation proves the primary alive.
+	Leader        *MasterLeader `protobuf:"bytes,8,opt,name=leader,proto3" json:"leader,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2483,6 +2516,80 @@ func (x *OplogEntry) GetShard() *ShardAssignment {
 	return nil
 }
 
+func (x *OplogEntry) GetLeader() *MasterLeader {
+	if x != nil {
+		return x.Leader
+	}
+	return nil
+}
+
+// MasterLeader is what a primary master says of itself in its log.
+type MasterLeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node is the master's --node name.
+	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// addr is the URL the master serves its API on (--advertise).
+	Addr string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	// election_timeout_ms is the primary's --election-timeout: a standby
+	// claims the log only after no new generation for the longer of its
+	// own timeout and this one; 0 means the primary keeps no leadership
+	// lease, and standbys then wait for an operator's promote.
+	ElectionTimeoutMs uint64 `protobuf:"varint,3,opt,name=election_timeout_ms,json=electionTimeoutMs,proto3" json:"election_timeout_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *MasterLeader) Reset() {
+	*x = MasterLeader{}
+	mi := &file_master_v1_master_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MasterLeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MasterLeader) ProtoMessage() {}
+
+func (x *MasterLeader) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_master_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MasterLeader.ProtoReflect.Descriptor instead.
+func (*MasterLeader) Descriptor() ([]byte, []int) {
+	return file_master_v1_master_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *MasterLeader) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *MasterLeader) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *MasterLeader) GetElectionTimeoutMs() uint64 {
+	if x != nil {
+		return x.ElectionTimeoutMs
+	}
+	return 0
+}
+
 // NodeRecord is what the master keeps of a sidecar node across failovers.
 // Its liveness is not here: a restored node starts a fresh window.
 type NodeRecord struct {
@@ -2505,7 +2612,7 @@ type NodeRecord struct {
 
 func (x *NodeRecord) Reset() {
 	*x = NodeRecord{}
-	mi := &file_master_v1_master_proto_msgTypes[38]
+	mi := &file_master_v1_master_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2624,7 @@ func (x *NodeRecord) String() string {
 func (*NodeRecord) ProtoMessage() {}
 
 func (x *NodeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_master_proto_msgTypes[38]
+	mi := &file_master_v1_master_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +2637,7 @@ func (x *NodeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRecord.ProtoReflect.Descriptor instead.
 func (*NodeRecord) Descriptor() ([]byte, []int) {
-	return file_master_v1_master_proto_rawDescGZIP(), []int{38}
+	return file_master_v1_master_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodeRecord) GetName() string {
@@ -2602,7 +2709,7 @@ type ShardAssignment struct {
 
 func (x *ShardAssignment) Reset() {
 	*x = ShardAssignment{}
-	mi := &file_master_v1_master_proto_msgTypes[39]
+	mi := &file_master_v1_master_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2721,7 @@ func (x *ShardAssignment) String() string {
 func (*ShardAssignment) ProtoMessage() {}
 
 func (x *ShardAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_master_proto_msgTypes[39]
+	mi := &file_master_v1_master_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2734,7 @@ func (x *ShardAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardAssignment.ProtoReflect.Descriptor instead.
 func (*ShardAssignment) Descriptor() ([]byte, []int) {
-	return file_master_v1_master_proto_rawDescGZIP(), []int{39}
+	return file_master_v1_master_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ShardAssignment) GetShard() string {
@@ -2728,14 +2835,20 @@ const file_master_v1_master_proto_rawDesc = "" +
 	"\fsegment_name\x18\x05 \x01(\tR\vsegmentName\x12\x1a\n" +
 	"\bendpoint\x18\x06 \x01(\tR\bendpoint\x12\x16\n" +
 	"\x06offset\x18\a \x01(\x04R\x06offset\x12\x12\n" +
-	"\x04size\x18\b \x01(\x04R\x04size\"\x8b\x01\n" +
+	"\x04size\x18\b \x01(\x04R\x04size\"\xee\x01\n" +
 	"\vErrorDetail\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
 	"segment_id\x18\x04 \x01(\x04R\tsegmentId\x12\x1b\n" +
-	"\tclient_id\x18\x05 \x01(\tR\bclientId\"=\n" +
+	"\tclient_id\x18\x05 \x01(\tR\bclientId\x12\x1f\n" +
+	"\vleader_node\x18\x06 \x01(\tR\n" +
+	"leaderNode\x12\x1f\n" +
+	"\vleader_addr\x18\a \x01(\tR\n" +
+	"leaderAddr\x12\x1f\n" +
+	"\vleader_term\x18\b \x01(\x03R\n" +
+	"leaderTerm\"=\n" +
 	"\tItemError\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\xfb\x01\n" +
@@ -2872,7 +2985,7 @@ const file_master_v1_master_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
 	"\tclient_id\x18\x03 \x01(\tR\bclientId\x12\x12\n" +
 	"\x04base\x18\x04 \x01(\x04R\x04base\x12\x12\n" +
-	"\x04size\x18\x05 \x01(\x04R\x04size\"\xc3\x02\n" +
+	"\x04size\x18\x05 \x01(\x04R\x04size\"\xff\x02\n" +
 	"\n" +
 	"OplogEntry\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
@@ -2881,7 +2994,12 @@ const file_master_v1_master_proto_rawDesc = "" +
 	"\x06object\x18\x04 \x01(\v2#.shardfence.master.v1.StandbyObjectR\x06object\x12>\n" +
 	"\asegment\x18\x05 \x01(\v2$.shardfence.master.v1.StandbySegmentR\asegment\x124\n" +
 	"\x04node\x18\x06 \x01(\v2 .shardfence.master.v1.NodeRecordR\x04node\x12;\n" +
-	"\x05shard\x18\a \x01(\v2%.shardfence.master.v1.ShardAssignmentR\x05shard\"\x80\x01\n" +
+	"\x05shard\x18\a \x01(\v2%.shardfence.master.v1.ShardAssignmentR\x05shard\x12:\n" +
+	"\x06leader\x18\b \x01(\v2\".shardfence.master.v1.MasterLeaderR\x06leader\"f\n" +
+	"\fMasterLeader\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12.\n" +
+	"\x13election_timeout_ms\x18\x03 \x01(\x04R\x11electionTimeoutMs\"\x80\x01\n" +
 	"\n" +
 	"NodeRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -2950,7 +3068,7 @@ func file_master_v1_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_v1_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_master_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_master_v1_master_proto_goTypes = []any{
 	(ReplicaKind)(0),               // 0: shardfence.master.v1.ReplicaKind
 	(ReplicaStatus)(0),             // 1: shardfence.master.v1.ReplicaStatus
@@ -2993,9 +3111,10 @@ var file_master_v1_master_proto_goTypes = []any{
 	(*StandbyObject)(nil),          // 38: shardfence.master.v1.StandbyObject
 	(*StandbySegment)(nil),         // 39: shardfence.master.v1.StandbySegment
 	(*OplogEntry)(nil),             // 40: shardfence.master.v1.OplogEntry
-	(*NodeRecord)(nil),             // 41: shardfence.master.v1.NodeRecord
-	(*ShardAssignment)(nil),        // 42: shardfence.master.v1.ShardAssignment
-	(*v1.ShardSettings)(nil),       // 43: shardfence.sidecar.v1.ShardSettings
+	(*MasterLeader)(nil),           // 41: shardfence.master.v1.MasterLeader
+	(*NodeRecord)(nil),             // 42: shardfence.master.v1.NodeRecord
+	(*ShardAssignment)(nil),        // 43: shardfence.master.v1.ShardAssignment
+	(*v1.ShardSettings)(nil),       // 44: shardfence.sidecar.v1.ShardSettings
 }
 var file_master_v1_master_proto_depIdxs = []int32{
 	0,  // 0: shardfence.master.v1.Replica.kind:type_name -> shardfence.master.v1.ReplicaKind
@@ -3019,42 +3138,43 @@ var file_master_v1_master_proto_depIdxs = []int32{
 	37, // 18: shardfence.master.v1.StandbyObject.replicas:type_name -> shardfence.master.v1.StandbyReplica
 	38, // 19: shardfence.master.v1.OplogEntry.object:type_name -> shardfence.master.v1.StandbyObject
 	39, // 20: shardfence.master.v1.OplogEntry.segment:type_name -> shardfence.master.v1.StandbySegment
-	41, // 21: shardfence.master.v1.OplogEntry.node:type_name -> shardfence.master.v1.NodeRecord
-	42, // 22: shardfence.master.v1.OplogEntry.shard:type_name -> shardfence.master.v1.ShardAssignment
-	43, // 23: shardfence.master.v1.ShardAssignment.settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	6,  // 24: shardfence.master.v1.MasterService.PutStart:input_type -> shardfence.master.v1.PutStartRequest
-	8,  // 25: shardfence.master.v1.MasterService.PutEnd:input_type -> shardfence.master.v1.PutEndRequest
-	10, // 26: shardfence.master.v1.MasterService.PutRevoke:input_type -> shardfence.master.v1.PutRevokeRequest
-	12, // 27: shardfence.master.v1.MasterService.BatchPutStart:input_type -> shardfence.master.v1.BatchPutStartRequest
-	15, // 28: shardfence.master.v1.MasterService.BatchPutEnd:input_type -> shardfence.master.v1.BatchPutEndRequest
-	17, // 29: shardfence.master.v1.MasterService.BatchPutRevoke:input_type -> shardfence.master.v1.BatchPutRevokeRequest
-	19, // 30: shardfence.master.v1.MasterService.GetReplicaList:input_type -> shardfence.master.v1.GetReplicaListRequest
-	21, // 31: shardfence.master.v1.MasterService.Exist:input_type -> shardfence.master.v1.ExistRequest
-	23, // 32: shardfence.master.v1.MasterService.Remove:input_type -> shardfence.master.v1.RemoveRequest
-	26, // 33: shardfence.master.v1.MasterService.MountSegment:input_type -> shardfence.master.v1.MountSegmentRequest
-	28, // 34: shardfence.master.v1.MasterService.UnmountSegment:input_type -> shardfence.master.v1.UnmountSegmentRequest
-	30, // 35: shardfence.master.v1.MasterService.ReMountSegment:input_type -> shardfence.master.v1.ReMountSegmentRequest
-	32, // 36: shardfence.master.v1.MasterService.Ping:input_type -> shardfence.master.v1.PingRequest
-	34, // 37: shardfence.master.v1.MasterService.Stats:input_type -> shardfence.master.v1.StatsRequest
-	7,  // 38: shardfence.master.v1.MasterService.PutStart:output_type -> shardfence.master.v1.PutStartResponse
-	9,  // 39: shardfence.master.v1.MasterService.PutEnd:output_type -> shardfence.master.v1.PutEndResponse
-	11, // 40: shardfence.master.v1.MasterService.PutRevoke:output_type -> shardfence.master.v1.PutRevokeResponse
-	14, // 41: shardfence.master.v1.MasterService.BatchPutStart:output_type -> shardfence.master.v1.BatchPutStartResponse
-	16, // 42: shardfence.master.v1.MasterService.BatchPutEnd:output_type -> shardfence.master.v1.BatchPutEndResponse
-	18, // 43: shardfence.master.v1.MasterService.BatchPutRevoke:output_type -> shardfence.master.v1.BatchPutRevokeResponse
-	20, // 44: shardfence.master.v1.MasterService.GetReplicaList:output_type -> shardfence.master.v1.GetReplicaListResponse
-	22, // 45: shardfence.master.v1.MasterService.Exist:output_type -> shardfence.master.v1.ExistResponse
-	24, // 46: shardfence.master.v1.MasterService.Remove:output_type -> shardfence.master.v1.RemoveResponse
-	27, // 47: shardfence.master.v1.MasterService.MountSegment:output_type -> shardfence.master.v1.MountSegmentResponse
-	29, // 48: shardfence.master.v1.MasterService.UnmountSegment:output_type -> shardfence.master.v1.UnmountSegmentResponse
-	31, // 49: shardfence.master.v1.MasterService.ReMountSegment:output_type -> shardfence.master.v1.ReMountSegmentResponse
-	33, // 50: shardfence.master.v1.MasterService.Ping:output_type -> shardfence.master.v1.PingResponse
-	36, // 51: shardfence.master.v1.MasterService.Stats:output_type -> shardfence.master.v1.StatsResponse
-	38, // [38:52] is the sub-list for method output_type
-	24, // [24:38] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	42, // 21: shardfence.master.v1.OplogEntry.node:type_name -> shardfence.master.v1.NodeRecord
+	43, // 22: shardfence.master.v1.OplogEntry.shard:type_name -> shardfence.master.v1.ShardAssignment
+	41, // 23: shardfence.master.v1.OplogEntry.leader:type_name -> shardfence.master.v1.MasterLeader
+	44, // 24: shardfence.master.v1.ShardAssignment.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	6,  // 25: shardfence.master.v1.MasterService.PutStart:input_type -> shardfence.master.v1.PutStartRequest
+	8,  // 26: shardfence.master.v1.MasterService.PutEnd:input_type -> shardfence.master.v1.PutEndRequest
+	10, // 27: shardfence.master.v1.MasterService.PutRevoke:input_type -> shardfence.master.v1.PutRevokeRequest
+	12, // 28: shardfence.master.v1.MasterService.BatchPutStart:input_type -> shardfence.master.v1.BatchPutStartRequest
+	15, // 29: shardfence.master.v1.MasterService.BatchPutEnd:input_type -> shardfence.master.v1.BatchPutEndRequest
+	17, // 30: shardfence.master.v1.MasterService.BatchPutRevoke:input_type -> shardfence.master.v1.BatchPutRevokeRequest
+	19, // 31: shardfence.master.v1.MasterService.GetReplicaList:input_type -> shardfence.master.v1.GetReplicaListRequest
+	21, // 32: shardfence.master.v1.MasterService.Exist:input_type -> shardfence.master.v1.ExistRequest
+	23, // 33: shardfence.master.v1.MasterService.Remove:input_type -> shardfence.master.v1.RemoveRequest
+	26, // 34: shardfence.master.v1.MasterService.MountSegment:input_type -> shardfence.master.v1.MountSegmentRequest
+	28, // 35: shardfence.master.v1.MasterService.UnmountSegment:input_type -> shardfence.master.v1.UnmountSegmentRequest
+	30, // 36: shardfence.master.v1.MasterService.ReMountSegment:input_type -> shardfence.master.v1.ReMountSegmentRequest
+	32, // 37: shardfence.master.v1.MasterService.Ping:input_type -> shardfence.master.v1.PingRequest
+	34, // 38: shardfence.master.v1.MasterService.Stats:input_type -> shardfence.master.v1.StatsRequest
+	7,  // 39: shardfence.master.v1.MasterService.PutStart:output_type -> shardfence.master.v1.PutStartResponse
+	9,  // 40: shardfence.master.v1.MasterService.PutEnd:output_type -> shardfence.master.v1.PutEndResponse
+	11, // 41: shardfence.master.v1.MasterService.PutRevoke:output_type -> shardfence.master.v1.PutRevokeResponse
+	14, // 42: shardfence.master.v1.MasterService.BatchPutStart:output_type -> shardfence.master.v1.BatchPutStartResponse
+	16, // 43: shardfence.master.v1.MasterService.BatchPutEnd:output_type -> shardfence.master.v1.BatchPutEndResponse
+	18, // 44: shardfence.master.v1.MasterService.BatchPutRevoke:output_type -> shardfence.master.v1.BatchPutRevokeResponse
+	20, // 45: shardfence.master.v1.MasterService.GetReplicaList:output_type -> shardfence.master.v1.GetReplicaListResponse
+	22, // 46: shardfence.master.v1.MasterService.Exist:output_type -> shardfence.master.v1.ExistResponse
+	24, // 47: shardfence.master.v1.MasterService.Remove:output_type -> shardfence.master.v1.RemoveResponse
+	27, // 48: shardfence.master.v1.MasterService.MountSegment:output_type -> shardfence.master.v1.MountSegmentResponse
+	29, // 49: shardfence.master.v1.MasterService.UnmountSegment:output_type -> shardfence.master.v1.UnmountSegmentResponse
+	31, // 50: shardfence.master.v1.MasterService.ReMountSegment:output_type -> shardfence.master.v1.ReMountSegmentResponse
+	33, // 51: shardfence.master.v1.MasterService.Ping:output_type -> shardfence.master.v1.PingResponse
+	36, // 52: shardfence.master.v1.MasterService.Stats:output_type -> shardfence.master.v1.StatsResponse
+	39, // [39:53] is the sub-list for method output_type
+	25, // [25:39] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_master_v1_master_proto_init() }
@@ -3068,7 +3188,7 @@ func file_master_v1_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_v1_master_proto_rawDesc), len(file_master_v1_master_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -43,6 +43,8 @@ const (
 	// MasterHAServiceSnapshotProcedure is the fully-qualified name of the MasterHAService's Snapshot
 	// RPC.
 	MasterHAServiceSnapshotProcedure = "/shardfence.master.v1.MasterHAService/Snapshot"
+	// MasterHAServiceLeaderProcedure is the fully-qualified name of the MasterHAService's Leader RPC.
+	MasterHAServiceLeaderProcedure = "/shardfence.master.v1.MasterHAService/Leader"
 )
 
 // MasterHAServiceClient is a client for the shardfence.master.v1.MasterHAService service.
@@ -56,6 +58,10 @@ type MasterHAServiceClient interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
 	// Snapshot takes a complete snapshot now (primary only).
 	Snapshot(context.Context, *connect.Request[v1.SnapshotRequest]) (*connect.Response[v1.SnapshotResponse], error)
+	// Leader names the primary master as this master knows it: itself when
+	// it is the primary, else the one its log's newest leader entry names.
+	// Every master answers it, whatever its role.
+	Leader(context.Context, *connect.Request[v1.LeaderRequest]) (*connect.Response[v1.LeaderResponse], error)
 }
 
 // NewMasterHAServiceClient constructs a client for the shardfence.master.v1.MasterHAService
@@ -87,6 +93,12 @@ func NewMasterHAServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(masterHAServiceMethods.ByName("Snapshot")),
 			connect.WithClientOptions(opts...),
 		),
+		leader: connect.NewClient[v1.LeaderRequest, v1.LeaderResponse](
+			httpClient,
+			baseURL+MasterHAServiceLeaderProcedure,
+			connect.WithSchema(masterHAServiceMethods.ByName("Leader")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -95,6 +107,7 @@ type masterHAServiceClient struct {
 	promote  *connect.Client[v1.PromoteRequest, v1.PromoteResponse]
 	status   *connect.Client[v1.StatusRequest, v1.StatusResponse]
 	snapshot *connect.Client[v1.SnapshotRequest, v1.SnapshotResponse]
+	leader   *connect.Client[v1.LeaderRequest, v1.LeaderResponse]
 }
 
 // Promote calls shardfence.master.v1.MasterHAService.Promote.
@@ -112,6 +125,11 @@ func (c *masterHAServiceClient) Snapshot(ctx context.Context, req *connect.Reque
 	return c.snapshot.CallUnary(ctx, req)
 }
 
+// Leader calls shardfence.master.v1.MasterHAService.Leader.
+func (c *masterHAServiceClient) Leader(ctx context.Context, req *connect.Request[v1.LeaderRequest]) (*connect.Response[v1.LeaderResponse], error) {
+	return c.leader.CallUnary(ctx, req)
+}
+
 // MasterHAServiceHandler is an implementation of the shardfence.master.v1.MasterHAService service.
 type MasterHAServiceHandler interface {
 	// Promote makes a hot standby the primary: it claims the operation log at
@@ -123,6 +141,10 @@ type MasterHAServiceHandler interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
 	// Snapshot takes a complete snapshot now (primary only).
 	Snapshot(context.Context, *connect.Request[v1.SnapshotRequest]) (*connect.Response[v1.SnapshotResponse], error)
+	// Leader names the primary master as this master knows it: itself when
+	// it is the primary, else the one its log's newest leader entry names.
+	// Every master answers it, whatever its role.
+	Leader(context.Context, *connect.Request[v1.LeaderRequest]) (*connect.Response[v1.LeaderResponse], error)
 }
 
 // NewMasterHAServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -150,6 +172,12 @@ func NewMasterHAServiceHandler(svc MasterHAServiceHandler, opts ...connect.Handl
 		connect.WithSchema(masterHAServiceMethods.ByName("Snapshot")),
 		connect.WithHandlerOptions(opts...),
 	)
+	masterHAServiceLeaderHandler := connect.NewUnaryHandler(
+		MasterHAServiceLeaderProcedure,
+		svc.Leader,
+		connect.WithSchema(masterHAServiceMethods.ByName("Leader")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/shardfence.master.v1.MasterHAService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case MasterHAServicePromoteProcedure:
@@ -158,6 +186,8 @@ func NewMasterHAServiceHandler(svc MasterHAServiceHandler, opts ...connect.Handl
 			masterHAServiceStatusHandler.ServeHTTP(w, r)
 		case MasterHAServiceSnapshotProcedure:
 			masterHAServiceSnapshotHandler.ServeHTTP(w, r)
+		case MasterHAServiceLeaderProcedure:
+			masterHAServiceLeaderHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -177,4 +207,8 @@ func (UnimplementedMasterHAServiceHandler) Status(context.Context, *connect.Requ
 
 func (UnimplementedMasterHAServiceHandler) Snapshot(context.Context, *connect.Request[v1.SnapshotRequest]) (*connect.Response[v1.SnapshotResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.master.v1.MasterHAService.Snapshot is not implemented"))
+}
+
+func (UnimplementedMasterHAServiceHandler) Leader(context.Context, *connect.Request[v1.LeaderRequest]) (*connect.Response[v1.LeaderResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.master.v1.MasterHAService.Leader is not implemented"))
 }
