@@ -30,6 +30,7 @@ import (
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/master/client"
 	"github.com/shardfence/shardfence/sidecar"
 )
 
@@ -45,7 +46,8 @@ type Options struct {
 	// moves shards only between nodes of the same store.
 	Store string
 	// Masters are the base URLs of the master and its standbys; the agent
-	// uses the first that answers as primary.
+	// registers with whichever is primary (every master names it), and
+	// follows a new one within a ping interval of its election.
 	Masters []string
 	// HTTPClient and ClientOptions reach the master (TLS, bearer token).
 	HTTPClient    *http.Client
@@ -67,15 +69,21 @@ type Agent struct {
 	opts    Options
 	session string
 	log     *slog.Logger
-	clients []masterv1connect.MasterFleetServiceClient
-	pings   []masterv1connect.MasterServiceClient
+	masters *client.Masters
 
-	mu      sync.Mutex
-	master  int // index of the master in use
-	managed map[string]*managedShard
-	desired map[string]*masterv1.NodeAssignment
-	kick    chan struct{}
-	status  Status
+	mu     sync.Mutex
+	master string // the base URL of the master in use
+	rr     int    // the next configured address to try when no primary is known
+	// avoid is an address that just answered it is not the primary: the
+	// next pick does not take the masters' word for it.
+	avoid   string
+	clients map[string]*masterClients
+	// interval is the ping interval the last registration asked for.
+	interval time.Duration
+	managed  map[string]*managedShard
+	desired  map[string]*masterv1.NodeAssignment
+	kick     chan struct{}
+	status   Status
 }
 
 // managedShard is what the agent knows of a shard it holds for the master.
@@ -130,12 +138,34 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{opts: opts, session: hex.EncodeToString(b), log: opts.Logger.With("node", opts.Node),
+		masters: client.NewMasters(opts.HTTPClient, opts.Masters, opts.ClientOptions...), clients: map[string]*masterClients{},
+		master: opts.Masters[0], interval: defaultInterval,
 		managed: map[string]*managedShard{}, desired: map[string]*masterv1.NodeAssignment{}, kick: make(chan struct{}, 1)}
-	for _, m := range opts.Masters {
-		a.clients = append(a.clients, masterv1connect.NewMasterFleetServiceClient(opts.HTTPClient, m, opts.ClientOptions...))
-		a.pings = append(a.pings, masterv1connect.NewMasterServiceClient(opts.HTTPClient, m, opts.ClientOptions...))
-	}
 	return a, nil
+}
+
+// defaultInterval paces the search for the primary before a master told
+// the node its ping interval.
+const defaultInterval = 250 * time.Millisecond
+
+// masterClients are the API clients of one master.
+type masterClients struct {
+	fleet masterv1connect.MasterFleetServiceClient
+	ping  masterv1connect.MasterServiceClient
+}
+
+func (a *Agent) clientsOf(url string) *masterClients {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.clients[url]
+	if c == nil {
+		c = &masterClients{
+			fleet: masterv1connect.NewMasterFleetServiceClient(a.opts.HTTPClient, url, a.opts.ClientOptions...),
+			ping:  masterv1connect.NewMasterServiceClient(a.opts.HTTPClient, url, a.opts.ClientOptions...),
+		}
+		a.clients[url] = c
+	}
+	return c
 }
 
 // Status returns the agent's view.
@@ -152,49 +182,112 @@ func (a *Agent) setErr(err error) {
 }
 
 // Run registers with the master and follows it until ctx ends.
+//
+// Which master: the one that answers it is the primary (every master,
+// standby or fenced, names the primary it knows of; see client.Masters).
+// While none does (an election is under way, or the masters are out of
+// reach) the agent asks again every ping interval, trying the configured
+// addresses in turn, so it registers with a newly elected primary within
+// about a ping interval of its election: a promoted master gives every
+// node a whole active TTL, and the node must reach it within that TTL or
+// lose its shards.
 func (a *Agent) Run(ctx context.Context) error {
 	go a.reconcileLoop(ctx)
 	backoff := a.opts.RetryBase
 	for ctx.Err() == nil {
-		err := a.session1(ctx)
+		url := a.pick(ctx)
+		registered, err := a.session1(ctx, url)
 		if ctx.Err() != nil {
 			return nil
 		}
 		a.setErr(err)
-		switch connect.CodeOf(err) {
-		case connect.CodeUnauthenticated, connect.CodePermissionDenied:
+		a.mu.Lock()
+		a.status.Registered = false
+		pace := a.interval
+		a.mu.Unlock()
+		var wait time.Duration
+		switch code := connect.CodeOf(err); {
+		case code == connect.CodeUnauthenticated, code == connect.CodePermissionDenied:
 			// A configuration error, not a lost master: it goes on trying
-			// (the master's token may be the one that changes) but says so.
-			a.log.Error("the master refused this sidecar's credentials (check --master-token-file and the client certificate); trying again", "master", a.opts.Masters[a.current()], "err", err)
-		default:
-			a.log.Warn("lost the master; registering again", "master", a.opts.Masters[a.current()], "err", err)
-		}
-		if !errors.Is(err, errReregister) {
-			a.next()
-		}
-		if fence.Sleep(ctx, fence.SystemClock(), backoff) != nil {
-			return nil
-		}
-		backoff = min(backoff*2, a.opts.RetryMax)
-		if errors.Is(err, errReregister) {
+			// (the master's token may be the one that changes) but says so,
+			// backing off.
+			a.log.Error("the master refused this sidecar's credentials (check --master-token-file and the client certificate); trying again", "master", url, "err", err)
+			wait, backoff = backoff, min(backoff*2, a.opts.RetryMax)
+		case registered:
+			// It was registered: look for the primary at once.
+			a.log.Warn("lost the master; looking for the primary", "master", url, "err", err)
 			backoff = a.opts.RetryBase
+		case errors.Is(err, errReregister):
+			// Still being offboarded after it went offline: a moment.
+			wait = a.opts.RetryBase
+		case isNotPrimary(err):
+			a.log.Info("that master is not the primary; looking for the primary", "master", url, "err", err)
+			a.mu.Lock()
+			a.avoid = url
+			a.mu.Unlock()
+			wait = pace
+		default:
+			a.log.Warn("the master did not answer; looking for the primary", "master", url, "err", err)
+			wait = pace
+		}
+		if fence.Sleep(ctx, fence.SystemClock(), wait) != nil {
+			return nil
 		}
 	}
 	return nil
 }
 
-func (a *Agent) current() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.master
+// isNotPrimary: the master answered that another one serves (a standby,
+// a fenced or stepped-down primary, or one still opening its log).
+func isNotPrimary(err error) bool {
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		return false
+	}
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return false
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if ed, ok := v.(*masterv1.ErrorDetail); ok {
+				switch ed.GetReason() {
+				case "NOT_PRIMARY", "FENCED", "LOG_FAILED":
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
-// next moves on to the next master address.
-func (a *Agent) next() {
+// pick returns the master to register with: the primary the masters name,
+// else the next configured address.
+func (a *Agent) pick(ctx context.Context) string {
+	a.mu.Lock()
+	timeout := min(max(a.interval, defaultInterval), time.Second)
+	a.mu.Unlock()
+	p, _, ok := a.masters.Find(ctx, timeout)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.master = (a.master + 1) % len(a.opts.Masters)
-	a.status.Registered = false
+	avoid := a.avoid
+	a.avoid = ""
+	if ok && p.Addr != avoid {
+		return p.Addr
+	}
+	url := a.opts.Masters[a.rr%len(a.opts.Masters)]
+	a.rr++
+	if url == avoid && len(a.opts.Masters) > 1 {
+		url = a.opts.Masters[a.rr%len(a.opts.Masters)]
+		a.rr++
+	}
+	return url
+}
+
+// elsewhere reports whether the masters confirm a primary at another
+// address than url, so a session with url should end now.
+func (a *Agent) elsewhere(ctx context.Context, url string, timeout time.Duration) bool {
+	p, _, ok := a.masters.Find(ctx, timeout)
+	return ok && p.Confirmed && p.Addr != url
 }
 
 // errReregister: the master no longer knows this incarnation (it went
@@ -202,57 +295,79 @@ func (a *Agent) next() {
 // again at once.
 var errReregister = errors.New("the master asks the node to register again")
 
-// session1 is one registration: ping and watch until either fails.
-func (a *Agent) session1(ctx context.Context) error {
-	i := a.current()
-	fc, pc := a.clients[i], a.pings[i]
-	res, err := fc.RegisterNode(ctx, connect.NewRequest(&masterv1.RegisterNodeRequest{
+// session1 is one registration with the master at url: ping and watch
+// until either fails. registered says whether it got that far.
+func (a *Agent) session1(ctx context.Context, url string) (registered bool, err error) {
+	c := a.clientsOf(url)
+	a.mu.Lock()
+	a.master = url
+	timeout := max(a.interval, time.Second)
+	a.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	res, err := c.fleet.RegisterNode(rctx, connect.NewRequest(&masterv1.RegisterNodeRequest{
 		Node: a.opts.Node, Addr: a.opts.Addr, Store: a.opts.Store, Fencing: a.opts.Server.FencingAvailable(), Session: a.session,
 	}))
+	cancel()
 	if err != nil {
 		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
 			// Still being offboarded after it went offline: wait.
-			return fmt.Errorf("%w: %v", errReregister, err)
+			return false, fmt.Errorf("%w: %v", errReregister, err)
 		}
-		return fmt.Errorf("register with %s: %w", a.opts.Masters[i], err)
+		return false, fmt.Errorf("register with %s: %w", url, err)
 	}
 	interval := time.Duration(res.Msg.GetPingIntervalMs()) * time.Millisecond
+	if interval <= 0 {
+		interval = defaultInterval
+	}
 	a.mu.Lock()
-	a.status.Master, a.status.Registered, a.status.Incarnation = a.opts.Masters[i], true, res.Msg.GetIncarnation()
+	a.status.Master, a.status.Registered, a.status.Incarnation = url, true, res.Msg.GetIncarnation()
+	a.interval = interval
+	// A master that did not hear this node's reports (a newly elected
+	// one, or one that restarted) shows its shards as assigned until it
+	// does: report every shard again.
+	for _, m := range a.managed {
+		m.reported = ""
+	}
 	a.mu.Unlock()
-	a.log.Info("registered with the master", "master", a.opts.Masters[i], "incarnation", res.Msg.GetIncarnation(),
+	a.wake()
+	a.log.Info("registered with the master", "master", url, "incarnation", res.Msg.GetIncarnation(),
 		"active_ttl_ms", res.Msg.GetActiveTtlMs(), "suspicion_ttl_ms", res.Msg.GetSuspicionTtlMs())
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel = context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 2)
-	go func() { errc <- a.pingLoop(ctx, pc, res.Msg.GetClientId(), interval) }()
-	go func() { errc <- a.watch(ctx, fc) }()
-	return <-errc
+	go func() {
+		errc <- a.pingLoop(ctx, c.ping, url, res.Msg.GetClientId(), interval, time.Duration(res.Msg.GetActiveTtlMs())*time.Millisecond)
+	}()
+	go func() { errc <- a.watch(ctx, c.fleet) }()
+	return true, <-errc
 }
 
 // pingLoop pings every interval. NEED_REMOUNT means the master forgot the
-// incarnation: register again. A master that does not answer for a whole
-// active TTL's worth of pings is given up for the next address.
-func (a *Agent) pingLoop(ctx context.Context, pc masterv1connect.MasterServiceClient, clientID string, interval time.Duration) error {
-	failures := 0
+// incarnation: register again. A master that answers it is not the
+// primary is left at once; one that does not answer is left as soon as
+// the masters confirm a primary elsewhere, and in any case once it has
+// not answered for an active TTL (it would have judged this node by then).
+func (a *Agent) pingLoop(ctx context.Context, pc masterv1connect.MasterServiceClient, url, clientID string, interval, activeTTL time.Duration) error {
+	lastOK := time.Now()
 	for {
-		cctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
+		cctx, cancel := context.WithTimeout(ctx, max(interval, 500*time.Millisecond))
 		res, err := pc.Ping(cctx, connect.NewRequest(&masterv1.PingRequest{ClientId: clientID}))
 		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case err != nil && isNotPrimary(err):
+			return fmt.Errorf("ping: %w", err)
 		case err != nil:
-			failures++
-			if failures >= 4 {
+			if time.Since(lastOK) >= max(activeTTL, 4*interval) || a.elsewhere(ctx, url, min(max(interval, defaultInterval), time.Second)) {
 				return fmt.Errorf("ping: %w", err)
 			}
 		case res.Msg.GetStatus() == masterv1.PingStatus_PING_STATUS_NEED_REMOUNT:
 			return fmt.Errorf("%w: ping answered NEED_REMOUNT", errReregister)
 		default:
-			failures = 0
+			lastOK = time.Now()
 			a.mu.Lock()
-			a.status.LastPing = time.Now()
+			a.status.LastPing = lastOK
 			a.mu.Unlock()
 		}
 		select {
@@ -525,7 +640,10 @@ func (a *Agent) report(ctx context.Context, term int64, name, alloc string, kind
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := a.clients[a.current()].ReportShard(cctx, connect.NewRequest(req))
+	a.mu.Lock()
+	url := a.master
+	a.mu.Unlock()
+	_, err := a.clientsOf(url).fleet.ReportShard(cctx, connect.NewRequest(req))
 	if err != nil {
 		return fmt.Errorf("report %s of shard %s: %w", kind, name, err)
 	}
