@@ -107,7 +107,7 @@ func (e *elector) until(now int64) (time.Duration, bool) {
 	if t <= 0 {
 		return 0, false
 	}
-	return time.Duration(e.life+int64(t+e.jitter)-now), true
+	return time.Duration(e.life + int64(t+e.jitter) - now), true
 }
 
 // leaseFor is how long an acknowledged append, counted from when it was
