@@ -21,6 +21,7 @@ import (
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/internal/demo"
 	"github.com/shardfence/shardfence/internal/syncbuf"
+	"github.com/shardfence/shardfence/master/client"
 )
 
 // A fleet of real processes: one master and sidecars registered with it,
@@ -130,45 +131,100 @@ func (p *fleetProc) exited() bool {
 	}
 }
 
-// procFleet is a master and its sidecars.
+// procFleet is a master (and its standbys) and their sidecars.
 type procFleet struct {
 	cmd       fleetCmd
 	shardURL  string // the sidecars' store
 	masterURL string // the master's store
 	cluster   string // the master's cluster name (default "fleet")
-	master    *fleetProc
-	base      string // the master's API URL
-	fc        masterv1connect.MasterFleetServiceClient
+	master    *fleetProc // the first master started
+	base      string     // its API URL
 	http      *http.Client
 
 	mu       sync.Mutex
 	sidecars map[string]*fleetProc
+	masters  map[string]*fleetProc // every master by name, the first included
+	bases    []string              // every master's API URL, in start order
+	finder   *client.Masters
 }
 
 func newProcFleet(c fleetCmd, shardURL, masterURL string) *procFleet {
 	hc := &http.Client{Timeout: 10 * time.Second}
-	return &procFleet{cmd: c, shardURL: shardURL, masterURL: masterURL, sidecars: map[string]*fleetProc{}, http: hc}
+	return &procFleet{cmd: c, shardURL: shardURL, masterURL: masterURL, sidecars: map[string]*fleetProc{}, masters: map[string]*fleetProc{}, http: hc}
 }
 
-// startMaster runs the master of cluster "fleet" with extra flags.
+// startMaster runs the master m1 of cluster "fleet" with extra flags.
 func (f *procFleet) startMaster(extra ...string) error {
+	_, err := f.startMasterNamed("m1", extra...)
+	return err
+}
+
+// startMasterNamed runs master name of cluster "fleet" with extra flags
+// (--standby among them for a standby). A name started before is started
+// again at the same address, so the sidecars' --master lists stay true.
+func (f *procFleet) startMasterNamed(name string, extra ...string) (*fleetProc, error) {
 	cluster := f.cluster
 	if cluster == "" {
 		cluster = "fleet"
 	}
-	args := append([]string{"master", "--listen", "127.0.0.1:0", "--cluster", cluster, "--node", "m1", "--shards", "16", "--snapshot-interval", "0"}, extra...)
-	p, err := startFleetProc(f.cmd, "master", "master listening on ", []string{masterStoreEnv + "=" + f.masterURL}, args...)
-	if err != nil {
-		return err
+	listen := "127.0.0.1:0"
+	f.mu.Lock()
+	old := f.masters[name]
+	f.mu.Unlock()
+	if old != nil {
+		listen = old.addr
 	}
-	f.master, f.base = p, "http://"+p.addr
-	f.fc = masterv1connect.NewMasterFleetServiceClient(f.http, f.base)
-	return nil
+	args := append([]string{"master", "--listen", listen, "--cluster", cluster, "--node", name, "--shards", "16", "--snapshot-interval", "0"}, extra...)
+	p, err := startFleetProc(f.cmd, "master "+name, "master listening on ", []string{masterStoreEnv + "=" + f.masterURL}, args...)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.masters[name] = p
+	if old == nil {
+		f.bases = append(f.bases, "http://"+p.addr)
+		f.finder = client.NewMasters(f.http, f.bases)
+	}
+	if f.master == nil || f.master.name == p.name {
+		f.master, f.base = p, "http://"+p.addr
+	}
+	return p, nil
+}
+
+// masterProc returns the master process called name.
+func (f *procFleet) masterProc(name string) *fleetProc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.masters[name]
+}
+
+// masterList is the --master value for sidecars: every master's URL.
+func (f *procFleet) masterList() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return strings.Join(f.bases, ",")
+}
+
+// fleetClient returns a client of the primary master: the one the
+// masters name (the first master when only one runs).
+func (f *procFleet) fleetClient(ctx context.Context) (masterv1connect.MasterFleetServiceClient, error) {
+	f.mu.Lock()
+	finder, base, n := f.finder, f.base, len(f.bases)
+	f.mu.Unlock()
+	if n > 1 {
+		p, _, ok := finder.Find(ctx, 2*time.Second)
+		if !ok {
+			return nil, fmt.Errorf("no master is primary or knows the primary")
+		}
+		base = p.Addr
+	}
+	return masterv1connect.NewMasterFleetServiceClient(f.http, base), nil
 }
 
 // startSidecar runs `serve --master` named name.
 func (f *procFleet) startSidecar(name string, extra ...string) (*fleetProc, error) {
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--node", name, "--master", f.base, "--log-level", "info"}, extra...)
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--node", name, "--master", f.masterList(), "--log-level", "info"}, extra...)
 	p, err := startFleetProc(f.cmd, "sidecar "+name, "sidecar listening on ", []string{envPrefix + "STORE=" + f.shardURL}, args...)
 	if err != nil {
 		return nil, err
@@ -196,14 +252,24 @@ func (f *procFleet) stop() {
 	for _, p := range procs {
 		p.kill()
 	}
-	if f.master != nil {
-		f.master.kill()
+	f.mu.Lock()
+	masters := make([]*fleetProc, 0, len(f.masters))
+	for _, p := range f.masters {
+		masters = append(masters, p)
+	}
+	f.mu.Unlock()
+	for _, p := range masters {
+		p.kill()
 	}
 }
 
 // nodes lists the master's nodes.
 func (f *procFleet) nodes(ctx context.Context) ([]*masterv1.NodeInfo, error) {
-	res, err := f.fc.ListNodes(ctx, connect.NewRequest(&masterv1.ListNodesRequest{}))
+	fc, err := f.fleetClient(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := fc.ListNodes(ctx, connect.NewRequest(&masterv1.ListNodesRequest{}))
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +278,11 @@ func (f *procFleet) nodes(ctx context.Context) ([]*masterv1.NodeInfo, error) {
 
 // shards lists the master's shard table.
 func (f *procFleet) shards(ctx context.Context) (map[string]*masterv1.ShardInfo, error) {
-	res, err := f.fc.ListShards(ctx, connect.NewRequest(&masterv1.ListShardsRequest{}))
+	fc, err := f.fleetClient(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := fc.ListShards(ctx, connect.NewRequest(&masterv1.ListShardsRequest{}))
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +316,11 @@ func (f *procFleet) assign(ctx context.Context, shard, node string, suspected bo
 	if suspected {
 		req.Takeover = masterv1.TakeoverPoint_TAKEOVER_POINT_SUSPECTED
 	}
-	_, err := f.fc.AssignShard(ctx, connect.NewRequest(req))
+	fc, err := f.fleetClient(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = fc.AssignShard(ctx, connect.NewRequest(req))
 	return err
 }
 

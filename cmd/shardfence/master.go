@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -68,8 +69,10 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	evictEvery := fs.Duration("eviction-interval", 100*time.Millisecond, "how often to check the high watermark")
 	store := fs.String("store", "", "store URL the master's operation log and snapshots live under (or $"+masterStoreEnv+"); empty keeps the state in memory only")
 	cluster := fs.String("cluster", "", "cluster name: the log is the shard master-NAME under --store (required with --store)")
-	standby := fs.Bool("standby", false, "run as a hot standby: tail the log read-only until promoted")
-	node := fs.String("node", "", "name of this master, recorded in fence keys for operators (default: the host name)")
+	standby := fs.Bool("standby", false, "start as a hot standby: tail the log read-only until promoted, or elected when the primary shows no sign of life for --election-timeout (without it, a master claims a new log at once and otherwise starts as a standby too)")
+	node := fs.String("node", "", "name of this master, recorded in fence keys and leader entries (default: the host name)")
+	advertise := fs.String("advertise", "", "URL this master serves its API on, as sidecars, the CLI and the other masters reach it; every other master redirects there while this one is primary (default: http(s)://the --listen address when it is not a wildcard)")
+	election := fs.Duration("election-timeout", 3*time.Second, "a standby that sees no sign of the primary's life (a new log generation or term) for this long, plus a random share of up to a fifth of it, claims the log by itself; the primary renews every third of it and answers nothing once it could not for nine tenths of it (0: no elections, only `master promote`; use the same value on every master of the cluster)")
 	dataDir := fs.String("data-dir", "", "scratch directory for snapshot files (default: the system's temporary directory)")
 	snapEvery := fs.Duration("snapshot-interval", 10*time.Minute, "take a complete snapshot this often while primary (0: only on request)")
 	snapFormat := fs.String("snapshot-format", "v2", "complete snapshot format to write: v2 (steady deadlines + clock pair) or v1 (wall-clock ms, for compatibility)")
@@ -84,6 +87,9 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if *evictEvery <= 0 {
 		return fmt.Errorf("%w: --eviction-interval must be positive", errUsage)
+	}
+	if *election != 0 && (*election < 100*time.Millisecond || *election > 10*time.Minute) {
+		return fmt.Errorf("%w: --election-timeout %v is outside 100ms..10m (0 turns elections off)", errUsage, *election)
 	}
 	if *store == "" {
 		*store = os.Getenv(masterStoreEnv)
@@ -130,6 +136,19 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("master: listen on %s: %w (is another master running there? pick another --listen)", *listen, err)
+	}
+	defer ln.Close()
+	adv, err := advertiseURL(*advertise, *listen, ln, tlsCfg != nil)
+	if err != nil {
+		return err
+	}
+	if adv == "" && *store != "" {
+		log.Warn("no --advertise and a wildcard --listen: while this master is primary, the others cannot tell sidecars and the CLI where it serves (they still find it by trying every --master address)", "listen", *listen)
+	}
+
 	// serving is the master eviction runs on: only a primary evicts (a
 	// standby's state is the log's, and eviction would be a change).
 	var serving func() (*master.Master, error)
@@ -166,7 +185,8 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("master: %w", err)
 		}
 		n, err := ha.New(ha.Options{
-			Store: root, Cluster: *cluster, Standby: *standby, Node: *node, Config: cfg, MasterOptions: mopts,
+			Store: root, Cluster: *cluster, Standby: *standby, Node: *node, Advertise: adv, ElectionTimeout: *election,
+			Config: cfg, MasterOptions: mopts,
 			Dir: *dataDir, SnapshotFormat: format, SnapshotInterval: *snapEvery,
 			Retain: seal.GCPolicy{RetainCheckpoints: *retainSnaps, RetainGens: *retainGens}, MaxLag: *maxLag,
 			FenceCheckInterval: *fenceCheck, Metrics: ha.NewMetrics(reg), Log: log,
@@ -178,10 +198,6 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		serving, run = n.Serving, n.Run
 	}
 
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return fmt.Errorf("master: listen on %s: %w (is another master running there? pick another --listen)", *listen, err)
-	}
 	var handler http.Handler = mux
 	if token != "" {
 		handler = httpauth.RequireBearer(token, "missing or wrong bearer token: send the master's token as Authorization: Bearer TOKEN (the shardfence master commands read it from --auth-token-file or SHARDFENCE_MASTER_TOKEN_FILE, a sidecar from --master-token-file)",
@@ -198,7 +214,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	srv.Protocols.SetHTTP2(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 
-	log.Info("master serving", "addr", ln.Addr().String(), "cluster", *cluster, "standby", *standby,
+	log.Info("master serving", "addr", ln.Addr().String(), "advertise", adv, "cluster", *cluster, "standby", *standby, "election_timeout", *election,
 		"lease_ttl", cfg.DefaultLeaseTTL, "high_watermark", cfg.HighWatermark, "tls", tlsCfg != nil, "auth", token != "",
 		"client_active_ttl", cfg.Liveness.ActiveTTL, "client_suspicion_ttl", cfg.Liveness.SuspicionTTL)
 	fmt.Fprintf(stdout, "master listening on %s\n", ln.Addr())
@@ -257,4 +273,32 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return stop()
 		}
 	}
+}
+
+// advertiseURL is the URL others reach a server at: --advertise as given
+// (checked), else http(s):// plus the address the listener got, unless
+// --listen named a wildcard host ("" then: nobody can be told where it is).
+func advertiseURL(flag, listen string, ln net.Listener, tls bool) (string, error) {
+	if flag != "" {
+		u, err := url.Parse(flag)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+			return "", fmt.Errorf("%w: --advertise %q: want http(s)://HOST:PORT, without credentials, path or query", errUsage, clipArg(flag))
+		}
+		return strings.TrimRight(flag, "/"), nil
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", nil
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return "", nil
+	}
+	scheme := "http"
+	if tls {
+		scheme = "https"
+	}
+	if _, port, err := net.SplitHostPort(ln.Addr().String()); err == nil {
+		return scheme + "://" + net.JoinHostPort(host, port), nil
+	}
+	return scheme + "://" + ln.Addr().String(), nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/internal/httpauth"
+	"github.com/shardfence/shardfence/master/client"
 )
 
 // masterConn is how a client reaches the master: its URL, the bearer
@@ -109,7 +110,7 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 	if def == "" {
 		def = "http://127.0.0.1:7500"
 	}
-	fs.StringVar(&c.addr, "addr", def, "the master's URL or HOST:PORT (env SHARDFENCE_MASTER_ADDR)")
+	fs.StringVar(&c.addr, "addr", def, "the master's URL or HOST:PORT, or a comma-separated list of the cluster's masters: a command goes to whichever is primary (env SHARDFENCE_MASTER_ADDR)")
 	fs.StringVar(&c.tokenFile, "auth-token-file", os.Getenv(envPrefix+"MASTER_TOKEN_FILE"), "file holding the master's bearer token (env SHARDFENCE_MASTER_TOKEN_FILE)")
 	fs.StringVar(&c.caCert, "ca-cert", "", "CA bundle (PEM) to verify an HTTPS master with")
 	fs.StringVar(&c.clientCert, "client-cert", "", "client certificate (PEM) for a master that requires mutual TLS")
@@ -153,7 +154,7 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 	case *timeout <= 0 || *timeout > maxClientTimeout:
 		return fmt.Errorf("%w: --timeout %v is outside (0, %v]", errUsage, *timeout, maxClientTimeout)
 	}
-	base, err := masterBase(c.addr)
+	bases, err := masterBases(c.addr)
 	if err != nil {
 		return err
 	}
@@ -163,8 +164,21 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	switch {
+	case cmd == "status":
+		return masterStatus(ctx, hc, opts, bases, stdout, c.tokenFile)
+	case cmd == "promote" && len(bases) > 1:
+		return fmt.Errorf("%w: promote takes the one master to promote in --addr, not a list", errUsage)
+	}
+	// Every other command needs the primary: the one the masters name.
+	base := bases[0]
+	if cmd != "promote" {
+		if base, err = findPrimary(ctx, hc, opts, bases); err != nil {
+			return err
+		}
+	}
 	fail := func(err error) error { return masterErr("master "+cmd, base, err, c.tokenFile) }
-	if cmd == "promote" || cmd == "status" || cmd == "snapshot" {
+	if cmd == "promote" || cmd == "snapshot" {
 		return masterHA(ctx, masterv1connect.NewMasterHAServiceClient(hc, base, opts...), cmd, stdout, fail)
 	}
 	fc := masterv1connect.NewMasterFleetServiceClient(hc, base, opts...)
@@ -269,6 +283,76 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 	return nil
 }
 
+// masterBases parses --addr: one master, or a comma-separated list.
+func masterBases(addrs string) ([]string, error) {
+	var out []string
+	for _, a := range strings.Split(addrs, ",") {
+		if strings.TrimSpace(a) == "" && strings.Contains(addrs, ",") {
+			continue
+		}
+		b, err := masterBase(a)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: empty master address", errUsage)
+	}
+	return out, nil
+}
+
+// findPrimary returns the master of bases that serves as primary, or the
+// one their answers name (a standby or a fenced master names the primary
+// it knows of). With one address and no primary known, that address is
+// used as given: the call's own error says what the master is.
+func findPrimary(ctx context.Context, hc *http.Client, opts []connect.ClientOption, bases []string) (string, error) {
+	p, answers, ok := client.NewMasters(hc, bases, opts...).Find(ctx, 5*time.Second)
+	if ok {
+		return p.Addr, nil
+	}
+	if len(bases) == 1 {
+		return bases[0], nil
+	}
+	var why []string
+	for _, a := range answers {
+		switch {
+		case a.Err != nil:
+			why = append(why, fmt.Sprintf("%s: %v", a.Addr, a.Err))
+		default:
+			why = append(why, fmt.Sprintf("%s: %s, %v", a.Addr, roleName(a.Role), a.Leader))
+		}
+	}
+	return "", fmt.Errorf("no master of %s is primary or knows the primary (an election may be under way: retry in a few seconds): %s", strings.Join(bases, ","), strings.Join(why, "; "))
+}
+
+func roleName(r masterv1.MasterRole) string {
+	return strings.ToLower(strings.TrimPrefix(r.String(), "MASTER_ROLE_"))
+}
+
+// masterStatus prints each master's status: its role, term, position and
+// the primary it knows of.
+func masterStatus(ctx context.Context, hc *http.Client, opts []connect.ClientOption, bases []string, stdout io.Writer, tokenFile string) error {
+	var errs []error
+	for _, base := range bases {
+		fail := func(err error) error { return masterErr("master status", base, err, tokenFile) }
+		if len(bases) > 1 {
+			fmt.Fprintf(stdout, "%s: ", base)
+		}
+		if err := masterHA(ctx, masterv1connect.NewMasterHAServiceClient(hc, base, opts...), "status", stdout, fail); err != nil {
+			if len(bases) == 1 {
+				return err
+			}
+			fmt.Fprintf(stdout, "unreachable: %v\n", err)
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == len(bases) {
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
 func masterHA(ctx context.Context, c masterv1connect.MasterHAServiceClient, cmd string, stdout io.Writer, fail func(error) error) error {
 	switch cmd {
 	case "promote":
@@ -285,13 +369,26 @@ func masterHA(ctx context.Context, c masterv1connect.MasterHAServiceClient, cmd 
 			return fail(err)
 		}
 		r := res.Msg
-		role := strings.ToLower(strings.TrimPrefix(r.GetRole().String(), "MASTER_ROLE_"))
-		term := "term none (a standby holds none until promoted)"
+		role := roleName(r.GetRole())
+		term := "term none (a standby holds none until promoted or elected)"
 		if r.GetTerm() > 0 {
 			term = fmt.Sprintf("term %d", r.GetTerm())
 		}
-		fmt.Fprintf(stdout, "role %s, cluster %q (shard %s), %s, generation %d, next seq %d, lag %d entries / %d ms, snapshot %q (generation %d)\n",
-			role, r.GetCluster(), r.GetShard(), term, r.GetAppliedGen(), r.GetNextSeqNo(), r.GetLagEntries(), r.GetLagMs(), r.GetLastSnapshot(), r.GetLastSnapshotGen())
+		primary := "primary unknown (an election may be under way)"
+		if r.GetLeaderTerm() > 0 {
+			primary = fmt.Sprintf("primary %s at term %d (%s)", r.GetLeaderNode(), r.GetLeaderTerm(), r.GetLeaderAddr())
+		}
+		fmt.Fprintf(stdout, "role %s, node %s, %s, cluster %q (shard %s), %s, generation %d, next seq %d, lag %d entries / %d ms, snapshot %q (generation %d)",
+			role, r.GetNode(), primary, r.GetCluster(), r.GetShard(), term, r.GetAppliedGen(), r.GetNextSeqNo(), r.GetLagEntries(), r.GetLagMs(), r.GetLastSnapshot(), r.GetLastSnapshotGen())
+		switch et := r.GetElectionTimeoutMs(); {
+		case et == 0:
+			fmt.Fprint(stdout, ", elections off")
+		case r.GetRole() == masterv1.MasterRole_MASTER_ROLE_STANDBY:
+			fmt.Fprintf(stdout, ", election timeout %v (would claim in %v without a sign of the primary)", time.Duration(et)*time.Millisecond, time.Duration(r.GetElectionInMs())*time.Millisecond)
+		default:
+			fmt.Fprintf(stdout, ", election timeout %v", time.Duration(et)*time.Millisecond)
+		}
+		fmt.Fprintln(stdout)
 		if e := r.GetError(); e != "" {
 			fmt.Fprintf(stdout, "error: %s\n", e)
 		}

@@ -77,7 +77,7 @@ func TestMasterSecurityForSidecars(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	for !strings.Contains(bad.log.String(), "unauthenticated") || !strings.Contains(bad.log.String(), "refused this sidecar's credentials") || !strings.Contains(nocert.log.String(), "lost the master") {
+	for !strings.Contains(bad.log.String(), "unauthenticated") || !strings.Contains(bad.log.String(), "refused this sidecar's credentials") || !strings.Contains(nocert.log.String(), "TLS handshake with the master failed") {
 		if time.Now().After(deadline) {
 			t.Fatalf("the refused sidecars do not say why:\n%s\n%s", tail(bad.log.String(), 5), tail(nocert.log.String(), 5))
 		}

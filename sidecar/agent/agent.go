@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -213,6 +214,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			// backing off.
 			a.log.Error("the master refused this sidecar's credentials (check --master-token-file and the client certificate); trying again", "master", url, "err", err)
 			wait, backoff = backoff, min(backoff*2, a.opts.RetryMax)
+		case tlsRefused(err):
+			a.log.Error("the TLS handshake with the master failed (check --master-ca-cert and --master-client-cert/--master-client-key); trying again", "master", url, "err", err)
+			wait, backoff = backoff, min(backoff*2, a.opts.RetryMax)
 		case registered:
 			// It was registered: look for the primary at once.
 			a.log.Warn("lost the master; looking for the primary", "master", url, "err", err)
@@ -235,6 +239,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// tlsRefused: the TLS handshake failed (a certificate the master wants,
+// or one this node does not trust): a configuration error.
+func tlsRefused(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "tls: ") || strings.Contains(err.Error(), "x509: "))
 }
 
 // isNotPrimary: the master answered that another one serves (a standby,
