@@ -134,9 +134,9 @@ func (p *fleetProc) exited() bool {
 // procFleet is a master (and its standbys) and their sidecars.
 type procFleet struct {
 	cmd       fleetCmd
-	shardURL  string // the sidecars' store
-	masterURL string // the master's store
-	cluster   string // the master's cluster name (default "fleet")
+	shardURL  string     // the sidecars' store
+	masterURL string     // the master's store
+	cluster   string     // the master's cluster name (default "fleet")
 	master    *fleetProc // the first master started
 	base      string     // its API URL
 	http      *http.Client
