@@ -27,9 +27,10 @@ import (
 //     less than 5%, the primary has stopped answering by the time any
 //     standby may claim; if its clock lies, the store fences it anyway.
 //
-// elector is the standby's side: pure bookkeeping over what the standby
-// read, so tests drive it with plain numbers.
-type elector struct {
+// Elector is the standby's side: pure bookkeeping over what the standby
+// read, so tests and the protocol checker (verify/) drive it with plain
+// numbers on any clock.
+type Elector struct {
 	// own is this master's election timeout; 0: it never claims by
 	// itself (only a promote makes it primary).
 	own time.Duration
@@ -49,15 +50,18 @@ type elector struct {
 	jitter time.Duration
 }
 
-func newElector(own time.Duration, seed uint64, now int64) *elector {
-	e := &elector{own: own, rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
-	e.alive(now)
+// NewElector returns the bookkeeping of a standby whose election timeout
+// is own (0: it never claims by itself), started at steady time now; seed
+// draws its random shares.
+func NewElector(own time.Duration, seed uint64, now int64) *Elector {
+	e := &Elector{own: own, rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	e.Alive(now)
 	return e
 }
 
-// timeout is how long the standby waits without a sign of life; 0 when it
+// Timeout is how long the standby waits without a sign of life; 0 when it
 // must not claim by itself.
-func (e *elector) timeout() time.Duration {
+func (e *Elector) Timeout() time.Duration {
 	if e.own <= 0 || (e.announcedSet && e.announced <= 0) {
 		return 0
 	}
@@ -67,12 +71,12 @@ func (e *elector) timeout() time.Duration {
 	return e.own
 }
 
-// alive records a sign of the primary's life at now and draws a new
+// Alive records a sign of the primary's life at now and draws a new
 // random share (Raft's randomised timeouts: two standbys that saw the same
 // last generation do not claim in lockstep round after round).
-func (e *elector) alive(now int64) {
+func (e *Elector) Alive(now int64) {
 	e.life = now
-	if t := e.timeout(); t > 0 {
+	if t := e.Timeout(); t > 0 {
 		e.jitter = time.Duration(e.rnd.Int64N(int64(t)/electionJitterDivisor + 1))
 	} else {
 		e.jitter = 0
@@ -84,37 +88,40 @@ func (e *elector) alive(now int64) {
 // timeout while still splitting two standbys' claims by tens of ms.
 const electionJitterDivisor = 5
 
-// sawTerm records the terms of the log seen in a listing or a lineage: a
+// SawTerm records the terms of the log seen in a listing or a lineage: a
 // term above the known one is a new primary's claim, a sign of life.
-func (e *elector) sawTerm(term int64, now int64) bool {
+func (e *Elector) SawTerm(term int64, now int64) bool {
 	if term <= e.term {
 		return false
 	}
 	e.term = term
-	e.alive(now)
+	e.Alive(now)
 	return true
 }
 
-// primaryTimeout records the election timeout the primary announced.
-func (e *elector) primaryTimeout(d time.Duration) {
+// Term is the highest term of the log seen.
+func (e *Elector) Term() int64 { return e.term }
+
+// PrimaryTimeout records the election timeout the primary announced.
+func (e *Elector) PrimaryTimeout(d time.Duration) {
 	e.announced, e.announcedSet = max(d, 0), true
 }
 
-// until is how long until the standby may claim: <= 0 means now; the
+// Until is how long until the standby may claim: <= 0 means now; the
 // second result is false when it never claims by itself.
-func (e *elector) until(now int64) (time.Duration, bool) {
-	t := e.timeout()
+func (e *Elector) Until(now int64) (time.Duration, bool) {
+	t := e.Timeout()
 	if t <= 0 {
 		return 0, false
 	}
 	return time.Duration(e.life + int64(t+e.jitter) - now), true
 }
 
-// leaseFor is how long an acknowledged append, counted from when it was
+// LeaseFor is how long an acknowledged append, counted from when it was
 // sent, lets a primary with election timeout t answer requests: t less
 // the drift margin. 0 (no lease: the primary answers until fenced) when
 // elections are off.
-func leaseFor(t time.Duration) time.Duration {
+func LeaseFor(t time.Duration) time.Duration {
 	if t <= 0 {
 		return 0
 	}
@@ -127,11 +134,11 @@ func leaseFor(t time.Duration) time.Duration {
 // the standby's wait of t can have run out).
 const driftDivisor = 10
 
-// renewEvery is how often a primary appends its leader entry: a third of
+// RenewEvery is how often a primary appends its leader entry: a third of
 // the election timeout, so two renewals can fail or be slow before the
 // lease runs out; with elections off, every 10 s (standbys still learn
 // where the primary serves).
-func renewEvery(t time.Duration) time.Duration {
+func RenewEvery(t time.Duration) time.Duration {
 	if t <= 0 {
 		return 10 * time.Second
 	}

@@ -15,50 +15,50 @@ import (
 	"github.com/shardfence/shardfence/master"
 )
 
-// The elector's bookkeeping, with plain numbers.
+// The Elector's bookkeeping, with plain numbers.
 func TestElectorWaitsTheLongerTimeoutWithAJitter(t *testing.T) {
 	const ms = int64(time.Millisecond)
-	e := newElector(time.Second, 7, 0)
-	d, ok := e.until(0)
+	e := NewElector(time.Second, 7, 0)
+	d, ok := e.Until(0)
 	if !ok || d < time.Second || d > time.Second+time.Second/electionJitterDivisor {
-		t.Fatalf("a fresh elector claims in %v (%v), want 1 s plus at most a fifth", d, ok)
+		t.Fatalf("a fresh Elector claims in %v (%v), want 1 s plus at most a fifth", d, ok)
 	}
 	// A sign of life restarts the wait.
-	e.alive(500 * ms)
-	if d, _ := e.until(1400 * ms); d <= 0 {
+	e.Alive(500 * ms)
+	if d, _ := e.Until(1400 * ms); d <= 0 {
 		t.Fatalf("due %v after a sign of life 900 ms ago", d)
 	}
-	if d, _ := e.until(1700 * ms); d > 0 {
+	if d, _ := e.Until(1700 * ms); d > 0 {
 		t.Fatalf("not due 1.2 s after the last sign of life (jitter %v): %v", e.jitter, d)
 	}
 	// A new term is a sign of life; an old one is not.
-	if !e.sawTerm(3, 2000*ms) || e.sawTerm(3, 2500*ms) || e.sawTerm(2, 2500*ms) {
+	if !e.SawTerm(3, 2000*ms) || e.SawTerm(3, 2500*ms) || e.SawTerm(2, 2500*ms) {
 		t.Fatal("sawTerm: only a term above the known one is news")
 	}
-	if d, _ := e.until(2500 * ms); d <= 0 {
+	if d, _ := e.Until(2500 * ms); d <= 0 {
 		t.Fatal("due right after a new term was seen")
 	}
 	// The primary announces a longer timeout: wait that long.
-	e.primaryTimeout(3 * time.Second)
-	e.alive(0)
-	if e.timeout() != 3*time.Second {
-		t.Fatalf("timeout %v, want the primary's 3 s", e.timeout())
+	e.PrimaryTimeout(3 * time.Second)
+	e.Alive(0)
+	if e.Timeout() != 3*time.Second {
+		t.Fatalf("timeout %v, want the primary's 3 s", e.Timeout())
 	}
-	if d, _ := e.until(2900 * ms); d <= 0 {
+	if d, _ := e.Until(2900 * ms); d <= 0 {
 		t.Fatal("claimed before the primary's announced timeout")
 	}
 	// A primary without a leadership lease: never claim by itself.
-	e.primaryTimeout(0)
-	if _, ok := e.until(1 << 60); ok {
+	e.PrimaryTimeout(0)
+	if _, ok := e.Until(1 << 60); ok {
 		t.Fatal("claims over a primary that keeps no lease")
 	}
 	// Elections off here: never.
-	if _, ok := newElector(0, 1, 0).until(1 << 60); ok {
-		t.Fatal("an elector with no timeout claims")
+	if _, ok := NewElector(0, 1, 0).Until(1 << 60); ok {
+		t.Fatal("an Elector with no timeout claims")
 	}
 	// Two electors with different seeds draw different shares (so they
 	// do not claim in lockstep); the same seed draws the same.
-	a, b, c := newElector(time.Second, 1, 0), newElector(time.Second, 2, 0), newElector(time.Second, 1, 0)
+	a, b, c := NewElector(time.Second, 1, 0), NewElector(time.Second, 2, 0), NewElector(time.Second, 1, 0)
 	if a.jitter == b.jitter || a.jitter != c.jitter {
 		t.Fatalf("jitters %v %v %v", a.jitter, b.jitter, c.jitter)
 	}
@@ -66,18 +66,18 @@ func TestElectorWaitsTheLongerTimeoutWithAJitter(t *testing.T) {
 
 func TestLeaseKeepsAMarginForDrift(t *testing.T) {
 	for _, et := range []time.Duration{time.Second, 3 * time.Second} {
-		l := leaseFor(et)
+		l := LeaseFor(et)
 		// Steady clocks within 5% of real time: the lease, stretched by
 		// a slow primary clock, ends before the wait, shrunk by a fast
 		// standby clock.
 		if float64(l)*1.05 >= float64(et)*0.95 {
 			t.Fatalf("lease %v for timeout %v leaves no margin for 5%% drift", l, et)
 		}
-		if r := renewEvery(et); 2*r >= l {
+		if r := RenewEvery(et); 2*r >= l {
 			t.Fatalf("renewal every %v: two slow renewals exhaust the %v lease", r, l)
 		}
 	}
-	if leaseFor(0) != 0 {
+	if LeaseFor(0) != 0 {
 		t.Fatal("a lease without elections")
 	}
 }

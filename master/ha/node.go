@@ -177,7 +177,7 @@ type Node struct {
 	// failed): the primary steps down.
 	lost chan struct{}
 	// elect is the standby's election bookkeeping.
-	elect *elector
+	elect *Elector
 	// steppedDown is why this node last stopped being primary.
 	steppedDown error
 	// leader is the primary as this node knows it (itself while
@@ -286,7 +286,7 @@ func New(opts Options) (*Node, error) {
 	}
 	n := &Node{opts: opts, shard: shard, store: store, alloc: alloc, reqs: make(chan request),
 		log: opts.Log.With("cluster", opts.Cluster, "shard", shard), role: RoleOpening}
-	n.elect = newElector(opts.ElectionTimeout, opts.ElectionSeed, opts.Clock.Now())
+	n.elect = NewElector(opts.ElectionTimeout, opts.ElectionSeed, opts.Clock.Now())
 	if opts.Standby {
 		n.role = RoleStandby
 	}
@@ -457,9 +457,9 @@ func (n *Node) Status() Status {
 	n.mu.Lock()
 	st := Status{Role: n.role, Cluster: n.opts.Cluster, Shard: n.shard, Term: n.term, Err: n.err,
 		LastSnapshot: n.lastSnap.key, SnapshotGen: n.lastSnap.gen, Node: n.opts.Node, Addr: n.opts.Advertise,
-		ElectionTimeout: n.elect.timeout(), SteppedDown: n.steppedDown}
+		ElectionTimeout: n.elect.Timeout(), SteppedDown: n.steppedDown}
 	if n.role == RoleStandby {
-		st.ElectionIn, _ = n.elect.until(n.opts.Clock.Now())
+		st.ElectionIn, _ = n.elect.Until(n.opts.Clock.Now())
 	}
 	lg, tl := n.oplog, n.tail
 	n.mu.Unlock()
@@ -588,8 +588,8 @@ func (n *Node) stepDown() {
 	n.mu.Lock()
 	n.oplog, n.sh, n.tail, n.m, n.term, n.claim = nil, nil, nil, nil, 0, 0
 	n.role, n.err, n.steppedDown = role, why, why
-	n.elect = newElector(n.opts.ElectionTimeout, n.opts.ElectionSeed+uint64(term), n.opts.Clock.Now())
-	n.elect.sawTerm(term, n.opts.Clock.Now())
+	n.elect = NewElector(n.opts.ElectionTimeout, n.opts.ElectionSeed+uint64(term), n.opts.Clock.Now())
+	n.elect.SawTerm(term, n.opts.Clock.Now())
 	n.publishLocked()
 	n.mu.Unlock()
 	n.opts.Metrics.stepDowns.Inc()
@@ -738,7 +738,7 @@ func (n *Node) openPrimary(ctx context.Context, resume bool, term int64) error {
 	lg := newOplog(sh.Writer, sh.Chain, n.opts.Clock, oplogOptions{
 		from: pos, maxBytes: int(n.syncLimit()), metrics: n.opts.Metrics, onFail: n.onLogFail,
 		lease: n.opts.AllocationLease, notBefore: sh.Chain.SweptAt() + int64(n.opts.AllocationLease+n.opts.AllocationLeaseMargin),
-		leadership: leaseFor(n.opts.ElectionTimeout), claimed: claimed,
+		leadership: LeaseFor(n.opts.ElectionTimeout), claimed: claimed,
 	})
 	cur.SetJournal(lg)
 	// Every client the restored state names starts a fresh Active window:
@@ -821,7 +821,7 @@ func (n *Node) runPrimary(ctx context.Context) {
 	// serves, then every renewal interval, so an idle log still shows
 	// standbys a new generation (a busy one carries it in a batch it
 	// writes anyway).
-	renewTick := time.NewTicker(renewEvery(n.opts.ElectionTimeout))
+	renewTick := time.NewTicker(RenewEvery(n.opts.ElectionTimeout))
 	defer renewTick.Stop()
 	n.renew()
 	// The liveness monitor (and its offboarding executor) runs while this

@@ -167,10 +167,10 @@ func (n *Node) standbyStep(ctx context.Context) (bool, error) {
 	// was sent: a sign of the primary's life (election.go).
 	now := n.opts.Clock.Now()
 	n.mu.Lock()
-	n.elect.sawTerm(term, now)
-	n.elect.alive(now)
+	n.elect.SawTerm(term, now)
+	n.elect.Alive(now)
 	if leader != nil {
-		n.elect.primaryTimeout(time.Duration(leader.GetElectionTimeoutMs()) * time.Millisecond)
+		n.elect.PrimaryTimeout(time.Duration(leader.GetElectionTimeoutMs()) * time.Millisecond)
 	}
 	n.mu.Unlock()
 	if leader != nil {
@@ -304,7 +304,7 @@ func (n *Node) refreshLineage(ctx context.Context, t *tailer) error {
 // yet.
 func (n *Node) sawTerm(term int64) {
 	n.mu.Lock()
-	fresh := n.elect.sawTerm(term, n.opts.Clock.Now())
+	fresh := n.elect.SawTerm(term, n.opts.Clock.Now())
 	n.mu.Unlock()
 	if l := n.leader.Load(); fresh && (l == nil || l.Term < term) {
 		n.leader.Store(&master.Leader{})
@@ -347,7 +347,7 @@ func (n *Node) loadedLocked() {
 		n.role, n.err = RoleStandby, nil
 		n.log.Info("the master that stepped down is a standby again", "reason", n.steppedDown)
 	}
-	n.elect.alive(n.opts.Clock.Now())
+	n.elect.Alive(n.opts.Clock.Now())
 	n.publishLocked()
 }
 
@@ -362,7 +362,7 @@ func (n *Node) loadedLocked() {
 func (n *Node) maybeElect(ctx context.Context) (bool, error) {
 	n.mu.Lock()
 	t := n.tail
-	due, auto := n.elect.until(n.opts.Clock.Now())
+	due, auto := n.elect.Until(n.opts.Clock.Now())
 	n.mu.Unlock()
 	if !auto || due > 0 || t == nil || !t.bootstrapped {
 		return false, nil
@@ -372,7 +372,7 @@ func (n *Node) maybeElect(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	n.mu.Lock()
-	newer := n.elect.sawTerm(top, n.opts.Clock.Now())
+	newer := n.elect.SawTerm(top, n.opts.Clock.Now())
 	term := max(top, n.elect.term) + 1
 	n.mu.Unlock()
 	if newer {
@@ -383,7 +383,7 @@ func (n *Node) maybeElect(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	n.mu.Lock()
-	d := n.elect.timeout()
+	d := n.elect.Timeout()
 	n.mu.Unlock()
 	n.log.Warn("standby: no sign of the primary's life for the election timeout; claiming the operation log", "term", term, "election_timeout", d)
 	start := n.opts.Clock.Now()
@@ -394,7 +394,7 @@ func (n *Node) maybeElect(ctx context.Context) (bool, error) {
 		// Lost (another master claimed first, or a higher term is
 		// there), or the store failed: either way wait a whole timeout
 		// again; a lost claim shows its winner as a new term.
-		n.elect.alive(n.opts.Clock.Now())
+		n.elect.Alive(n.opts.Clock.Now())
 		n.mu.Unlock()
 		if errors.Is(err, fence.ErrFenced) {
 			n.log.Info("standby: another master won the election; following it", "term", term, "err", err)
