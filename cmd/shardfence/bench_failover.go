@@ -8,12 +8,17 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"connectrpc.com/connect"
+
+	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	"github.com/shardfence/shardfence/blobstore"
 )
 
-const benchFailoverSummary = "automatic failover RTO: SIGKILL a sidecar under load, time detection and takeover to the first ack on the new owner"
+const benchFailoverSummary = "automatic failover RTO: SIGKILL a sidecar (or the primary master) under load, time detection and takeover to the first ack on the new owner"
 
 // failoverRun is one measured failover.
 type failoverRun struct {
@@ -36,8 +41,20 @@ func runBenchFailover(ctx context.Context, args []string, stdout, stderr io.Writ
 	store := fs.String("store", "", "store URL the master and sidecars use (default: a file:// store in a temporary directory)")
 	ttls := fs.String("ttls", "1s/1s,1s/2s,2s/2s,10s/20s", "comma-separated ACTIVE/SUSPICION client TTL pairs to measure")
 	runs := fs.Int("runs", 3, "failovers per TTL pair (the table shows the median)")
+	elections := fs.String("master-election-timeouts", "1s,3s", "comma-separated --election-timeout values for the master rows (SIGKILL of the primary master, a primary and two standbys); empty skips them")
 	if err := parseArgs(fs, args); err != nil {
 		return err
+	}
+	var ets []time.Duration
+	for _, e := range strings.Split(*elections, ",") {
+		if strings.TrimSpace(e) == "" {
+			continue
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(e))
+		if err != nil || d < 100*time.Millisecond {
+			return fmt.Errorf("%w: --master-election-timeouts %q: want durations of at least 100ms", errUsage, e)
+		}
+		ets = append(ets, d)
 	}
 	if fs.NArg() > 0 || *runs < 1 {
 		return fmt.Errorf("%w: bench failover takes flags only, --runs at least 1", errUsage)
@@ -88,7 +105,232 @@ func runBenchFailover(ctx context.Context, args []string, stdout, stderr io.Writ
 		verdict = "MISSED"
 	}
 	fmt.Fprintf(stdout, "\ntarget takeover (assignment to first ack on the new owner) < 1 s: worst median %s (%s)\n", ms(worst), verdict)
+	if len(ets) == 0 {
+		return nil
+	}
+	var mrs []masterFailoverRun
+	for _, et := range ets {
+		var rs []masterFailoverRun
+		for i := range *runs {
+			r, err := masterFailoverOnce(ctx, c, url, et)
+			if err != nil {
+				return fmt.Errorf("master failover with --election-timeout %v, run %d: %w", et, i+1, err)
+			}
+			fmt.Fprintf(stderr, "election timeout %v run %d: detection %v, promotion %v, first assign %v after the kill, %d shards moved\n", et, i+1,
+				r.detection.Round(time.Millisecond), r.promotion.Round(time.Millisecond), r.rto.Round(time.Millisecond), r.moved)
+			rs = append(rs, r)
+		}
+		mrs = append(mrs, medianMasterRun(rs))
+	}
+	fmt.Fprintln(stdout, "\nMaster failover: SIGKILL of the primary master (a primary and two standbys, three sidecars with 1 s + 1 s client TTLs, one auto-restore shard each under append load)")
+	fmt.Fprintln(stdout)
+	fmt.Fprintln(stdout, "| election timeout | detection | promotion | RTO (kill to first acknowledged assign) | target | shards moved |")
+	fmt.Fprintln(stdout, "| ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, r := range mrs {
+		v := "met"
+		if r.rto > r.et+time.Second {
+			v = "MISSED"
+		}
+		fmt.Fprintf(stdout, "| %v | %s | %s | %s | <= %v (%s) | %d |\n", r.et, ms(r.detection), ms(r.promotion), ms(r.rto), r.et+time.Second, v, r.moved)
+	}
+	fmt.Fprintln(stdout, "\ndetection: the kill to a standby claiming the log (it saw no new generation for the timeout plus its random share); promotion: the claim to serving (seal, replay of what it had not tailed); shards moved: sidecar shards reassigned by the master failover (target 0)")
 	return nil
+}
+
+// masterFailoverRun is one measured failover of the primary master.
+type masterFailoverRun struct {
+	et        time.Duration
+	detection time.Duration // SIGKILL to a standby's claim (role opening)
+	promotion time.Duration // the claim to serving (role primary)
+	rto       time.Duration // SIGKILL to the first acknowledged assign
+	moved     int           // sidecar shards whose term or node changed
+}
+
+func medianMasterRun(rs []masterFailoverRun) masterFailoverRun {
+	pick := func(get func(masterFailoverRun) time.Duration) time.Duration {
+		v := make([]time.Duration, len(rs))
+		for i, r := range rs {
+			v[i] = get(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	out := rs[0]
+	out.detection = pick(func(r masterFailoverRun) time.Duration { return r.detection })
+	out.promotion = pick(func(r masterFailoverRun) time.Duration { return r.promotion })
+	out.rto = pick(func(r masterFailoverRun) time.Duration { return r.rto })
+	for _, r := range rs {
+		out.moved = max(out.moved, r.moved)
+	}
+	return out
+}
+
+// masterFailoverOnce runs a primary master and two standbys with election
+// timeout et, three sidecars each holding one auto-restore shard under
+// append load, and a client assigning shards in a loop; it SIGKILLs the
+// primary master and times the way back.
+func masterFailoverOnce(ctx context.Context, c fleetCmd, url string, et time.Duration) (masterFailoverRun, error) {
+	r := masterFailoverRun{et: et}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
+	f := newProcFleet(c, url, url)
+	f.cluster = "bench-" + id
+	defer f.stop()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	flags := []string{"--client-active-ttl", "1s", "--client-suspicion-ttl", "1s", "--election-timeout", et.String(), "--log-level", "warn"}
+	if _, err := f.startMasterNamed("m1", flags...); err != nil {
+		return r, err
+	}
+	for _, m := range []string{"m2", "m3"} {
+		if _, err := f.startMasterNamed(m, append([]string{"--standby"}, flags...)...); err != nil {
+			return r, err
+		}
+	}
+	nodes := []string{"n1", "n2", "n3"}
+	for _, n := range nodes {
+		if _, err := f.startSidecar(n, "--log-level", "warn"); err != nil {
+			return r, err
+		}
+	}
+	if err := f.waitNodes(ctx, 3); err != nil {
+		return r, err
+	}
+	var writers []*shardWriter
+	for i, n := range nodes {
+		shard := fmt.Sprintf("bench-%s-%d", id, i)
+		if err := f.assign(ctx, shard, n, false); err != nil {
+			return r, err
+		}
+		if _, err := f.openOn(ctx, shard, ""); err != nil {
+			return r, err
+		}
+		writers = append(writers, &shardWriter{f: f, shard: shard, http: f.http})
+	}
+	before, err := f.shards(ctx)
+	if err != nil {
+		return r, err
+	}
+	wctx, stopWriters := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, w := range writers {
+		wg.Go(func() { w.run(wctx) })
+	}
+	defer func() { stopWriters(); wg.Wait() }()
+	// The client: one assign after another, each to the primary the
+	// masters name; the first one acknowledged after the kill ends the RTO.
+	var mu sync.Mutex
+	var acks []time.Time
+	wg.Go(func() {
+		for i := 0; wctx.Err() == nil; i++ {
+			// Each probe shard leaves the table again once acknowledged,
+			// so the sidecars open and close it and nothing piles up.
+			probe := fmt.Sprintf("probe-%s-%d", id, i)
+			cctx, cancel := context.WithTimeout(wctx, 2*time.Second)
+			fc, err := f.fleetClient(cctx)
+			if err == nil {
+				_, err = fc.AssignShard(cctx, connect.NewRequest(&masterv1.AssignShardRequest{Shard: probe}))
+			}
+			if err == nil {
+				mu.Lock()
+				acks = append(acks, time.Now())
+				mu.Unlock()
+				_, _ = fc.UnassignShard(cctx, connect.NewRequest(&masterv1.UnassignShardRequest{Shard: probe}))
+			}
+			cancel()
+			_ = sleepCtx(wctx, 50*time.Millisecond)
+		}
+	})
+	if err := pollUntil(ctx, "acks on every shard", func() (bool, error) {
+		for _, w := range writers {
+			if len(w.ackedOps()) < 20 {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return r, err
+	}
+	standbys := map[string]masterv1connect.MasterHAServiceClient{}
+	for _, m := range []string{"m2", "m3"} {
+		standbys[m] = masterv1connect.NewMasterHAServiceClient(f.http, "http://"+f.masterProc(m).addr)
+	}
+	f.masterProc("m1").kill()
+	killed := time.Now()
+	var claimed, serving time.Time
+	if err := pollUntil(ctx, "a standby to be elected", func() (bool, error) {
+		for _, hc := range standbys {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			res, err := hc.Status(cctx, connect.NewRequest(&masterv1.StatusRequest{}))
+			cancel()
+			if err != nil {
+				continue
+			}
+			switch res.Msg.GetRole() {
+			case masterv1.MasterRole_MASTER_ROLE_OPENING:
+				if claimed.IsZero() {
+					claimed = time.Now()
+				}
+			case masterv1.MasterRole_MASTER_ROLE_PRIMARY:
+				if claimed.IsZero() {
+					claimed = time.Now()
+				}
+				serving = time.Now()
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return r, err
+	}
+	var first time.Time
+	if err := pollUntil(ctx, "an assign acknowledged by the new primary", func() (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, a := range acks {
+			if a.After(killed) {
+				first = a
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return r, err
+	}
+	// Two whole client TTLs with the new primary: did a shard move?
+	_ = sleepCtx(ctx, 4*time.Second)
+	after, err := f.shards(ctx)
+	if err != nil {
+		return r, err
+	}
+	for name, row := range before {
+		if !strings.HasPrefix(name, "bench-") {
+			continue
+		}
+		a, b := row.GetAssignment(), after[name].GetAssignment()
+		if a.GetTerm() != b.GetTerm() || a.GetNode() != b.GetNode() {
+			r.moved++
+		}
+	}
+	stopWriters()
+	wg.Wait()
+	for _, w := range writers {
+		if _, err := f.verify(ctx, w); err != nil {
+			return r, err
+		}
+	}
+	r.detection, r.promotion, r.rto = claimed.Sub(killed), serving.Sub(claimed), first.Sub(killed)
+	return r, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }

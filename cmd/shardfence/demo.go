@@ -18,8 +18,22 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	phase := fs.Duration("phase", 3*time.Second, "how long each phase appends")
 	clients := fs.Int("clients", 8, "appending clients per sidecar")
 	auto := fs.Bool("auto", false, "automatic failover instead: a master and three sidecar processes; the shard's sidecar is SIGKILLed and the shard comes back on another by itself")
+	masterFailover := fs.Bool("master-failover", false, "master failover instead: a primary master, two standbys and three sidecar processes; the primary master is SIGKILLed, a standby is elected by itself and no shard moves")
 	if err := parseArgs(fs, args); err != nil {
 		return err
+	}
+	if *auto && *masterFailover {
+		return fmt.Errorf("%w: --auto and --master-failover are two different demos", errUsage)
+	}
+	if *masterFailover {
+		if fs.NArg() > 0 || *phase <= 0 {
+			return fmt.Errorf("%w: unexpected argument, or --phase not positive", errUsage)
+		}
+		c, err := selfCmd()
+		if err != nil {
+			return err
+		}
+		return runDemoMasterFailover(ctx, c, *storeURL, *phase, stdout)
 	}
 	if *auto {
 		if fs.NArg() > 0 || *phase <= 0 {

@@ -34,3 +34,19 @@ func TestDemoAutoFailsOverByItself(t *testing.T) {
 		}
 	}
 }
+
+func TestDemoMasterFailsOverByItself(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three masters and three sidecar processes")
+	}
+	var out syncBuffer
+	c := fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}
+	if err := runDemoMasterFailover(t.Context(), c, "file://"+t.TempDir(), 500*time.Millisecond, &out); err != nil {
+		t.Fatalf("demo --master-failover: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"SIGKILL master M1", "claimed the log at term 2", "with no command", "every shard still open on its node at term 1", "lost 0", "standby of", "ok: the master failed over by itself"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo --master-failover output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
