@@ -129,9 +129,9 @@ func LeaseFor(t time.Duration) time.Duration {
 }
 
 // driftDivisor: the primary keeps a tenth of the timeout in hand, which
-// covers steady clocks whose rates differ by up to 5% (the lease ends at
-// (t - t/10)(1 + 0.05) < t(1 - 0.05) of real time after the write, before
-// the standby's wait of t can have run out).
+// covers steady clocks whose rates are within 5% of real time: the lease
+// lasts at most 0.9t/0.95 = 0.947t of real time after the write was sent,
+// the standby's wait at least t/1.05 = 0.952t after it saw the write.
 const driftDivisor = 10
 
 // RenewEvery is how often a primary appends its leader entry: a third of
