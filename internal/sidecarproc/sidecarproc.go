@@ -36,7 +36,8 @@ type Command struct {
 	Env  []string
 }
 
-// Proc is one `shardfence serve` process, killed when its test ends.
+// Proc is one `shardfence serve` (or `shardfence master`) process, killed
+// when its test ends.
 type Proc struct {
 	Name   string
 	Cmd    *exec.Cmd
@@ -53,22 +54,48 @@ type Proc struct {
 func Start(t testing.TB, cmd Command, name, storeURL string, extra ...string) *Proc {
 	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--node", name}, extra...)
+	p := start(t, cmd, "sidecar "+name, "sidecar listening on ", StoreEnv+"="+storeURL, args)
+	p.Name = name
+	p.Client = sidecarv1connect.NewSidecarServiceClient(http.DefaultClient, "http://"+p.Addr)
+	return p
+}
+
+// MasterStoreEnv is the environment variable `shardfence master` reads its
+// store URL from.
+const MasterStoreEnv = "SHARDFENCE_MASTER_STORE"
+
+// StartMaster runs `shardfence master` named name of cluster on listen
+// (127.0.0.1:0 for a free port) with storeURL as its store and extra
+// flags, and waits until it reports its address. Its Client is nil: use
+// the master's API at "http://"+Addr.
+func StartMaster(t testing.TB, cmd Command, name, cluster, listen, storeURL string, extra ...string) *Proc {
+	t.Helper()
+	args := append([]string{"master", "--listen", listen, "--node", name, "--cluster", cluster}, extra...)
+	p := start(t, cmd, "master "+name, "master listening on ", MasterStoreEnv+"="+storeURL, args)
+	p.Name = name
+	return p
+}
+
+// start runs the command with args and env added, and waits for the line
+// that starts with ready (the rest is the address).
+func start(t testing.TB, cmd Command, label, ready, env string, args []string) *Proc {
+	t.Helper()
 	c := exec.Command(cmd.Path, args...)
-	c.Env = append(append(os.Environ(), cmd.Env...), StoreEnv+"="+storeURL)
-	p := &Proc{Name: name, Cmd: c, stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
+	c.Env = append(append(os.Environ(), cmd.Env...), env)
+	p := &Proc{Cmd: c, stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	c.Stderr = p.stderr
 	out, err := c.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Start(); err != nil {
-		t.Fatalf("start sidecar %s: %v", name, err)
+		t.Fatalf("start %s: %v", label, err)
 	}
 	addrc := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "sidecar listening on "); ok {
+			if a, ok := strings.CutPrefix(sc.Text(), ready); ok {
 				addrc <- a
 			}
 		}
@@ -81,21 +108,21 @@ func Start(t testing.TB, cmd Command, name, storeURL string, extra ...string) *P
 		select {
 		case <-p.done:
 		default:
+			_ = c.Process.Signal(syscall.SIGCONT)
 			_ = c.Process.Kill()
 			<-p.done
 		}
 		if t.Failed() {
-			t.Logf("sidecar %s log:\n%s", name, p.Log())
+			t.Logf("%s log:\n%s", label, p.Log())
 		}
 	})
 	select {
 	case p.Addr = <-addrc:
 	case <-p.done:
-		t.Fatalf("sidecar %s exited before serving: %v\n%s", name, p.err, p.Log())
+		t.Fatalf("%s exited before serving: %v\n%s", label, p.err, p.Log())
 	case <-time.After(60 * time.Second):
-		t.Fatalf("sidecar %s did not report its address in 60s\n%s", name, p.Log())
+		t.Fatalf("%s did not report its address in 60s\n%s", label, p.Log())
 	}
-	p.Client = sidecarv1connect.NewSidecarServiceClient(http.DefaultClient, "http://"+p.Addr)
 	return p
 }
 

@@ -70,7 +70,7 @@ func TestLeaseKeepsAMarginForDrift(t *testing.T) {
 		// Steady clocks within 5% of real time: the lease, stretched by
 		// a slow primary clock, ends before the wait, shrunk by a fast
 		// standby clock.
-		if float64(l)*1.05 >= float64(et)*0.95 {
+		if float64(l)/0.95 >= float64(et)/1.05 {
 			t.Fatalf("lease %v for timeout %v leaves no margin for 5%% drift", l, et)
 		}
 		if r := RenewEvery(et); 2*r >= l {
