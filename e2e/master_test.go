@@ -11,6 +11,7 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/internal/sidecarproc"
+	sfclient "github.com/shardfence/shardfence/client"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/master/client"
 )
@@ -27,7 +28,7 @@ func TestMinIOPausedUnderThePrimaryMaster(t *testing.T) {
 	m1 := sidecarproc.StartMaster(t, shardfence, "m1", "e2e", "127.0.0.1:0", url, flags...)
 	m2 := sidecarproc.StartMaster(t, shardfence, "m2", "e2e", "127.0.0.1:0", url, append([]string{"--standby"}, flags...)...)
 	hc := &http.Client{Timeout: 5 * time.Second}
-	masters := client.NewMasters(hc, []string{"http://" + m1.Addr, "http://" + m2.Addr})
+	masters := sfclient.NewMasters(hc, []string{"http://" + m1.Addr, "http://" + m2.Addr})
 
 	// Split brain watch: two masters that both answer they are the
 	// primary with their leadership held, at the same moment.
@@ -111,7 +112,7 @@ func TestMinIOPausedUnderThePrimaryMaster(t *testing.T) {
 // primary, remounting its segment after a failover, and remembers every
 // put whose PutEnd was acknowledged.
 type masterLoad struct {
-	masters *client.Masters
+	masters *sfclient.Masters
 	hc      *http.Client
 
 	mu    sync.Mutex

@@ -21,7 +21,7 @@ import (
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/internal/demo"
 	"github.com/shardfence/shardfence/internal/syncbuf"
-	"github.com/shardfence/shardfence/master/client"
+	"github.com/shardfence/shardfence/client"
 )
 
 // A fleet of real processes: one master and sidecars registered with it,

@@ -20,7 +20,7 @@ import (
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/internal/httpauth"
-	"github.com/shardfence/shardfence/master/client"
+	"github.com/shardfence/shardfence/client"
 )
 
 // masterConn is how a client reaches the master: its URL, the bearer

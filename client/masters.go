@@ -10,15 +10,26 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
-	"github.com/shardfence/shardfence/master"
 )
+
+// Leader is the primary master as a master knows it: its --node name, the
+// URL it serves on and the term of the operation log it holds. The zero
+// Leader means none is known (an election is under way).
+type Leader struct {
+	Node string
+	Addr string
+	Term int64
+}
+
+// Known reports whether l names a primary.
+func (l Leader) Known() bool { return l.Term > 0 }
 
 // Masters finds the primary among the masters of one cluster, given the
 // addresses of some of them: every master, standby or fenced, answers
 // MasterHAService.Leader with the primary it knows of, and the primary
-// answers with itself. Sidecars (serve --master a,b,c) and the admin
-// commands (--addr a,b,c) follow the primary through it instead of timing
-// out against an address that stopped answering.
+// answers with itself. Sidecars (serve --master a,b,c), the admin commands
+// (--addr a,b,c) and the Router follow the primary through it instead of
+// timing out against an address that stopped answering.
 type Masters struct {
 	addrs []string
 	hc    connect.HTTPClient
@@ -57,7 +68,7 @@ type Answer struct {
 	// Role is the answering master's own; Leader the primary it knows of.
 	Role   masterv1.MasterRole
 	Node   string
-	Leader master.Leader
+	Leader Leader
 	// HA is false for a master without a store (no HA API): it is the
 	// only master of its cluster, so it is the primary.
 	HA  bool
@@ -72,7 +83,7 @@ type Primary struct {
 	Addr string
 	// Leader is the primary as the masters know it (zero when no master
 	// is an HA master).
-	Leader master.Leader
+	Leader Leader
 	// Confirmed: the master at Addr answered that it is the primary.
 	Confirmed bool
 }
@@ -106,7 +117,7 @@ func (m *Masters) ask(ctx context.Context, addr string, timeout time.Duration) A
 	default:
 		r := res.Msg
 		a.HA, a.Role, a.Node = true, r.GetRole(), r.GetNode()
-		a.Leader = master.Leader{Node: r.GetLeaderNode(), Addr: r.GetLeaderAddr(), Term: r.GetLeaderTerm()}
+		a.Leader = Leader{Node: r.GetLeaderNode(), Addr: r.GetLeaderAddr(), Term: r.GetLeaderTerm()}
 	}
 	return a
 }
