@@ -359,6 +359,33 @@ func (c *Client) Status(ctx context.Context, shard string) (*sidecarv1.ShardStat
 	return res.Msg.GetStatus(), nil
 }
 
+// BarrierResult is what a read barrier proved: the sidecar held the
+// shard's Term at a point after the call, and every op acknowledged before
+// the call has a sequence number below NextSeqNo.
+type BarrierResult struct {
+	Term      int64
+	Gen       int64
+	NextSeqNo int64
+	// Local: answered inside the lease with no store request (lease mode).
+	Local bool
+}
+
+// Barrier returns once the sidecar proved, after the call started, that it
+// still holds the shard (at term, unless term is 0). A primary that serves
+// a read from its state after a successful Barrier, with every op below
+// NextSeqNo applied, serves a linearizable read; after a failed one
+// (IsFenced: a successor took the shard) it must serve none. Cost: one
+// fence key read per barrier, shared by concurrent ones (per_sync,
+// create_only, observe), none inside the lease (lease mode).
+func (c *Client) Barrier(ctx context.Context, shard string, term int64) (BarrierResult, error) {
+	res, err := c.conn.svc.Barrier(ctx, connect.NewRequest(&sidecarv1.BarrierRequest{Shard: shard, ExpectedTerm: term}))
+	if err != nil {
+		return BarrierResult{}, apiError("Barrier", shard, err)
+	}
+	m := res.Msg
+	return BarrierResult{Term: m.GetTerm(), Gen: m.GetGen(), NextSeqNo: m.GetNextSeqNo(), Local: m.GetLocal()}, nil
+}
+
 // backoff is the wait before retry attempt n: 25ms doubling, at most 1s.
 func backoff(n int) time.Duration {
 	return min(25*time.Millisecond<<min(n, 6), time.Second)

@@ -78,6 +78,11 @@ func (c *Client) ShardAt(name string, term int64) *Shard {
 // Name is the shard's id.
 func (sh *Shard) Name() string { return sh.name }
 
+// Barrier is Client.Barrier for this shard (at the term ShardAt named).
+func (sh *Shard) Barrier(ctx context.Context) (BarrierResult, error) {
+	return sh.c.Barrier(ctx, sh.name, sh.term)
+}
+
 // Append appends ops (at least one) and returns once they are durable and
 // fenced. On error, IsOutcomeUnknown says whether the ops may be in the
 // log; the package doc says what a caller may assume and how to find out.

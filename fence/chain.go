@@ -232,6 +232,19 @@ func (c *Chain) Check(ctx context.Context) error {
 	return nil
 }
 
+// Holds reads the chain's key and reports whether it still names this
+// claim as the term's owner (same allocation, same claim nonce), without
+// fencing anything: an observe-mode writer's read barrier asks it. A
+// store error is returned as is.
+func (c *Chain) Holds(ctx context.Context) (bool, error) {
+	obs, err := c.in.read(ctx, c.key)
+	if err != nil {
+		return false, c.opErr("Holds", err)
+	}
+	own := c.State().Record
+	return obs.Found && obs.Record.Allocation == c.in.allocation && obs.Record.Nonce == own.Nonce, nil
+}
+
 // Superseded reports the highest term above the chain's, 0 if none. Only a
 // higher term counts: a missing own key is not supersession (it may be a
 // store hiccup; the next CAS decides).

@@ -115,10 +115,13 @@ type fleet struct {
 	nodes   map[string]*node
 	shards  map[string]*shardEntry
 	version uint64
+	// routesWake is closed (and replaced) when a route may have changed:
+	// the routing feeds (WatchShards) wait on it.
+	routesWake chan struct{}
 }
 
 func newFleet(m *Master) *fleet {
-	return &fleet{m: m, nodes: map[string]*node{}, shards: map[string]*shardEntry{}}
+	return &fleet{m: m, nodes: map[string]*node{}, shards: map[string]*shardEntry{}, routesWake: make(chan struct{})}
 }
 
 func (f *fleet) nodeLocked(name string) *node {
@@ -130,8 +133,10 @@ func (f *fleet) nodeLocked(name string) *node {
 	return n
 }
 
-// notifyLocked wakes the watch streams of the named nodes.
+// notifyLocked wakes the watch streams of the named nodes, and the
+// routing feeds.
 func (f *fleet) notifyLocked(names ...string) {
+	f.routesChangedLocked()
 	for _, name := range names {
 		if name == "" {
 			continue
@@ -420,6 +425,7 @@ func (m *Master) ReportShard(ctx context.Context, r ShardReport) error {
 	e := f.shards[r.Shard]
 	if e != nil {
 		changes = f.reportLocked(e, r)
+		f.routesChangedLocked()
 	}
 	f.mu.Unlock()
 	m.topo.RUnlock()

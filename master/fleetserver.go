@@ -2,7 +2,10 @@ package master
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -51,6 +54,46 @@ func (s *fleetService) WatchAssignments(ctx context.Context, req *connect.Reques
 	})
 	return connectError(err)
 }
+
+func (s *fleetService) WatchShards(ctx context.Context, req *connect.Request[masterv1.WatchShardsRequest], st *connect.ServerStream[masterv1.WatchShardsResponse]) error {
+	m, err := s.serving()
+	if err != nil {
+		return connectError(err)
+	}
+	if len(req.Msg.GetShards()) > maxWatchShards {
+		return connectError(&Error{Op: "WatchShards", Err: fmt.Errorf("%w: %d shards named, at most %d (name none to follow them all)", ErrInvalidArgument, len(req.Msg.GetShards()), maxWatchShards)})
+	}
+	// The feed ends once this master stops serving (it stepped down, or
+	// its leadership lapsed): its table is no longer the truth, and the
+	// client finds the primary again.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if _, err := s.serving(); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}
+	}()
+	err = m.WatchShards(ctx, req.Msg.GetShards(), func(routes []*Route, snapshot bool) error {
+		return st.Send(&masterv1.WatchShardsResponse{Routes: routes, Snapshot: snapshot})
+	})
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return connectError(cause)
+	}
+	return connectError(err)
+}
+
+// maxWatchShards bounds the shards one routing feed names.
+const maxWatchShards = 100000
 
 func (s *fleetService) ReportShard(ctx context.Context, req *connect.Request[masterv1.ReportShardRequest]) (*connect.Response[masterv1.ReportShardResponse], error) {
 	m, err := s.serving()

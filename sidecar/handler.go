@@ -304,6 +304,15 @@ func (sv *service) Status(_ context.Context, req *connect.Request[sidecarv1.Stat
 	return connect.NewResponse(&sidecarv1.StatusResponse{Status: statusProto(st)}), nil
 }
 
+func (sv *service) Barrier(ctx context.Context, req *connect.Request[sidecarv1.BarrierRequest]) (*connect.Response[sidecarv1.BarrierResponse], error) {
+	m := req.Msg
+	r, err := sv.s.Barrier(ctx, m.GetShard(), m.GetExpectedTerm())
+	if err != nil {
+		return nil, sv.fail("Barrier", m.GetShard(), err)
+	}
+	return connect.NewResponse(&sidecarv1.BarrierResponse{Term: r.Term, Gen: r.Gen, NextSeqNo: r.NextSeqNo, Local: r.Local}), nil
+}
+
 func (sv *service) Close(ctx context.Context, req *connect.Request[sidecarv1.CloseRequest]) (*connect.Response[sidecarv1.CloseResponse], error) {
 	st, err := sv.s.Close(ctx, req.Msg.GetShard())
 	if err != nil {

@@ -22,6 +22,8 @@ const (
 	ObservedMetric      = "shardfence_sidecar_fencing_observed_total"
 	OpensMetric         = "shardfence_sidecar_opens_total"
 	ServiceErrorsMetric = "shardfence_sidecar_errors_total"
+	BarriersMetric      = "shardfence_sidecar_barriers_total"
+	BarrierReadsMetric  = "shardfence_sidecar_barrier_reads_total"
 	StoreRetriesMetric  = "shardfence_sidecar_store_retries_total"
 	RetryingMetric      = "shardfence_sidecar_store_retrying_seconds"
 	LastSyncMetric      = "shardfence_sidecar_last_sync_timestamp_seconds"
@@ -51,6 +53,12 @@ type metrics struct {
 	hydration  prometheus.Counter
 	opens      *prometheus.CounterVec
 	errors     *prometheus.CounterVec
+	// barriers counts read barriers by how they ended (local: inside the
+	// lease; store: proven by a fence key read; fenced; error);
+	// barrierReads the fence key reads they sent (shared by concurrent
+	// barriers).
+	barriers     *prometheus.CounterVec
+	barrierReads prometheus.Counter
 
 	cacheHits        prometheus.Counter
 	cacheMisses      prometheus.Counter
@@ -78,6 +86,10 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 			Help: "Open calls by result."}, []string{"result"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: ServiceErrorsMetric,
 			Help: "Failed API calls by method and reason."}, []string{"method", "reason"}),
+		barriers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: BarriersMetric,
+			Help: "Read barriers by result: local (inside the lease), store (proven by a fence key read), fenced, error."}, []string{"result"}),
+		barrierReads: prometheus.NewCounter(prometheus.CounterOpts{Name: BarrierReadsMetric,
+			Help: "Fence key reads sent for read barriers (concurrent barriers share one)."}),
 	}
 	m.cacheHits = prometheus.NewCounter(prometheus.CounterOpts{Name: CacheHitsMetric,
 		Help: "ReadCheckpointFile blocks served from a local copy or the block cache."})
@@ -91,7 +103,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		Help:    "Time to fetch one checkpoint block from the store on demand, retries included.",
 		Buckets: prometheus.ExponentialBucketsRange(0.0005, 30, 20)})
 	if reg != nil {
-		reg.MustRegister(m.appends, m.ackedOps, m.ackLatency, m.fenced, m.hydration, m.opens, m.errors, &writerCollector{s: s},
+		reg.MustRegister(m.appends, m.ackedOps, m.ackLatency, m.fenced, m.hydration, m.opens, m.errors, m.barriers, m.barrierReads, &writerCollector{s: s},
 			m.cacheHits, m.cacheMisses, m.cacheCorrupt, m.cacheWriteErrors, m.fetchLatency)
 	}
 	return m

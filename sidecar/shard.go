@@ -57,6 +57,8 @@ type shard struct {
 	healthLoggedAt time.Time
 	// observedLogged: the first observed fencing was logged.
 	observedLogged bool
+	// barriers shares fence key reads between concurrent read barriers.
+	barriers barrierGroup
 }
 
 // install makes sh the shard the lifecycle opened: its writer, chain,

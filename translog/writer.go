@@ -355,6 +355,14 @@ func (w *Writer) record(o outcome) {
 	w.locked(func(p *pipeline) { p.record(o, w.clock.Now(), w.instanceErr()) })
 }
 
+// Lease is the lease-mode state: when the last successful fence CAS was
+// sent (Valid false before the first).
+func (w *Writer) Lease() LeaseState {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.p.lease
+}
+
 // ObservedFencing returns, in Observe mode, the refused fence CAS that
 // PerSync mode would have failed every later append with; nil while there
 // was none, and always nil in the other modes.

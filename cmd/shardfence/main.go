@@ -33,6 +33,7 @@ func commands() []command {
 		{"read", readSummary, runRead},
 		{"read-file", readFileSummary, runReadFile},
 		{"status", statusSummary, runStatus},
+		{"barrier", barrierSummary, runBarrier},
 		{"close", closeSummary, runClose},
 		{"gc", gcSummary, runGC},
 		{"handoff", handoffSummary, runHandoff},

@@ -1364,6 +1364,216 @@ func (x *ListShardsResponse) GetShards() []*ShardInfo {
 	return nil
 }
 
+type WatchShardsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// shards limits the feed to these shards; empty follows every shard.
+	Shards        []string `protobuf:"bytes,1,rep,name=shards,proto3" json:"shards,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchShardsRequest) Reset() {
+	*x = WatchShardsRequest{}
+	mi := &file_master_v1_fleet_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchShardsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchShardsRequest) ProtoMessage() {}
+
+func (x *WatchShardsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_fleet_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchShardsRequest.ProtoReflect.Descriptor instead.
+func (*WatchShardsRequest) Descriptor() ([]byte, []int) {
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *WatchShardsRequest) GetShards() []string {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+// ShardRoute is where one shard is served, as the published (durable)
+// table says.
+type ShardRoute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// term and node: the owner and the term it opens the shard at.
+	Term int64  `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	Node string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	// addr is the owner's sidecar API URL, as it registered it
+	// (serve --advertise).
+	Addr string `protobuf:"bytes,4,opt,name=addr,proto3" json:"addr,omitempty"`
+	// state: assigned (told, not confirmed open), open, moving (a drain's
+	// handoff runs; the source serves until it ends), failed, fenced,
+	// unassigned (no owner).
+	State string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	// handoff_node and handoff_addr: where a drain is moving the shard.
+	HandoffNode string `protobuf:"bytes,6,opt,name=handoff_node,json=handoffNode,proto3" json:"handoff_node,omitempty"`
+	HandoffAddr string `protobuf:"bytes,7,opt,name=handoff_addr,json=handoffAddr,proto3" json:"handoff_addr,omitempty"`
+	// removed: the shard left the table (only in changes, never in a
+	// snapshot).
+	Removed       bool `protobuf:"varint,8,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardRoute) Reset() {
+	*x = ShardRoute{}
+	mi := &file_master_v1_fleet_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardRoute) ProtoMessage() {}
+
+func (x *ShardRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_fleet_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardRoute.ProtoReflect.Descriptor instead.
+func (*ShardRoute) Descriptor() ([]byte, []int) {
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ShardRoute) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *ShardRoute) GetTerm() int64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ShardRoute) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ShardRoute) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *ShardRoute) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ShardRoute) GetHandoffNode() string {
+	if x != nil {
+		return x.HandoffNode
+	}
+	return ""
+}
+
+func (x *ShardRoute) GetHandoffAddr() string {
+	if x != nil {
+		return x.HandoffAddr
+	}
+	return ""
+}
+
+func (x *ShardRoute) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
+type WatchShardsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Routes []*ShardRoute          `protobuf:"bytes,1,rep,name=routes,proto3" json:"routes,omitempty"`
+	// snapshot: routes is the whole table (what it does not list is not
+	// in the table); otherwise routes are the rows that changed.
+	Snapshot      bool `protobuf:"varint,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchShardsResponse) Reset() {
+	*x = WatchShardsResponse{}
+	mi := &file_master_v1_fleet_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchShardsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchShardsResponse) ProtoMessage() {}
+
+func (x *WatchShardsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_fleet_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchShardsResponse.ProtoReflect.Descriptor instead.
+func (*WatchShardsResponse) Descriptor() ([]byte, []int) {
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *WatchShardsResponse) GetRoutes() []*ShardRoute {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+func (x *WatchShardsResponse) GetSnapshot() bool {
+	if x != nil {
+		return x.Snapshot
+	}
+	return false
+}
+
 var File_master_v1_fleet_proto protoreflect.FileDescriptor
 
 const file_master_v1_fleet_proto_rawDesc = "" +
@@ -1458,7 +1668,22 @@ const file_master_v1_fleet_proto_rawDesc = "" +
 	"ownerState\x12\x18\n" +
 	"\adurable\x18\x06 \x01(\bR\adurable\"M\n" +
 	"\x12ListShardsResponse\x127\n" +
-	"\x06shards\x18\x01 \x03(\v2\x1f.shardfence.master.v1.ShardInfoR\x06shards*\xe1\x01\n" +
+	"\x06shards\x18\x01 \x03(\v2\x1f.shardfence.master.v1.ShardInfoR\x06shards\",\n" +
+	"\x12WatchShardsRequest\x12\x16\n" +
+	"\x06shards\x18\x01 \x03(\tR\x06shards\"\xd4\x01\n" +
+	"\n" +
+	"ShardRoute\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x03R\x04term\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x12\n" +
+	"\x04addr\x18\x04 \x01(\tR\x04addr\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12!\n" +
+	"\fhandoff_node\x18\x06 \x01(\tR\vhandoffNode\x12!\n" +
+	"\fhandoff_addr\x18\a \x01(\tR\vhandoffAddr\x12\x18\n" +
+	"\aremoved\x18\b \x01(\bR\aremoved\"k\n" +
+	"\x13WatchShardsResponse\x128\n" +
+	"\x06routes\x18\x01 \x03(\v2 .shardfence.master.v1.ShardRouteR\x06routes\x12\x1a\n" +
+	"\bsnapshot\x18\x02 \x01(\bR\bsnapshot*\xe1\x01\n" +
 	"\vShardReport\x12\x1c\n" +
 	"\x18SHARD_REPORT_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11SHARD_REPORT_OPEN\x10\x01\x12\x17\n" +
@@ -1471,7 +1696,7 @@ const file_master_v1_fleet_proto_rawDesc = "" +
 	"\rTakeoverPoint\x12\x1e\n" +
 	"\x1aTAKEOVER_POINT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16TAKEOVER_POINT_OFFLINE\x10\x01\x12\x1c\n" +
-	"\x18TAKEOVER_POINT_SUSPECTED\x10\x022\xbf\x06\n" +
+	"\x18TAKEOVER_POINT_SUSPECTED\x10\x022\xa5\a\n" +
 	"\x12MasterFleetService\x12e\n" +
 	"\fRegisterNode\x12).shardfence.master.v1.RegisterNodeRequest\x1a*.shardfence.master.v1.RegisterNodeResponse\x12s\n" +
 	"\x10WatchAssignments\x12-.shardfence.master.v1.WatchAssignmentsRequest\x1a..shardfence.master.v1.WatchAssignmentsResponse0\x01\x12b\n" +
@@ -1481,7 +1706,8 @@ const file_master_v1_fleet_proto_rawDesc = "" +
 	"\tDrainNode\x12&.shardfence.master.v1.DrainNodeRequest\x1a'.shardfence.master.v1.DrainNodeResponse\x12\\\n" +
 	"\tListNodes\x12&.shardfence.master.v1.ListNodesRequest\x1a'.shardfence.master.v1.ListNodesResponse\x12_\n" +
 	"\n" +
-	"ListShards\x12'.shardfence.master.v1.ListShardsRequest\x1a(.shardfence.master.v1.ListShardsResponseB9Z7github.com/shardfence/shardfence/api/master/v1;masterv1b\x06proto3"
+	"ListShards\x12'.shardfence.master.v1.ListShardsRequest\x1a(.shardfence.master.v1.ListShardsResponse\x12d\n" +
+	"\vWatchShards\x12(.shardfence.master.v1.WatchShardsRequest\x1a).shardfence.master.v1.WatchShardsResponse0\x01B9Z7github.com/shardfence/shardfence/api/master/v1;masterv1b\x06proto3"
 
 var (
 	file_master_v1_fleet_proto_rawDescOnce sync.Once
@@ -1496,7 +1722,7 @@ func file_master_v1_fleet_proto_rawDescGZIP() []byte {
 }
 
 var file_master_v1_fleet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_master_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_master_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_master_v1_fleet_proto_goTypes = []any{
 	(ShardReport)(0),                 // 0: shardfence.master.v1.ShardReport
 	(TakeoverPoint)(0),               // 1: shardfence.master.v1.TakeoverPoint
@@ -1519,40 +1745,46 @@ var file_master_v1_fleet_proto_goTypes = []any{
 	(*ListShardsRequest)(nil),        // 18: shardfence.master.v1.ListShardsRequest
 	(*ShardInfo)(nil),                // 19: shardfence.master.v1.ShardInfo
 	(*ListShardsResponse)(nil),       // 20: shardfence.master.v1.ListShardsResponse
-	(*v1.ShardSettings)(nil),         // 21: shardfence.sidecar.v1.ShardSettings
-	(*ShardAssignment)(nil),          // 22: shardfence.master.v1.ShardAssignment
+	(*WatchShardsRequest)(nil),       // 21: shardfence.master.v1.WatchShardsRequest
+	(*ShardRoute)(nil),               // 22: shardfence.master.v1.ShardRoute
+	(*WatchShardsResponse)(nil),      // 23: shardfence.master.v1.WatchShardsResponse
+	(*v1.ShardSettings)(nil),         // 24: shardfence.sidecar.v1.ShardSettings
+	(*ShardAssignment)(nil),          // 25: shardfence.master.v1.ShardAssignment
 }
 var file_master_v1_fleet_proto_depIdxs = []int32{
-	21, // 0: shardfence.master.v1.NodeAssignment.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	24, // 0: shardfence.master.v1.NodeAssignment.settings:type_name -> shardfence.sidecar.v1.ShardSettings
 	5,  // 1: shardfence.master.v1.WatchAssignmentsResponse.assignments:type_name -> shardfence.master.v1.NodeAssignment
 	0,  // 2: shardfence.master.v1.ReportShardRequest.report:type_name -> shardfence.master.v1.ShardReport
-	21, // 3: shardfence.master.v1.AssignShardRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	24, // 3: shardfence.master.v1.AssignShardRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
 	1,  // 4: shardfence.master.v1.AssignShardRequest.takeover:type_name -> shardfence.master.v1.TakeoverPoint
 	19, // 5: shardfence.master.v1.AssignShardResponse.shard:type_name -> shardfence.master.v1.ShardInfo
 	16, // 6: shardfence.master.v1.ListNodesResponse.nodes:type_name -> shardfence.master.v1.NodeInfo
-	22, // 7: shardfence.master.v1.ShardInfo.assignment:type_name -> shardfence.master.v1.ShardAssignment
+	25, // 7: shardfence.master.v1.ShardInfo.assignment:type_name -> shardfence.master.v1.ShardAssignment
 	19, // 8: shardfence.master.v1.ListShardsResponse.shards:type_name -> shardfence.master.v1.ShardInfo
-	2,  // 9: shardfence.master.v1.MasterFleetService.RegisterNode:input_type -> shardfence.master.v1.RegisterNodeRequest
-	4,  // 10: shardfence.master.v1.MasterFleetService.WatchAssignments:input_type -> shardfence.master.v1.WatchAssignmentsRequest
-	7,  // 11: shardfence.master.v1.MasterFleetService.ReportShard:input_type -> shardfence.master.v1.ReportShardRequest
-	9,  // 12: shardfence.master.v1.MasterFleetService.AssignShard:input_type -> shardfence.master.v1.AssignShardRequest
-	11, // 13: shardfence.master.v1.MasterFleetService.UnassignShard:input_type -> shardfence.master.v1.UnassignShardRequest
-	13, // 14: shardfence.master.v1.MasterFleetService.DrainNode:input_type -> shardfence.master.v1.DrainNodeRequest
-	15, // 15: shardfence.master.v1.MasterFleetService.ListNodes:input_type -> shardfence.master.v1.ListNodesRequest
-	18, // 16: shardfence.master.v1.MasterFleetService.ListShards:input_type -> shardfence.master.v1.ListShardsRequest
-	3,  // 17: shardfence.master.v1.MasterFleetService.RegisterNode:output_type -> shardfence.master.v1.RegisterNodeResponse
-	6,  // 18: shardfence.master.v1.MasterFleetService.WatchAssignments:output_type -> shardfence.master.v1.WatchAssignmentsResponse
-	8,  // 19: shardfence.master.v1.MasterFleetService.ReportShard:output_type -> shardfence.master.v1.ReportShardResponse
-	10, // 20: shardfence.master.v1.MasterFleetService.AssignShard:output_type -> shardfence.master.v1.AssignShardResponse
-	12, // 21: shardfence.master.v1.MasterFleetService.UnassignShard:output_type -> shardfence.master.v1.UnassignShardResponse
-	14, // 22: shardfence.master.v1.MasterFleetService.DrainNode:output_type -> shardfence.master.v1.DrainNodeResponse
-	17, // 23: shardfence.master.v1.MasterFleetService.ListNodes:output_type -> shardfence.master.v1.ListNodesResponse
-	20, // 24: shardfence.master.v1.MasterFleetService.ListShards:output_type -> shardfence.master.v1.ListShardsResponse
-	17, // [17:25] is the sub-list for method output_type
-	9,  // [9:17] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	22, // 9: shardfence.master.v1.WatchShardsResponse.routes:type_name -> shardfence.master.v1.ShardRoute
+	2,  // 10: shardfence.master.v1.MasterFleetService.RegisterNode:input_type -> shardfence.master.v1.RegisterNodeRequest
+	4,  // 11: shardfence.master.v1.MasterFleetService.WatchAssignments:input_type -> shardfence.master.v1.WatchAssignmentsRequest
+	7,  // 12: shardfence.master.v1.MasterFleetService.ReportShard:input_type -> shardfence.master.v1.ReportShardRequest
+	9,  // 13: shardfence.master.v1.MasterFleetService.AssignShard:input_type -> shardfence.master.v1.AssignShardRequest
+	11, // 14: shardfence.master.v1.MasterFleetService.UnassignShard:input_type -> shardfence.master.v1.UnassignShardRequest
+	13, // 15: shardfence.master.v1.MasterFleetService.DrainNode:input_type -> shardfence.master.v1.DrainNodeRequest
+	15, // 16: shardfence.master.v1.MasterFleetService.ListNodes:input_type -> shardfence.master.v1.ListNodesRequest
+	18, // 17: shardfence.master.v1.MasterFleetService.ListShards:input_type -> shardfence.master.v1.ListShardsRequest
+	21, // 18: shardfence.master.v1.MasterFleetService.WatchShards:input_type -> shardfence.master.v1.WatchShardsRequest
+	3,  // 19: shardfence.master.v1.MasterFleetService.RegisterNode:output_type -> shardfence.master.v1.RegisterNodeResponse
+	6,  // 20: shardfence.master.v1.MasterFleetService.WatchAssignments:output_type -> shardfence.master.v1.WatchAssignmentsResponse
+	8,  // 21: shardfence.master.v1.MasterFleetService.ReportShard:output_type -> shardfence.master.v1.ReportShardResponse
+	10, // 22: shardfence.master.v1.MasterFleetService.AssignShard:output_type -> shardfence.master.v1.AssignShardResponse
+	12, // 23: shardfence.master.v1.MasterFleetService.UnassignShard:output_type -> shardfence.master.v1.UnassignShardResponse
+	14, // 24: shardfence.master.v1.MasterFleetService.DrainNode:output_type -> shardfence.master.v1.DrainNodeResponse
+	17, // 25: shardfence.master.v1.MasterFleetService.ListNodes:output_type -> shardfence.master.v1.ListNodesResponse
+	20, // 26: shardfence.master.v1.MasterFleetService.ListShards:output_type -> shardfence.master.v1.ListShardsResponse
+	23, // 27: shardfence.master.v1.MasterFleetService.WatchShards:output_type -> shardfence.master.v1.WatchShardsResponse
+	19, // [19:28] is the sub-list for method output_type
+	10, // [10:19] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_master_v1_fleet_proto_init() }
@@ -1567,7 +1799,7 @@ func file_master_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_v1_fleet_proto_rawDesc), len(file_master_v1_fleet_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -2219,6 +2219,132 @@ func (x *AbortHandoffResponse) GetResumed() bool {
 	return false
 }
 
+type BarrierRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// expected_term, when set, refuses the barrier (wrong_term) unless the
+	// shard is open here at that term.
+	ExpectedTerm  int64 `protobuf:"varint,2,opt,name=expected_term,json=expectedTerm,proto3" json:"expected_term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BarrierRequest) Reset() {
+	*x = BarrierRequest{}
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BarrierRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BarrierRequest) ProtoMessage() {}
+
+func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
+func (*BarrierRequest) Descriptor() ([]byte, []int) {
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *BarrierRequest) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *BarrierRequest) GetExpectedTerm() int64 {
+	if x != nil {
+		return x.ExpectedTerm
+	}
+	return 0
+}
+
+type BarrierResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Term  int64                  `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
+	// gen and next_seq_no: the shard's log as acknowledged when the barrier
+	// was called; every op acknowledged before the call has a sequence
+	// number below next_seq_no.
+	Gen       int64 `protobuf:"varint,2,opt,name=gen,proto3" json:"gen,omitempty"`
+	NextSeqNo int64 `protobuf:"varint,3,opt,name=next_seq_no,json=nextSeqNo,proto3" json:"next_seq_no,omitempty"`
+	// local: answered inside the lease, with no store request (lease mode).
+	Local         bool `protobuf:"varint,4,opt,name=local,proto3" json:"local,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BarrierResponse) Reset() {
+	*x = BarrierResponse{}
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BarrierResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BarrierResponse) ProtoMessage() {}
+
+func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
+func (*BarrierResponse) Descriptor() ([]byte, []int) {
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *BarrierResponse) GetTerm() int64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *BarrierResponse) GetGen() int64 {
+	if x != nil {
+		return x.Gen
+	}
+	return 0
+}
+
+func (x *BarrierResponse) GetNextSeqNo() int64 {
+	if x != nil {
+		return x.NextSeqNo
+	}
+	return 0
+}
+
+func (x *BarrierResponse) GetLocal() bool {
+	if x != nil {
+		return x.Local
+	}
+	return false
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Shard         string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
@@ -2228,7 +2354,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[29]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2366,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[29]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2379,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{29}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StatusRequest) GetShard() string {
@@ -2332,7 +2458,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[30]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2344,7 +2470,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[30]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2357,7 +2483,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{30}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ShardStatus) GetShard() string {
@@ -2607,7 +2733,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[31]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2619,7 +2745,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[31]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2632,7 +2758,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{31}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StatusResponse) GetStatus() *ShardStatus {
@@ -2651,7 +2777,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[32]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2663,7 +2789,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[32]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2676,7 +2802,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{32}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CloseRequest) GetShard() string {
@@ -2695,7 +2821,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[33]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2707,7 +2833,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[33]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2720,7 +2846,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{33}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CloseResponse) GetStatus() *ShardStatus {
@@ -2739,7 +2865,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[34]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2751,7 +2877,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[34]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2764,7 +2890,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{34}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *InspectRequest) GetShard() string {
@@ -2788,7 +2914,7 @@ type FenceKey struct {
 
 func (x *FenceKey) Reset() {
 	*x = FenceKey{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[35]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2800,7 +2926,7 @@ func (x *FenceKey) String() string {
 func (*FenceKey) ProtoMessage() {}
 
 func (x *FenceKey) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[35]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2813,7 +2939,7 @@ func (x *FenceKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceKey.ProtoReflect.Descriptor instead.
 func (*FenceKey) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{35}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FenceKey) GetKey() string {
@@ -2871,7 +2997,7 @@ type TermGens struct {
 
 func (x *TermGens) Reset() {
 	*x = TermGens{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[36]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +3009,7 @@ func (x *TermGens) String() string {
 func (*TermGens) ProtoMessage() {}
 
 func (x *TermGens) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[36]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +3022,7 @@ func (x *TermGens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TermGens.ProtoReflect.Descriptor instead.
 func (*TermGens) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{36}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TermGens) GetTerm() int64 {
@@ -2955,7 +3081,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[37]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2967,7 +3093,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[37]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2980,7 +3106,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{37}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *InspectResponse) GetShard() string {
@@ -3035,7 +3161,7 @@ type GCRequest struct {
 
 func (x *GCRequest) Reset() {
 	*x = GCRequest{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[38]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3173,7 @@ func (x *GCRequest) String() string {
 func (*GCRequest) ProtoMessage() {}
 
 func (x *GCRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[38]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3186,7 @@ func (x *GCRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCRequest.ProtoReflect.Descriptor instead.
 func (*GCRequest) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{38}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GCRequest) GetShard() string {
@@ -3091,7 +3217,7 @@ type GCResponse struct {
 
 func (x *GCResponse) Reset() {
 	*x = GCResponse{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[39]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3103,7 +3229,7 @@ func (x *GCResponse) String() string {
 func (*GCResponse) ProtoMessage() {}
 
 func (x *GCResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[39]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3116,7 +3242,7 @@ func (x *GCResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCResponse.ProtoReflect.Descriptor instead.
 func (*GCResponse) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{39}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GCResponse) GetDeleted() []string {
@@ -3160,7 +3286,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[40]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3172,7 +3298,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_sidecar_v1_sidecar_proto_msgTypes[40]
+	mi := &file_sidecar_v1_sidecar_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3185,7 +3311,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{40}
+	return file_sidecar_v1_sidecar_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ErrorDetail) GetReason() string {
@@ -3393,7 +3519,15 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x13AbortHandoffRequest\x12'\n" +
 	"\x0fhandoff_context\x18\x01 \x01(\fR\x0ehandoffContext\"0\n" +
 	"\x14AbortHandoffResponse\x12\x18\n" +
-	"\aresumed\x18\x01 \x01(\bR\aresumed\"%\n" +
+	"\aresumed\x18\x01 \x01(\bR\aresumed\"K\n" +
+	"\x0eBarrierRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12#\n" +
+	"\rexpected_term\x18\x02 \x01(\x03R\fexpectedTerm\"m\n" +
+	"\x0fBarrierResponse\x12\x12\n" +
+	"\x04term\x18\x01 \x01(\x03R\x04term\x12\x10\n" +
+	"\x03gen\x18\x02 \x01(\x03R\x03gen\x12\x1e\n" +
+	"\vnext_seq_no\x18\x03 \x01(\x03R\tnextSeqNo\x12\x14\n" +
+	"\x05local\x18\x04 \x01(\bR\x05local\"%\n" +
 	"\rStatusRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\"\x91\t\n" +
 	"\vShardStatus\x12\x14\n" +
@@ -3504,8 +3638,7 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\bAckOrder\x12\x19\n" +
 	"\x15ACK_ORDER_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ACK_ORDER_CONCURRENT\x10\x01\x12\x17\n" +
-	"\x13ACK_ORDER_SEQUENCED\x10\x022\xd0\n" +
-	"\n" +
+	"\x13ACK_ORDER_SEQUENCED\x10\x022\xaa\v\n" +
 	"\x0eSidecarService\x12Q\n" +
 	"\x04Open\x12\".shardfence.sidecar.v1.OpenRequest\x1a#.shardfence.sidecar.v1.OpenResponse0\x01\x12U\n" +
 	"\x06Append\x12$.shardfence.sidecar.v1.AppendRequest\x1a%.shardfence.sidecar.v1.AppendResponse\x12k\n" +
@@ -3515,7 +3648,8 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\fStartHandoff\x12*.shardfence.sidecar.v1.StartHandoffRequest\x1a+.shardfence.sidecar.v1.StartHandoffResponse\x12g\n" +
 	"\fAdoptHandoff\x12*.shardfence.sidecar.v1.AdoptHandoffRequest\x1a+.shardfence.sidecar.v1.AdoptHandoffResponse\x12g\n" +
 	"\fAbortHandoff\x12*.shardfence.sidecar.v1.AbortHandoffRequest\x1a+.shardfence.sidecar.v1.AbortHandoffResponse\x12U\n" +
-	"\x06Status\x12$.shardfence.sidecar.v1.StatusRequest\x1a%.shardfence.sidecar.v1.StatusResponse\x12R\n" +
+	"\x06Status\x12$.shardfence.sidecar.v1.StatusRequest\x1a%.shardfence.sidecar.v1.StatusResponse\x12X\n" +
+	"\aBarrier\x12%.shardfence.sidecar.v1.BarrierRequest\x1a&.shardfence.sidecar.v1.BarrierResponse\x12R\n" +
 	"\x05Close\x12#.shardfence.sidecar.v1.CloseRequest\x1a$.shardfence.sidecar.v1.CloseResponse\x12X\n" +
 	"\aInspect\x12%.shardfence.sidecar.v1.InspectRequest\x1a&.shardfence.sidecar.v1.InspectResponse\x12I\n" +
 	"\x02GC\x12 .shardfence.sidecar.v1.GCRequest\x1a!.shardfence.sidecar.v1.GCResponse\x12T\n" +
@@ -3535,7 +3669,7 @@ func file_sidecar_v1_sidecar_proto_rawDescGZIP() []byte {
 }
 
 var file_sidecar_v1_sidecar_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sidecar_v1_sidecar_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_sidecar_v1_sidecar_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_sidecar_v1_sidecar_proto_goTypes = []any{
 	(WatchEventKind)(0),                // 0: shardfence.sidecar.v1.WatchEventKind
 	(FencingMode)(0),                   // 1: shardfence.sidecar.v1.FencingMode
@@ -3569,18 +3703,20 @@ var file_sidecar_v1_sidecar_proto_goTypes = []any{
 	(*AdoptHandoffResponse)(nil),       // 29: shardfence.sidecar.v1.AdoptHandoffResponse
 	(*AbortHandoffRequest)(nil),        // 30: shardfence.sidecar.v1.AbortHandoffRequest
 	(*AbortHandoffResponse)(nil),       // 31: shardfence.sidecar.v1.AbortHandoffResponse
-	(*StatusRequest)(nil),              // 32: shardfence.sidecar.v1.StatusRequest
-	(*ShardStatus)(nil),                // 33: shardfence.sidecar.v1.ShardStatus
-	(*StatusResponse)(nil),             // 34: shardfence.sidecar.v1.StatusResponse
-	(*CloseRequest)(nil),               // 35: shardfence.sidecar.v1.CloseRequest
-	(*CloseResponse)(nil),              // 36: shardfence.sidecar.v1.CloseResponse
-	(*InspectRequest)(nil),             // 37: shardfence.sidecar.v1.InspectRequest
-	(*FenceKey)(nil),                   // 38: shardfence.sidecar.v1.FenceKey
-	(*TermGens)(nil),                   // 39: shardfence.sidecar.v1.TermGens
-	(*InspectResponse)(nil),            // 40: shardfence.sidecar.v1.InspectResponse
-	(*GCRequest)(nil),                  // 41: shardfence.sidecar.v1.GCRequest
-	(*GCResponse)(nil),                 // 42: shardfence.sidecar.v1.GCResponse
-	(*ErrorDetail)(nil),                // 43: shardfence.sidecar.v1.ErrorDetail
+	(*BarrierRequest)(nil),             // 32: shardfence.sidecar.v1.BarrierRequest
+	(*BarrierResponse)(nil),            // 33: shardfence.sidecar.v1.BarrierResponse
+	(*StatusRequest)(nil),              // 34: shardfence.sidecar.v1.StatusRequest
+	(*ShardStatus)(nil),                // 35: shardfence.sidecar.v1.ShardStatus
+	(*StatusResponse)(nil),             // 36: shardfence.sidecar.v1.StatusResponse
+	(*CloseRequest)(nil),               // 37: shardfence.sidecar.v1.CloseRequest
+	(*CloseResponse)(nil),              // 38: shardfence.sidecar.v1.CloseResponse
+	(*InspectRequest)(nil),             // 39: shardfence.sidecar.v1.InspectRequest
+	(*FenceKey)(nil),                   // 40: shardfence.sidecar.v1.FenceKey
+	(*TermGens)(nil),                   // 41: shardfence.sidecar.v1.TermGens
+	(*InspectResponse)(nil),            // 42: shardfence.sidecar.v1.InspectResponse
+	(*GCRequest)(nil),                  // 43: shardfence.sidecar.v1.GCRequest
+	(*GCResponse)(nil),                 // 44: shardfence.sidecar.v1.GCResponse
+	(*ErrorDetail)(nil),                // 45: shardfence.sidecar.v1.ErrorDetail
 }
 var file_sidecar_v1_sidecar_proto_depIdxs = []int32{
 	6,  // 0: shardfence.sidecar.v1.CheckpointManifest.files:type_name -> shardfence.sidecar.v1.CheckpointFileInfo
@@ -3588,13 +3724,13 @@ var file_sidecar_v1_sidecar_proto_depIdxs = []int32{
 	12, // 2: shardfence.sidecar.v1.WatchResponse.progress:type_name -> shardfence.sidecar.v1.OpenProgress
 	13, // 3: shardfence.sidecar.v1.WatchResponse.checkpoint_file:type_name -> shardfence.sidecar.v1.CheckpointFile
 	14, // 4: shardfence.sidecar.v1.WatchResponse.ops:type_name -> shardfence.sidecar.v1.OpBatch
-	33, // 5: shardfence.sidecar.v1.WatchResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	35, // 5: shardfence.sidecar.v1.WatchResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
 	11, // 6: shardfence.sidecar.v1.WatchResponse.restore_point:type_name -> shardfence.sidecar.v1.RestorePoint
 	1,  // 7: shardfence.sidecar.v1.ShardSettings.mode:type_name -> shardfence.sidecar.v1.FencingMode
 	2,  // 8: shardfence.sidecar.v1.ShardSettings.ack_order:type_name -> shardfence.sidecar.v1.AckOrder
 	9,  // 9: shardfence.sidecar.v1.OpenRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
 	11, // 10: shardfence.sidecar.v1.Opened.restore_point:type_name -> shardfence.sidecar.v1.RestorePoint
-	33, // 11: shardfence.sidecar.v1.Opened.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	35, // 11: shardfence.sidecar.v1.Opened.status:type_name -> shardfence.sidecar.v1.ShardStatus
 	5,  // 12: shardfence.sidecar.v1.Opened.checkpoint:type_name -> shardfence.sidecar.v1.CheckpointManifest
 	12, // 13: shardfence.sidecar.v1.OpenResponse.progress:type_name -> shardfence.sidecar.v1.OpenProgress
 	13, // 14: shardfence.sidecar.v1.OpenResponse.checkpoint_file:type_name -> shardfence.sidecar.v1.CheckpointFile
@@ -3603,16 +3739,16 @@ var file_sidecar_v1_sidecar_proto_depIdxs = []int32{
 	18, // 17: shardfence.sidecar.v1.AppendStreamResponse.ack:type_name -> shardfence.sidecar.v1.AppendResponse
 	21, // 18: shardfence.sidecar.v1.AppendStreamResponse.refused:type_name -> shardfence.sidecar.v1.AppendRefusal
 	20, // 19: shardfence.sidecar.v1.AppendStreamResponse.more:type_name -> shardfence.sidecar.v1.AppendStreamResponse
-	43, // 20: shardfence.sidecar.v1.AppendRefusal.detail:type_name -> shardfence.sidecar.v1.ErrorDetail
+	45, // 20: shardfence.sidecar.v1.AppendRefusal.detail:type_name -> shardfence.sidecar.v1.ErrorDetail
 	14, // 21: shardfence.sidecar.v1.ReadResponse.batch:type_name -> shardfence.sidecar.v1.OpBatch
 	13, // 22: shardfence.sidecar.v1.PublishCheckpointRequest.files:type_name -> shardfence.sidecar.v1.CheckpointFile
 	9,  // 23: shardfence.sidecar.v1.AdoptHandoffRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	33, // 24: shardfence.sidecar.v1.AdoptHandoffResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	35, // 24: shardfence.sidecar.v1.AdoptHandoffResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
 	9,  // 25: shardfence.sidecar.v1.ShardStatus.settings:type_name -> shardfence.sidecar.v1.ShardSettings
-	33, // 26: shardfence.sidecar.v1.StatusResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	33, // 27: shardfence.sidecar.v1.CloseResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
-	38, // 28: shardfence.sidecar.v1.InspectResponse.fence_keys:type_name -> shardfence.sidecar.v1.FenceKey
-	39, // 29: shardfence.sidecar.v1.InspectResponse.translog:type_name -> shardfence.sidecar.v1.TermGens
+	35, // 26: shardfence.sidecar.v1.StatusResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	35, // 27: shardfence.sidecar.v1.CloseResponse.status:type_name -> shardfence.sidecar.v1.ShardStatus
+	40, // 28: shardfence.sidecar.v1.InspectResponse.fence_keys:type_name -> shardfence.sidecar.v1.FenceKey
+	41, // 29: shardfence.sidecar.v1.InspectResponse.translog:type_name -> shardfence.sidecar.v1.TermGens
 	9,  // 30: shardfence.sidecar.v1.InspectResponse.stored_settings:type_name -> shardfence.sidecar.v1.ShardSettings
 	10, // 31: shardfence.sidecar.v1.SidecarService.Open:input_type -> shardfence.sidecar.v1.OpenRequest
 	17, // 32: shardfence.sidecar.v1.SidecarService.Append:input_type -> shardfence.sidecar.v1.AppendRequest
@@ -3622,28 +3758,30 @@ var file_sidecar_v1_sidecar_proto_depIdxs = []int32{
 	26, // 36: shardfence.sidecar.v1.SidecarService.StartHandoff:input_type -> shardfence.sidecar.v1.StartHandoffRequest
 	28, // 37: shardfence.sidecar.v1.SidecarService.AdoptHandoff:input_type -> shardfence.sidecar.v1.AdoptHandoffRequest
 	30, // 38: shardfence.sidecar.v1.SidecarService.AbortHandoff:input_type -> shardfence.sidecar.v1.AbortHandoffRequest
-	32, // 39: shardfence.sidecar.v1.SidecarService.Status:input_type -> shardfence.sidecar.v1.StatusRequest
-	35, // 40: shardfence.sidecar.v1.SidecarService.Close:input_type -> shardfence.sidecar.v1.CloseRequest
-	37, // 41: shardfence.sidecar.v1.SidecarService.Inspect:input_type -> shardfence.sidecar.v1.InspectRequest
-	41, // 42: shardfence.sidecar.v1.SidecarService.GC:input_type -> shardfence.sidecar.v1.GCRequest
-	7,  // 43: shardfence.sidecar.v1.SidecarService.Watch:input_type -> shardfence.sidecar.v1.WatchRequest
-	3,  // 44: shardfence.sidecar.v1.SidecarService.ReadCheckpointFile:input_type -> shardfence.sidecar.v1.ReadCheckpointFileRequest
-	16, // 45: shardfence.sidecar.v1.SidecarService.Open:output_type -> shardfence.sidecar.v1.OpenResponse
-	18, // 46: shardfence.sidecar.v1.SidecarService.Append:output_type -> shardfence.sidecar.v1.AppendResponse
-	20, // 47: shardfence.sidecar.v1.SidecarService.AppendStream:output_type -> shardfence.sidecar.v1.AppendStreamResponse
-	23, // 48: shardfence.sidecar.v1.SidecarService.Read:output_type -> shardfence.sidecar.v1.ReadResponse
-	25, // 49: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:output_type -> shardfence.sidecar.v1.PublishCheckpointResponse
-	27, // 50: shardfence.sidecar.v1.SidecarService.StartHandoff:output_type -> shardfence.sidecar.v1.StartHandoffResponse
-	29, // 51: shardfence.sidecar.v1.SidecarService.AdoptHandoff:output_type -> shardfence.sidecar.v1.AdoptHandoffResponse
-	31, // 52: shardfence.sidecar.v1.SidecarService.AbortHandoff:output_type -> shardfence.sidecar.v1.AbortHandoffResponse
-	34, // 53: shardfence.sidecar.v1.SidecarService.Status:output_type -> shardfence.sidecar.v1.StatusResponse
-	36, // 54: shardfence.sidecar.v1.SidecarService.Close:output_type -> shardfence.sidecar.v1.CloseResponse
-	40, // 55: shardfence.sidecar.v1.SidecarService.Inspect:output_type -> shardfence.sidecar.v1.InspectResponse
-	42, // 56: shardfence.sidecar.v1.SidecarService.GC:output_type -> shardfence.sidecar.v1.GCResponse
-	8,  // 57: shardfence.sidecar.v1.SidecarService.Watch:output_type -> shardfence.sidecar.v1.WatchResponse
-	4,  // 58: shardfence.sidecar.v1.SidecarService.ReadCheckpointFile:output_type -> shardfence.sidecar.v1.ReadCheckpointFileResponse
-	45, // [45:59] is the sub-list for method output_type
-	31, // [31:45] is the sub-list for method input_type
+	34, // 39: shardfence.sidecar.v1.SidecarService.Status:input_type -> shardfence.sidecar.v1.StatusRequest
+	32, // 40: shardfence.sidecar.v1.SidecarService.Barrier:input_type -> shardfence.sidecar.v1.BarrierRequest
+	37, // 41: shardfence.sidecar.v1.SidecarService.Close:input_type -> shardfence.sidecar.v1.CloseRequest
+	39, // 42: shardfence.sidecar.v1.SidecarService.Inspect:input_type -> shardfence.sidecar.v1.InspectRequest
+	43, // 43: shardfence.sidecar.v1.SidecarService.GC:input_type -> shardfence.sidecar.v1.GCRequest
+	7,  // 44: shardfence.sidecar.v1.SidecarService.Watch:input_type -> shardfence.sidecar.v1.WatchRequest
+	3,  // 45: shardfence.sidecar.v1.SidecarService.ReadCheckpointFile:input_type -> shardfence.sidecar.v1.ReadCheckpointFileRequest
+	16, // 46: shardfence.sidecar.v1.SidecarService.Open:output_type -> shardfence.sidecar.v1.OpenResponse
+	18, // 47: shardfence.sidecar.v1.SidecarService.Append:output_type -> shardfence.sidecar.v1.AppendResponse
+	20, // 48: shardfence.sidecar.v1.SidecarService.AppendStream:output_type -> shardfence.sidecar.v1.AppendStreamResponse
+	23, // 49: shardfence.sidecar.v1.SidecarService.Read:output_type -> shardfence.sidecar.v1.ReadResponse
+	25, // 50: shardfence.sidecar.v1.SidecarService.PublishCheckpoint:output_type -> shardfence.sidecar.v1.PublishCheckpointResponse
+	27, // 51: shardfence.sidecar.v1.SidecarService.StartHandoff:output_type -> shardfence.sidecar.v1.StartHandoffResponse
+	29, // 52: shardfence.sidecar.v1.SidecarService.AdoptHandoff:output_type -> shardfence.sidecar.v1.AdoptHandoffResponse
+	31, // 53: shardfence.sidecar.v1.SidecarService.AbortHandoff:output_type -> shardfence.sidecar.v1.AbortHandoffResponse
+	36, // 54: shardfence.sidecar.v1.SidecarService.Status:output_type -> shardfence.sidecar.v1.StatusResponse
+	33, // 55: shardfence.sidecar.v1.SidecarService.Barrier:output_type -> shardfence.sidecar.v1.BarrierResponse
+	38, // 56: shardfence.sidecar.v1.SidecarService.Close:output_type -> shardfence.sidecar.v1.CloseResponse
+	42, // 57: shardfence.sidecar.v1.SidecarService.Inspect:output_type -> shardfence.sidecar.v1.InspectResponse
+	44, // 58: shardfence.sidecar.v1.SidecarService.GC:output_type -> shardfence.sidecar.v1.GCResponse
+	8,  // 59: shardfence.sidecar.v1.SidecarService.Watch:output_type -> shardfence.sidecar.v1.WatchResponse
+	4,  // 60: shardfence.sidecar.v1.SidecarService.ReadCheckpointFile:output_type -> shardfence.sidecar.v1.ReadCheckpointFileResponse
+	46, // [46:61] is the sub-list for method output_type
+	31, // [31:46] is the sub-list for method input_type
 	31, // [31:31] is the sub-list for extension type_name
 	31, // [31:31] is the sub-list for extension extendee
 	0,  // [0:31] is the sub-list for field type_name
@@ -3666,7 +3804,7 @@ func file_sidecar_v1_sidecar_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sidecar_v1_sidecar_proto_rawDesc), len(file_sidecar_v1_sidecar_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -62,6 +62,9 @@ const (
 	// MasterFleetServiceListShardsProcedure is the fully-qualified name of the MasterFleetService's
 	// ListShards RPC.
 	MasterFleetServiceListShardsProcedure = "/shardfence.master.v1.MasterFleetService/ListShards"
+	// MasterFleetServiceWatchShardsProcedure is the fully-qualified name of the MasterFleetService's
+	// WatchShards RPC.
+	MasterFleetServiceWatchShardsProcedure = "/shardfence.master.v1.MasterFleetService/WatchShards"
 )
 
 // MasterFleetServiceClient is a client for the shardfence.master.v1.MasterFleetService service.
@@ -87,6 +90,15 @@ type MasterFleetServiceClient interface {
 	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
 	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
 	ListShards(context.Context, *connect.Request[v1.ListShardsRequest]) (*connect.Response[v1.ListShardsResponse], error)
+	// WatchShards is the routing feed: where each shard's owner serves. The
+	// first message is the whole table (snapshot), then every change as the
+	// log makes it durable: a new term or owner, an owner's new address, an
+	// owner reporting the shard open, a shard leaving the table. Clients
+	// send a shard's calls to the sidecar at addr while state is open (or
+	// moving: the source serves until the handoff). Served by the primary
+	// only: the stream ends when this master stops being primary, and the
+	// client finds the primary again.
+	WatchShards(context.Context, *connect.Request[v1.WatchShardsRequest]) (*connect.ServerStreamForClient[v1.WatchShardsResponse], error)
 }
 
 // NewMasterFleetServiceClient constructs a client for the shardfence.master.v1.MasterFleetService
@@ -148,6 +160,12 @@ func NewMasterFleetServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(masterFleetServiceMethods.ByName("ListShards")),
 			connect.WithClientOptions(opts...),
 		),
+		watchShards: connect.NewClient[v1.WatchShardsRequest, v1.WatchShardsResponse](
+			httpClient,
+			baseURL+MasterFleetServiceWatchShardsProcedure,
+			connect.WithSchema(masterFleetServiceMethods.ByName("WatchShards")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -161,6 +179,7 @@ type masterFleetServiceClient struct {
 	drainNode        *connect.Client[v1.DrainNodeRequest, v1.DrainNodeResponse]
 	listNodes        *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
 	listShards       *connect.Client[v1.ListShardsRequest, v1.ListShardsResponse]
+	watchShards      *connect.Client[v1.WatchShardsRequest, v1.WatchShardsResponse]
 }
 
 // RegisterNode calls shardfence.master.v1.MasterFleetService.RegisterNode.
@@ -203,6 +222,11 @@ func (c *masterFleetServiceClient) ListShards(ctx context.Context, req *connect.
 	return c.listShards.CallUnary(ctx, req)
 }
 
+// WatchShards calls shardfence.master.v1.MasterFleetService.WatchShards.
+func (c *masterFleetServiceClient) WatchShards(ctx context.Context, req *connect.Request[v1.WatchShardsRequest]) (*connect.ServerStreamForClient[v1.WatchShardsResponse], error) {
+	return c.watchShards.CallServerStream(ctx, req)
+}
+
 // MasterFleetServiceHandler is an implementation of the shardfence.master.v1.MasterFleetService
 // service.
 type MasterFleetServiceHandler interface {
@@ -227,6 +251,15 @@ type MasterFleetServiceHandler interface {
 	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
 	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
 	ListShards(context.Context, *connect.Request[v1.ListShardsRequest]) (*connect.Response[v1.ListShardsResponse], error)
+	// WatchShards is the routing feed: where each shard's owner serves. The
+	// first message is the whole table (snapshot), then every change as the
+	// log makes it durable: a new term or owner, an owner's new address, an
+	// owner reporting the shard open, a shard leaving the table. Clients
+	// send a shard's calls to the sidecar at addr while state is open (or
+	// moving: the source serves until the handoff). Served by the primary
+	// only: the stream ends when this master stops being primary, and the
+	// client finds the primary again.
+	WatchShards(context.Context, *connect.Request[v1.WatchShardsRequest], *connect.ServerStream[v1.WatchShardsResponse]) error
 }
 
 // NewMasterFleetServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -284,6 +317,12 @@ func NewMasterFleetServiceHandler(svc MasterFleetServiceHandler, opts ...connect
 		connect.WithSchema(masterFleetServiceMethods.ByName("ListShards")),
 		connect.WithHandlerOptions(opts...),
 	)
+	masterFleetServiceWatchShardsHandler := connect.NewServerStreamHandler(
+		MasterFleetServiceWatchShardsProcedure,
+		svc.WatchShards,
+		connect.WithSchema(masterFleetServiceMethods.ByName("WatchShards")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/shardfence.master.v1.MasterFleetService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case MasterFleetServiceRegisterNodeProcedure:
@@ -302,6 +341,8 @@ func NewMasterFleetServiceHandler(svc MasterFleetServiceHandler, opts ...connect
 			masterFleetServiceListNodesHandler.ServeHTTP(w, r)
 		case MasterFleetServiceListShardsProcedure:
 			masterFleetServiceListShardsHandler.ServeHTTP(w, r)
+		case MasterFleetServiceWatchShardsProcedure:
+			masterFleetServiceWatchShardsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -341,4 +382,8 @@ func (UnimplementedMasterFleetServiceHandler) ListNodes(context.Context, *connec
 
 func (UnimplementedMasterFleetServiceHandler) ListShards(context.Context, *connect.Request[v1.ListShardsRequest]) (*connect.Response[v1.ListShardsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.master.v1.MasterFleetService.ListShards is not implemented"))
+}
+
+func (UnimplementedMasterFleetServiceHandler) WatchShards(context.Context, *connect.Request[v1.WatchShardsRequest], *connect.ServerStream[v1.WatchShardsResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.master.v1.MasterFleetService.WatchShards is not implemented"))
 }

@@ -60,6 +60,8 @@ const (
 	SidecarServiceAbortHandoffProcedure = "/shardfence.sidecar.v1.SidecarService/AbortHandoff"
 	// SidecarServiceStatusProcedure is the fully-qualified name of the SidecarService's Status RPC.
 	SidecarServiceStatusProcedure = "/shardfence.sidecar.v1.SidecarService/Status"
+	// SidecarServiceBarrierProcedure is the fully-qualified name of the SidecarService's Barrier RPC.
+	SidecarServiceBarrierProcedure = "/shardfence.sidecar.v1.SidecarService/Barrier"
 	// SidecarServiceCloseProcedure is the fully-qualified name of the SidecarService's Close RPC.
 	SidecarServiceCloseProcedure = "/shardfence.sidecar.v1.SidecarService/Close"
 	// SidecarServiceInspectProcedure is the fully-qualified name of the SidecarService's Inspect RPC.
@@ -113,6 +115,15 @@ type SidecarServiceClient interface {
 	// not write yet; otherwise the source stands down.
 	AbortHandoff(context.Context, *connect.Request[v1.AbortHandoffRequest]) (*connect.Response[v1.AbortHandoffResponse], error)
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
+	// Barrier returns only once this sidecar has proven, at a point after
+	// the call started, that its allocation still holds the shard's term:
+	// one read of the fence key (per_sync, create_only, observe; concurrent
+	// barriers share one), or none inside the lease (lease mode). A primary
+	// that answers a read from its state after a successful barrier, with
+	// every op below next_seq_no applied, answers a linearizable read. A
+	// barrier that finds the term lost fails fenced (the shard then takes no
+	// more appends here).
+	Barrier(context.Context, *connect.Request[v1.BarrierRequest]) (*connect.Response[v1.BarrierResponse], error)
 	// Close drains in-flight syncs and releases the shard on this sidecar.
 	// The term stays claimed but cannot be opened again: the shard's next
 	// Open needs a higher term.
@@ -208,6 +219,12 @@ func NewSidecarServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sidecarServiceMethods.ByName("Status")),
 			connect.WithClientOptions(opts...),
 		),
+		barrier: connect.NewClient[v1.BarrierRequest, v1.BarrierResponse](
+			httpClient,
+			baseURL+SidecarServiceBarrierProcedure,
+			connect.WithSchema(sidecarServiceMethods.ByName("Barrier")),
+			connect.WithClientOptions(opts...),
+		),
 		close: connect.NewClient[v1.CloseRequest, v1.CloseResponse](
 			httpClient,
 			baseURL+SidecarServiceCloseProcedure,
@@ -252,6 +269,7 @@ type sidecarServiceClient struct {
 	adoptHandoff       *connect.Client[v1.AdoptHandoffRequest, v1.AdoptHandoffResponse]
 	abortHandoff       *connect.Client[v1.AbortHandoffRequest, v1.AbortHandoffResponse]
 	status             *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	barrier            *connect.Client[v1.BarrierRequest, v1.BarrierResponse]
 	close              *connect.Client[v1.CloseRequest, v1.CloseResponse]
 	inspect            *connect.Client[v1.InspectRequest, v1.InspectResponse]
 	gC                 *connect.Client[v1.GCRequest, v1.GCResponse]
@@ -302,6 +320,11 @@ func (c *sidecarServiceClient) AbortHandoff(ctx context.Context, req *connect.Re
 // Status calls shardfence.sidecar.v1.SidecarService.Status.
 func (c *sidecarServiceClient) Status(ctx context.Context, req *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error) {
 	return c.status.CallUnary(ctx, req)
+}
+
+// Barrier calls shardfence.sidecar.v1.SidecarService.Barrier.
+func (c *sidecarServiceClient) Barrier(ctx context.Context, req *connect.Request[v1.BarrierRequest]) (*connect.Response[v1.BarrierResponse], error) {
+	return c.barrier.CallUnary(ctx, req)
 }
 
 // Close calls shardfence.sidecar.v1.SidecarService.Close.
@@ -369,6 +392,15 @@ type SidecarServiceHandler interface {
 	// not write yet; otherwise the source stands down.
 	AbortHandoff(context.Context, *connect.Request[v1.AbortHandoffRequest]) (*connect.Response[v1.AbortHandoffResponse], error)
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
+	// Barrier returns only once this sidecar has proven, at a point after
+	// the call started, that its allocation still holds the shard's term:
+	// one read of the fence key (per_sync, create_only, observe; concurrent
+	// barriers share one), or none inside the lease (lease mode). A primary
+	// that answers a read from its state after a successful barrier, with
+	// every op below next_seq_no applied, answers a linearizable read. A
+	// barrier that finds the term lost fails fenced (the shard then takes no
+	// more appends here).
+	Barrier(context.Context, *connect.Request[v1.BarrierRequest]) (*connect.Response[v1.BarrierResponse], error)
 	// Close drains in-flight syncs and releases the shard on this sidecar.
 	// The term stays claimed but cannot be opened again: the shard's next
 	// Open needs a higher term.
@@ -460,6 +492,12 @@ func NewSidecarServiceHandler(svc SidecarServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sidecarServiceMethods.ByName("Status")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sidecarServiceBarrierHandler := connect.NewUnaryHandler(
+		SidecarServiceBarrierProcedure,
+		svc.Barrier,
+		connect.WithSchema(sidecarServiceMethods.ByName("Barrier")),
+		connect.WithHandlerOptions(opts...),
+	)
 	sidecarServiceCloseHandler := connect.NewUnaryHandler(
 		SidecarServiceCloseProcedure,
 		svc.Close,
@@ -510,6 +548,8 @@ func NewSidecarServiceHandler(svc SidecarServiceHandler, opts ...connect.Handler
 			sidecarServiceAbortHandoffHandler.ServeHTTP(w, r)
 		case SidecarServiceStatusProcedure:
 			sidecarServiceStatusHandler.ServeHTTP(w, r)
+		case SidecarServiceBarrierProcedure:
+			sidecarServiceBarrierHandler.ServeHTTP(w, r)
 		case SidecarServiceCloseProcedure:
 			sidecarServiceCloseHandler.ServeHTTP(w, r)
 		case SidecarServiceInspectProcedure:
@@ -563,6 +603,10 @@ func (UnimplementedSidecarServiceHandler) AbortHandoff(context.Context, *connect
 
 func (UnimplementedSidecarServiceHandler) Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.sidecar.v1.SidecarService.Status is not implemented"))
+}
+
+func (UnimplementedSidecarServiceHandler) Barrier(context.Context, *connect.Request[v1.BarrierRequest]) (*connect.Response[v1.BarrierResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.sidecar.v1.SidecarService.Barrier is not implemented"))
 }
 
 func (UnimplementedSidecarServiceHandler) Close(context.Context, *connect.Request[v1.CloseRequest]) (*connect.Response[v1.CloseResponse], error) {

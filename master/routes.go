@@ -1,0 +1,129 @@
+package master
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+)
+
+// The routing feed: where each shard's owner serves, for clients that send
+// a shard's calls to its owner's sidecar (client.Router). It shows the
+// published table only (what the log made durable and the nodes were
+// told), with each owner's registered address and the state its reports
+// gave.
+
+// Route is one shard's row of the routing feed.
+type Route = masterv1.ShardRoute
+
+// routesResync bounds how long a change the feed was not woken for (none
+// is expected) takes to reach a watcher.
+const routesResync = time.Second
+
+// WatchShards calls send with the routes of the shards named (every shard
+// when none is), first the whole table (snapshot true), then the rows that
+// changed each time something published changes them, until ctx ends or
+// send fails.
+func (m *Master) WatchShards(ctx context.Context, shards []string, send func(routes []*Route, snapshot bool) error) error {
+	for _, s := range shards {
+		if err := ValidateShardName(s); err != nil {
+			return &Error{Op: "WatchShards", Shard: s, Err: err}
+		}
+	}
+	var want map[string]bool
+	if len(shards) > 0 {
+		want = map[string]bool{}
+		for _, s := range shards {
+			want[s] = true
+		}
+	}
+	f := m.fleet
+	var last map[string]*Route
+	for {
+		f.mu.Lock()
+		cur := f.routesLocked(want)
+		wake := f.routesWake
+		f.mu.Unlock()
+		if last == nil {
+			if err := send(sortedRoutes(cur), true); err != nil {
+				return err
+			}
+		} else if changed := diffRoutes(last, cur); len(changed) > 0 {
+			if err := send(changed, false); err != nil {
+				return err
+			}
+		}
+		last = cur
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-time.After(routesResync):
+		}
+	}
+}
+
+// routesLocked builds the routes of the published table. The caller holds
+// f.mu.
+func (f *fleet) routesLocked(want map[string]bool) map[string]*Route {
+	out := make(map[string]*Route, len(f.shards))
+	for name, e := range f.shards {
+		p := e.pub
+		if p == nil || p.GetRemoved() || (want != nil && !want[name]) {
+			continue
+		}
+		r := &Route{Shard: name, Term: p.GetTerm(), Node: p.GetNode(), State: e.state, HandoffNode: p.GetHandoffNode()}
+		switch {
+		case r.Node == "":
+			r.State = ShardUnassigned
+		case r.State == "" || e.pubVer != e.curVer && r.State == ShardOpen:
+			// Not confirmed open at the published row, or a newer row
+			// is on its way to the log.
+			r.State = ShardAssigned
+		}
+		if n := f.nodes[r.Node]; n != nil {
+			r.Addr = n.rec.GetAddr()
+		}
+		if n := f.nodes[r.HandoffNode]; n != nil && r.HandoffNode != "" {
+			r.HandoffAddr = n.rec.GetAddr()
+		}
+		out[name] = r
+	}
+	return out
+}
+
+// routesChangedLocked wakes every routing feed. The caller holds f.mu.
+func (f *fleet) routesChangedLocked() {
+	close(f.routesWake)
+	f.routesWake = make(chan struct{})
+}
+
+// diffRoutes lists the routes of cur that differ from last, and those of
+// last cur no longer has (removed).
+func diffRoutes(last, cur map[string]*Route) []*Route {
+	var out []*Route
+	for name, r := range cur {
+		if old := last[name]; old == nil || !proto.Equal(old, r) {
+			out = append(out, r)
+		}
+	}
+	for name := range last {
+		if cur[name] == nil {
+			out = append(out, &Route{Shard: name, Removed: true})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Shard < out[j].Shard })
+	return out
+}
+
+func sortedRoutes(m map[string]*Route) []*Route {
+	out := make([]*Route, 0, len(m))
+	for _, r := range m {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Shard < out[j].Shard })
+	return out
+}
