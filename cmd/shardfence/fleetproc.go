@@ -19,9 +19,9 @@ import (
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
+	"github.com/shardfence/shardfence/client"
 	"github.com/shardfence/shardfence/internal/demo"
 	"github.com/shardfence/shardfence/internal/syncbuf"
-	"github.com/shardfence/shardfence/client"
 )
 
 // A fleet of real processes: one master and sidecars registered with it,

@@ -19,8 +19,8 @@ import (
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
-	"github.com/shardfence/shardfence/internal/httpauth"
 	"github.com/shardfence/shardfence/client"
+	"github.com/shardfence/shardfence/internal/httpauth"
 )
 
 // masterConn is how a client reaches the master: its URL, the bearer

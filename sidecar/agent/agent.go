@@ -30,8 +30,8 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
-	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/client"
+	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/sidecar"
 )
 
