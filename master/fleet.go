@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -266,8 +267,8 @@ func (m *Master) RegisterNode(ctx context.Context, reg NodeRegistration) (NodeRe
 		return fail(err, "start the sidecar with a --node name the master accepts")
 	}
 	switch {
-	case reg.Addr == "" || len(reg.Addr) > 1024:
-		return fail(fmt.Errorf("%w: the node's API address must be 1 to 1024 bytes", ErrInvalidArgument), "give the sidecar's URL")
+	case validNodeAddr(reg.Addr) != nil:
+		return fail(validNodeAddr(reg.Addr), "give the sidecar's URL, as clients reach it (serve --advertise)")
 	case reg.Session == "" || len(reg.Session) > 128:
 		return fail(fmt.Errorf("%w: the session must be 1 to 128 bytes", ErrInvalidArgument), "")
 	case len(reg.Store) > 1024:
@@ -316,6 +317,32 @@ func (m *Master) RegisterNode(ctx context.Context, reg NodeRegistration) (NodeRe
 	cfg := m.live.cfg
 	return NodeRegistered{ClientID: id, Incarnation: rec.incarnation, ActiveTTL: cfg.ActiveTTL, SuspicionTTL: cfg.SuspicionTTL,
 		PingInterval: max(min(cfg.ActiveTTL/4, time.Second), 5*time.Millisecond)}, nil
+}
+
+// validNodeAddr checks a node's API address: the routing feed publishes it
+// to clients, so it must be an http(s) URL of a host, without credentials,
+// path, query or fragment.
+func validNodeAddr(addr string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: the node's API address %.64q %s", ErrInvalidArgument, addr, why)
+	}
+	if addr == "" || len(addr) > 1024 {
+		return bad("must be 1 to 1024 bytes")
+	}
+	u, err := url.Parse(addr)
+	switch {
+	case err != nil:
+		return bad("is not a URL")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return bad("is not an http(s) URL")
+	case u.Host == "" || u.Hostname() == "":
+		return bad("names no host")
+	case u.User != nil:
+		return bad("carries credentials")
+	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
+		return bad("has a path, query or fragment")
+	}
+	return nil
 }
 
 // NodeAssignment is one shard a node must hold, hand off or adopt.

@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -96,5 +97,22 @@ func TestRoutingFeedFollowsTheTable(t *testing.T) {
 	}
 	if err := m.WatchShards(context.Background(), []string{"bad/name"}, nil); err == nil {
 		t.Fatal("a feed of an invalid shard id was accepted")
+	}
+}
+
+// The routing feed publishes node addresses to clients: only an http(s)
+// URL of a host, without credentials, path or query, is registered.
+func TestRegisterNodeRefusesAddressesClientsMustNotFollow(t *testing.T) {
+	m, _ := newTestMaster(t, liveCfg(true), Options{Journal: &memJournal{}})
+	for _, addr := range []string{"", "javascript:alert(1)", "ftp://h:1", "http://user:pw@h:1", "http://h:1/x", "http://h:1?q=1", "http://:80", "h:1"} {
+		_, err := m.RegisterNode(context.Background(), NodeRegistration{Name: "n", Addr: addr, Store: "s3://b", Fencing: true, Session: "s"})
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("RegisterNode with address %q: %v, want invalid argument", addr, err)
+		}
+	}
+	for _, addr := range []string{"http://10.0.0.1:7400", "https://sidecar.example:7400/", "http://[::1]:7400"} {
+		if _, err := m.RegisterNode(context.Background(), NodeRegistration{Name: "n", Addr: addr, Store: "s3://b", Fencing: true, Session: "s"}); err != nil {
+			t.Errorf("RegisterNode with address %q: %v", addr, err)
+		}
 	}
 }

@@ -34,7 +34,7 @@ const masterStoreEnv = envPrefix + "MASTER_STORE"
 func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
-		case "promote", "status", "snapshot", "nodes", "shards", "assign", "unassign", "drain", "undrain":
+		case "promote", "status", "snapshot", "nodes", "shards", "watch", "assign", "unassign", "drain", "undrain":
 			return runMasterAdmin(ctx, args[0], args[1:], stdout, stderr)
 		}
 	}

@@ -115,9 +115,14 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 	fs.StringVar(&c.caCert, "ca-cert", "", "CA bundle (PEM) to verify an HTTPS master with")
 	fs.StringVar(&c.clientCert, "client-cert", "", "client certificate (PEM) for a master that requires mutual TLS")
 	fs.StringVar(&c.clientKey, "client-key", "", "client certificate's key (PEM)")
-	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the answer")
-	asJSON := fs.Bool("json", false, "print JSON (nodes, shards)")
+	defTimeout := 5 * time.Minute
+	if cmd == "watch" {
+		defTimeout = 0
+	}
+	timeout := fs.Duration("timeout", defTimeout, "how long to wait for the answer (watch: how long to follow the feed; 0 until interrupted)")
+	asJSON := fs.Bool("json", false, "print JSON (nodes, shards, watch)")
 	var shard, node, takeover, mode, ackOrder string
+	var shardList []string
 	var term int64
 	var autoRestore, unfenced bool
 	var lease, waitFor time.Duration
@@ -134,6 +139,11 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 		fs.BoolVar(&unfenced, "unfenced", false, "open the shard with fencing disabled (benchmarks only; never auto-restored)")
 	case "unassign":
 		fs.StringVar(&shard, "shard", "", "shard id (required)")
+	case "watch":
+		fs.Func("shard", "follow only this shard (repeatable; default every shard)", func(v string) error {
+			shardList = append(shardList, v)
+			return nil
+		})
 	case "drain", "undrain":
 		fs.StringVar(&node, "node", "", "node name (required)")
 		if cmd == "drain" {
@@ -151,7 +161,7 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 		return fmt.Errorf("%w: --shard is required", errUsage)
 	case (cmd == "drain" || cmd == "undrain") && node == "":
 		return fmt.Errorf("%w: --node is required", errUsage)
-	case *timeout <= 0 || *timeout > maxClientTimeout:
+	case (*timeout <= 0 && !(cmd == "watch" && *timeout == 0)) || *timeout > maxClientTimeout:
 		return fmt.Errorf("%w: --timeout %v is outside (0, %v]", errUsage, *timeout, maxClientTimeout)
 	}
 	bases, err := masterBases(c.addr)
@@ -162,7 +172,10 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	cancel := func() {}
+	if *timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, *timeout)
+	}
 	defer cancel()
 	switch {
 	case cmd == "status":
@@ -192,6 +205,8 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 			return printProtoJSON(stdout, res.Msg)
 		}
 		printNodes(stdout, res.Msg.GetNodes())
+	case "watch":
+		return watchRoutes(ctx, hc, opts, bases, base, shardList, *asJSON, stdout, fail)
 	case "shards":
 		res, err := fc.ListShards(ctx, connect.NewRequest(&masterv1.ListShardsRequest{}))
 		if err != nil {
@@ -351,6 +366,72 @@ func masterStatus(ctx context.Context, hc *http.Client, opts []connect.ClientOpt
 		return errors.Join(errs...)
 	}
 	return nil
+}
+
+// watchRoutes prints the routing feed (WatchShards) until ctx ends: the
+// table first, then each change; it follows the primary across master
+// failovers.
+func watchRoutes(ctx context.Context, hc *http.Client, opts []connect.ClientOption, bases []string, base string, shards []string, asJSON bool, stdout io.Writer, fail func(error) error) error {
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	if !asJSON {
+		fmt.Fprintln(tw, "TIME\tSHARD\tTERM\tNODE\tSTATE\tADDR")
+		_ = tw.Flush()
+	}
+	for {
+		st, err := masterv1connect.NewMasterFleetServiceClient(hc, base, opts...).WatchShards(ctx, connect.NewRequest(&masterv1.WatchShardsRequest{Shards: shards}))
+		if err == nil {
+			for st.Receive() {
+				m := st.Msg()
+				if asJSON {
+					if err := printProtoJSON(stdout, m); err != nil {
+						return err
+					}
+					continue
+				}
+				now := time.Now().Format("15:04:05.000")
+				if m.GetSnapshot() && len(m.GetRoutes()) == 0 {
+					fmt.Fprintf(tw, "%s\t(no shard)\t\t\t\t\n", now)
+				}
+				for _, r := range m.GetRoutes() {
+					switch {
+					case r.GetRemoved():
+						fmt.Fprintf(tw, "%s\t%s\t-\t-\tremoved\t\n", now, r.GetShard())
+					default:
+						node := r.GetNode()
+						if node == "" {
+							node = "-"
+						}
+						if h := r.GetHandoffNode(); h != "" {
+							node += " -> " + h
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", now, r.GetShard(), r.GetTerm(), node, r.GetState(), r.GetAddr())
+					}
+				}
+				_ = tw.Flush()
+			}
+			err = st.Err()
+			st.Close()
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if len(bases) == 1 && err != nil && connect.CodeOf(err) != connect.CodeUnavailable {
+			return fail(err)
+		}
+		// The master stopped serving or went away: find the primary again.
+		fmt.Fprintf(stdout, "# %s: the feed ended (%v); finding the primary\n", time.Now().Format("15:04:05.000"), err)
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(250 * time.Millisecond):
+			}
+			if b, err := findPrimary(ctx, hc, opts, bases); err == nil {
+				base = b
+				break
+			}
+		}
+	}
 }
 
 func masterHA(ctx context.Context, c masterv1connect.MasterHAServiceClient, cmd string, stdout io.Writer, fail func(error) error) error {

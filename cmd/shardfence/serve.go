@@ -407,6 +407,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if strings.HasPrefix(f.listen, "unix://") && f.advertise == "" {
 			return fmt.Errorf("%w: --master with a unix socket --listen needs --advertise (the URL the master and primaries reach this sidecar at)", errUsage)
 		}
+		if f.advertise == "" {
+			if host, _, err := net.SplitHostPort(f.listen); err == nil {
+				if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+					return fmt.Errorf("%w: --master with a wildcard --listen %q needs --advertise (the URL the master publishes to clients for this sidecar's shards)", errUsage, f.listen)
+				}
+			}
+		}
 	}
 	opts := sidecar.Options{
 		Node: f.node, Defaults: f.defaults, Limits: f.limits, AllowUnfenced: f.allowUnfenced, Logger: log, StallAfter: f.stallAfter, HydrateDir: f.hydrateDir,
@@ -513,13 +520,9 @@ func newAgent(f *serveFlags, masters []string, ln net.Listener, tls bool, srv *s
 	if err != nil {
 		return nil, err
 	}
-	addr := f.advertise
-	if addr == "" {
-		scheme := "http"
-		if tls {
-			scheme = "https"
-		}
-		addr = scheme + "://" + ln.Addr().String()
+	addr, err := advertiseURL(f.advertise, f.listen, ln, tls)
+	if err != nil {
+		return nil, err
 	}
 	return agent.New(agent.Options{
 		Server: srv, Node: f.node, Addr: addr, Store: blobstore.Redact(f.store), Masters: masters,
