@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -93,7 +94,9 @@ func (s *Server) PublishCheckpoint(ctx context.Context, name string, gen int64, 
 	}
 	sh.mu.Lock()
 	sh.checkpoints = append(sh.checkpoints, seal.Manifest{Term: m.Term, Gen: m.Gen, NextSeqNo: m.NextSeqNo})
+	sh.backlog.checkpointed(m.Gen, time.Now())
 	sh.mu.Unlock()
+	go s.afterCheckpoint(name)
 	s.log.Info("checkpoint published", append(sh.logAttrs(), "checkpoint_gen", gen, "files", len(m.Files), "key", m.Key())...)
 	return m.Key(), nil
 }

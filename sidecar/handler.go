@@ -212,7 +212,9 @@ func statusProto(st ShardStatus) *sidecarv1.ShardStatus {
 		FetchP50Us: st.Warm.FetchP50.Microseconds(), FetchP99Us: st.Warm.FetchP99.Microseconds(),
 		WarmError:            clipN(st.Warm.Err, maxErrorMessage),
 		FencingObservedSyncs: st.Stats.FencingObserved, FencingObserved: clipN(st.FencingObserved, maxErrorMessage),
-		FenceChecks: st.Stats.FenceChecks,
+		FenceChecks:        st.Stats.FenceChecks,
+		ReplayBacklogBytes: st.ReplayBacklogBytes, ReplayBacklogGens: st.ReplayBacklogGens,
+		CheckpointGen: st.CheckpointGen, CheckpointAgeMs: ms(st.CheckpointAge), CheckpointRequestedGen: st.CheckpointRequestedGen,
 	}
 }
 

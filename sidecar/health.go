@@ -207,6 +207,11 @@ type ShardReadiness struct {
 	LastSyncAgeMs int64  `json:"last_sync_age_ms"`
 	Ready         bool   `json:"ready"`
 	Reason        string `json:"reason,omitempty"`
+	// ReplayBacklogBytes is the translog a takeover would replay; Warning
+	// says when it passed the policy's warning bound (still ready: the
+	// shard works, a takeover just takes longer).
+	ReplayBacklogBytes int64  `json:"replay_backlog_bytes"`
+	Warning            string `json:"warning,omitempty"`
 }
 
 // Readiness is the body of /readyz.
@@ -214,12 +219,18 @@ type Readiness struct {
 	Ready  bool             `json:"ready"`
 	Reason string           `json:"reason,omitempty"`
 	Shards []ShardReadiness `json:"shards"`
+	// Warnings are the shards' warnings (a replay backlog past the
+	// bound); they do not make the sidecar not ready.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
-func readinessOf(st ShardStatus) ShardReadiness {
+func (s *Server) readinessOf(st ShardStatus) ShardReadiness {
 	r := ShardReadiness{
 		Shard: st.Shard, Term: st.Term, State: st.State, StoreHealth: st.StoreHealth, LastStoreError: clipN(st.LastStoreError, maxLogValue),
-		RetryingMs: st.RetryingFor.Milliseconds(), LastSyncAgeMs: -1, Ready: true,
+		RetryingMs: st.RetryingFor.Milliseconds(), LastSyncAgeMs: -1, Ready: true, ReplayBacklogBytes: st.ReplayBacklogBytes,
+	}
+	if w := s.opts.Checkpoint.WarnBytes; w > 0 && st.ReplayBacklogBytes > w {
+		r.Warning = fmt.Sprintf("replay backlog of %d bytes (%d generations) past the %d bound: a takeover replays all of it; the primary is not answering checkpoint requests (Watch)", st.ReplayBacklogBytes, st.ReplayBacklogGens, w)
 	}
 	if st.LastSyncAge >= 0 {
 		r.LastSyncAgeMs = st.LastSyncAge.Milliseconds()
@@ -246,8 +257,11 @@ func (s *Server) Readiness(shard string) (r Readiness, found bool) {
 		if err != nil {
 			return Readiness{Reason: err.Error(), Shards: []ShardReadiness{}}, false
 		}
-		sr := readinessOf(st)
+		sr := s.readinessOf(st)
 		r.Shards = []ShardReadiness{sr}
+		if sr.Warning != "" {
+			r.Warnings = append(r.Warnings, "shard "+sr.Shard+": "+sr.Warning)
+		}
 		r.Ready = r.Reason == "" && sr.Ready
 		if r.Reason == "" {
 			r.Reason = sr.Reason
@@ -257,8 +271,11 @@ func (s *Server) Readiness(shard string) (r Readiness, found bool) {
 	r.Shards = []ShardReadiness{}
 	var stalled []string
 	for _, st := range s.Shards() {
-		sr := readinessOf(st)
+		sr := s.readinessOf(st)
 		r.Shards = append(r.Shards, sr)
+		if sr.Warning != "" {
+			r.Warnings = append(r.Warnings, "shard "+sr.Shard+": "+sr.Warning)
+		}
 		if st.StoreHealth == HealthStalled {
 			stalled = append(stalled, fmt.Sprintf("shard %s %s", st.Shard, sr.Reason))
 		}
@@ -291,6 +308,10 @@ func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(code)
 	if rd.Ready {
+		if len(rd.Warnings) > 0 {
+			_, _ = fmt.Fprintln(w, "ready; warning: "+strings.Join(rd.Warnings, "; "))
+			return
+		}
 		_, _ = fmt.Fprintln(w, "ready")
 		return
 	}

@@ -28,6 +28,8 @@ const (
 	RetryingMetric      = "shardfence_sidecar_store_retrying_seconds"
 	LastSyncMetric      = "shardfence_sidecar_last_sync_timestamp_seconds"
 	StalledMetric       = "shardfence_sidecar_shard_stalled"
+	BacklogBytesMetric  = "shardfence_sidecar_replay_backlog_bytes"
+	BacklogGensMetric   = "shardfence_sidecar_replay_backlog_gens"
 
 	// Warm serving (OpenRequest.warm).
 	CacheHitsMetric        = "shardfence_sidecar_checkpoint_cache_hits_total"
@@ -110,28 +112,30 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 }
 
 var (
-	syncsDesc      = prometheus.NewDesc(SyncsMetric, "Translog syncs of the shards open now.", []string{"shard"}, nil)
-	syncedOpsDesc  = prometheus.NewDesc(SyncedOpsMetric, "Ops written by the syncs of the shards open now.", []string{"shard"}, nil)
-	casDesc        = prometheus.NewDesc(CASWritesMetric, "Fence CAS writes sent by syncs of the shards open now.", []string{"shard"}, nil)
-	leaseSkipsDesc = prometheus.NewDesc(LeaseSkipsMetric, "Syncs acknowledged inside the lease without a CAS.", []string{"shard"}, nil)
-	checksDesc     = prometheus.NewDesc(FenceChecksMetric, "Fence key reads of create-only writers of the shards open now.", []string{"shard"}, nil)
-	observedDesc   = prometheus.NewDesc(ObservedMetric, "Syncs an observe-mode writer acknowledged that per-sync fencing would have failed.", []string{"shard"}, nil)
-	openDesc       = prometheus.NewDesc(OpenShardsMetric, "Shards open on this sidecar, by state.", []string{"state"}, nil)
-	retriesDesc    = prometheus.NewDesc(StoreRetriesMetric, "Store errors the syncs of the shards open now retried.", []string{"shard"}, nil)
-	retryingDesc   = prometheus.NewDesc(RetryingMetric, "How long the shard's syncs have been retrying store errors (0: they are not).", []string{"shard"}, nil)
-	lastSyncDesc   = prometheus.NewDesc(LastSyncMetric, "Unix time of the shard's last acknowledged sync (0: none yet).", []string{"shard"}, nil)
-	stalledDesc    = prometheus.NewDesc(StalledMetric, "1 while the shard's syncs have been retrying store errors for longer than --stall-after.", []string{"shard"}, nil)
-	partialDesc    = prometheus.NewDesc(LocalityMetric, "1 while a warm-opened shard is partial (checkpoint files read from the store), 0 once full.", []string{"shard"}, nil)
-	localDesc      = prometheus.NewDesc(LocalBytesMetric, "Checkpoint bytes of a warm-opened shard copied locally.", []string{"shard"}, nil)
-	totalDesc      = prometheus.NewDesc(TotalBytesMetric, "Checkpoint bytes of a warm-opened shard.", []string{"shard"}, nil)
-	cacheBytesDesc = prometheus.NewDesc(CacheBytesMetric, "Bytes held by the block cache.", nil, nil)
+	syncsDesc        = prometheus.NewDesc(SyncsMetric, "Translog syncs of the shards open now.", []string{"shard"}, nil)
+	syncedOpsDesc    = prometheus.NewDesc(SyncedOpsMetric, "Ops written by the syncs of the shards open now.", []string{"shard"}, nil)
+	casDesc          = prometheus.NewDesc(CASWritesMetric, "Fence CAS writes sent by syncs of the shards open now.", []string{"shard"}, nil)
+	leaseSkipsDesc   = prometheus.NewDesc(LeaseSkipsMetric, "Syncs acknowledged inside the lease without a CAS.", []string{"shard"}, nil)
+	checksDesc       = prometheus.NewDesc(FenceChecksMetric, "Fence key reads of create-only writers of the shards open now.", []string{"shard"}, nil)
+	observedDesc     = prometheus.NewDesc(ObservedMetric, "Syncs an observe-mode writer acknowledged that per-sync fencing would have failed.", []string{"shard"}, nil)
+	openDesc         = prometheus.NewDesc(OpenShardsMetric, "Shards open on this sidecar, by state.", []string{"state"}, nil)
+	retriesDesc      = prometheus.NewDesc(StoreRetriesMetric, "Store errors the syncs of the shards open now retried.", []string{"shard"}, nil)
+	retryingDesc     = prometheus.NewDesc(RetryingMetric, "How long the shard's syncs have been retrying store errors (0: they are not).", []string{"shard"}, nil)
+	backlogBytesDesc = prometheus.NewDesc(BacklogBytesMetric, "Bytes of ops after the shard's newest checkpoint: what a takeover replays.", []string{"shard"}, nil)
+	backlogGensDesc  = prometheus.NewDesc(BacklogGensMetric, "Generations after the shard's newest checkpoint: what a takeover replays.", []string{"shard"}, nil)
+	lastSyncDesc     = prometheus.NewDesc(LastSyncMetric, "Unix time of the shard's last acknowledged sync (0: none yet).", []string{"shard"}, nil)
+	stalledDesc      = prometheus.NewDesc(StalledMetric, "1 while the shard's syncs have been retrying store errors for longer than --stall-after.", []string{"shard"}, nil)
+	partialDesc      = prometheus.NewDesc(LocalityMetric, "1 while a warm-opened shard is partial (checkpoint files read from the store), 0 once full.", []string{"shard"}, nil)
+	localDesc        = prometheus.NewDesc(LocalBytesMetric, "Checkpoint bytes of a warm-opened shard copied locally.", []string{"shard"}, nil)
+	totalDesc        = prometheus.NewDesc(TotalBytesMetric, "Checkpoint bytes of a warm-opened shard.", []string{"shard"}, nil)
+	cacheBytesDesc   = prometheus.NewDesc(CacheBytesMetric, "Bytes held by the block cache.", nil, nil)
 )
 
 // writerCollector reads the open writers' counters at scrape time.
 type writerCollector struct{ s *Server }
 
 func (c *writerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{syncsDesc, syncedOpsDesc, casDesc, leaseSkipsDesc, checksDesc, observedDesc, openDesc, retriesDesc, retryingDesc, lastSyncDesc, stalledDesc, partialDesc, localDesc, totalDesc, cacheBytesDesc} {
+	for _, d := range []*prometheus.Desc{syncsDesc, syncedOpsDesc, casDesc, leaseSkipsDesc, checksDesc, observedDesc, openDesc, retriesDesc, retryingDesc, lastSyncDesc, stalledDesc, partialDesc, localDesc, totalDesc, cacheBytesDesc, backlogBytesDesc, backlogGensDesc} {
 		ch <- d
 	}
 }
@@ -141,6 +145,10 @@ func (c *writerCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, sh := range c.s.reg.all() {
 		st := sh.status()
 		states[st.State]++
+		if st.State == ShardOpen {
+			ch <- prometheus.MustNewConstMetric(backlogBytesDesc, prometheus.GaugeValue, float64(st.ReplayBacklogBytes), sh.name)
+			ch <- prometheus.MustNewConstMetric(backlogGensDesc, prometheus.GaugeValue, float64(st.ReplayBacklogGens), sh.name)
+		}
 		if ws := sh.warmShard(); ws != nil {
 			wst := ws.stats()
 			partial := 0.0

@@ -92,9 +92,26 @@ func (s *Server) open(ctx context.Context, name string, term int64, alloc string
 	s.log.Info("opening shard", "shard", name, "term", term, "allocation", alloc, "mode", settings.Mode.String(),
 		"ack_order", settings.AckOrder.String(), "fencing", !settings.FencingDisabled)
 	sh := &shard{name: name, store: store, term: term, alloc: alloc, settings: settings, state: ShardOpening, stallAfter: s.opts.StallAfter}
+	var replayed int64 // bytes of the ops replayed: the backlog the term inherits
 	o, err := s.openIn(ctx, op, sh, admit, func() (*opened, error) {
-		return s.opener.Open(ctx, store, openParams{Shard: name, Term: term, Allocation: alloc, Node: s.opts.Node, Settings: settings, HydrateDir: s.opts.HydrateDir, Warm: warm}, s.countHydration(events))
+		return s.opener.Open(ctx, store, openParams{Shard: name, Term: term, Allocation: alloc, Node: s.opts.Node, Settings: settings, HydrateDir: s.opts.HydrateDir, Warm: warm},
+			s.countHydration(func(ev openEvent) error {
+				if ev.Ops != nil {
+					for _, op := range ev.Ops.Ops {
+						replayed += int64(len(op))
+					}
+				}
+				if events == nil {
+					return nil
+				}
+				return events(ev)
+			}))
 	})
+	if err == nil {
+		sh.mu.Lock()
+		sh.backlog.inherited = replayed
+		sh.mu.Unlock()
+	}
 	var again openAgain
 	if errors.As(err, &again) {
 		// The fencing fields are the shard's, whatever this call asked.

@@ -103,6 +103,9 @@ func (l Limits) checkOps(ops [][]byte) (hint string, err error) {
 type Options struct {
 	// Node names this sidecar in fence records, for operators.
 	Node string
+	// Checkpoint is when the sidecar asks its primary for a checkpoint
+	// (through Watch) and whether it runs GC after each one.
+	Checkpoint CheckpointPolicy
 	// Defaults are the settings of a shard whose Open leaves them zero;
 	// zero fields take DefaultSettings.
 	Defaults Settings
@@ -232,6 +235,7 @@ func (o Options) normalized() (Options, error) {
 	if err := o.Cache.normalize(); err != nil {
 		return o, err
 	}
+	o.Checkpoint = o.Checkpoint.normalized()
 	o.Defaults = mergeSettings(DefaultSettings(), o.Defaults)
 	if err := o.Defaults.Validate(); err != nil {
 		return o, fmt.Errorf("default shard settings: %w", err)

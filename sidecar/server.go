@@ -97,6 +97,7 @@ func newServer(ctx context.Context, store *blobstore.Container, opts Options, op
 	}
 	s.metrics = newMetrics(opts.Registerer, s)
 	go s.watchHealth(context.WithoutCancel(ctx))
+	go s.runCheckpointPolicy(context.WithoutCancel(ctx))
 	return s, nil
 }
 

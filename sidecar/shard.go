@@ -59,6 +59,8 @@ type shard struct {
 	observedLogged bool
 	// barriers shares fence key reads between concurrent read barriers.
 	barriers barrierGroup
+	// backlog is the replay backlog the checkpoint policy watches.
+	backlog backlog
 }
 
 // install makes sh the shard the lifecycle opened: its writer, chain,
@@ -71,6 +73,7 @@ func (sh *shard) install(o *opened) {
 	sh.w = o.Writer
 	sh.settings = sh.settings.withFencing(o.Fencing)
 	sh.ackedGen, sh.nextSeq = o.Restore.Gen, o.Restore.NextSeqNo
+	sh.backlog = backlog{ckptGen: o.Restore.CheckpointGen, ckptAt: time.Now()}
 	sh.state = ShardOpen
 }
 
@@ -83,6 +86,7 @@ func (sh *shard) installWarm(o *opened, w *warmShard) {
 	sh.settings = sh.settings.withFencing(o.Fencing)
 	sh.ackedGen = o.Restore.Gen
 	sh.warm, sh.replaying = w, true
+	sh.backlog = backlog{ckptGen: o.Restore.CheckpointGen, ckptAt: time.Now()}
 	sh.state = ShardOpen
 }
 
@@ -181,6 +185,16 @@ type ShardStatus struct {
 	Warm      WarmStats
 	Replaying bool
 
+	// ReplayBacklogBytes and ReplayBacklogGens are the translog after the
+	// newest checkpoint on the lineage (CheckpointGen, 0: none), which a
+	// takeover replays; CheckpointAge is the time since that checkpoint
+	// was restored or published here (-1: never); CheckpointRequestedGen
+	// the generation a pending checkpoint request asks to cover (0: none).
+	ReplayBacklogBytes, ReplayBacklogGens int64
+	CheckpointGen                         int64
+	CheckpointAge                         time.Duration
+	CheckpointRequestedGen                int64
+
 	// FencingObserved is, in observe mode, the first refused fence CAS:
 	// per-sync fencing would have failed every append acknowledged since
 	// (Stats.FencingObserved counts their syncs). Empty when none.
@@ -199,6 +213,11 @@ func (sh *shard) status() ShardStatus {
 	}
 	fenceErr, chain, w, warm := sh.fenceErr, sh.chain, sh.w, sh.warm
 	st.Replaying = sh.replaying && sh.fenceErr == nil
+	st.ReplayBacklogBytes, st.ReplayBacklogGens = sh.backlog.size(sh.ackedGen)
+	st.CheckpointGen, st.CheckpointRequestedGen, st.CheckpointAge = sh.backlog.ckptGen, sh.backlog.reqGen, -1
+	if !sh.backlog.ckptAt.IsZero() {
+		st.CheckpointAge = time.Since(sh.backlog.ckptAt)
+	}
 	sh.mu.Unlock()
 	if warm != nil {
 		st.Warm = warm.stats()
@@ -256,15 +275,20 @@ func (sh *shard) acked(ack translog.Ack, sentBy int64) {
 	// The writer's CAS count, not the chain's state: the chain holds its
 	// lock across the next CAS round trip, and waiting for it here would
 	// hold every ack back by one sync.
-	var cas int64
+	var cas, bytes int64
 	sh.mu.Lock()
 	w, fenced := sh.w, sh.chain != nil
 	sh.mu.Unlock()
-	if fenced && w != nil {
-		cas = w.Stats().CASWrites
+	if w != nil {
+		st := w.Stats()
+		bytes = st.Bytes
+		if fenced {
+			cas = st.CASWrites
+		}
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	sh.backlog.acked(ack.Gen, bytes)
 	sh.ackedGen = max(sh.ackedGen, ack.Gen)
 	sh.nextSeq = max(sh.nextSeq, ack.FirstSeqNo+int64(ack.Count))
 	if cas > sh.casSeq {

@@ -32,6 +32,9 @@ const (
 	// WatchSynced: the shards here when the watch started were all
 	// listed; live events follow.
 	WatchSynced
+	// WatchCheckpointRequested: the shard's replay backlog passed the
+	// checkpoint policy: publish a checkpoint covering CheckpointGen.
+	WatchCheckpointRequested
 )
 
 // Reasons of a WatchLost event.
@@ -58,6 +61,10 @@ type WatchEvent struct {
 	Reason        string
 	Err           string
 	SuccessorTerm int64
+	// CheckpointGen, BacklogBytes and BacklogGens: what a
+	// WatchCheckpointRequested asks to cover, and the backlog then.
+	CheckpointGen             int64
+	BacklogBytes, BacklogGens int64
 }
 
 // ErrWatchBehind: a watcher did not take its events fast enough and was

@@ -20,7 +20,8 @@ func (sv *service) Watch(ctx context.Context, req *connect.Request[sidecarv1.Wat
 
 func watchProto(ev WatchEvent) *sidecarv1.WatchResponse {
 	out := &sidecarv1.WatchResponse{Kind: sidecarv1.WatchEventKind(ev.Kind), Shard: ev.Shard, Term: ev.Term, Allocation: ev.Allocation,
-		Current: ev.Current, Reason: ev.Reason, Error: ev.Err, SuccessorTerm: ev.SuccessorTerm}
+		Current: ev.Current, Reason: ev.Reason, Error: ev.Err, SuccessorTerm: ev.SuccessorTerm,
+		CheckpointGen: ev.CheckpointGen, BacklogBytes: ev.BacklogBytes, BacklogGens: ev.BacklogGens}
 	if p := ev.Progress; p != nil {
 		out.Progress = &sidecarv1.OpenProgress{Step: p.Step, Done: p.Done, Total: p.Total, Bytes: p.Bytes}
 	}

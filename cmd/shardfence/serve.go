@@ -50,6 +50,8 @@ type serveFlags struct {
 	masterConn                   masterConn
 	defaults                     sidecar.Settings
 	mode, ackOrder               string
+	checkpoint                   sidecar.CheckpointPolicy
+	gcAfterCheckpoint            bool
 }
 
 func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
@@ -96,6 +98,10 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.DurationVar(&f.defaults.LeaseInterval, "lease-interval", d.LeaseInterval, "default lease of lease mode, failover waits this long (10ms..10m)")
 	fs.DurationVar(&f.defaults.FreshnessInterval, "freshness-interval", d.FreshnessInterval, "default: how recent a CAS lets a checkpoint or GC skip listing the fence keys (10ms..10m)")
 	fs.Int64Var(&f.defaults.RetentionGens, "retention-gens", d.RetentionGens, "default: generations GC keeps below the latest checkpoint")
+	fs.Int64Var(&f.checkpoint.EveryBytes, "checkpoint-every-bytes", sidecar.DefaultCheckpointEveryBytes, "ask a shard's primary for a checkpoint (a Watch event) once the translog after its newest checkpoint holds this many bytes (0: never by size)")
+	fs.DurationVar(&f.checkpoint.Every, "checkpoint-every", sidecar.DefaultCheckpointEvery, "ask a shard's primary for a checkpoint once its newest is this old and ops were written since (0: never by age)")
+	fs.Int64Var(&f.checkpoint.WarnBytes, "checkpoint-warn-bytes", 0, "/readyz warns (still ready) while a shard's replay backlog holds more than this (0: 4 x --checkpoint-every-bytes; -1: never)")
+	fs.BoolVar(&f.gcAfterCheckpoint, "gc-after-checkpoint", true, "run GC with the shard's retention after each checkpoint its primary publishes here")
 	return fs, f
 }
 
@@ -415,9 +421,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 	}
+	checkpoint := f.checkpoint
+	switch {
+	case checkpoint.EveryBytes < 0 || checkpoint.Every < 0:
+		return fmt.Errorf("%w: --checkpoint-every-bytes and --checkpoint-every are 0 (never) or positive", errUsage)
+	case checkpoint.EveryBytes == 0:
+		checkpoint.EveryBytes = -1
+	}
+	if checkpoint.Every == 0 {
+		checkpoint.Every = -1
+	}
+	checkpoint.NoGC = !f.gcAfterCheckpoint
 	opts := sidecar.Options{
 		Node: f.node, Defaults: f.defaults, Limits: f.limits, AllowUnfenced: f.allowUnfenced, Logger: log, StallAfter: f.stallAfter, HydrateDir: f.hydrateDir,
-		Cache: f.cache,
+		Cache: f.cache, Checkpoint: checkpoint,
 	}
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

@@ -53,33 +53,42 @@ const (
 	// GAINED with current, or FENCED); live events follow. Sent first
 	// thing after them, so a watch of an idle sidecar is answered at once.
 	WatchEventKind_WATCH_EVENT_KIND_SYNCED WatchEventKind = 9
+	// CHECKPOINT_REQUESTED: the shard's replay backlog (the translog a
+	// successor would replay after its newest checkpoint) passed the
+	// sidecar's policy (--checkpoint-every-bytes, --checkpoint-every):
+	// publish a checkpoint of the state up to checkpoint_gen or later. Sent
+	// again while none covers it. A primary that ignores it keeps working;
+	// takeovers just replay more.
+	WatchEventKind_WATCH_EVENT_KIND_CHECKPOINT_REQUESTED WatchEventKind = 10
 )
 
 // Enum value maps for WatchEventKind.
 var (
 	WatchEventKind_name = map[int32]string{
-		0: "WATCH_EVENT_KIND_UNSPECIFIED",
-		1: "WATCH_EVENT_KIND_OPENING",
-		2: "WATCH_EVENT_KIND_PROGRESS",
-		3: "WATCH_EVENT_KIND_CHECKPOINT_FILE",
-		4: "WATCH_EVENT_KIND_OPS",
-		5: "WATCH_EVENT_KIND_GAINED",
-		6: "WATCH_EVENT_KIND_OPEN_FAILED",
-		7: "WATCH_EVENT_KIND_LOST",
-		8: "WATCH_EVENT_KIND_FENCED",
-		9: "WATCH_EVENT_KIND_SYNCED",
+		0:  "WATCH_EVENT_KIND_UNSPECIFIED",
+		1:  "WATCH_EVENT_KIND_OPENING",
+		2:  "WATCH_EVENT_KIND_PROGRESS",
+		3:  "WATCH_EVENT_KIND_CHECKPOINT_FILE",
+		4:  "WATCH_EVENT_KIND_OPS",
+		5:  "WATCH_EVENT_KIND_GAINED",
+		6:  "WATCH_EVENT_KIND_OPEN_FAILED",
+		7:  "WATCH_EVENT_KIND_LOST",
+		8:  "WATCH_EVENT_KIND_FENCED",
+		9:  "WATCH_EVENT_KIND_SYNCED",
+		10: "WATCH_EVENT_KIND_CHECKPOINT_REQUESTED",
 	}
 	WatchEventKind_value = map[string]int32{
-		"WATCH_EVENT_KIND_UNSPECIFIED":     0,
-		"WATCH_EVENT_KIND_OPENING":         1,
-		"WATCH_EVENT_KIND_PROGRESS":        2,
-		"WATCH_EVENT_KIND_CHECKPOINT_FILE": 3,
-		"WATCH_EVENT_KIND_OPS":             4,
-		"WATCH_EVENT_KIND_GAINED":          5,
-		"WATCH_EVENT_KIND_OPEN_FAILED":     6,
-		"WATCH_EVENT_KIND_LOST":            7,
-		"WATCH_EVENT_KIND_FENCED":          8,
-		"WATCH_EVENT_KIND_SYNCED":          9,
+		"WATCH_EVENT_KIND_UNSPECIFIED":          0,
+		"WATCH_EVENT_KIND_OPENING":              1,
+		"WATCH_EVENT_KIND_PROGRESS":             2,
+		"WATCH_EVENT_KIND_CHECKPOINT_FILE":      3,
+		"WATCH_EVENT_KIND_OPS":                  4,
+		"WATCH_EVENT_KIND_GAINED":               5,
+		"WATCH_EVENT_KIND_OPEN_FAILED":          6,
+		"WATCH_EVENT_KIND_LOST":                 7,
+		"WATCH_EVENT_KIND_FENCED":               8,
+		"WATCH_EVENT_KIND_SYNCED":               9,
+		"WATCH_EVENT_KIND_CHECKPOINT_REQUESTED": 10,
 	}
 )
 
@@ -549,8 +558,12 @@ type WatchResponse struct {
 	Reason         string                 `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
 	Error          string                 `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
 	SuccessorTerm  int64                  `protobuf:"varint,13,opt,name=successor_term,json=successorTerm,proto3" json:"successor_term,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// CHECKPOINT_REQUESTED: the generation to cover, and the backlog now.
+	CheckpointGen int64 `protobuf:"varint,14,opt,name=checkpoint_gen,json=checkpointGen,proto3" json:"checkpoint_gen,omitempty"`
+	BacklogBytes  int64 `protobuf:"varint,15,opt,name=backlog_bytes,json=backlogBytes,proto3" json:"backlog_bytes,omitempty"`
+	BacklogGens   int64 `protobuf:"varint,16,opt,name=backlog_gens,json=backlogGens,proto3" json:"backlog_gens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchResponse) Reset() {
@@ -670,6 +683,27 @@ func (x *WatchResponse) GetError() string {
 func (x *WatchResponse) GetSuccessorTerm() int64 {
 	if x != nil {
 		return x.SuccessorTerm
+	}
+	return 0
+}
+
+func (x *WatchResponse) GetCheckpointGen() int64 {
+	if x != nil {
+		return x.CheckpointGen
+	}
+	return 0
+}
+
+func (x *WatchResponse) GetBacklogBytes() int64 {
+	if x != nil {
+		return x.BacklogBytes
+	}
+	return 0
+}
+
+func (x *WatchResponse) GetBacklogGens() int64 {
+	if x != nil {
+		return x.BacklogGens
 	}
 	return 0
 }
@@ -2451,9 +2485,20 @@ type ShardStatus struct {
 	FencingObservedSyncs int64  `protobuf:"varint,32,opt,name=fencing_observed_syncs,json=fencingObservedSyncs,proto3" json:"fencing_observed_syncs,omitempty"`
 	FencingObserved      string `protobuf:"bytes,33,opt,name=fencing_observed,json=fencingObserved,proto3" json:"fencing_observed,omitempty"`
 	// Create-only mode: reads of the fence key by the writer.
-	FenceChecks   int64 `protobuf:"varint,34,opt,name=fence_checks,json=fenceChecks,proto3" json:"fence_checks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FenceChecks int64 `protobuf:"varint,34,opt,name=fence_checks,json=fenceChecks,proto3" json:"fence_checks,omitempty"`
+	// The replay backlog: the translog after the newest checkpoint on the
+	// lineage, which a takeover replays (bytes of ops, generations).
+	ReplayBacklogBytes int64 `protobuf:"varint,35,opt,name=replay_backlog_bytes,json=replayBacklogBytes,proto3" json:"replay_backlog_bytes,omitempty"`
+	ReplayBacklogGens  int64 `protobuf:"varint,36,opt,name=replay_backlog_gens,json=replayBacklogGens,proto3" json:"replay_backlog_gens,omitempty"`
+	// The newest checkpoint on the lineage (0: none) and its age (-1 when
+	// none was published or restored here).
+	CheckpointGen   int64 `protobuf:"varint,37,opt,name=checkpoint_gen,json=checkpointGen,proto3" json:"checkpoint_gen,omitempty"`
+	CheckpointAgeMs int64 `protobuf:"varint,38,opt,name=checkpoint_age_ms,json=checkpointAgeMs,proto3" json:"checkpoint_age_ms,omitempty"`
+	// checkpoint_requested_gen: the generation a pending checkpoint request
+	// asks to cover (0: none pending).
+	CheckpointRequestedGen int64 `protobuf:"varint,39,opt,name=checkpoint_requested_gen,json=checkpointRequestedGen,proto3" json:"checkpoint_requested_gen,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *ShardStatus) Reset() {
@@ -2720,6 +2765,41 @@ func (x *ShardStatus) GetFencingObserved() string {
 func (x *ShardStatus) GetFenceChecks() int64 {
 	if x != nil {
 		return x.FenceChecks
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetReplayBacklogBytes() int64 {
+	if x != nil {
+		return x.ReplayBacklogBytes
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetReplayBacklogGens() int64 {
+	if x != nil {
+		return x.ReplayBacklogGens
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetCheckpointGen() int64 {
+	if x != nil {
+		return x.CheckpointGen
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetCheckpointAgeMs() int64 {
+	if x != nil {
+		return x.CheckpointAgeMs
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetCheckpointRequestedGen() int64 {
+	if x != nil {
+		return x.CheckpointRequestedGen
 	}
 	return 0
 }
@@ -3394,7 +3474,7 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\"&\n" +
 	"\fWatchRequest\x12\x16\n" +
-	"\x06shards\x18\x01 \x03(\tR\x06shards\"\xcc\x04\n" +
+	"\x06shards\x18\x01 \x03(\tR\x06shards\"\xbb\x05\n" +
 	"\rWatchResponse\x129\n" +
 	"\x04kind\x18\x01 \x01(\x0e2%.shardfence.sidecar.v1.WatchEventKindR\x04kind\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\tR\x05shard\x12\x12\n" +
@@ -3411,7 +3491,10 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	" \x01(\bR\acurrent\x12\x16\n" +
 	"\x06reason\x18\v \x01(\tR\x06reason\x12\x14\n" +
 	"\x05error\x18\f \x01(\tR\x05error\x12%\n" +
-	"\x0esuccessor_term\x18\r \x01(\x03R\rsuccessorTerm\"\x8c\x04\n" +
+	"\x0esuccessor_term\x18\r \x01(\x03R\rsuccessorTerm\x12%\n" +
+	"\x0echeckpoint_gen\x18\x0e \x01(\x03R\rcheckpointGen\x12#\n" +
+	"\rbacklog_bytes\x18\x0f \x01(\x03R\fbacklogBytes\x12!\n" +
+	"\fbacklog_gens\x18\x10 \x01(\x03R\vbacklogGens\"\x8c\x04\n" +
 	"\rShardSettings\x12)\n" +
 	"\x10fencing_disabled\x18\x01 \x01(\bR\x0ffencingDisabled\x126\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\".shardfence.sidecar.v1.FencingModeR\x04mode\x12<\n" +
@@ -3529,7 +3612,7 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\vnext_seq_no\x18\x03 \x01(\x03R\tnextSeqNo\x12\x14\n" +
 	"\x05local\x18\x04 \x01(\bR\x05local\"%\n" +
 	"\rStatusRequest\x12\x14\n" +
-	"\x05shard\x18\x01 \x01(\tR\x05shard\"\x91\t\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\"\x80\v\n" +
 	"\vShardStatus\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12#\n" +
@@ -3570,7 +3653,12 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"warm_error\x18\x1f \x01(\tR\twarmError\x124\n" +
 	"\x16fencing_observed_syncs\x18  \x01(\x03R\x14fencingObservedSyncs\x12)\n" +
 	"\x10fencing_observed\x18! \x01(\tR\x0ffencingObserved\x12!\n" +
-	"\ffence_checks\x18\" \x01(\x03R\vfenceChecks\"L\n" +
+	"\ffence_checks\x18\" \x01(\x03R\vfenceChecks\x120\n" +
+	"\x14replay_backlog_bytes\x18# \x01(\x03R\x12replayBacklogBytes\x12.\n" +
+	"\x13replay_backlog_gens\x18$ \x01(\x03R\x11replayBacklogGens\x12%\n" +
+	"\x0echeckpoint_gen\x18% \x01(\x03R\rcheckpointGen\x12*\n" +
+	"\x11checkpoint_age_ms\x18& \x01(\x03R\x0fcheckpointAgeMs\x128\n" +
+	"\x18checkpoint_requested_gen\x18' \x01(\x03R\x16checkpointRequestedGen\"L\n" +
 	"\x0eStatusResponse\x12:\n" +
 	"\x06status\x18\x01 \x01(\v2\".shardfence.sidecar.v1.ShardStatusR\x06status\"$\n" +
 	"\fCloseRequest\x12\x14\n" +
@@ -3617,7 +3705,7 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"allocation\x18\x06 \x01(\tR\n" +
 	"allocation\x12\x12\n" +
 	"\x04node\x18\a \x01(\tR\x04node\x127\n" +
-	"\x18last_admitted_request_id\x18\b \x01(\x04R\x15lastAdmittedRequestId*\xc3\x02\n" +
+	"\x18last_admitted_request_id\x18\b \x01(\x04R\x15lastAdmittedRequestId*\xee\x02\n" +
 	"\x0eWatchEventKind\x12 \n" +
 	"\x1cWATCH_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18WATCH_EVENT_KIND_OPENING\x10\x01\x12\x1d\n" +
@@ -3628,7 +3716,9 @@ const file_sidecar_v1_sidecar_proto_rawDesc = "" +
 	"\x1cWATCH_EVENT_KIND_OPEN_FAILED\x10\x06\x12\x19\n" +
 	"\x15WATCH_EVENT_KIND_LOST\x10\a\x12\x1b\n" +
 	"\x17WATCH_EVENT_KIND_FENCED\x10\b\x12\x1b\n" +
-	"\x17WATCH_EVENT_KIND_SYNCED\x10\t*\x96\x01\n" +
+	"\x17WATCH_EVENT_KIND_SYNCED\x10\t\x12)\n" +
+	"%WATCH_EVENT_KIND_CHECKPOINT_REQUESTED\x10\n" +
+	"*\x96\x01\n" +
 	"\vFencingMode\x12\x1c\n" +
 	"\x18FENCING_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15FENCING_MODE_PER_SYNC\x10\x01\x12\x16\n" +
