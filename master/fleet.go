@@ -396,7 +396,7 @@ func (f *fleet) assignmentsLocked(name string) []*NodeAssignment {
 		switch name {
 		case p.GetNode():
 			out = append(out, &NodeAssignment{Shard: p.GetShard(), Term: p.GetTerm(), Allocation: p.GetAllocation(), Settings: p.GetSettings(),
-				HandoffAllocation: p.GetHandoffAllocation(), HandoffNode: p.GetHandoffNode()})
+				HandoffAllocation: p.GetHandoffAllocation(), HandoffNode: p.GetHandoffNode(), Warm: p.GetWarm()})
 		case p.GetHandoffNode():
 			out = append(out, &NodeAssignment{Shard: p.GetShard(), Term: p.GetTerm(), Allocation: p.GetHandoffAllocation(), Settings: p.GetSettings(),
 				AdoptAllocation: p.GetHandoffAllocation(), AdoptContext: e.adoptCtx})
@@ -787,6 +787,8 @@ type AssignRequest struct {
 	Settings            *sidecarv1.ShardSettings
 	AutoRestore         bool
 	TakeoverAtSuspected bool
+	// Warm: the owner opens the shard warm (every takeover too).
+	Warm bool
 }
 
 // AssignShard puts a shard in the table and returns once the assignment is
@@ -837,7 +839,7 @@ func (m *Master) AssignShard(ctx context.Context, req AssignRequest) (ShardInfo,
 		}
 		return fail(fmt.Errorf("%w: owned by node %q at term %d", ErrShardAssigned, c.GetNode(), c.GetTerm()), "unassign it first, or drain the node to move it")
 	}
-	e := &shardEntry{cur: &masterv1.ShardAssignment{Shard: req.Shard, Settings: settings, AutoRestore: req.AutoRestore, TakeoverAtSuspected: req.TakeoverAtSuspected}}
+	e := &shardEntry{cur: &masterv1.ShardAssignment{Shard: req.Shard, Settings: settings, AutoRestore: req.AutoRestore, TakeoverAtSuspected: req.TakeoverAtSuspected, Warm: req.Warm}}
 	var n *node
 	if req.Node != "" {
 		n = f.nodes[req.Node]

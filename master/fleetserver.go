@@ -116,7 +116,7 @@ func (s *fleetService) AssignShard(ctx context.Context, req *connect.Request[mas
 	}
 	r := req.Msg
 	info, err := m.AssignShard(ctx, AssignRequest{Shard: r.GetShard(), Node: r.GetNode(), Term: r.GetTerm(), Settings: r.GetSettings(),
-		AutoRestore: r.GetAutoRestore(), TakeoverAtSuspected: r.GetTakeover() == masterv1.TakeoverPoint_TAKEOVER_POINT_SUSPECTED})
+		AutoRestore: r.GetAutoRestore(), TakeoverAtSuspected: r.GetTakeover() == masterv1.TakeoverPoint_TAKEOVER_POINT_SUSPECTED, Warm: r.GetWarm()})
 	if err != nil {
 		return nil, connectError(err)
 	}

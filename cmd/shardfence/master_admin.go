@@ -124,7 +124,7 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 	var shard, node, takeover, mode, ackOrder string
 	var shardList []string
 	var term int64
-	var autoRestore, unfenced bool
+	var autoRestore, unfenced, warm bool
 	var lease, waitFor time.Duration
 	switch cmd {
 	case "assign":
@@ -137,6 +137,7 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 		fs.StringVar(&ackOrder, "ack-order", "", "concurrent or sequenced (default: the sidecar's)")
 		fs.DurationVar(&lease, "lease-interval", 0, "lease of lease mode (default: the sidecar's)")
 		fs.BoolVar(&unfenced, "unfenced", false, "open the shard with fencing disabled (benchmarks only; never auto-restored)")
+		fs.BoolVar(&warm, "warm", false, "the owner opens the shard warm: appends once the translog after the checkpoint is replayed, checkpoint files served on demand (the primary reads them with ReadCheckpointFile), so a large shard takes over as fast as a small one")
 	case "unassign":
 		fs.StringVar(&shard, "shard", "", "shard id (required)")
 	case "watch":
@@ -220,7 +221,7 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 		if unfenced && (mode != "" || lease != 0) {
 			return fmt.Errorf("%w: --unfenced goes without --fencing-mode and --lease-interval", errUsage)
 		}
-		req := &masterv1.AssignShardRequest{Shard: shard, Node: node, Term: term, AutoRestore: autoRestore, Settings: &sidecarv1.ShardSettings{FencingDisabled: unfenced}}
+		req := &masterv1.AssignShardRequest{Shard: shard, Node: node, Term: term, AutoRestore: autoRestore, Warm: warm, Settings: &sidecarv1.ShardSettings{FencingDisabled: unfenced}}
 		switch takeover {
 		case "offline":
 			req.Takeover = masterv1.TakeoverPoint_TAKEOVER_POINT_OFFLINE

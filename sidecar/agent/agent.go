@@ -605,7 +605,7 @@ func (a *Agent) plan(name string, d *masterv1.NodeAssignment, st sidecar.ShardSt
 	// grant, is reported; the master raises the term.
 	return func(ctx context.Context) error {
 		start := time.Now()
-		_, err := srv.Open(ctx, name, term, alloc, settings, nil)
+		_, err := srv.OpenWith(ctx, name, term, alloc, settings, sidecar.OpenOptions{Warm: d.GetWarm()}, nil)
 		if err != nil {
 			a.log.Warn("open of an assigned shard failed", "shard", name, "term", term, "err", err)
 			a.report(ctx, term, name, alloc, masterv1.ShardReport_SHARD_REPORT_FAILED, err, nil)

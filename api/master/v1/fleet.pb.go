@@ -377,8 +377,10 @@ type NodeAssignment struct {
 	AdoptContext []byte `protobuf:"bytes,7,opt,name=adopt_context,json=adoptContext,proto3" json:"adopt_context,omitempty"`
 	// adopt_allocation is the target's allocation (set for a target).
 	AdoptAllocation string `protobuf:"bytes,8,opt,name=adopt_allocation,json=adoptAllocation,proto3" json:"adopt_allocation,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// warm: open the shard warm (AssignShardRequest.warm).
+	Warm          bool `protobuf:"varint,9,opt,name=warm,proto3" json:"warm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeAssignment) Reset() {
@@ -465,6 +467,13 @@ func (x *NodeAssignment) GetAdoptAllocation() string {
 		return x.AdoptAllocation
 	}
 	return ""
+}
+
+func (x *NodeAssignment) GetWarm() bool {
+	if x != nil {
+		return x.Warm
+	}
+	return false
 }
 
 type WatchAssignmentsResponse struct {
@@ -680,10 +689,16 @@ type AssignShardRequest struct {
 	Node string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
 	// term to open at; 0 means 1 (a stale grant is raised above the
 	// shard's stored terms when the node reports it).
-	Term          int64             `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
-	Settings      *v1.ShardSettings `protobuf:"bytes,4,opt,name=settings,proto3" json:"settings,omitempty"`
-	AutoRestore   bool              `protobuf:"varint,5,opt,name=auto_restore,json=autoRestore,proto3" json:"auto_restore,omitempty"`
-	Takeover      TakeoverPoint     `protobuf:"varint,6,opt,name=takeover,proto3,enum=shardfence.master.v1.TakeoverPoint" json:"takeover,omitempty"`
+	Term        int64             `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	Settings    *v1.ShardSettings `protobuf:"bytes,4,opt,name=settings,proto3" json:"settings,omitempty"`
+	AutoRestore bool              `protobuf:"varint,5,opt,name=auto_restore,json=autoRestore,proto3" json:"auto_restore,omitempty"`
+	Takeover    TakeoverPoint     `protobuf:"varint,6,opt,name=takeover,proto3,enum=shardfence.master.v1.TakeoverPoint" json:"takeover,omitempty"`
+	// warm: the owner opens the shard warm (OpenRequest.warm): it takes
+	// appends once the translog after the checkpoint is replayed, and serves
+	// the checkpoint's files on demand while they hydrate, so a takeover
+	// does not wait for a large checkpoint. The primary on top must read
+	// the checkpoint with ReadCheckpointFile (Watch sends no files).
+	Warm          bool `protobuf:"varint,7,opt,name=warm,proto3" json:"warm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -758,6 +773,13 @@ func (x *AssignShardRequest) GetTakeover() TakeoverPoint {
 		return x.Takeover
 	}
 	return TakeoverPoint_TAKEOVER_POINT_UNSPECIFIED
+}
+
+func (x *AssignShardRequest) GetWarm() bool {
+	if x != nil {
+		return x.Warm
+	}
+	return false
 }
 
 type AssignShardResponse struct {
@@ -1593,7 +1615,7 @@ const file_master_v1_fleet_proto_rawDesc = "" +
 	"\x10ping_interval_ms\x18\x05 \x01(\x04R\x0epingIntervalMs\"G\n" +
 	"\x17WatchAssignmentsRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
-	"\asession\x18\x02 \x01(\tR\asession\"\xbe\x02\n" +
+	"\asession\x18\x02 \x01(\tR\asession\"\xd2\x02\n" +
 	"\x0eNodeAssignment\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12\x1e\n" +
@@ -1604,7 +1626,8 @@ const file_master_v1_fleet_proto_rawDesc = "" +
 	"\x12handoff_allocation\x18\x05 \x01(\tR\x11handoffAllocation\x12!\n" +
 	"\fhandoff_node\x18\x06 \x01(\tR\vhandoffNode\x12#\n" +
 	"\radopt_context\x18\a \x01(\fR\fadoptContext\x12)\n" +
-	"\x10adopt_allocation\x18\b \x01(\tR\x0fadoptAllocation\"|\n" +
+	"\x10adopt_allocation\x18\b \x01(\tR\x0fadoptAllocation\x12\x12\n" +
+	"\x04warm\x18\t \x01(\bR\x04warm\"|\n" +
 	"\x18WatchAssignmentsResponse\x12F\n" +
 	"\vassignments\x18\x01 \x03(\v2$.shardfence.master.v1.NodeAssignmentR\vassignments\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"\xc5\x02\n" +
@@ -1622,14 +1645,15 @@ const file_master_v1_fleet_proto_rawDesc = "" +
 	"\x0esuccessor_term\x18\t \x01(\x03R\rsuccessorTerm\x12'\n" +
 	"\x0fhandoff_context\x18\n" +
 	" \x01(\fR\x0ehandoffContext\"\x15\n" +
-	"\x13ReportShardResponse\"\xf8\x01\n" +
+	"\x13ReportShardResponse\"\x8c\x02\n" +
 	"\x12AssignShardRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x03R\x04term\x12@\n" +
 	"\bsettings\x18\x04 \x01(\v2$.shardfence.sidecar.v1.ShardSettingsR\bsettings\x12!\n" +
 	"\fauto_restore\x18\x05 \x01(\bR\vautoRestore\x12?\n" +
-	"\btakeover\x18\x06 \x01(\x0e2#.shardfence.master.v1.TakeoverPointR\btakeover\"L\n" +
+	"\btakeover\x18\x06 \x01(\x0e2#.shardfence.master.v1.TakeoverPointR\btakeover\x12\x12\n" +
+	"\x04warm\x18\a \x01(\bR\x04warm\"L\n" +
 	"\x13AssignShardResponse\x125\n" +
 	"\x05shard\x18\x01 \x01(\v2\x1f.shardfence.master.v1.ShardInfoR\x05shard\",\n" +
 	"\x14UnassignShardRequest\x12\x14\n" +

@@ -2702,7 +2702,9 @@ type ShardAssignment struct {
 	// not apply.
 	Reason string `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
 	// removed: the shard left the table (an unassign entry).
-	Removed       bool `protobuf:"varint,12,opt,name=removed,proto3" json:"removed,omitempty"`
+	Removed bool `protobuf:"varint,12,opt,name=removed,proto3" json:"removed,omitempty"`
+	// warm: the owner opens the shard warm (AssignShardRequest.warm).
+	Warm          bool `protobuf:"varint,13,opt,name=warm,proto3" json:"warm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2817,6 +2819,13 @@ func (x *ShardAssignment) GetReason() string {
 func (x *ShardAssignment) GetRemoved() bool {
 	if x != nil {
 		return x.Removed
+	}
+	return false
+}
+
+func (x *ShardAssignment) GetWarm() bool {
+	if x != nil {
+		return x.Warm
 	}
 	return false
 }
@@ -3006,7 +3015,7 @@ const file_master_v1_master_proto_rawDesc = "" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
 	"\x05store\x18\x03 \x01(\tR\x05store\x12\x18\n" +
 	"\afencing\x18\x04 \x01(\bR\afencing\x12\x1a\n" +
-	"\bdraining\x18\x05 \x01(\bR\bdraining\"\xa2\x03\n" +
+	"\bdraining\x18\x05 \x01(\bR\bdraining\"\xb6\x03\n" +
 	"\x0fShardAssignment\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12\x1e\n" +
@@ -3022,7 +3031,8 @@ const file_master_v1_master_proto_rawDesc = "" +
 	"\x12handoff_allocation\x18\n" +
 	" \x01(\tR\x11handoffAllocation\x12\x16\n" +
 	"\x06reason\x18\v \x01(\tR\x06reason\x12\x18\n" +
-	"\aremoved\x18\f \x01(\bR\aremoved*[\n" +
+	"\aremoved\x18\f \x01(\bR\aremoved\x12\x12\n" +
+	"\x04warm\x18\r \x01(\bR\x04warm*[\n" +
 	"\vReplicaKind\x12\x1c\n" +
 	"\x18REPLICA_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13REPLICA_KIND_MEMORY\x10\x01\x12\x15\n" +
