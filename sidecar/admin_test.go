@@ -14,7 +14,8 @@ import (
 
 func TestCheckpointGCAndInspect(t *testing.T) {
 	store := mem.New()
-	c := sidecarOn(t, store)
+	// No GC after the checkpoint: the test runs GC itself.
+	_, c := serveOn(t, store, Options{Checkpoint: CheckpointPolicy{NoGC: true}})
 	openShard(t, c, "s", 1, "a")
 	var ckptGen int64
 	for i := range 10 {

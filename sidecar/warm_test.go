@@ -39,7 +39,8 @@ func newWarmFixture(t *testing.T, store *blobstore.Container) *warmFixture {
 	f := &warmFixture{store: store, big: make([]byte, 10*warmBlock+1234), small: []byte("hello")}
 	rng := rand.NewChaCha8([32]byte{7})
 	_, _ = rng.Read(f.big)
-	_, a := serveOn(t, store, Options{})
+	// No GC after the checkpoint: the tests read the lineage below it.
+	_, a := serveOn(t, store, Options{Checkpoint: CheckpointPolicy{NoGC: true}})
 	st, err := a.Open(t.Context(), connect.NewRequest(&sidecarv1.OpenRequest{Shard: "s", Term: 1, AllocationId: "a1",
 		Settings: &sidecarv1.ShardSettings{InlineLimitBytes: 1}}))
 	if err != nil {
