@@ -20,8 +20,10 @@ import (
 type Route struct {
 	Shard string
 	Term  int64
-	// Node and Addr are the owner and its sidecar's API URL.
-	Node, Addr string
+	// Node and Addr are the owner and its sidecar's API URL; AppAddr is
+	// the URL of the application next to it (serve --app-advertise), empty
+	// when it registered none.
+	Node, Addr, AppAddr string
 	// State: assigned (not confirmed open), open, moving (a drain's
 	// handoff runs; the source serves until it ends), failed, fenced,
 	// unassigned.
@@ -218,7 +220,7 @@ func (r *Router) apply(m *masterv1.WatchShardsResponse) {
 			delete(r.routes, rt.GetShard())
 			continue
 		}
-		r.routes[rt.GetShard()] = Route{Shard: rt.GetShard(), Term: rt.GetTerm(), Node: rt.GetNode(), Addr: rt.GetAddr(), State: rt.GetState()}
+		r.routes[rt.GetShard()] = Route{Shard: rt.GetShard(), Term: rt.GetTerm(), Node: rt.GetNode(), Addr: rt.GetAddr(), AppAddr: rt.GetAppAddr(), State: rt.GetState()}
 	}
 	r.synced, r.feedErr = true, nil
 	close(r.changed)

@@ -238,8 +238,10 @@ func newAllocation(node string, term int64) string {
 
 // NodeRegistration is what a sidecar node registers with.
 type NodeRegistration struct {
-	Name    string
-	Addr    string
+	Name string
+	Addr string
+	// AppAddr is the application's URL next to the sidecar (optional).
+	AppAddr string
 	Store   string
 	Fencing bool
 	Session string
@@ -269,6 +271,8 @@ func (m *Master) RegisterNode(ctx context.Context, reg NodeRegistration) (NodeRe
 	switch {
 	case validNodeAddr(reg.Addr) != nil:
 		return fail(validNodeAddr(reg.Addr), "give the sidecar's URL, as clients reach it (serve --advertise)")
+	case reg.AppAddr != "" && validNodeAddr(reg.AppAddr) != nil:
+		return fail(validNodeAddr(reg.AppAddr), "give the application's URL, as its clients reach it (serve --app-advertise)")
 	case reg.Session == "" || len(reg.Session) > 128:
 		return fail(fmt.Errorf("%w: the session must be 1 to 128 bytes", ErrInvalidArgument), "")
 	case len(reg.Store) > 1024:
@@ -302,7 +306,7 @@ func (m *Master) RegisterNode(ctx context.Context, reg NodeRegistration) (NodeRe
 	m.live.mu.Unlock()
 	n.session = reg.Session
 	n.owner.Store(rec)
-	want := &masterv1.NodeRecord{Name: reg.Name, Addr: reg.Addr, Store: reg.Store, Fencing: reg.Fencing, Draining: n.rec.GetDraining()}
+	want := &masterv1.NodeRecord{Name: reg.Name, Addr: reg.Addr, AppAddr: reg.AppAddr, Store: reg.Store, Fencing: reg.Fencing, Draining: n.rec.GetDraining()}
 	var t Ticket
 	if n.rec == nil || !proto.Equal(n.rec, want) {
 		n.rec = want

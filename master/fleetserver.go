@@ -31,7 +31,7 @@ func (s *fleetService) RegisterNode(ctx context.Context, req *connect.Request[ma
 		return nil, connectError(err)
 	}
 	r := req.Msg
-	res, err := m.RegisterNode(ctx, NodeRegistration{Name: r.GetNode(), Addr: r.GetAddr(), Store: r.GetStore(), Fencing: r.GetFencing(), Session: r.GetSession()})
+	res, err := m.RegisterNode(ctx, NodeRegistration{Name: r.GetNode(), Addr: r.GetAddr(), AppAddr: r.GetAppAddr(), Store: r.GetStore(), Fencing: r.GetFencing(), Session: r.GetSession()})
 	if err != nil {
 		return nil, connectError(err)
 	}

@@ -85,7 +85,7 @@ func (f *fleet) routesLocked(want map[string]bool) map[string]*Route {
 			r.State = ShardAssigned
 		}
 		if n := f.nodes[r.Node]; n != nil {
-			r.Addr = n.rec.GetAddr()
+			r.Addr, r.AppAddr = n.rec.GetAddr(), n.rec.GetAppAddr()
 		}
 		if n := f.nodes[r.HandoffNode]; n != nil && r.HandoffNode != "" {
 			r.HandoffAddr = n.rec.GetAddr()

@@ -81,11 +81,12 @@ func TestRoutingFeedFollowsTheTable(t *testing.T) {
 	b2 := row(t, m, "s1")
 	report(t, m, "b", b2, b2.GetAllocation(), masterv1.ShardReport_SHARD_REPORT_OPEN, nil)
 	f.next(t, "s1 open on b", "s1", func(r *Route) bool { return r.GetState() == ShardOpen && r.GetNode() == "b" })
-	// b registers a new address: its shards' routes follow.
-	if _, err := m.RegisterNode(context.Background(), NodeRegistration{Name: "b", Addr: "http://b2", Store: "s3://b/p", Fencing: true, Session: "b-1"}); err != nil {
+	// b registers a new address, and its application's: its shards'
+	// routes follow.
+	if _, err := m.RegisterNode(context.Background(), NodeRegistration{Name: "b", Addr: "http://b2", AppAddr: "http://app-b:8080", Store: "s3://b/p", Fencing: true, Session: "b-1"}); err != nil {
 		t.Fatal(err)
 	}
-	f.next(t, "s1's new address", "s1", func(r *Route) bool { return r.GetAddr() == "http://b2" })
+	f.next(t, "s1's new addresses", "s1", func(r *Route) bool { return r.GetAddr() == "http://b2" && r.GetAppAddr() == "http://app-b:8080" })
 	if err := m.UnassignShard(context.Background(), "s1"); err != nil {
 		t.Fatal(err)
 	}

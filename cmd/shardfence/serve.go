@@ -47,6 +47,7 @@ type serveFlags struct {
 	cache                        sidecar.CacheOptions
 	limits                       sidecar.Limits
 	masters, advertise           string
+	appAdvertise                 string
 	masterConn                   masterConn
 	defaults                     sidecar.Settings
 	mode, ackOrder               string
@@ -65,7 +66,8 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.serverSecurity.addFlags(fs, "sidecar")
 	fs.StringVar(&f.masters, "master", "", "register with the master at this URL (comma-separated: the master and its standbys) and carry out its shard assignments (automatic failover); needs --node")
-	fs.StringVar(&f.advertise, "advertise", "", "URL of this sidecar's API as the master and primaries reach it (default: http(s)://the --listen address)")
+	fs.StringVar(&f.advertise, "advertise", "", "URL of this sidecar's API as the master and primaries reach it (default: http(s)://the --listen address when it is not a wildcard)")
+	fs.StringVar(&f.appAdvertise, "app-advertise", "", "with --master: URL of the application (the shard primary) next to this sidecar, as its clients reach it; the master's routing feed publishes it with this node's shards (client.Route.AppAddr)")
 	fs.StringVar(&f.masterConn.tokenFile, "master-token-file", "", "file holding the master's bearer token")
 	fs.StringVar(&f.masterConn.caCert, "master-ca-cert", "", "CA bundle (PEM) to verify an HTTPS master with")
 	fs.StringVar(&f.masterConn.clientCert, "master-client-cert", "", "client certificate (PEM) for a master that requires mutual TLS")
@@ -413,6 +415,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if strings.HasPrefix(f.listen, "unix://") && f.advertise == "" {
 			return fmt.Errorf("%w: --master with a unix socket --listen needs --advertise (the URL the master and primaries reach this sidecar at)", errUsage)
 		}
+		if f.appAdvertise != "" {
+			if _, err := advertiseURL(f.appAdvertise, "", nil, false); err != nil {
+				return fmt.Errorf("%w (--app-advertise)", err)
+			}
+		}
 		if f.advertise == "" {
 			if host, _, err := net.SplitHostPort(f.listen); err == nil {
 				if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
@@ -542,7 +549,7 @@ func newAgent(f *serveFlags, masters []string, ln net.Listener, tls bool, srv *s
 		return nil, err
 	}
 	return agent.New(agent.Options{
-		Server: srv, Node: f.node, Addr: addr, Store: blobstore.Redact(f.store), Masters: masters,
+		Server: srv, Node: f.node, Addr: addr, AppAddr: f.appAdvertise, Store: blobstore.Redact(f.store), Masters: masters,
 		HTTPClient: hc, ClientOptions: copts, Logger: log,
 	})
 }

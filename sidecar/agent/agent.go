@@ -43,6 +43,9 @@ type Options struct {
 	Node string
 	// Addr is the URL of the sidecar's API, as others reach it.
 	Addr string
+	// AppAddr is the URL of the application next to the sidecar, as its
+	// clients reach it (optional): the routing feed publishes it.
+	AppAddr string
 	// Store is the sidecar's store URL, credentials redacted: the master
 	// moves shards only between nodes of the same store.
 	Store string
@@ -315,7 +318,7 @@ func (a *Agent) session1(ctx context.Context, url string) (registered bool, err 
 	a.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	res, err := c.fleet.RegisterNode(rctx, connect.NewRequest(&masterv1.RegisterNodeRequest{
-		Node: a.opts.Node, Addr: a.opts.Addr, Store: a.opts.Store, Fencing: a.opts.Server.FencingAvailable(), Session: a.session,
+		Node: a.opts.Node, Addr: a.opts.Addr, AppAddr: a.opts.AppAddr, Store: a.opts.Store, Fencing: a.opts.Server.FencingAvailable(), Session: a.session,
 	}))
 	cancel()
 	if err != nil {

@@ -162,7 +162,11 @@ type RegisterNodeRequest struct {
 	Fencing bool `protobuf:"varint,4,opt,name=fencing,proto3" json:"fencing,omitempty"`
 	// session identifies the sidecar process: a new session for a node
 	// whose incarnation is still live means the process restarted.
-	Session       string `protobuf:"bytes,5,opt,name=session,proto3" json:"session,omitempty"`
+	Session string `protobuf:"bytes,5,opt,name=session,proto3" json:"session,omitempty"`
+	// app_addr is the URL of the application (the shard primary) next to
+	// the sidecar, as its clients reach it (serve --app-advertise); the
+	// routing feed publishes it with each shard the node owns. Optional.
+	AppAddr       string `protobuf:"bytes,6,opt,name=app_addr,json=appAddr,proto3" json:"app_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -228,6 +232,13 @@ func (x *RegisterNodeRequest) GetFencing() bool {
 func (x *RegisterNodeRequest) GetSession() string {
 	if x != nil {
 		return x.Session
+	}
+	return ""
+}
+
+func (x *RegisterNodeRequest) GetAppAddr() string {
+	if x != nil {
+		return x.AppAddr
 	}
 	return ""
 }
@@ -1451,7 +1462,11 @@ type ShardRoute struct {
 	HandoffAddr string `protobuf:"bytes,7,opt,name=handoff_addr,json=handoffAddr,proto3" json:"handoff_addr,omitempty"`
 	// removed: the shard left the table (only in changes, never in a
 	// snapshot).
-	Removed       bool `protobuf:"varint,8,opt,name=removed,proto3" json:"removed,omitempty"`
+	Removed bool `protobuf:"varint,8,opt,name=removed,proto3" json:"removed,omitempty"`
+	// app_addr is the owner's application URL (serve --app-advertise),
+	// where clients of the application send the shard's requests; empty
+	// when the node registered none.
+	AppAddr       string `protobuf:"bytes,9,opt,name=app_addr,json=appAddr,proto3" json:"app_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1542,6 +1557,13 @@ func (x *ShardRoute) GetRemoved() bool {
 	return false
 }
 
+func (x *ShardRoute) GetAppAddr() string {
+	if x != nil {
+		return x.AppAddr
+	}
+	return ""
+}
+
 type WatchShardsResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Routes []*ShardRoute          `protobuf:"bytes,1,rep,name=routes,proto3" json:"routes,omitempty"`
@@ -1600,13 +1622,14 @@ var File_master_v1_fleet_proto protoreflect.FileDescriptor
 
 const file_master_v1_fleet_proto_rawDesc = "" +
 	"\n" +
-	"\x15master/v1/fleet.proto\x12\x14shardfence.master.v1\x1a\x16master/v1/master.proto\x1a\x18sidecar/v1/sidecar.proto\"\x87\x01\n" +
+	"\x15master/v1/fleet.proto\x12\x14shardfence.master.v1\x1a\x16master/v1/master.proto\x1a\x18sidecar/v1/sidecar.proto\"\xa2\x01\n" +
 	"\x13RegisterNodeRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
 	"\x05store\x18\x03 \x01(\tR\x05store\x12\x18\n" +
 	"\afencing\x18\x04 \x01(\bR\afencing\x12\x18\n" +
-	"\asession\x18\x05 \x01(\tR\asession\"\xcd\x01\n" +
+	"\asession\x18\x05 \x01(\tR\asession\x12\x19\n" +
+	"\bapp_addr\x18\x06 \x01(\tR\aappAddr\"\xcd\x01\n" +
 	"\x14RegisterNodeResponse\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\"\n" +
@@ -1694,7 +1717,7 @@ const file_master_v1_fleet_proto_rawDesc = "" +
 	"\x12ListShardsResponse\x127\n" +
 	"\x06shards\x18\x01 \x03(\v2\x1f.shardfence.master.v1.ShardInfoR\x06shards\",\n" +
 	"\x12WatchShardsRequest\x12\x16\n" +
-	"\x06shards\x18\x01 \x03(\tR\x06shards\"\xd4\x01\n" +
+	"\x06shards\x18\x01 \x03(\tR\x06shards\"\xef\x01\n" +
 	"\n" +
 	"ShardRoute\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
@@ -1704,7 +1727,8 @@ const file_master_v1_fleet_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12!\n" +
 	"\fhandoff_node\x18\x06 \x01(\tR\vhandoffNode\x12!\n" +
 	"\fhandoff_addr\x18\a \x01(\tR\vhandoffAddr\x12\x18\n" +
-	"\aremoved\x18\b \x01(\bR\aremoved\"k\n" +
+	"\aremoved\x18\b \x01(\bR\aremoved\x12\x19\n" +
+	"\bapp_addr\x18\t \x01(\tR\aappAddr\"k\n" +
 	"\x13WatchShardsResponse\x128\n" +
 	"\x06routes\x18\x01 \x03(\v2 .shardfence.master.v1.ShardRouteR\x06routes\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\bR\bsnapshot*\xe1\x01\n" +

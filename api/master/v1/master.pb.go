@@ -2605,7 +2605,10 @@ type NodeRecord struct {
 	Fencing bool `protobuf:"varint,4,opt,name=fencing,proto3" json:"fencing,omitempty"`
 	// draining: planned maintenance; the node takes no shard and its shards
 	// are handed off.
-	Draining      bool `protobuf:"varint,5,opt,name=draining,proto3" json:"draining,omitempty"`
+	Draining bool `protobuf:"varint,5,opt,name=draining,proto3" json:"draining,omitempty"`
+	// app_addr is the URL of the application next to the sidecar
+	// (serve --app-advertise), empty when none.
+	AppAddr       string `protobuf:"bytes,6,opt,name=app_addr,json=appAddr,proto3" json:"app_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2673,6 +2676,13 @@ func (x *NodeRecord) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+func (x *NodeRecord) GetAppAddr() string {
+	if x != nil {
+		return x.AppAddr
+	}
+	return ""
 }
 
 // ShardAssignment is one row of the master's shard assignment table.
@@ -3008,14 +3018,15 @@ const file_master_v1_master_proto_rawDesc = "" +
 	"\fMasterLeader\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12.\n" +
-	"\x13election_timeout_ms\x18\x03 \x01(\x04R\x11electionTimeoutMs\"\x80\x01\n" +
+	"\x13election_timeout_ms\x18\x03 \x01(\x04R\x11electionTimeoutMs\"\x9b\x01\n" +
 	"\n" +
 	"NodeRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
 	"\x05store\x18\x03 \x01(\tR\x05store\x12\x18\n" +
 	"\afencing\x18\x04 \x01(\bR\afencing\x12\x1a\n" +
-	"\bdraining\x18\x05 \x01(\bR\bdraining\"\xb6\x03\n" +
+	"\bdraining\x18\x05 \x01(\bR\bdraining\x12\x19\n" +
+	"\bapp_addr\x18\x06 \x01(\tR\aappAddr\"\xb6\x03\n" +
 	"\x0fShardAssignment\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12\x1e\n" +
