@@ -128,3 +128,21 @@ func (f *CheckpointFile) ReadAt(p []byte, off int64) (int, error) {
 	}
 	return n, nil
 }
+
+// PublishCheckpoint publishes files as the checkpoint of the shard's state
+// up to generation gen (a generation this term acknowledged, or its
+// restore point): the sidecar stores them and creates the manifest last,
+// only while no higher term holds the shard. The files travel in one
+// request, so together they must fit the sidecar's --max-request-bytes. It
+// returns the checkpoint's manifest key.
+func (c *Client) PublishCheckpoint(ctx context.Context, shard string, gen int64, files map[string][]byte) (string, error) {
+	req := &sidecarv1.PublishCheckpointRequest{Shard: shard, Gen: gen}
+	for name, data := range files {
+		req.Files = append(req.Files, &sidecarv1.CheckpointFile{Name: name, Data: data, Last: true})
+	}
+	res, err := c.conn.svc.PublishCheckpoint(ctx, connect.NewRequest(req))
+	if err != nil {
+		return "", apiError("PublishCheckpoint", shard, err)
+	}
+	return res.Msg.GetKey(), nil
+}

@@ -76,12 +76,36 @@ func StartMaster(t testing.TB, cmd Command, name, cluster, listen, storeURL stri
 	return p
 }
 
+// StartProgram runs cmd with args (and env, NAME=VALUE, added) as label,
+// and waits until it prints a line starting with ready; the rest of that
+// line is its Addr. It is killed when the test ends.
+func StartProgram(t testing.TB, cmd Command, label, ready, env string, args ...string) *Proc {
+	t.Helper()
+	p := start(t, cmd, label, ready, env, args)
+	p.Name = label
+	return p
+}
+
+// Kill sends SIGKILL (resuming the process first if it was stopped) and
+// waits for it to end.
+func (p *Proc) Kill() {
+	if p.Exited() {
+		return
+	}
+	_ = p.Cmd.Process.Signal(syscall.SIGCONT)
+	_ = p.Cmd.Process.Kill()
+	<-p.done
+}
+
 // start runs the command with args and env added, and waits for the line
 // that starts with ready (the rest is the address).
 func start(t testing.TB, cmd Command, label, ready, env string, args []string) *Proc {
 	t.Helper()
 	c := exec.Command(cmd.Path, args...)
-	c.Env = append(append(os.Environ(), cmd.Env...), env)
+	c.Env = append(os.Environ(), cmd.Env...)
+	if env != "" {
+		c.Env = append(c.Env, env)
+	}
 	p := &Proc{Cmd: c, stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	c.Stderr = p.stderr
 	out, err := c.StdoutPipe()
