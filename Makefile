@@ -30,12 +30,13 @@ MODULES       := . e2e
 export SHARDFENCE_TOOLS_DIR := $(TOOLS_DIR)
 export PATH := $(BIN_DIR):$(TOOLS_DIR)/node_modules/.bin:$(PATH)
 
-.PHONY: all run build test test-go lint tools docker-engine test-images bench verify clean generate
+.PHONY: all run build test test-go lint tools docker-engine test-images bench verify jepsen clean generate
 
 all: build
 
 build:
 	$(GO) build -o bin/shardfence ./cmd/shardfence
+	$(GO) build -o bin/kv ./examples/kv
 
 run: build
 	@echo "Starting the sidecar on 127.0.0.1:7400 with its store in ./data (Ctrl-C stops it)."
@@ -144,6 +145,13 @@ verify:
 	@# The protocol checker's deep scopes: larger state bounds, 10,000 random
 	@# walks; no race detector, so it explores about eight times as many states.
 	SHARDFENCE_VERIFY=deep $(GO) test -count=1 -timeout 80m -v -run 'TestWritePath|TestClaims|TestRecovery|TestCreateOnly|TestModes|TestBarrier|TestRandomWalks' ./verify/
+
+# jepsen runs the example key-value service's nemesis test in its long form:
+# several seeds, minutes each, every fault kind (docs/VERIFICATION.md,
+# "Linearizability of an application on top"). SHARDFENCE_NEMESIS_SEED=N
+# replays one seed. make test runs the short form.
+jepsen: $(BIN_DIR)/minio
+	SHARDFENCE_JEPSEN=1 $(GO) test -count=1 -timeout 150m -v -run 'TestKVLinearizableThroughFailovers' ./examples/kv/nemesis/
 
 clean:
 	rm -rf bin data
