@@ -292,7 +292,16 @@ func printStatus(w io.Writer, s *sidecarv1.ShardStatus) {
 		{"next seq", fmt.Sprint(s.GetNextSeqNo())}, {"last CAS", ago(s.GetLastCasAgeMs())}, {"fenced", fenced},
 		{"store health", health}, {"last sync", ago(s.GetLastSyncAgeMs())},
 		{"syncs", fmt.Sprint(s.GetSyncs())}, {"ops", fmt.Sprint(s.GetOps())}, {"bytes", fmt.Sprint(s.GetBytes())},
+		{"backlog", fmt.Sprintf("%d bytes, %d generations after the newest checkpoint (a takeover replays them)", s.GetReplayBacklogBytes(), s.GetReplayBacklogGens())},
 	}
+	ckpt := "none"
+	if s.GetCheckpointGen() > 0 {
+		ckpt = fmt.Sprintf("generation %d, %s", s.GetCheckpointGen(), ago(s.GetCheckpointAgeMs()))
+	}
+	if g := s.GetCheckpointRequestedGen(); g > 0 {
+		ckpt += fmt.Sprintf("; one covering generation %d requested through Watch", g)
+	}
+	rows = append(rows, [2]string{"checkpoint", ckpt})
 	if s.GetLocality() != "" {
 		writes := "open"
 		if s.GetReplaying() {

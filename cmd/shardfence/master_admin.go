@@ -375,7 +375,7 @@ func masterStatus(ctx context.Context, hc *http.Client, opts []connect.ClientOpt
 func watchRoutes(ctx context.Context, hc *http.Client, opts []connect.ClientOption, bases []string, base string, shards []string, asJSON bool, stdout io.Writer, fail func(error) error) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	if !asJSON {
-		fmt.Fprintln(tw, "TIME\tSHARD\tTERM\tNODE\tSTATE\tADDR")
+		fmt.Fprintln(tw, "TIME\tSHARD\tTERM\tNODE\tSTATE\tADDR\tAPP")
 		_ = tw.Flush()
 	}
 	for {
@@ -391,12 +391,12 @@ func watchRoutes(ctx context.Context, hc *http.Client, opts []connect.ClientOpti
 				}
 				now := time.Now().Format("15:04:05.000")
 				if m.GetSnapshot() && len(m.GetRoutes()) == 0 {
-					fmt.Fprintf(tw, "%s\t(no shard)\t\t\t\t\n", now)
+					fmt.Fprintf(tw, "%s\t(no shard)\t\t\t\t\t\n", now)
 				}
 				for _, r := range m.GetRoutes() {
 					switch {
 					case r.GetRemoved():
-						fmt.Fprintf(tw, "%s\t%s\t-\t-\tremoved\t\n", now, r.GetShard())
+						fmt.Fprintf(tw, "%s\t%s\t-\t-\tremoved\t\t\n", now, r.GetShard())
 					default:
 						node := r.GetNode()
 						if node == "" {
@@ -405,7 +405,7 @@ func watchRoutes(ctx context.Context, hc *http.Client, opts []connect.ClientOpti
 						if h := r.GetHandoffNode(); h != "" {
 							node += " -> " + h
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", now, r.GetShard(), r.GetTerm(), node, r.GetState(), r.GetAddr())
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", now, r.GetShard(), r.GetTerm(), node, r.GetState(), r.GetAddr(), r.GetAppAddr())
 					}
 				}
 				_ = tw.Flush()
