@@ -27,6 +27,7 @@ func benchTargets() []benchTarget {
 		{"store", benchStoreSummary, runBenchStore},
 		{"e2e", benchE2ESummary, runBenchE2E},
 		{"failover", benchFailoverSummary, runBenchFailover},
+		{"barrier", benchBarrierSummary, runBenchBarrier},
 	}
 }
 
