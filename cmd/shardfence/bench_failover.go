@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,8 +43,20 @@ func runBenchFailover(ctx context.Context, args []string, stdout, stderr io.Writ
 	ttls := fs.String("ttls", "1s/1s,1s/2s,2s/2s,10s/20s", "comma-separated ACTIVE/SUSPICION client TTL pairs to measure")
 	runs := fs.Int("runs", 3, "failovers per TTL pair (the table shows the median)")
 	elections := fs.String("master-election-timeouts", "1s,3s", "comma-separated --election-timeout values for the master rows (SIGKILL of the primary master, a primary and two standbys); empty skips them")
+	sizes := fs.String("checkpoint-mib", "", "comma-separated checkpoint sizes in MiB for rows of shards with a checkpoint, taken over warm and cold (e.g. 10,2048); empty skips them")
 	if err := parseArgs(fs, args); err != nil {
 		return err
+	}
+	var mibs []int
+	for _, v := range strings.Split(*sizes, ",") {
+		if strings.TrimSpace(v) == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 {
+			return fmt.Errorf("%w: --checkpoint-mib %q: want sizes in MiB", errUsage, v)
+		}
+		mibs = append(mibs, n)
 	}
 	var ets []time.Duration
 	for _, e := range strings.Split(*elections, ",") {
@@ -105,6 +118,11 @@ func runBenchFailover(ctx context.Context, args []string, stdout, stderr io.Writ
 		verdict = "MISSED"
 	}
 	fmt.Fprintf(stdout, "\ntarget takeover (assignment to first ack on the new owner) < 1 s: worst median %s (%s)\n", ms(worst), verdict)
+	if len(mibs) > 0 {
+		if err := benchSizedTakeovers(ctx, c, url, mibs, *runs, stdout, stderr); err != nil {
+			return err
+		}
+	}
 	if len(ets) == 0 {
 		return nil
 	}
@@ -431,4 +449,51 @@ func failoverOnce(ctx context.Context, c fleetCmd, url string, active, suspicion
 	r.rto = first.at.Sub(killed)
 	r.acked = len(w.ackedOps())
 	return r, nil
+}
+
+// benchSizedTakeovers prints the rows of shards with a checkpoint of each
+// size, taken over warm and cold (median of runs).
+func benchSizedTakeovers(ctx context.Context, c fleetCmd, url string, mibs []int, runs int, stdout, stderr io.Writer) error {
+	f := newProcFleet(c, url, url)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
+	f.cluster = "bench-" + id
+	defer f.stop()
+	if err := f.startMaster("--client-active-ttl", "1s", "--client-suspicion-ttl", "1s", "--liveness-interval", "50ms"); err != nil {
+		return err
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if _, err := f.startSidecar(n, "--log-level", "warn"); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(stdout, "\nTakeover of a shard with a checkpoint (its owner SIGKILLed; 1 s + 1 s client TTLs): the takeover, durable in the master's log, to the first read served by the new owner (a barrier, the last op, and, warm, the first 64 KiB of the checkpoint read on demand)")
+	fmt.Fprintln(stdout)
+	fmt.Fprintln(stdout, "| checkpoint | open | takeover to first read | detection |")
+	fmt.Fprintln(stdout, "| ---: | --- | ---: | ---: |")
+	for _, mib := range mibs {
+		for _, warm := range []bool{true, false} {
+			var takes, dets []time.Duration
+			for i := range runs {
+				if err := f.waitNodes(ctx, 3); err != nil {
+					return err
+				}
+				r, err := takeoverOfSize(ctx, f, fmt.Sprintf("ckpt-%s-%d-%v-%d", id, mib, warm, i), mib, warm)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(stderr, "%d MiB, warm %v, run %d: takeover to first read %v (detection %v)\n", mib, warm, i+1, r.takeover.Round(time.Millisecond), r.detection.Round(time.Millisecond))
+				takes, dets = append(takes, r.takeover), append(dets, r.detection)
+			}
+			slices.Sort(takes)
+			slices.Sort(dets)
+			mode := "cold"
+			if warm {
+				mode = "warm"
+			}
+			fmt.Fprintf(stdout, "| %d MiB | %s | %s | %s |\n", mib, mode, ms(takes[len(takes)/2]), ms(dets[len(dets)/2]))
+		}
+	}
+	return nil
 }

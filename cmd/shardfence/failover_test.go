@@ -360,3 +360,51 @@ func TestMasterFleetCommands(t *testing.T) {
 		t.Fatalf("shards --json after unassign: %v\n%s", err, js.String())
 	}
 }
+
+// A warm takeover does not wait for the checkpoint: a shard with a large
+// checkpoint is read on its new owner about as soon as a small one (the
+// cold takeover of the large one, which hydrates the checkpoint first,
+// shows what the warm one saves).
+func TestWarmTakeoverIsSizeIndependentMultiProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a master and sidecar processes")
+	}
+	url := "file://" + t.TempDir()
+	f := newProcFleet(fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}, url, url)
+	t.Cleanup(f.stop)
+	if err := f.startMaster("--client-active-ttl", "1s", "--client-suspicion-ttl", "1s", "--liveness-interval", "50ms"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if _, err := f.startSidecar(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	if err := f.waitNodes(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, mib int, warm bool) time.Duration {
+		t.Helper()
+		if err := f.waitNodes(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		r, err := takeoverOfSize(ctx, f, name, mib, warm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%d MiB checkpoint, warm %v: takeover to the first read %v (detection %v)", mib, warm, r.takeover.Round(time.Millisecond), r.detection.Round(time.Millisecond))
+		return r.takeover
+	}
+	small := run("small", 8, true)
+	large := run("large", 256, true)
+	cold := run("cold", 256, false)
+	// Within 20% (or 150 ms, as these are tens of ms on a loaded machine).
+	if limit := max(small*12/10, small+150*time.Millisecond); large > limit {
+		t.Fatalf("a warm takeover of 256 MiB took %v, a warm one of 8 MiB %v: more than %v", large, small, limit)
+	}
+	if cold < 2*large {
+		t.Logf("note: the cold takeover of 256 MiB (%v) was not much slower than the warm one (%v) on this store", cold, large)
+	}
+}

@@ -88,7 +88,7 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(log, "writing a %d MiB checkpoint to %s...\n", mib, where)
-		if err := fill(ctx, store, work, int64(mib)<<20, int64(cfg.FileMiB)<<20); err != nil {
+		if err := Fill(ctx, store, shard, work, int64(mib)<<20, int64(cfg.FileMiB)<<20); err != nil {
 			cleanup(ctx, store)
 			return fmt.Errorf("bench warm: setup: %w", err)
 		}
@@ -157,15 +157,16 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) error {
 	return nil
 }
 
-// fill writes a shard: term 1, a checkpoint of size bytes in files of
-// fileSize, and a little translog after it.
-func fill(ctx context.Context, root *blobstore.Container, work string, size, fileSize int64) error {
+// Fill writes shard name under root as a sidecar would: term 1, a
+// checkpoint of size bytes of random data in files of fileSize (staged in
+// a folder under work), and a little translog after it.
+func Fill(ctx context.Context, root *blobstore.Container, name, work string, size, fileSize int64) error {
 	// A sidecar keeps each shard under its name.
-	store, err := blobstore.Sub(root, shard)
+	store, err := blobstore.Sub(root, name)
 	if err != nil {
 		return err
 	}
-	sh, err := recovery.Open(ctx, store, shard, 1, "a1", recovery.Options{Clock: fence.SystemClock()})
+	sh, err := recovery.Open(ctx, store, name, 1, "a1", recovery.Options{Clock: fence.SystemClock()})
 	if err != nil {
 		return err
 	}
