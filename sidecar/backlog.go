@@ -74,11 +74,12 @@ type backlog struct {
 	// inherited is the bytes of the replay at open: the lineage's ops
 	// after ckptGen up to the restore point.
 	inherited int64
-	// bytes is the payload bytes this term acknowledged so far; marks
-	// samples (gen, bytes) at acknowledgements since ckptGen, so a
-	// checkpoint at a generation drops what it covers.
-	bytes int64
-	marks []backlogMark
+	// bytes is the payload bytes this term acknowledged so far, base the
+	// part of them the newest checkpoint covers; marks samples (gen, bytes)
+	// at acknowledgements since ckptGen, so a checkpoint at a generation
+	// finds what it covers.
+	bytes, base int64
+	marks       []backlogMark
 	// reqGen is the generation a pending request asks to cover (0: none),
 	// sent at reqAt.
 	reqGen int64
@@ -119,15 +120,14 @@ func (b *backlog) checkpointed(gen int64, at time.Time) {
 	}
 	b.ckptGen, b.ckptAt, b.inherited = gen, at, 0
 	kept := b.marks[:0]
-	var base int64
 	for _, m := range b.marks {
 		if m.gen <= gen {
-			base = m.bytes
+			b.base = max(b.base, m.bytes)
 			continue
 		}
-		kept = append(kept, backlogMark{gen: m.gen, bytes: m.bytes - base})
+		kept = append(kept, m)
 	}
-	b.marks, b.bytes = kept, b.bytes-base
+	b.marks = kept
 	if b.reqGen != 0 && gen >= b.reqGen {
 		b.reqGen = 0
 	}
@@ -136,7 +136,7 @@ func (b *backlog) checkpointed(gen int64, at time.Time) {
 // size is the backlog: bytes of ops and generations after the newest
 // checkpoint, up to ackedGen.
 func (b *backlog) size(ackedGen int64) (bytes, gens int64) {
-	return b.inherited + b.bytes, max(0, ackedGen-b.ckptGen)
+	return b.inherited + b.bytes - b.base, max(0, ackedGen-b.ckptGen)
 }
 
 // due reports whether to ask for a checkpoint now, and why.

@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/translog"
@@ -123,4 +127,65 @@ func TestSidecarAsksForACheckpointAndCollectsAfterIt(t *testing.T) {
 	if rd, _ := srv.Readiness(""); len(rd.Warnings) != 0 {
 		t.Fatalf("warnings after the checkpoint: %v", rd.Warnings)
 	}
+}
+
+// A long-running shard whose primary answers the checkpoint requests keeps
+// its replay backlog bounded while the log grows far past it, and the
+// next term's takeover replays only the backlog, not the shard's history.
+func TestAnsweredRequestsKeepTheBacklogBounded(t *testing.T) {
+	store := mem.New()
+	const every = 32 << 10
+	srv, c := serveOn(t, store, Options{Checkpoint: CheckpointPolicy{EveryBytes: every, Every: -1}})
+	openShard(t, c, "s", 1, "a")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	published := make(chan int64, 100)
+	go func() {
+		_ = srv.Watch(ctx, []string{"s"}, func(ev WatchEvent) error {
+			if ev.Kind == WatchCheckpointRequested {
+				go func() {
+					if _, err := srv.PublishCheckpoint(ctx, "s", ev.CheckpointGen, []FileChunk{{Name: "state", Data: []byte("state"), Last: true}}); err == nil {
+						published <- ev.CheckpointGen
+					}
+				}()
+			}
+			return nil
+		})
+	}()
+	op := strings.Repeat("x", 512)
+	var total, maxBacklog int64
+	deadline := time.Now().Add(6 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := appendOps(t.Context(), c, "s", op, op, op, op); err != nil {
+			t.Fatal(err)
+		}
+		total += 4 * 512
+		st, _ := srv.Status("s")
+		maxBacklog = max(maxBacklog, st.ReplayBacklogBytes)
+	}
+	if len(published) < 3 {
+		t.Fatalf("only %d checkpoints published for %d bytes appended over a %d-byte policy", len(published), total, every)
+	}
+	if total < 20*every || maxBacklog > total/4 {
+		t.Fatalf("backlog reached %d bytes of %d appended (policy %d): not bounded by the checkpoints", maxBacklog, total, every)
+	}
+	// The next term replays only the backlog.
+	_, b := serveOn(t, store, Options{})
+	st, err := b.Open(t.Context(), connect.NewRequest(&sidecarv1.OpenRequest{Shard: "s", Term: 2, AllocationId: "b"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replayed int64
+	for st.Receive() {
+		for _, o := range st.Msg().GetOps().GetOps() {
+			replayed += int64(len(o))
+		}
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if replayed > total/4 {
+		t.Fatalf("the takeover replayed %d bytes of %d appended: the checkpoints did not bound it", replayed, total)
+	}
+	t.Logf("%d bytes appended, %d checkpoints, backlog at most %d bytes, takeover replayed %d bytes", total, len(published), maxBacklog, replayed)
 }
