@@ -61,6 +61,11 @@ func (s *Server) Barrier(ctx context.Context, name string, expectedTerm int64) (
 	case ShardHandingOff:
 		return BarrierResult{}, opErr(op, name, &handoffError{err: ErrHandingOff, target: target, node: sh.targetNodeName()}, "read on the target once it adopted the shard")
 	}
+	if sh.isReplaying() {
+		// A warm open's replay has not yet learnt where the log ends: no
+		// position to promise.
+		return BarrierResult{}, opErr(op, name, ErrReplaying, "retry once Status reports replaying false")
+	}
 	sh.mu.Lock()
 	res := BarrierResult{Term: sh.term, Gen: sh.ackedGen, NextSeqNo: sh.nextSeq}
 	chain, w, mode, fenceErr, unfenced := sh.chain, sh.w, sh.settings.Mode, sh.fenceErr, sh.settings.FencingDisabled

@@ -187,6 +187,13 @@ func TestWarmOpenServesBeforeReplayAndTurnsFull(t *testing.T) {
 	if code, d := detailOf(t, err); code != connect.CodeUnavailable || d.GetReason() != "replaying" {
 		t.Fatalf("append while replaying: %v", err)
 	}
+	// A barrier has no position to promise until the replay learnt where
+	// the log ends (a reader would miss the ops after the checkpoint).
+	if _, err := barrier(t.Context(), b, "s"); err == nil {
+		t.Fatal("a barrier succeeded while the warm shard was replaying")
+	} else if code, d := detailOf(t, err); code != connect.CodeUnavailable || d.GetReason() != "replaying" {
+		t.Fatalf("barrier while replaying: %v", err)
+	}
 	got, err := readFile(t.Context(), b, "seg/big", 3*warmBlock-10, 2*warmBlock+20)
 	if err != nil || !bytes.Equal(got, fx.big[3*warmBlock-10:5*warmBlock+10]) {
 		t.Fatalf("read across blocks: %d bytes, %v", len(got), err)
@@ -200,6 +207,9 @@ func TestWarmOpenServesBeforeReplayAndTurnsFull(t *testing.T) {
 	}
 	release()
 	waitFor(t, "the replay", func() bool { return !status(t, b).GetReplaying() })
+	if r, err := barrier(t.Context(), b, "s"); err != nil || r.GetNextSeqNo() != 4 {
+		t.Fatalf("barrier after the replay: %v %v (want the log's end, 4)", r, err)
+	}
 	ack, err := appendOps(t.Context(), b, "s", "e")
 	if err != nil || ack.GetFirstSeqNo() != 4 || ack.GetTerm() != 2 {
 		t.Fatalf("append after the replay: %v, %v", ack, err)
