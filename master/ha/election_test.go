@@ -13,6 +13,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/master"
+	"github.com/shardfence/shardfence/recovery"
 )
 
 // The Elector's bookkeeping, with plain numbers.
@@ -302,5 +303,42 @@ func TestAPrimaryRestartWaitsForTheElection(t *testing.T) {
 	}
 	if st := p2.Status(); st.Term != 2 || m.Stats().Segments != 1 {
 		t.Fatalf("after the restart: %+v, %d segments", st, m.Stats().Segments)
+	}
+}
+
+// A new primary answers at once when the restore point holds nothing it
+// had not read before it claimed; when the old term wrote generations it
+// never saw (their md landed after its last read, their CAS before its
+// sweep), one of them may have renewed the old primary's lease up to the
+// sweep, and the new one stays quiet until that lease has run out.
+func TestQuietAfterAClaimOverUnseenGenerations(t *testing.T) {
+	store := mem.New()
+	const et = time.Second
+	p := electing(t, store, false, "m1", et, 1)
+	m := primary(t, p)
+	mountSeg(t, m, 1)
+	putObj(t, m, "k", master.PutOptions{})
+	gen := p.Status().Position.Gen
+	p.stop(t)
+	n := electing(t, store, true, "m2", et, 2)
+	waitFor(t, "the standby to load", func() bool { return n.Status().Position.Gen == gen })
+	sub, err := blobstore.Sub(store, n.Shard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := recovery.Open(context.Background(), sub, n.Shard(), 5, "test-claim", recovery.Options{Clock: fence.SystemClock()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Writer.Close(context.Background())
+	if q := n.quietUntil(sh, gen); q != 0 {
+		t.Fatalf("quiet until %d after a claim over generations all seen", q)
+	}
+	q := n.quietUntil(sh, gen-1)
+	if want := sh.Chain.SweptAt() + int64(LeaseFor(et)+et/driftDivisor); q != want {
+		t.Fatalf("quiet until %d, want the sweep plus the lease and the margin, %d", q, want)
+	}
+	if q := n.quietUntil(sh, -1); q != 0 {
+		t.Fatal("quiet after a claim that tailed nothing (a new log, or a restart without elections)")
 	}
 }

@@ -325,6 +325,9 @@ func (n *Node) Serving() (*master.Master, error) {
 		if err := s.lg.Leased(); err != nil {
 			return s.m, n.redirect(err)
 		}
+		if err := s.lg.Quiet(); err != nil {
+			return s.m, n.redirect(err)
+		}
 	}
 	return s.m, nil
 }
@@ -347,7 +350,7 @@ func (n *Node) otherLeader() master.Leader {
 // primary and its leadership lease holds, else the master its log's newest
 // leader entry names (the zero Leader when it knows of none).
 func (n *Node) Leader() master.Leader {
-	if s := n.serving.Load(); s != nil && s.err == nil && s.lg != nil && s.lg.Leased() == nil {
+	if s := n.serving.Load(); s != nil && s.err == nil && s.lg != nil && s.lg.Leased() == nil && s.lg.Quiet() == nil {
 		if l := n.leader.Load(); l != nil {
 			return *l
 		}
@@ -406,6 +409,9 @@ func (n *Node) Ready() error {
 			}
 			if err := lg.Leased(); err != nil {
 				return fmt.Errorf("primary of cluster %q, not serving: %v", n.opts.Cluster, err)
+			}
+			if err := lg.Quiet(); err != nil {
+				return fmt.Errorf("primary of cluster %q, not serving yet: %v", n.opts.Cluster, err)
 			}
 		}
 		return nil
@@ -673,6 +679,9 @@ func (n *Node) openPrimary(ctx context.Context, resume bool, term int64) error {
 	ro.Apply = func(_ context.Context, b translog.Batch) error { _, err := applyBatch(cur, b); return err }
 	var sh *recovery.Shard
 	var err error
+	// observed is the last generation this standby had read when it
+	// claimed (-1: it claimed without tailing).
+	observed := int64(-1)
 	if resume {
 		n.mu.Lock()
 		tl := n.tail
@@ -681,6 +690,7 @@ func (n *Node) openPrimary(ctx context.Context, resume bool, term int64) error {
 			cur = tl.m
 			pos := tl.position()
 			ro.Resume = &pos
+			observed = pos.Gen
 			// The standby's position moves with what is replayed, so a
 			// retry after a failure part-way resumes where this one got.
 			ro.Apply = func(_ context.Context, b translog.Batch) error {
@@ -738,7 +748,7 @@ func (n *Node) openPrimary(ctx context.Context, resume bool, term int64) error {
 	lg := newOplog(sh.Writer, sh.Chain, n.opts.Clock, oplogOptions{
 		from: pos, maxBytes: int(n.syncLimit()), metrics: n.opts.Metrics, onFail: n.onLogFail,
 		lease: n.opts.AllocationLease, notBefore: sh.Chain.SweptAt() + int64(n.opts.AllocationLease+n.opts.AllocationLeaseMargin),
-		leadership: LeaseFor(n.opts.ElectionTimeout), claimed: claimed,
+		leadership: LeaseFor(n.opts.ElectionTimeout), claimed: claimed, quietUntil: n.quietUntil(sh, observed),
 	})
 	cur.SetJournal(lg)
 	// Every client the restored state names starts a fresh Active window:
@@ -760,6 +770,23 @@ func (n *Node) openPrimary(ctx context.Context, resume bool, term int64) error {
 		"replayed_gens", max(0, sh.Replay.To-sh.Replay.From+1), "objects", st.Objects, "segments_awaiting_remount", st.SegmentsAwaitingRemount,
 		"restored_clients", restoredClients)
 	return nil
+}
+
+// quietUntil is when a new primary may start answering. A standby claims
+// only after it saw no new generation for the election timeout, so the
+// leadership leases of the generations it saw have run out by then. But a
+// generation it did not see (its md landed after the standby's last read,
+// its fence CAS before the claim's sweep) may have renewed the old
+// primary's lease up to the sweep: when the restore point holds such a
+// generation, the new primary answers nothing until that lease has run
+// out (the sweep plus the lease plus the drift margin), so two masters
+// never answer at once. Otherwise it answers at once.
+func (n *Node) quietUntil(sh *recovery.Shard, observed int64) int64 {
+	t := n.opts.ElectionTimeout
+	if t <= 0 || observed < 0 || sh.Restore().Gen <= observed {
+		return 0
+	}
+	return sh.Chain.SweptAt() + int64(LeaseFor(t)+t/driftDivisor)
 }
 
 func (n *Node) writerOptions() translog.Options {

@@ -48,6 +48,9 @@ type oplog struct {
 	// no leadership lease). leaseUntil is when the current one runs out.
 	leadership time.Duration
 	leaseUntil atomic.Int64
+	// quietUntil: a new primary answers nothing before this steady time
+	// (Node.quietUntil); 0 when it may at once.
+	quietUntil int64
 	proveMu    sync.Mutex
 	// opened is when the log opened (steady ns): until a first proof,
 	// readiness counts the proof's age from here.
@@ -90,13 +93,14 @@ type oplogOptions struct {
 	// steady time the claim that opened the log was sent, which starts it.
 	leadership time.Duration
 	claimed    int64
+	quietUntil int64
 	metrics    *Metrics
 	onFail     func(error)
 }
 
 func newOplog(w *translog.Writer, chain *fence.Chain, clock fence.Clock, o oplogOptions) *oplog {
 	l := &oplog{w: w, chain: chain, clock: clock, maxBytes: o.maxBytes, onFail: o.onFail, metrics: o.metrics, acked: o.from,
-		lease: o.lease, notBefore: o.notBefore, leadership: o.leadership, opened: clock.Now(), kick: make(chan struct{}, 1), done: make(chan struct{})}
+		lease: o.lease, notBefore: o.notBefore, leadership: o.leadership, quietUntil: o.quietUntil, opened: clock.Now(), kick: make(chan struct{}, 1), done: make(chan struct{})}
 	l.leaseUntil.Store(o.claimed + int64(o.leadership))
 	go l.pump()
 	return l
@@ -111,6 +115,15 @@ func (l *oplog) Leased() error {
 	}
 	if late := time.Duration(l.clock.Now() - l.leaseUntil.Load()); late >= 0 {
 		return fmt.Errorf("%w: this master's leadership lapsed %v ago (no append to the operation log sent in the last %v was acknowledged: the store is slow or unreachable, or the process was paused); it answers nothing until an append succeeds again, and a standby may be taking over", master.ErrNotPrimary, late.Round(time.Millisecond), l.leadership)
+	}
+	return nil
+}
+
+// Quiet returns nil once this new primary may answer (see
+// Node.quietUntil), else how long until it may.
+func (l *oplog) Quiet() error {
+	if left := time.Duration(l.quietUntil - l.clock.Now()); l.quietUntil != 0 && left > 0 {
+		return fmt.Errorf("%w: this master claimed the operation log, but the previous primary's leadership may still run for %v (a generation it wrote reached the log unseen before the claim); it answers once that has passed", master.ErrNotPrimary, left.Round(time.Millisecond))
 	}
 	return nil
 }
