@@ -58,7 +58,7 @@ func TestKVLinearizableThroughFailovers(t *testing.T) {
 		t.Skip("runs a cluster of processes")
 	}
 	if os.Getenv("SHARDFENCE_JEPSEN") != "" {
-		seeds := []uint64{1, 2, 3}
+		seeds := []uint64{1, 2, 3, 4}
 		if s := os.Getenv("SHARDFENCE_NEMESIS_SEED"); s != "" {
 			n, _ := strconv.ParseUint(s, 10, 64)
 			seeds = []uint64{n}
