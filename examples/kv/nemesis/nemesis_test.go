@@ -155,8 +155,12 @@ func (r report) log(t *testing.T) {
 		}
 		return r.gaps[min(len(r.gaps)-1, int(p*float64(len(r.gaps))))]
 	}
-	t.Logf("seed %d: %d operations (%d of unknown outcome), faults %v (%d failovers), violations %d, availability %.1f%% of %d 1-s windows with a write acknowledged, write unavailability per fault p50 %v p90 %v max %v",
-		r.seed, r.ops, r.unknown, r.faults, r.failovers(), r.violations, 100*avail, r.windows, pct(0.5).Round(time.Millisecond), pct(0.9).Round(time.Millisecond), pct(1).Round(time.Millisecond))
+	which := fmt.Sprintf("seed %d", r.seed)
+	if r.seed == 0 {
+		which = "all seeds"
+	}
+	t.Logf("%s: %d operations (%d of unknown outcome), faults %v (%d failovers), violations %d, availability %.1f%% of %d 1-s windows with a write acknowledged, write unavailability per fault p50 %v p90 %v max %v",
+		which, r.ops, r.unknown, r.faults, r.failovers(), r.violations, 100*avail, r.windows, pct(0.5).Round(time.Millisecond), pct(0.9).Round(time.Millisecond), pct(1).Round(time.Millisecond))
 }
 
 // history records the clients' operations.
