@@ -117,6 +117,7 @@ type report struct {
 	writable   int // windows in which a write succeeded
 	out        string
 	gaps       []time.Duration // longest write unavailability around each fault
+	kindGaps   map[fault][]time.Duration
 }
 
 // failovers counts the faults that move a shard or the master: a killed or
@@ -140,6 +141,12 @@ func (r *report) add(o report) {
 		r.faults[f] += c
 	}
 	r.gaps = append(r.gaps, o.gaps...)
+	if r.kindGaps == nil {
+		r.kindGaps = map[fault][]time.Duration{}
+	}
+	for f, g := range o.kindGaps {
+		r.kindGaps[f] = append(r.kindGaps[f], g...)
+	}
 }
 
 func (r report) log(t *testing.T) {
@@ -161,6 +168,14 @@ func (r report) log(t *testing.T) {
 	}
 	t.Logf("%s: %d operations (%d of unknown outcome), faults %v (%d failovers), violations %d, availability %.1f%% of %d 1-s windows with a write acknowledged, write unavailability per fault p50 %v p90 %v max %v",
 		which, r.ops, r.unknown, r.faults, r.failovers(), r.violations, 100*avail, r.windows, pct(0.5).Round(time.Millisecond), pct(0.9).Round(time.Millisecond), pct(1).Round(time.Millisecond))
+	for _, f := range allFaults {
+		g := append([]time.Duration(nil), r.kindGaps[f]...)
+		if len(g) == 0 {
+			continue
+		}
+		sort.Slice(g, func(i, j int) bool { return g[i] < g[j] })
+		t.Logf("  %s: %d times, write unavailability p50 %v max %v", f, len(g), g[len(g)/2].Round(time.Millisecond), g[len(g)-1].Round(time.Millisecond))
+	}
 }
 
 // history records the clients' operations.
@@ -206,6 +221,7 @@ func run(t *testing.T, cfg runConfig) report {
 	time.Sleep(3 * time.Second)
 	faults := map[fault]int{}
 	var faultTimes []time.Time
+	var faultKinds []fault
 	deadline := time.Now().Add(cfg.duration)
 	var round []fault
 	for time.Now().Before(deadline) {
@@ -216,10 +232,11 @@ func run(t *testing.T, cfg runConfig) report {
 		}
 		f := round[0]
 		round = round[1:]
-		faultTimes = append(faultTimes, time.Now())
+		at := time.Now()
 		if !c.inject(t, f, rng) {
 			continue
 		}
+		faultTimes, faultKinds = append(faultTimes, at), append(faultKinds, f)
 		faults[f]++
 		time.Sleep(time.Duration(2000+rng.IntN(2000)) * time.Millisecond)
 	}
@@ -253,6 +270,10 @@ func run(t *testing.T, cfg runConfig) report {
 	}
 	r.windows, r.writable = availability(h.start, time.Now(), acks)
 	r.gaps = gaps(faultTimes, acks)
+	r.kindGaps = map[fault][]time.Duration{}
+	for i, g := range r.gaps {
+		r.kindGaps[faultKinds[i]] = append(r.kindGaps[faultKinds[i]], g)
+	}
 	res, info := porcupine.CheckOperationsVerbose(kvModel.ToModel(), ops, 2*time.Minute)
 	if res != porcupine.Ok {
 		r.violations = countViolations(ops)
