@@ -10,8 +10,8 @@ import (
 	"time"
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
-	"github.com/shardfence/shardfence/internal/sidecarproc"
 	sfclient "github.com/shardfence/shardfence/client"
+	"github.com/shardfence/shardfence/internal/sidecarproc"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/master/client"
 )
