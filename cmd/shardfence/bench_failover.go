@@ -165,18 +165,10 @@ type masterFailoverRun struct {
 }
 
 func medianMasterRun(rs []masterFailoverRun) masterFailoverRun {
-	pick := func(get func(masterFailoverRun) time.Duration) time.Duration {
-		v := make([]time.Duration, len(rs))
-		for i, r := range rs {
-			v[i] = get(r)
-		}
-		slices.Sort(v)
-		return v[len(v)/2]
-	}
 	out := rs[0]
-	out.detection = pick(func(r masterFailoverRun) time.Duration { return r.detection })
-	out.promotion = pick(func(r masterFailoverRun) time.Duration { return r.promotion })
-	out.rto = pick(func(r masterFailoverRun) time.Duration { return r.rto })
+	out.detection = medianOf(rs, func(r masterFailoverRun) time.Duration { return r.detection })
+	out.promotion = medianOf(rs, func(r masterFailoverRun) time.Duration { return r.promotion })
+	out.rto = medianOf(rs, func(r masterFailoverRun) time.Duration { return r.rto })
 	for _, r := range rs {
 		out.moved = max(out.moved, r.moved)
 	}
@@ -353,20 +345,22 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }
 
-func medianRun(rs []failoverRun) failoverRun {
-	pick := func(get func(failoverRun) time.Duration) time.Duration {
-		v := make([]time.Duration, len(rs))
-		for i, r := range rs {
-			v[i] = get(r)
-		}
-		slices.Sort(v)
-		return v[len(v)/2]
+// medianOf is the median of one figure of several runs.
+func medianOf[R any](rs []R, get func(R) time.Duration) time.Duration {
+	v := make([]time.Duration, len(rs))
+	for i, r := range rs {
+		v[i] = get(r)
 	}
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+func medianRun(rs []failoverRun) failoverRun {
 	out := rs[0]
-	out.detection = pick(func(r failoverRun) time.Duration { return r.detection })
-	out.open = pick(func(r failoverRun) time.Duration { return r.open })
-	out.takeover = pick(func(r failoverRun) time.Duration { return r.takeover })
-	out.rto = pick(func(r failoverRun) time.Duration { return r.rto })
+	out.detection = medianOf(rs, func(r failoverRun) time.Duration { return r.detection })
+	out.open = medianOf(rs, func(r failoverRun) time.Duration { return r.open })
+	out.takeover = medianOf(rs, func(r failoverRun) time.Duration { return r.takeover })
+	out.rto = medianOf(rs, func(r failoverRun) time.Duration { return r.rto })
 	return out
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/sidecar"
@@ -19,15 +20,11 @@ type servedNode struct {
 	srv *httptest.Server
 }
 
-// A sidecar that knows every master follows an elected primary by itself:
-// it registers with the new one within its ping interval, reports its
-// shards again (the new master shows them open, not assigned), and a
-// master failover moves no shard of a node that keeps running, at the
-// shortest client TTLs (1 s active + 1 s suspected).
-func TestSidecarsFollowAnElectedMasterAndKeepTheirShards(t *testing.T) {
-	store := mem.New()
-	const et = 600 * time.Millisecond
-	live := master.LivenessConfig{ActiveTTL: time.Second, SuspicionTTL: time.Second, MonitorInterval: 20 * time.Millisecond}
+// serveMasters starts m1 (primary) and the standbys m2 and m3 over store,
+// electing at timeout et, each served over HTTP, and returns them and their
+// URLs once m1 serves.
+func serveMasters(t *testing.T, store *blobstore.Container, et time.Duration, live master.LivenessConfig) ([]*servedNode, []string) {
+	t.Helper()
 	var masters []*servedNode
 	var urls []string
 	for i, name := range []string{"m1", "m2", "m3"} {
@@ -43,6 +40,19 @@ func TestSidecarsFollowAnElectedMasterAndKeepTheirShards(t *testing.T) {
 		urls = append(urls, srv.URL)
 	}
 	primary(t, masters[0].node)
+	return masters, urls
+}
+
+// A sidecar that knows every master follows an elected primary by itself:
+// it registers with the new one within its ping interval, reports its
+// shards again (the new master shows them open, not assigned), and a
+// master failover moves no shard of a node that keeps running, at the
+// shortest client TTLs (1 s active + 1 s suspected).
+func TestSidecarsFollowAnElectedMasterAndKeepTheirShards(t *testing.T) {
+	store := mem.New()
+	const et = 600 * time.Millisecond
+	live := master.LivenessConfig{ActiveTTL: time.Second, SuspicionTTL: time.Second, MonitorInterval: 20 * time.Millisecond}
+	masters, urls := serveMasters(t, store, et, live)
 
 	shards := mem.New()
 	srv, err := sidecar.New(context.Background(), shards, sidecar.Options{Node: "a"})

@@ -39,21 +39,7 @@ func TestRouterFollowsShardAndMasterFailovers(t *testing.T) {
 	store, shards := mem.New(), mem.New()
 	const et = 600 * time.Millisecond
 	live := master.LivenessConfig{ActiveTTL: 300 * time.Millisecond, SuspicionTTL: 300 * time.Millisecond, MonitorInterval: 20 * time.Millisecond}
-	var masters []*servedNode
-	var urls []string
-	for i, name := range []string{"m1", "m2", "m3"} {
-		mux := http.NewServeMux()
-		srv := httptest.NewServer(mux)
-		t.Cleanup(srv.Close)
-		n := start(t, store, i > 0, func(o *Options) {
-			o.Node, o.Advertise, o.ElectionTimeout, o.ElectionSeed = name, srv.URL, et, uint64(i+1)
-			o.Config.Liveness = live
-		})
-		n.Mount(mux)
-		masters = append(masters, &servedNode{node: n, srv: srv})
-		urls = append(urls, srv.URL)
-	}
-	primary(t, masters[0].node)
+	masters, urls := serveMasters(t, store, et, live)
 	sidecars := map[string]*servedSidecar{}
 	for _, name := range []string{"a", "b"} {
 		srv, err := sidecar.New(context.Background(), shards, sidecar.Options{Node: name})
