@@ -283,6 +283,9 @@ func TestMasterFailoverMultiProcess(t *testing.T) {
 	if err := runMaster(ctx, []string{"promote", "--addr", c.url}, &out, &out); err != nil {
 		t.Fatalf("promote c: %v (%s)", err, out.String())
 	}
+	// b was writing until it froze: its leadership lease may still run,
+	// and c answers once it has (up to the election timeout).
+	c.waitReady(t)
 	if _, err := c.client.ReMountSegment(ctx, "c1", []master.SegmentSpec{seg}); err != nil {
 		t.Fatal(err)
 	}

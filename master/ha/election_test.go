@@ -331,14 +331,21 @@ func TestQuietAfterAClaimOverUnseenGenerations(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sh.Writer.Close(context.Background())
-	if q := n.quietUntil(sh, gen); q != 0 {
-		t.Fatalf("quiet until %d after a claim over generations all seen", q)
+	wait := int64(LeaseFor(et) + et/driftDivisor)
+	longAgo := n.opts.Clock.Now() - 2*int64(et)
+	if q := n.quietUntil(sh, gen, longAgo); q != 0 {
+		t.Fatalf("quiet until %d after a claim over generations all seen a timeout ago", q)
 	}
-	q := n.quietUntil(sh, gen-1)
-	if want := sh.Chain.SweptAt() + int64(LeaseFor(et)+et/driftDivisor); q != want {
-		t.Fatalf("quiet until %d, want the sweep plus the lease and the margin, %d", q, want)
+	if q := n.quietUntil(sh, gen-1, longAgo); q != sh.Chain.SweptAt()+wait {
+		t.Fatalf("quiet until %d, want the sweep plus the lease and the margin, %d", q, sh.Chain.SweptAt()+wait)
 	}
-	if q := n.quietUntil(sh, -1); q != 0 {
+	// A promote by hand right after a sign of life: the lease it may have
+	// renewed runs from then.
+	justNow := n.opts.Clock.Now()
+	if q := n.quietUntil(sh, gen, justNow); q != justNow+wait {
+		t.Fatalf("quiet until %d after a sign of life just now, want %d", q, justNow+wait)
+	}
+	if q := n.quietUntil(sh, -1, justNow); q != 0 {
 		t.Fatal("quiet after a claim that tailed nothing (a new log, or a restart without elections)")
 	}
 }

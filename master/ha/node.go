@@ -680,8 +680,12 @@ func (n *Node) openPrimary(ctx context.Context, resume bool, term int64) error {
 	var sh *recovery.Shard
 	var err error
 	// observed is the last generation this standby had read when it
-	// claimed (-1: it claimed without tailing).
+	// claimed (-1: it claimed without tailing), life when it last saw a
+	// sign of the primary's life.
 	observed := int64(-1)
+	n.mu.Lock()
+	life := n.elect.life
+	n.mu.Unlock()
 	if resume {
 		n.mu.Lock()
 		tl := n.tail
@@ -748,7 +752,7 @@ func (n *Node) openPrimary(ctx context.Context, resume bool, term int64) error {
 	lg := newOplog(sh.Writer, sh.Chain, n.opts.Clock, oplogOptions{
 		from: pos, maxBytes: int(n.syncLimit()), metrics: n.opts.Metrics, onFail: n.onLogFail,
 		lease: n.opts.AllocationLease, notBefore: sh.Chain.SweptAt() + int64(n.opts.AllocationLease+n.opts.AllocationLeaseMargin),
-		leadership: LeaseFor(n.opts.ElectionTimeout), claimed: claimed, quietUntil: n.quietUntil(sh, observed),
+		leadership: LeaseFor(n.opts.ElectionTimeout), claimed: claimed, quietUntil: n.quietUntil(sh, observed, life),
 	})
 	cur.SetJournal(lg)
 	// Every client the restored state names starts a fresh Active window:
@@ -772,21 +776,31 @@ func (n *Node) openPrimary(ctx context.Context, resume bool, term int64) error {
 	return nil
 }
 
-// quietUntil is when a new primary may start answering. A standby claims
-// only after it saw no new generation for the election timeout, so the
-// leadership leases of the generations it saw have run out by then. But a
-// generation it did not see (its md landed after the standby's last read,
-// its fence CAS before the claim's sweep) may have renewed the old
-// primary's lease up to the sweep: when the restore point holds such a
-// generation, the new primary answers nothing until that lease has run
-// out (the sweep plus the lease plus the drift margin), so two masters
-// never answer at once. Otherwise it answers at once.
-func (n *Node) quietUntil(sh *recovery.Shard, observed int64) int64 {
+// quietUntil is when a new primary may start answering, so that two
+// masters never answer at once. The old primary's leadership lease runs
+// from the send time of an acknowledged append: for a generation the
+// standby saw, no later than its last sign of life (life); for one it did
+// not see (its md landed after the standby's last read, its fence CAS
+// before the claim's sweep), no later than the sweep. The new primary
+// answers once the latest of these leases, plus the drift margin, has run
+// out. An election claims only after a whole timeout without a sign of
+// life, so after one it answers at once unless the restore point holds an
+// unseen generation; a promote by hand right after a sign of life waits
+// up to the timeout.
+func (n *Node) quietUntil(sh *recovery.Shard, observed, life int64) int64 {
 	t := n.opts.ElectionTimeout
-	if t <= 0 || observed < 0 || sh.Restore().Gen <= observed {
+	if t <= 0 || observed < 0 {
 		return 0
 	}
-	return sh.Chain.SweptAt() + int64(LeaseFor(t)+t/driftDivisor)
+	wait := int64(LeaseFor(t) + t/driftDivisor)
+	until := life + wait
+	if sh.Restore().Gen > observed {
+		until = max(until, sh.Chain.SweptAt()+wait)
+	}
+	if until <= n.opts.Clock.Now() {
+		return 0
+	}
+	return until
 }
 
 func (n *Node) writerOptions() translog.Options {
