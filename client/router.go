@@ -308,9 +308,9 @@ func (r *Router) Append(ctx context.Context, shard string, ops ...[]byte) (Ack, 
 		if err != nil {
 			return Ack{}, err
 		}
-		actx, stop := r.untilMoved(ctx, shard, rt)
+		actx, stop := r.WhileRouted(ctx, shard, rt)
 		ack, err := c.ShardAt(shard, rt.Term).Append(actx, ops...)
-		moved := context.Cause(actx) == errMoved
+		moved := context.Cause(actx) == ErrMoved
 		stop()
 		switch {
 		case err == nil:
@@ -346,9 +346,9 @@ func (r *Router) Barrier(ctx context.Context, shard string) (BarrierResult, Rout
 		if err != nil {
 			return BarrierResult{}, rt, err
 		}
-		actx, stop := r.untilMoved(ctx, shard, rt)
+		actx, stop := r.WhileRouted(ctx, shard, rt)
 		res, err := c.Barrier(actx, shard, rt.Term)
-		moved := context.Cause(actx) == errMoved
+		moved := context.Cause(actx) == ErrMoved
 		stop()
 		if err == nil || (!moved && !movedOn(err)) || ctx.Err() != nil {
 			return res, rt, err
@@ -392,13 +392,16 @@ func (r *Router) Read(ctx context.Context, shard string, fromSeq, maxOps int64, 
 	}
 }
 
-// errMoved ends a call's attempt when the feed names another owner.
-var errMoved = errors.New("the shard's route changed")
+// ErrMoved is the cause of a WhileRouted context that ended because the
+// feed named another owner.
+var ErrMoved = errors.New("the shard's route changed")
 
-// untilMoved returns a context that ends when ctx does or when the feed
-// names another owner of shard than rt (or drops it): a call stuck on an
-// owner that cannot be reached gives up for the next one.
-func (r *Router) untilMoved(ctx context.Context, shard string, rt Route) (context.Context, context.CancelFunc) {
+// WhileRouted returns a context that ends when ctx does or when the feed
+// names another owner of shard than rt (or drops the shard), with
+// context.Cause ErrMoved: a call stuck on an owner that cannot answer (a
+// frozen process) gives up for the next one. Cancel it when the call is
+// done.
+func (r *Router) WhileRouted(ctx context.Context, shard string, rt Route) (context.Context, context.CancelFunc) {
 	actx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		for {
@@ -407,7 +410,7 @@ func (r *Router) untilMoved(ctx context.Context, shard string, rt Route) (contex
 			wake := r.changed
 			r.mu.Unlock()
 			if !ok || !cur.same(rt) {
-				cancel(errMoved)
+				cancel(ErrMoved)
 				return
 			}
 			select {

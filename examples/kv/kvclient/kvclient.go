@@ -103,11 +103,23 @@ func (c *Client) call(ctx context.Context, key, method, suffix string, in, out a
 		if err != nil {
 			return err
 		}
-		req, err := http.NewRequestWithContext(ctx, method, rt.AppAddr+"/v1/kv/"+url.PathEscape(key)+suffix, bytes.NewReader(body))
+		// A process that stops answering (its sidecar frozen, say) is given
+		// up as soon as the feed names another owner.
+		actx, cancel := c.router.WhileRouted(ctx, shard, rt)
+		req, err := http.NewRequestWithContext(actx, method, rt.AppAddr+"/v1/kv/"+url.PathEscape(key)+suffix, bytes.NewReader(body))
 		if err != nil {
+			cancel()
 			return err
 		}
 		res, err := c.hc.Do(req)
+		var raw []byte
+		var rerr error
+		if err == nil {
+			raw, rerr = io.ReadAll(io.LimitReader(res.Body, 1<<20))
+			res.Body.Close()
+		}
+		moved := context.Cause(actx) == client.ErrMoved
+		cancel()
 		if err != nil {
 			if write && !dialFailed(err) {
 				return fmt.Errorf("%w: %v", ErrUnknown, err)
@@ -118,8 +130,10 @@ func (c *Client) call(ctx context.Context, key, method, suffix string, in, out a
 			tried = rt
 			continue
 		}
-		raw, rerr := io.ReadAll(io.LimitReader(res.Body, 1<<20))
-		res.Body.Close()
+		if rerr != nil && moved && !write {
+			tried = rt
+			continue
+		}
 		switch {
 		case rerr != nil && write:
 			return fmt.Errorf("%w: %v", ErrUnknown, rerr)

@@ -400,18 +400,22 @@ func availability(start, end time.Time, acks []time.Time) (windows, writable int
 }
 
 // gaps is, for each fault, the longest time without an acknowledged
-// write in the 15 s after it.
+// write from the fault until the next one (at most 15 s).
 func gaps(faults, acks []time.Time) []time.Duration {
 	sorted := append([]time.Time(nil), acks...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Before(sorted[j]) })
 	var out []time.Duration
-	for _, f := range faults {
+	for i, f := range faults {
+		end := f.Add(15 * time.Second)
+		if i+1 < len(faults) && faults[i+1].Before(end) {
+			end = faults[i+1]
+		}
 		prev, longest := f, time.Duration(0)
 		for _, a := range sorted {
 			if a.Before(f) {
 				continue
 			}
-			if a.After(f.Add(15 * time.Second)) {
+			if a.After(end) {
 				break
 			}
 			longest = max(longest, a.Sub(prev))
