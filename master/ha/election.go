@@ -128,6 +128,31 @@ func LeaseFor(t time.Duration) time.Duration {
 	return t - t/driftDivisor
 }
 
+// QuietUntil is the rule of Node.quietUntil, pure for tests and the
+// protocol checker: the steady time until which a new primary that
+// claimed at election timeout t answers nothing (0: it answers at once).
+// observed is the last generation the standby had read when it claimed
+// (-1: it tailed nothing), life its last sign of the primary's life,
+// restoreGen the restore point's generation, sweptAt the claim's sweep,
+// now the time it asks.
+func QuietUntil(t time.Duration, observed, life, restoreGen, sweptAt, now int64) int64 {
+	if t <= 0 || observed < 0 {
+		return 0
+	}
+	wait := int64(LeaseFor(t) + t/driftDivisor)
+	until := life + wait
+	if restoreGen > observed {
+		until = max(until, sweptAt+wait)
+	}
+	if until <= now {
+		return 0
+	}
+	return until
+}
+
+// Life is the steady time of the last sign of the primary's life.
+func (e *Elector) Life() int64 { return e.life }
+
 // driftDivisor: the primary keeps a tenth of the timeout in hand, which
 // covers steady clocks whose rates are within 5% of real time: the lease
 // lasts at most 0.9t/0.95 = 0.947t of real time after the write was sent,

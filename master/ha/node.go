@@ -788,19 +788,7 @@ func (n *Node) openPrimary(ctx context.Context, resume bool, term int64) error {
 // unseen generation; a promote by hand right after a sign of life waits
 // up to the timeout.
 func (n *Node) quietUntil(sh *recovery.Shard, observed, life int64) int64 {
-	t := n.opts.ElectionTimeout
-	if t <= 0 || observed < 0 {
-		return 0
-	}
-	wait := int64(LeaseFor(t) + t/driftDivisor)
-	until := life + wait
-	if sh.Restore().Gen > observed {
-		until = max(until, sh.Chain.SweptAt()+wait)
-	}
-	if until <= n.opts.Clock.Now() {
-		return 0
-	}
-	return until
+	return QuietUntil(n.opts.ElectionTimeout, observed, life, sh.Restore().Gen, sh.Chain.SweptAt(), n.opts.Clock.Now())
 }
 
 func (n *Node) writerOptions() translog.Options {
