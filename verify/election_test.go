@@ -45,6 +45,14 @@ import (
 //     from the position it tailed to (ha.Node.openPrimary). A standby that
 //     wins is a primary like p (leader entry at once, its own lease from
 //     when its claim was sent) and records mutations of its own.
+//   - The new primary's quiet period (ha.Node.quietUntil, oplog.Quiet):
+//     when its restore point holds a generation above the last one it had
+//     read when it claimed, it answers nothing until its sweep
+//     (Chain.SweptAt) plus ha.LeaseFor(timeout) plus a tenth of the
+//     timeout; otherwise it answers at once. A mutation that arrives in
+//     the quiet period is refused and asked again once it has passed; the
+//     renewal timer runs on past it, so the new primary holds its lease
+//     then.
 //
 // What is checked, after every step: the world's invariants (NoAckedWriteLoss,
 // against every restore point and, at the end, the final lineage;
@@ -53,8 +61,10 @@ import (
 // QuietBeforeClaim (when a standby's claim deletes an older primary's fence
 // key, every lease that primary was granted by what the standby had seen
 // of it, its claim and the appends whose md the standby read, has run out,
-// including a lease granted later by an append the standby had read); and,
-// at the end, HigherTermPrevails (the highest claimed term is held by an
+// including a lease granted later by an append the standby had read);
+// NoOverlap (at no scheduled time do two masters both answer: log alive,
+// leadership lease holding, past the quiet period, each by what it knows);
+// and, at the end, HigherTermPrevails (the highest claimed term is held by an
 // unfenced master) and Elected (the silent primary was replaced).
 //
 // Time: one tick is 10ms, the election timeout 30ms (three ticks), so the
@@ -98,6 +108,10 @@ type electionCase struct {
 	// primary's lease).
 	standbyTimeout  time.Duration
 	ignoreAnnounced bool
+	// noQuiet is wrong design (d): a new primary answers at once, even
+	// when its restore point holds generations it never read before its
+	// claim (no ha.Node.quietUntil).
+	noQuiet bool
 }
 
 func (c electionCase) scenario() Scenario {
@@ -156,7 +170,8 @@ func electionPrimary(r *Run, e *electionWorld, c electionCase) {
 		if !e.recovered(r, actor, 1, err, ops, writerOf(sh)) {
 			return
 		}
-		m := newMasterLog(r, e, c, actor, 1, sh.Writer, clock, claimed)
+		// The first open: no tailed position, no quiet period.
+		m := newMasterLog(r, e, c, actor, 1, sh.Writer, clock, claimed, 0)
 		m.run(ctx, c.mutations, c.renewals)
 	})
 }
@@ -177,13 +192,33 @@ type masterLog struct {
 	failed bool
 	stop   chan struct{}
 	ops    chan string
+	// quiet: a new primary answers nothing before this steady time
+	// (ha.Node.quietUntil, oplog.Quiet); 0 when it may at once.
+	quiet int64
 }
 
-func newMasterLog(r *Run, e *electionWorld, c electionCase, actor string, term int64, wr *translog.Writer, clock *Clock, claimed int64) *masterLog {
-	m := &masterLog{r: r, e: e, actor: actor, term: term, wr: wr, clock: clock, fromAck: c.leaseFromAck, stop: make(chan struct{})}
+func newMasterLog(r *Run, e *electionWorld, c electionCase, actor string, term int64, wr *translog.Writer, clock *Clock, claimed, quiet int64) *masterLog {
+	m := &masterLog{r: r, e: e, actor: actor, term: term, wr: wr, clock: clock, fromAck: c.leaseFromAck, stop: make(chan struct{}), quiet: quiet}
 	m.until = claimed + int64(ha.LeaseFor(electionTimeout))
 	e.grant(r, actor, term, 0, claimed, m.until, true)
+	e.master(r, m)
 	return m
+}
+
+// answers reports whether the master answers at steady time now
+// (ha.Node.Serving): its log has not failed, its leadership lease holds
+// (oplog.Leased) and its quiet period, if any, has passed (oplog.Quiet).
+func (m *masterLog) answers(now int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.failed && now < m.until && now >= m.quiet
+}
+
+// quietLeft is how long until the quiet period ends at now; 0 once it has.
+func (m *masterLog) quietLeft(now int64) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return time.Duration(max(0, m.quiet-now))
 }
 
 // leased is oplog.Leased: nil while the lease holds.
@@ -197,6 +232,24 @@ func (m *masterLog) leased() error {
 		return fmt.Errorf("leadership lapsed at t=%s", ms(m.until))
 	}
 	return nil
+}
+
+// describe names the master, its term, its lease and its quiet period.
+func (m *masterLog) describe() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	quiet := ", no quiet period"
+	if m.quiet > 0 {
+		quiet = ", quiet until t=" + ms(m.quiet)
+	}
+	return fmt.Sprintf("%s (term %d, lease until t=%s%s)", m.actor, m.term, ms(m.until), quiet)
+}
+
+// leaseEnd is when the leadership lease runs out, as the master knows it.
+func (m *masterLog) leaseEnd() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.until
 }
 
 func (m *masterLog) isFailed() bool {
@@ -231,6 +284,19 @@ func (m *masterLog) run(ctx context.Context, mutations, renewals int) {
 			if !m.r.Gate(m.actor, "mutation "+op) {
 				return
 			}
+			// ha.Node.Serving: a new primary in its quiet period answers
+			// NOT_PRIMARY; its caller asks again once it has passed.
+			if left := m.quietLeft(m.clock.Now()); left > 0 {
+				m.r.Note("%s is quiet until t=%s: mutation %s asks again then", m.actor, ms(m.quiet), op)
+				select {
+				case <-m.clock.After(left):
+				case <-m.stop:
+					return
+				}
+				if m.r.Ended() {
+					return
+				}
+			}
 			// ha.Node.Serving: a master whose lease ran out answers
 			// nothing.
 			if err := m.leased(); err != nil {
@@ -241,8 +307,12 @@ func (m *masterLog) run(ctx context.Context, mutations, renewals int) {
 		}
 	})
 	prod.Go(func() {
+		// The renewal timer runs as long as the node is primary; the
+		// model bounds it to renewals leader entries, and to as many as
+		// reach past a quiet period, so that the new primary still holds
+		// its lease when it may answer.
 		every := ha.RenewEvery(electionTimeout)
-		for i := 1; i <= renewals; i++ {
+		for i := 1; i <= renewals || m.quietLeft(m.clock.Now()) > 0; i++ {
 			select {
 			case <-m.clock.After(every):
 			case <-m.stop:
@@ -321,7 +391,7 @@ func (m *masterLog) send(ctx context.Context, batch []string) {
 	}
 	for _, op := range batch {
 		if _, ok := announced(op); !ok {
-			m.e.acked(m.r, m.actor, m.term, op, a.Gen)
+			m.e.acked(m.r, m.actor, m.term, op, a.Gen, now)
 		}
 	}
 }
@@ -551,6 +621,10 @@ func (s *standby) claim(ctx context.Context, term int64) {
 	o := electionRecoveryOpts(s.r, s.name, &replayed)
 	pos := s.pos
 	o.Resume = &pos
+	// observed is the last generation the standby had read when it
+	// claimed, life its last sign of the primary's life
+	// (ha.Node.openPrimary).
+	observed, life := pos.Gen, s.el.Life()
 	sh, err := recovery.Open(ctx, s.store, Shard, term, s.name, o)
 	ops := append(append([]string(nil), s.applied...), replayed...)
 	if errors.Is(err, recovery.ErrResumeOffLineage) {
@@ -566,8 +640,29 @@ func (s *standby) claim(ctx context.Context, term int64) {
 		return
 	}
 	s.e.won()
-	m := newMasterLog(s.r, s.e, s.c, s.name, term, sh.Writer, s.clock, claimed)
+	quiet := s.quietUntil(sh, observed, life)
+	if quiet > 0 {
+		s.r.Note("%s's restore point (gen %d) holds generations it never read (it had read up to gen %d): quiet until t=%s",
+			s.name, sh.Restore().Gen, observed, ms(quiet))
+	}
+	m := newMasterLog(s.r, s.e, s.c, s.name, term, sh.Writer, s.clock, claimed, quiet)
 	m.run(ctx, s.c.writes, 0)
+}
+
+// quietUntil is ha.Node.quietUntil, through the same rule
+// (ha.QuietUntil): the new primary answers nothing until its
+// predecessor's lease may have run out, counted from the last sign of
+// life the standby saw and, when the restore point holds a generation it
+// never read, from the sweep. Wrong design (d) always answers at once.
+func (s *standby) quietUntil(sh *recovery.Shard, observed, life int64) int64 {
+	t := electionTimeout
+	if s.c.standbyTimeout > 0 {
+		t = s.c.standbyTimeout
+	}
+	if s.c.noQuiet {
+		return 0
+	}
+	return ha.QuietUntil(t, observed, life, sh.Restore().Gen, sh.Chain.SweptAt(), s.clock.Now())
 }
 
 // promoteUnclaimed is wrong design (a): the standby opens a writer at
@@ -592,7 +687,7 @@ func (s *standby) promoteUnclaimed(ctx context.Context, term int64) {
 	s.e.writers[s.name], s.e.startGen[s.name] = wr, wr.NextGen()
 	s.e.mu.Unlock()
 	s.e.won()
-	m := newMasterLog(s.r, s.e, s.c, s.name, term, wr, s.clock, claimed)
+	m := newMasterLog(s.r, s.e, s.c, s.name, term, wr, s.clock, claimed, 0)
 	m.run(ctx, s.c.writes, 0)
 }
 

@@ -33,8 +33,11 @@ type electionWorld struct {
 	sweeps  []sweep
 	swept   map[string]bool // by+term already recorded
 	answers int             // answers already looked at
+	// masters are the primaries' logs, in the order they opened.
+	masters []*masterLog
+	ackAt   map[string]int64 // op -> steady time its master acknowledged it
 	// flags of this run for the counters (each counted once per run)
-	compared, late, stopped, wonFlag, lostFlag bool
+	compared, late, stopped, wonFlag, lostFlag, quietFlag, heldFlag bool
 }
 
 type termGen struct{ term, gen int64 }
@@ -63,6 +66,8 @@ type electionCount struct {
 	late     atomic.Int64 // runs in which an old primary had an append acknowledged after a claim swept its key
 	lost     atomic.Int64 // runs in which a standby's claim lost to another's
 	stopped  atomic.Int64 // runs in which the lease kept an append the store acknowledged from being acknowledged
+	quiet    atomic.Int64 // runs in which a new primary opened with a quiet period
+	held     atomic.Int64 // runs in which an older master answered while a newer one held its lease but was quiet
 }
 
 var electionCounts = map[string]*electionCount{}
@@ -78,7 +83,7 @@ func electionCountOf(name string) *electionCount {
 
 func newElectionWorld(name string) *electionWorld {
 	return &electionWorld{world: newWorld(true), count: electionCountOf(name), observed: map[string]map[termGen]int64{},
-		seen: map[string]map[termGen]int64{}, claimAt: map[string]int64{}, swept: map[string]bool{}}
+		seen: map[string]map[termGen]int64{}, claimAt: map[string]int64{}, swept: map[string]bool{}, ackAt: map[string]int64{}}
 }
 
 func (e *electionWorld) grant(r *Run, actor string, term, gen, from, till int64, acked bool) {
@@ -88,6 +93,20 @@ func (e *electionWorld) grant(r *Run, actor string, term, gen, from, till int64,
 	e.emu.Lock()
 	defer e.emu.Unlock()
 	e.grants = append(e.grants, leaseGrant{actor: actor, term: term, gen: gen, from: from, till: till, step: r.Step(), acked: acked})
+}
+
+// master records a primary's log once it opened.
+func (e *electionWorld) master(r *Run, m *masterLog) {
+	if r.Ended() {
+		return
+	}
+	e.emu.Lock()
+	defer e.emu.Unlock()
+	e.masters = append(e.masters, m)
+	if m.quiet > 0 && !e.quietFlag {
+		e.quietFlag = true
+		e.count.quiet.Add(1)
+	}
 }
 
 func (e *electionWorld) observe(standby string, term, gen, at int64) {
@@ -142,11 +161,14 @@ func (e *electionWorld) leaseStopped() {
 }
 
 // acked records a mutation a master acknowledged to its caller.
-func (e *electionWorld) acked(r *Run, actor string, term int64, op string, gen int64) {
+func (e *electionWorld) acked(r *Run, actor string, term int64, op string, gen, at int64) {
 	if r.Ended() {
 		return
 	}
 	r.Note("%s acked %s (term %d gen %d)", actor, op, term, gen)
+	e.emu.Lock()
+	e.ackAt[op] = at
+	e.emu.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.acks = append(e.acks, ack{actor: actor, term: term, gen: gen, op: op, step: r.Step()})
@@ -161,6 +183,9 @@ func (e *electionWorld) Digest() string {
 	}
 	for _, s := range e.sweeps {
 		parts = append(parts, fmt.Sprintf("s%s%d@%d", s.by, s.term, s.at))
+	}
+	for _, m := range e.masters {
+		parts = append(parts, fmt.Sprintf("q%s%d", m.actor, m.quiet))
 	}
 	sort.Strings(parts)
 	return e.world.Digest() + "|" + strings.Join(parts, ",")
@@ -214,6 +239,25 @@ func (e *electionWorld) Check(r *Run) error {
 				}
 				return fmt.Errorf("QuietBeforeClaim: %s's claim deleted the fence key of term %d at t=%s (step %d), but %s's lease from %s runs until t=%s",
 					s.by, s.term, ms(s.at), s.step, g.actor, what, ms(g.till))
+			}
+		}
+	}
+	// NoOverlap: at no scheduled time do two masters both answer (their
+	// log alive, their leadership lease holding, past their quiet
+	// period). A master answers by what it knows: an old primary whose
+	// key was swept answers until its lease runs out or an append fails.
+	for i, a := range e.masters {
+		for _, b := range e.masters[i+1:] {
+			if a.actor == b.actor || !a.answers(now) {
+				continue
+			}
+			if b.answers(now) {
+				return fmt.Errorf("NoOverlap: at t=%s both %s and %s answer as the primary", ms(now), a.describe(), b.describe())
+			}
+			// Counted: the quiet period held b back while a answered.
+			if b.quietLeft(now) > 0 && !b.isFailed() && now < b.leaseEnd() && !e.heldFlag {
+				e.heldFlag = true
+				e.count.held.Add(1)
 			}
 		}
 	}
@@ -316,6 +360,9 @@ func init() {
 		{name: "wrong-election-short-wait", standbys: 1, mutations: 0, renewals: 1, writes: 0, horizon: 4,
 			standbyTimeout: electionTick, ignoreAnnounced: true},
 		{name: "wrong-election-lease-from-ack", standbys: 1, mutations: 0, renewals: 0, writes: 0, horizon: 3, leaseFromAck: true},
+		// The late-ack scope with a new primary that answers at once
+		// (election_quiet_test.go).
+		{name: "wrong-election-no-quiet", standbys: 1, mutations: 1, renewals: 0, writes: 1, horizon: 4, noQuiet: true},
 	} {
 		register(c.scenario())
 	}
@@ -328,12 +375,14 @@ func resetElectionCount(name string) *electionCount {
 	c.late.Store(0)
 	c.stopped.Store(0)
 	c.lost.Store(0)
+	c.quiet.Store(0)
+	c.held.Store(0)
 	return c
 }
 
 func (c *electionCount) String() string {
-	return fmt.Sprintf("a standby elected in %d runs, a claim lost to another in %d; a sweep compared with a lease the standby had seen granted in %d; the lease withheld an acknowledgement in %d; the old primary had an append acknowledged after the sweep in %d",
-		c.won.Load(), c.lost.Load(), c.compared.Load(), c.stopped.Load(), c.late.Load())
+	return fmt.Sprintf("a standby elected in %d runs, a claim lost to another in %d; a sweep compared with a lease the standby had seen granted in %d; the lease withheld an acknowledgement in %d; the old primary had an append acknowledged after the sweep in %d; a new primary opened quiet in %d; the old one answered while the new one was quiet in %d",
+		c.won.Load(), c.lost.Load(), c.compared.Load(), c.stopped.Load(), c.late.Load(), c.quiet.Load(), c.held.Load())
 }
 
 // TestElection: master elections over the real recovery, writer and
@@ -342,7 +391,10 @@ func (c *electionCount) String() string {
 // promotes itself without claiming, a standby whose wait is shorter than
 // the primary's lease, and (by random walks; not under the race detector
 // outside make verify) a primary whose lease counts from the
-// acknowledgement instead of the send.
+// acknowledgement instead of the send. NoOverlap is checked in every scope;
+// the new primary's quiet period, which it needs, is reached only in the
+// middle of a schedule, where TestElectionQuiet searches
+// (election_quiet_test.go).
 func TestElection(t *testing.T) {
 	// The depth-first searches explore the tail of the schedules (the
 	// elected standby's recovery and writes against the standbys' polls)
@@ -476,18 +528,12 @@ func lateAckPicker() picker {
 // the sweep. Every invariant holds (the successor's seal takes the md),
 // the acknowledgement does come after the sweep, and the successor's
 // restore point holds it. The old primary's lease, from an append the
-// standby never saw, still runs when the successor acknowledges its own
-// first mutation: logged, see VERIFICATION.md.
+// standby never saw, runs past the sweep; the successor's restore point
+// holds that generation, so it opens quiet until the sweep plus the lease
+// plus the margin (ha.Node.quietUntil), after p's lease ran out, and
+// acknowledges its own mutation only then: NoOverlap holds.
 func TestElectionLateAcknowledgement(t *testing.T) {
-	sc := scenarios["election-late-ack"]
-	var e *electionWorld
-	start := sc.Start
-	sc.Start = func(r *Run) Checker {
-		chk := start(r)
-		e = chk.(*electionWorld)
-		return chk
-	}
-	res := once(t, &sc, nil, lateAckPicker())
+	e, res := runLateAck(t, "election-late-ack")
 	trace := strings.Join(res.trace, "\n")
 	if res.violation != nil || !res.complete {
 		t.Fatalf("violation %v (complete %v):\n%s", res.violation, res.complete, trace)
@@ -520,14 +566,46 @@ func TestElectionLateAcknowledgement(t *testing.T) {
 			till = max(till, g.till)
 		}
 	}
-	first := -1
-	for _, a := range e.acks {
-		if a.actor == "s1" && (first < 0 || a.step < first) {
-			first = a.step
+	if till <= sw.at {
+		t.Fatalf("p's lease runs until t=%s, not past s1's sweep at t=%s: the schedule missed its case:\n%s", ms(till), ms(sw.at), trace)
+	}
+	var s1 *masterLog
+	for _, m := range e.masters {
+		if m.actor == "s1" {
+			s1 = m
 		}
 	}
-	t.Logf("p acknowledged p.1 at step %d, after s1's sweep at step %d (t=%s); s1 acknowledged its first mutation at step %d; p's lease runs until t=%s\n%s\nreplay with: go test ./verify -run TestReplay -v -scenario election-late-ack -path %s",
-		late.step, sw.step, ms(sw.at), first, ms(till), trace, FormatPath(res.path))
+	if s1 == nil || s1.quiet < till {
+		t.Fatalf("s1 opened without a quiet period reaching p's lease (until t=%s):\n%s", ms(till), trace)
+	}
+	first := -1
+	var firstAt int64
+	for _, a := range e.acks {
+		if a.actor == "s1" && (first < 0 || a.step < first) {
+			first, firstAt = a.step, e.ackAt[a.op]
+		}
+	}
+	if first < 0 || firstAt < s1.quiet {
+		t.Fatalf("s1 acknowledged its first mutation at step %d (t=%s), want one after its quiet period (until t=%s):\n%s", first, ms(firstAt), ms(s1.quiet), trace)
+	}
+	t.Logf("p acknowledged p.1 at step %d, after s1's sweep at step %d (t=%s); p's lease runs until t=%s; s1 was quiet until t=%s and acknowledged its first mutation at step %d (t=%s)\n%s\nreplay with: go test ./verify -run TestReplay -v -scenario election-late-ack -path %s",
+		late.step, sw.step, ms(sw.at), ms(till), ms(s1.quiet), first, ms(firstAt), trace, FormatPath(res.path))
+}
+
+// runLateAck runs lateAckPicker's schedule over scenario name and returns
+// its world.
+func runLateAck(t *testing.T, name string) (*electionWorld, runResult) {
+	t.Helper()
+	sc := scenarios[name]
+	var e *electionWorld
+	start := sc.Start
+	sc.Start = func(r *Run) Checker {
+		chk := start(r)
+		e = chk.(*electionWorld)
+		return chk
+	}
+	res := once(t, &sc, nil, lateAckPicker())
+	return e, res
 }
 
 // TestElectionShorterOwnTimeout: the elector waits the longer of its own
