@@ -32,13 +32,14 @@ const masterSummary = "run the master: leases, placement, eviction, remount; wit
 const masterStoreEnv = envPrefix + "MASTER_STORE"
 
 func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "promote", "status", "snapshot", "nodes", "shards", "watch", "assign", "unassign", "drain", "undrain":
-			return runMasterAdmin(ctx, args[0], args[1:], stdout, stderr)
-		}
+	if len(args) > 0 && isMasterSubcommand(args[0]) {
+		return runMasterAdmin(ctx, args[0], args[1:], stdout, stderr)
 	}
-	fs := newFlags("master", stderr)
+	if len(args) > 0 && args[0] != "" && !strings.HasPrefix(args[0], "-") {
+		return unknownMasterSubcommand(args[0])
+	}
+	fs := newFlags("master", stdout)
+	fs.Usage = masterUsage(fs)
 	listen := fs.String("listen", "127.0.0.1:7500", "address to serve the API, /metrics, /healthz and /readyz on")
 	fs.String("config", "", "YAML file of flag values (keys are flag names; client_active_ttl_sec, client_suspicion_ttl_sec and client_live_ttl_sec are read too); flags win over it")
 	var sec serverSecurity
@@ -72,7 +73,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	standby := fs.Bool("standby", false, "start as a hot standby: tail the log read-only until promoted, or elected when the primary shows no sign of life for --election-timeout (without it, a master claims a new log at once and otherwise starts as a standby too)")
 	node := fs.String("node", "", "name of this master, recorded in fence keys and leader entries (default: the host name)")
 	advertise := fs.String("advertise", "", "URL this master serves its API on, as sidecars, the CLI and the other masters reach it; every other master redirects there while this one is primary (default: http(s)://the --listen address when it is not a wildcard)")
-	election := fs.Duration("election-timeout", 3*time.Second, "a standby that sees no sign of the primary's life (a new log generation or term) for this long, plus a random share of up to a fifth of it, claims the log by itself; the primary renews every third of it and answers nothing once it could not for nine tenths of it (0: no elections, only `master promote`; use the same value on every master of the cluster)")
+	election := fs.Duration("election-timeout", 3*time.Second, "a standby that sees no sign of the primary's life (a new log generation or term) for this long, plus a random share of up to a fifth of it, claims the log by itself; the primary renews every third of it and answers nothing once it could not for nine tenths of it (0: no elections, only 'master promote'; use the same value on every master of the cluster)")
 	dataDir := fs.String("data-dir", "", "scratch directory for snapshot files (default: the system's temporary directory)")
 	snapEvery := fs.Duration("snapshot-interval", 10*time.Minute, "take a complete snapshot this often while primary (0: only on request)")
 	snapFormat := fs.String("snapshot-format", "v2", "complete snapshot format to write: v2 (steady deadlines + clock pair) or v1 (wall-clock ms, for compatibility)")

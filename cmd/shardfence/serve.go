@@ -55,8 +55,8 @@ type serveFlags struct {
 	gcAfterCheckpoint            bool
 }
 
-func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
-	fs := newFlags("serve", stderr)
+func serveFlagSet(stdout io.Writer) (*flag.FlagSet, *serveFlags) {
+	fs := newFlags("serve", stdout)
 	f := &serveFlags{}
 	d := sidecar.DefaultSettings()
 	fs.StringVar(&f.store, "store", "", "store URL all shards live under, e.g. file://./data, s3://bucket/prefix (required)")
@@ -364,7 +364,7 @@ func loadCAs(flagName, path string) (*x509.CertPool, error) {
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, f := serveFlagSet(stderr)
+	fs, f := serveFlagSet(stdout)
 	if err := loadConfig(fs, args, os.Getenv); err != nil {
 		return err
 	}
