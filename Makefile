@@ -26,16 +26,22 @@ FAKE_GCS_VERSION := v1.56.1
 MINIO_IMAGE     := shardfence/minio-test:$(MINIO_VERSION)
 VERSITYGW_IMAGE := shardfence/versitygw-test:$(VERSITYGW_VERSION)
 MODULES       := . e2e
+# What `shardfence version` prints and the image's tag: the nearest tag, else
+# the commit (with -dirty for uncommitted changes); override with VERSION=.
+VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT        ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS       := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+IMAGE         ?= shardfence:$(VERSION)
 
 export SHARDFENCE_TOOLS_DIR := $(TOOLS_DIR)
 export PATH := $(BIN_DIR):$(TOOLS_DIR)/node_modules/.bin:$(PATH)
 
-.PHONY: all run build test test-go lint tools docker-engine test-images bench verify jepsen clean generate
+.PHONY: all run build image test test-go lint tools docker-engine test-images bench verify jepsen clean generate
 
 all: build
 
 build:
-	$(GO) build -o bin/shardfence ./cmd/shardfence
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/shardfence ./cmd/shardfence
 	$(GO) build -o bin/kv ./examples/kv
 
 run: build
@@ -49,6 +55,14 @@ run: build
 	@echo "  curl -s -H 'Content-Type: application/json' -d '{\"shard\":\"demo\"}' http://127.0.0.1:7400/shardfence.sidecar.v1.SidecarService/Status"
 	@echo
 	./bin/shardfence serve --store file://./data --listen 127.0.0.1:7400
+
+# image builds shardfence:VERSION FROM scratch (a static binary, the host's CA
+# certificates, a non-root user, a /data volume; scripts/build-image) in the
+# engine scripts/with-docker provides, nothing pulled, and saves it to
+# bin/shardfence-image.tar too: a private engine with-docker started is gone
+# after the run, so `docker load -i bin/shardfence-image.tar` brings it back.
+image:
+	scripts/with-docker scripts/build-image $(IMAGE) $(VERSION) $(COMMIT) bin/shardfence-image.tar
 
 # test runs with a Docker engine for the container tests: one that answers
 # already, else (as root) a private dockerd started for the run and stopped

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -10,7 +11,7 @@ import (
 func TestTopLevelHelpGoesToStdout(t *testing.T) {
 	for _, h := range []string{"-h", "--help", "help"} {
 		code, out, errOut := runCmd(t, h)
-		if code != 0 || errOut != "" || !strings.Contains(out, "usage: shardfence COMMAND") {
+		if code != 0 || errOut != "" || !strings.Contains(out, "usage: shardfence COMMAND") || !strings.Contains(out, "version") {
 			t.Errorf("shardfence %s: exit %d, stdout %q, stderr %q", h, code, out, errOut)
 		}
 	}
@@ -46,5 +47,25 @@ func TestMasterHelpListsSubcommands(t *testing.T) {
 	code, _, errOut = runCmd(t, "master", "foo")
 	if code != 2 || !strings.Contains(errOut, `unknown master subcommand "foo"`) || !strings.Contains(errOut, "undrain") || strings.Count(errOut, "\n") != 1 {
 		t.Errorf("master foo: exit %d, stderr %q; want 2 naming the subcommands", code, errOut)
+	}
+}
+
+// version prints what was stamped with -ldflags, else "dev" and the VCS
+// commit the go command recorded (or "unknown").
+func TestVersion(t *testing.T) {
+	code, out, errOut := runCmd(t, "version")
+	if code != 0 || errOut != "" || !strings.HasPrefix(out, "shardfence "+version+" (commit ") || !strings.HasSuffix(out, ")\n") {
+		t.Fatalf("version: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	old, oldCommit := version, commit
+	defer func() { version, commit = old, oldCommit }()
+	version, commit = "v9.8.7", "0123abcd"
+	code, out, _ = runCmd(t, "version", "--json")
+	var got struct{ Version, Commit, Go, Platform string }
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || got.Version != "v9.8.7" || got.Commit != "0123abcd" || got.Go == "" || got.Platform == "" {
+		t.Errorf("version --json: exit %d, %q (%v)", code, out, err)
+	}
+	if code, _, _ := runCmd(t, "version", "extra"); code != 2 {
+		t.Errorf("version extra: exit %d, want 2", code)
 	}
 }
