@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -82,7 +81,8 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	retainGens := fs.Int64("retain-gens", 1000, "log generations GC keeps below the newest snapshot (a standby lagging further reloads from the snapshot)")
 	maxLag := fs.Duration("standby-max-lag", 10*time.Second, "lag past which a standby reports not ready")
 	fenceCheck := fs.Duration("fence-check-interval", time.Second, "how often an idle primary checks the store for a newer master")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var logs logFlags
+	logs.add(fs)
 	if err := loadConfigAliased(fs, args, func(string) string { return "" }, seedConfigAliases); err != nil {
 		return err
 	}
@@ -107,11 +107,14 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case *retainSnaps < 1 || *retainGens < 0:
 		return fmt.Errorf("%w: --retain-snapshots must be at least 1 and --retain-gens not negative", errUsage)
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("%w: --log-level: %v", errUsage, err)
+	logNode := *node
+	if logNode == "" && *store != "" {
+		logNode, _ = os.Hostname() // the name the master records (ha.Options.Node)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log, err := logs.logger(stderr, "master", logNode)
+	if err != nil {
+		return err
+	}
 	warnings, err := ttl.resolve(fs, &cfg.Liveness)
 	if err != nil {
 		return err

@@ -36,7 +36,8 @@ const serveSummary = "run the sidecar: open shards, fenced appends, reads (Conne
 const envPrefix = "SHARDFENCE_"
 
 type serveFlags struct {
-	store, listen, config, node, logLevel string
+	store, listen, config, node string
+	logFlags
 	serverSecurity
 	allowUnfenced                bool
 	allowFencingFailures         bool
@@ -63,7 +64,7 @@ func serveFlagSet(stdout io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:7400", "address to serve on: HOST:PORT or unix:///path/to.sock")
 	fs.StringVar(&f.config, "config", "", "YAML file of flag values (keys are flag names); flags and SHARDFENCE_* variables win over it")
 	fs.StringVar(&f.node, "node", "", "name of this node, recorded in fence keys for operators")
-	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.logFlags.add(fs)
 	f.serverSecurity.addFlags(fs, "sidecar")
 	fs.StringVar(&f.masters, "master", "", "register with the master at this URL (comma-separated: the master and its standbys) and carry out its shard assignments (automatic failover); needs --node")
 	fs.StringVar(&f.advertise, "advertise", "", "URL of this sidecar's API as the master and primaries reach it (default: http(s)://the --listen address when it is not a wildcard)")
@@ -378,11 +379,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if f.defaults.AckOrder, err = parseAckOrder(f.ackOrder); err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return fmt.Errorf("%w: --log-level %q", errUsage, f.logLevel)
+	// The agent names the node on its lines itself.
+	baseLog, err := f.logFlags.logger(stderr, "sidecar", "")
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := baseLog
+	if f.node != "" {
+		log = log.With(logKeyNode, f.node)
+	}
 	// Everything the command line decides is checked before the store is
 	// opened and the address bound.
 	token, tlsCfg, public, err := f.serverSecurity.resolve(f.listen)
@@ -501,7 +506,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	defer stopAgent()
 	if len(masters) > 0 {
-		ag, err := newAgent(f, masters, ln, tlsCfg != nil, srv, log)
+		ag, err := newAgent(f, masters, ln, tlsCfg != nil, srv, baseLog)
 		if err != nil {
 			_ = srv.Shutdown(context.Background())
 			return err
