@@ -175,6 +175,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ready in-memory\n")) })
 		serving = func() (*master.Master, error) { return m, nil }
 		liveness = m.RunLiveness
+		reg.MustRegister(newMasterStateCollector(nil))
 		log.Warn("master state is in memory only: a restart loses every object (run with --store and --cluster to keep it)")
 	} else {
 		if _, err := master.New(cfg, mopts); err != nil { // validate before touching the store
@@ -199,6 +200,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("%w: %v", errUsage, err)
 		}
 		n.Mount(mux)
+		reg.MustRegister(newMasterStateCollector(n))
 		serving, run = n.Serving, n.Run
 	}
 

@@ -460,9 +460,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts.Registerer = reg
-	if err := checkCertificate(ctx, store, f.allowFencingFailures, log); err != nil {
+	certState, err := checkCertificate(ctx, store, f.allowFencingFailures, log)
+	if err != nil {
 		return err
 	}
+	registerCertificateState(reg, certState)
 	srv, err := sidecar.New(ctx, store, opts)
 	if err != nil {
 		return err
@@ -571,28 +573,33 @@ func displayAddr(listen string, ln net.Listener) string {
 // certificate records a failed fencing check is refused, naming the check,
 // unless allow; a missing, unreadable, foreign or partial certificate is a
 // warning, since a store is certified by running the suite, not by serve.
-func checkCertificate(ctx context.Context, store *blobstore.Container, allow bool, log *slog.Logger) error {
+func checkCertificate(ctx context.Context, store *blobstore.Container, allow bool, log *slog.Logger) (state string, err error) {
 	cert, err := conformance.ReadCertificate(ctx, store)
 	switch {
 	case errors.Is(err, conformance.ErrNoCertificate):
 		log.Warn("store not certified for fencing: run `shardfence conformance --store URL` once; it records the outcome in the store, and serve refuses a store that fails a fencing check", "store", store.String())
-		return nil
+		return certMissing, nil
 	case err != nil:
 		// Store trouble shows again in the precondition probe next.
 		log.Warn("conformance certificate not read; run `shardfence conformance --store URL` again", "store", store.String(), "error", err.Error())
-		return nil
+		return certUnreadable, nil
 	case cert.Store != store.String():
 		log.Warn("conformance certificate was recorded for another store or driver; ignoring it: run `shardfence conformance --store URL` on this one", "store", store.String(), "certified", cert.Store)
-		return nil
+		return certForeign, nil
 	}
+	state = certCertified
 	if rerr := cert.Refusal(); rerr != nil {
 		if !allow {
-			return fmt.Errorf("sidecar start-up: refusing %w (fix the store or its driver and run `shardfence conformance --store URL` again, or pass --allow-fencing-failures to serve anyway)", rerr)
+			return "", fmt.Errorf("sidecar start-up: refusing %w (fix the store or its driver and run `shardfence conformance --store URL` again, or pass --allow-fencing-failures to serve anyway)", rerr)
 		}
 		log.Warn("serving a store that failed fencing checks (--allow-fencing-failures)", "store", store.String(), "error", rerr.Error())
+		state = certFailed
 	}
 	v := cert.Judge()
 	if len(v.Unverified) > 0 {
+		if state == certCertified {
+			state = certUnverified
+		}
 		log.Warn("conformance certificate does not show every fencing check of this build passed; run `shardfence conformance --store URL` again", "store", store.String(), "unverified", strings.Join(v.Unverified, ","), "issued", cert.Issued)
 	}
 	if len(v.BlobFailed) > 0 {
@@ -605,5 +612,5 @@ func checkCertificate(ctx context.Context, store *blobstore.Container, allow boo
 	if len(v.Failed) == 0 && len(v.Unverified) == 0 {
 		log.Info("store certified for fencing", "store", store.String(), "issued", cert.Issued, "fencing_suite", conformance.FencingVersion)
 	}
-	return nil
+	return state, nil
 }
