@@ -2,9 +2,10 @@
 # Everything a fresh machine with Go (and Node.js for Azurite) needs is
 # installed by `make tools`, which `make test` runs first. Test-server binaries
 # are cached outside the module, so a second run on the same machine reuses them.
-# Two Go modules are tested: the shardfence module (.) and e2e/, which holds
-# the tests against stores in Docker containers (testcontainers-go), kept out
-# of the shardfence module's requirements.
+# Three Go modules are tested: the shardfence module (.), e2e/, which holds
+# the tests against stores in Docker containers (testcontainers-go), and
+# deploy/, which checks the deployment files (k8s.io/api, promtool,
+# systemd-analyze); both kept out of the shardfence module's requirements.
 
 GO            ?= go
 TOOLS_DIR     ?= $(or $(SHARDFENCE_TOOLS_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/shardfence/tools)
@@ -25,7 +26,7 @@ FAKE_GCS_VERSION := v1.56.1
 # pulled); SHARDFENCE_MINIO_IMAGE / SHARDFENCE_VERSITYGW_IMAGE choose others.
 MINIO_IMAGE     := shardfence/minio-test:$(MINIO_VERSION)
 VERSITYGW_IMAGE := shardfence/versitygw-test:$(VERSITYGW_VERSION)
-MODULES       := . e2e
+MODULES       := . e2e deploy
 # What `shardfence version` prints and the image's tag: the nearest tag, else
 # the commit (with -dirty for uncommitted changes); override with VERSION=.
 VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -79,6 +80,8 @@ test-go:
 	$(GO) test -race -count=1 -timeout 40m ./... || rc=1; \
 	echo "cd e2e && $(GO) test -race -count=1 -timeout 30m ./..."; \
 	(cd e2e && $(GO) test -race -count=1 -timeout 30m ./...) || rc=1; \
+	echo "cd deploy && $(GO) test -count=1 -timeout 15m ./..."; \
+	(cd deploy && $(GO) test -count=1 -timeout 15m ./...) || rc=1; \
 	exit $$rc
 
 # test-images builds the container tests' images from the binaries `make
