@@ -22,6 +22,9 @@ CONNECT_GO_VERSION := v1.21.1
 # tests it would make its dependencies (Pub/Sub, gRPC servers...) requirements
 # of the module.
 FAKE_GCS_VERSION := v1.56.1
+# promtool checks and unit-tests the alerting rules (deploy/prometheus); the
+# Go module version v0.316.0 is Prometheus 3.16.0.
+PROMTOOL_VERSION := v0.316.0
 # The container tests' images, built locally from the binaries above (never
 # pulled); SHARDFENCE_MINIO_IMAGE / SHARDFENCE_VERSITYGW_IMAGE choose others.
 MINIO_IMAGE     := shardfence/minio-test:$(MINIO_VERSION)
@@ -109,7 +112,7 @@ lint: $(BIN_DIR)/staticcheck
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./blobstore/...
 
-tools: $(BIN_DIR)/staticcheck $(BIN_DIR)/buf $(BIN_DIR)/protoc-gen-go $(BIN_DIR)/protoc-gen-connect-go $(BIN_DIR)/minio $(BIN_DIR)/versitygw $(BIN_DIR)/fake-gcs-server $(TOOLS_DIR)/node_modules/.bin/azurite-blob docker-engine
+tools: $(BIN_DIR)/staticcheck $(BIN_DIR)/promtool $(BIN_DIR)/buf $(BIN_DIR)/protoc-gen-go $(BIN_DIR)/protoc-gen-connect-go $(BIN_DIR)/minio $(BIN_DIR)/versitygw $(BIN_DIR)/fake-gcs-server $(TOOLS_DIR)/node_modules/.bin/azurite-blob docker-engine
 	@for m in $(MODULES); do (cd $$m && $(GO) mod download) || exit 1; done
 
 # docker-engine installs Debian's docker.io as root where no dockerd exists;
@@ -147,6 +150,11 @@ $(BIN_DIR)/versitygw:
 	@mkdir -p $(BIN_DIR)
 	@echo "building versitygw $(VERSITYGW_VERSION) into $(BIN_DIR) (a few minutes, once per machine)"
 	cd $(TOOLS_DIR) && GOBIN=$(BIN_DIR) GOFLAGS=-mod=mod $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+
+$(BIN_DIR)/promtool:
+	@mkdir -p $(BIN_DIR)
+	@echo "building promtool $(PROMTOOL_VERSION) into $(BIN_DIR) (a few minutes, once per machine)"
+	cd $(TOOLS_DIR) && GOBIN=$(BIN_DIR) GOFLAGS=-mod=mod $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
 
 $(BIN_DIR)/fake-gcs-server:
 	@mkdir -p $(BIN_DIR)
