@@ -40,6 +40,7 @@ func commands() []command {
 		{"inspect", inspectSummary, runInspect},
 		{"settings", settingsSummary, runSettings},
 		{"demo", demoSummary, runDemo},
+		{"cost", costSummary, runCost},
 		{"version", versionSummary, runVersion},
 	}
 }
