@@ -382,12 +382,8 @@ func printCost(w io.Writer, f *costFlags, table cost.Table, p cost.Price, mine c
 		fmt.Fprintf(w, "* is --fencing-mode. ")
 	}
 	fmt.Fprintln(w, "Where the requests per sync come from:")
-	seen := map[string]bool{}
 	for _, r := range rows {
-		if !seen[r.Source] {
-			seen[r.Source] = true
-			fmt.Fprintf(w, "  %s: %s\n", r.Mode, r.Source)
-		}
+		fmt.Fprintf(w, "  %s: %s\n", r.Mode, r.Source)
 	}
 	fmt.Fprintf(w, "Plus, in every mode: a data object per sync whose payload exceeds %s (--inline-limit), each checkpoint's files, manifest and about %d GC listings, and lease mode's CAS once per %v while it syncs (%s a month here). A month is 730 hours; storage is the checkpoint and the translog since it.\n",
 		humanBytes(float64(f.w.InlineLimit)), cost.CheckpointLists, f.w.LeaseInterval, humanCount(leaseCAS(rows)))
