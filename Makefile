@@ -40,7 +40,7 @@ IMAGE         ?= shardfence:$(VERSION)
 export SHARDFENCE_TOOLS_DIR := $(TOOLS_DIR)
 export PATH := $(BIN_DIR):$(TOOLS_DIR)/node_modules/.bin:$(PATH)
 
-.PHONY: all run build image test test-go lint tools docker-engine test-images bench verify jepsen clean generate
+.PHONY: all run build image cluster test test-go lint tools docker-engine test-images bench verify jepsen clean generate
 
 all: build
 
@@ -67,6 +67,15 @@ run: build
 # after the run, so `docker load -i bin/shardfence-image.tar` brings it back.
 image:
 	scripts/with-docker scripts/build-image $(IMAGE) $(VERSION) $(COMMIT) bin/shardfence-image.tar
+
+# cluster runs a local cluster in containers until interrupted: MinIO, a
+# master and a standby, three sidecars and three example kv primaries, from
+# the images built here (scripts/cluster; nothing pulled). It needs the
+# engine for as long as it runs, so it runs inside scripts/with-docker.
+cluster: $(BIN_DIR)/minio
+	scripts/with-docker sh -c 'scripts/build-image $(IMAGE) $(VERSION) $(COMMIT) && \
+	  scripts/build-test-image $(MINIO_IMAGE) $(BIN_DIR)/minio && \
+	  SHARDFENCE_IMAGE=$(IMAGE) SHARDFENCE_MINIO_IMAGE=$(MINIO_IMAGE) scripts/cluster run'
 
 # test runs with a Docker engine for the container tests: one that answers
 # already, else (as root) a private dockerd started for the run and stopped

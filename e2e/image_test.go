@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,24 +25,9 @@ import (
 func TestImageBuildsAndRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	engine, err := containers.Engine(ctx)
-	if err != nil {
-		testservers.Unavailable(t, "Docker engine for the image", err)
-	}
-	engine.Close()
-	root := moduleRoot(t)
-	run := os.Getenv("SHARDFENCE_TEST_RUN")
-	if run == "" {
-		run = "local"
-	}
-	tag := "shardfence:e2e-" + strings.NewReplacer("_", "-", ".", "-").Replace(run)
-	const ver, commit = "v0.0.0-e2e", "e2e0123456789abcdef"
-	out, err := exec.CommandContext(ctx, filepath.Join(root, "scripts", "build-image"), tag, ver, commit).CombinedOutput()
-	if err != nil {
-		t.Fatalf("scripts/build-image: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", tag).Run() })
-	label := "--label=" + containers.RunLabel + "=" + run
+	tag := shardfenceImage(t)
+	const ver, commit = imageVersion, imageCommit
+	label := "--label=" + containers.RunLabel + "=" + testRun()
 
 	got := docker(t, ctx, "run", "--rm", label, "--network", "none", tag, "version")
 	if !strings.HasPrefix(got, "shardfence "+ver+" (commit "+commit+",") {
@@ -80,6 +67,52 @@ func TestImageBuildsAndRuns(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// The version and commit the e2e image is stamped with.
+const imageVersion, imageCommit = "v0.0.0-e2e", "e2e0123456789abcdef"
+
+var (
+	imageOnce sync.Once
+	imageTag  string
+	imageErr  error
+)
+
+// shardfenceImage builds the image `make image` builds (scripts/build-image)
+// once per run, as shardfence:e2e, in the engine the run has, or ends the
+// test (a skip with the reason without an engine; a failure under
+// CI=true).
+func shardfenceImage(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	engine, err := containers.Engine(ctx)
+	if err != nil {
+		testservers.Unavailable(t, "Docker engine for the shardfence image", err)
+	}
+	engine.Close()
+	imageOnce.Do(func() {
+		root := moduleRoot(t)
+		tag := "shardfence:e2e"
+		out, err := exec.CommandContext(ctx, filepath.Join(root, "scripts", "build-image"), tag, imageVersion, imageCommit).CombinedOutput()
+		if err != nil {
+			imageErr = fmt.Errorf("scripts/build-image: %v\n%s", err, out)
+			return
+		}
+		imageTag = tag
+	})
+	if imageErr != nil {
+		t.Fatal(imageErr)
+	}
+	return imageTag
+}
+
+// testRun is this run's label value for the containers it starts.
+func testRun() string {
+	if run := os.Getenv("SHARDFENCE_TEST_RUN"); run != "" {
+		return run
+	}
+	return "local"
 }
 
 // docker runs the docker CLI and returns its stdout, failing the test on an
