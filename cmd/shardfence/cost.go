@@ -41,7 +41,7 @@ func runCost(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var f costFlags
 	fs.StringVar(&f.provider, "provider", "aws", "store provider of the price table: aws, gcp, azure, cloudflare (or one of --prices)")
 	fs.StringVar(&f.class, "class", "", "storage class (default: the provider's first: s3-standard, standard, hot-lrs, r2-standard)")
-	fs.StringVar(&f.pricesFile, "prices", "", "a price table in the built-in table's JSON format, instead of it (`shardfence cost --show-prices` prints that)")
+	fs.StringVar(&f.pricesFile, "prices", "", "a price table in the built-in table's JSON format, instead of it ('shardfence cost --show-prices' prints that)")
 	fs.Float64Var(&f.put, "put-per-1k", -1, "override: $ per 1,000 PUT-class requests (writes, LIST)")
 	fs.Float64Var(&f.get, "get-per-1k", -1, "override: $ per 1,000 GET-class requests (GET, HEAD)")
 	fs.Float64Var(&f.storage, "storage-per-gb-month", -1, "override: $ per GiB-month stored")
