@@ -2,9 +2,10 @@
 # Everything a fresh machine with Go (and Node.js for Azurite) needs is
 # installed by `make tools`, which `make test` runs first. Test-server binaries
 # are cached outside the module, so a second run on the same machine reuses them.
-# Two Go modules are tested: the shardfence module (.) and e2e/, which holds
-# the tests against stores in Docker containers (testcontainers-go), kept out
-# of the shardfence module's requirements.
+# Three Go modules are tested: the shardfence module (.), e2e/, which holds
+# the tests against stores in Docker containers (testcontainers-go), and
+# deploy/, which checks the deployment files (k8s.io/api, promtool,
+# systemd-analyze); both kept out of the shardfence module's requirements.
 
 GO            ?= go
 TOOLS_DIR     ?= $(or $(SHARDFENCE_TOOLS_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/shardfence/tools)
@@ -21,21 +22,30 @@ CONNECT_GO_VERSION := v1.21.1
 # tests it would make its dependencies (Pub/Sub, gRPC servers...) requirements
 # of the module.
 FAKE_GCS_VERSION := v1.56.1
+# promtool checks and unit-tests the alerting rules (deploy/prometheus); the
+# Go module version v0.316.0 is Prometheus 3.16.0.
+PROMTOOL_VERSION := v0.316.0
 # The container tests' images, built locally from the binaries above (never
 # pulled); SHARDFENCE_MINIO_IMAGE / SHARDFENCE_VERSITYGW_IMAGE choose others.
 MINIO_IMAGE     := shardfence/minio-test:$(MINIO_VERSION)
 VERSITYGW_IMAGE := shardfence/versitygw-test:$(VERSITYGW_VERSION)
-MODULES       := . e2e
+MODULES       := . e2e deploy
+# What `shardfence version` prints and the image's tag: the nearest tag, else
+# the commit (with -dirty for uncommitted changes); override with VERSION=.
+VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT        ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS       := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+IMAGE         ?= shardfence:$(VERSION)
 
 export SHARDFENCE_TOOLS_DIR := $(TOOLS_DIR)
 export PATH := $(BIN_DIR):$(TOOLS_DIR)/node_modules/.bin:$(PATH)
 
-.PHONY: all run build test test-go lint tools docker-engine test-images bench verify jepsen clean generate
+.PHONY: all run build image cluster test test-go lint tools docker-engine test-images bench verify jepsen clean generate
 
 all: build
 
 build:
-	$(GO) build -o bin/shardfence ./cmd/shardfence
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/shardfence ./cmd/shardfence
 	$(GO) build -o bin/kv ./examples/kv
 
 run: build
@@ -49,6 +59,23 @@ run: build
 	@echo "  curl -s -H 'Content-Type: application/json' -d '{\"shard\":\"demo\"}' http://127.0.0.1:7400/shardfence.sidecar.v1.SidecarService/Status"
 	@echo
 	./bin/shardfence serve --store file://./data --listen 127.0.0.1:7400
+
+# image builds shardfence:VERSION FROM scratch (a static binary, the host's CA
+# certificates, a non-root user, a /data volume; scripts/build-image) in the
+# engine scripts/with-docker provides, nothing pulled, and saves it to
+# bin/shardfence-image.tar too: a private engine with-docker started is gone
+# after the run, so `docker load -i bin/shardfence-image.tar` brings it back.
+image:
+	scripts/with-docker scripts/build-image $(IMAGE) $(VERSION) $(COMMIT) bin/shardfence-image.tar
+
+# cluster runs a local cluster in containers until interrupted: MinIO, a
+# master and a standby, three sidecars and three example kv primaries, from
+# the images built here (scripts/cluster; nothing pulled). It needs the
+# engine for as long as it runs, so it runs inside scripts/with-docker.
+cluster: $(BIN_DIR)/minio
+	scripts/with-docker sh -c 'scripts/build-image $(IMAGE) $(VERSION) $(COMMIT) && \
+	  scripts/build-test-image $(MINIO_IMAGE) $(BIN_DIR)/minio && \
+	  SHARDFENCE_IMAGE=$(IMAGE) SHARDFENCE_MINIO_IMAGE=$(MINIO_IMAGE) scripts/cluster run'
 
 # test runs with a Docker engine for the container tests: one that answers
 # already, else (as root) a private dockerd started for the run and stopped
@@ -65,6 +92,8 @@ test-go:
 	$(GO) test -race -count=1 -timeout 40m ./... || rc=1; \
 	echo "cd e2e && $(GO) test -race -count=1 -timeout 30m ./..."; \
 	(cd e2e && $(GO) test -race -count=1 -timeout 30m ./...) || rc=1; \
+	echo "cd deploy && $(GO) test -count=1 -timeout 15m ./..."; \
+	(cd deploy && $(GO) test -count=1 -timeout 15m ./...) || rc=1; \
 	exit $$rc
 
 # test-images builds the container tests' images from the binaries `make
@@ -92,7 +121,7 @@ lint: $(BIN_DIR)/staticcheck
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./blobstore/...
 
-tools: $(BIN_DIR)/staticcheck $(BIN_DIR)/buf $(BIN_DIR)/protoc-gen-go $(BIN_DIR)/protoc-gen-connect-go $(BIN_DIR)/minio $(BIN_DIR)/versitygw $(BIN_DIR)/fake-gcs-server $(TOOLS_DIR)/node_modules/.bin/azurite-blob docker-engine
+tools: $(BIN_DIR)/staticcheck $(BIN_DIR)/promtool $(BIN_DIR)/buf $(BIN_DIR)/protoc-gen-go $(BIN_DIR)/protoc-gen-connect-go $(BIN_DIR)/minio $(BIN_DIR)/versitygw $(BIN_DIR)/fake-gcs-server $(TOOLS_DIR)/node_modules/.bin/azurite-blob docker-engine
 	@for m in $(MODULES); do (cd $$m && $(GO) mod download) || exit 1; done
 
 # docker-engine installs Debian's docker.io as root where no dockerd exists;
@@ -130,6 +159,11 @@ $(BIN_DIR)/versitygw:
 	@mkdir -p $(BIN_DIR)
 	@echo "building versitygw $(VERSITYGW_VERSION) into $(BIN_DIR) (a few minutes, once per machine)"
 	cd $(TOOLS_DIR) && GOBIN=$(BIN_DIR) GOFLAGS=-mod=mod $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+
+$(BIN_DIR)/promtool:
+	@mkdir -p $(BIN_DIR)
+	@echo "building promtool $(PROMTOOL_VERSION) into $(BIN_DIR) (a few minutes, once per machine)"
+	cd $(TOOLS_DIR) && GOBIN=$(BIN_DIR) GOFLAGS=-mod=mod $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
 
 $(BIN_DIR)/fake-gcs-server:
 	@mkdir -p $(BIN_DIR)

@@ -45,8 +45,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		benchUsage(stderr)
 		return fmt.Errorf("%w: name a bench target", errUsage)
 	}
-	if a := args[0]; a == "-h" || a == "--help" || a == "help" {
-		benchUsage(stderr)
+	if a := args[0]; a == "-h" || a == "-help" || a == "--help" || a == "help" {
+		benchUsage(stdout)
 		return flag.ErrHelp
 	}
 	for _, t := range benchTargets() {

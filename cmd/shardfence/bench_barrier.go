@@ -21,7 +21,7 @@ import (
 const benchBarrierSummary = "read barriers per fencing mode: store round trips per barrier and barriers/s, one reader and many at once"
 
 func runBenchBarrier(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench barrier", stderr)
+	fs := newFlags("bench barrier", stdout)
 	latency := fs.Duration("latency", 10*time.Millisecond, "delay added to every store request (one injected round trip)")
 	readers := fs.Int("readers", 64, "concurrent readers, each calling Barrier in a closed loop")
 	duration := fs.Duration("duration", 3*time.Second, "run time per mode and reader count")

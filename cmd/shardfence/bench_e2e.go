@@ -23,7 +23,7 @@ func runBenchE2E(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 // benchE2E runs the bench with c as the sidecar's command.
 func benchE2E(ctx context.Context, c fleetCmd, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench e2e", stderr)
+	fs := newFlags("bench e2e", stdout)
 	storeURL := fs.String("store", "", "store URL (default: a fresh file:// store in a temporary folder; not mem://); keys go under a random shardfence-bench-e2e/ prefix, removed afterwards")
 	callers := fs.String("callers", "1,16,64", "numbers of concurrent callers, each appending one op per call in a closed loop")
 	opSize := fs.Int("op-size", 1024, "bytes per op")

@@ -38,7 +38,7 @@ type failoverRun struct {
 }
 
 func runBenchFailover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench failover", stderr)
+	fs := newFlags("bench failover", stdout)
 	store := fs.String("store", "", "store URL the master and sidecars use (default: a file:// store in a temporary directory)")
 	ttls := fs.String("ttls", "1s/1s,1s/2s,2s/2s,10s/20s", "comma-separated ACTIVE/SUSPICION client TTL pairs to measure")
 	runs := fs.Int("runs", 3, "failovers per TTL pair (the table shows the median)")

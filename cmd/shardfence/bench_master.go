@@ -18,7 +18,7 @@ import (
 const benchMasterSummary = "master: remount recovery-lease assignment, heap per object, GetReplicaList ops/s, snapshots, promotion, log cost per mutation"
 
 func runBenchMaster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fl := newFlags("bench master", stderr)
+	fl := newFlags("bench master", stdout)
 	objects := fl.String("objects", "1000000,10000000", "comma-separated object counts for the remount table (10M needs about 4 GB of memory); empty skips it")
 	clients := fl.String("clients", "1,16", "comma-separated client counts for the GetReplicaList table; empty skips it")
 	keys := fl.Int("read-keys", 100000, "objects the GetReplicaList table reads from")

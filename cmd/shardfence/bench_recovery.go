@@ -14,7 +14,7 @@ import (
 const benchRecoverySummary = "hydrate + replay throughput against a plain parallel GET of the same bytes"
 
 func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	flags := newFlags("bench recovery", stderr)
+	flags := newFlags("bench recovery", stdout)
 	rawURL := flags.String("url", "", "store URL (e.g. minio://...); empty: the fs driver in a temporary directory")
 	ckptMiB := flags.Int("checkpoint-mib", 900, "checkpoint size in MiB")
 	tlogMiB := flags.Int("translog-mib", 100, "translog payload after the checkpoint in MiB")

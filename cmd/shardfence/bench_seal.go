@@ -12,7 +12,7 @@ import (
 const benchSealSummary = "takeover latency: store requests and ms from claim start to an open writer"
 
 func runBenchSeal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench seal", stderr)
+	fs := newFlags("bench seal", stdout)
 	latency := fs.Duration("latency", 10*time.Millisecond, "delay added to every store request (one injected round trip)")
 	gens := fs.Int("gens", 20, "generations the predecessor wrote since its restore point")
 	opSize := fs.Int("op-size", 256, "bytes per op (one op per generation)")

@@ -15,7 +15,7 @@ import (
 const benchStoreSummary = "object-store driver: p50/p99 latency and ops/s per operation at 1 and N clients"
 
 func runBenchStore(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench store", stderr)
+	fs := newFlags("bench store", stdout)
 	store := fs.String("store", "", "store URL to measure, e.g. s3://bucket/prefix?endpoint=..., minio://host:port/bucket, file://./data, mem://x")
 	duration := fs.Duration("duration", 500*time.Millisecond, "run time of each operation at each concurrency (the run takes about 12 times this)")
 	clientsFlag := fs.String("clients", "1,16", "comma-separated concurrency levels, each client in a closed loop")

@@ -13,7 +13,7 @@ import (
 const benchTranslogSummary = "fenced translog: ack latency, throughput and requests per sync by ack order"
 
 func runBenchTranslog(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench translog", stderr)
+	fs := newFlags("bench translog", stdout)
 	latency := fs.Duration("latency", 10*time.Millisecond, "delay added to every store request (one injected round trip)")
 	appenders := fs.Int("appenders", 64, "concurrent appenders, each in a closed loop")
 	opSize := fs.Int("op-size", 1024, "bytes per op (one op per append)")

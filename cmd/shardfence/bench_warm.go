@@ -14,7 +14,7 @@ import (
 const benchWarmSummary = "warm open: time to first checkpoint read by checkpoint size, random reads partial vs full"
 
 func runBenchWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	flags := newFlags("bench warm", stderr)
+	flags := newFlags("bench warm", stdout)
 	rawURL := flags.String("url", "", "store URL (e.g. minio://...); empty: the fs driver in a temporary directory")
 	sizes := flags.String("sizes-mib", "10,2048", "checkpoint sizes in MiB, comma-separated")
 	fileMiB := flags.Int("file-mib", 64, "checkpoint file size in MiB")

@@ -36,30 +36,32 @@ func cli(t *testing.T, stdin string, args ...string) cliResult {
 	return cliResult{code, out.String(), errOut.String()}
 }
 
-// Every command: -h exits 0 and prints its flags; an unknown flag or a bad
-// value is a usage error, exit 2, its message printed once.
+// Every command: -h exits 0 and prints its flags to stdout (so `shardfence
+// COMMAND -h | less` shows them), nothing to stderr; an unknown flag or a
+// bad value is a usage error, exit 2, its message printed once on stderr.
 func TestHelpAndUsageErrorsEverywhere(t *testing.T) {
 	cmds := [][]string{{"serve"}, {"open"}, {"append"}, {"read"}, {"read-file"}, {"status"}, {"close"}, {"gc"}, {"inspect"}, {"settings"},
 		{"handoff", "start"}, {"handoff", "adopt"}, {"handoff", "abort"}, {"conformance"}, {"master"}, {"demo"},
-		{"bench", "store"}, {"bench", "e2e"}, {"bench", "translog"}, {"bench", "seal"}, {"bench", "recovery"}, {"bench", "master"}}
+		{"bench", "store"}, {"bench", "e2e"}, {"bench", "translog"}, {"bench", "seal"}, {"bench", "recovery"}, {"bench", "master"},
+		{"version"}, {"cost"}, {"master", "nodes"}, {"master", "assign"}, {"master", "watch"}}
 	for _, c := range cmds {
 		name := strings.Join(c, " ")
 		r := cli(t, "", append(c, "-h")...)
-		if r.code != 0 || !strings.Contains(r.stderr, "-") {
-			t.Errorf("%s -h: exit %d, stderr %q", name, r.code, r.stderr)
+		if r.code != 0 || !strings.Contains(r.stdout, "-") || r.stderr != "" {
+			t.Errorf("%s -h: exit %d, stdout %q, stderr %q (want the help on stdout alone)", name, r.code, r.stdout, r.stderr)
 		}
 		heads := 0
-		for _, line := range strings.Split(r.stderr, "\n") {
+		for _, line := range strings.Split(r.stdout, "\n") {
 			if strings.HasPrefix(line, "usage:") || strings.HasPrefix(line, "Usage of") {
 				heads++
 			}
 		}
 		if heads != 1 {
-			t.Errorf("%s -h: usage printed %d times, want once:\n%s", name, heads, r.stderr)
+			t.Errorf("%s -h: usage printed %d times, want once:\n%s", name, heads, r.stdout)
 		}
 		// The flag package takes a `quoted` phrase of a usage text as the
 		// flag's value name: "-fencing-mode shardfence settings".
-		for _, line := range strings.Split(r.stderr, "\n") {
+		for _, line := range strings.Split(r.stdout, "\n") {
 			head, _, _ := strings.Cut(line, "\t") // a one-letter flag's usage follows a tab
 			if strings.HasPrefix(head, "  -") && len(strings.Fields(head)) > 2 {
 				t.Errorf("%s -h: flag line %q names a value of more than one word (a backquote in its usage?)", name, line)
@@ -73,8 +75,8 @@ func TestHelpAndUsageErrorsEverywhere(t *testing.T) {
 			t.Errorf("%s: stderr does not end with a newline: %q", name, r.stderr)
 		}
 	}
-	if r := cli(t, "", "handoff", "-h"); r.code != 0 || !strings.Contains(r.stderr, "handoff start") {
-		t.Errorf("handoff -h: exit %d, stderr %q", r.code, r.stderr)
+	if r := cli(t, "", "handoff", "-h"); r.code != 0 || !strings.Contains(r.stdout, "handoff start") {
+		t.Errorf("handoff -h: exit %d, stdout %q", r.code, r.stdout)
 	}
 	if r := cli(t, "", "handoff"); r.code != 2 {
 		t.Errorf("handoff without a subcommand: exit %d", r.code)

@@ -198,7 +198,7 @@ type clientEnv struct {
 // runClient parses args, dials the sidecar and runs cmd; API errors come
 // back as one line (remoteErr).
 func runClient(ctx context.Context, cmd clientCmd, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags(cmd.name, stderr)
+	fs := newFlags(cmd.name, stdout)
 	c := addClientFlags(fs, cmd.withShard)
 	var check func() error
 	if cmd.flags != nil {

@@ -51,7 +51,7 @@ type certificateOutput struct {
 const maxDetails = 8
 
 func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("conformance", stderr)
+	fs := newFlags("conformance", stdout)
 	store := fs.String("store", "", "store URL to check, e.g. file://./data, s3://bucket/prefix, mem://name")
 	asJSON := fs.Bool("json", false, "print one JSON document instead of the tables")
 	timeout := fs.Duration("timeout", 10*time.Minute, "stop the whole run after this long; unfinished checks are reported as skipped")

@@ -287,7 +287,7 @@ func TestConformanceUsage(t *testing.T) {
 	if code, _, errOut := runCmd(t, "conformance", "--store", "nosuchscheme://x"); code != 1 || !strings.Contains(errOut, "unknown scheme") {
 		t.Errorf("unknown scheme: exit %d, stderr %q", code, errOut)
 	}
-	if code, _, errOut := runCmd(t, "conformance", "-h"); code != 0 || !strings.Contains(errOut, "linearizable") || !strings.Contains(errOut, "zombie-md-after-seal") {
-		t.Errorf("-h: exit %d, stderr %q", code, errOut)
+	if code, out, _ := runCmd(t, "conformance", "-h"); code != 0 || !strings.Contains(out, "linearizable") || !strings.Contains(out, "zombie-md-after-seal") {
+		t.Errorf("-h: exit %d, stdout %q", code, out)
 	}
 }

@@ -13,7 +13,7 @@ import (
 const demoSummary = "a guided failover: term 2 fences a live term 1, a handoff moves it on, no acknowledged op lost"
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("demo", stderr)
+	fs := newFlags("demo", stdout)
 	storeURL := fs.String("store", "", "store URL for the demo's shard (default: a fresh file:// store in a temporary folder)")
 	phase := fs.Duration("phase", 3*time.Second, "how long each phase appends")
 	clients := fs.Int("clients", 8, "appending clients per sidecar")

@@ -24,7 +24,7 @@ Run 'shardfence handoff start -h' (or adopt, abort) for the flags.
 
 func runHandoff(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
-		fmt.Fprint(stderr, handoffUsage)
+		fmt.Fprint(stdout, handoffUsage)
 		return flag.ErrHelp
 	}
 	if len(args) == 0 || (args[0] != "start" && args[0] != "adopt" && args[0] != "abort") {

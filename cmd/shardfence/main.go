@@ -40,6 +40,8 @@ func commands() []command {
 		{"inspect", inspectSummary, runInspect},
 		{"settings", settingsSummary, runSettings},
 		{"demo", demoSummary, runDemo},
+		{"cost", costSummary, runCost},
+		{"version", versionSummary, runVersion},
 	}
 }
 
@@ -64,11 +66,12 @@ func main() {
 }
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
+		return 2
+	}
+	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
 		return 0
 	}
 	for _, c := range commands() {
@@ -95,10 +98,12 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // newFlags returns a flag set that reports errors instead of exiting;
-// parse it with parseArgs.
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+// parse it with parseArgs. -h prints the flags to help (the command's
+// stdout, so `shardfence COMMAND -h | less` works); errors go to stderr
+// through dispatch.
+func newFlags(name string, help io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("shardfence "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(help)
 	return fs
 }
 

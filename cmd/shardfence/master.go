@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -32,13 +31,14 @@ const masterSummary = "run the master: leases, placement, eviction, remount; wit
 const masterStoreEnv = envPrefix + "MASTER_STORE"
 
 func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "promote", "status", "snapshot", "nodes", "shards", "watch", "assign", "unassign", "drain", "undrain":
-			return runMasterAdmin(ctx, args[0], args[1:], stdout, stderr)
-		}
+	if len(args) > 0 && isMasterSubcommand(args[0]) {
+		return runMasterAdmin(ctx, args[0], args[1:], stdout, stderr)
 	}
-	fs := newFlags("master", stderr)
+	if len(args) > 0 && args[0] != "" && !strings.HasPrefix(args[0], "-") {
+		return unknownMasterSubcommand(args[0])
+	}
+	fs := newFlags("master", stdout)
+	fs.Usage = masterUsage(fs)
 	listen := fs.String("listen", "127.0.0.1:7500", "address to serve the API, /metrics, /healthz and /readyz on")
 	fs.String("config", "", "YAML file of flag values (keys are flag names; client_active_ttl_sec, client_suspicion_ttl_sec and client_live_ttl_sec are read too); flags win over it")
 	var sec serverSecurity
@@ -81,7 +81,8 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	retainGens := fs.Int64("retain-gens", 1000, "log generations GC keeps below the newest snapshot (a standby lagging further reloads from the snapshot)")
 	maxLag := fs.Duration("standby-max-lag", 10*time.Second, "lag past which a standby reports not ready")
 	fenceCheck := fs.Duration("fence-check-interval", time.Second, "how often an idle primary checks the store for a newer master")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var logs logFlags
+	logs.add(fs)
 	if err := loadConfigAliased(fs, args, func(string) string { return "" }, seedConfigAliases); err != nil {
 		return err
 	}
@@ -106,11 +107,14 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case *retainSnaps < 1 || *retainGens < 0:
 		return fmt.Errorf("%w: --retain-snapshots must be at least 1 and --retain-gens not negative", errUsage)
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("%w: --log-level: %v", errUsage, err)
+	logNode := *node
+	if logNode == "" && *store != "" {
+		logNode, _ = os.Hostname() // the name the master records (ha.Options.Node)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log, err := logs.logger(stderr, "master", logNode)
+	if err != nil {
+		return err
+	}
 	warnings, err := ttl.resolve(fs, &cfg.Liveness)
 	if err != nil {
 		return err
@@ -171,6 +175,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ready in-memory\n")) })
 		serving = func() (*master.Master, error) { return m, nil }
 		liveness = m.RunLiveness
+		reg.MustRegister(newMasterStateCollector(nil))
 		log.Warn("master state is in memory only: a restart loses every object (run with --store and --cluster to keep it)")
 	} else {
 		if _, err := master.New(cfg, mopts); err != nil { // validate before touching the store
@@ -195,6 +200,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("%w: %v", errUsage, err)
 		}
 		n.Mount(mux)
+		reg.MustRegister(newMasterStateCollector(n))
 		serving, run = n.Serving, n.Run
 	}
 

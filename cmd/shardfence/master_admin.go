@@ -104,7 +104,7 @@ func masterErr(what, addr string, err error, tokenFile string) error {
 // runMasterAdmin runs `shardfence master promote|status|snapshot|nodes|
 // shards|assign|unassign|drain|undrain`.
 func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("master "+cmd, stderr)
+	fs := newFlags("master "+cmd, stdout)
 	var c masterConn
 	def := os.Getenv(envPrefix + "MASTER_ADDR")
 	if def == "" {

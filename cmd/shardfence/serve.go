@@ -36,7 +36,8 @@ const serveSummary = "run the sidecar: open shards, fenced appends, reads (Conne
 const envPrefix = "SHARDFENCE_"
 
 type serveFlags struct {
-	store, listen, config, node, logLevel string
+	store, listen, config, node string
+	logFlags
 	serverSecurity
 	allowUnfenced                bool
 	allowFencingFailures         bool
@@ -55,15 +56,15 @@ type serveFlags struct {
 	gcAfterCheckpoint            bool
 }
 
-func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
-	fs := newFlags("serve", stderr)
+func serveFlagSet(stdout io.Writer) (*flag.FlagSet, *serveFlags) {
+	fs := newFlags("serve", stdout)
 	f := &serveFlags{}
 	d := sidecar.DefaultSettings()
 	fs.StringVar(&f.store, "store", "", "store URL all shards live under, e.g. file://./data, s3://bucket/prefix (required)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:7400", "address to serve on: HOST:PORT or unix:///path/to.sock")
 	fs.StringVar(&f.config, "config", "", "YAML file of flag values (keys are flag names); flags and SHARDFENCE_* variables win over it")
 	fs.StringVar(&f.node, "node", "", "name of this node, recorded in fence keys for operators")
-	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.logFlags.add(fs)
 	f.serverSecurity.addFlags(fs, "sidecar")
 	fs.StringVar(&f.masters, "master", "", "register with the master at this URL (comma-separated: the master and its standbys) and carry out its shard assignments (automatic failover); needs --node")
 	fs.StringVar(&f.advertise, "advertise", "", "URL of this sidecar's API as the master and primaries reach it (default: http(s)://the --listen address when it is not a wildcard)")
@@ -364,7 +365,7 @@ func loadCAs(flagName, path string) (*x509.CertPool, error) {
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, f := serveFlagSet(stderr)
+	fs, f := serveFlagSet(stdout)
 	if err := loadConfig(fs, args, os.Getenv); err != nil {
 		return err
 	}
@@ -378,11 +379,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if f.defaults.AckOrder, err = parseAckOrder(f.ackOrder); err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return fmt.Errorf("%w: --log-level %q", errUsage, f.logLevel)
+	// The agent names the node on its lines itself.
+	baseLog, err := f.logFlags.logger(stderr, "sidecar", "")
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := baseLog
+	if f.node != "" {
+		log = log.With(logKeyNode, f.node)
+	}
 	// Everything the command line decides is checked before the store is
 	// opened and the address bound.
 	token, tlsCfg, public, err := f.serverSecurity.resolve(f.listen)
@@ -455,9 +460,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts.Registerer = reg
-	if err := checkCertificate(ctx, store, f.allowFencingFailures, log); err != nil {
+	certState, err := checkCertificate(ctx, store, f.allowFencingFailures, log)
+	if err != nil {
 		return err
 	}
+	registerCertificateState(reg, certState)
 	srv, err := sidecar.New(ctx, store, opts)
 	if err != nil {
 		return err
@@ -501,7 +508,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	defer stopAgent()
 	if len(masters) > 0 {
-		ag, err := newAgent(f, masters, ln, tlsCfg != nil, srv, log)
+		ag, err := newAgent(f, masters, ln, tlsCfg != nil, srv, baseLog)
 		if err != nil {
 			_ = srv.Shutdown(context.Background())
 			return err
@@ -566,28 +573,33 @@ func displayAddr(listen string, ln net.Listener) string {
 // certificate records a failed fencing check is refused, naming the check,
 // unless allow; a missing, unreadable, foreign or partial certificate is a
 // warning, since a store is certified by running the suite, not by serve.
-func checkCertificate(ctx context.Context, store *blobstore.Container, allow bool, log *slog.Logger) error {
+func checkCertificate(ctx context.Context, store *blobstore.Container, allow bool, log *slog.Logger) (state string, err error) {
 	cert, err := conformance.ReadCertificate(ctx, store)
 	switch {
 	case errors.Is(err, conformance.ErrNoCertificate):
 		log.Warn("store not certified for fencing: run `shardfence conformance --store URL` once; it records the outcome in the store, and serve refuses a store that fails a fencing check", "store", store.String())
-		return nil
+		return certMissing, nil
 	case err != nil:
 		// Store trouble shows again in the precondition probe next.
 		log.Warn("conformance certificate not read; run `shardfence conformance --store URL` again", "store", store.String(), "error", err.Error())
-		return nil
+		return certUnreadable, nil
 	case cert.Store != store.String():
 		log.Warn("conformance certificate was recorded for another store or driver; ignoring it: run `shardfence conformance --store URL` on this one", "store", store.String(), "certified", cert.Store)
-		return nil
+		return certForeign, nil
 	}
+	state = certCertified
 	if rerr := cert.Refusal(); rerr != nil {
 		if !allow {
-			return fmt.Errorf("sidecar start-up: refusing %w (fix the store or its driver and run `shardfence conformance --store URL` again, or pass --allow-fencing-failures to serve anyway)", rerr)
+			return "", fmt.Errorf("sidecar start-up: refusing %w (fix the store or its driver and run `shardfence conformance --store URL` again, or pass --allow-fencing-failures to serve anyway)", rerr)
 		}
 		log.Warn("serving a store that failed fencing checks (--allow-fencing-failures)", "store", store.String(), "error", rerr.Error())
+		state = certFailed
 	}
 	v := cert.Judge()
 	if len(v.Unverified) > 0 {
+		if state == certCertified {
+			state = certUnverified
+		}
 		log.Warn("conformance certificate does not show every fencing check of this build passed; run `shardfence conformance --store URL` again", "store", store.String(), "unverified", strings.Join(v.Unverified, ","), "issued", cert.Issued)
 	}
 	if len(v.BlobFailed) > 0 {
@@ -600,5 +612,5 @@ func checkCertificate(ctx context.Context, store *blobstore.Container, allow boo
 	if len(v.Failed) == 0 && len(v.Unverified) == 0 {
 		log.Info("store certified for fencing", "store", store.String(), "issued", cert.Issued, "fencing_suite", conformance.FencingVersion)
 	}
-	return nil
+	return state, nil
 }

@@ -18,7 +18,7 @@ import (
 const settingsSummary = "show or rewrite a shard's stored fencing (admin; the shard must have no live owner)"
 
 func runSettings(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("settings", stderr)
+	fs := newFlags("settings", stdout)
 	storeURL := fs.String("store", "", "store URL all shards live under (required)")
 	shard := fs.String("shard", "", "shard id (required)")
 	term := fs.Int64("term", 0, "term the rewrite claims, above every term of the shard (rewrite only)")

@@ -57,19 +57,29 @@ func main() {
 	shards := flag.Int("shards", 3, "number of shards the keys spread over (the same for every process and client)")
 	dir := flag.String("data-dir", "", "where each shard's last checkpoint is kept locally (default: none)")
 	broken := flag.String("broken", "", "for tests only: early-ack answers writes before the log acknowledged them")
+	tokenFile := flag.String("sidecar-token-file", "", "file holding the sidecar's bearer token (its --auth-token-file), for a sidecar that wants one (one listening off loopback, as in a Kubernetes pod)")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := run(*listen, *sidecarAddr, *shards, *dir, *broken, log); err != nil {
+	var opts []client.Option
+	if *tokenFile != "" {
+		tok, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			log.Error("kv stopped", "err", err)
+			os.Exit(1)
+		}
+		opts = append(opts, client.WithToken(strings.TrimSpace(string(tok))))
+	}
+	if err := run(*listen, *sidecarAddr, *shards, *dir, *broken, log, opts...); err != nil {
 		log.Error("kv stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(listen, sidecarAddr string, shards int, dir, broken string, log *slog.Logger) error {
+func run(listen, sidecarAddr string, shards int, dir, broken string, log *slog.Logger, opts ...client.Option) error {
 	if shards < 1 || (broken != "" && broken != "early-ack") {
 		return errors.New("--shards must be positive and --broken empty or early-ack")
 	}
-	sc, err := client.New(sidecarAddr)
+	sc, err := client.New(sidecarAddr, opts...)
 	if err != nil {
 		return err
 	}
