@@ -109,7 +109,10 @@ func TestMasterFailoverMultiProcess(t *testing.T) {
 	}
 	storeURL := srv.MinioURL("masters")
 	ctx := context.Background()
-	common := []string{"--snapshot-interval", "100ms", "--fence-check-interval", "200ms", "--retain-gens", "50", "--data-dir", t.TempDir()}
+	// Promotions by hand only (elections off): TestMasterElectionMultiProcess
+	// covers the elected ones, and an election racing these promotes would
+	// make the terms this test expects a matter of timing.
+	common := []string{"--snapshot-interval", "100ms", "--fence-check-interval", "200ms", "--retain-gens", "50", "--data-dir", t.TempDir(), "--election-timeout", "0"}
 	a := startMasterProc(t, "a", storeURL, common...)
 	a.waitReady(t)
 	seg := master.SegmentSpec{ID: 1, Name: "seg", Size: 1 << 40, Endpoint: "c1:1"}
