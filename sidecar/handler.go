@@ -10,11 +10,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"connectrpc.com/grpchealth"
-	"connectrpc.com/grpcreflect"
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
+	"github.com/shardfence/shardfence/internal/grpcprobe"
 	"github.com/shardfence/shardfence/internal/httpauth"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -43,16 +42,11 @@ func (s *Server) Handler(o HandlerOptions) http.Handler {
 		// CPU than the bytes it saves on loopback. Large read batches
 		// still compress for clients that ask.
 		connect.WithCompressMinBytes(16<<10))
-	mux.Handle(path, s.limitRequests(h))
+	guard := s.requestGuard()
+	mux.Handle(path, guard.Wrap(h))
 	// The gRPC ecosystem's endpoints: health checking (open to probes, as
 	// /healthz and /readyz are) and server reflection.
-	hpath, hh := grpchealth.NewHandler(healthChecker{s})
-	mux.Handle(hpath, s.limitRequests(hh))
-	reflector := grpcreflect.NewStaticReflector(sidecarv1connect.SidecarServiceName, grpchealth.HealthV1ServiceName)
-	rpath, rh := grpcreflect.NewHandlerV1(reflector)
-	mux.Handle(rpath, s.limitRequests(rh))
-	rpath, rh = grpcreflect.NewHandlerV1Alpha(reflector)
-	mux.Handle(rpath, s.limitRequests(rh))
+	grpcprobe.Mount(mux, healthChecker{s}, guard.Wrap, sidecarv1connect.SidecarServiceName)
 	if o.Metrics != nil {
 		mux.Handle("/metrics", o.Metrics)
 	}
@@ -72,14 +66,8 @@ func (s *Server) Handler(o HandlerOptions) http.Handler {
 	}
 	return httpauth.RequireBearer(o.AuthToken,
 		"missing or wrong bearer token: send the sidecar's token as Authorization: Bearer TOKEN (the shardfence client commands read it from --auth-token-file or SHARDFENCE_AUTH_TOKEN_FILE)",
-		mux, "/healthz", "/readyz", healthCheckPath, healthWatchPath)
+		mux, "/healthz", "/readyz", grpcprobe.CheckPath, grpcprobe.WatchPath)
 }
-
-// The health checking calls, open without the token like /healthz.
-const (
-	healthCheckPath = "/" + grpchealth.HealthV1ServiceName + "/Check"
-	healthWatchPath = "/" + grpchealth.HealthV1ServiceName + "/Watch"
-)
 
 type service struct {
 	sidecarv1connect.UnimplementedSidecarServiceHandler
