@@ -46,6 +46,12 @@ var (
 	// ErrNodeNotEligible: no node can take the shard (or the one named
 	// cannot): not registered, not active, draining, or on another store.
 	ErrNodeNotEligible = errors.New("no eligible node")
+	// ErrRequestTooLarge: a request over --max-request-bytes (on the wire
+	// or decompressed), or a batch over its item cap; nothing was done.
+	ErrRequestTooLarge = errors.New("request too large")
+	// ErrBusy: the master holds as many request bytes as
+	// --max-concurrent-request-bytes allows; nothing was done, retry.
+	ErrBusy = errors.New("master busy")
 )
 
 // Leader is the primary master as another master knows it: its --node
@@ -180,4 +186,6 @@ var reasons = [...]struct {
 	{"SHARD_ASSIGNED", ErrShardAssigned},
 	{"SHARD_NOT_ASSIGNED", ErrShardNotAssigned},
 	{"NODE_NOT_ELIGIBLE", ErrNodeNotEligible},
+	{"REQUEST_TOO_LARGE", ErrRequestTooLarge},
+	{"MASTER_BUSY", ErrBusy},
 }

@@ -9,6 +9,7 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
+	"github.com/shardfence/shardfence/internal/reqlimit"
 )
 
 // NewHandler serves m's API over ConnectRPC (gRPC, gRPC-Web and JSON over
@@ -22,7 +23,35 @@ func NewHandler(m *Master, opts ...connect.HandlerOption) (string, http.Handler)
 // the request with it: a standby or a fenced master answers nothing but
 // Stats, which it answers from the master it has, if any.
 func NewHandlerFunc(serving func() (*Master, error), opts ...connect.HandlerOption) (string, http.Handler) {
-	return masterv1connect.NewMasterServiceHandler(&service{serving: serving}, opts...)
+	return masterv1connect.NewMasterServiceHandler(&service{serving: serving}, HandlerOptions(opts...)...)
+}
+
+// DefaultMaxRequestBytes bounds one request message of the master's APIs,
+// decompressed, unless the handler's options set another bound.
+const DefaultMaxRequestBytes = 4 << 20
+
+// HandlerOptions are opts after the master's defaults: a request message
+// (a gzip body decompressed, too) of at most DefaultMaxRequestBytes,
+// which connect.WithReadMaxBytes in opts overrides.
+func HandlerOptions(opts ...connect.HandlerOption) []connect.HandlerOption {
+	return append([]connect.HandlerOption{connect.WithReadMaxBytes(DefaultMaxRequestBytes)}, opts...)
+}
+
+// RequestGuard bounds what the clients of a master's HTTP server can make
+// it hold (reqlimit.Guard.Wrap): a body over lim.MaxRequestBytes is
+// refused, the request bytes all calls hold at once are capped, and a
+// body must arrive within lim.BodyReadTimeout. Refusals are
+// resource_exhausted with the reason REQUEST_TOO_LARGE or MASTER_BUSY.
+func RequestGuard(lim reqlimit.Limits) *reqlimit.Guard {
+	return reqlimit.New(reqlimit.Config{
+		Limits: lim, Server: "master", TooLarge: ErrRequestTooLarge, Busy: ErrBusy,
+		TooLargeHint: "split the batch",
+		APIError: func(err error) *connect.Error {
+			var ce *connect.Error
+			errors.As(connectError(err), &ce)
+			return ce
+		},
+	})
 }
 
 type service struct {
@@ -57,7 +86,7 @@ func connectError(err error) error {
 		code = connect.CodeAlreadyExists
 	case errors.Is(err, ErrWrongClient):
 		code = connect.CodePermissionDenied
-	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrQuotaExceeded):
+	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrQuotaExceeded), errors.Is(err, ErrRequestTooLarge), errors.Is(err, ErrBusy):
 		code = connect.CodeResourceExhausted
 	case errors.Is(err, ErrObjectLeased), errors.Is(err, ErrObjectNotComplete),
 		errors.Is(err, ErrNoReadableReplica), errors.Is(err, ErrSegmentMismatch), errors.Is(err, ErrNotEnoughSegments),

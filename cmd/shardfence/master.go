@@ -14,12 +14,16 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/internal/grpcprobe"
 	"github.com/shardfence/shardfence/internal/httpauth"
+	"github.com/shardfence/shardfence/internal/reqlimit"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/master/ha"
 	"github.com/shardfence/shardfence/seal"
@@ -82,11 +86,22 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	maxLag := fs.Duration("standby-max-lag", 10*time.Second, "lag past which a standby reports not ready")
 	fenceCheck := fs.Duration("fence-check-interval", time.Second, "how often an idle primary checks the store for a newer master")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	lim := reqlimit.Limits{}
+	fs.IntVar(&lim.MaxRequestBytes, "max-request-bytes", master.DefaultMaxRequestBytes, "largest request message, on the wire and decompressed")
+	fs.Int64Var(&lim.MaxConcurrentRequestBytes, "max-concurrent-request-bytes", 64<<20, "request bytes all calls may hold at once (at least --max-request-bytes)")
+	fs.DurationVar(&lim.BodyReadTimeout, "body-read-timeout", 30*time.Second, "a request body must arrive within this long of the call's start (100ms..10m)")
+	idleTimeout := fs.Duration("idle-timeout", 2*time.Minute, "close a client connection idle this long (1s..1h)")
 	if err := loadConfigAliased(fs, args, func(string) string { return "" }, seedConfigAliases); err != nil {
 		return err
 	}
 	if *evictEvery <= 0 {
 		return fmt.Errorf("%w: --eviction-interval must be positive", errUsage)
+	}
+	if err := lim.Validate(); err != nil {
+		return fmt.Errorf("%w: --max-request-bytes, --max-concurrent-request-bytes, --body-read-timeout: %v", errUsage, err)
+	}
+	if *idleTimeout < time.Second || *idleTimeout > time.Hour {
+		return fmt.Errorf("%w: --idle-timeout %v is outside 1s..1h", errUsage, *idleTimeout)
 	}
 	if *election != 0 && (*election < 100*time.Millisecond || *election > 10*time.Minute) {
 		return fmt.Errorf("%w: --election-timeout %v is outside 100ms..10m (0 turns elections off)", errUsage, *election)
@@ -154,22 +169,28 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var serving func() (*master.Master, error)
 	var run func(ctx context.Context) error
 	var liveness func(ctx context.Context) // the in-memory master's monitor (an HA node runs its own)
+	var ready func() error                 // /readyz's verdict
+	// Every handler bounds one request message, a decompressed gzip body
+	// included.
+	readMax := connect.WithReadMaxBytes(lim.MaxRequestBytes)
+	services := []string{masterv1connect.MasterServiceName, masterv1connect.MasterFleetServiceName}
 	if *store == "" {
 		m, err := master.New(cfg, mopts)
 		if err != nil {
 			return fmt.Errorf("%w: %v", errUsage, err)
 		}
-		path, h := master.NewHandler(m)
+		path, h := master.NewHandler(m, readMax)
 		mux.Handle(path, h)
 		// A table a restart loses would tell every sidecar it holds
 		// nothing: automatic failover needs the durable master.
 		path, h = master.NewFleetHandlerFunc(func() (*master.Master, error) {
 			return nil, fmt.Errorf("%w: automatic failover needs a master with --store and --cluster: its shard assignment table must survive the master", master.ErrInvalidArgument)
-		})
+		}, readMax)
 		mux.Handle(path, h)
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ready in-memory\n")) })
 		serving = func() (*master.Master, error) { return m, nil }
+		ready = func() error { return nil }
 		liveness = m.RunLiveness
 		log.Warn("master state is in memory only: a restart loses every object (run with --store and --cluster to keep it)")
 	} else {
@@ -194,19 +215,35 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return fmt.Errorf("%w: %v", errUsage, err)
 		}
-		n.Mount(mux)
-		serving, run = n.Serving, n.Run
+		n.Mount(mux, readMax)
+		serving, run, ready = n.Serving, n.Run, n.Ready
+		services = append(services, masterv1connect.MasterHAServiceName)
 	}
 
-	var handler http.Handler = mux
+	stopped := make(chan struct{})
+	grpcprobe.Mount(mux, master.HealthChecker(func() error { _, err := serving(); return err }, ready, stopped),
+		func(h http.Handler) http.Handler { return h }, services...)
+	// The guard holds every call's body bytes in one gate and cuts slow
+	// bodies; the token check before it keeps a caller without the token
+	// from taking any of them.
+	var handler http.Handler = master.RequestGuard(lim).Wrap(mux)
 	if token != "" {
 		handler = httpauth.RequireBearer(token, "missing or wrong bearer token: send the master's token as Authorization: Bearer TOKEN (the shardfence master commands read it from --auth-token-file or SHARDFENCE_MASTER_TOKEN_FILE, a sidecar from --master-token-file)",
-			mux, "/healthz", "/readyz")
+			handler, "/healthz", "/readyz", grpcprobe.CheckPath, grpcprobe.WatchPath)
 	}
 	if public && tlsCfg == nil {
 		log.Warn("serving off loopback without TLS: the bearer token and the API cross the network in clear text", "listen", *listen)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		// Bodies have their own per-call deadline (--body-read-timeout),
+		// lifted once read, so the assignment and routing streams are
+		// not cut.
+		IdleTimeout: *idleTimeout,
+		TLSConfig:   tlsCfg,
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 	// gRPC clients speak HTTP/2 (h2c without TLS); Connect and JSON
 	// clients use HTTP/1.1 or HTTP/2.
 	srv.Protocols = new(http.Protocols)
@@ -248,6 +285,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	tick := time.NewTicker(*evictEvery)
 	defer tick.Stop()
 	stop := func() error {
+		close(stopped)
 		shutCtx, cancelShut := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancelShut()
 		err := srv.Shutdown(shutCtx)
