@@ -9,6 +9,7 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
+	"github.com/shardfence/shardfence/internal/echo"
 	"github.com/shardfence/shardfence/internal/reqlimit"
 )
 
@@ -93,13 +94,13 @@ func connectError(err error) error {
 		errors.Is(err, ErrClientOffline), errors.Is(err, ErrNodeNotEligible):
 		code = connect.CodeFailedPrecondition
 	}
-	ce := connect.NewError(code, err)
+	ce := connect.NewError(code, clippedError{err})
 	d := &masterv1.ErrorDetail{Reason: Reason(err)}
 	var me *Error
 	if errors.As(err, &me) {
-		d.Tenant, d.Key, d.SegmentId, d.ClientId = me.Tenant, me.Key, me.Segment, me.Client
+		d.Tenant, d.Key, d.SegmentId, d.ClientId = echo.Clip(me.Tenant), echo.Clip(me.Key), me.Segment, echo.Clip(me.Client)
 		if d.Key == "" {
-			d.Key = me.Shard // the detail has no shard field; fleet calls always sent it as the key
+			d.Key = echo.Clip(me.Shard) // the detail has no shard field; fleet calls always sent it as the key
 		}
 	}
 	if l, ok := LeaderOf(err); ok {
@@ -115,7 +116,7 @@ func itemError(err error) *masterv1.ItemError {
 	if err == nil {
 		return nil
 	}
-	return &masterv1.ItemError{Reason: Reason(err), Message: err.Error()}
+	return &masterv1.ItemError{Reason: Reason(err), Message: echo.ClipN(err.Error(), maxItemMessage)}
 }
 
 func replicasProto(reps []ReplicaInfo) []*masterv1.Replica {
