@@ -277,12 +277,35 @@ func listenOn(addr string) (net.Listener, bool, error) {
 	return ln, !isLoopback(host), nil
 }
 
+// maxTokenBytes bounds a token file: a token goes in an HTTP header,
+// and a file that never ends (a device, a wrong path) must not fill the
+// process's memory.
+const maxTokenBytes = 4096
+
+// readToken reads a bearer token: at most maxTokenBytes, surrounding
+// whitespace trimmed, at least 16 characters, each a visible ASCII
+// character (what an Authorization header carries as it is: no NUL,
+// control character, space or non-ASCII byte, which a client could not
+// send or would send as something else).
 func readToken(path string) (string, error) {
-	body, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return "", fmt.Errorf("%w: --auth-token-file: %v", errUsage, err)
 	}
+	defer f.Close()
+	body, err := io.ReadAll(io.LimitReader(f, maxTokenBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("%w: --auth-token-file %s: %v", errUsage, path, err)
+	}
+	if len(body) > maxTokenBytes {
+		return "", fmt.Errorf("%w: --auth-token-file %s holds more than %d bytes; a token goes in an HTTP header: use a random token of 16 to %d visible ASCII characters", errUsage, path, maxTokenBytes, maxTokenBytes)
+	}
 	tok := strings.TrimSpace(string(body))
+	for i := 0; i < len(tok); i++ {
+		if c := tok[i]; c < 0x21 || c > 0x7e {
+			return "", fmt.Errorf("%w: --auth-token-file %s: byte %d of the token is 0x%02X, which cannot go in an Authorization header as it is; use visible ASCII characters only (no spaces, control characters or non-ASCII)", errUsage, path, i, c)
+		}
+	}
 	if len(tok) < 16 {
 		return "", fmt.Errorf("%w: --auth-token-file %s holds %d characters; use a random token of at least 16", errUsage, path, len(tok))
 	}
