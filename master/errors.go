@@ -203,5 +203,5 @@ func (e clippedError) Error() string { return echo.ClipN(e.err.Error(), echo.Max
 func (e clippedError) Unwrap() error { return e.err }
 
 // maxItemMessage bounds the message of one item's error in a batch
-// answer, which holds up to maxBatchItems of them.
+// answer, which holds up to MaxBatchItems of them.
 const maxItemMessage = 512

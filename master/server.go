@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"connectrpc.com/connect"
@@ -179,6 +180,9 @@ func (s *service) BatchPutStart(ctx context.Context, req *connect.Request[master
 	if err != nil {
 		return nil, connectError(err)
 	}
+	if err := batchSize("BatchPutStart", len(req.Msg.GetItems())); err != nil {
+		return nil, connectError(err)
+	}
 	reqs := make([]PutRequest, len(req.Msg.GetItems()))
 	for i, it := range req.Msg.GetItems() {
 		reqs[i] = putRequest(it)
@@ -189,6 +193,20 @@ func (s *service) BatchPutStart(ctx context.Context, req *connect.Request[master
 		out.Results[i] = &masterv1.PutStartResult{Replicas: replicasProto(r.Replicas), Error: itemError(r.Err)}
 	}
 	return connect.NewResponse(out), nil
+}
+
+// MaxBatchItems bounds the items of one BatchPutStart, BatchPutEnd or
+// BatchPutRevoke, so one call cannot make an answer of any size (400,000
+// items made a 76 MB one) or hold the master's locks for long.
+const MaxBatchItems = 10000
+
+// batchSize refuses a batch over MaxBatchItems before
+// any item is done.
+func batchSize(op string, n int) error {
+	if n > MaxBatchItems {
+		return &Error{Op: op, Err: fmt.Errorf("%w: %d items in one batch, at most %d", ErrInvalidArgument, n, MaxBatchItems), Hint: "split the batch; nothing was done"}
+	}
+	return nil
 }
 
 func refs(items []*masterv1.PutEndRequest) []ObjectRef {
@@ -214,6 +232,9 @@ func (s *service) BatchPutEnd(ctx context.Context, req *connect.Request[masterv1
 	if err != nil {
 		return nil, connectError(err)
 	}
+	if err := batchSize("BatchPutEnd", len(req.Msg.GetItems())); err != nil {
+		return nil, connectError(err)
+	}
 	errs := m.BatchPutEnd(ctx, refs(req.Msg.GetItems()))
 	return connect.NewResponse(&masterv1.BatchPutEndResponse{Errors: itemErrors(errs)}), nil
 }
@@ -221,6 +242,9 @@ func (s *service) BatchPutEnd(ctx context.Context, req *connect.Request[masterv1
 func (s *service) BatchPutRevoke(ctx context.Context, req *connect.Request[masterv1.BatchPutRevokeRequest]) (*connect.Response[masterv1.BatchPutRevokeResponse], error) {
 	m, err := s.serving()
 	if err != nil {
+		return nil, connectError(err)
+	}
+	if err := batchSize("BatchPutRevoke", len(req.Msg.GetItems())); err != nil {
 		return nil, connectError(err)
 	}
 	items := make([]*masterv1.PutEndRequest, len(req.Msg.GetItems()))

@@ -51,18 +51,18 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	ttl.add(fs)
 	offboarding := fs.String("offboarding", "async", "how the offboarding of offline clients runs: async (a background executor with batching and retries) or sync (inside the liveness monitor)")
 	var cfg master.Config
-	fs.DurationVar(&cfg.DefaultLeaseTTL, "lease-ttl", 10*time.Second, "read lease TTL (default_kv_lease_ttl)")
-	fs.DurationVar(&cfg.RecoveryLeaseTTL, "recovery-lease-ttl", 0, "lease a remount grants its objects (recovery_kv_lease_ttl); 0 means --lease-ttl")
-	fs.DurationVar(&cfg.SoftPinTTL, "soft-pin-ttl", 30*time.Minute, "soft-pin interval a lease grant renews (default_kv_soft_pin_ttl)")
+	fs.DurationVar(&cfg.DefaultLeaseTTL, "lease-ttl", 10*time.Second, "read lease TTL (default_kv_lease_ttl; 10ms..24h)")
+	fs.DurationVar(&cfg.RecoveryLeaseTTL, "recovery-lease-ttl", 0, "lease a remount grants its objects (recovery_kv_lease_ttl); 0 means --lease-ttl, else 10ms..24h")
+	fs.DurationVar(&cfg.SoftPinTTL, "soft-pin-ttl", 30*time.Minute, "soft-pin interval a lease grant renews (default_kv_soft_pin_ttl; 1s..720h)")
 	fs.Float64Var(&cfg.HighWatermark, "high-watermark", 0.90, "used/capacity ratio above which eviction runs")
 	fs.Float64Var(&cfg.EvictionRatio, "eviction-ratio", 0.05, "how far below the high watermark one eviction pass frees, as a fraction of capacity")
 	fs.BoolVar(&cfg.AllowEvictSoftPinned, "allow-evict-soft-pinned", false, "let memory pressure evict soft-pinned objects (allow_evict_soft_pinned_objects)")
 	fs.IntVar(&cfg.Shards, "shards", 1024, "metadata shards, each with its own lock")
-	fs.Func("tenant-quota", "cap a tenant's memory bytes, as TENANT=BYTES (repeatable)", func(v string) error {
+	fs.Func("tenant-quota", "cap a tenant's memory bytes, as TENANT=BYTES with BYTES > 0 (repeatable)", func(v string) error {
 		name, n, ok := strings.Cut(v, "=")
 		bytes, err := strconv.ParseUint(n, 10, 64)
-		if !ok || err != nil || bytes == 0 {
-			return fmt.Errorf("want TENANT=BYTES with BYTES > 0, got %q", v)
+		if !ok || err != nil || bytes == 0 || name == "" {
+			return fmt.Errorf("want TENANT=BYTES with a tenant name and BYTES > 0, got %q", clipArg(v))
 		}
 		if cfg.TenantQuotas == nil {
 			cfg.TenantQuotas = map[string]uint64{}
@@ -70,7 +70,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		cfg.TenantQuotas[name] = bytes
 		return nil
 	})
-	evictEvery := fs.Duration("eviction-interval", 100*time.Millisecond, "how often to check the high watermark")
+	evictEvery := fs.Duration("eviction-interval", 100*time.Millisecond, "how often to check the high watermark (1ms..1m)")
 	store := fs.String("store", "", "store URL the master's operation log and snapshots live under (or $"+masterStoreEnv+"); empty keeps the state in memory only")
 	cluster := fs.String("cluster", "", "cluster name: the log is the shard master-NAME under --store (required with --store)")
 	standby := fs.Bool("standby", false, "start as a hot standby: tail the log read-only until promoted, or elected when the primary shows no sign of life for --election-timeout (without it, a master claims a new log at once and otherwise starts as a standby too)")
@@ -78,13 +78,13 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	advertise := fs.String("advertise", "", "URL this master serves its API on, as sidecars, the CLI and the other masters reach it; every other master redirects there while this one is primary (default: http(s)://the --listen address when it is not a wildcard)")
 	election := fs.Duration("election-timeout", 3*time.Second, "a standby that sees no sign of the primary's life (a new log generation or term) for this long, plus a random share of up to a fifth of it, claims the log by itself; the primary renews every third of it and answers nothing once it could not for nine tenths of it (0: no elections, only `master promote`; use the same value on every master of the cluster)")
 	dataDir := fs.String("data-dir", "", "scratch directory for snapshot files (default: the system's temporary directory)")
-	snapEvery := fs.Duration("snapshot-interval", 10*time.Minute, "take a complete snapshot this often while primary (0: only on request)")
+	snapEvery := fs.Duration("snapshot-interval", 10*time.Minute, "take a complete snapshot this often while primary (0: only on request; else 100ms..168h)")
 	snapFormat := fs.String("snapshot-format", "v2", "complete snapshot format to write: v2 (steady deadlines + clock pair) or v1 (wall-clock ms, for compatibility)")
 	fs.BoolVar(&cfg.SnapshotRestoreCleanup, "snapshot-cleanup-expired", false, "on restore from a complete snapshot, drop objects neither hard pinned nor leased nor soft pinned")
 	retainSnaps := fs.Int("retain-snapshots", 2, "complete snapshots GC keeps")
 	retainGens := fs.Int64("retain-gens", 1000, "log generations GC keeps below the newest snapshot (a standby lagging further reloads from the snapshot)")
-	maxLag := fs.Duration("standby-max-lag", 10*time.Second, "lag past which a standby reports not ready")
-	fenceCheck := fs.Duration("fence-check-interval", time.Second, "how often an idle primary checks the store for a newer master")
+	maxLag := fs.Duration("standby-max-lag", 10*time.Second, "lag past which a standby reports not ready (100ms..1h)")
+	fenceCheck := fs.Duration("fence-check-interval", time.Second, "how often an idle primary checks the store for a newer master (10ms..1m)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	lim := reqlimit.Limits{}
 	fs.IntVar(&lim.MaxRequestBytes, "max-request-bytes", master.DefaultMaxRequestBytes, "largest request message, on the wire and decompressed")
@@ -94,8 +94,31 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := loadConfigAliased(fs, args, func(string) string { return "" }, seedConfigAliases); err != nil {
 		return err
 	}
-	if *evictEvery <= 0 {
-		return fmt.Errorf("%w: --eviction-interval must be positive", errUsage)
+	for _, d := range []struct {
+		flag   string
+		v      time.Duration
+		lo, hi time.Duration
+		zero   string // what 0 means, if it is allowed
+	}{
+		{"--lease-ttl", cfg.DefaultLeaseTTL, master.MinLeaseTTL, master.MaxLeaseTTL, ""},
+		{"--recovery-lease-ttl", cfg.RecoveryLeaseTTL, master.MinLeaseTTL, master.MaxLeaseTTL, "--lease-ttl"},
+		{"--soft-pin-ttl", cfg.SoftPinTTL, time.Second, master.MaxSoftPinTTL, ""},
+		{"--liveness-interval", ttl.interval, master.MinMonitorInterval, master.MaxMonitorInterval, "a tenth of the shorter client TTL"},
+		{"--snapshot-interval", *snapEvery, 100 * time.Millisecond, 7 * 24 * time.Hour, "only on request"},
+		{"--standby-max-lag", *maxLag, 100 * time.Millisecond, time.Hour, ""},
+		{"--fence-check-interval", *fenceCheck, 10 * time.Millisecond, time.Minute, ""},
+		{"--eviction-interval", *evictEvery, time.Millisecond, time.Minute, ""},
+	} {
+		if d.v == 0 && d.zero != "" {
+			continue
+		}
+		if d.v < d.lo || d.v > d.hi {
+			zero := ""
+			if d.zero != "" {
+				zero = " (0: " + d.zero + ")"
+			}
+			return fmt.Errorf("%w: %s %v is outside %v..%v%s", errUsage, d.flag, d.v, d.lo, d.hi, zero)
+		}
 	}
 	if err := lim.Validate(); err != nil {
 		return fmt.Errorf("%w: --max-request-bytes, --max-concurrent-request-bytes, --body-read-timeout: %v", errUsage, err)

@@ -313,9 +313,24 @@ func TestMasterGRPCHealthAndReflection(t *testing.T) {
 	wg.Wait()
 }
 
-// The limits' flags have ranges.
-func TestMasterLimitFlagsAreBounded(t *testing.T) {
+// Every duration flag of the master has a range, and a tenant quota
+// names its tenant: 1ns of liveness interval burned a core, and a lease
+// TTL of 0 or 876000h, a negative snapshot interval or standby lag and a
+// quota for the tenant "" were accepted.
+func TestMasterFlagsAreBounded(t *testing.T) {
 	for _, args := range [][]string{
+		{"--liveness-interval", "1ns"},
+		{"--liveness-interval", "2s"},
+		{"--lease-ttl", "0"},
+		{"--lease-ttl", "876000h"},
+		{"--recovery-lease-ttl", "876000h"},
+		{"--soft-pin-ttl", "100000h"},
+		{"--snapshot-interval", "-1s"},
+		{"--standby-max-lag", "-1s"},
+		{"--standby-max-lag", "0"},
+		{"--fence-check-interval", "-1s"},
+		{"--eviction-interval", "0"},
+		{"--tenant-quota", "=5"},
 		{"--max-request-bytes", "0"},
 		{"--max-request-bytes", "2097152", "--max-concurrent-request-bytes", "1048576"},
 		{"--body-read-timeout", "1ms"},
