@@ -50,7 +50,9 @@ func TestTokenFilesAreBoundedAndHeaderSafe(t *testing.T) {
 	}
 	nul := write("nul-file", "0123456789abcdef\x00")
 	for _, cmd := range []func([]string) error{
-		func(a []string) error { return runServe(t.Context(), append([]string{"--store", "file://" + dir}, a...), &syncBuffer{}, &syncBuffer{}) },
+		func(a []string) error {
+			return runServe(t.Context(), append([]string{"--store", "file://" + dir}, a...), &syncBuffer{}, &syncBuffer{})
+		},
 		func(a []string) error { return runMaster(t.Context(), a, &syncBuffer{}, &syncBuffer{}) },
 	} {
 		for _, f := range []string{big, nul} {
