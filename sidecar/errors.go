@@ -148,6 +148,7 @@ var reasons = []struct {
 	{"not_available", ErrNotAvailable, connect.CodeUnimplemented},
 	{"backpressure", translog.ErrBackpressure, connect.CodeResourceExhausted},
 	{"sidecar_busy", ErrBusy, connect.CodeResourceExhausted},
+	{"watch_behind", ErrWatchBehind, connect.CodeResourceExhausted},
 	{"unavailable", ErrStoreFault, connect.CodeUnavailable},
 	{"closed", translog.ErrClosed, connect.CodeUnavailable},
 	{"too_large", blobstore.ErrTooLarge, connect.CodeInvalidArgument},
