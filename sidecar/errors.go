@@ -131,6 +131,7 @@ var reasons = []struct {
 	{"superseded", seal.ErrSuperseded, connect.CodeFailedPrecondition},
 	{"lineage_truncated", seal.ErrLineageTruncated, connect.CodeFailedPrecondition},
 	{"no_checkpoint", seal.ErrNoCheckpoint, connect.CodeFailedPrecondition},
+	{"checkpoint_exists", seal.ErrCheckpointExists, connect.CodeAlreadyExists},
 	{"not_fresh", seal.ErrNotFresh, connect.CodeUnavailable},
 	{"wrong_term", ErrWrongTerm, connect.CodeFailedPrecondition},
 	{"preconditions_not_enforced", blobstore.ErrPreconditionsNotEnforced, connect.CodeFailedPrecondition},
