@@ -72,7 +72,7 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.masterConn.caCert, "master-ca-cert", "", "CA bundle (PEM) to verify an HTTPS master with")
 	fs.StringVar(&f.masterConn.clientCert, "master-client-cert", "", "client certificate (PEM) for a master that requires mutual TLS")
 	fs.StringVar(&f.masterConn.clientKey, "master-client-key", "", "client certificate's key (PEM)")
-	fs.BoolVar(&f.allowUnfenced, "allow-unfenced", false, "allow shards opened with fencing disabled (benchmarks only: a zombie can lose acknowledged writes)")
+	fs.BoolVar(&f.allowUnfenced, "allow-unfenced", false, "allow shards opened with fencing disabled: no fence key, so a deposed writer keeps acknowledging until its successor's seal poisons its next generation; every op it acknowledged is still in the successor's restore point. Such shards take no checkpoint, GC or handoff. It also lets serve start on a store that ignores conditional writes, where only unfenced shards open and the poison can be overwritten: there acknowledged writes can be lost")
 	fs.BoolVar(&f.allowFencingFailures, "allow-fencing-failures", false, "serve a store whose conformance certificate records a failed fencing check (a fenced shard there can lose acknowledged writes)")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ (behind the token, like /metrics)")
 	fs.Int64Var(&f.limits.StreamWindowBytes, "stream-window-bytes", 8<<20, "request bytes one AppendStream may hold unanswered before the sidecar stops reading it (64 KiB..1 GiB)")
