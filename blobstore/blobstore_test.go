@@ -85,9 +85,31 @@ func TestRedact(t *testing.T) {
 	}
 }
 
+// Only the values of known harmless options are shown: every other
+// parameter's value is redacted, whatever its name (a word list let
+// pass=, passphrase=, cred= and private= through, in "unknown option"
+// errors too).
+func TestRedactShowsOnlyHarmlessOptionValues(t *testing.T) {
+	const secret = "SEKRIT9"
+	for _, name := range []string{"pass", "passphrase", "cred", "private", "x", "Region", "p", "session"} {
+		raw := "s3://bucket/p?region=eu-west-1&path_style=true&" + name + "=" + secret
+		got := blobstore.Redact(raw)
+		if strings.Contains(got, secret) || !strings.Contains(got, "region=eu-west-1") || !strings.Contains(got, "path_style=true") {
+			t.Errorf("Redact(%q) = %q", raw, got)
+		}
+		if _, err := blobstore.Open(context.Background(), raw); err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("Open(%q): %v", raw, err)
+		}
+	}
+	const shown = "s3://bucket/p?conditional_delete=true&endpoint=http%3A%2F%2F127.0.0.1%3A9000&max_conditional_body=5&region=r&secure=false"
+	if got := blobstore.Redact(shown); got != shown {
+		t.Errorf("Redact(%q) = %q: a harmless option lost its value", shown, got)
+	}
+}
+
 // A URL with nothing after its scheme keeps its "//" in errors.
 func TestRedactKeepsAnEmptyURLRecognisable(t *testing.T) {
-	for raw, want := range map[string]string{"s3://": "s3://", "gs://?x=1": "gs://?x=1", "file:///d": "file:///d", "mem://a": "mem://a"} {
+	for raw, want := range map[string]string{"s3://": "s3://", "gs://?region=1": "gs://?region=1", "gs://?x=1": "gs://?x=REDACTED", "file:///d": "file:///d", "mem://a": "mem://a"} {
 		if got := blobstore.Redact(raw); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)
 		}

@@ -89,25 +89,21 @@ func parseProblem(err error) string {
 	return strings.TrimPrefix(msg, "net/url: ")
 }
 
-// secretWords mark query parameters whose values never appear in messages:
-// any parameter whose name contains one of them (case-insensitive), so
-// secret_key, access_key, sas, sig, x-amz-security-token and account_key
-// are all covered.
-var secretWords = []string{"secret", "token", "passw", "pwd", "sig", "key", "credential", "auth", "sas"}
-
-func secretParam(name string) bool {
-	n := strings.ToLower(name)
-	for _, w := range secretWords {
-		if strings.Contains(n, w) {
-			return true
-		}
-	}
-	return false
+// harmlessOptions are the store URL options whose values may appear in
+// messages: every driver's options that carry no secret. Any other
+// parameter's value is redacted, whatever its name (a word list missed
+// pass=, passphrase=, cred=, private=), so a driver that adds a harmless
+// option adds it here to have it shown. URL-valued ones (endpoint=) still
+// lose their user info.
+var harmlessOptions = map[string]bool{
+	"region": true, "endpoint": true, "path_style": true, "conditional_delete": true,
+	"secure": true, "max_conditional_body": true,
 }
 
 // Redact returns a store URL fit for logs and errors: no user info, no
-// fragment, the values of credential-like query parameters replaced, and
-// user info inside URL-valued parameters (endpoint=) removed. A URL that
+// fragment, the value of every query parameter that is not a known
+// harmless option replaced, and user info inside URL-valued parameters
+// (endpoint=) removed. A URL that
 // does not parse shows only its scheme.
 func Redact(rawURL string) string {
 	u, err := url.Parse(rawURL)
@@ -158,7 +154,7 @@ func RedactURL(u *url.URL) string {
 			for k, vs := range q {
 				for i, v := range vs {
 					switch {
-					case secretParam(k):
+					case !harmlessOptions[k]:
 						vs[i] = "REDACTED"
 					case strings.Contains(v, "@") || strings.Contains(v, "://"):
 						vs[i] = redactValue(v)

@@ -25,6 +25,10 @@ const (
 	ReasonClosed      = "closed"
 	ReasonWrongTerm   = "wrong_term"
 	ReasonSidecarBusy = "sidecar_busy"
+	// ReasonWatchBehind: a watcher left more than 64 MiB of events
+	// untaken and was cut off: watch again and Read from the sequence
+	// number held.
+	ReasonWatchBehind = "watch_behind"
 	// Warm serving: appends before the replay ended, and ReadCheckpointFile's
 	// bad ranges, unknown files, corrupt store copies and shards opened
 	// without warm.

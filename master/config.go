@@ -78,16 +78,36 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Bounds of the lease TTLs (Config.DefaultLeaseTTL, RecoveryLeaseTTL)
+// and of the soft-pin TTL: a lease of 876000h would keep every object a
+// reader touched for a century.
+const (
+	MinLeaseTTL   = 10 * time.Millisecond
+	MaxLeaseTTL   = 24 * time.Hour
+	MaxSoftPinTTL = 30 * 24 * time.Hour
+)
+
 func (c Config) validate() error {
 	switch {
 	case c.DefaultLeaseTTL < 0 || c.SoftPinTTL < 0 || c.RecoveryLeaseTTL < 0:
 		return fmt.Errorf("%w: lease and soft-pin TTLs must not be negative", ErrInvalidArgument)
+	case c.DefaultLeaseTTL < MinLeaseTTL || c.DefaultLeaseTTL > MaxLeaseTTL:
+		return fmt.Errorf("%w: lease TTL %v is outside %v..%v", ErrInvalidArgument, c.DefaultLeaseTTL, MinLeaseTTL, MaxLeaseTTL)
+	case c.RecoveryLeaseTTL != 0 && (c.RecoveryLeaseTTL < MinLeaseTTL || c.RecoveryLeaseTTL > MaxLeaseTTL):
+		return fmt.Errorf("%w: recovery lease TTL %v is outside %v..%v (0: the lease TTL)", ErrInvalidArgument, c.RecoveryLeaseTTL, MinLeaseTTL, MaxLeaseTTL)
+	case c.SoftPinTTL > MaxSoftPinTTL:
+		return fmt.Errorf("%w: soft-pin TTL %v is over %v", ErrInvalidArgument, c.SoftPinTTL, MaxSoftPinTTL)
 	case c.HighWatermark <= 0 || c.HighWatermark > 1:
 		return fmt.Errorf("%w: high watermark %v must be in (0, 1]", ErrInvalidArgument, c.HighWatermark)
 	case c.EvictionRatio < 0 || c.EvictionRatio > c.HighWatermark:
 		return fmt.Errorf("%w: eviction ratio %v must be in [0, high watermark %v]", ErrInvalidArgument, c.EvictionRatio, c.HighWatermark)
 	case c.Shards < 1 || c.Shards > 1<<20:
 		return fmt.Errorf("%w: shard count %d must be in [1, 1048576]", ErrInvalidArgument, c.Shards)
+	}
+	for t, q := range c.TenantQuotas {
+		if t == "" || len(t) > maxKeyLen || q == 0 {
+			return fmt.Errorf("%w: tenant quota %.64q=%d: a tenant is 1 to %d bytes and its quota at least 1 byte", ErrInvalidArgument, t, q, maxKeyLen)
+		}
 	}
 	return c.Liveness.validate()
 }

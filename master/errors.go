@@ -3,6 +3,8 @@ package master
 import (
 	"errors"
 	"fmt"
+
+	"github.com/shardfence/shardfence/internal/echo"
 )
 
 // Errors the master returns, each wrapped in an *Error that names the
@@ -46,6 +48,12 @@ var (
 	// ErrNodeNotEligible: no node can take the shard (or the one named
 	// cannot): not registered, not active, draining, or on another store.
 	ErrNodeNotEligible = errors.New("no eligible node")
+	// ErrRequestTooLarge: a request over --max-request-bytes (on the wire
+	// or decompressed), or a batch over its item cap; nothing was done.
+	ErrRequestTooLarge = errors.New("request too large")
+	// ErrBusy: the master holds as many request bytes as
+	// --max-concurrent-request-bytes allows; nothing was done, retry.
+	ErrBusy = errors.New("master busy")
 )
 
 // Leader is the primary master as another master knows it: its --node
@@ -110,19 +118,22 @@ type Error struct {
 	Hint    string // what the caller should do next
 }
 
+// Error names the tenant, key, shard and client as a client sent them,
+// each cut to echo.Len bytes: a name of any size may be refused, and
+// its error stays small.
 func (e *Error) Error() string {
 	msg := "master " + e.Op
 	if e.Key != "" {
-		msg += fmt.Sprintf(" tenant %q key %q", e.Tenant, e.Key)
+		msg += fmt.Sprintf(" tenant %q key %q", echo.Clip(e.Tenant), echo.Clip(e.Key))
 	}
 	if e.Shard != "" {
-		msg += fmt.Sprintf(" shard %q", e.Shard)
+		msg += fmt.Sprintf(" shard %q", echo.Clip(e.Shard))
 	}
 	if e.Segment != 0 {
 		msg += fmt.Sprintf(" segment %d", e.Segment)
 	}
 	if e.Client != "" {
-		msg += fmt.Sprintf(" client %q", e.Client)
+		msg += fmt.Sprintf(" client %q", echo.Clip(e.Client))
 	}
 	msg += ": " + e.Err.Error()
 	if e.Hint != "" {
@@ -180,4 +191,17 @@ var reasons = [...]struct {
 	{"SHARD_ASSIGNED", ErrShardAssigned},
 	{"SHARD_NOT_ASSIGNED", ErrShardNotAssigned},
 	{"NODE_NOT_ELIGIBLE", ErrNodeNotEligible},
+	{"REQUEST_TOO_LARGE", ErrRequestTooLarge},
+	{"MASTER_BUSY", ErrBusy},
 }
+
+// clippedError bounds the message of an error sent to a client;
+// errors.Is and errors.As still see the original.
+type clippedError struct{ err error }
+
+func (e clippedError) Error() string { return echo.ClipN(e.err.Error(), echo.MaxMessage) }
+func (e clippedError) Unwrap() error { return e.err }
+
+// maxItemMessage bounds the message of one item's error in a batch
+// answer, which holds up to MaxBatchItems of them.
+const maxItemMessage = 512

@@ -16,6 +16,7 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/sidecar"
 )
 
@@ -281,6 +282,10 @@ func (m *Master) RegisterNode(ctx context.Context, reg NodeRegistration) (NodeRe
 	if err := ctx.Err(); err != nil {
 		return fail(err, "")
 	}
+	// The store URL is shown by `master nodes` and written to the log in
+	// the store: never with credentials, whatever the node sent (a
+	// sidecar sends it redacted; redacting again changes nothing).
+	reg.Store = blobstore.Redact(reg.Store)
 	f := m.fleet
 	id := NodeClientID(reg.Name)
 	m.topo.RLock()

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 )
@@ -473,6 +475,28 @@ func TestFleetEntriesAreChecked(t *testing.T) {
 	} {
 		if _, err := EncodeEntry(op); !errors.Is(err, ErrEntryMalformed) {
 			t.Errorf("%v %v: %v", op.Kind, op, err)
+		}
+	}
+}
+
+// A node's store URL is kept, shown and logged without credentials,
+// whatever the node sent: `master nodes --json` and the log in the store
+// used to carry secret_key= as the node sent it.
+func TestRegisterNodeRedactsTheStoreURL(t *testing.T) {
+	j := &memJournal{}
+	m, _ := newTestMaster(t, liveCfg(true), Options{Journal: j})
+	const secret = "SEKRIT9"
+	store := "s3://AK:" + secret + "@bucket/p?region=eu-west-1&secret_key=" + secret + "&pass=" + secret
+	if _, err := m.RegisterNode(context.Background(), NodeRegistration{Name: "n", Addr: "http://n", Store: store, Fencing: true, Session: "n-1"}); err != nil {
+		t.Fatal(err)
+	}
+	nodes := m.Nodes()
+	if len(nodes) != 1 || strings.Contains(nodes[0].Store, secret) || !strings.Contains(nodes[0].Store, "bucket/p") || !strings.Contains(nodes[0].Store, "region=eu-west-1") {
+		t.Fatalf("nodes: %+v", nodes)
+	}
+	for _, op := range j.ops {
+		if b, _ := proto.Marshal(op.Node); strings.Contains(string(b), secret) {
+			t.Fatalf("the log records the store URL with its credentials: %v", op.Node)
 		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 // assignment table) of whichever master serving returns for each request;
 // an error refuses the request with it, as for the master API.
 func NewFleetHandlerFunc(serving func() (*Master, error), opts ...connect.HandlerOption) (string, http.Handler) {
-	return masterv1connect.NewMasterFleetServiceHandler(&fleetService{serving: serving}, opts...)
+	return masterv1connect.NewMasterFleetServiceHandler(&fleetService{serving: serving}, HandlerOptions(opts...)...)
 }
 
 type fleetService struct {

@@ -132,14 +132,24 @@ func (c LivenessConfig) withDefaults() LivenessConfig {
 	return c
 }
 
+// Bounds of LivenessConfig.MonitorInterval.
+const (
+	MinMonitorInterval = 10 * time.Millisecond
+	MaxMonitorInterval = time.Second
+)
+
 func (c LivenessConfig) validate() error {
 	switch {
 	case c.ActiveTTL < 10*time.Millisecond || c.ActiveTTL > 24*time.Hour:
 		return fmt.Errorf("%w: client active TTL %v is outside 10ms..24h", ErrInvalidArgument, c.ActiveTTL)
 	case c.SuspicionTTL < 10*time.Millisecond || c.SuspicionTTL > 24*time.Hour:
 		return fmt.Errorf("%w: client suspicion TTL %v is outside 10ms..24h", ErrInvalidArgument, c.SuspicionTTL)
-	case c.MonitorInterval <= 0 || c.MonitorInterval > c.ActiveTTL:
-		return fmt.Errorf("%w: liveness monitor interval %v must be positive and at most the active TTL %v", ErrInvalidArgument, c.MonitorInterval, c.ActiveTTL)
+	case c.MonitorInterval < MinMonitorInterval || c.MonitorInterval > MaxMonitorInterval:
+		// Faster only burns a core (1ns was accepted); slower judges
+		// clients late.
+		return fmt.Errorf("%w: liveness monitor interval %v is outside %v..%v", ErrInvalidArgument, c.MonitorInterval, MinMonitorInterval, MaxMonitorInterval)
+	case c.MonitorInterval > c.ActiveTTL:
+		return fmt.Errorf("%w: liveness monitor interval %v must be at most the active TTL %v", ErrInvalidArgument, c.MonitorInterval, c.ActiveTTL)
 	case c.StallAfter <= c.MonitorInterval:
 		return fmt.Errorf("%w: liveness stall threshold %v must exceed the monitor interval %v", ErrInvalidArgument, c.StallAfter, c.MonitorInterval)
 	}

@@ -258,6 +258,33 @@ func (m *Master) tenantFor(name string) *tenant {
 	return t
 }
 
+// tenantForPut is tenantFor for a put in progress, which donePut ends:
+// the entry stays while a put may still charge it.
+func (m *Master) tenantForPut(name string) *tenant {
+	m.tenantsMu.Lock()
+	defer m.tenantsMu.Unlock()
+	t := m.tenants[name]
+	if t == nil {
+		t = &tenant{name: name, quota: m.cfg.TenantQuotas[name]}
+		m.tenants[name] = t
+	}
+	t.puts++
+	return t
+}
+
+// donePut ends a put of tenantForPut; a tenant no put is charging, with
+// no object and no bytes (every put of it was refused), leaves the table,
+// so refusals cost no memory. A later put makes it again, with the same
+// configured quota.
+func (m *Master) donePut(t *tenant) {
+	m.tenantsMu.Lock()
+	defer m.tenantsMu.Unlock()
+	t.puts--
+	if t.puts == 0 && t.objects.Load() == 0 && t.used.Load() == 0 && m.tenants[t.name] == t {
+		delete(m.tenants, t.name)
+	}
+}
+
 func (m *Master) clientFor(id string) *client {
 	m.clientsMu.Lock()
 	defer m.clientsMu.Unlock()

@@ -149,6 +149,7 @@ type tenant struct {
 	quota   uint64 // 0: unlimited
 	used    atomic.Uint64
 	objects atomic.Int64
+	puts    int // puts in progress (tenantForPut); guarded by the master's tenantsMu
 }
 
 // release returns n bytes of the tenant's usage.

@@ -3,12 +3,15 @@ package master
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"connectrpc.com/connect"
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
+	"github.com/shardfence/shardfence/internal/echo"
+	"github.com/shardfence/shardfence/internal/reqlimit"
 )
 
 // NewHandler serves m's API over ConnectRPC (gRPC, gRPC-Web and JSON over
@@ -22,7 +25,35 @@ func NewHandler(m *Master, opts ...connect.HandlerOption) (string, http.Handler)
 // the request with it: a standby or a fenced master answers nothing but
 // Stats, which it answers from the master it has, if any.
 func NewHandlerFunc(serving func() (*Master, error), opts ...connect.HandlerOption) (string, http.Handler) {
-	return masterv1connect.NewMasterServiceHandler(&service{serving: serving}, opts...)
+	return masterv1connect.NewMasterServiceHandler(&service{serving: serving}, HandlerOptions(opts...)...)
+}
+
+// DefaultMaxRequestBytes bounds one request message of the master's APIs,
+// decompressed, unless the handler's options set another bound.
+const DefaultMaxRequestBytes = 4 << 20
+
+// HandlerOptions are opts after the master's defaults: a request message
+// (a gzip body decompressed, too) of at most DefaultMaxRequestBytes,
+// which connect.WithReadMaxBytes in opts overrides.
+func HandlerOptions(opts ...connect.HandlerOption) []connect.HandlerOption {
+	return append([]connect.HandlerOption{connect.WithReadMaxBytes(DefaultMaxRequestBytes)}, opts...)
+}
+
+// RequestGuard bounds what the clients of a master's HTTP server can make
+// it hold (reqlimit.Guard.Wrap): a body over lim.MaxRequestBytes is
+// refused, the request bytes all calls hold at once are capped, and a
+// body must arrive within lim.BodyReadTimeout. Refusals are
+// resource_exhausted with the reason REQUEST_TOO_LARGE or MASTER_BUSY.
+func RequestGuard(lim reqlimit.Limits) *reqlimit.Guard {
+	return reqlimit.New(reqlimit.Config{
+		Limits: lim, Server: "master", TooLarge: ErrRequestTooLarge, Busy: ErrBusy,
+		TooLargeHint: "split the batch",
+		APIError: func(err error) *connect.Error {
+			var ce *connect.Error
+			errors.As(connectError(err), &ce)
+			return ce
+		},
+	})
 }
 
 type service struct {
@@ -57,20 +88,20 @@ func connectError(err error) error {
 		code = connect.CodeAlreadyExists
 	case errors.Is(err, ErrWrongClient):
 		code = connect.CodePermissionDenied
-	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrQuotaExceeded):
+	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrQuotaExceeded), errors.Is(err, ErrRequestTooLarge), errors.Is(err, ErrBusy):
 		code = connect.CodeResourceExhausted
 	case errors.Is(err, ErrObjectLeased), errors.Is(err, ErrObjectNotComplete),
 		errors.Is(err, ErrNoReadableReplica), errors.Is(err, ErrSegmentMismatch), errors.Is(err, ErrNotEnoughSegments),
 		errors.Is(err, ErrClientOffline), errors.Is(err, ErrNodeNotEligible):
 		code = connect.CodeFailedPrecondition
 	}
-	ce := connect.NewError(code, err)
+	ce := connect.NewError(code, clippedError{err})
 	d := &masterv1.ErrorDetail{Reason: Reason(err)}
 	var me *Error
 	if errors.As(err, &me) {
-		d.Tenant, d.Key, d.SegmentId, d.ClientId = me.Tenant, me.Key, me.Segment, me.Client
+		d.Tenant, d.Key, d.SegmentId, d.ClientId = echo.Clip(me.Tenant), echo.Clip(me.Key), me.Segment, echo.Clip(me.Client)
 		if d.Key == "" {
-			d.Key = me.Shard // the detail has no shard field; fleet calls always sent it as the key
+			d.Key = echo.Clip(me.Shard) // the detail has no shard field; fleet calls always sent it as the key
 		}
 	}
 	if l, ok := LeaderOf(err); ok {
@@ -86,7 +117,7 @@ func itemError(err error) *masterv1.ItemError {
 	if err == nil {
 		return nil
 	}
-	return &masterv1.ItemError{Reason: Reason(err), Message: err.Error()}
+	return &masterv1.ItemError{Reason: Reason(err), Message: echo.ClipN(err.Error(), maxItemMessage)}
 }
 
 func replicasProto(reps []ReplicaInfo) []*masterv1.Replica {
@@ -149,6 +180,9 @@ func (s *service) BatchPutStart(ctx context.Context, req *connect.Request[master
 	if err != nil {
 		return nil, connectError(err)
 	}
+	if err := batchSize("BatchPutStart", len(req.Msg.GetItems())); err != nil {
+		return nil, connectError(err)
+	}
 	reqs := make([]PutRequest, len(req.Msg.GetItems()))
 	for i, it := range req.Msg.GetItems() {
 		reqs[i] = putRequest(it)
@@ -159,6 +193,20 @@ func (s *service) BatchPutStart(ctx context.Context, req *connect.Request[master
 		out.Results[i] = &masterv1.PutStartResult{Replicas: replicasProto(r.Replicas), Error: itemError(r.Err)}
 	}
 	return connect.NewResponse(out), nil
+}
+
+// MaxBatchItems bounds the items of one BatchPutStart, BatchPutEnd or
+// BatchPutRevoke, so one call cannot make an answer of any size (400,000
+// items made a 76 MB one) or hold the master's locks for long.
+const MaxBatchItems = 10000
+
+// batchSize refuses a batch over MaxBatchItems before
+// any item is done.
+func batchSize(op string, n int) error {
+	if n > MaxBatchItems {
+		return &Error{Op: op, Err: fmt.Errorf("%w: %d items in one batch, at most %d", ErrInvalidArgument, n, MaxBatchItems), Hint: "split the batch; nothing was done"}
+	}
+	return nil
 }
 
 func refs(items []*masterv1.PutEndRequest) []ObjectRef {
@@ -184,6 +232,9 @@ func (s *service) BatchPutEnd(ctx context.Context, req *connect.Request[masterv1
 	if err != nil {
 		return nil, connectError(err)
 	}
+	if err := batchSize("BatchPutEnd", len(req.Msg.GetItems())); err != nil {
+		return nil, connectError(err)
+	}
 	errs := m.BatchPutEnd(ctx, refs(req.Msg.GetItems()))
 	return connect.NewResponse(&masterv1.BatchPutEndResponse{Errors: itemErrors(errs)}), nil
 }
@@ -191,6 +242,9 @@ func (s *service) BatchPutEnd(ctx context.Context, req *connect.Request[masterv1
 func (s *service) BatchPutRevoke(ctx context.Context, req *connect.Request[masterv1.BatchPutRevokeRequest]) (*connect.Response[masterv1.BatchPutRevokeResponse], error) {
 	m, err := s.serving()
 	if err != nil {
+		return nil, connectError(err)
+	}
+	if err := batchSize("BatchPutRevoke", len(req.Msg.GetItems())); err != nil {
 		return nil, connectError(err)
 	}
 	items := make([]*masterv1.PutEndRequest, len(req.Msg.GetItems()))

@@ -166,6 +166,30 @@ func publish(ctx context.Context, store *blobstore.Container, chain *fence.Chain
 			return fail(key, fmt.Errorf("%w: term %d claimed the shard; this checkpoint would never be used", ErrSuperseded, h))
 		}
 	}
+	// A manifest at this generation already: the same checkpoint again
+	// (a retry) is done; a different one is refused before any file is
+	// uploaded, since its files would overwrite the published
+	// checkpoint's under the manifest that names their checksums.
+	if existing, found, err := s.get(ctx, key); err != nil {
+		return fail(key, err)
+	} else if found {
+		for i, name := range names {
+			body, err := fs.ReadFile(fsys, name)
+			if err != nil {
+				return fail(key, fmt.Errorf("checkpoint file %q: %w", name, err))
+			}
+			m.Files[i].Size, m.Files[i].CRC32C = int64(len(body)), translog.Checksum(body)
+		}
+		body, err := EncodeManifest(m)
+		if err != nil {
+			return fail(key, err)
+		}
+		if !bytes.Equal(body, existing.Body) {
+			return fail(key, fmt.Errorf("%w: a different checkpoint of term %d at generation %d exists; checkpoints are immutable: publish at a later generation", ErrCheckpointExists, term, gen))
+		}
+		m.Format, m.Version = manifestFormat, manifestVersion
+		return m, nil
+	}
 	err := parallel(ctx, o.Parallelism, len(names), func(ctx context.Context, i int) error {
 		body, err := fs.ReadFile(fsys, names[i])
 		if err != nil {
@@ -196,7 +220,7 @@ func publish(ctx context.Context, store *blobstore.Container, chain *fence.Chain
 		case settle.Resend:
 			return errResend("manifest")
 		case settle.Lost:
-			return fmt.Errorf("%w: a different checkpoint of term %d at generation %d exists; checkpoints are immutable", blobstore.ErrAlreadyExists, term, gen)
+			return fmt.Errorf("%w: a different checkpoint of term %d at generation %d exists; checkpoints are immutable: publish at a later generation", ErrCheckpointExists, term, gen)
 		}
 		return err
 	})

@@ -25,6 +25,10 @@ var (
 	// ErrNotFresh: GC found no proof of ownership within the freshness
 	// interval and did not delete anything.
 	ErrNotFresh = errors.New("ownership not proven within the freshness interval")
+	// ErrCheckpointExists: a different checkpoint of the term was
+	// published at the generation already; checkpoints are immutable and
+	// nothing was written. It also matches blobstore.ErrAlreadyExists.
+	ErrCheckpointExists = fmt.Errorf("checkpoint already published (%w)", blobstore.ErrAlreadyExists)
 )
 
 // Error names the shard, key and term of a failed seal, checkpoint, inspect

@@ -151,3 +151,47 @@ func TestAssembleChunks(t *testing.T) {
 		}
 	}
 }
+
+// A checkpoint published again at the same generation: the same one is
+// answered as published (a retry); a different one is refused with
+// already_exists (checkpoint_exists) and changes nothing: its files used
+// to overwrite the published checkpoint's before its manifest was
+// refused, with internal, leaving a checkpoint whose files no longer
+// matched their checksums.
+func TestADifferentCheckpointAtTheSameGenerationIsRefused(t *testing.T) {
+	store := mem.New()
+	_, c := serveOn(t, store, Options{Checkpoint: CheckpointPolicy{NoGC: true}})
+	openShard(t, c, "s", 1, "a")
+	ack, err := appendOps(t.Context(), c, "s", "op0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(data string) error {
+		_, err := c.PublishCheckpoint(t.Context(), connect.NewRequest(&sidecarv1.PublishCheckpointRequest{Shard: "s", Gen: ack.GetGen(),
+			Files: []*sidecarv1.CheckpointFile{{Name: "state", Data: []byte(data), Last: true}}}))
+		return err
+	}
+	if err := publish("first"); err != nil {
+		t.Fatal(err)
+	}
+	if err := publish("first"); err != nil {
+		t.Fatalf("the same checkpoint again: %v", err)
+	}
+	err = publish("second")
+	if code, d := detailOf(t, err); code != connect.CodeAlreadyExists || d.GetReason() != "checkpoint_exists" || !strings.Contains(err.Error(), "later generation") {
+		t.Fatalf("a different checkpoint at the same generation: %v", err)
+	}
+	// A successor restores the first checkpoint, intact.
+	d := sidecarOn(t, store)
+	st, err := d.Open(t.Context(), connect.NewRequest(&sidecarv1.OpenRequest{Shard: "s", Term: 2, AllocationId: "b"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file []byte
+	for st.Receive() {
+		file = append(file, st.Msg().GetCheckpointFile().GetData()...)
+	}
+	if err := st.Err(); err != nil || string(file) != "first" {
+		t.Fatalf("the successor restored %q: %v", file, err)
+	}
+}

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
-	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
+	"github.com/shardfence/shardfence/internal/grpcprobe"
 )
 
 // The gRPC health checking protocol (grpc.health.v1.Health), so
@@ -29,9 +28,6 @@ const (
 	// HealthShardPrefix + shard id.
 	HealthShardPrefix = sidecarv1connect.SidecarServiceName + "/"
 )
-
-// healthWatchPoll is how often a health Watch looks at the status again.
-const healthWatchPoll = time.Second
 
 // healthChecker answers grpc.health.v1 from the sidecar's readiness.
 type healthChecker struct{ s *Server }
@@ -64,25 +60,8 @@ func (h healthChecker) Check(_ context.Context, req *grpchealth.CheckRequest) (*
 	}
 }
 
-// Watch looks at the status again every healthWatchPoll (the handler sends
-// only changes) until stopped or the sidecar shuts down.
+// Watch looks at the status again every grpcprobe.WatchPoll (the handler
+// sends only changes) until stopped or the sidecar shuts down.
 func (h healthChecker) Watch(_ context.Context, _ *grpchealth.CheckRequest, onChange func()) (func(), error) {
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(healthWatchPoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				onChange()
-			case <-h.s.stopped:
-				onChange()
-				return
-			case <-done:
-				return
-			}
-		}
-	}()
-	var once sync.Once
-	return func() { once.Do(func() { close(done) }) }, nil
+	return grpcprobe.Poll(h.s.stopped, onChange), nil
 }

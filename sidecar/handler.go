@@ -10,11 +10,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"connectrpc.com/grpchealth"
-	"connectrpc.com/grpcreflect"
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
+	"github.com/shardfence/shardfence/internal/grpcprobe"
 	"github.com/shardfence/shardfence/internal/httpauth"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -43,16 +42,11 @@ func (s *Server) Handler(o HandlerOptions) http.Handler {
 		// CPU than the bytes it saves on loopback. Large read batches
 		// still compress for clients that ask.
 		connect.WithCompressMinBytes(16<<10))
-	mux.Handle(path, s.limitRequests(h))
+	guard := s.requestGuard()
+	mux.Handle(path, guard.Wrap(h))
 	// The gRPC ecosystem's endpoints: health checking (open to probes, as
 	// /healthz and /readyz are) and server reflection.
-	hpath, hh := grpchealth.NewHandler(healthChecker{s})
-	mux.Handle(hpath, s.limitRequests(hh))
-	reflector := grpcreflect.NewStaticReflector(sidecarv1connect.SidecarServiceName, grpchealth.HealthV1ServiceName)
-	rpath, rh := grpcreflect.NewHandlerV1(reflector)
-	mux.Handle(rpath, s.limitRequests(rh))
-	rpath, rh = grpcreflect.NewHandlerV1Alpha(reflector)
-	mux.Handle(rpath, s.limitRequests(rh))
+	grpcprobe.Mount(mux, healthChecker{s}, guard.Wrap, sidecarv1connect.SidecarServiceName)
 	if o.Metrics != nil {
 		mux.Handle("/metrics", o.Metrics)
 	}
@@ -72,14 +66,8 @@ func (s *Server) Handler(o HandlerOptions) http.Handler {
 	}
 	return httpauth.RequireBearer(o.AuthToken,
 		"missing or wrong bearer token: send the sidecar's token as Authorization: Bearer TOKEN (the shardfence client commands read it from --auth-token-file or SHARDFENCE_AUTH_TOKEN_FILE)",
-		mux, "/healthz", "/readyz", healthCheckPath, healthWatchPath)
+		mux, "/healthz", "/readyz", grpcprobe.CheckPath, grpcprobe.WatchPath)
 }
-
-// The health checking calls, open without the token like /healthz.
-const (
-	healthCheckPath = "/" + grpchealth.HealthV1ServiceName + "/Check"
-	healthWatchPath = "/" + grpchealth.HealthV1ServiceName + "/Watch"
-)
 
 type service struct {
 	sidecarv1connect.UnimplementedSidecarServiceHandler
@@ -222,6 +210,50 @@ func batchProto(b translog.Batch) *sidecarv1.OpBatch {
 	return &sidecarv1.OpBatch{Term: b.Term, Gen: b.Gen, FirstSeqNo: b.FirstSeqNo, Ops: b.Ops}
 }
 
+// Stock gRPC clients refuse a message over 4 MiB unless told otherwise, and
+// a generation may hold up to max sync bytes (16 MiB by default): every
+// message the sidecar sends carries at most maxMessageOps bytes of ops
+// and maxMessageData bytes of a file, well under 4 MiB with its other
+// fields. A generation goes out as consecutive batches of the same term
+// and generation (FirstSeqNo moving on), a file as consecutive chunks.
+const (
+	maxMessageOps  = 3 << 20
+	maxMessageData = 1 << 20
+)
+
+// splitBatch cuts b into batches of at most maxMessageOps bytes of ops;
+// an op larger than that (--max-op-bytes raised past it) goes alone.
+func splitBatch(b translog.Batch) []translog.Batch {
+	var out []translog.Batch
+	start, size := 0, 0
+	for i, op := range b.Ops {
+		n := len(op) + 8 // the op's field tag and length, generously
+		if i > start && size+n > maxMessageOps {
+			out = append(out, translog.Batch{Term: b.Term, Gen: b.Gen, FirstSeqNo: b.FirstSeqNo + int64(start), Ops: b.Ops[start:i]})
+			start, size = i, 0
+		}
+		size += n
+	}
+	if start < len(b.Ops) || len(out) == 0 {
+		out = append(out, translog.Batch{Term: b.Term, Gen: b.Gen, FirstSeqNo: b.FirstSeqNo + int64(start), Ops: b.Ops[start:]})
+	}
+	return out
+}
+
+// splitChunk cuts a file chunk into chunks of at most maxMessageData
+// bytes; only the last of them keeps Last.
+func splitChunk(f FileChunk) []FileChunk {
+	if len(f.Data) <= maxMessageData {
+		return []FileChunk{f}
+	}
+	var out []FileChunk
+	for off := 0; off < len(f.Data); off += maxMessageData {
+		end := min(off+maxMessageData, len(f.Data))
+		out = append(out, FileChunk{Name: f.Name, Offset: f.Offset + int64(off), Data: f.Data[off:end], Last: f.Last && end == len(f.Data)})
+	}
+	return out
+}
+
 func (sv *service) Open(ctx context.Context, req *connect.Request[sidecarv1.OpenRequest], stream *connect.ServerStream[sidecarv1.OpenResponse]) error {
 	m := req.Msg
 	settings, err := settingsFromProto(m.GetSettings())
@@ -229,20 +261,24 @@ func (sv *service) Open(ctx context.Context, req *connect.Request[sidecarv1.Open
 		return sv.fail("Open", m.GetShard(), opErr("Open", m.GetShard(), err, ""))
 	}
 	st, err := sv.s.OpenWith(ctx, m.GetShard(), m.GetTerm(), m.GetAllocationId(), settings, OpenOptions{Warm: m.GetWarm()}, func(ev openEvent) error {
-		out := &sidecarv1.OpenResponse{}
 		switch {
 		case ev.Progress != nil:
 			p := ev.Progress
-			out.Event = &sidecarv1.OpenResponse_Progress{Progress: &sidecarv1.OpenProgress{Step: p.Step, Done: p.Done, Total: p.Total, Bytes: p.Bytes}}
+			return stream.Send(&sidecarv1.OpenResponse{Event: &sidecarv1.OpenResponse_Progress{Progress: &sidecarv1.OpenProgress{Step: p.Step, Done: p.Done, Total: p.Total, Bytes: p.Bytes}}})
 		case ev.File != nil:
-			f := ev.File
-			out.Event = &sidecarv1.OpenResponse_CheckpointFile{CheckpointFile: &sidecarv1.CheckpointFile{Name: f.Name, Offset: f.Offset, Data: f.Data, Last: f.Last}}
+			for _, f := range splitChunk(*ev.File) {
+				if err := stream.Send(&sidecarv1.OpenResponse{Event: &sidecarv1.OpenResponse_CheckpointFile{CheckpointFile: &sidecarv1.CheckpointFile{Name: f.Name, Offset: f.Offset, Data: f.Data, Last: f.Last}}}); err != nil {
+					return err
+				}
+			}
 		case ev.Ops != nil:
-			out.Event = &sidecarv1.OpenResponse_Ops{Ops: batchProto(*ev.Ops)}
-		default:
-			return nil
+			for _, b := range splitBatch(*ev.Ops) {
+				if err := stream.Send(&sidecarv1.OpenResponse{Event: &sidecarv1.OpenResponse_Ops{Ops: batchProto(b)}}); err != nil {
+					return err
+				}
+			}
 		}
-		return stream.Send(out)
+		return nil
 	})
 	if err != nil {
 		return sv.fail("Open", m.GetShard(), err)
@@ -270,7 +306,12 @@ func manifestProto(m *seal.Manifest) *sidecarv1.CheckpointManifest {
 func (sv *service) ReadCheckpointFile(ctx context.Context, req *connect.Request[sidecarv1.ReadCheckpointFileRequest], stream *connect.ServerStream[sidecarv1.ReadCheckpointFileResponse]) error {
 	m := req.Msg
 	err := sv.s.ReadCheckpointFile(ctx, m.GetShard(), m.GetFile(), m.GetOffset(), m.GetLength(), func(off int64, data []byte, size int64) error {
-		return stream.Send(&sidecarv1.ReadCheckpointFileResponse{Offset: off, Data: data, FileSize: size})
+		for _, c := range splitChunk(FileChunk{Offset: off, Data: data}) {
+			if err := stream.Send(&sidecarv1.ReadCheckpointFileResponse{Offset: c.Offset, Data: c.Data, FileSize: size}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return sv.fail("ReadCheckpointFile", m.GetShard(), err)
@@ -290,7 +331,12 @@ func (sv *service) Append(ctx context.Context, req *connect.Request[sidecarv1.Ap
 func (sv *service) Read(ctx context.Context, req *connect.Request[sidecarv1.ReadRequest], stream *connect.ServerStream[sidecarv1.ReadResponse]) error {
 	m := req.Msg
 	err := sv.s.Read(ctx, m.GetShard(), m.GetFromSeq(), m.GetMaxOps(), func(b translog.Batch) error {
-		return stream.Send(&sidecarv1.ReadResponse{Batch: batchProto(b)})
+		for _, part := range splitBatch(b) {
+			if err := stream.Send(&sidecarv1.ReadResponse{Batch: batchProto(part)}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return sv.fail("Read", m.GetShard(), err)

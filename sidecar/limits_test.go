@@ -26,6 +26,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/reqlimit"
 	"github.com/shardfence/shardfence/internal/testservers"
 )
 
@@ -438,7 +439,7 @@ func TestSlowBodyIsCutOffButALongAppendIsNot(t *testing.T) {
 	conn := rawRequest(t, e.http.URL, 1000, "0123456789")
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	buf := make([]byte, 512)
-	if _, err := conn.Read(buf); err != nil && isTimeout(err) {
+	if _, err := conn.Read(buf); err != nil && reqlimit.IsTimeout(err) {
 		t.Fatal("a client that stopped sending its body still holds the connection after 10s")
 	}
 	store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Latency: faulty.Fixed(600 * time.Millisecond)})

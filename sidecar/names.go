@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"unicode"
-	"unicode/utf8"
 
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/echo"
 )
 
 // MaxTerm is the highest term an Open accepts: 2^53-1, the largest integer
@@ -22,7 +21,7 @@ const MaxTerm = 1<<53 - 1
 const MaxNameLen = 255
 
 // echoLen bounds how much of a client's input an error or log line repeats.
-const echoLen = 128
+const echoLen = echo.Len
 
 // validateName checks an allocation id, node name or handoff target: at
 // most MaxNameLen bytes, fence's rules (UTF-8, no '|', no C0 controls),
@@ -51,16 +50,7 @@ func clip(s string) string {
 	return clipN(s, echoLen)
 }
 
-func clipN(s string, n int) string {
-	if len(s) <= n {
-		return strings.ToValidUTF8(s, "\uFFFD")
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return strings.ToValidUTF8(s[:cut], "\uFFFD") + fmt.Sprintf("...(%d bytes)", len(s))
-}
+func clipN(s string, n int) string { return echo.ClipN(s, n) }
 
 // maxLogValue bounds one string in a log line.
 const maxLogValue = 1024
@@ -115,7 +105,7 @@ func clipAttr(a slog.Attr) slog.Attr {
 type clippedError struct{ err error }
 
 // maxErrorMessage bounds the message of an API error.
-const maxErrorMessage = 4096
+const maxErrorMessage = echo.MaxMessage
 
 func (e clippedError) Error() string { return clipN(e.err.Error(), maxErrorMessage) }
 func (e clippedError) Unwrap() error { return e.err }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/internal/reqlimit"
 )
 
 // Limits bound what one request may carry, so a bad client cannot make the
@@ -45,8 +46,8 @@ const (
 
 // Bounds of Limits.BodyReadTimeout.
 const (
-	MinBodyReadTimeout = 100 * time.Millisecond
-	MaxBodyReadTimeout = 10 * time.Minute
+	MinBodyReadTimeout = reqlimit.MinBodyReadTimeout
+	MaxBodyReadTimeout = reqlimit.MaxBodyReadTimeout
 )
 
 func (l *Limits) setDefaults() {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/internal/reqlimit"
 )
 
 // errStreamDone: the stream's call returned; its window takes nothing more.
@@ -22,7 +23,7 @@ var errStreamDone = errors.New("stream ended")
 // (answered), oldest first. Its bytes are taken from the sidecar's request
 // gate too, so streams and unary calls share MaxConcurrentRequestBytes.
 type streamWindow struct {
-	gate   *requestGate
+	gate   *reqlimit.Gate
 	window int64
 
 	mu     sync.Mutex
@@ -32,7 +33,7 @@ type streamWindow struct {
 	closed bool
 }
 
-func newStreamWindow(gate *requestGate, window int64) *streamWindow {
+func newStreamWindow(gate *reqlimit.Gate, window int64) *streamWindow {
 	return &streamWindow{gate: gate, window: window, freed: make(chan struct{})}
 }
 
@@ -61,13 +62,13 @@ func (sw *streamWindow) admit(ctx context.Context, n int64) error {
 			return ctx.Err()
 		}
 	}
-	if err := sw.gate.acquire(ctx, n); err != nil {
+	if err := sw.gate.Acquire(ctx, n); err != nil {
 		return err
 	}
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
 	if sw.closed {
-		sw.gate.release(n)
+		sw.gate.Release(n)
 		return errStreamDone
 	}
 	sw.held += n
@@ -92,7 +93,7 @@ func (sw *streamWindow) answered() {
 	close(sw.freed)
 	sw.freed = make(chan struct{})
 	sw.mu.Unlock()
-	sw.gate.release(n)
+	sw.gate.Release(n)
 }
 
 // close gives everything back when the call returns; later admits fail.
@@ -102,13 +103,13 @@ func (sw *streamWindow) close() {
 	sw.held, sw.sizes, sw.closed = 0, nil, true
 	close(sw.freed)
 	sw.mu.Unlock()
-	sw.gate.release(n)
+	sw.gate.Release(n)
 }
 
 type streamWindowKey struct{}
 
 // streamWindowOf is the window of the streaming call ctx belongs to; nil
-// when the call was not served through limitRequests.
+// when the call was not served through the request guard.
 func streamWindowOf(ctx context.Context) *streamWindow {
 	sw, _ := ctx.Value(streamWindowKey{}).(*streamWindow)
 	return sw
@@ -116,12 +117,12 @@ func streamWindowOf(ctx context.Context) *streamWindow {
 
 // serveStream serves a streaming call whose request messages are held in
 // a window: no body read deadline for the stream, one per message.
-func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, next http.Handler, gate *requestGate) {
+func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, next http.Handler, gate *reqlimit.Gate) {
 	lim := s.opts.Limits
 	sw := newStreamWindow(gate, lim.StreamWindowBytes)
 	defer sw.close()
 	b := &streamBody{body: r.Body, win: sw, ctx: r.Context(), timeout: lim.BodyReadTimeout,
-		limit: int64(lim.MaxRequestBytes) + envelopeSlack, maxRequest: lim.MaxRequestBytes}
+		limit: int64(lim.MaxRequestBytes) + reqlimit.EnvelopeSlack, maxRequest: lim.MaxRequestBytes}
 	b.timer = time.AfterFunc(time.Hour, func() {
 		b.timedOut.Store(true)
 		_ = b.body.Close()

@@ -206,11 +206,13 @@ func (w *warmShard) read(ctx context.Context, name string, off, length int64, em
 	if off < 0 || length < 0 {
 		return fmt.Errorf("%w: offset %d, length %d", ErrInvalidArgument, off, length)
 	}
+	// Compared without adding: off+length can overflow (an offset near
+	// 2^63 used to read as a range ending at -2).
+	if off > size || length > size-off {
+		return fmt.Errorf("%w: %q is %d bytes; offset %d and length %d reach past its end", ErrOutOfRange, clip(name), size, off, length)
+	}
 	if length == 0 {
 		length = size - off
-	}
-	if off > size || length < 0 || off+length > size {
-		return fmt.Errorf("%w: %q is %d bytes, the range is %d..%d", ErrOutOfRange, clip(name), size, off, off+max(length, 0))
 	}
 	if length == 0 {
 		return emit(off, nil, size)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -235,8 +236,9 @@ func TestWarmOpenServesBeforeReplayAndTurnsFull(t *testing.T) {
 	}
 }
 
-// Bad input is a typed error: a range past the file, a file not in the
-// manifest, a negative offset, and a shard opened without warm.
+// Bad input is a typed error: a range past the file (also one whose end
+// overflows), a file not in the manifest, a negative offset, and a shard
+// opened without warm.
 func TestWarmReadCheckpointFileBadInput(t *testing.T) {
 	base := mem.New()
 	fx := newWarmFixture(t, base)
@@ -251,6 +253,10 @@ func TestWarmReadCheckpointFileBadInput(t *testing.T) {
 	}{
 		{"seg/big", int64(len(fx.big)) - 10, 11, connect.CodeOutOfRange, "out_of_range", "range beyond"},
 		{"seg/big", int64(len(fx.big)) + 1, 0, connect.CodeOutOfRange, "out_of_range", "range beyond"},
+		// An offset plus a length past 2^63 is refused, and named as sent:
+		// the message used to show the overflowed sum ("..-2").
+		{"seg/big", 1, math.MaxInt64, connect.CodeOutOfRange, "out_of_range", "offset 1 and length 9223372036854775807 reach past its end"},
+		{"seg/big", math.MaxInt64, 0, connect.CodeOutOfRange, "out_of_range", "offset 9223372036854775807 and length 0 reach past its end"},
 		{"nope", 0, 1, connect.CodeNotFound, "no_such_file", "not in the manifest"},
 		{"../small", 0, 1, connect.CodeNotFound, "no_such_file", "not in the manifest"},
 		{"small", -1, 1, connect.CodeInvalidArgument, "invalid_argument", "offset -1"},

@@ -71,7 +71,8 @@ type WatchEvent struct {
 // cut off; it watches again and reads what it missed.
 var ErrWatchBehind = errors.New("watch fell behind")
 
-// watchBuffer bounds the bytes of events one watcher may have pending.
+// watchBuffer bounds the bytes of events one watcher may have pending:
+// queued for it, or being sent to it.
 const watchBuffer = 64 << 20
 
 // watchPoll is how often the hub looks at the shards for changes no call
@@ -311,14 +312,30 @@ func (s *Server) Watch(ctx context.Context, shards []string, fn func(WatchEvent)
 		h.mu.Unlock()
 	}()
 	for {
+		// One event at a time: an event counts against the watcher's
+		// buffer until fn (the stream's send, which waits for a stalled
+		// consumer) returned, and the rest stay in the queue, where a
+		// cut-off drops them. Taking the whole queue at once let a stalled
+		// watcher hold what it took plus a whole buffer more, and get all
+		// of it on resuming instead of being cut off.
 		sub.mu.Lock()
-		q, err := sub.queue, sub.err
-		sub.queue, sub.pending = nil, 0
+		ev, have := WatchEvent{}, len(sub.queue) > 0
+		if have {
+			ev = sub.queue[0]
+			sub.queue[0] = WatchEvent{}
+			sub.queue = sub.queue[1:]
+		}
+		err := sub.err
 		sub.mu.Unlock()
-		for _, ev := range q {
-			if err := fn(ev); err != nil {
-				return err
+		if have {
+			ferr := fn(ev)
+			sub.mu.Lock()
+			sub.pending -= eventBytes(ev)
+			sub.mu.Unlock()
+			if ferr != nil {
+				return ferr
 			}
+			continue
 		}
 		if err != nil {
 			return opErr("Watch", "", err, "call Watch again, then Read each shard from the sequence number you hold")

@@ -10,6 +10,28 @@ import (
 
 func (sv *service) Watch(ctx context.Context, req *connect.Request[sidecarv1.WatchRequest], stream *connect.ServerStream[sidecarv1.WatchResponse]) error {
 	err := sv.s.Watch(ctx, req.Msg.GetShards(), func(ev WatchEvent) error {
+		// A large generation or file chunk goes out as several events of
+		// its kind, each message under the 4 MiB stock clients take.
+		switch {
+		case ev.Ops != nil:
+			for _, b := range splitBatch(*ev.Ops) {
+				part := ev
+				part.Ops = &b
+				if err := stream.Send(watchProto(part)); err != nil {
+					return err
+				}
+			}
+			return nil
+		case ev.File != nil:
+			for _, c := range splitChunk(*ev.File) {
+				part := ev
+				part.File = &c
+				if err := stream.Send(watchProto(part)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 		return stream.Send(watchProto(ev))
 	})
 	if err != nil {

@@ -154,6 +154,9 @@ type createLog struct {
 	tmu    sync.Mutex
 	timer  *time.Timer
 	closed bool
+	// timed counts the timer's checkpoints under way: close waits for
+	// them before it closes the file they use.
+	timed sync.WaitGroup
 }
 
 type logEntry struct {
@@ -612,7 +615,13 @@ func (l *createLog) armCheckpoint(full bool) {
 	l.timer = time.AfterFunc(after, func() {
 		l.tmu.Lock()
 		l.timer = nil
+		if l.closed {
+			l.tmu.Unlock()
+			return
+		}
+		l.timed.Add(1)
 		l.tmu.Unlock()
+		defer l.timed.Done()
 		// A failure leaves the records in the log, where the next
 		// checkpoint, a delete or the next open deals with them.
 		_ = l.checkpoint()
@@ -628,6 +637,8 @@ func (l *createLog) close() error {
 		l.timer = nil
 	}
 	l.tmu.Unlock()
+	// A timer that fired before Stop may be checkpointing now.
+	l.timed.Wait()
 	err := l.checkpoint()
 	if cerr := l.f.Close(); err == nil {
 		err = cerr

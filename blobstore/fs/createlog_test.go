@@ -3,6 +3,7 @@
 package fs
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -330,5 +331,27 @@ func TestRecoveryLeavesADamagedObjectToItsReads(t *testing.T) {
 	}
 	if _, err := after.Get(ctx, "fence/a"); !errors.Is(err, ErrCorruptObject) {
 		t.Fatalf("read of the damaged object: %v, want ErrCorruptObject", err)
+	}
+}
+
+// Closing the store while the create log's timer checkpoints waits for
+// that checkpoint: it used to flock the log file while close closed it
+// (the race detector caught it under a master stopped right after
+// start).
+func TestCloseWaitsForATimedCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	for i := range 100 {
+		c, err := openTest(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.b.checkpointAfter = time.Duration(i%10) * 100 * time.Microsecond
+		if _, err := c.CreateIfAbsent(ctx, "k", []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(i%7) * 100 * time.Microsecond)
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

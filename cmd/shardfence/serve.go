@@ -73,7 +73,7 @@ func serveFlagSet(stdout io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.masterConn.caCert, "master-ca-cert", "", "CA bundle (PEM) to verify an HTTPS master with")
 	fs.StringVar(&f.masterConn.clientCert, "master-client-cert", "", "client certificate (PEM) for a master that requires mutual TLS")
 	fs.StringVar(&f.masterConn.clientKey, "master-client-key", "", "client certificate's key (PEM)")
-	fs.BoolVar(&f.allowUnfenced, "allow-unfenced", false, "allow shards opened with fencing disabled (benchmarks only: a zombie can lose acknowledged writes)")
+	fs.BoolVar(&f.allowUnfenced, "allow-unfenced", false, "allow shards opened with fencing disabled: no fence key, so a deposed writer keeps acknowledging until its successor's seal poisons its next generation; every op it acknowledged is still in the successor's restore point. Such shards take no checkpoint, GC or handoff. It also lets serve start on a store that ignores conditional writes, where only unfenced shards open and the poison can be overwritten: there acknowledged writes can be lost")
 	fs.BoolVar(&f.allowFencingFailures, "allow-fencing-failures", false, "serve a store whose conformance certificate records a failed fencing check (a fenced shard there can lose acknowledged writes)")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ (behind the token, like /metrics)")
 	fs.Int64Var(&f.limits.StreamWindowBytes, "stream-window-bytes", 8<<20, "request bytes one AppendStream may hold unanswered before the sidecar stops reading it (64 KiB..1 GiB)")
@@ -278,12 +278,35 @@ func listenOn(addr string) (net.Listener, bool, error) {
 	return ln, !isLoopback(host), nil
 }
 
+// maxTokenBytes bounds a token file: a token goes in an HTTP header,
+// and a file that never ends (a device, a wrong path) must not fill the
+// process's memory.
+const maxTokenBytes = 4096
+
+// readToken reads a bearer token: at most maxTokenBytes, surrounding
+// whitespace trimmed, at least 16 characters, each a visible ASCII
+// character (what an Authorization header carries as it is: no NUL,
+// control character, space or non-ASCII byte, which a client could not
+// send or would send as something else).
 func readToken(path string) (string, error) {
-	body, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return "", fmt.Errorf("%w: --auth-token-file: %v", errUsage, err)
 	}
+	defer f.Close()
+	body, err := io.ReadAll(io.LimitReader(f, maxTokenBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("%w: --auth-token-file %s: %v", errUsage, path, err)
+	}
+	if len(body) > maxTokenBytes {
+		return "", fmt.Errorf("%w: --auth-token-file %s holds more than %d bytes; a token goes in an HTTP header: use a random token of 16 to %d visible ASCII characters", errUsage, path, maxTokenBytes, maxTokenBytes)
+	}
 	tok := strings.TrimSpace(string(body))
+	for i := 0; i < len(tok); i++ {
+		if c := tok[i]; c < 0x21 || c > 0x7e {
+			return "", fmt.Errorf("%w: --auth-token-file %s: byte %d of the token is 0x%02X, which cannot go in an Authorization header as it is; use visible ASCII characters only (no spaces, control characters or non-ASCII)", errUsage, path, i, c)
+		}
+	}
 	if len(tok) < 16 {
 		return "", fmt.Errorf("%w: --auth-token-file %s holds %d characters; use a random token of at least 16", errUsage, path, len(tok))
 	}

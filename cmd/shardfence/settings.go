@@ -65,7 +65,9 @@ func runSettings(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if *mode == "unfenced" {
 			to.Disabled = true
 		} else if m, err = parseMode(*mode); err != nil {
-			return err
+			// parseMode names the modes a shard opens with; a rewrite
+			// may also store no fencing at all.
+			return fmt.Errorf("%w: fencing mode %q (per_sync, lease, create_only, observe or unfenced)", errUsage, clipArg(*mode))
 		}
 		to.Mode = m
 		if m == translog.Lease {

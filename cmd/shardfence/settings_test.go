@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -192,5 +193,14 @@ func TestSettingsSwitchesBetweenFencedAndUnfenced(t *testing.T) {
 	out.Reset()
 	if code := dispatch(t.Context(), []string{"settings", "--store", storeURL, "--shard", "m"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "fencing disabled") {
 		t.Fatalf("the setting after a refused rewrite: exit %d, %q", code, out.String())
+	}
+}
+
+// A rewrite with an unknown mode names every mode a rewrite may store,
+// unfenced included.
+func TestSettingsBadModeNamesUnfenced(t *testing.T) {
+	err := runSettings(t.Context(), []string{"--store", "file://" + t.TempDir(), "--shard", "s", "--term", "2", "--allocation", "admin", "--fencing-mode", "fenced"}, &syncBuffer{}, &syncBuffer{})
+	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "observe or unfenced") {
+		t.Fatalf("a rewrite to mode \"fenced\": %v", err)
 	}
 }

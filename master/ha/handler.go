@@ -21,7 +21,7 @@ func (n *Node) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	mux.Handle(path, h)
 	path, h = master.NewFleetHandlerFunc(n.Serving, opts...)
 	mux.Handle(path, h)
-	path, h = masterv1connect.NewMasterHAServiceHandler(&haService{n: n}, opts...)
+	path, h = masterv1connect.NewMasterHAServiceHandler(&haService{n: n}, master.HandlerOptions(opts...)...)
 	mux.Handle(path, h)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))

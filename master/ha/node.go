@@ -882,7 +882,9 @@ func (n *Node) runPrimary(ctx context.Context) {
 			n.renew()
 		case req := <-n.reqs:
 			if req.promote {
-				req.out <- result{err: fmt.Errorf("%w: this master is %s, not a standby", master.ErrInvalidArgument, n.Status().Role)}
+				// Also the answer to the second of two promotions sent
+				// together: the first made this master primary.
+				req.out <- result{err: fmt.Errorf("%w: this master is already the primary, at term %d (an earlier promote, perhaps one sent at the same time, or an election made it primary); nothing was done", master.ErrInvalidArgument, n.Status().Term)}
 				continue
 			}
 			res, err := n.snapshot(req.ctx, true)

@@ -617,3 +617,37 @@ func TestStandbyReloadsAfterCollection(t *testing.T) {
 		t.Fatalf("standby holds %d objects, want 14", got)
 	}
 }
+
+// Two promotions of a standby sent together: one promotes it, the other
+// is told the master is already the primary and at which term, not that
+// it is "primary, not a standby" as if it had been sent to the wrong
+// master.
+func TestConcurrentPromotionsTellTheLoserItIsDone(t *testing.T) {
+	store := mem.New()
+	p := start(t, store, false)
+	primary(t, p)
+	s := start(t, store, true)
+	type out struct {
+		res PromoteResult
+		err error
+	}
+	outs := make(chan out, 2)
+	for range 2 {
+		go func() {
+			res, err := s.Promote(context.Background())
+			outs <- out{res, err}
+		}()
+	}
+	a, b := <-outs, <-outs
+	if (a.err == nil) == (b.err == nil) {
+		t.Fatalf("two promotions: %v and %v, want one to promote", a.err, b.err)
+	}
+	won, lost := a, b
+	if a.err != nil {
+		won, lost = b, a
+	}
+	want := fmt.Sprintf("already the primary, at term %d", won.res.Term)
+	if !errors.Is(lost.err, master.ErrInvalidArgument) || !strings.Contains(lost.err.Error(), want) {
+		t.Fatalf("the second promotion: %v, want %q", lost.err, want)
+	}
+}
