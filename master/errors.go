@@ -54,6 +54,10 @@ var (
 	// ErrBusy: the master holds as many request bytes as
 	// --max-concurrent-request-bytes allows; nothing was done, retry.
 	ErrBusy = errors.New("master busy")
+	// ErrNodeHeld: a node name is held by a live process (another
+	// session that signalled within the hold); a second process with the
+	// same --node name is refused until the first has been silent.
+	ErrNodeHeld = errors.New("node name held by another live process")
 )
 
 // Leader is the primary master as another master knows it: its --node
@@ -193,6 +197,7 @@ var reasons = [...]struct {
 	{"NODE_NOT_ELIGIBLE", ErrNodeNotEligible},
 	{"REQUEST_TOO_LARGE", ErrRequestTooLarge},
 	{"MASTER_BUSY", ErrBusy},
+	{"NODE_HELD", ErrNodeHeld},
 }
 
 // clippedError bounds the message of an error sent to a client;

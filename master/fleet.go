@@ -17,6 +17,7 @@ import (
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/internal/echo"
 	"github.com/shardfence/shardfence/sidecar"
 )
 
@@ -290,6 +291,17 @@ func (m *Master) RegisterNode(ctx context.Context, reg NodeRegistration) (NodeRe
 	id := NodeClientID(reg.Name)
 	m.topo.RLock()
 	f.mu.Lock()
+	if n := f.nodes[reg.Name]; n != nil && n.session != "" && n.session != reg.Session {
+		if quiet, held := m.live.held(n.owner.Load(), nodeHold(m.live.cfg)); held {
+			f.mu.Unlock()
+			m.topo.RUnlock()
+			m.log.Warn("refused a second process for a live node's name", "node", reg.Name, "addr", echo.Clip(reg.Addr),
+				"holder_addr", n.rec.GetAddr(), "holder_last_signal_ms", quiet.Milliseconds())
+			return fail(fmt.Errorf("%w: node %q is held by a live process (session %.16q, serving %q, heard from %v ago)",
+				ErrNodeHeld, reg.Name, n.session, n.rec.GetAddr(), quiet.Round(time.Millisecond)),
+				"is a second sidecar running with the same --node? stop it or give it its own name; a restarted sidecar is let in once the old process has been silent for "+nodeHold(m.live.cfg).String())
+		}
+	}
 	rec, recovered, err := m.live.signal(id, true)
 	if err != nil {
 		f.mu.Unlock()
@@ -325,8 +337,21 @@ func (m *Master) RegisterNode(ctx context.Context, reg NodeRegistration) (NodeRe
 	}
 	cfg := m.live.cfg
 	return NodeRegistered{ClientID: id, Incarnation: rec.incarnation, ActiveTTL: cfg.ActiveTTL, SuspicionTTL: cfg.SuspicionTTL,
-		PingInterval: max(min(cfg.ActiveTTL/4, time.Second), 5*time.Millisecond)}, nil
+		PingInterval: nodePingInterval(cfg)}, nil
 }
+
+// nodePingInterval is how often a node pings: a quarter of the active
+// TTL, at most a second.
+func nodePingInterval(cfg LivenessConfig) time.Duration {
+	return max(min(cfg.ActiveTTL/4, time.Second), 5*time.Millisecond)
+}
+
+// nodeHold is how long a node's name stays with the process that holds
+// it after that process last signalled: three ping intervals. A second
+// process registering the name within it is refused (ErrNodeHeld), so
+// two processes started with one --node name cannot take the name from
+// each other in turn; a restarted process waits at most this long.
+func nodeHold(cfg LivenessConfig) time.Duration { return 3 * nodePingInterval(cfg) }
 
 // validNodeAddr checks a node's API address: the routing feed publishes it
 // to clients, so it must be an http(s) URL of a host, without credentials,

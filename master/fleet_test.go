@@ -13,6 +13,8 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+
+	"connectrpc.com/connect"
 )
 
 // watcher records what WatchAssignments told a node.
@@ -498,5 +500,59 @@ func TestRegisterNodeRedactsTheStoreURL(t *testing.T) {
 		if b, _ := proto.Marshal(op.Node); strings.Contains(string(b), secret) {
 			t.Fatalf("the log records the store URL with its credentials: %v", op.Node)
 		}
+	}
+}
+
+// Two processes with one --node name: the second is refused while the
+// first signals (it used to be taken for a restart, and the two took the
+// name from each other about ten times a second), and a restarted
+// process is let in once the old one has been silent for the hold.
+func TestNodeNameHeldByLiveProcess(t *testing.T) {
+	m, clk := newTestMaster(t, liveCfg(true), Options{})
+	reg := func(session, addr string) (NodeRegistered, error) {
+		return m.RegisterNode(context.Background(), NodeRegistration{Name: "a", Addr: addr, Store: "s3://b/p", Fencing: true, Session: session})
+	}
+	first, err := reg("a-1", "http://a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := nodeHold(liveCfg(true).Liveness)
+	if hold != 3*time.Second {
+		t.Fatalf("hold %v with a 10 s active TTL, want three 1 s ping intervals", hold)
+	}
+	for i := range 5 {
+		_, err := reg("a-2", "http://intruder")
+		if !errors.Is(err, ErrNodeHeld) || connect.CodeOf(connectError(err)) != connect.CodeAlreadyExists || Reason(err) != "NODE_HELD" {
+			t.Fatalf("round %d: a second process for a live name: %v (code %v)", i, err, connect.CodeOf(connectError(err)))
+		}
+		if !strings.Contains(err.Error(), `"http://a"`) || !strings.Contains(err.Error(), "--node") {
+			t.Fatalf("the refusal names neither the holder nor the flag: %v", err)
+		}
+		clk.Advance(hold - time.Millisecond)
+		ping(t, m, NodeClientID("a"))
+	}
+	if inc := m.live.records[NodeClientID("a")].incarnation; inc != first.Incarnation {
+		t.Fatalf("the refusals changed the incarnation: %d, was %d", inc, first.Incarnation)
+	}
+	if n := m.fleet.nodes["a"]; n.session != "a-1" || n.rec.GetAddr() != "http://a" {
+		t.Fatalf("the refused process took the node: session %q addr %q", n.session, n.rec.GetAddr())
+	}
+	// The same process registering again keeps its name.
+	if _, err := reg("a-1", "http://a"); err != nil {
+		t.Fatal(err)
+	}
+	// The first process dies; after the hold its successor gets in as a
+	// new incarnation and publishes its address.
+	clk.Advance(hold)
+	second, err := reg("a-2", "http://a2")
+	if err != nil {
+		t.Fatalf("a restarted process after %v of silence: %v", hold, err)
+	}
+	if second.Incarnation == first.Incarnation || m.fleet.nodes["a"].rec.GetAddr() != "http://a2" {
+		t.Fatalf("restart: incarnation %d (was %d), addr %q", second.Incarnation, first.Incarnation, m.fleet.nodes["a"].rec.GetAddr())
+	}
+	// The old process resumes: now it is the one refused.
+	if _, err := reg("a-1", "http://a"); !errors.Is(err, ErrNodeHeld) {
+		t.Fatalf("the old process after its successor registered: %v", err)
 	}
 }

@@ -259,6 +259,19 @@ func (l *Liveness) signal(client string, mount bool) (r *ClientLivenessRecord, r
 	return r, recovered, nil
 }
 
+// held reports whether r is an active incarnation that signalled within
+// hold, and how long ago it last did.
+func (l *Liveness) held(r *ClientLivenessRecord, hold time.Duration) (quiet time.Duration, ok bool) {
+	if r == nil || r.State() != ClientActive {
+		return 0, false
+	}
+	now := l.clock.Steady()
+	l.mu.Lock()
+	quiet = toDuration(now - r.lastSignal)
+	l.mu.Unlock()
+	return quiet, quiet < hold
+}
+
 // setLocked commits a transition. The caller holds l.mu.
 func (l *Liveness) setLocked(r *ClientLivenessRecord, to ClientState, now SteadyTime) {
 	switch to {

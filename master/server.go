@@ -84,7 +84,7 @@ func connectError(err error) error {
 		code = connect.CodeInvalidArgument
 	case errors.Is(err, ErrObjectNotFound), errors.Is(err, ErrSegmentNotFound), errors.Is(err, ErrShardNotAssigned):
 		code = connect.CodeNotFound
-	case errors.Is(err, ErrObjectExists), errors.Is(err, ErrSegmentExists), errors.Is(err, ErrShardAssigned):
+	case errors.Is(err, ErrObjectExists), errors.Is(err, ErrSegmentExists), errors.Is(err, ErrShardAssigned), errors.Is(err, ErrNodeHeld):
 		code = connect.CodeAlreadyExists
 	case errors.Is(err, ErrWrongClient):
 		code = connect.CodePermissionDenied

@@ -74,6 +74,9 @@ type Agent struct {
 	session string
 	log     *slog.Logger
 	masters *client.Masters
+	// heldLogged is when a refusal of the node's name was last logged
+	// (only Run's goroutine touches it).
+	heldLogged time.Time
 
 	mu     sync.Mutex
 	master string // the base URL of the master in use
@@ -220,6 +223,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		case tlsRefused(err):
 			a.log.Error("the TLS handshake with the master failed (check --master-ca-cert and --master-client-cert/--master-client-key); trying again", "master", url, "err", err)
 			wait, backoff = backoff, min(backoff*2, a.opts.RetryMax)
+		case reasonOf(err) == "NODE_HELD":
+			// Another live process registered this --node name: a
+			// configuration error (two sidecars with one name) or the
+			// previous process of this one, not yet silent for the
+			// master's hold. Ask again every ping interval; the first
+			// refusal and then one every half minute are logged.
+			if now := time.Now(); now.Sub(a.heldLogged) >= 30*time.Second {
+				a.heldLogged = now
+				a.log.Error("the master refused this sidecar's --node name: another live process holds it (a second sidecar with the same --node, or this one's previous process that has not been silent long enough); trying again", "master", url, "err", err)
+			}
+			wait = pace
 		case registered:
 			// It was registered: look for the primary at once.
 			a.log.Warn("lost the master; looking for the primary", "master", url, "err", err)
@@ -256,21 +270,28 @@ func isNotPrimary(err error) bool {
 	if connect.CodeOf(err) != connect.CodeUnavailable {
 		return false
 	}
+	switch reasonOf(err) {
+	case "NOT_PRIMARY", "FENCED", "LOG_FAILED":
+		return true
+	}
+	return false
+}
+
+// reasonOf is the reason of the master's error detail in err, "" if it
+// has none.
+func reasonOf(err error) string {
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
-		return false
+		return ""
 	}
 	for _, d := range ce.Details() {
 		if v, derr := d.Value(); derr == nil {
 			if ed, ok := v.(*masterv1.ErrorDetail); ok {
-				switch ed.GetReason() {
-				case "NOT_PRIMARY", "FENCED", "LOG_FAILED":
-					return true
-				}
+				return ed.GetReason()
 			}
 		}
 	}
-	return false
+	return ""
 }
 
 // pick returns the master to register with: the primary the masters name,
