@@ -222,7 +222,10 @@ func (r *Router) apply(m *masterv1.WatchShardsResponse) {
 		}
 		r.routes[rt.GetShard()] = Route{Shard: rt.GetShard(), Term: rt.GetTerm(), Node: rt.GetNode(), Addr: rt.GetAddr(), AppAddr: rt.GetAppAddr(), State: rt.GetState()}
 	}
-	r.synced, r.feedErr = true, nil
+	// A snapshot in parts is whole with its last part: until then a
+	// shard not yet listed is not known to be absent.
+	r.synced = !m.GetMore()
+	r.feedErr = nil
 	close(r.changed)
 	r.changed = make(chan struct{})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
@@ -84,7 +85,7 @@ func (s *fleetService) WatchShards(ctx context.Context, req *connect.Request[mas
 		}
 	}()
 	err = m.WatchShards(ctx, req.Msg.GetShards(), func(routes []*Route, snapshot bool) error {
-		return st.Send(&masterv1.WatchShardsResponse{Routes: routes, Snapshot: snapshot})
+		return sendRoutes(routes, snapshot, maxFeedMessage, st.Send)
 	})
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return connectError(cause)
@@ -94,6 +95,32 @@ func (s *fleetService) WatchShards(ctx context.Context, req *connect.Request[mas
 
 // maxWatchShards bounds the shards one routing feed names.
 const maxWatchShards = 100000
+
+// maxFeedMessage bounds one message of the routing feed: a table of
+// 100,000 shards is about 20 MiB, and gRPC clients refuse messages over
+// 4 MiB unless told otherwise.
+const maxFeedMessage = 1 << 20
+
+// sendRoutes sends routes in messages of at most limit bytes of routes
+// each (a route larger than limit alone goes in a message of its own):
+// the first carries snapshot, every one but the last more.
+func sendRoutes(routes []*Route, snapshot bool, limit int, send func(*masterv1.WatchShardsResponse) error) error {
+	msg := &masterv1.WatchShardsResponse{Snapshot: snapshot}
+	size := 0
+	for _, r := range routes {
+		n := proto.Size(r) + 8 // the field's tag and length
+		if len(msg.Routes) > 0 && size+n > limit {
+			msg.More = true
+			if err := send(msg); err != nil {
+				return err
+			}
+			msg, size = &masterv1.WatchShardsResponse{}, 0
+		}
+		msg.Routes = append(msg.Routes, r)
+		size += n
+	}
+	return send(msg)
+}
 
 func (s *fleetService) ReportShard(ctx context.Context, req *connect.Request[masterv1.ReportShardRequest]) (*connect.Response[masterv1.ReportShardResponse], error) {
 	m, err := s.serving()

@@ -1569,7 +1569,15 @@ type WatchShardsResponse struct {
 	Routes []*ShardRoute          `protobuf:"bytes,1,rep,name=routes,proto3" json:"routes,omitempty"`
 	// snapshot: routes is the whole table (what it does not list is not
 	// in the table); otherwise routes are the rows that changed.
-	Snapshot      bool `protobuf:"varint,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Snapshot bool `protobuf:"varint,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// more: a snapshot or change too large for one message (the server
+	// keeps each under 1 MiB, well inside gRPC's usual 4 MiB receive
+	// limit) is sent in parts, and more parts of it follow this one. The
+	// first part carries snapshot; the parts after it are changes (rows to
+	// set or remove), so a client that applies every message in order ends
+	// with the whole table either way; one that waits for more=false knows
+	// when it has all of it.
+	More          bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1614,6 +1622,13 @@ func (x *WatchShardsResponse) GetRoutes() []*ShardRoute {
 func (x *WatchShardsResponse) GetSnapshot() bool {
 	if x != nil {
 		return x.Snapshot
+	}
+	return false
+}
+
+func (x *WatchShardsResponse) GetMore() bool {
+	if x != nil {
+		return x.More
 	}
 	return false
 }
@@ -1728,10 +1743,11 @@ const file_master_v1_fleet_proto_rawDesc = "" +
 	"\fhandoff_node\x18\x06 \x01(\tR\vhandoffNode\x12!\n" +
 	"\fhandoff_addr\x18\a \x01(\tR\vhandoffAddr\x12\x18\n" +
 	"\aremoved\x18\b \x01(\bR\aremoved\x12\x19\n" +
-	"\bapp_addr\x18\t \x01(\tR\aappAddr\"k\n" +
+	"\bapp_addr\x18\t \x01(\tR\aappAddr\"\x7f\n" +
 	"\x13WatchShardsResponse\x128\n" +
 	"\x06routes\x18\x01 \x03(\v2 .shardfence.master.v1.ShardRouteR\x06routes\x12\x1a\n" +
-	"\bsnapshot\x18\x02 \x01(\bR\bsnapshot*\xe1\x01\n" +
+	"\bsnapshot\x18\x02 \x01(\bR\bsnapshot\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more*\xe1\x01\n" +
 	"\vShardReport\x12\x1c\n" +
 	"\x18SHARD_REPORT_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11SHARD_REPORT_OPEN\x10\x01\x12\x17\n" +
