@@ -32,6 +32,11 @@ func NewHandlerFunc(serving func() (*Master, error), opts ...connect.HandlerOpti
 // decompressed, unless the handler's options set another bound.
 const DefaultMaxRequestBytes = 4 << 20
 
+// DefaultMaxStreams bounds the open calls of each streaming procedure
+// (WatchShards, WatchAssignments): each holds a goroutine or two and, for
+// a routing feed, a copy of the table it diffs against.
+const DefaultMaxStreams = 4096
+
 // HandlerOptions are opts after the master's defaults: a request message
 // (a gzip body decompressed, too) of at most DefaultMaxRequestBytes,
 // which connect.WithReadMaxBytes in opts overrides.
@@ -48,6 +53,7 @@ func RequestGuard(lim reqlimit.Limits) *reqlimit.Guard {
 	return reqlimit.New(reqlimit.Config{
 		Limits: lim, Server: "master", TooLarge: ErrRequestTooLarge, Busy: ErrBusy,
 		TooLargeHint: "split the batch",
+		Capped:       []string{masterv1connect.MasterFleetServiceWatchShardsProcedure, masterv1connect.MasterFleetServiceWatchAssignmentsProcedure},
 		APIError: func(err error) *connect.Error {
 			var ce *connect.Error
 			errors.As(connectError(err), &ce)

@@ -92,6 +92,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.IntVar(&lim.MaxRequestBytes, "max-request-bytes", master.DefaultMaxRequestBytes, "largest request message, on the wire and decompressed")
 	fs.Int64Var(&lim.MaxConcurrentRequestBytes, "max-concurrent-request-bytes", 64<<20, "request bytes all calls may hold at once (at least --max-request-bytes)")
 	fs.DurationVar(&lim.BodyReadTimeout, "body-read-timeout", 30*time.Second, "a request body must arrive within this long of the call's start (100ms..10m)")
+	fs.IntVar(&lim.MaxStreams, "max-streams", master.DefaultMaxStreams, fmt.Sprintf("open calls of each streaming procedure (WatchShards: routing feeds; WatchAssignments: a node's assignments) at once; one more is refused MASTER_BUSY (1..%d)", reqlimit.MaxMaxStreams))
 	idleTimeout := fs.Duration("idle-timeout", 2*time.Minute, "close a client connection idle this long (1s..1h)")
 	if err := loadConfigAliased(fs, args, func(string) string { return "" }, seedConfigAliases); err != nil {
 		return err
@@ -122,8 +123,11 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("%w: %s %v is outside %v..%v%s", errUsage, d.flag, d.v, d.lo, d.hi, zero)
 		}
 	}
-	if err := lim.Validate(); err != nil {
-		return fmt.Errorf("%w: --max-request-bytes, --max-concurrent-request-bytes, --body-read-timeout: %v", errUsage, err)
+	if err := lim.Validate(); err != nil || lim.MaxStreams == 0 {
+		if err == nil {
+			err = errors.New("max streams 0: give at least 1")
+		}
+		return fmt.Errorf("%w: --max-request-bytes, --max-concurrent-request-bytes, --body-read-timeout, --max-streams: %v", errUsage, err)
 	}
 	if *idleTimeout < time.Second || *idleTimeout > time.Hour {
 		return fmt.Errorf("%w: --idle-timeout %v is outside 1s..1h", errUsage, *idleTimeout)

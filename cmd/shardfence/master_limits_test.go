@@ -234,6 +234,65 @@ func TestMasterCapsConcurrentRequestBytes(t *testing.T) {
 	})
 }
 
+// Streams are capped per procedure: with --max-streams 3, a fourth
+// routing feed is refused MASTER_BUSY before it holds anything, the
+// nodes' assignment streams have their own cap, and a feed that ends
+// frees its place.
+func TestMasterCapsStreams(t *testing.T) {
+	base, _ := startMasterCmd(t, "--max-streams", "3", "--store", "file://"+t.TempDir(), "--cluster", "streams", "--snapshot-interval", "0")
+	api := masterv1connect.NewMasterFleetServiceClient(http.DefaultClient, base)
+	open := func(ctx context.Context) (*connect.ServerStreamForClient[masterv1.WatchShardsResponse], error) {
+		st, err := api.WatchShards(ctx, connect.NewRequest(&masterv1.WatchShardsRequest{}))
+		if err != nil {
+			return nil, err
+		}
+		if !st.Receive() {
+			st.Close()
+			return nil, st.Err()
+		}
+		return st, nil
+	}
+	var cancels []context.CancelFunc
+	waitUntil(t, "three routing feeds", func() bool {
+		for len(cancels) < 3 {
+			ctx, cancel := context.WithCancel(t.Context())
+			if _, err := open(ctx); err != nil {
+				cancel()
+				return false
+			}
+			cancels = append(cancels, cancel)
+		}
+		return true
+	})
+	_, err := open(t.Context())
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "--max-streams") {
+		t.Fatalf("a fourth routing feed: %v", err)
+	}
+	// Another procedure has its own cap: a node's assignment stream is
+	// not refused for the routing feeds (it fails only for the unknown
+	// session).
+	wa, err := api.WatchAssignments(t.Context(), connect.NewRequest(&masterv1.WatchAssignmentsRequest{Node: "n1", Session: "s"}))
+	if err == nil {
+		for wa.Receive() {
+		}
+		err = wa.Err()
+		wa.Close()
+	}
+	if connect.CodeOf(err) == connect.CodeResourceExhausted {
+		t.Fatalf("an assignment stream refused for the routing feeds: %v", err)
+	}
+	cancels[0]()
+	waitUntil(t, "a routing feed once one ended", func() bool {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancels = append(cancels, cancel)
+		_, err := open(ctx)
+		return err == nil
+	})
+	for _, c := range cancels {
+		c()
+	}
+}
+
 // A stock gRPC client (grpc-go, default options) checks the master's
 // health without the token, as probes do, and lists its API by server
 // reflection, which needs the token.
@@ -340,6 +399,9 @@ func TestMasterFlagsAreBounded(t *testing.T) {
 		{"--body-read-timeout", "1h"},
 		{"--idle-timeout", "0s"},
 		{"--idle-timeout", "100h"},
+		{"--max-streams", "0"},
+		{"--max-streams", "-1"},
+		{"--max-streams", "2000000"},
 	} {
 		var out, errOut syncBuffer
 		if err := runMaster(t.Context(), append([]string{"--listen", "127.0.0.1:0"}, args...), &out, &errOut); !errors.Is(err, errUsage) {

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -39,7 +40,14 @@ type Limits struct {
 	// BodyReadTimeout bounds how long a request body may take to arrive,
 	// from the call's start.
 	BodyReadTimeout time.Duration
+	// MaxStreams bounds the open calls of each procedure in
+	// Config.Capped (server streams that live as long as their client
+	// wants); 0 leaves them unbounded.
+	MaxStreams int
 }
+
+// MaxMaxStreams bounds Limits.MaxStreams.
+const MaxMaxStreams = 1 << 20
 
 // Validate says which limit is out of its range.
 func (l Limits) Validate() error {
@@ -50,6 +58,8 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("max concurrent request bytes %d below max request bytes %d", l.MaxConcurrentRequestBytes, l.MaxRequestBytes)
 	case l.BodyReadTimeout < MinBodyReadTimeout || l.BodyReadTimeout > MaxBodyReadTimeout:
 		return fmt.Errorf("body read timeout %v is outside %v..%v", l.BodyReadTimeout, MinBodyReadTimeout, MaxBodyReadTimeout)
+	case l.MaxStreams < 0 || l.MaxStreams > MaxMaxStreams:
+		return fmt.Errorf("max streams %d is outside 0..%d", l.MaxStreams, MaxMaxStreams)
 	}
 	return nil
 }
@@ -130,6 +140,9 @@ type Config struct {
 	// stream of messages, keyed by path: they bound each message
 	// themselves, with the guard's gate.
 	Streams map[string]func(w http.ResponseWriter, r *http.Request, next http.Handler, gate *Gate)
+	// Capped are the paths of procedures of which at most MaxStreams
+	// calls each may be open at once; one more is refused with Busy.
+	Capped []string
 }
 
 // Guard guards API handlers against slow and large clients; every handler
@@ -138,11 +151,26 @@ type Guard struct {
 	cfg  Config
 	gate *Gate
 	errw *connect.ErrorWriter
+	open map[string]*atomic.Int64 // open calls of each capped path
 }
 
 // New is a guard of cfg.
 func New(cfg Config) *Guard {
-	return &Guard{cfg: cfg, gate: NewGate(cfg.MaxConcurrentRequestBytes), errw: connect.NewErrorWriter()}
+	g := &Guard{cfg: cfg, gate: NewGate(cfg.MaxConcurrentRequestBytes), errw: connect.NewErrorWriter(), open: map[string]*atomic.Int64{}}
+	if cfg.MaxStreams > 0 {
+		for _, p := range cfg.Capped {
+			g.open[p] = new(atomic.Int64)
+		}
+	}
+	return g
+}
+
+// OpenStreams is how many calls of the capped procedure at path are open.
+func (g *Guard) OpenStreams(path string) int64 {
+	if n := g.open[path]; n != nil {
+		return n.Load()
+	}
+	return 0
 }
 
 // Gate is the gate every call the guard wraps holds its bytes in.
@@ -168,12 +196,23 @@ func (g *Guard) refuse(w http.ResponseWriter, r *http.Request, status int, err e
 //     BodyReadTimeout for room; a body of unknown length (gRPC) takes them
 //     as they arrive, without waiting. Either fails with Busy when the
 //     gate stays full;
+//   - at most MaxStreams calls of each Capped procedure are open at
+//     once; one more is refused with Busy before anything is read;
 //   - the body must arrive within BodyReadTimeout of the call's start.
 //     The deadline is lifted once the body was read, so a long wait for
 //     an answer or a long server stream is not cut.
 func (g *Guard) Wrap(next http.Handler) http.Handler {
 	lim := g.cfg.Limits
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if open := g.open[r.URL.Path]; open != nil {
+			if open.Add(1) > int64(lim.MaxStreams) {
+				open.Add(-1)
+				g.refuse(w, r, http.StatusServiceUnavailable, fmt.Errorf("%w: %d calls of %s are open, the %s takes at most %d at once (--max-streams); nothing was done, retry later",
+					g.cfg.Busy, lim.MaxStreams, r.URL.Path, g.cfg.Server, lim.MaxStreams))
+				return
+			}
+			defer open.Add(-1)
+		}
 		if serve := g.cfg.Streams[r.URL.Path]; serve != nil {
 			serve(w, r, next, g.gate)
 			return
