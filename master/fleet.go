@@ -712,7 +712,7 @@ func (f *fleet) ownerSuspected(ctx context.Context, r *ClientLivenessRecord) {
 	}
 	f.mu.Unlock()
 	f.m.topo.RUnlock()
-	_ = wait(ctx, "TakeOver", f.publish(changes))
+	f.monitorWait(ctx, "TakeOver", f.publish(changes))
 }
 
 // offboardNode is the fleet's step of an offboarding: every shard the
@@ -776,7 +776,38 @@ func (f *fleet) placePending(ctx context.Context) {
 	}
 	f.mu.Unlock()
 	f.m.topo.RUnlock()
-	_ = wait(ctx, "PlaceShards", f.publish(changes))
+	f.monitorWait(ctx, "PlaceShards", f.publish(changes))
+}
+
+// monitorWait is how the liveness monitor waits for the changes a pass
+// made to be published: at most one monitor interval. A change is
+// published (told to nodes and the routing feed) only once the log holds
+// it, whether or not the pass waited; a pass that waited for a slow log
+// would stop judging every other client meanwhile, and the next pass
+// would take the wait for a stall of the master and stretch every
+// window by it (a node went offline 40 s after it was suspected instead
+// of 20 s). The pass decides from the recorded table, so the next one
+// does not make the same change twice.
+func (f *fleet) monitorWait(ctx context.Context, op string, done <-chan error) {
+	bound := f.m.live.cfg.MonitorInterval
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			f.m.log.Warn("the liveness monitor's change did not reach the operation log", "op", op, "err", err)
+		}
+	case <-ctx.Done():
+	case <-t.C:
+		f.m.metrics.livenessLogWaits.Inc()
+		f.m.log.Warn("the operation log has not acknowledged the liveness monitor's change within a monitor interval; the monitor goes on, and the change is published once the log holds it",
+			"op", op, "waited", bound)
+		go func() {
+			if err := <-done; err != nil {
+				f.m.log.Warn("the liveness monitor's change did not reach the operation log", "op", op, "err", err)
+			}
+		}()
+	}
 }
 
 func (f *fleet) sortedLocked() []*shardEntry {

@@ -15,6 +15,7 @@ import (
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // watcher records what WatchAssignments told a node.
@@ -555,4 +556,57 @@ func TestNodeNameHeldByLiveProcess(t *testing.T) {
 	if _, err := reg("a-1", "http://a"); !errors.Is(err, ErrNodeHeld) {
 		t.Fatalf("the old process after its successor registered: %v", err)
 	}
+}
+
+// A slow log does not hold the liveness monitor: a pass whose takeover
+// the log has not acknowledged returns after one monitor interval (it
+// used to wait for the log, and the next pass took the wait for a stall
+// of the master and stretched every window by it), the takeover is
+// published once durable, and the next pass does not make it again.
+func TestMonitorDoesNotWaitOutASlowLog(t *testing.T) {
+	j := &holdJournal{}
+	cfg := liveCfg(false)
+	cfg.Liveness.MonitorInterval = 50 * time.Millisecond
+	m, clk := newTestMaster(t, cfg, Options{Journal: j})
+	register(t, m, "a")
+	register(t, m, "b")
+	assign(t, m, "s1", "a", true, true)
+	wb := watch(t, m, "b", "b-1")
+	wb.until(t, "its empty set", empty)
+	j.hold(true)
+	defer j.hold(false)
+	clk.Advance(11 * time.Second)
+	ping(t, m, NodeClientID("b"))
+	pass := func() LivenessPass {
+		t.Helper()
+		done := make(chan LivenessPass, 1)
+		go func() { done <- m.CheckLiveness(context.Background()) }()
+		select {
+		case p := <-done:
+			return p
+		case <-time.After(10 * time.Second):
+			t.Fatal("a monitor pass waited for the held log")
+			return LivenessPass{}
+		}
+	}
+	if p := pass(); len(p.Suspected) != 1 {
+		t.Fatalf("pass: %+v, want a suspected", p)
+	}
+	if n := testutil.ToFloat64(m.metrics.livenessLogWaits); n != 1 {
+		t.Fatalf("log waits counted: %v, want 1", n)
+	}
+	if r := row(t, m, "s1"); r.GetTerm() != 2 || r.GetNode() != "b" {
+		t.Fatalf("s1 after the pass: %+v, want recorded at term 2 on b", r)
+	}
+	for range 3 {
+		pass()
+	}
+	if r := row(t, m, "s1"); r.GetTerm() != 2 {
+		t.Fatalf("s1 after more passes: term %d, want still 2", r.GetTerm())
+	}
+	if l := wb.latest(); l != nil && has("s1", 2)(l) {
+		t.Fatal("b was told of the takeover before the log acknowledged it")
+	}
+	j.hold(false)
+	wb.until(t, "s1 at term 2 once durable", has("s1", 2))
 }

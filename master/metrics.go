@@ -23,6 +23,7 @@ type Metrics struct {
 	clients              *prometheus.GaugeVec
 	clientTransitions    *prometheus.CounterVec
 	livenessStalls       prometheus.Counter
+	livenessLogWaits     prometheus.Counter
 	offboardingSubmitted prometheus.Counter
 	offboardingQueue     prometheus.Gauge
 	offboardingRetries   prometheus.Counter
@@ -93,6 +94,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "shardfence_master_liveness_monitor_stalls_total",
 			Help: "Monitor passes that found the monitor itself had not observed for longer than its stall threshold; the unobserved time was not counted against any client.",
 		}),
+		livenessLogWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardfence_master_liveness_log_waits_total",
+			Help: "Monitor passes that stopped waiting for the operation log to acknowledge a takeover or placement after one monitor interval (the change is published once the log holds it).",
+		}),
 		offboardingSubmitted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shardfence_master_offboarding_jobs_submitted_total",
 			Help: "Client offboarding jobs prepared (the client went offline).",
@@ -126,7 +131,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.remountMatched, m.remountAssign, m.remountTotal, m.recoveryTTL,
 			m.remountVisibleTTL, m.remountFailures, m.skippedUnreadable, m.evictedObjects,
 			m.snapshotRestoresV1, m.snapshotRestoresV2, m.clockConversionFailures,
-			m.clients, m.clientTransitions, m.livenessStalls, m.offboardingSubmitted, m.offboardingQueue,
+			m.clients, m.clientTransitions, m.livenessStalls, m.livenessLogWaits, m.offboardingSubmitted, m.offboardingQueue,
 			m.offboardingRetries, m.offboardingJobs, m.offboardingBatch, m.offboardingSeconds, m.takeovers)
 	}
 	return m
