@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
@@ -206,7 +207,15 @@ func checkRangeCancel(t T, c *blobstore.Container) {
 	}
 }
 
+// heapMeasure serializes the checks that measure the process's heap:
+// suites run in parallel in one test process (one per store, or several
+// over one directory), and another suite's 128 MiB body counted against
+// this stream's.
+var heapMeasure sync.Mutex
+
 func checkRangeLarge(t T, c *blobstore.Container) {
+	heapMeasure.Lock()
+	defer heapMeasure.Unlock()
 	ctx := t.Context()
 	key := "range/large"
 	const size = 128 << 20
