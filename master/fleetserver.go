@@ -146,6 +146,18 @@ func (s *fleetService) DrainNode(ctx context.Context, req *connect.Request[maste
 	return connect.NewResponse(&masterv1.DrainNodeResponse{Moving: uint32(moving), Waiting: uint32(waiting)}), nil
 }
 
+func (s *fleetService) MoveShard(ctx context.Context, req *connect.Request[masterv1.MoveShardRequest]) (*connect.Response[masterv1.MoveShardResponse], error) {
+	m, err := s.serving()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	info, err := m.MoveShard(ctx, req.Msg.GetShard(), req.Msg.GetNode())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&masterv1.MoveShardResponse{Shard: shardInfoProto(info)}), nil
+}
+
 func (s *fleetService) ListNodes(context.Context, *connect.Request[masterv1.ListNodesRequest]) (*connect.Response[masterv1.ListNodesResponse], error) {
 	m, err := s.serving()
 	if err != nil {

@@ -102,7 +102,7 @@ func masterErr(what, addr string, err error, tokenFile string) error {
 }
 
 // runMasterAdmin runs `shardfence master promote|status|snapshot|nodes|
-// shards|assign|unassign|drain|undrain`.
+// shards|assign|unassign|move|rebalance|drain|undrain`.
 func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("master "+cmd, stdout)
 	var c masterConn
@@ -145,6 +145,10 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 			shardList = append(shardList, v)
 			return nil
 		})
+	case "move":
+		fs.StringVar(&shard, "shard", "", "shard id (required)")
+		fs.StringVar(&node, "node", "", "node to move it to (required): active, not draining, not its owner")
+		fs.DurationVar(&waitFor, "wait", 0, "wait this long for the target to own the shard (0: do not wait)")
 	case "drain", "undrain":
 		fs.StringVar(&node, "node", "", "node name (required)")
 		if cmd == "drain" {
@@ -158,9 +162,9 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, clipArg(fs.Arg(0)))
 	}
 	switch {
-	case (cmd == "assign" || cmd == "unassign") && shard == "":
+	case (cmd == "assign" || cmd == "unassign" || cmd == "move") && shard == "":
 		return fmt.Errorf("%w: --shard is required", errUsage)
-	case (cmd == "drain" || cmd == "undrain") && node == "":
+	case (cmd == "drain" || cmd == "undrain" || cmd == "move") && node == "":
 		return fmt.Errorf("%w: --node is required", errUsage)
 	case (*timeout <= 0 && !(cmd == "watch" && *timeout == 0)) || *timeout > maxClientTimeout:
 		return fmt.Errorf("%w: --timeout %v is outside (0, %v]", errUsage, *timeout, maxClientTimeout)
@@ -256,6 +260,25 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 			return fail(err)
 		}
 		fmt.Fprintf(stdout, "unassigned %s: its owner closes it\n", shard)
+	case "move":
+		res, err := fc.MoveShard(ctx, connect.NewRequest(&masterv1.MoveShardRequest{Shard: shard, Node: node}))
+		if err != nil {
+			return fail(err)
+		}
+		a := res.Msg.GetShard().GetAssignment()
+		fmt.Fprintf(stdout, "moving %s from %s to %s at term %d\n", shard, a.GetNode(), node, a.GetTerm())
+		if waitFor <= 0 {
+			return nil
+		}
+		wctx, wcancel := context.WithTimeout(ctx, waitFor)
+		defer wcancel()
+		if err := waitMove(wctx, fc, shard, node); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				return fmt.Errorf("%s still moving to %s after %v (see shardfence master shards)", shard, node, waitFor)
+			}
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "%s is on node %s\n", shard, node)
 	case "undrain":
 		if _, err := fc.DrainNode(ctx, connect.NewRequest(&masterv1.DrainNodeRequest{Node: node, Undo: true})); err != nil {
 			return fail(err)
@@ -297,6 +320,44 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 		}
 	}
 	return nil
+}
+
+// errMoveCancelled: a move ended with the shard still on its source (the
+// handoff was cancelled: the target failed, or went away).
+var errMoveCancelled = errors.New("move cancelled")
+
+// waitMove waits until the move of shard to node ended: nil once node owns
+// it, errMoveCancelled (with the master's reason) when the handoff ended
+// without moving it, or ctx's error.
+func waitMove(ctx context.Context, fc masterv1connect.MasterFleetServiceClient, shard, node string) error {
+	for {
+		res, err := fc.ListShards(ctx, connect.NewRequest(&masterv1.ListShardsRequest{}))
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, s := range res.Msg.GetShards() {
+			a := s.GetAssignment()
+			if a.GetShard() != shard {
+				continue
+			}
+			found = true
+			switch {
+			case a.GetNode() == node && a.GetHandoffNode() == "":
+				return nil
+			case a.GetHandoffNode() != node:
+				return fmt.Errorf("%w: %s is on node %q (%s)", errMoveCancelled, shard, a.GetNode(), s.GetReason())
+			}
+		}
+		if !found {
+			return fmt.Errorf("%w: %s left the table", errMoveCancelled, shard)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // masterBases parses --addr: one master, or a comma-separated list.

@@ -1024,6 +1024,105 @@ func (x *DrainNodeResponse) GetWaiting() uint32 {
 	return 0
 }
 
+type MoveShardRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// node is the target: an active, non-draining node of the shard's
+	// store that does not own it.
+	Node          string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveShardRequest) Reset() {
+	*x = MoveShardRequest{}
+	mi := &file_master_v1_fleet_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveShardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveShardRequest) ProtoMessage() {}
+
+func (x *MoveShardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_fleet_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveShardRequest.ProtoReflect.Descriptor instead.
+func (*MoveShardRequest) Descriptor() ([]byte, []int) {
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *MoveShardRequest) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *MoveShardRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+type MoveShardResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// shard is the row as the move left it (state moving).
+	Shard         *ShardInfo `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveShardResponse) Reset() {
+	*x = MoveShardResponse{}
+	mi := &file_master_v1_fleet_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveShardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveShardResponse) ProtoMessage() {}
+
+func (x *MoveShardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_fleet_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveShardResponse.ProtoReflect.Descriptor instead.
+func (*MoveShardResponse) Descriptor() ([]byte, []int) {
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *MoveShardResponse) GetShard() *ShardInfo {
+	if x != nil {
+		return x.Shard
+	}
+	return nil
+}
+
 type ListNodesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1032,7 +1131,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_master_v1_fleet_proto_msgTypes[13]
+	mi := &file_master_v1_fleet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1143,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[13]
+	mi := &file_master_v1_fleet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1156,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{13}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{15}
 }
 
 type NodeInfo struct {
@@ -1083,7 +1182,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_master_v1_fleet_proto_msgTypes[14]
+	mi := &file_master_v1_fleet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1194,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[14]
+	mi := &file_master_v1_fleet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1207,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{14}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeInfo) GetName() string {
@@ -1190,7 +1289,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_master_v1_fleet_proto_msgTypes[15]
+	mi := &file_master_v1_fleet_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1301,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[15]
+	mi := &file_master_v1_fleet_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1314,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{15}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -1233,7 +1332,7 @@ type ListShardsRequest struct {
 
 func (x *ListShardsRequest) Reset() {
 	*x = ListShardsRequest{}
-	mi := &file_master_v1_fleet_proto_msgTypes[16]
+	mi := &file_master_v1_fleet_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1344,7 @@ func (x *ListShardsRequest) String() string {
 func (*ListShardsRequest) ProtoMessage() {}
 
 func (x *ListShardsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[16]
+	mi := &file_master_v1_fleet_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1357,7 @@ func (x *ListShardsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListShardsRequest.ProtoReflect.Descriptor instead.
 func (*ListShardsRequest) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{16}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{18}
 }
 
 type ShardInfo struct {
@@ -1283,7 +1382,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_master_v1_fleet_proto_msgTypes[17]
+	mi := &file_master_v1_fleet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1394,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[17]
+	mi := &file_master_v1_fleet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1407,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{17}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ShardInfo) GetAssignment() *ShardAssignment {
@@ -1362,7 +1461,7 @@ type ListShardsResponse struct {
 
 func (x *ListShardsResponse) Reset() {
 	*x = ListShardsResponse{}
-	mi := &file_master_v1_fleet_proto_msgTypes[18]
+	mi := &file_master_v1_fleet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1473,7 @@ func (x *ListShardsResponse) String() string {
 func (*ListShardsResponse) ProtoMessage() {}
 
 func (x *ListShardsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[18]
+	mi := &file_master_v1_fleet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1486,7 @@ func (x *ListShardsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListShardsResponse.ProtoReflect.Descriptor instead.
 func (*ListShardsResponse) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{18}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListShardsResponse) GetShards() []*ShardInfo {
@@ -1407,7 +1506,7 @@ type WatchShardsRequest struct {
 
 func (x *WatchShardsRequest) Reset() {
 	*x = WatchShardsRequest{}
-	mi := &file_master_v1_fleet_proto_msgTypes[19]
+	mi := &file_master_v1_fleet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1518,7 @@ func (x *WatchShardsRequest) String() string {
 func (*WatchShardsRequest) ProtoMessage() {}
 
 func (x *WatchShardsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[19]
+	mi := &file_master_v1_fleet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1531,7 @@ func (x *WatchShardsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchShardsRequest.ProtoReflect.Descriptor instead.
 func (*WatchShardsRequest) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{19}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchShardsRequest) GetShards() []string {
@@ -1473,7 +1572,7 @@ type ShardRoute struct {
 
 func (x *ShardRoute) Reset() {
 	*x = ShardRoute{}
-	mi := &file_master_v1_fleet_proto_msgTypes[20]
+	mi := &file_master_v1_fleet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1584,7 @@ func (x *ShardRoute) String() string {
 func (*ShardRoute) ProtoMessage() {}
 
 func (x *ShardRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[20]
+	mi := &file_master_v1_fleet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1597,7 @@ func (x *ShardRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRoute.ProtoReflect.Descriptor instead.
 func (*ShardRoute) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{20}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ShardRoute) GetShard() string {
@@ -1576,7 +1675,7 @@ type WatchShardsResponse struct {
 
 func (x *WatchShardsResponse) Reset() {
 	*x = WatchShardsResponse{}
-	mi := &file_master_v1_fleet_proto_msgTypes[21]
+	mi := &file_master_v1_fleet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1687,7 @@ func (x *WatchShardsResponse) String() string {
 func (*WatchShardsResponse) ProtoMessage() {}
 
 func (x *WatchShardsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[21]
+	mi := &file_master_v1_fleet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1700,7 @@ func (x *WatchShardsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchShardsResponse.ProtoReflect.Descriptor instead.
 func (*WatchShardsResponse) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{21}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchShardsResponse) GetRoutes() []*ShardRoute {
@@ -1687,7 +1786,12 @@ const file_master_v1_fleet_proto_rawDesc = "" +
 	"\x04undo\x18\x02 \x01(\bR\x04undo\"E\n" +
 	"\x11DrainNodeResponse\x12\x16\n" +
 	"\x06moving\x18\x01 \x01(\rR\x06moving\x12\x18\n" +
-	"\awaiting\x18\x02 \x01(\rR\awaiting\"\x12\n" +
+	"\awaiting\x18\x02 \x01(\rR\awaiting\"<\n" +
+	"\x10MoveShardRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\"J\n" +
+	"\x11MoveShardResponse\x125\n" +
+	"\x05shard\x18\x01 \x01(\v2\x1f.shardfence.master.v1.ShardInfoR\x05shard\"\x12\n" +
 	"\x10ListNodesRequest\"\x99\x02\n" +
 	"\bNodeInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -1744,7 +1848,7 @@ const file_master_v1_fleet_proto_rawDesc = "" +
 	"\rTakeoverPoint\x12\x1e\n" +
 	"\x1aTAKEOVER_POINT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16TAKEOVER_POINT_OFFLINE\x10\x01\x12\x1c\n" +
-	"\x18TAKEOVER_POINT_SUSPECTED\x10\x022\xa5\a\n" +
+	"\x18TAKEOVER_POINT_SUSPECTED\x10\x022\x83\b\n" +
 	"\x12MasterFleetService\x12e\n" +
 	"\fRegisterNode\x12).shardfence.master.v1.RegisterNodeRequest\x1a*.shardfence.master.v1.RegisterNodeResponse\x12s\n" +
 	"\x10WatchAssignments\x12-.shardfence.master.v1.WatchAssignmentsRequest\x1a..shardfence.master.v1.WatchAssignmentsResponse0\x01\x12b\n" +
@@ -1752,6 +1856,7 @@ const file_master_v1_fleet_proto_rawDesc = "" +
 	"\vAssignShard\x12(.shardfence.master.v1.AssignShardRequest\x1a).shardfence.master.v1.AssignShardResponse\x12h\n" +
 	"\rUnassignShard\x12*.shardfence.master.v1.UnassignShardRequest\x1a+.shardfence.master.v1.UnassignShardResponse\x12\\\n" +
 	"\tDrainNode\x12&.shardfence.master.v1.DrainNodeRequest\x1a'.shardfence.master.v1.DrainNodeResponse\x12\\\n" +
+	"\tMoveShard\x12&.shardfence.master.v1.MoveShardRequest\x1a'.shardfence.master.v1.MoveShardResponse\x12\\\n" +
 	"\tListNodes\x12&.shardfence.master.v1.ListNodesRequest\x1a'.shardfence.master.v1.ListNodesResponse\x12_\n" +
 	"\n" +
 	"ListShards\x12'.shardfence.master.v1.ListShardsRequest\x1a(.shardfence.master.v1.ListShardsResponse\x12d\n" +
@@ -1770,7 +1875,7 @@ func file_master_v1_fleet_proto_rawDescGZIP() []byte {
 }
 
 var file_master_v1_fleet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_master_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_master_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_master_v1_fleet_proto_goTypes = []any{
 	(ShardReport)(0),                 // 0: shardfence.master.v1.ShardReport
 	(TakeoverPoint)(0),               // 1: shardfence.master.v1.TakeoverPoint
@@ -1787,52 +1892,57 @@ var file_master_v1_fleet_proto_goTypes = []any{
 	(*UnassignShardResponse)(nil),    // 12: shardfence.master.v1.UnassignShardResponse
 	(*DrainNodeRequest)(nil),         // 13: shardfence.master.v1.DrainNodeRequest
 	(*DrainNodeResponse)(nil),        // 14: shardfence.master.v1.DrainNodeResponse
-	(*ListNodesRequest)(nil),         // 15: shardfence.master.v1.ListNodesRequest
-	(*NodeInfo)(nil),                 // 16: shardfence.master.v1.NodeInfo
-	(*ListNodesResponse)(nil),        // 17: shardfence.master.v1.ListNodesResponse
-	(*ListShardsRequest)(nil),        // 18: shardfence.master.v1.ListShardsRequest
-	(*ShardInfo)(nil),                // 19: shardfence.master.v1.ShardInfo
-	(*ListShardsResponse)(nil),       // 20: shardfence.master.v1.ListShardsResponse
-	(*WatchShardsRequest)(nil),       // 21: shardfence.master.v1.WatchShardsRequest
-	(*ShardRoute)(nil),               // 22: shardfence.master.v1.ShardRoute
-	(*WatchShardsResponse)(nil),      // 23: shardfence.master.v1.WatchShardsResponse
-	(*v1.ShardSettings)(nil),         // 24: shardfence.sidecar.v1.ShardSettings
-	(*ShardAssignment)(nil),          // 25: shardfence.master.v1.ShardAssignment
+	(*MoveShardRequest)(nil),         // 15: shardfence.master.v1.MoveShardRequest
+	(*MoveShardResponse)(nil),        // 16: shardfence.master.v1.MoveShardResponse
+	(*ListNodesRequest)(nil),         // 17: shardfence.master.v1.ListNodesRequest
+	(*NodeInfo)(nil),                 // 18: shardfence.master.v1.NodeInfo
+	(*ListNodesResponse)(nil),        // 19: shardfence.master.v1.ListNodesResponse
+	(*ListShardsRequest)(nil),        // 20: shardfence.master.v1.ListShardsRequest
+	(*ShardInfo)(nil),                // 21: shardfence.master.v1.ShardInfo
+	(*ListShardsResponse)(nil),       // 22: shardfence.master.v1.ListShardsResponse
+	(*WatchShardsRequest)(nil),       // 23: shardfence.master.v1.WatchShardsRequest
+	(*ShardRoute)(nil),               // 24: shardfence.master.v1.ShardRoute
+	(*WatchShardsResponse)(nil),      // 25: shardfence.master.v1.WatchShardsResponse
+	(*v1.ShardSettings)(nil),         // 26: shardfence.sidecar.v1.ShardSettings
+	(*ShardAssignment)(nil),          // 27: shardfence.master.v1.ShardAssignment
 }
 var file_master_v1_fleet_proto_depIdxs = []int32{
-	24, // 0: shardfence.master.v1.NodeAssignment.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	26, // 0: shardfence.master.v1.NodeAssignment.settings:type_name -> shardfence.sidecar.v1.ShardSettings
 	5,  // 1: shardfence.master.v1.WatchAssignmentsResponse.assignments:type_name -> shardfence.master.v1.NodeAssignment
 	0,  // 2: shardfence.master.v1.ReportShardRequest.report:type_name -> shardfence.master.v1.ShardReport
-	24, // 3: shardfence.master.v1.AssignShardRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	26, // 3: shardfence.master.v1.AssignShardRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
 	1,  // 4: shardfence.master.v1.AssignShardRequest.takeover:type_name -> shardfence.master.v1.TakeoverPoint
-	19, // 5: shardfence.master.v1.AssignShardResponse.shard:type_name -> shardfence.master.v1.ShardInfo
-	16, // 6: shardfence.master.v1.ListNodesResponse.nodes:type_name -> shardfence.master.v1.NodeInfo
-	25, // 7: shardfence.master.v1.ShardInfo.assignment:type_name -> shardfence.master.v1.ShardAssignment
-	19, // 8: shardfence.master.v1.ListShardsResponse.shards:type_name -> shardfence.master.v1.ShardInfo
-	22, // 9: shardfence.master.v1.WatchShardsResponse.routes:type_name -> shardfence.master.v1.ShardRoute
-	2,  // 10: shardfence.master.v1.MasterFleetService.RegisterNode:input_type -> shardfence.master.v1.RegisterNodeRequest
-	4,  // 11: shardfence.master.v1.MasterFleetService.WatchAssignments:input_type -> shardfence.master.v1.WatchAssignmentsRequest
-	7,  // 12: shardfence.master.v1.MasterFleetService.ReportShard:input_type -> shardfence.master.v1.ReportShardRequest
-	9,  // 13: shardfence.master.v1.MasterFleetService.AssignShard:input_type -> shardfence.master.v1.AssignShardRequest
-	11, // 14: shardfence.master.v1.MasterFleetService.UnassignShard:input_type -> shardfence.master.v1.UnassignShardRequest
-	13, // 15: shardfence.master.v1.MasterFleetService.DrainNode:input_type -> shardfence.master.v1.DrainNodeRequest
-	15, // 16: shardfence.master.v1.MasterFleetService.ListNodes:input_type -> shardfence.master.v1.ListNodesRequest
-	18, // 17: shardfence.master.v1.MasterFleetService.ListShards:input_type -> shardfence.master.v1.ListShardsRequest
-	21, // 18: shardfence.master.v1.MasterFleetService.WatchShards:input_type -> shardfence.master.v1.WatchShardsRequest
-	3,  // 19: shardfence.master.v1.MasterFleetService.RegisterNode:output_type -> shardfence.master.v1.RegisterNodeResponse
-	6,  // 20: shardfence.master.v1.MasterFleetService.WatchAssignments:output_type -> shardfence.master.v1.WatchAssignmentsResponse
-	8,  // 21: shardfence.master.v1.MasterFleetService.ReportShard:output_type -> shardfence.master.v1.ReportShardResponse
-	10, // 22: shardfence.master.v1.MasterFleetService.AssignShard:output_type -> shardfence.master.v1.AssignShardResponse
-	12, // 23: shardfence.master.v1.MasterFleetService.UnassignShard:output_type -> shardfence.master.v1.UnassignShardResponse
-	14, // 24: shardfence.master.v1.MasterFleetService.DrainNode:output_type -> shardfence.master.v1.DrainNodeResponse
-	17, // 25: shardfence.master.v1.MasterFleetService.ListNodes:output_type -> shardfence.master.v1.ListNodesResponse
-	20, // 26: shardfence.master.v1.MasterFleetService.ListShards:output_type -> shardfence.master.v1.ListShardsResponse
-	23, // 27: shardfence.master.v1.MasterFleetService.WatchShards:output_type -> shardfence.master.v1.WatchShardsResponse
-	19, // [19:28] is the sub-list for method output_type
-	10, // [10:19] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	21, // 5: shardfence.master.v1.AssignShardResponse.shard:type_name -> shardfence.master.v1.ShardInfo
+	21, // 6: shardfence.master.v1.MoveShardResponse.shard:type_name -> shardfence.master.v1.ShardInfo
+	18, // 7: shardfence.master.v1.ListNodesResponse.nodes:type_name -> shardfence.master.v1.NodeInfo
+	27, // 8: shardfence.master.v1.ShardInfo.assignment:type_name -> shardfence.master.v1.ShardAssignment
+	21, // 9: shardfence.master.v1.ListShardsResponse.shards:type_name -> shardfence.master.v1.ShardInfo
+	24, // 10: shardfence.master.v1.WatchShardsResponse.routes:type_name -> shardfence.master.v1.ShardRoute
+	2,  // 11: shardfence.master.v1.MasterFleetService.RegisterNode:input_type -> shardfence.master.v1.RegisterNodeRequest
+	4,  // 12: shardfence.master.v1.MasterFleetService.WatchAssignments:input_type -> shardfence.master.v1.WatchAssignmentsRequest
+	7,  // 13: shardfence.master.v1.MasterFleetService.ReportShard:input_type -> shardfence.master.v1.ReportShardRequest
+	9,  // 14: shardfence.master.v1.MasterFleetService.AssignShard:input_type -> shardfence.master.v1.AssignShardRequest
+	11, // 15: shardfence.master.v1.MasterFleetService.UnassignShard:input_type -> shardfence.master.v1.UnassignShardRequest
+	13, // 16: shardfence.master.v1.MasterFleetService.DrainNode:input_type -> shardfence.master.v1.DrainNodeRequest
+	15, // 17: shardfence.master.v1.MasterFleetService.MoveShard:input_type -> shardfence.master.v1.MoveShardRequest
+	17, // 18: shardfence.master.v1.MasterFleetService.ListNodes:input_type -> shardfence.master.v1.ListNodesRequest
+	20, // 19: shardfence.master.v1.MasterFleetService.ListShards:input_type -> shardfence.master.v1.ListShardsRequest
+	23, // 20: shardfence.master.v1.MasterFleetService.WatchShards:input_type -> shardfence.master.v1.WatchShardsRequest
+	3,  // 21: shardfence.master.v1.MasterFleetService.RegisterNode:output_type -> shardfence.master.v1.RegisterNodeResponse
+	6,  // 22: shardfence.master.v1.MasterFleetService.WatchAssignments:output_type -> shardfence.master.v1.WatchAssignmentsResponse
+	8,  // 23: shardfence.master.v1.MasterFleetService.ReportShard:output_type -> shardfence.master.v1.ReportShardResponse
+	10, // 24: shardfence.master.v1.MasterFleetService.AssignShard:output_type -> shardfence.master.v1.AssignShardResponse
+	12, // 25: shardfence.master.v1.MasterFleetService.UnassignShard:output_type -> shardfence.master.v1.UnassignShardResponse
+	14, // 26: shardfence.master.v1.MasterFleetService.DrainNode:output_type -> shardfence.master.v1.DrainNodeResponse
+	16, // 27: shardfence.master.v1.MasterFleetService.MoveShard:output_type -> shardfence.master.v1.MoveShardResponse
+	19, // 28: shardfence.master.v1.MasterFleetService.ListNodes:output_type -> shardfence.master.v1.ListNodesResponse
+	22, // 29: shardfence.master.v1.MasterFleetService.ListShards:output_type -> shardfence.master.v1.ListShardsResponse
+	25, // 30: shardfence.master.v1.MasterFleetService.WatchShards:output_type -> shardfence.master.v1.WatchShardsResponse
+	21, // [21:31] is the sub-list for method output_type
+	11, // [11:21] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_master_v1_fleet_proto_init() }
@@ -1847,7 +1957,7 @@ func file_master_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_v1_fleet_proto_rawDesc), len(file_master_v1_fleet_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
