@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -124,7 +125,8 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 	var shard, node, takeover, mode, ackOrder string
 	var shardList []string
 	var term int64
-	var autoRestore, unfenced, warm bool
+	var autoRestore, unfenced, warm, dryRun bool
+	var maxMoves int
 	var lease, waitFor time.Duration
 	switch cmd {
 	case "assign":
@@ -149,6 +151,9 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 		fs.StringVar(&shard, "shard", "", "shard id (required)")
 		fs.StringVar(&node, "node", "", "node to move it to (required): active, not draining, not its owner")
 		fs.DurationVar(&waitFor, "wait", 0, "wait this long for the target to own the shard (0: do not wait)")
+	case "rebalance":
+		fs.BoolVar(&dryRun, "dry-run", false, "print the plan and move nothing")
+		fs.IntVar(&maxMoves, "max-moves", 4, "how many moves run at once (1 to 64)")
 	case "drain", "undrain":
 		fs.StringVar(&node, "node", "", "node name (required)")
 		if cmd == "drain" {
@@ -166,6 +171,8 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 		return fmt.Errorf("%w: --shard is required", errUsage)
 	case (cmd == "drain" || cmd == "undrain" || cmd == "move") && node == "":
 		return fmt.Errorf("%w: --node is required", errUsage)
+	case cmd == "rebalance" && (maxMoves < 1 || maxMoves > 64):
+		return fmt.Errorf("%w: --max-moves %d is outside 1..64", errUsage, maxMoves)
 	case (*timeout <= 0 && !(cmd == "watch" && *timeout == 0)) || *timeout > maxClientTimeout:
 		return fmt.Errorf("%w: --timeout %v is outside (0, %v]", errUsage, *timeout, maxClientTimeout)
 	}
@@ -279,6 +286,8 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 			return fail(err)
 		}
 		fmt.Fprintf(stdout, "%s is on node %s\n", shard, node)
+	case "rebalance":
+		return rebalance(ctx, fc, dryRun, maxMoves, stdout, fail)
 	case "undrain":
 		if _, err := fc.DrainNode(ctx, connect.NewRequest(&masterv1.DrainNodeRequest{Node: node, Undo: true})); err != nil {
 			return fail(err)
@@ -358,6 +367,88 @@ func waitMove(ctx context.Context, fc masterv1connect.MasterFleetServiceClient, 
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// rebalance prints the master's rebalance plan and, unless dryRun, carries
+// it out: each planned shard is moved once (MoveShard), at most maxMoves
+// at a time, each waited for until its target owns it or the handoff was
+// cancelled. It fails when a move did.
+func rebalance(ctx context.Context, fc masterv1connect.MasterFleetServiceClient, dryRun bool, maxMoves int, stdout io.Writer, fail func(error) error) error {
+	res, err := fc.PlanRebalance(ctx, connect.NewRequest(&masterv1.PlanRebalanceRequest{}))
+	if err != nil {
+		return fail(err)
+	}
+	plan := res.Msg
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSHARDS\tAFTER")
+	for _, n := range plan.GetNodes() {
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", n.GetNode(), n.GetBefore(), n.GetAfter())
+	}
+	_ = tw.Flush()
+	if len(plan.GetMoves()) == 0 {
+		fmt.Fprintln(stdout, "balanced: nothing to move")
+		return nil
+	}
+	fmt.Fprintf(stdout, "plan: %d moves\n", len(plan.GetMoves()))
+	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tFROM\tTO")
+	for _, mv := range plan.GetMoves() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", mv.GetShard(), mv.GetFrom(), mv.GetTo())
+	}
+	_ = tw.Flush()
+	if dryRun {
+		fmt.Fprintln(stdout, "dry run: nothing moved")
+		return nil
+	}
+	var (
+		mu     sync.Mutex
+		failed int
+		wg     sync.WaitGroup
+	)
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(stdout, format, args...)
+	}
+	slots := make(chan struct{}, maxMoves)
+	for _, mv := range plan.GetMoves() {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			err := func() error {
+				if _, err := fc.MoveShard(ctx, connect.NewRequest(&masterv1.MoveShardRequest{Shard: mv.GetShard(), Node: mv.GetTo()})); err != nil {
+					return fail(err)
+				}
+				say("moving %s from %s to %s\n", mv.GetShard(), mv.GetFrom(), mv.GetTo())
+				return waitMove(ctx, fc, mv.GetShard(), mv.GetTo())
+			}()
+			if err != nil {
+				mu.Lock()
+				failed++
+				mu.Unlock()
+				say("move of %s to %s failed: %v\n", mv.GetShard(), mv.GetTo(), err)
+				return
+			}
+			say("%s is on node %s\n", mv.GetShard(), mv.GetTo())
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("rebalance stopped: %w (moves started run on; see shardfence master shards)", err)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d moves failed (see above; shardfence master rebalance plans again)", failed, len(plan.GetMoves()))
+	}
+	fmt.Fprintf(stdout, "rebalanced: %d moves done\n", len(plan.GetMoves()))
+	return nil
 }
 
 // masterBases parses --addr: one master, or a comma-separated list.

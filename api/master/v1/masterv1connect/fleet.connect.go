@@ -59,6 +59,9 @@ const (
 	// MasterFleetServiceMoveShardProcedure is the fully-qualified name of the MasterFleetService's
 	// MoveShard RPC.
 	MasterFleetServiceMoveShardProcedure = "/shardfence.master.v1.MasterFleetService/MoveShard"
+	// MasterFleetServicePlanRebalanceProcedure is the fully-qualified name of the MasterFleetService's
+	// PlanRebalance RPC.
+	MasterFleetServicePlanRebalanceProcedure = "/shardfence.master.v1.MasterFleetService/PlanRebalance"
 	// MasterFleetServiceListNodesProcedure is the fully-qualified name of the MasterFleetService's
 	// ListNodes RPC.
 	MasterFleetServiceListNodesProcedure = "/shardfence.master.v1.MasterFleetService/ListNodes"
@@ -96,6 +99,10 @@ type MasterFleetServiceClient interface {
 	// moving until the target adopted it, and stays on its owner if the
 	// handoff is cancelled (admin).
 	MoveShard(context.Context, *connect.Request[v1.MoveShardRequest]) (*connect.Response[v1.MoveShardResponse], error)
+	// PlanRebalance plans the moves that spread the assigned shards evenly
+	// over the active, non-draining nodes; it starts none (the caller moves
+	// them with MoveShard) (admin).
+	PlanRebalance(context.Context, *connect.Request[v1.PlanRebalanceRequest]) (*connect.Response[v1.PlanRebalanceResponse], error)
 	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
 	ListShards(context.Context, *connect.Request[v1.ListShardsRequest]) (*connect.Response[v1.ListShardsResponse], error)
 	// WatchShards is the routing feed: where each shard's owner serves. The
@@ -162,6 +169,12 @@ func NewMasterFleetServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(masterFleetServiceMethods.ByName("MoveShard")),
 			connect.WithClientOptions(opts...),
 		),
+		planRebalance: connect.NewClient[v1.PlanRebalanceRequest, v1.PlanRebalanceResponse](
+			httpClient,
+			baseURL+MasterFleetServicePlanRebalanceProcedure,
+			connect.WithSchema(masterFleetServiceMethods.ByName("PlanRebalance")),
+			connect.WithClientOptions(opts...),
+		),
 		listNodes: connect.NewClient[v1.ListNodesRequest, v1.ListNodesResponse](
 			httpClient,
 			baseURL+MasterFleetServiceListNodesProcedure,
@@ -192,6 +205,7 @@ type masterFleetServiceClient struct {
 	unassignShard    *connect.Client[v1.UnassignShardRequest, v1.UnassignShardResponse]
 	drainNode        *connect.Client[v1.DrainNodeRequest, v1.DrainNodeResponse]
 	moveShard        *connect.Client[v1.MoveShardRequest, v1.MoveShardResponse]
+	planRebalance    *connect.Client[v1.PlanRebalanceRequest, v1.PlanRebalanceResponse]
 	listNodes        *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
 	listShards       *connect.Client[v1.ListShardsRequest, v1.ListShardsResponse]
 	watchShards      *connect.Client[v1.WatchShardsRequest, v1.WatchShardsResponse]
@@ -230,6 +244,11 @@ func (c *masterFleetServiceClient) DrainNode(ctx context.Context, req *connect.R
 // MoveShard calls shardfence.master.v1.MasterFleetService.MoveShard.
 func (c *masterFleetServiceClient) MoveShard(ctx context.Context, req *connect.Request[v1.MoveShardRequest]) (*connect.Response[v1.MoveShardResponse], error) {
 	return c.moveShard.CallUnary(ctx, req)
+}
+
+// PlanRebalance calls shardfence.master.v1.MasterFleetService.PlanRebalance.
+func (c *masterFleetServiceClient) PlanRebalance(ctx context.Context, req *connect.Request[v1.PlanRebalanceRequest]) (*connect.Response[v1.PlanRebalanceResponse], error) {
+	return c.planRebalance.CallUnary(ctx, req)
 }
 
 // ListNodes calls shardfence.master.v1.MasterFleetService.ListNodes.
@@ -274,6 +293,10 @@ type MasterFleetServiceHandler interface {
 	// moving until the target adopted it, and stays on its owner if the
 	// handoff is cancelled (admin).
 	MoveShard(context.Context, *connect.Request[v1.MoveShardRequest]) (*connect.Response[v1.MoveShardResponse], error)
+	// PlanRebalance plans the moves that spread the assigned shards evenly
+	// over the active, non-draining nodes; it starts none (the caller moves
+	// them with MoveShard) (admin).
+	PlanRebalance(context.Context, *connect.Request[v1.PlanRebalanceRequest]) (*connect.Response[v1.PlanRebalanceResponse], error)
 	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
 	ListShards(context.Context, *connect.Request[v1.ListShardsRequest]) (*connect.Response[v1.ListShardsResponse], error)
 	// WatchShards is the routing feed: where each shard's owner serves. The
@@ -336,6 +359,12 @@ func NewMasterFleetServiceHandler(svc MasterFleetServiceHandler, opts ...connect
 		connect.WithSchema(masterFleetServiceMethods.ByName("MoveShard")),
 		connect.WithHandlerOptions(opts...),
 	)
+	masterFleetServicePlanRebalanceHandler := connect.NewUnaryHandler(
+		MasterFleetServicePlanRebalanceProcedure,
+		svc.PlanRebalance,
+		connect.WithSchema(masterFleetServiceMethods.ByName("PlanRebalance")),
+		connect.WithHandlerOptions(opts...),
+	)
 	masterFleetServiceListNodesHandler := connect.NewUnaryHandler(
 		MasterFleetServiceListNodesProcedure,
 		svc.ListNodes,
@@ -370,6 +399,8 @@ func NewMasterFleetServiceHandler(svc MasterFleetServiceHandler, opts ...connect
 			masterFleetServiceDrainNodeHandler.ServeHTTP(w, r)
 		case MasterFleetServiceMoveShardProcedure:
 			masterFleetServiceMoveShardHandler.ServeHTTP(w, r)
+		case MasterFleetServicePlanRebalanceProcedure:
+			masterFleetServicePlanRebalanceHandler.ServeHTTP(w, r)
 		case MasterFleetServiceListNodesProcedure:
 			masterFleetServiceListNodesHandler.ServeHTTP(w, r)
 		case MasterFleetServiceListShardsProcedure:
@@ -411,6 +442,10 @@ func (UnimplementedMasterFleetServiceHandler) DrainNode(context.Context, *connec
 
 func (UnimplementedMasterFleetServiceHandler) MoveShard(context.Context, *connect.Request[v1.MoveShardRequest]) (*connect.Response[v1.MoveShardResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.master.v1.MasterFleetService.MoveShard is not implemented"))
+}
+
+func (UnimplementedMasterFleetServiceHandler) PlanRebalance(context.Context, *connect.Request[v1.PlanRebalanceRequest]) (*connect.Response[v1.PlanRebalanceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.master.v1.MasterFleetService.PlanRebalance is not implemented"))
 }
 
 func (UnimplementedMasterFleetServiceHandler) ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error) {
