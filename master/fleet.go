@@ -853,7 +853,7 @@ func (m *Master) AssignShard(ctx context.Context, req AssignRequest) (ShardInfo,
 		if c.GetNode() == "" {
 			return fail(fmt.Errorf("%w: shard is in the table, unassigned at term %d", ErrShardAssigned, c.GetTerm()), "unassign it first to assign it afresh")
 		}
-		return fail(fmt.Errorf("%w: owned by node %q at term %d", ErrShardAssigned, c.GetNode(), c.GetTerm()), "unassign it first, or drain the node to move it")
+		return fail(fmt.Errorf("%w: owned by node %q at term %d", ErrShardAssigned, c.GetNode(), c.GetTerm()), "move it to another node with shardfence master move, or unassign it first to assign it afresh")
 	}
 	e := &shardEntry{cur: &masterv1.ShardAssignment{Shard: req.Shard, Settings: settings, AutoRestore: req.AutoRestore, TakeoverAtSuspected: req.TakeoverAtSuspected, Warm: req.Warm}}
 	var n *node
