@@ -45,6 +45,12 @@ var (
 	ErrShardAssigned = errors.New("shard already assigned")
 	// ErrShardNotAssigned: the shard is not in the assignment table.
 	ErrShardNotAssigned = errors.New("shard not assigned")
+	// ErrShardNotOpen: the shard's owner has not reported it open at its
+	// term (assigned, failed, fenced or unassigned), so it cannot be moved.
+	ErrShardNotOpen = errors.New("shard not open")
+	// ErrShardMoving: a handoff of the shard (a drain's or a move's) is
+	// already under way.
+	ErrShardMoving = errors.New("shard already moving")
 	// ErrNodeNotEligible: no node can take the shard (or the one named
 	// cannot): not registered, not active, draining, or on another store.
 	ErrNodeNotEligible = errors.New("no eligible node")
@@ -195,6 +201,8 @@ var reasons = [...]struct {
 	{"SHARD_ASSIGNED", ErrShardAssigned},
 	{"SHARD_NOT_ASSIGNED", ErrShardNotAssigned},
 	{"NODE_NOT_ELIGIBLE", ErrNodeNotEligible},
+	{"SHARD_NOT_OPEN", ErrShardNotOpen},
+	{"SHARD_MOVING", ErrShardMoving},
 	{"REQUEST_TOO_LARGE", ErrRequestTooLarge},
 	{"MASTER_BUSY", ErrBusy},
 	{"NODE_HELD", ErrNodeHeld},

@@ -44,7 +44,7 @@ const (
 	ShardOpen       = "open"       // the owner reported it open at the term
 	ShardFailed     = "failed"     // the owner could not open it (reason)
 	ShardFenced     = "fenced"     // a term the master did not grant took it
-	ShardMoving     = "moving"     // a drain's handoff is under way
+	ShardMoving     = "moving"     // a drain's or a move's handoff is under way
 	ShardUnassigned = "unassigned" // no owner (reason)
 )
 
@@ -832,12 +832,19 @@ func (f *fleet) startHandoffLocked(e *shardEntry) []change {
 		e.reason = "drain waiting: " + reason
 		return nil
 	}
-	a := clone(c)
+	return []change{f.handoffLocked(e, n, fmt.Sprintf("handing off to %s", n.rec.GetName()))}
+}
+
+// handoffLocked records the handoff of the shard to node n: same term, a
+// new allocation there. The owner hands off, n adopts and then owns the
+// shard; a cancelled handoff leaves it with the owner (cancelHandoffLocked).
+func (f *fleet) handoffLocked(e *shardEntry, n *node, why string) change {
+	a := clone(e.cur)
 	a.HandoffNode = n.rec.GetName()
-	a.HandoffAllocation = newAllocation(a.HandoffNode, c.GetTerm())
+	a.HandoffAllocation = newAllocation(a.HandoffNode, a.GetTerm())
 	a.Reason = ""
-	e.state, e.reason, e.adoptCtx = ShardMoving, fmt.Sprintf("handing off to %s", a.HandoffNode), nil
-	return []change{f.setLocked(e, a)}
+	e.state, e.reason, e.adoptCtx = ShardMoving, why, nil
+	return f.setLocked(e, a)
 }
 
 // AssignRequest puts a shard in the table.
@@ -902,7 +909,7 @@ func (m *Master) AssignShard(ctx context.Context, req AssignRequest) (ShardInfo,
 		if c.GetNode() == "" {
 			return fail(fmt.Errorf("%w: shard is in the table, unassigned at term %d", ErrShardAssigned, c.GetTerm()), "unassign it first to assign it afresh")
 		}
-		return fail(fmt.Errorf("%w: owned by node %q at term %d", ErrShardAssigned, c.GetNode(), c.GetTerm()), "unassign it first, or drain the node to move it")
+		return fail(fmt.Errorf("%w: owned by node %q at term %d", ErrShardAssigned, c.GetNode(), c.GetTerm()), "move it to another node with shardfence master move, or unassign it first to assign it afresh")
 	}
 	e := &shardEntry{cur: &masterv1.ShardAssignment{Shard: req.Shard, Settings: settings, AutoRestore: req.AutoRestore, TakeoverAtSuspected: req.TakeoverAtSuspected, Warm: req.Warm}}
 	var n *node
@@ -1015,6 +1022,91 @@ func (m *Master) DrainNode(ctx context.Context, name string, undo bool) (moving,
 		return 0, 0, err
 	}
 	return moving, waiting, wait(ctx, "DrainNode", f.publish(changes))
+}
+
+// MoveShard moves an open shard from its owner to node with the drain's
+// handoff: same term, a new allocation on node; the owner hands off, node
+// adopts and owns the shard once it reports it open (the row shows moving
+// until then). If node cannot adopt, goes suspected or offline, the
+// handoff is cancelled and the shard stays with (or returns to) its owner,
+// as a drain's does; nothing retries the move. Refused, with nothing
+// recorded: a shard not in the table (ErrShardNotAssigned), not open
+// (ErrShardNotOpen), already moving (ErrShardMoving), or already on node
+// (ErrShardAssigned); a node not registered, not active, draining, of
+// another store or without fencing (ErrNodeNotEligible).
+func (m *Master) MoveShard(ctx context.Context, shard, node string) (ShardInfo, error) {
+	if err := ValidateShardName(shard); err != nil {
+		return ShardInfo{}, &Error{Op: "MoveShard", Shard: shard, Err: err}
+	}
+	if err := ValidateNodeName(node); err != nil {
+		return ShardInfo{}, &Error{Op: "MoveShard", Shard: shard, Err: err}
+	}
+	f := m.fleet
+	m.topo.RLock()
+	f.mu.Lock()
+	ch, err := f.moveLocked(shard, node)
+	f.mu.Unlock()
+	m.topo.RUnlock()
+	if err != nil {
+		return ShardInfo{}, err
+	}
+	if err := wait(ctx, "MoveShard", f.publish([]change{ch})); err != nil {
+		return ShardInfo{}, err
+	}
+	return m.ShardInfo(shard)
+}
+
+// moveLocked checks a move and records its handoff.
+func (f *fleet) moveLocked(shard, node string) (change, error) {
+	fail := func(err error, hint string) (change, error) {
+		return change{}, &Error{Op: "MoveShard", Shard: shard, Err: err, Hint: hint}
+	}
+	e := f.shards[shard]
+	if e == nil || e.cur.GetRemoved() {
+		return fail(ErrShardNotAssigned, "list the shards with shardfence master shards")
+	}
+	c := e.cur
+	switch {
+	case c.GetHandoffNode() != "":
+		return fail(fmt.Errorf("%w: it is moving from node %q to node %q at term %d", ErrShardMoving, c.GetNode(), c.GetHandoffNode(), c.GetTerm()),
+			"wait for that handoff to end (shardfence master shards), then move it again")
+	case c.GetNode() == "":
+		return fail(fmt.Errorf("%w: it is unassigned at term %d", ErrShardNotOpen, c.GetTerm()), "assign it (or let auto-restore place it), then move it once it is open")
+	case c.GetNode() == node:
+		return fail(fmt.Errorf("%w: node %q already owns it at term %d", ErrShardAssigned, node, c.GetTerm()), "choose another node")
+	case c.GetSettings().GetFencingDisabled():
+		return fail(fmt.Errorf("%w: an unfenced shard cannot be handed off (the handoff moves its fence key)", ErrInvalidArgument),
+			"unassign it and assign it on the node at a new term")
+	case e.state != ShardOpen:
+		state := e.state
+		if state == "" {
+			state = ShardAssigned
+		}
+		return fail(fmt.Errorf("%w: it is %s on node %q at term %d (its owner has not reported it open)", ErrShardNotOpen, state, c.GetNode(), c.GetTerm()),
+			"move it once shardfence master shards shows it open")
+	}
+	if owner := f.nodes[c.GetNode()]; owner == nil || owner.owner.Load().State() != ClientActive {
+		// The owner performs the handoff: a suspected one would only
+		// leave the shard moving until it is taken over.
+		state := "is not registered"
+		if owner != nil {
+			state = "is " + owner.owner.Load().State().String()
+		}
+		return fail(fmt.Errorf("%w: its owner node %q %s", ErrShardNotOpen, c.GetNode(), state), "move it once its owner is active")
+	}
+	n := f.nodes[node]
+	switch {
+	case n == nil || n.rec == nil:
+		return fail(fmt.Errorf("%w: node %q is not registered", ErrNodeNotEligible, node), "list the nodes with shardfence master nodes")
+	case !f.m.eligibility.CanServe(n):
+		return fail(fmt.Errorf("%w: node %q %s", ErrNodeNotEligible, node, nodeState(n)), "choose an active node that is not draining")
+	case c.GetStore() != "" && n.rec.GetStore() != c.GetStore():
+		return fail(fmt.Errorf("%w: node %q serves store %q, the shard is in %q", ErrNodeNotEligible, node, n.rec.GetStore(), c.GetStore()), "choose a node of the shard's store")
+	case !n.rec.GetFencing():
+		return fail(fmt.Errorf("%w: node %q's store did not pass the precondition probe: a fenced shard cannot run there", ErrNodeNotEligible, node), "choose a node whose store enforces conditional writes")
+	}
+	f.m.log.Info("moving shard", "shard", shard, "term", c.GetTerm(), "from", c.GetNode(), "to", node)
+	return f.handoffLocked(e, n, fmt.Sprintf("moving to %s (master move)", node)), nil
 }
 
 // NodeInfo is one node, for status.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
 	"time"
 
 	"connectrpc.com/connect"
@@ -171,6 +172,35 @@ func (s *fleetService) DrainNode(ctx context.Context, req *connect.Request[maste
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&masterv1.DrainNodeResponse{Moving: uint32(moving), Waiting: uint32(waiting)}), nil
+}
+
+func (s *fleetService) MoveShard(ctx context.Context, req *connect.Request[masterv1.MoveShardRequest]) (*connect.Response[masterv1.MoveShardResponse], error) {
+	m, err := s.serving()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	info, err := m.MoveShard(ctx, req.Msg.GetShard(), req.Msg.GetNode())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&masterv1.MoveShardResponse{Shard: shardInfoProto(info)}), nil
+}
+
+func (s *fleetService) PlanRebalance(context.Context, *connect.Request[masterv1.PlanRebalanceRequest]) (*connect.Response[masterv1.PlanRebalanceResponse], error) {
+	m, err := s.serving()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	plan := m.PlanRebalance()
+	out := &masterv1.PlanRebalanceResponse{}
+	for _, mv := range plan.Moves {
+		out.Moves = append(out.Moves, &masterv1.ShardMove{Shard: mv.Shard, From: mv.From, To: mv.To})
+	}
+	for name, before := range plan.Before {
+		out.Nodes = append(out.Nodes, &masterv1.NodeLoad{Node: name, Before: uint32(before), After: uint32(plan.After[name])})
+	}
+	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].GetNode() < out.Nodes[j].GetNode() })
+	return connect.NewResponse(out), nil
 }
 
 func (s *fleetService) ListNodes(context.Context, *connect.Request[masterv1.ListNodesRequest]) (*connect.Response[masterv1.ListNodesResponse], error) {

@@ -98,7 +98,8 @@ func connectError(err error) error {
 		code = connect.CodeResourceExhausted
 	case errors.Is(err, ErrObjectLeased), errors.Is(err, ErrObjectNotComplete),
 		errors.Is(err, ErrNoReadableReplica), errors.Is(err, ErrSegmentMismatch), errors.Is(err, ErrNotEnoughSegments),
-		errors.Is(err, ErrClientOffline), errors.Is(err, ErrNodeNotEligible):
+		errors.Is(err, ErrClientOffline), errors.Is(err, ErrNodeNotEligible),
+		errors.Is(err, ErrShardNotOpen), errors.Is(err, ErrShardMoving):
 		code = connect.CodeFailedPrecondition
 	}
 	ce := connect.NewError(code, clippedError{err})

@@ -27,7 +27,7 @@ func TestMasterHelpListsSubcommands(t *testing.T) {
 	if code != 0 || errOut != "" {
 		t.Fatalf("master -h: exit %d, stderr %q", code, errOut)
 	}
-	for _, sub := range []string{"promote", "status", "snapshot", "nodes", "shards", "watch", "assign", "unassign", "drain", "undrain"} {
+	for _, sub := range []string{"promote", "status", "snapshot", "nodes", "shards", "watch", "assign", "unassign", "move", "rebalance", "drain", "undrain"} {
 		if !isMasterSubcommand(sub) {
 			t.Errorf("%s is not dispatched as a master subcommand", sub)
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -102,7 +103,7 @@ func masterErr(what, addr string, err error, tokenFile string) error {
 }
 
 // runMasterAdmin runs `shardfence master promote|status|snapshot|nodes|
-// shards|assign|unassign|drain|undrain`.
+// shards|assign|unassign|move|rebalance|drain|undrain`.
 func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("master "+cmd, stdout)
 	var c masterConn
@@ -124,7 +125,8 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 	var shard, node, takeover, mode, ackOrder string
 	var shardList []string
 	var term int64
-	var autoRestore, unfenced, warm bool
+	var autoRestore, unfenced, warm, dryRun bool
+	var maxMoves int
 	var lease, waitFor time.Duration
 	switch cmd {
 	case "assign":
@@ -145,6 +147,13 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 			shardList = append(shardList, v)
 			return nil
 		})
+	case "move":
+		fs.StringVar(&shard, "shard", "", "shard id (required)")
+		fs.StringVar(&node, "node", "", "node to move it to (required): active, not draining, not its owner")
+		fs.DurationVar(&waitFor, "wait", 0, "wait this long for the target to own the shard (0: do not wait)")
+	case "rebalance":
+		fs.BoolVar(&dryRun, "dry-run", false, "print the plan and move nothing")
+		fs.IntVar(&maxMoves, "max-moves", 4, "how many moves run at once (1 to 64)")
 	case "drain", "undrain":
 		fs.StringVar(&node, "node", "", "node name (required)")
 		if cmd == "drain" {
@@ -158,10 +167,12 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, clipArg(fs.Arg(0)))
 	}
 	switch {
-	case (cmd == "assign" || cmd == "unassign") && shard == "":
+	case (cmd == "assign" || cmd == "unassign" || cmd == "move") && shard == "":
 		return fmt.Errorf("%w: --shard is required", errUsage)
-	case (cmd == "drain" || cmd == "undrain") && node == "":
+	case (cmd == "drain" || cmd == "undrain" || cmd == "move") && node == "":
 		return fmt.Errorf("%w: --node is required", errUsage)
+	case cmd == "rebalance" && (maxMoves < 1 || maxMoves > 64):
+		return fmt.Errorf("%w: --max-moves %d is outside 1..64", errUsage, maxMoves)
 	case (*timeout <= 0 && !(cmd == "watch" && *timeout == 0)) || *timeout > maxClientTimeout:
 		return fmt.Errorf("%w: --timeout %v is outside (0, %v]", errUsage, *timeout, maxClientTimeout)
 	}
@@ -256,6 +267,27 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 			return fail(err)
 		}
 		fmt.Fprintf(stdout, "unassigned %s: its owner closes it\n", shard)
+	case "move":
+		res, err := fc.MoveShard(ctx, connect.NewRequest(&masterv1.MoveShardRequest{Shard: shard, Node: node}))
+		if err != nil {
+			return fail(err)
+		}
+		a := res.Msg.GetShard().GetAssignment()
+		fmt.Fprintf(stdout, "moving %s from %s to %s at term %d\n", shard, a.GetNode(), node, a.GetTerm())
+		if waitFor <= 0 {
+			return nil
+		}
+		wctx, wcancel := context.WithTimeout(ctx, waitFor)
+		defer wcancel()
+		if err := waitMove(wctx, fc, shard, node); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				return fmt.Errorf("%s still moving to %s after %v (see shardfence master shards)", shard, node, waitFor)
+			}
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "%s is on node %s\n", shard, node)
+	case "rebalance":
+		return rebalance(ctx, fc, dryRun, maxMoves, stdout, fail)
 	case "undrain":
 		if _, err := fc.DrainNode(ctx, connect.NewRequest(&masterv1.DrainNodeRequest{Node: node, Undo: true})); err != nil {
 			return fail(err)
@@ -296,6 +328,126 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 			}
 		}
 	}
+	return nil
+}
+
+// errMoveCancelled: a move ended with the shard still on its source (the
+// handoff was cancelled: the target failed, or went away).
+var errMoveCancelled = errors.New("move cancelled")
+
+// waitMove waits until the move of shard to node ended: nil once node owns
+// it, errMoveCancelled (with the master's reason) when the handoff ended
+// without moving it, or ctx's error.
+func waitMove(ctx context.Context, fc masterv1connect.MasterFleetServiceClient, shard, node string) error {
+	for {
+		res, err := fc.ListShards(ctx, connect.NewRequest(&masterv1.ListShardsRequest{}))
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, s := range res.Msg.GetShards() {
+			a := s.GetAssignment()
+			if a.GetShard() != shard {
+				continue
+			}
+			found = true
+			switch {
+			case a.GetNode() == node && a.GetHandoffNode() == "":
+				return nil
+			case a.GetHandoffNode() != node:
+				return fmt.Errorf("%w: %s is on node %q (%s)", errMoveCancelled, shard, a.GetNode(), s.GetReason())
+			}
+		}
+		if !found {
+			return fmt.Errorf("%w: %s left the table", errMoveCancelled, shard)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// rebalance prints the master's rebalance plan and, unless dryRun, carries
+// it out: each planned shard is moved once (MoveShard), at most maxMoves
+// at a time, each waited for until its target owns it or the handoff was
+// cancelled. It fails when a move did.
+func rebalance(ctx context.Context, fc masterv1connect.MasterFleetServiceClient, dryRun bool, maxMoves int, stdout io.Writer, fail func(error) error) error {
+	res, err := fc.PlanRebalance(ctx, connect.NewRequest(&masterv1.PlanRebalanceRequest{}))
+	if err != nil {
+		return fail(err)
+	}
+	plan := res.Msg
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSHARDS\tAFTER")
+	for _, n := range plan.GetNodes() {
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", n.GetNode(), n.GetBefore(), n.GetAfter())
+	}
+	_ = tw.Flush()
+	if len(plan.GetMoves()) == 0 {
+		fmt.Fprintln(stdout, "balanced: nothing to move")
+		return nil
+	}
+	fmt.Fprintf(stdout, "plan: %d moves\n", len(plan.GetMoves()))
+	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tFROM\tTO")
+	for _, mv := range plan.GetMoves() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", mv.GetShard(), mv.GetFrom(), mv.GetTo())
+	}
+	_ = tw.Flush()
+	if dryRun {
+		fmt.Fprintln(stdout, "dry run: nothing moved")
+		return nil
+	}
+	var (
+		mu     sync.Mutex
+		failed int
+		wg     sync.WaitGroup
+	)
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(stdout, format, args...)
+	}
+	slots := make(chan struct{}, maxMoves)
+	for _, mv := range plan.GetMoves() {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			err := func() error {
+				if _, err := fc.MoveShard(ctx, connect.NewRequest(&masterv1.MoveShardRequest{Shard: mv.GetShard(), Node: mv.GetTo()})); err != nil {
+					return fail(err)
+				}
+				say("moving %s from %s to %s\n", mv.GetShard(), mv.GetFrom(), mv.GetTo())
+				return waitMove(ctx, fc, mv.GetShard(), mv.GetTo())
+			}()
+			if err != nil {
+				mu.Lock()
+				failed++
+				mu.Unlock()
+				say("move of %s to %s failed: %v\n", mv.GetShard(), mv.GetTo(), err)
+				return
+			}
+			say("%s is on node %s\n", mv.GetShard(), mv.GetTo())
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("rebalance stopped: %w (moves started run on; see shardfence master shards)", err)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d moves failed (see above; shardfence master rebalance plans again)", failed, len(plan.GetMoves()))
+	}
+	fmt.Fprintf(stdout, "rebalanced: %d moves done\n", len(plan.GetMoves()))
 	return nil
 }
 

@@ -18,6 +18,8 @@ var masterSubcommands = []struct{ name, summary string }{
 	{"watch", "follow the routing feed: where each shard is served, as it changes"},
 	{"assign", "assign a shard to a node (or let the master pick one)"},
 	{"unassign", "unassign a shard: its owner closes it"},
+	{"move", "move one shard to the node named (same-term handoff, as a drain's)"},
+	{"rebalance", "spread the shards evenly over the active nodes by moves (--dry-run: plan only)"},
 	{"drain", "move every shard off a node and place nothing new there"},
 	{"undrain", "let a drained node take shards again"},
 }

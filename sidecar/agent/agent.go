@@ -425,6 +425,17 @@ func (a *Agent) watch(ctx context.Context, fc masterv1connect.MasterFleetService
 			set[as.GetShard()] = as
 		}
 		a.mu.Lock()
+		for name, d := range set {
+			// A handoff the master cancelled (a drain's or a move's
+			// target failed) shows the shard as assigned until its owner
+			// reports it again: a source that never started the handoff
+			// reports it open once more.
+			if prev := a.desired[name]; prev.GetHandoffAllocation() != "" && d.GetHandoffAllocation() == "" {
+				if m := a.managed[name]; m != nil {
+					m.reported = ""
+				}
+			}
+		}
 		a.desired = set
 		a.mu.Unlock()
 		a.wake()
@@ -573,14 +584,14 @@ func (a *Agent) plan(name string, d *masterv1.NodeAssignment, st sidecar.ShardSt
 				a.report(ctx, term, name, alloc, masterv1.ShardReport_SHARD_REPORT_FAILED, err, nil)
 				return err
 			}
-			a.log.Info("adopted a shard a drain moved here", "shard", name, "term", st.Term)
+			a.log.Info("adopted a shard a drain or a move sent here", "shard", name, "term", st.Term)
 			return a.report(ctx, term, name, alloc, masterv1.ShardReport_SHARD_REPORT_OPEN, nil, nil)
 		}
 	}
 	switch {
 	case mine && d.GetHandoffNode() != "" && (state == "open" || state == "handed_off"):
-		// A drain moves the shard off this node: hand it off (or say
-		// again that it was).
+		// A drain (or a move) takes the shard off this node: hand it
+		// off (or say again that it was).
 		target, targetNode := d.GetHandoffAllocation(), d.GetHandoffNode()
 		if state == "handed_off" && m.handoff != nil {
 			return a.reportOnce(m, name, term, alloc, masterv1.ShardReport_SHARD_REPORT_HANDED_OFF, m.handoff...)
@@ -593,7 +604,7 @@ func (a *Agent) plan(name string, d *masterv1.NodeAssignment, st sidecar.ShardSt
 			a.mu.Lock()
 			m.handoff = raw
 			a.mu.Unlock()
-			a.log.Info("handed a shard off for a drain", "shard", name, "term", term, "target_node", targetNode)
+			a.log.Info("handed a shard off for a drain or a move", "shard", name, "term", term, "target_node", targetNode)
 			return a.report(ctx, term, name, alloc, masterv1.ShardReport_SHARD_REPORT_HANDED_OFF, nil, raw)
 		}
 	case mine && (state == "handed_off" || state == "handing_off") && d.GetHandoffNode() == "" && m.handoff != nil:

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -360,4 +361,116 @@ func TestAgentFindsThePrimary(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "s1 open on a", func() bool { return openAt(srv, "s1", 1) })
+}
+
+// A move hands one shard to the node named, at its term, with real
+// sidecars: a move whose target stops before it adopts is cancelled and
+// the source takes the shard back (and appends again); a move to a live
+// node then moves it there. No acknowledged op is lost on the way, and
+// the source, once the target owns the shard, acknowledges nothing more.
+func TestMoveHandsOffToTheChosenNodeAndKeepsEveryAck(t *testing.T) {
+	c := newCluster(t)
+	a, b, tgt := c.start("a"), c.start("b"), c.start("c")
+	waitFor(t, "the nodes registered", func() bool {
+		return len(c.m.Nodes()) == 3 && a.ag.Status().Registered && b.ag.Status().Registered && tgt.ag.Status().Registered
+	})
+	if _, err := c.m.AssignShard(context.Background(), master.AssignRequest{Shard: "s1", Node: "a", AutoRestore: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the master to see s1 open on a", func() bool { si, _ := c.m.ShardInfo("s1"); return si.State == master.ShardOpen })
+	var acked []string
+	appendOn := func(n *node, op string) {
+		t.Helper()
+		if _, err := n.srv.Append(context.Background(), "s1", [][]byte{[]byte(op)}, 0); err != nil {
+			t.Fatalf("append %s: %v", op, err)
+		}
+		acked = append(acked, op)
+	}
+	for i := range 10 {
+		appendOn(a, fmt.Sprint("before-", i))
+	}
+
+	// The target stops before it can adopt: it goes suspected, the move
+	// is cancelled, a takes s1 back at term 1.
+	var err error
+	for try := 0; try < 5; try++ {
+		tgt.pause()
+		if _, err = c.m.MoveShard(context.Background(), "s1", "c"); !errors.Is(err, master.ErrNodeNotEligible) {
+			break
+		}
+		// c was already suspected (a slow machine): let it recover.
+		tgt.run()
+		waitFor(t, "c active again", func() bool {
+			for _, n := range c.m.Nodes() {
+				if n.Name == "c" && n.State == master.ClientActive {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the move to the stopped node cancelled", func() bool {
+		si, _ := c.m.ShardInfo("s1")
+		return si.Assignment.GetNode() == "a" && si.Assignment.GetHandoffNode() == "" && si.State == master.ShardOpen
+	})
+	if si, _ := c.m.ShardInfo("s1"); si.Assignment.GetTerm() != 1 {
+		t.Fatalf("the cancelled move changed the term: %+v", si.Assignment)
+	}
+	if _, err := tgt.srv.Status("s1"); err == nil {
+		t.Fatal("the stopped target holds s1")
+	}
+	appendOn(a, "after-abort")
+
+	// c is back: the move goes through.
+	tgt.run()
+	waitFor(t, "c active again", func() bool {
+		for _, n := range c.m.Nodes() {
+			if n.Name == "c" && n.State == master.ClientActive {
+				return true
+			}
+		}
+		return false
+	})
+	si, err := c.m.MoveShard(context.Background(), "s1", "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if si.State != master.ShardMoving || si.Assignment.GetHandoffNode() != "c" {
+		t.Fatalf("after MoveShard: %s %+v", si.State, si.Assignment)
+	}
+	waitFor(t, "s1 open on c at term 1", func() bool { return openAt(tgt.srv, "s1", 1) })
+	waitFor(t, "the master to record c", func() bool {
+		si, _ := c.m.ShardInfo("s1")
+		return si.Assignment.GetNode() == "c" && si.State == master.ShardOpen
+	})
+	waitFor(t, "a to close s1", func() bool { _, err := a.srv.Status("s1"); return err != nil })
+	if _, err := a.srv.Append(context.Background(), "s1", [][]byte{[]byte("zombie")}, 0); err == nil {
+		t.Fatal("the source acknowledged an append after the move")
+	}
+	for i := range 10 {
+		appendOn(tgt, fmt.Sprint("after-", i))
+	}
+	if si, _ := c.m.ShardInfo("s1"); si.Assignment.GetTerm() != 1 || si.Assignment.GetHandoffNode() != "" {
+		t.Fatalf("after the move: %+v", si.Assignment)
+	}
+	if _, err := b.srv.Status("s1"); err == nil {
+		t.Fatal("the move opened s1 on b, which it did not name")
+	}
+	got := map[string]bool{}
+	if err := tgt.srv.Read(context.Background(), "s1", 0, 0, func(bt translog.Batch) error {
+		for _, op := range bt.Ops {
+			got[string(op)] = true
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range acked {
+		if !got[op] {
+			t.Fatalf("acknowledged %s missing on the new owner", op)
+		}
+	}
 }

@@ -1024,6 +1024,318 @@ func (x *DrainNodeResponse) GetWaiting() uint32 {
 	return 0
 }
 
+type MoveShardRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// node is the target: an active, non-draining node of the shard's
+	// store that does not own it.
+	Node          string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveShardRequest) Reset() {
+	*x = MoveShardRequest{}
+	mi := &file_master_v1_fleet_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveShardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveShardRequest) ProtoMessage() {}
+
+func (x *MoveShardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_fleet_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveShardRequest.ProtoReflect.Descriptor instead.
+func (*MoveShardRequest) Descriptor() ([]byte, []int) {
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *MoveShardRequest) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *MoveShardRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+type MoveShardResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// shard is the row as the move left it (state moving).
+	Shard         *ShardInfo `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveShardResponse) Reset() {
+	*x = MoveShardResponse{}
+	mi := &file_master_v1_fleet_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveShardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveShardResponse) ProtoMessage() {}
+
+func (x *MoveShardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_fleet_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveShardResponse.ProtoReflect.Descriptor instead.
+func (*MoveShardResponse) Descriptor() ([]byte, []int) {
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *MoveShardResponse) GetShard() *ShardInfo {
+	if x != nil {
+		return x.Shard
+	}
+	return nil
+}
+
+type PlanRebalanceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanRebalanceRequest) Reset() {
+	*x = PlanRebalanceRequest{}
+	mi := &file_master_v1_fleet_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanRebalanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanRebalanceRequest) ProtoMessage() {}
+
+func (x *PlanRebalanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_fleet_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanRebalanceRequest.ProtoReflect.Descriptor instead.
+func (*PlanRebalanceRequest) Descriptor() ([]byte, []int) {
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{15}
+}
+
+// ShardMove is one move of a rebalance plan.
+type ShardMove struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// from is the shard's owner, to the node the plan moves it to.
+	From          string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To            string `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardMove) Reset() {
+	*x = ShardMove{}
+	mi := &file_master_v1_fleet_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardMove) ProtoMessage() {}
+
+func (x *ShardMove) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_fleet_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardMove.ProtoReflect.Descriptor instead.
+func (*ShardMove) Descriptor() ([]byte, []int) {
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ShardMove) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *ShardMove) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *ShardMove) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+// NodeLoad is a node's shard count before and after a plan.
+type NodeLoad struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Before        uint32                 `protobuf:"varint,2,opt,name=before,proto3" json:"before,omitempty"`
+	After         uint32                 `protobuf:"varint,3,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeLoad) Reset() {
+	*x = NodeLoad{}
+	mi := &file_master_v1_fleet_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeLoad) ProtoMessage() {}
+
+func (x *NodeLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_fleet_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeLoad.ProtoReflect.Descriptor instead.
+func (*NodeLoad) Descriptor() ([]byte, []int) {
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *NodeLoad) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *NodeLoad) GetBefore() uint32 {
+	if x != nil {
+		return x.Before
+	}
+	return 0
+}
+
+func (x *NodeLoad) GetAfter() uint32 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+type PlanRebalanceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// moves in the order to start them; each shard at most once.
+	Moves []*ShardMove `protobuf:"bytes,1,rep,name=moves,proto3" json:"moves,omitempty"`
+	// nodes are the nodes the plan balances over, by name.
+	Nodes         []*NodeLoad `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanRebalanceResponse) Reset() {
+	*x = PlanRebalanceResponse{}
+	mi := &file_master_v1_fleet_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanRebalanceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanRebalanceResponse) ProtoMessage() {}
+
+func (x *PlanRebalanceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_v1_fleet_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanRebalanceResponse.ProtoReflect.Descriptor instead.
+func (*PlanRebalanceResponse) Descriptor() ([]byte, []int) {
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PlanRebalanceResponse) GetMoves() []*ShardMove {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+func (x *PlanRebalanceResponse) GetNodes() []*NodeLoad {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
 type ListNodesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1032,7 +1344,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_master_v1_fleet_proto_msgTypes[13]
+	mi := &file_master_v1_fleet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1356,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[13]
+	mi := &file_master_v1_fleet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1369,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{13}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{19}
 }
 
 type NodeInfo struct {
@@ -1083,7 +1395,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_master_v1_fleet_proto_msgTypes[14]
+	mi := &file_master_v1_fleet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1407,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[14]
+	mi := &file_master_v1_fleet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1420,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{14}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NodeInfo) GetName() string {
@@ -1190,7 +1502,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_master_v1_fleet_proto_msgTypes[15]
+	mi := &file_master_v1_fleet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1514,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[15]
+	mi := &file_master_v1_fleet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1527,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{15}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -1233,7 +1545,7 @@ type ListShardsRequest struct {
 
 func (x *ListShardsRequest) Reset() {
 	*x = ListShardsRequest{}
-	mi := &file_master_v1_fleet_proto_msgTypes[16]
+	mi := &file_master_v1_fleet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1557,7 @@ func (x *ListShardsRequest) String() string {
 func (*ListShardsRequest) ProtoMessage() {}
 
 func (x *ListShardsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[16]
+	mi := &file_master_v1_fleet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1570,7 @@ func (x *ListShardsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListShardsRequest.ProtoReflect.Descriptor instead.
 func (*ListShardsRequest) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{16}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{22}
 }
 
 type ShardInfo struct {
@@ -1283,7 +1595,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_master_v1_fleet_proto_msgTypes[17]
+	mi := &file_master_v1_fleet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1607,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[17]
+	mi := &file_master_v1_fleet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1620,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{17}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ShardInfo) GetAssignment() *ShardAssignment {
@@ -1362,7 +1674,7 @@ type ListShardsResponse struct {
 
 func (x *ListShardsResponse) Reset() {
 	*x = ListShardsResponse{}
-	mi := &file_master_v1_fleet_proto_msgTypes[18]
+	mi := &file_master_v1_fleet_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1686,7 @@ func (x *ListShardsResponse) String() string {
 func (*ListShardsResponse) ProtoMessage() {}
 
 func (x *ListShardsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[18]
+	mi := &file_master_v1_fleet_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1699,7 @@ func (x *ListShardsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListShardsResponse.ProtoReflect.Descriptor instead.
 func (*ListShardsResponse) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{18}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListShardsResponse) GetShards() []*ShardInfo {
@@ -1407,7 +1719,7 @@ type WatchShardsRequest struct {
 
 func (x *WatchShardsRequest) Reset() {
 	*x = WatchShardsRequest{}
-	mi := &file_master_v1_fleet_proto_msgTypes[19]
+	mi := &file_master_v1_fleet_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1731,7 @@ func (x *WatchShardsRequest) String() string {
 func (*WatchShardsRequest) ProtoMessage() {}
 
 func (x *WatchShardsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[19]
+	mi := &file_master_v1_fleet_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1744,7 @@ func (x *WatchShardsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchShardsRequest.ProtoReflect.Descriptor instead.
 func (*WatchShardsRequest) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{19}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchShardsRequest) GetShards() []string {
@@ -1473,7 +1785,7 @@ type ShardRoute struct {
 
 func (x *ShardRoute) Reset() {
 	*x = ShardRoute{}
-	mi := &file_master_v1_fleet_proto_msgTypes[20]
+	mi := &file_master_v1_fleet_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1797,7 @@ func (x *ShardRoute) String() string {
 func (*ShardRoute) ProtoMessage() {}
 
 func (x *ShardRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[20]
+	mi := &file_master_v1_fleet_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1810,7 @@ func (x *ShardRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRoute.ProtoReflect.Descriptor instead.
 func (*ShardRoute) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{20}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ShardRoute) GetShard() string {
@@ -1584,7 +1896,7 @@ type WatchShardsResponse struct {
 
 func (x *WatchShardsResponse) Reset() {
 	*x = WatchShardsResponse{}
-	mi := &file_master_v1_fleet_proto_msgTypes[21]
+	mi := &file_master_v1_fleet_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1908,7 @@ func (x *WatchShardsResponse) String() string {
 func (*WatchShardsResponse) ProtoMessage() {}
 
 func (x *WatchShardsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_v1_fleet_proto_msgTypes[21]
+	mi := &file_master_v1_fleet_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1921,7 @@ func (x *WatchShardsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchShardsResponse.ProtoReflect.Descriptor instead.
 func (*WatchShardsResponse) Descriptor() ([]byte, []int) {
-	return file_master_v1_fleet_proto_rawDescGZIP(), []int{21}
+	return file_master_v1_fleet_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchShardsResponse) GetRoutes() []*ShardRoute {
@@ -1702,7 +2014,24 @@ const file_master_v1_fleet_proto_rawDesc = "" +
 	"\x04undo\x18\x02 \x01(\bR\x04undo\"E\n" +
 	"\x11DrainNodeResponse\x12\x16\n" +
 	"\x06moving\x18\x01 \x01(\rR\x06moving\x12\x18\n" +
-	"\awaiting\x18\x02 \x01(\rR\awaiting\"\x12\n" +
+	"\awaiting\x18\x02 \x01(\rR\awaiting\"<\n" +
+	"\x10MoveShardRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\"J\n" +
+	"\x11MoveShardResponse\x125\n" +
+	"\x05shard\x18\x01 \x01(\v2\x1f.shardfence.master.v1.ShardInfoR\x05shard\"\x16\n" +
+	"\x14PlanRebalanceRequest\"E\n" +
+	"\tShardMove\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\"L\n" +
+	"\bNodeLoad\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
+	"\x06before\x18\x02 \x01(\rR\x06before\x12\x14\n" +
+	"\x05after\x18\x03 \x01(\rR\x05after\"\x84\x01\n" +
+	"\x15PlanRebalanceResponse\x125\n" +
+	"\x05moves\x18\x01 \x03(\v2\x1f.shardfence.master.v1.ShardMoveR\x05moves\x124\n" +
+	"\x05nodes\x18\x02 \x03(\v2\x1e.shardfence.master.v1.NodeLoadR\x05nodes\"\x12\n" +
 	"\x10ListNodesRequest\"\x99\x02\n" +
 	"\bNodeInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -1760,7 +2089,7 @@ const file_master_v1_fleet_proto_rawDesc = "" +
 	"\rTakeoverPoint\x12\x1e\n" +
 	"\x1aTAKEOVER_POINT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16TAKEOVER_POINT_OFFLINE\x10\x01\x12\x1c\n" +
-	"\x18TAKEOVER_POINT_SUSPECTED\x10\x022\xa5\a\n" +
+	"\x18TAKEOVER_POINT_SUSPECTED\x10\x022\xed\b\n" +
 	"\x12MasterFleetService\x12e\n" +
 	"\fRegisterNode\x12).shardfence.master.v1.RegisterNodeRequest\x1a*.shardfence.master.v1.RegisterNodeResponse\x12s\n" +
 	"\x10WatchAssignments\x12-.shardfence.master.v1.WatchAssignmentsRequest\x1a..shardfence.master.v1.WatchAssignmentsResponse0\x01\x12b\n" +
@@ -1768,6 +2097,8 @@ const file_master_v1_fleet_proto_rawDesc = "" +
 	"\vAssignShard\x12(.shardfence.master.v1.AssignShardRequest\x1a).shardfence.master.v1.AssignShardResponse\x12h\n" +
 	"\rUnassignShard\x12*.shardfence.master.v1.UnassignShardRequest\x1a+.shardfence.master.v1.UnassignShardResponse\x12\\\n" +
 	"\tDrainNode\x12&.shardfence.master.v1.DrainNodeRequest\x1a'.shardfence.master.v1.DrainNodeResponse\x12\\\n" +
+	"\tMoveShard\x12&.shardfence.master.v1.MoveShardRequest\x1a'.shardfence.master.v1.MoveShardResponse\x12h\n" +
+	"\rPlanRebalance\x12*.shardfence.master.v1.PlanRebalanceRequest\x1a+.shardfence.master.v1.PlanRebalanceResponse\x12\\\n" +
 	"\tListNodes\x12&.shardfence.master.v1.ListNodesRequest\x1a'.shardfence.master.v1.ListNodesResponse\x12_\n" +
 	"\n" +
 	"ListShards\x12'.shardfence.master.v1.ListShardsRequest\x1a(.shardfence.master.v1.ListShardsResponse\x12d\n" +
@@ -1786,7 +2117,7 @@ func file_master_v1_fleet_proto_rawDescGZIP() []byte {
 }
 
 var file_master_v1_fleet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_master_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_master_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_master_v1_fleet_proto_goTypes = []any{
 	(ShardReport)(0),                 // 0: shardfence.master.v1.ShardReport
 	(TakeoverPoint)(0),               // 1: shardfence.master.v1.TakeoverPoint
@@ -1803,52 +2134,65 @@ var file_master_v1_fleet_proto_goTypes = []any{
 	(*UnassignShardResponse)(nil),    // 12: shardfence.master.v1.UnassignShardResponse
 	(*DrainNodeRequest)(nil),         // 13: shardfence.master.v1.DrainNodeRequest
 	(*DrainNodeResponse)(nil),        // 14: shardfence.master.v1.DrainNodeResponse
-	(*ListNodesRequest)(nil),         // 15: shardfence.master.v1.ListNodesRequest
-	(*NodeInfo)(nil),                 // 16: shardfence.master.v1.NodeInfo
-	(*ListNodesResponse)(nil),        // 17: shardfence.master.v1.ListNodesResponse
-	(*ListShardsRequest)(nil),        // 18: shardfence.master.v1.ListShardsRequest
-	(*ShardInfo)(nil),                // 19: shardfence.master.v1.ShardInfo
-	(*ListShardsResponse)(nil),       // 20: shardfence.master.v1.ListShardsResponse
-	(*WatchShardsRequest)(nil),       // 21: shardfence.master.v1.WatchShardsRequest
-	(*ShardRoute)(nil),               // 22: shardfence.master.v1.ShardRoute
-	(*WatchShardsResponse)(nil),      // 23: shardfence.master.v1.WatchShardsResponse
-	(*v1.ShardSettings)(nil),         // 24: shardfence.sidecar.v1.ShardSettings
-	(*ShardAssignment)(nil),          // 25: shardfence.master.v1.ShardAssignment
+	(*MoveShardRequest)(nil),         // 15: shardfence.master.v1.MoveShardRequest
+	(*MoveShardResponse)(nil),        // 16: shardfence.master.v1.MoveShardResponse
+	(*PlanRebalanceRequest)(nil),     // 17: shardfence.master.v1.PlanRebalanceRequest
+	(*ShardMove)(nil),                // 18: shardfence.master.v1.ShardMove
+	(*NodeLoad)(nil),                 // 19: shardfence.master.v1.NodeLoad
+	(*PlanRebalanceResponse)(nil),    // 20: shardfence.master.v1.PlanRebalanceResponse
+	(*ListNodesRequest)(nil),         // 21: shardfence.master.v1.ListNodesRequest
+	(*NodeInfo)(nil),                 // 22: shardfence.master.v1.NodeInfo
+	(*ListNodesResponse)(nil),        // 23: shardfence.master.v1.ListNodesResponse
+	(*ListShardsRequest)(nil),        // 24: shardfence.master.v1.ListShardsRequest
+	(*ShardInfo)(nil),                // 25: shardfence.master.v1.ShardInfo
+	(*ListShardsResponse)(nil),       // 26: shardfence.master.v1.ListShardsResponse
+	(*WatchShardsRequest)(nil),       // 27: shardfence.master.v1.WatchShardsRequest
+	(*ShardRoute)(nil),               // 28: shardfence.master.v1.ShardRoute
+	(*WatchShardsResponse)(nil),      // 29: shardfence.master.v1.WatchShardsResponse
+	(*v1.ShardSettings)(nil),         // 30: shardfence.sidecar.v1.ShardSettings
+	(*ShardAssignment)(nil),          // 31: shardfence.master.v1.ShardAssignment
 }
 var file_master_v1_fleet_proto_depIdxs = []int32{
-	24, // 0: shardfence.master.v1.NodeAssignment.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	30, // 0: shardfence.master.v1.NodeAssignment.settings:type_name -> shardfence.sidecar.v1.ShardSettings
 	5,  // 1: shardfence.master.v1.WatchAssignmentsResponse.assignments:type_name -> shardfence.master.v1.NodeAssignment
 	0,  // 2: shardfence.master.v1.ReportShardRequest.report:type_name -> shardfence.master.v1.ShardReport
-	24, // 3: shardfence.master.v1.AssignShardRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
+	30, // 3: shardfence.master.v1.AssignShardRequest.settings:type_name -> shardfence.sidecar.v1.ShardSettings
 	1,  // 4: shardfence.master.v1.AssignShardRequest.takeover:type_name -> shardfence.master.v1.TakeoverPoint
-	19, // 5: shardfence.master.v1.AssignShardResponse.shard:type_name -> shardfence.master.v1.ShardInfo
-	16, // 6: shardfence.master.v1.ListNodesResponse.nodes:type_name -> shardfence.master.v1.NodeInfo
-	25, // 7: shardfence.master.v1.ShardInfo.assignment:type_name -> shardfence.master.v1.ShardAssignment
-	19, // 8: shardfence.master.v1.ListShardsResponse.shards:type_name -> shardfence.master.v1.ShardInfo
-	22, // 9: shardfence.master.v1.WatchShardsResponse.routes:type_name -> shardfence.master.v1.ShardRoute
-	2,  // 10: shardfence.master.v1.MasterFleetService.RegisterNode:input_type -> shardfence.master.v1.RegisterNodeRequest
-	4,  // 11: shardfence.master.v1.MasterFleetService.WatchAssignments:input_type -> shardfence.master.v1.WatchAssignmentsRequest
-	7,  // 12: shardfence.master.v1.MasterFleetService.ReportShard:input_type -> shardfence.master.v1.ReportShardRequest
-	9,  // 13: shardfence.master.v1.MasterFleetService.AssignShard:input_type -> shardfence.master.v1.AssignShardRequest
-	11, // 14: shardfence.master.v1.MasterFleetService.UnassignShard:input_type -> shardfence.master.v1.UnassignShardRequest
-	13, // 15: shardfence.master.v1.MasterFleetService.DrainNode:input_type -> shardfence.master.v1.DrainNodeRequest
-	15, // 16: shardfence.master.v1.MasterFleetService.ListNodes:input_type -> shardfence.master.v1.ListNodesRequest
-	18, // 17: shardfence.master.v1.MasterFleetService.ListShards:input_type -> shardfence.master.v1.ListShardsRequest
-	21, // 18: shardfence.master.v1.MasterFleetService.WatchShards:input_type -> shardfence.master.v1.WatchShardsRequest
-	3,  // 19: shardfence.master.v1.MasterFleetService.RegisterNode:output_type -> shardfence.master.v1.RegisterNodeResponse
-	6,  // 20: shardfence.master.v1.MasterFleetService.WatchAssignments:output_type -> shardfence.master.v1.WatchAssignmentsResponse
-	8,  // 21: shardfence.master.v1.MasterFleetService.ReportShard:output_type -> shardfence.master.v1.ReportShardResponse
-	10, // 22: shardfence.master.v1.MasterFleetService.AssignShard:output_type -> shardfence.master.v1.AssignShardResponse
-	12, // 23: shardfence.master.v1.MasterFleetService.UnassignShard:output_type -> shardfence.master.v1.UnassignShardResponse
-	14, // 24: shardfence.master.v1.MasterFleetService.DrainNode:output_type -> shardfence.master.v1.DrainNodeResponse
-	17, // 25: shardfence.master.v1.MasterFleetService.ListNodes:output_type -> shardfence.master.v1.ListNodesResponse
-	20, // 26: shardfence.master.v1.MasterFleetService.ListShards:output_type -> shardfence.master.v1.ListShardsResponse
-	23, // 27: shardfence.master.v1.MasterFleetService.WatchShards:output_type -> shardfence.master.v1.WatchShardsResponse
-	19, // [19:28] is the sub-list for method output_type
-	10, // [10:19] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	25, // 5: shardfence.master.v1.AssignShardResponse.shard:type_name -> shardfence.master.v1.ShardInfo
+	25, // 6: shardfence.master.v1.MoveShardResponse.shard:type_name -> shardfence.master.v1.ShardInfo
+	18, // 7: shardfence.master.v1.PlanRebalanceResponse.moves:type_name -> shardfence.master.v1.ShardMove
+	19, // 8: shardfence.master.v1.PlanRebalanceResponse.nodes:type_name -> shardfence.master.v1.NodeLoad
+	22, // 9: shardfence.master.v1.ListNodesResponse.nodes:type_name -> shardfence.master.v1.NodeInfo
+	31, // 10: shardfence.master.v1.ShardInfo.assignment:type_name -> shardfence.master.v1.ShardAssignment
+	25, // 11: shardfence.master.v1.ListShardsResponse.shards:type_name -> shardfence.master.v1.ShardInfo
+	28, // 12: shardfence.master.v1.WatchShardsResponse.routes:type_name -> shardfence.master.v1.ShardRoute
+	2,  // 13: shardfence.master.v1.MasterFleetService.RegisterNode:input_type -> shardfence.master.v1.RegisterNodeRequest
+	4,  // 14: shardfence.master.v1.MasterFleetService.WatchAssignments:input_type -> shardfence.master.v1.WatchAssignmentsRequest
+	7,  // 15: shardfence.master.v1.MasterFleetService.ReportShard:input_type -> shardfence.master.v1.ReportShardRequest
+	9,  // 16: shardfence.master.v1.MasterFleetService.AssignShard:input_type -> shardfence.master.v1.AssignShardRequest
+	11, // 17: shardfence.master.v1.MasterFleetService.UnassignShard:input_type -> shardfence.master.v1.UnassignShardRequest
+	13, // 18: shardfence.master.v1.MasterFleetService.DrainNode:input_type -> shardfence.master.v1.DrainNodeRequest
+	15, // 19: shardfence.master.v1.MasterFleetService.MoveShard:input_type -> shardfence.master.v1.MoveShardRequest
+	17, // 20: shardfence.master.v1.MasterFleetService.PlanRebalance:input_type -> shardfence.master.v1.PlanRebalanceRequest
+	21, // 21: shardfence.master.v1.MasterFleetService.ListNodes:input_type -> shardfence.master.v1.ListNodesRequest
+	24, // 22: shardfence.master.v1.MasterFleetService.ListShards:input_type -> shardfence.master.v1.ListShardsRequest
+	27, // 23: shardfence.master.v1.MasterFleetService.WatchShards:input_type -> shardfence.master.v1.WatchShardsRequest
+	3,  // 24: shardfence.master.v1.MasterFleetService.RegisterNode:output_type -> shardfence.master.v1.RegisterNodeResponse
+	6,  // 25: shardfence.master.v1.MasterFleetService.WatchAssignments:output_type -> shardfence.master.v1.WatchAssignmentsResponse
+	8,  // 26: shardfence.master.v1.MasterFleetService.ReportShard:output_type -> shardfence.master.v1.ReportShardResponse
+	10, // 27: shardfence.master.v1.MasterFleetService.AssignShard:output_type -> shardfence.master.v1.AssignShardResponse
+	12, // 28: shardfence.master.v1.MasterFleetService.UnassignShard:output_type -> shardfence.master.v1.UnassignShardResponse
+	14, // 29: shardfence.master.v1.MasterFleetService.DrainNode:output_type -> shardfence.master.v1.DrainNodeResponse
+	16, // 30: shardfence.master.v1.MasterFleetService.MoveShard:output_type -> shardfence.master.v1.MoveShardResponse
+	20, // 31: shardfence.master.v1.MasterFleetService.PlanRebalance:output_type -> shardfence.master.v1.PlanRebalanceResponse
+	23, // 32: shardfence.master.v1.MasterFleetService.ListNodes:output_type -> shardfence.master.v1.ListNodesResponse
+	26, // 33: shardfence.master.v1.MasterFleetService.ListShards:output_type -> shardfence.master.v1.ListShardsResponse
+	29, // 34: shardfence.master.v1.MasterFleetService.WatchShards:output_type -> shardfence.master.v1.WatchShardsResponse
+	24, // [24:35] is the sub-list for method output_type
+	13, // [13:24] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_master_v1_fleet_proto_init() }
@@ -1863,7 +2207,7 @@ func file_master_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_v1_fleet_proto_rawDesc), len(file_master_v1_fleet_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

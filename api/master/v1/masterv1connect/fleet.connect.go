@@ -56,6 +56,12 @@ const (
 	// MasterFleetServiceDrainNodeProcedure is the fully-qualified name of the MasterFleetService's
 	// DrainNode RPC.
 	MasterFleetServiceDrainNodeProcedure = "/shardfence.master.v1.MasterFleetService/DrainNode"
+	// MasterFleetServiceMoveShardProcedure is the fully-qualified name of the MasterFleetService's
+	// MoveShard RPC.
+	MasterFleetServiceMoveShardProcedure = "/shardfence.master.v1.MasterFleetService/MoveShard"
+	// MasterFleetServicePlanRebalanceProcedure is the fully-qualified name of the MasterFleetService's
+	// PlanRebalance RPC.
+	MasterFleetServicePlanRebalanceProcedure = "/shardfence.master.v1.MasterFleetService/PlanRebalance"
 	// MasterFleetServiceListNodesProcedure is the fully-qualified name of the MasterFleetService's
 	// ListNodes RPC.
 	MasterFleetServiceListNodesProcedure = "/shardfence.master.v1.MasterFleetService/ListNodes"
@@ -88,6 +94,15 @@ type MasterFleetServiceClient interface {
 	// handoff (no term change), and places nothing there until undrained
 	// (admin).
 	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
+	// MoveShard moves one open shard from its owner to the node named with
+	// the drain's source-performed handoff (no term change); the shard shows
+	// moving until the target adopted it, and stays on its owner if the
+	// handoff is cancelled (admin).
+	MoveShard(context.Context, *connect.Request[v1.MoveShardRequest]) (*connect.Response[v1.MoveShardResponse], error)
+	// PlanRebalance plans the moves that spread the assigned shards evenly
+	// over the active, non-draining nodes; it starts none (the caller moves
+	// them with MoveShard) (admin).
+	PlanRebalance(context.Context, *connect.Request[v1.PlanRebalanceRequest]) (*connect.Response[v1.PlanRebalanceResponse], error)
 	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
 	ListShards(context.Context, *connect.Request[v1.ListShardsRequest]) (*connect.Response[v1.ListShardsResponse], error)
 	// WatchShards is the routing feed: where each shard's owner serves. The
@@ -148,6 +163,18 @@ func NewMasterFleetServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(masterFleetServiceMethods.ByName("DrainNode")),
 			connect.WithClientOptions(opts...),
 		),
+		moveShard: connect.NewClient[v1.MoveShardRequest, v1.MoveShardResponse](
+			httpClient,
+			baseURL+MasterFleetServiceMoveShardProcedure,
+			connect.WithSchema(masterFleetServiceMethods.ByName("MoveShard")),
+			connect.WithClientOptions(opts...),
+		),
+		planRebalance: connect.NewClient[v1.PlanRebalanceRequest, v1.PlanRebalanceResponse](
+			httpClient,
+			baseURL+MasterFleetServicePlanRebalanceProcedure,
+			connect.WithSchema(masterFleetServiceMethods.ByName("PlanRebalance")),
+			connect.WithClientOptions(opts...),
+		),
 		listNodes: connect.NewClient[v1.ListNodesRequest, v1.ListNodesResponse](
 			httpClient,
 			baseURL+MasterFleetServiceListNodesProcedure,
@@ -177,6 +204,8 @@ type masterFleetServiceClient struct {
 	assignShard      *connect.Client[v1.AssignShardRequest, v1.AssignShardResponse]
 	unassignShard    *connect.Client[v1.UnassignShardRequest, v1.UnassignShardResponse]
 	drainNode        *connect.Client[v1.DrainNodeRequest, v1.DrainNodeResponse]
+	moveShard        *connect.Client[v1.MoveShardRequest, v1.MoveShardResponse]
+	planRebalance    *connect.Client[v1.PlanRebalanceRequest, v1.PlanRebalanceResponse]
 	listNodes        *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
 	listShards       *connect.Client[v1.ListShardsRequest, v1.ListShardsResponse]
 	watchShards      *connect.Client[v1.WatchShardsRequest, v1.WatchShardsResponse]
@@ -210,6 +239,16 @@ func (c *masterFleetServiceClient) UnassignShard(ctx context.Context, req *conne
 // DrainNode calls shardfence.master.v1.MasterFleetService.DrainNode.
 func (c *masterFleetServiceClient) DrainNode(ctx context.Context, req *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error) {
 	return c.drainNode.CallUnary(ctx, req)
+}
+
+// MoveShard calls shardfence.master.v1.MasterFleetService.MoveShard.
+func (c *masterFleetServiceClient) MoveShard(ctx context.Context, req *connect.Request[v1.MoveShardRequest]) (*connect.Response[v1.MoveShardResponse], error) {
+	return c.moveShard.CallUnary(ctx, req)
+}
+
+// PlanRebalance calls shardfence.master.v1.MasterFleetService.PlanRebalance.
+func (c *masterFleetServiceClient) PlanRebalance(ctx context.Context, req *connect.Request[v1.PlanRebalanceRequest]) (*connect.Response[v1.PlanRebalanceResponse], error) {
+	return c.planRebalance.CallUnary(ctx, req)
 }
 
 // ListNodes calls shardfence.master.v1.MasterFleetService.ListNodes.
@@ -249,6 +288,15 @@ type MasterFleetServiceHandler interface {
 	// handoff (no term change), and places nothing there until undrained
 	// (admin).
 	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
+	// MoveShard moves one open shard from its owner to the node named with
+	// the drain's source-performed handoff (no term change); the shard shows
+	// moving until the target adopted it, and stays on its owner if the
+	// handoff is cancelled (admin).
+	MoveShard(context.Context, *connect.Request[v1.MoveShardRequest]) (*connect.Response[v1.MoveShardResponse], error)
+	// PlanRebalance plans the moves that spread the assigned shards evenly
+	// over the active, non-draining nodes; it starts none (the caller moves
+	// them with MoveShard) (admin).
+	PlanRebalance(context.Context, *connect.Request[v1.PlanRebalanceRequest]) (*connect.Response[v1.PlanRebalanceResponse], error)
 	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
 	ListShards(context.Context, *connect.Request[v1.ListShardsRequest]) (*connect.Response[v1.ListShardsResponse], error)
 	// WatchShards is the routing feed: where each shard's owner serves. The
@@ -305,6 +353,18 @@ func NewMasterFleetServiceHandler(svc MasterFleetServiceHandler, opts ...connect
 		connect.WithSchema(masterFleetServiceMethods.ByName("DrainNode")),
 		connect.WithHandlerOptions(opts...),
 	)
+	masterFleetServiceMoveShardHandler := connect.NewUnaryHandler(
+		MasterFleetServiceMoveShardProcedure,
+		svc.MoveShard,
+		connect.WithSchema(masterFleetServiceMethods.ByName("MoveShard")),
+		connect.WithHandlerOptions(opts...),
+	)
+	masterFleetServicePlanRebalanceHandler := connect.NewUnaryHandler(
+		MasterFleetServicePlanRebalanceProcedure,
+		svc.PlanRebalance,
+		connect.WithSchema(masterFleetServiceMethods.ByName("PlanRebalance")),
+		connect.WithHandlerOptions(opts...),
+	)
 	masterFleetServiceListNodesHandler := connect.NewUnaryHandler(
 		MasterFleetServiceListNodesProcedure,
 		svc.ListNodes,
@@ -337,6 +397,10 @@ func NewMasterFleetServiceHandler(svc MasterFleetServiceHandler, opts ...connect
 			masterFleetServiceUnassignShardHandler.ServeHTTP(w, r)
 		case MasterFleetServiceDrainNodeProcedure:
 			masterFleetServiceDrainNodeHandler.ServeHTTP(w, r)
+		case MasterFleetServiceMoveShardProcedure:
+			masterFleetServiceMoveShardHandler.ServeHTTP(w, r)
+		case MasterFleetServicePlanRebalanceProcedure:
+			masterFleetServicePlanRebalanceHandler.ServeHTTP(w, r)
 		case MasterFleetServiceListNodesProcedure:
 			masterFleetServiceListNodesHandler.ServeHTTP(w, r)
 		case MasterFleetServiceListShardsProcedure:
@@ -374,6 +438,14 @@ func (UnimplementedMasterFleetServiceHandler) UnassignShard(context.Context, *co
 
 func (UnimplementedMasterFleetServiceHandler) DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.master.v1.MasterFleetService.DrainNode is not implemented"))
+}
+
+func (UnimplementedMasterFleetServiceHandler) MoveShard(context.Context, *connect.Request[v1.MoveShardRequest]) (*connect.Response[v1.MoveShardResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.master.v1.MasterFleetService.MoveShard is not implemented"))
+}
+
+func (UnimplementedMasterFleetServiceHandler) PlanRebalance(context.Context, *connect.Request[v1.PlanRebalanceRequest]) (*connect.Response[v1.PlanRebalanceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardfence.master.v1.MasterFleetService.PlanRebalance is not implemented"))
 }
 
 func (UnimplementedMasterFleetServiceHandler) ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error) {
