@@ -469,7 +469,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	checkpoint.NoGC = !f.gcAfterCheckpoint
 	opts := sidecar.Options{
 		Node: f.node, Defaults: f.defaults, Limits: f.limits, AllowUnfenced: f.allowUnfenced, Logger: log, StallAfter: f.stallAfter, HydrateDir: f.hydrateDir,
-		Cache: f.cache, Checkpoint: checkpoint,
+		Cache: f.cache, Checkpoint: checkpoint, Masters: masters,
 	}
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
