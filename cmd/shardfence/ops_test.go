@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -190,4 +191,69 @@ func TestStatusListsShardsAndWatchFollowsTheFeed(t *testing.T) {
 		t.Errorf("watch --shard s0: %q", out)
 	}
 	ws.stop(t)
+}
+
+// startMasterLogs runs the master command in-process until the test ends
+// and returns its URL, a stop function and its log.
+func startMasterLogs(t *testing.T, args ...string) (string, func() error, *syncBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	errOut := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- runMaster(ctx, append([]string{"--listen", "127.0.0.1:0"}, args...), &out, errOut) }()
+	var addr string
+	for deadline := time.Now().Add(30 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
+		if a, ok := strings.CutPrefix(strings.TrimSpace(out.String()), "master listening on "); ok {
+			addr = a
+			break
+		}
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("master exited early: %v; stderr: %s", err, errOut.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("master did not report its address; stderr: %s", errOut.String())
+		}
+	}
+	var once sync.Once
+	var stopErr error
+	stop := func() error {
+		once.Do(func() { cancel(); stopErr = <-done })
+		return stopErr
+	}
+	t.Cleanup(func() { _ = stop() })
+	return "http://" + addr, stop, errOut
+}
+
+// The master reads its --store's conformance certificate as serve does:
+// on a store conformance never ran on it warns (and says so in
+// shardfence_master_store_certificate); once `shardfence conformance`
+// certified that store URL, a master there says it is certified and
+// warns no more.
+func TestMasterReadsTheStoreCertificate(t *testing.T) {
+	store := "file://" + t.TempDir()
+	url, stop, logs := startMasterLogs(t, "--store", store, "--cluster", "cert", "--snapshot-interval", "0")
+	if !strings.Contains(logs.String(), "store not certified for fencing") || !strings.Contains(logs.String(), "the master refuses a store that fails a fencing check") {
+		t.Errorf("a master on an uncertified store does not warn:\n%s", logs)
+	}
+	if body := scrape(t, url+"/metrics"); !strings.Contains(body, MasterStoreCertificateMetric+`{state="missing"} 1`) {
+		t.Errorf("uncertified: /metrics says\n%s", grepLines(body, MasterStoreCertificateMetric))
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := runCmd(t, "conformance", "--store", store); code != 0 {
+		t.Fatalf("conformance: exit %d\n%s\n%s", code, out, errOut)
+	}
+	url, _, logs = startMasterLogs(t, "--store", store, "--cluster", "cert", "--snapshot-interval", "0")
+	if strings.Contains(logs.String(), "not certified") || !strings.Contains(logs.String(), "store certified for fencing") {
+		t.Errorf("a master on a certified store:\n%s", logs)
+	}
+	if body := scrape(t, url+"/metrics"); !strings.Contains(body, MasterStoreCertificateMetric+`{state="certified"} 1`) {
+		t.Errorf("certified: /metrics says\n%s", grepLines(body, MasterStoreCertificateMetric))
+	}
 }
