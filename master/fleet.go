@@ -302,14 +302,11 @@ func (m *Master) RegisterNode(ctx context.Context, reg NodeRegistration) (NodeRe
 				"is a second sidecar running with the same --node? stop it or give it its own name; a restarted sidecar is let in once the old process has been silent for "+nodeHold(m.live.cfg).String())
 		}
 	}
-	rec, recovered, err := m.live.signal(id, true)
+	rec, recovery, err := m.live.signal(id, true)
 	if err != nil {
 		f.mu.Unlock()
 		m.topo.RUnlock()
 		return fail(err, "the node went offline and its shards are being moved; register again once that completes (Ping answers NEED_REMOUNT until then)")
-	}
-	if recovered {
-		m.metrics.clientTransitions.WithLabelValues("suspected", "active").Inc()
 	}
 	n := f.nodeLocked(reg.Name)
 	if n.session != "" && n.session != reg.Session && n.owner.Load() == rec {
@@ -332,6 +329,7 @@ func (m *Master) RegisterNode(ctx context.Context, reg NodeRegistration) (NodeRe
 	f.notifyLocked(reg.Name) // a watch of the old session ends
 	f.mu.Unlock()
 	m.topo.RUnlock()
+	m.noteRecovery(recovery)
 	if err := durable(ctx, &Error{Op: "RegisterNode", Client: id}, t); err != nil {
 		return NodeRegistered{}, err
 	}

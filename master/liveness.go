@@ -230,33 +230,57 @@ func (l *Liveness) newRecordLocked(client string, now SteadyTime, restored bool)
 	return r
 }
 
+// livenessRecovery is a Suspected -> Active transition a signal
+// committed, as the log reports it: taken under the liveness lock,
+// written (noteRecovery) once the caller holds no lock.
+type livenessRecovery struct {
+	client       string
+	incarnation  uint64
+	sinceSignal  time.Duration // since the signal before this one
+	suspectedFor time.Duration // since the monitor committed it Suspected
+}
+
 // signal is a liveness signal (a Ping, or a successful mount when mount
 // is set). A Suspected incarnation recovers with nothing cleaned up. An
 // unknown client gets a new incarnation only from a mount; an Offline one
 // never does until its offboarding completed. It returns the client's
-// current record (nil for a Ping from an unknown client) and whether the
-// signal was refused by the Offline barrier.
-func (l *Liveness) signal(client string, mount bool) (r *ClientLivenessRecord, recovered bool, err error) {
+// current record (nil for a Ping from an unknown client), the recovery
+// the signal committed (nil if none) and whether the signal was refused
+// by the Offline barrier.
+func (l *Liveness) signal(client string, mount bool) (r *ClientLivenessRecord, rc *livenessRecovery, err error) {
 	now := l.clock.Steady()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r = l.records[client]
 	switch {
 	case r == nil && mount:
-		return l.newRecordLocked(client, now, false), false, nil
+		return l.newRecordLocked(client, now, false), nil, nil
 	case r == nil:
-		return nil, false, nil
+		return nil, nil, nil
 	}
 	switch r.State() {
 	case ClientOffline:
-		return r, false, fmt.Errorf("%w: incarnation %d went offline %v ago and is still being offboarded", ErrClientOffline, r.incarnation, toDuration(now-r.offlineAt).Round(time.Millisecond))
+		return r, nil, fmt.Errorf("%w: incarnation %d went offline %v ago and is still being offboarded", ErrClientOffline, r.incarnation, toDuration(now-r.offlineAt).Round(time.Millisecond))
 	case ClientSuspected:
+		rc = &livenessRecovery{client: r.client, incarnation: r.incarnation,
+			sinceSignal: toDuration(now - r.lastSignal), suspectedFor: toDuration(now - r.suspectedAt)}
 		l.setLocked(r, ClientActive, now)
 		r.recoveries++
-		recovered = true
 	}
 	r.lastSignal = max(r.lastSignal, now)
-	return r, recovered, nil
+	return r, rc, nil
+}
+
+// noteRecovery counts and logs a recovery a signal committed (nothing for
+// nil). The caller holds no lock: the log is I/O.
+func (m *Master) noteRecovery(rc *livenessRecovery) {
+	if rc == nil {
+		return
+	}
+	m.metrics.clientTransitions.WithLabelValues("suspected", "active").Inc()
+	m.log.Info("client active again: a liveness signal came within its suspicion window, nothing was cleaned up",
+		"client", rc.client, "incarnation", rc.incarnation, "since_signal", rc.sinceSignal.Round(time.Millisecond),
+		"suspected_for", rc.suspectedFor.Round(time.Millisecond), "client_suspicion_ttl", m.live.cfg.SuspicionTTL)
 }
 
 // held reports whether r is an active incarnation that signalled within
@@ -295,6 +319,10 @@ type LivenessPass struct {
 	// between).
 	Suspected []*ClientLivenessRecord
 	Offline   []*ClientLivenessRecord
+
+	// sinceSignal is, for each of Suspected, how long it had been silent
+	// when the pass judged it (for the log).
+	sinceSignal []time.Duration
 }
 
 // pass judges every record at now. A Suspected record's window runs from
@@ -348,6 +376,9 @@ func (l *Liveness) pass(now SteadyTime) LivenessPass {
 	}
 	byClient(p.Suspected)
 	byClient(p.Offline)
+	for _, r := range p.Suspected {
+		p.sinceSignal = append(p.sinceSignal, toDuration(now-r.lastSignal))
+	}
 	return p
 }
 
@@ -493,13 +524,20 @@ func (m *Master) CheckLiveness(ctx context.Context) LivenessPass {
 		m.log.Warn("the liveness monitor did not observe for a while (the master was paused or starved); that time is not counted against any client",
 			"unobserved", p.Unobserved.Round(time.Millisecond))
 	}
-	for _, r := range p.Suspected {
+	cfg := m.live.cfg
+	for i, r := range p.Suspected {
 		m.metrics.clientTransitions.WithLabelValues("active", "suspected").Inc()
+		m.log.Warn("client suspected: no liveness signal within its active TTL; it goes offline and is offboarded unless it signals within its suspicion TTL",
+			"client", r.client, "incarnation", r.incarnation, "since_signal", p.sinceSignal[i].Round(time.Millisecond),
+			"client_active_ttl", cfg.ActiveTTL, "client_suspicion_ttl", cfg.SuspicionTTL)
 		m.fleet.ownerSuspected(ctx, r)
 	}
 	for _, r := range p.Offline {
 		if job := m.PrepareClientOffboarding(r); job != nil {
 			m.metrics.clientTransitions.WithLabelValues("suspected", "offline").Inc()
+			m.log.Warn("client offline: no liveness signal within its suspicion TTL; offboarding it",
+				"client", r.client, "incarnation", r.incarnation, "since_signal", job.sinceSignal.Round(time.Millisecond),
+				"suspected_for", job.suspectedFor.Round(time.Millisecond), "client_suspicion_ttl", cfg.SuspicionTTL)
 			m.offboarding.submit(ctx, job)
 		}
 	}

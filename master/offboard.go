@@ -33,6 +33,10 @@ type ClientOffboardingJob struct {
 	Record   *ClientLivenessRecord
 	Prepared SteadyTime
 
+	// For the log: how long the client had been silent, and Suspected,
+	// when the job was prepared.
+	sinceSignal, suspectedFor time.Duration
+
 	mu        sync.Mutex
 	attempts  int
 	lastErr   error
@@ -82,8 +86,9 @@ func (m *Master) PrepareClientOffboarding(r *ClientLivenessRecord) *ClientOffboa
 	if l.records[r.client] != r || r.State() != ClientSuspected {
 		return nil
 	}
+	j := &ClientOffboardingJob{Record: r, Prepared: now,
+		sinceSignal: toDuration(now - r.lastSignal), suspectedFor: toDuration(now - r.suspectedAt)}
 	l.setLocked(r, ClientOffline, now)
-	j := &ClientOffboardingJob{Record: r, Prepared: now}
 	r.job = j
 	return j
 }
@@ -290,7 +295,8 @@ func (o *offboarder) complete(ctx context.Context, jobs []*ClientOffboardingJob)
 	for i, j := range jobs {
 		if errs[i] == nil {
 			o.m.metrics.offboardingJobs.WithLabelValues("completed").Inc()
-			o.log.Info("client offboarded", "client", j.Record.client, "incarnation", j.Record.incarnation)
+			o.log.Info("client offboarded: its resources are released and it may mount or register again", "client", j.Record.client, "incarnation", j.Record.incarnation,
+				"offline_for", toDuration(o.m.clock.Steady()-j.Prepared).Round(time.Millisecond))
 			continue
 		}
 		o.m.metrics.offboardingJobs.WithLabelValues("failed").Inc()

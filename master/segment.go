@@ -57,6 +57,8 @@ func (m *Master) mountSegment(ctx context.Context, clientID string, spec Segment
 	if err := ctx.Err(); err != nil {
 		return fail(err, "")
 	}
+	var recovery *livenessRecovery
+	defer func() { m.noteRecovery(recovery) }() // after the unlock below
 	m.topo.Lock()
 	defer m.topo.Unlock()
 	retry := false
@@ -72,12 +74,10 @@ func (m *Master) mountSegment(ctx context.Context, clientID string, spec Segment
 	}
 	// A successful mount is a liveness signal; an Offline incarnation is
 	// a barrier until its offboarding completed.
-	rec, recovered, err := m.live.signal(clientID, true)
+	rec, rc, err := m.live.signal(clientID, true)
+	recovery = rc
 	if err != nil {
 		return fail(err, "the client went offline and is being offboarded; mount again once Ping no longer answers NEED_REMOUNT for an offline client (its old segments are being removed)")
-	}
-	if recovered {
-		m.metrics.clientTransitions.WithLabelValues("suspected", "active").Inc()
 	}
 	if retry {
 		return m.sync(), nil // answered once the first mount is durable
@@ -245,6 +245,8 @@ func (m *Master) reMountSegment(ctx context.Context, clientID string, specs []Se
 	if err := ctx.Err(); err != nil {
 		return fail(0, err, "")
 	}
+	var recovery *livenessRecovery
+	defer func() { m.noteRecovery(recovery) }() // after the unlock below
 	m.topo.Lock()
 	defer m.topo.Unlock()
 
@@ -338,12 +340,10 @@ func (m *Master) reMountSegment(ctx context.Context, clientID string, specs []Se
 	}
 	// The remount is a liveness signal, taken before anything changes: a
 	// client that went Offline since step 1 is refused with nothing done.
-	rec, recovered, err := m.live.signal(clientID, true)
+	rec, rc, err := m.live.signal(clientID, true)
+	recovery = rc
 	if err != nil {
 		return fail(0, err, "remount once its offboarding completed (mount its segments afresh then)")
-	}
-	if recovered {
-		m.metrics.clientTransitions.WithLabelValues("suspected", "active").Inc()
 	}
 
 	// Install the rebuilt handles while the replicas are still unreadable

@@ -200,10 +200,8 @@ func (m *Master) Ping(ctx context.Context, clientID string) (PingStatus, error) 
 	if clientID == "" {
 		return 0, &Error{Op: "Ping", Err: fmt.Errorf("%w: empty client id", ErrInvalidArgument), Hint: "pass the client's id"}
 	}
-	rec, recovered, err := m.live.signal(clientID, false)
-	if recovered {
-		m.metrics.clientTransitions.WithLabelValues("suspected", "active").Inc()
-	}
+	rec, recovery, err := m.live.signal(clientID, false)
+	m.noteRecovery(recovery)
 	if rec == nil || err != nil {
 		return PingNeedRemount, nil
 	}

@@ -133,6 +133,11 @@ type Options struct {
 	// Cache configures warm serving (OpenRequest.warm): the block cache
 	// and the local copies of warm shards' checkpoints.
 	Cache CacheOptions
+	// Masters are the base URLs of the masters that assign this sidecar's
+	// shards (serve --master), none when shards are opened by hand. They
+	// only change advice: a call on a shard that is not open here points
+	// to the master's table rather than to Open.
+	Masters []string
 }
 
 // CacheOptions configure warm serving. The block cache holds blocks of

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 
 	"github.com/shardfence/shardfence/blobstore"
@@ -121,12 +122,23 @@ func (s *Server) get(op, name string) (*shard, error) {
 	}
 	sh := s.reg.lookup(name)
 	if sh == nil {
-		return nil, opErr(op, name, ErrShardNotOpen, "open it first with Open(shard, term, allocation)")
+		return nil, opErr(op, name, ErrShardNotOpen, s.notOpenHint())
 	}
 	if state, _ := sh.lifecycle(); state.inTransition() {
 		return nil, opErr(op, name, ErrShardBusy, "retry when Open or Close returned")
 	}
 	return sh, nil
+}
+
+// notOpenHint is the advice for a call on a shard that is not open here:
+// open it, or, on a sidecar whose master assigns its shards, ask the
+// master which node owns it.
+func (s *Server) notOpenHint() string {
+	if len(s.opts.Masters) == 0 {
+		return "open it first with Open(shard, term, allocation)"
+	}
+	return "this sidecar's shards are assigned by its master; `shardfence master shards --addr " + strings.Join(s.opts.Masters, ",") +
+		"` shows which node owns it, and `shardfence master assign` places it"
 }
 
 // shardStore is the shard's view of the store: every key under <shard>/.

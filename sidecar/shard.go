@@ -327,7 +327,7 @@ func (s *Server) Status(name string) (ShardStatus, error) {
 	}
 	sh := s.reg.lookup(name)
 	if sh == nil {
-		return ShardStatus{}, opErr("Status", name, ErrShardNotOpen, "open it first with Open(shard, term, allocation)")
+		return ShardStatus{}, opErr("Status", name, ErrShardNotOpen, s.notOpenHint())
 	}
 	return sh.status(), nil
 }

@@ -31,6 +31,7 @@ package minio
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -126,6 +127,7 @@ type bucket struct {
 	retrying, once minio.Core
 	bucket         string
 	name           string
+	secure         bool // HTTPS (the URL's secure, default true)
 }
 
 var (
@@ -174,7 +176,7 @@ func New(_ context.Context, cfg Config) (*blobstore.Container, error) {
 	if err != nil {
 		return nil, err
 	}
-	return blobstore.NewAt(&bucket{retrying: retrying, once: once, bucket: cfg.Bucket, name: name}, cfg.Prefix)
+	return blobstore.NewAt(&bucket{retrying: retrying, once: once, bucket: cfg.Bucket, name: name, secure: cfg.Secure}, cfg.Prefix)
 }
 
 func (b *bucket) String() string { return b.name }
@@ -214,7 +216,29 @@ func (b *bucket) Classify(op driver.Op, err error) error {
 	if op == driver.OpGetRange && isInvalidRange(err) {
 		return fmt.Errorf("%w (S3 answered %d %s)", blobstore.ErrInvalidRange, a.Status, a.Code)
 	}
-	return s3compat.Map(op, b.bucket, credentialHint, a, err)
+	mapped := s3compat.Map(op, b.bucket, credentialHint, a, err)
+	if b.secure && plainHTTPServer(err) {
+		// The classification stays (a write's outcome is not guessed);
+		// the advice is what a person needs.
+		return fmt.Errorf("%w (%s)", mapped, secureHint)
+	}
+	return mapped
+}
+
+// secureHint is the advice for an HTTPS client that met a plain HTTP
+// server: the minio:// URL is HTTPS unless it says otherwise.
+const secureHint = "the server does not speak TLS: add ?secure=false for a server without TLS"
+
+// plainHTTPServer reports whether err is an HTTPS request answered by a
+// server without TLS: net/http's "server gave HTTP response to HTTPS
+// client", or the TLS handshake's first record that is no TLS record.
+func plainHTTPServer(err error) bool {
+	var rh tls.RecordHeaderError
+	if errors.As(err, &rh) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "server gave HTTP response to HTTPS client") || strings.Contains(msg, "first record does not look like a TLS handshake")
 }
 
 // isInvalidRange tells whether the store answered 416 (InvalidRange): the

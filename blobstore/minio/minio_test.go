@@ -1,12 +1,16 @@
 package minio_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/minio"
@@ -173,5 +177,45 @@ func TestNoConditionalDelete(t *testing.T) {
 	// Nothing listens on port 1: a create was never sent.
 	if _, err := c.CreateIfAbsent(t.Context(), "k", []byte("x")); !errors.Is(err, blobstore.ErrUnavailable) || blobstore.IsAmbiguous(err) {
 		t.Errorf("create against a closed port: %v; want ErrUnavailable, not ambiguous", err)
+	}
+}
+
+// A minio:// URL is HTTPS unless it says secure=false: against a plain
+// HTTP server every call fails, and the error says how to fix the URL.
+// With secure=false the same server is reached (and answers as it can).
+func TestPlainHTTPServerErrorNamesSecureFalse(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		http.Error(w, "not an S3 server", http.StatusTeapot)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	c := testservers.OpenStore(t, "minio://ak:supersecret@"+host+"/bkt")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	_, err := c.Get(ctx, "k")
+	if err == nil || !strings.Contains(err.Error(), "add ?secure=false for a server without TLS") {
+		t.Fatalf("Get over HTTPS from a plain HTTP server: %v; want the secure=false hint", err)
+	}
+	t.Log(err)
+	if !errors.Is(err, blobstore.ErrUnavailable) {
+		t.Errorf("Get: %v; want it to stay ErrUnavailable", err)
+	}
+	_, err = c.CreateIfAbsent(ctx, "k", []byte("x"))
+	if err == nil || !strings.Contains(err.Error(), "add ?secure=false") {
+		t.Fatalf("CreateIfAbsent over HTTPS from a plain HTTP server: %v; want the secure=false hint", err)
+	}
+	if hits.Load() != 0 {
+		t.Fatalf("the server answered %d HTTP requests sent over TLS", hits.Load())
+	}
+
+	plain := testservers.OpenStore(t, "minio://ak:supersecret@"+host+"/bkt?secure=false")
+	_, err = plain.Get(ctx, "k")
+	if err == nil || strings.Contains(err.Error(), "secure=false") {
+		t.Fatalf("Get with secure=false: %v; want the server's refusal without the hint", err)
+	}
+	if hits.Load() == 0 {
+		t.Fatal("secure=false did not reach the plain HTTP server")
 	}
 }

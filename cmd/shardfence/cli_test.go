@@ -43,7 +43,7 @@ func TestHelpAndUsageErrorsEverywhere(t *testing.T) {
 	cmds := [][]string{{"serve"}, {"open"}, {"append"}, {"read"}, {"read-file"}, {"status"}, {"close"}, {"gc"}, {"inspect"}, {"settings"},
 		{"handoff", "start"}, {"handoff", "adopt"}, {"handoff", "abort"}, {"conformance"}, {"master"}, {"demo"},
 		{"bench", "store"}, {"bench", "e2e"}, {"bench", "translog"}, {"bench", "seal"}, {"bench", "recovery"}, {"bench", "master"},
-		{"version"}, {"cost"}, {"master", "nodes"}, {"master", "assign"}, {"master", "watch"}}
+		{"version"}, {"cost"}, {"master", "nodes"}, {"master", "assign"}, {"master", "watch"}, {"watch"}}
 	for _, c := range cmds {
 		name := strings.Join(c, " ")
 		r := cli(t, "", append(c, "-h")...)

@@ -178,6 +178,9 @@ func (c *clientFlags) remoteErr(err error) error {
 type clientCmd struct {
 	name      string
 	withShard bool
+	// shardOptional: --shard may be left out (status lists every shard
+	// then).
+	shardOptional bool
 	// flags adds the command's own flags; the returned check (optional)
 	// validates them after parsing.
 	flags func(fs *flag.FlagSet) func() error
@@ -207,7 +210,7 @@ func runClient(ctx context.Context, cmd clientCmd, args []string, stdin io.Reade
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
-	if err := c.check(fs, cmd.withShard); err != nil {
+	if err := c.check(fs, cmd.withShard && !cmd.shardOptional); err != nil {
 		return err
 	}
 	if check != nil {

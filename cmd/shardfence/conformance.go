@@ -67,8 +67,8 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(w, "fence, translog, seal, recovery and relocation code run against the store with injected\n")
 		fmt.Fprintf(w, "faults). Every key it writes is under a unique shardfence-conformance/ prefix and removed\n")
 		fmt.Fprintf(w, "afterwards. When the fencing suite ran, the outcome is recorded at %s under the\n", conformance.CertificateKey)
-		fmt.Fprintf(w, "store URL: serve refuses a store that failed a fencing check. Exit status 1 if the store\n")
-		fmt.Fprintf(w, "ignores preconditions or any check fails.\n")
+		fmt.Fprintf(w, "store URL: serve, and a master whose --store is that URL, refuse a store that failed a\n")
+		fmt.Fprintf(w, "fencing check. Exit status 1 if the store ignores preconditions or any check fails.\n")
 		for _, suite := range conformance.Suites() {
 			fmt.Fprintf(w, "\n%s checks:\n", suiteTitle(suite))
 			for _, ch := range suite.Checks() {
@@ -200,9 +200,9 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		case !co.Recorded:
 			fmt.Fprintf(stdout, "\nCertificate: not recorded: %s\n", co.Error)
 		case co.Refuses:
-			fmt.Fprintf(stdout, "\nCertificate: recorded at %s; shardfence serve will refuse this store (a fencing check failed) unless given --allow-fencing-failures.\n", co.Key)
+			fmt.Fprintf(stdout, "\nCertificate: recorded at %s; shardfence serve will refuse this store (a fencing check failed), and so will a master with this --store, unless given --allow-fencing-failures.\n", co.Key)
 		default:
-			fmt.Fprintf(stdout, "\nCertificate: recorded at %s; shardfence serve reads it at start-up.\n", co.Key)
+			fmt.Fprintf(stdout, "\nCertificate: recorded at %s; shardfence serve and a master with this --store read it at start-up.\n", co.Key)
 		}
 	}
 	total := 0

@@ -124,6 +124,25 @@ func TestConformanceRecordsAFencingFailureThatServeRefuses(t *testing.T) {
 	if !strings.Contains(logs.String(), "--allow-fencing-failures") {
 		t.Errorf("serve with the override does not warn:\n%s", logs)
 	}
+	// The master's log is fenced by the same protocol: it refuses the
+	// store as well, unless --allow-fencing-failures.
+	stdout.Reset()
+	err = runMaster(t.Context(), []string{"--store", store, "--cluster", "c", "--listen", "127.0.0.1:0"}, &stdout, &stderr)
+	if !errors.Is(err, conformance.ErrFencingCheckFailed) {
+		t.Fatalf("master on a store that failed fence-aba: %v; want a refusal", err)
+	}
+	for _, want := range []string{"master start-up", "fence-aba", "--allow-fencing-failures", "shardfence conformance"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the master's refusal does not say %q: %v", want, err)
+		}
+	}
+	if strings.Contains(stdout.String(), "listening") {
+		t.Errorf("the master listened on a refused store")
+	}
+	_, _, logs = startMasterLogs(t, "--store", store, "--cluster", "c", "--snapshot-interval", "0", "--allow-fencing-failures")
+	if !strings.Contains(logs.String(), "serving a store that failed fencing checks (--allow-fencing-failures)") {
+		t.Errorf("the master with the override does not warn:\n%s", logs)
+	}
 }
 
 // TestServeReadsTheCertificateWithoutDelay: on a file store, serve starts

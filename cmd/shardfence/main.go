@@ -33,6 +33,7 @@ func commands() []command {
 		{"read", readSummary, runRead},
 		{"read-file", readFileSummary, runReadFile},
 		{"status", statusSummary, runStatus},
+		{"watch", watchSummary, runWatch},
 		{"barrier", barrierSummary, runBarrier},
 		{"close", closeSummary, runClose},
 		{"gc", gcSummary, runGC},

@@ -86,6 +86,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	retainGens := fs.Int64("retain-gens", 1000, "log generations GC keeps below the newest snapshot (a standby lagging further reloads from the snapshot)")
 	maxLag := fs.Duration("standby-max-lag", 10*time.Second, "lag past which a standby reports not ready (100ms..1h)")
 	fenceCheck := fs.Duration("fence-check-interval", time.Second, "how often an idle primary checks the store for a newer master (10ms..1m)")
+	allowFencingFailures := fs.Bool("allow-fencing-failures", false, "start on a --store whose conformance certificate records a failed fencing check (the operation log there can lose acknowledged changes, or two primaries acknowledge)")
 	var logs logFlags
 	logs.add(fs)
 	lim := reqlimit.Limits{}
@@ -235,6 +236,13 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("master: open store %s: %w", blobstore.Redact(*store), err)
 		}
 		defer root.Close()
+		// What shardfence conformance recorded for this store, as serve
+		// reads it: the log is fenced by the same protocol.
+		certState, err := masterCertUser.checkCertificate(ctx, root, *allowFencingFailures, log)
+		if err != nil {
+			return err
+		}
+		registerCertificateStateAs(reg, MasterStoreCertificateMetric, "master", certState)
 		if err := blobstore.ProbePreconditions(ctx, root); err != nil {
 			return fmt.Errorf("master: %w", err)
 		}

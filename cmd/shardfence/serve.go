@@ -469,7 +469,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	checkpoint.NoGC = !f.gcAfterCheckpoint
 	opts := sidecar.Options{
 		Node: f.node, Defaults: f.defaults, Limits: f.limits, AllowUnfenced: f.allowUnfenced, Logger: log, StallAfter: f.stallAfter, HydrateDir: f.hydrateDir,
-		Cache: f.cache, Checkpoint: checkpoint,
+		Cache: f.cache, Checkpoint: checkpoint, Masters: masters,
 	}
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
@@ -591,16 +591,34 @@ func displayAddr(listen string, ln net.Listener) string {
 	return ln.Addr().String()
 }
 
+// certUser is the process that checks its store's certificate: the
+// sidecar (serve) or the master, whose operation log the store fences.
+type certUser struct {
+	component string // in the refusal: "sidecar" or "master"
+	command   string // what refuses a failing store: "serve" or "the master"
+	allowFlag string // the flag that starts anyway
+}
+
+var (
+	serveCertUser  = certUser{component: "sidecar", command: "serve", allowFlag: "--allow-fencing-failures to serve anyway"}
+	masterCertUser = certUser{component: "master", command: "the master", allowFlag: "--allow-fencing-failures to start anyway"}
+)
+
 // checkCertificate reads what shardfence conformance recorded in the store
 // (one GET, so a healthy store starts as fast as before): a store whose
 // certificate records a failed fencing check is refused, naming the check,
 // unless allow; a missing, unreadable, foreign or partial certificate is a
-// warning, since a store is certified by running the suite, not by serve.
+// warning, since a store is certified by running the suite, not by serve
+// or the master.
 func checkCertificate(ctx context.Context, store *blobstore.Container, allow bool, log *slog.Logger) (state string, err error) {
+	return serveCertUser.checkCertificate(ctx, store, allow, log)
+}
+
+func (u certUser) checkCertificate(ctx context.Context, store *blobstore.Container, allow bool, log *slog.Logger) (state string, err error) {
 	cert, err := conformance.ReadCertificate(ctx, store)
 	switch {
 	case errors.Is(err, conformance.ErrNoCertificate):
-		log.Warn("store not certified for fencing: run `shardfence conformance --store URL` once; it records the outcome in the store, and serve refuses a store that fails a fencing check", "store", store.String())
+		log.Warn("store not certified for fencing: run `shardfence conformance --store URL` once; it records the outcome in the store, and "+u.command+" refuses a store that fails a fencing check", "store", store.String())
 		return certMissing, nil
 	case err != nil:
 		// Store trouble shows again in the precondition probe next.
@@ -613,7 +631,7 @@ func checkCertificate(ctx context.Context, store *blobstore.Container, allow boo
 	state = certCertified
 	if rerr := cert.Refusal(); rerr != nil {
 		if !allow {
-			return "", fmt.Errorf("sidecar start-up: refusing %w (fix the store or its driver and run `shardfence conformance --store URL` again, or pass --allow-fencing-failures to serve anyway)", rerr)
+			return "", fmt.Errorf("%s start-up: refusing %w (fix the store or its driver and run `shardfence conformance --store URL` again, or pass %s)", u.component, rerr, u.allowFlag)
 		}
 		log.Warn("serving a store that failed fencing checks (--allow-fencing-failures)", "store", store.String(), "error", rerr.Error())
 		state = certFailed

@@ -9,11 +9,14 @@ import (
 // Metrics of the processes' state that the libraries do not export
 // themselves: whether a master is ready and in which role (what /readyz
 // answers, for an alert that does not need a blackbox prober), and what a
-// sidecar found of its store's conformance certificate at start-up.
+// sidecar or a master found of its store's conformance certificate at
+// start-up.
 const (
 	MasterReadyMetric      = "shardfence_master_ready"
 	MasterRoleMetric       = "shardfence_master_role"
 	StoreCertificateMetric = "shardfence_sidecar_store_certificate"
+	// MasterStoreCertificateMetric is the same for the master's --store.
+	MasterStoreCertificateMetric = "shardfence_master_store_certificate"
 )
 
 // What a sidecar found of its store's certificate (checkCertificate); every
@@ -68,8 +71,14 @@ func (c *masterStateCollector) Collect(ch chan<- prometheus.Metric) {
 // registerCertificateState exports state (one of certificateStates) as
 // StoreCertificateMetric: 1 for it, 0 for the others.
 func registerCertificateState(reg prometheus.Registerer, state string) {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: StoreCertificateMetric,
-		Help: "1 for what the sidecar found of its store's conformance certificate at start-up: certified, missing, unreadable, foreign (another store's), unverified (checks of this build not run) or failed (a fencing check failed; served with --allow-fencing-failures)."},
+	registerCertificateStateAs(reg, StoreCertificateMetric, "sidecar", state)
+}
+
+// registerCertificateStateAs exports what the process (the sidecar or the
+// master) found of its store's certificate as the gauge name.
+func registerCertificateStateAs(reg prometheus.Registerer, name, process, state string) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name,
+		Help: "1 for what the " + process + " found of its store's conformance certificate at start-up: certified, missing, unreadable, foreign (another store's), unverified (checks of this build not run) or failed (a fencing check failed; started with --allow-fencing-failures)."},
 		[]string{"state"})
 	for _, s := range certificateStates {
 		v := 0.0
