@@ -234,6 +234,11 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.log.Error("the master refused this sidecar's --node name: another live process holds it (a second sidecar with the same --node, or this one's previous process that has not been silent long enough); trying again", "master", url, "err", err)
 			}
 			wait = pace
+		case registered && errors.Is(err, errReregister):
+			// The master forgot this incarnation (it went offline while
+			// paused or cut off, or the master is new): not a lost master.
+			a.log.Info("the master asks this node to register again", "master", url, "err", err)
+			backoff = a.opts.RetryBase
 		case registered:
 			// It was registered: look for the primary at once.
 			a.log.Warn("lost the master; looking for the primary", "master", url, "err", err)

@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,5 +125,57 @@ func TestFirstRegistrationThroughAStandbyIsNoLostMaster(t *testing.T) {
 				return strings.Contains(log.String(), `level=WARN msg="lost the master; looking for the primary"`)
 			})
 		})
+	}
+}
+
+// A master that forgot the node (it restarted without state, or the node
+// went offline while cut off) answers its ping NEED_REMOUNT: the node
+// registers again and says so at info level, not as a lost master.
+func TestReregisterIsNoLostMaster(t *testing.T) {
+	newMaster := func() *master.Master {
+		m, err := master.New(master.Config{Shards: 16}, master.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	var cur atomic.Pointer[master.Master]
+	cur.Store(newMaster())
+	serving := func() (*master.Master, error) { return cur.Load(), nil }
+	mux := http.NewServeMux()
+	mux.Handle(master.NewHandlerFunc(serving))
+	mux.Handle(master.NewFleetHandlerFunc(serving))
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+
+	srv, err := sidecar.New(context.Background(), mem.New(), sidecar.Options{Node: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	var log logSink
+	ag, err := New(Options{Server: srv, Node: "a", Addr: "http://a", Masters: []string{hs.URL},
+		RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ag.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "registration", func() bool { return ag.Status().Registered })
+	first := ag.Status().Incarnation
+
+	cur.Store(newMaster())
+	waitFor(t, "registration with the new master", func() bool {
+		st := ag.Status()
+		return st.Registered && len(cur.Load().Nodes()) == 1 && strings.Contains(log.String(), "register again")
+	})
+	out := log.String()
+	if !strings.Contains(out, `level=INFO msg="the master asks this node to register again"`) {
+		t.Fatalf("no info line for the re-registration (incarnation %d before):\n%s", first, out)
+	}
+	if strings.Contains(out, "lost the master") || strings.Contains(out, "level=WARN") {
+		t.Fatalf("a re-registration logged as a lost master:\n%s", out)
 	}
 }
