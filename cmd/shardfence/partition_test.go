@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/internal/sidecarproc"
 	"github.com/shardfence/shardfence/internal/testservers"
@@ -225,4 +228,192 @@ func TestPartitionSidecarFromStore(t *testing.T) {
 		t.Error("an append refused by A after the heal is in the lineage")
 	}
 	t.Logf("acknowledged: A %d, B %d; lineage %d ops", by["A"], by["B"], len(read))
+}
+
+// newPartitionFleet is a fleet of masters and sidecars on shardURL and
+// masterURL (stores overriding it per master), killed when t ends, their
+// log tails shown if it failed.
+func newPartitionFleet(t *testing.T, shardURL, masterURL string, stores map[string]string) *procFleet {
+	t.Helper()
+	f := newProcFleet(fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}, shardURL, masterURL)
+	f.masterStores = stores
+	t.Cleanup(func() {
+		f.stop()
+		if t.Failed() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			for name, p := range f.masters {
+				t.Logf("master %s log:\n%s", name, tail(p.log.String(), 50))
+			}
+			for name, p := range f.sidecars {
+				t.Logf("sidecar %s log:\n%s", name, tail(p.log.String(), 30))
+			}
+		}
+	})
+	return f
+}
+
+// partitionMasterFlags: a short election timeout and client TTLs, so the
+// scenarios see failovers in seconds.
+var partitionMasterFlags = []string{"--client-active-ttl", "1s", "--client-suspicion-ttl", "1s", "--liveness-interval", "50ms",
+	"--election-timeout", electionTimeout.String()}
+
+// startPartitionFleet starts the masters named (the first primary, the
+// others standbys), sidecars n1 and n2 listing them all, and shards q1 on
+// n1 and q2 on n2 with a writer each.
+func startPartitionFleet(t *testing.T, ctx context.Context, f *procFleet, masters ...string) (map[string]string, map[string]*shardWriter, func()) {
+	t.Helper()
+	for i, name := range masters {
+		flags := partitionMasterFlags
+		if i > 0 {
+			flags = append([]string{"--standby"}, flags...)
+		}
+		if _, err := f.startMasterNamed(name, flags...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"n1", "n2"} {
+		if _, err := f.startSidecar(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.waitNodes(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	placement := map[string]string{"q1": "n1", "q2": "n2"}
+	for s, n := range placement {
+		if err := f.assign(ctx, s, n, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for s := range placement {
+		if _, err := f.openOn(ctx, s, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws, stop := startWriters(t, f, "q1", "q2")
+	for s, n := range placement {
+		waitAcked(t, ws[s], 20, n)
+	}
+	return placement, ws, stop
+}
+
+// masterReadyz is the status code of a fleet master's /readyz (0 when it
+// does not answer).
+func masterReadyz(p *fleetProc) (int, string) {
+	return sidecarReadyz(p.addr)
+}
+
+// TestPartitionMasterFromStore: the primary master m1 reaches MinIO
+// through a proxy, its standby m2 directly; sidecars append through both
+// shards' owners. The proxy blackholes m1's store link while the sidecars
+// and clients still reach m1: m1 reports not ready and acknowledges no
+// change within a bound derived from its election timeout and allocation
+// lease, m2 is elected, and on the heal m1 turns standby by itself. No
+// shard moves, every acknowledged append and master change survives, and
+// the change m1 refused is not in the table.
+func TestPartitionMasterFromStore(t *testing.T) {
+	direct, cut, proxy := startMinIOBehindProxy(t)
+	f := newPartitionFleet(t, direct.MinioURL("pm-shards"), direct.MinioURL("pm-master"), map[string]string{"m1": cut.MinioURL("pm-master")})
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	placement, ws, stop := startPartitionFleet(t, ctx, f, "m1", "m2")
+	defer stop()
+	var ledger []string
+	change := func(name string) {
+		t.Helper()
+		if err := f.assign(ctx, name, "n2", false); err != nil {
+			t.Fatalf("assign %s: %v", name, err)
+		}
+		ledger = append(ledger, name)
+	}
+	change("x0")
+
+	proxy.SetMode(testservers.ProxyBlackhole)
+	cutAt := time.Now()
+	m1 := f.masterProc("m1")
+	// The primary answers nothing once it could not renew its leadership
+	// for nine tenths of the election timeout, nor places past its
+	// allocation lease (2s) without a fresh proof; slack for a loaded
+	// machine on top.
+	bound := electionTimeout + 2*time.Second + 5*time.Second
+	for {
+		code, body := masterReadyz(m1)
+		if code == http.StatusServiceUnavailable {
+			t.Logf("m1 not ready %v after the cut: %s", time.Since(cutAt).Round(time.Millisecond), body)
+			break
+		}
+		if time.Since(cutAt) > bound {
+			t.Fatalf("m1 still answers /readyz %d %q %v after its store link was cut", code, body, bound)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	zombie := masterv1connect.NewMasterFleetServiceClient(f.http, "http://"+m1.addr)
+	zctx, zcancel := context.WithTimeout(ctx, 5*time.Second)
+	_, zerr := zombie.AssignShard(zctx, connect.NewRequest(&masterv1.AssignShardRequest{Shard: "zombie", Node: "n1"}))
+	zcancel()
+	if zerr == nil {
+		t.Fatal("m1 acknowledged a change while cut off from its store")
+	}
+	refused := connect.CodeOf(zerr) != connect.CodeDeadlineExceeded
+	t.Logf("m1 cut off refused a change: %v", zerr)
+
+	ectx, ecancel := context.WithTimeout(ctx, bound+20*time.Second)
+	// m1, cut off, cannot learn of the election: the primary is the one
+	// that answers it is, at a term above m1's.
+	var p string
+	err := pollUntil(ectx, "a master other than m1 to be elected", func() (bool, error) {
+		pr, _, ok := f.finder.Find(ectx, time.Second)
+		if ok && pr.Confirmed && pr.Leader.Node != "m1" {
+			p = pr.Leader.Node
+			return true, nil
+		}
+		return false, nil
+	})
+	ecancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s elected %v after the cut", p, time.Since(cutAt).Round(time.Millisecond))
+	checkNoShardMoved(t, ctx, f, placement)
+	change("x1")
+	for s, n := range placement {
+		waitAcked(t, ws[s], len(ws[s].ackedOps())+10, n)
+	}
+
+	proxy.SetMode(testservers.ProxyPass)
+	healed := time.Now()
+	waitRole(t, ctx, f, "m1", "standby")
+	t.Logf("m1 standby %v after the heal", time.Since(healed).Round(time.Millisecond))
+	if q := waitPrimary(t, ctx, f, "m1"); q != p {
+		t.Fatalf("after the heal %s is primary, want %s", q, p)
+	}
+	change("x2")
+	checkNoShardMoved(t, ctx, f, placement)
+	stop()
+
+	total := 0
+	for _, s := range []string{"q1", "q2"} {
+		n, err := f.verify(ctx, ws[s])
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	rows, err := f.shards(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range ledger {
+		if rows[name] == nil {
+			t.Fatalf("acknowledged change (assign %s) missing after the partition", name)
+		}
+	}
+	if rows["zombie"] != nil {
+		if refused {
+			t.Fatal("the change m1 refused while cut off reached the table")
+		}
+		t.Log("the change that timed out on m1 while cut off reached the table (its outcome was unknown)")
+	}
+	t.Logf("%d acknowledged appends and %d acknowledged master changes survived the partition", total, len(ledger))
 }
