@@ -19,6 +19,7 @@ import (
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/internal/sidecarproc"
 	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/master"
 )
 
 // Network partitions between shardfence processes and their store: a
@@ -299,6 +300,20 @@ func startPartitionFleet(t *testing.T, ctx context.Context, f *procFleet, master
 	return placement, ws, stop
 }
 
+// assignRetrying assigns shard to node, asking again while the master it
+// reached refuses as not the primary (a standby, an election under way,
+// a lapsed primary): a refused change was not made, so it is safe to
+// send again, as the refusal says.
+func assignRetrying(ctx context.Context, f *procFleet, shard, node string) error {
+	for {
+		err := f.assign(ctx, shard, node, false)
+		if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), master.ErrNotPrimary.Error()) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // masterReadyz is the status code of a fleet master's /readyz (0 when it
 // does not answer).
 func masterReadyz(p *fleetProc) (int, string) {
@@ -323,7 +338,7 @@ func TestPartitionMasterFromStore(t *testing.T) {
 	var ledger []string
 	change := func(name string) {
 		t.Helper()
-		if err := f.assign(ctx, name, "n2", false); err != nil {
+		if err := assignRetrying(ctx, f, name, "n2"); err != nil {
 			t.Fatalf("assign %s: %v", name, err)
 		}
 		ledger = append(ledger, name)
@@ -475,7 +490,7 @@ func TestStoreRestartUnderMaster(t *testing.T) {
 	var ledger []string
 	change := func(name string) {
 		t.Helper()
-		if err := f.assign(ctx, name, "n2", false); err != nil {
+		if err := assignRetrying(ctx, f, name, "n2"); err != nil {
 			t.Fatalf("assign %s: %v", name, err)
 		}
 		ledger = append(ledger, name)
