@@ -24,8 +24,11 @@ const (
 	// Options.StallAfter.
 	HealthRetrying = "retrying"
 	// HealthStalled: syncs have been retrying store errors for at least
-	// Options.StallAfter. The shard acknowledges nothing until the store
-	// takes writes again, and the sidecar answers /readyz with 503.
+	// Options.StallAfter, or a store request of a sync has gone that long
+	// without an answer (a store that holds requests, as behind a network
+	// partition that drops packets, fails none of them for a long while).
+	// The shard acknowledges nothing until the store takes writes again,
+	// and the sidecar answers /readyz with 503.
 	HealthStalled = "stalled"
 )
 
@@ -43,12 +46,18 @@ const healthLogEvery = 30 * time.Second
 // storeHealthOf classifies what a writer saw of the store.
 func storeHealthOf(h translog.StoreHealth, stallAfter time.Duration, now time.Time) string {
 	switch {
-	case !h.Retrying():
-		return HealthOK
-	case now.Sub(h.RetryingSince) >= stallAfter:
+	case h.Retrying() && now.Sub(h.RetryingSince) >= stallAfter, waitStalled(h, stallAfter, now):
 		return HealthStalled
+	case h.Retrying():
+		return HealthRetrying
 	}
-	return HealthRetrying
+	return HealthOK
+}
+
+// waitStalled reports whether a sync's store request has gone unanswered
+// for stallAfter.
+func waitStalled(h translog.StoreHealth, stallAfter time.Duration, now time.Time) bool {
+	return !h.WaitingSince.IsZero() && now.Sub(h.WaitingSince) >= stallAfter
 }
 
 // fillHealth sets the store-health fields of st from the shard's writer.
@@ -62,6 +71,9 @@ func fillHealth(st *ShardStatus, h translog.StoreHealth, stallAfter time.Duratio
 	}
 	if h.Retrying() {
 		st.RetryingFor = now.Sub(h.RetryingSince)
+	}
+	if !h.WaitingSince.IsZero() {
+		st.WaitingFor = now.Sub(h.WaitingSince)
 	}
 	if !h.LastSync.IsZero() {
 		st.LastSyncAge = now.Sub(h.LastSync)
@@ -112,10 +124,16 @@ func (s *Server) logHealth(sh *shard, now time.Time) {
 	if h.LastError != nil {
 		attrs = append(attrs, "last_store_error", h.LastError.Error())
 	}
+	if waitStalled(h, s.opts.StallAfter, now) {
+		attrs = append(attrs, "unanswered_for", now.Sub(h.WaitingSince).Round(time.Millisecond).String())
+	}
 	switch state {
 	case HealthStalled:
-		s.log.Error("shard stalled: every sync attempt fails on the store; appends wait and nothing is acknowledged until it takes writes again",
-			append(attrs, "retrying_for", now.Sub(h.RetryingSince).Round(time.Millisecond).String())...)
+		if h.Retrying() {
+			attrs = append(attrs, "retrying_for", now.Sub(h.RetryingSince).Round(time.Millisecond).String())
+		}
+		s.log.Error("shard stalled: every sync attempt fails on the store, or its requests go unanswered; appends wait and nothing is acknowledged until it takes writes again",
+			attrs...)
 	case HealthRetrying:
 		s.log.Warn("store errors: the shard's syncs are retrying",
 			append(attrs, "retrying_for", now.Sub(h.RetryingSince).Round(time.Millisecond).String())...)
@@ -202,6 +220,9 @@ type ShardReadiness struct {
 	// LastStoreError is the last store error a sync retried, if any.
 	LastStoreError string `json:"last_store_error,omitempty"`
 	RetryingMs     int64  `json:"retrying_ms"`
+	// WaitingMs is how long the oldest store request of a sync in flight
+	// has gone unanswered; 0 when none is in flight.
+	WaitingMs int64 `json:"waiting_ms"`
 	// LastSyncAgeMs is the time since the last acknowledged sync; -1
 	// before the first.
 	LastSyncAgeMs int64  `json:"last_sync_age_ms"`
@@ -227,7 +248,7 @@ type Readiness struct {
 func (s *Server) readinessOf(st ShardStatus) ShardReadiness {
 	r := ShardReadiness{
 		Shard: st.Shard, Term: st.Term, State: st.State, StoreHealth: st.StoreHealth, LastStoreError: clipN(st.LastStoreError, maxLogValue),
-		RetryingMs: st.RetryingFor.Milliseconds(), LastSyncAgeMs: -1, Ready: true, ReplayBacklogBytes: st.ReplayBacklogBytes,
+		RetryingMs: st.RetryingFor.Milliseconds(), WaitingMs: st.WaitingFor.Milliseconds(), LastSyncAgeMs: -1, Ready: true, ReplayBacklogBytes: st.ReplayBacklogBytes,
 	}
 	if w := s.opts.Checkpoint.WarnBytes; w > 0 && st.ReplayBacklogBytes > w {
 		r.Warning = fmt.Sprintf("replay backlog of %d bytes (%d generations) past the %d bound: a takeover replays all of it; the primary is not answering checkpoint requests (Watch)", st.ReplayBacklogBytes, st.ReplayBacklogGens, w)
@@ -238,8 +259,10 @@ func (s *Server) readinessOf(st ShardStatus) ShardReadiness {
 	switch {
 	case st.State != ShardOpen:
 		r.Ready, r.Reason = false, "shard is "+st.State.String()
-	case st.StoreHealth == HealthStalled:
+	case st.StoreHealth == HealthStalled && st.RetryingFor >= s.opts.StallAfter:
 		r.Ready, r.Reason = false, fmt.Sprintf("stalled: syncs have failed on the store for %v: %s", st.RetryingFor.Round(time.Millisecond), r.LastStoreError)
+	case st.StoreHealth == HealthStalled:
+		r.Ready, r.Reason = false, fmt.Sprintf("stalled: a sync's store request has gone unanswered for %v", st.WaitingFor.Round(time.Millisecond))
 	}
 	return r
 }

@@ -175,6 +175,9 @@ type ShardStatus struct {
 	LastStoreErrorAge time.Duration
 	// RetryingFor is how long syncs have been retrying store errors.
 	RetryingFor time.Duration
+	// WaitingFor is how long the oldest store request of a sync in
+	// flight has gone unanswered (0 when none is in flight).
+	WaitingFor time.Duration
 	// LastSyncAge is the time since the last acknowledged sync; -1 before
 	// the first.
 	LastSyncAge  time.Duration

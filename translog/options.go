@@ -175,6 +175,11 @@ type StoreHealth struct {
 	LastSync time.Time
 	// Retries counts the store errors sync steps retried.
 	Retries int64
+	// WaitingSince is when the oldest store request of a sync step now
+	// in flight was sent; zero when none is. A store that holds requests
+	// without answering (a network partition that drops packets, a frozen
+	// server) shows here long before the request fails.
+	WaitingSince time.Time
 }
 
 // Retrying reports whether a sync step is retrying store errors now.

@@ -22,7 +22,33 @@ import (
 func (w *Writer) StoreHealth() StoreHealth {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.health
+	h := w.health
+	for _, at := range w.waiting {
+		if h.WaitingSince.IsZero() || at.Before(h.WaitingSince) {
+			h.WaitingSince = at
+		}
+	}
+	return h
+}
+
+// noteWaitStart records that a sync step sends a store request; the
+// returned id ends it (noteWaitEnd).
+func (w *Writer) noteWaitStart() uint64 {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiting == nil {
+		w.waiting = map[uint64]time.Time{}
+	}
+	w.waitSeq++
+	w.waiting[w.waitSeq] = now
+	return w.waitSeq
+}
+
+func (w *Writer) noteWaitEnd(id uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.waiting, id)
 }
 
 // noteStoreError records a store error a sync step is about to retry;
@@ -77,7 +103,9 @@ func (w *Writer) retry(step func() (again bool, err error)) error {
 		if err := w.terminal(); err != nil {
 			return err
 		}
+		id := w.noteWaitStart()
 		again, err := step()
+		w.noteWaitEnd(id)
 		if errors.Is(err, context.Canceled) && w.ctx.Err() != nil {
 			// Close gave up on the syncs in progress and cancelled the
 			// step's request: its outcome is abandoned.

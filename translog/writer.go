@@ -39,8 +39,12 @@ type Writer struct {
 	p        pipeline
 	space    chan struct{} // closed and replaced whenever appends complete
 	health   StoreHealth
-	retrying int   // sync steps retrying store errors now
-	acked    int64 // generations acknowledged when LastSync was taken
+	retrying int // sync steps retrying store errors now
+	// waiting holds when each store request of a sync step now in
+	// flight was sent, by a sequence number (see StoreHealth.WaitingSince).
+	waiting map[uint64]time.Time
+	waitSeq uint64
+	acked   int64 // generations acknowledged when LastSync was taken
 }
 
 // Open starts a writer for the chain's term (or, with FencingDisabled, for

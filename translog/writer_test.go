@@ -630,3 +630,44 @@ func TestStoreHealthShowsAnOutageWhileSyncsRetry(t *testing.T) {
 		t.Fatalf("health after the outage: %+v (during: %+v)", after, h)
 	}
 }
+
+// A store that holds a sync's request without answering (a partition that
+// drops packets) shows in StoreHealth.WaitingSince while the request is
+// out, before any error; it clears once the request is answered.
+func TestStoreHealthShowsAnUnansweredRequest(t *testing.T) {
+	r := newRig(t, 1, Options{})
+	r.mustAppend("before")
+	if h := r.w.StoreHealth(); !h.WaitingSince.IsZero() {
+		t.Fatalf("idle writer reports a request in flight: %+v", h)
+	}
+	hold := r.store.MustAdd(faulty.Rule{Ops: faulty.Writes, Latency: faulty.Fixed(time.Hour)})
+	sent := time.Now()
+	done := make(chan error, 1)
+	go func() { _, err := r.append("during"); done <- err }()
+	deadline := time.Now().Add(30 * time.Second)
+	h := r.w.StoreHealth()
+	for ; h.WaitingSince.IsZero(); h = r.w.StoreHealth() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no request in flight after 30s: %+v", h)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if h.WaitingSince.Before(sent) || h.Retrying() || h.LastError != nil {
+		t.Fatalf("health while the store holds a request: %+v", h)
+	}
+	// The held request stays out until the writer closes: a rule removed
+	// later does not shorten a delay already drawn.
+	r.store.Remove(hold)
+	select {
+	case err := <-done:
+		t.Fatalf("append returned while its request was held: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = r.w.Close(ctx) // gives the held sync up
+	<-done
+	if h := r.w.StoreHealth(); !h.WaitingSince.IsZero() {
+		t.Fatalf("closed writer still reports a request in flight: %+v", h)
+	}
+}

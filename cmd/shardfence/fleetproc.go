@@ -134,12 +134,15 @@ func (p *fleetProc) exited() bool {
 // procFleet is a master (and its standbys) and their sidecars.
 type procFleet struct {
 	cmd       fleetCmd
-	shardURL  string     // the sidecars' store
-	masterURL string     // the master's store
-	cluster   string     // the master's cluster name (default "fleet")
-	master    *fleetProc // the first master started
-	base      string     // its API URL
-	http      *http.Client
+	shardURL  string // the sidecars' store
+	masterURL string // the master's store
+	// masterStores gives a master its own store URL (the same store
+	// reached another way, as through a proxy), by name.
+	masterStores map[string]string
+	cluster      string     // the master's cluster name (default "fleet")
+	master       *fleetProc // the first master started
+	base         string     // its API URL
+	http         *http.Client
 
 	mu       sync.Mutex
 	sidecars map[string]*fleetProc
@@ -175,7 +178,11 @@ func (f *procFleet) startMasterNamed(name string, extra ...string) (*fleetProc, 
 		listen = old.addr
 	}
 	args := append([]string{"master", "--listen", listen, "--cluster", cluster, "--node", name, "--shards", "16", "--snapshot-interval", "0"}, extra...)
-	p, err := startFleetProc(f.cmd, "master "+name, "master listening on ", []string{masterStoreEnv + "=" + f.masterURL}, args...)
+	store := f.masterURL
+	if u, ok := f.masterStores[name]; ok {
+		store = u
+	}
+	p, err := startFleetProc(f.cmd, "master "+name, "master listening on ", []string{masterStoreEnv + "=" + store}, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -86,7 +86,7 @@ func serveFlagSet(stdout io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.IntVar(&f.cache.HydrateParallelism, "warm-hydrate-parallelism", 4, "warm opens: files a shard's background hydration copies at once (1..64; -1: none, shards stay partial)")
 	fs.IntVar(&f.cache.FetchParallelism, "warm-fetch-parallelism", 16, "warm opens: on-demand block fetches in flight on the sidecar (1..256)")
 	fs.StringVar(&f.hydrateDir, "hydrate-dir", "", "where Open streams a restored checkpoint to disk before sending it to the primary, one folder per open, removed after (default: the system's temporary directory)")
-	fs.DurationVar(&f.stallAfter, "stall-after", sidecar.DefaultStallAfter, "a shard whose syncs retry store errors this long is stalled: /readyz answers 503 (1s..10m)")
+	fs.DurationVar(&f.stallAfter, "stall-after", sidecar.DefaultStallAfter, "a shard whose syncs retry store errors this long, or whose sync request goes unanswered this long, is stalled: /readyz answers 503 (1s..10m)")
 	fs.IntVar(&f.limits.MaxOpBytes, "max-op-bytes", 1<<20, "largest op an Append may carry")
 	fs.IntVar(&f.limits.MaxOpsPerAppend, "max-ops-per-append", 10000, "most ops one Append may carry")
 	fs.IntVar(&f.limits.MaxRequestBytes, "max-request-bytes", 32<<20, "largest request message")
