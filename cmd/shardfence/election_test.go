@@ -103,7 +103,10 @@ func runElection(t *testing.T, shardURL, masterURL string) {
 	change := func(i int) {
 		t.Helper()
 		name := fmt.Sprintf("x%d", i)
-		if err := f.assign(ctx, name, "n3", false); err != nil {
+		// A change refused as not the primary (a primary whose leadership
+		// lapsed under load, an election under way) was not made: send it
+		// again, as a client does.
+		if err := assignRetrying(ctx, f, name, "n3"); err != nil {
 			t.Fatalf("assign %s: %v", name, err)
 		}
 		ledger = append(ledger, name)
