@@ -584,6 +584,10 @@ func Seeds(procs []Proc, valid map[string][][]byte) []Seed {
 		{0, RawMode(6, false), []byte{0, 0, 0, 0, 9, '{'}},
 		{0, RawMode(7, false), []byte(`{"term":"1e309","size":"-1"}`)},
 		{0, RawMode(5, false), Envelope(0, bytes.Repeat([]byte{0x0a, 0x01, 'x'}, 1000))},
+		// protojson's errors repeat the token they could not take.
+		{0, ModeConnectJSON, append(append([]byte(`{"shard":1`), bytes.Repeat([]byte("0"), 100_000)...), '}')},
+		{0, ModeGRPCJSON, append(append([]byte(`{"x":t`), bytes.Repeat([]byte("r"), 100_000)...), '}')},
+		{0, RawMode(0, false), append(append([]byte(`{"key":"\\`), bytes.Repeat([]byte("q"), 100_000)...), `"}`...)},
 	}
 	for i, m := range malformed {
 		m.Proc = uint8((i * 7) % len(procs))
