@@ -20,9 +20,11 @@
 // within a bound (a unary call never ends in deadline_exceeded or
 // canceled: the call's deadline is generous); the outcome is success or
 // a Connect/gRPC code other than internal and unknown; the error message
-// is bounded. The one internal code accepted is the Connect library's own
-// answer to a raw body with broken gRPC/Connect framing ("protocol error:
-// ...", framingError), which is what the gRPC protocol specifies for it.
+// and its details are bounded; the server still answers afterwards
+// (Options.Alive). The one internal code accepted is the Connect
+// library's own answer to a raw body with broken gRPC/Connect framing
+// ("protocol error: ...", framingError), which is what the gRPC protocol
+// specifies for it.
 package rpcfuzz
 
 import (
@@ -239,6 +241,7 @@ func (c rawCodec) Unmarshal(b []byte, v any) error {
 type outcome struct {
 	code    connect.Code // 0: success (or an answer that is no RPC outcome, like 415)
 	message string
+	details int  // bytes of the error's details
 	cut     bool // the call's own deadline ended it
 }
 
@@ -292,6 +295,9 @@ func (tg *Target) Call(t *testing.T, proc, mode uint8, body []byte) {
 	}
 	if len(o.message) > tg.opts.MaxMessage {
 		t.Fatalf("%s: %v error message of %d bytes (bound %d): %.200q...", what, o.code, len(o.message), tg.opts.MaxMessage, o.message)
+	}
+	if o.details > tg.opts.MaxMessage {
+		t.Fatalf("%s: %v error details of %d bytes (bound %d)", what, o.code, o.details, tg.opts.MaxMessage)
 	}
 	if tg.opts.Alive != nil {
 		actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -361,7 +367,11 @@ func (tg *Target) client(ctx context.Context, p Proc, mode uint8, body []byte) o
 	if !errors.As(err, &ce) {
 		return outcome{code: connect.CodeUnknown, message: err.Error()}
 	}
-	return outcome{code: ce.Code(), message: ce.Message(), cut: ctx.Err() != nil}
+	o := outcome{code: ce.Code(), message: ce.Message(), cut: ctx.Err() != nil}
+	for _, d := range ce.Details() {
+		o.details += len(d.Bytes())
+	}
+	return o
 }
 
 // drain waits for a server stream's first message (the request was
