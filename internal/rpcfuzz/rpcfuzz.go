@@ -146,7 +146,7 @@ type Options struct {
 	// UnaryTimeout is a unary call's deadline (default 10s): reaching it
 	// is a hang.
 	UnaryTimeout time.Duration
-	// StreamTimeout is a stream's deadline (default 500ms): a valid stream
+	// StreamTimeout is a stream's deadline (default 200ms): a valid stream
 	// may stay open until it (a watch), so reaching it is no failure.
 	StreamTimeout time.Duration
 	// Alive is called after every input; an error fails it (the server's
@@ -176,7 +176,7 @@ func NewTarget(tb testing.TB, h http.Handler, procs []Proc, opts Options) *Targe
 		opts.UnaryTimeout = 10 * time.Second
 	}
 	if opts.StreamTimeout == 0 {
-		opts.StreamTimeout = 500 * time.Millisecond
+		opts.StreamTimeout = 200 * time.Millisecond
 	}
 	tg := &Target{Procs: procs, opts: opts}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -575,8 +575,8 @@ func Seeds(procs []Proc, valid map[string][][]byte) []Seed {
 	if len(procs) == 0 {
 		return out
 	}
-	big := bytes.Repeat([]byte("\U0001F600"), 1<<16) // 256 KiB of 4-byte characters
-	bomb := Gzip(append(append([]byte(`{"x":"`), bytes.Repeat([]byte("a"), 40<<20)...), `"}`...))
+	big := bytes.Repeat([]byte("\U0001F600"), 1<<14) // 64 KiB of 4-byte characters
+	bomb := Gzip(append(append([]byte(`{"x":"`), bytes.Repeat([]byte("a"), 8<<20)...), `"}`...))
 	malformed := []Seed{
 		{0, ModeConnectProto, nil},
 		{0, ModeConnectJSON, []byte(`{}`)},
