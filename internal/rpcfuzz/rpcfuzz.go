@@ -18,7 +18,8 @@
 //
 // Call asserts, on every input: the handler does not panic; it answers
 // within a bound (a unary call never ends in deadline_exceeded or
-// canceled: the call's deadline is generous); the outcome is success or
+// canceled: the call's deadline is generous) and returns soon after the
+// call ended (a stream's once its client went away); the outcome is success or
 // a Connect/gRPC code other than internal and unknown; the error message
 // and its details are bounded; the server still answers afterwards
 // (Options.Alive). The one internal code accepted is the Connect
@@ -43,6 +44,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,8 +164,9 @@ type Target struct {
 	Procs  []Proc
 	opts   Options
 
-	mu     sync.Mutex
-	panics []string
+	mu       sync.Mutex
+	panics   []string
+	inflight atomic.Int64 // handlers running
 }
 
 // NewTarget serves h on a test server closed at the end of tb.
@@ -180,6 +183,8 @@ func NewTarget(tb testing.TB, h http.Handler, procs []Proc, opts Options) *Targe
 	}
 	tg := &Target{Procs: procs, opts: opts}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tg.inflight.Add(1)
+		defer tg.inflight.Add(-1)
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
@@ -267,6 +272,13 @@ func (tg *Target) Call(t *testing.T, proc, mode uint8, body []byte) {
 	} else {
 		o = tg.client(ctx, p, mode, body)
 	}
+	// The client gives up at its deadline; the handler must end too (a
+	// stream's once the client went away).
+	for wait := time.Now().Add(10 * time.Second); tg.inflight.Load() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(wait) {
+			t.Fatalf("%s mode %#x body %d bytes %.64q: the handler still runs 10s after the call ended", p.Path, mode, len(body), body)
+		}
+	}
 	took := time.Since(start)
 	what := fmt.Sprintf("%s mode %#x body %d bytes %.64q", p.Path, mode, len(body), body)
 	tg.mu.Lock()
@@ -311,10 +323,15 @@ func (tg *Target) Call(t *testing.T, proc, mode uint8, body []byte) {
 // framingError reports whether an internal error's message is the
 // Connect library's verdict on a body whose gRPC/Connect framing is
 // broken (a truncated envelope, unknown flags, a compressed flag without
-// an encoding): the gRPC protocol makes those internal, before any
-// message reaches the service.
+// an encoding, an end-of-stream flag, which only servers send): the gRPC
+// protocol makes those internal, before any message reaches the service.
 func framingError(msg string) bool {
-	return strings.HasPrefix(msg, "protocol error: ") || strings.HasPrefix(msg, "corrupt response: ")
+	for _, p := range []string{"protocol error: ", "corrupt response: ", "unmarshal end stream message: "} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // client makes the call with a Connect client whose codec passes the
@@ -592,6 +609,7 @@ func Seeds(procs []Proc, valid map[string][][]byte) []Seed {
 		{0, RawMode(2, true), Envelope(1, bomb)},
 		{0, RawMode(4, false), []byte{0x80, 0, 0, 0, 0}},
 		{0, RawMode(6, false), []byte{0, 0, 0, 0, 9, '{'}},
+		{0, RawMode(6, false), Envelope('2', []byte("0000"))}, // an end-of-stream flag from a client
 		{0, RawMode(7, false), []byte(`{"term":"1e309","size":"-1"}`)},
 		{0, RawMode(5, false), Envelope(0, bytes.Repeat([]byte{0x0a, 0x01, 'x'}, 1000))},
 		// protojson's errors repeat the token they could not take.
