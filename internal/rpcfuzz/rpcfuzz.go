@@ -516,7 +516,9 @@ type envelope struct {
 	data  []byte
 }
 
-// envelopes splits a gRPC-web or Connect streaming body into its messages.
+// envelopes splits a gRPC-web or Connect streaming body into its
+// messages, decompressing compressed ones (a server answers a gzip
+// request in gzip, its end-of-stream message included).
 func envelopes(b []byte) []envelope {
 	var out []envelope
 	for len(b) >= 5 {
@@ -524,7 +526,15 @@ func envelopes(b []byte) []envelope {
 		if uint64(n) > uint64(len(b)-5) {
 			break
 		}
-		out = append(out, envelope{flags: b[0], data: b[5 : 5+n]})
+		env := envelope{flags: b[0], data: b[5 : 5+n]}
+		if env.flags&1 == 1 {
+			if zr, err := gzip.NewReader(bytes.NewReader(env.data)); err == nil {
+				if d, err := io.ReadAll(io.LimitReader(zr, 1<<20)); err == nil {
+					env.data = d
+				}
+			}
+		}
+		out = append(out, env)
 		b = b[5+n:]
 	}
 	return out
