@@ -40,7 +40,7 @@ IMAGE         ?= shardfence:$(VERSION)
 export SHARDFENCE_TOOLS_DIR := $(TOOLS_DIR)
 export PATH := $(BIN_DIR):$(TOOLS_DIR)/node_modules/.bin:$(PATH)
 
-.PHONY: all run build image cluster test test-go lint tools docker-engine test-images bench verify jepsen clean generate
+.PHONY: all run build image cluster test test-go fuzz fuzz-brief lint tools docker-engine test-images bench verify jepsen clean generate
 
 all: build
 
@@ -83,18 +83,52 @@ cluster: $(BIN_DIR)/minio
 test: tools lint
 	scripts/with-docker $(MAKE) --no-print-directory test-images test-go
 
-# test-go runs both modules' tests; the e2e module's need a Docker engine and
-# the images of test-images (without an engine they skip, or fail under CI).
+# test-go runs both modules' tests, with a brief run of the fuzz targets
+# (fuzz-brief) after the shardfence module's; the e2e module's need a Docker
+# engine and the images of test-images (without an engine they skip, or
+# fail under CI).
 # Both run even when the first fails, so one run reports on both.
 test-go:
 	@rc=0; \
 	echo "$(GO) test -race -count=1 -timeout 40m ./..."; \
 	$(GO) test -race -count=1 -timeout 40m ./... || rc=1; \
+	echo "$(MAKE) fuzz-brief"; \
+	$(MAKE) --no-print-directory fuzz-brief || rc=1; \
 	echo "cd e2e && $(GO) test -race -count=1 -timeout 30m ./..."; \
 	(cd e2e && $(GO) test -race -count=1 -timeout 30m ./...) || rc=1; \
 	echo "cd deploy && $(GO) test -count=1 -timeout 15m ./..."; \
 	(cd deploy && $(GO) test -count=1 -timeout 15m ./...) || rc=1; \
 	exit $$rc
+
+# The fuzz targets (docs/VERIFICATION.md, "Fuzzing"), as package:Target.
+# `go test` runs each one's seed corpus (its f.Add inputs and
+# testdata/fuzz/Target/) as a test; fuzzing mutates them. The API targets
+# drive the master's and the sidecar's real HTTP handlers; the others the
+# validators and the store URL redaction.
+FUZZ_API_TARGETS := ./master/ha:FuzzMasterAPI ./sidecar:FuzzSidecarAPI
+FUZZ_PURE_TARGETS := ./master:FuzzNames ./master:FuzzNodeAddr ./sidecar:FuzzValidateName \
+	./internal/ident:FuzzValidate ./internal/echo:FuzzClipN ./blobstore:FuzzRedact
+FUZZTIME       ?= 60s
+# make test's brief run: long enough for the API targets to get through
+# their seed corpus under coverage (about 7 s) and mutate a little.
+FUZZTIME_API   ?= 10s
+FUZZTIME_PURE  ?= 3s
+FUZZFLAGS      ?=
+
+# fuzz runs every fuzz target for FUZZTIME (make fuzz FUZZTIME=10m); a
+# failing input is written under the package's testdata/fuzz/ and then
+# fails plain `go test` until fixed.
+fuzz:
+	@for t in $(FUZZ_API_TARGETS) $(FUZZ_PURE_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; \
+	  echo "$(GO) test -run '^$$' -fuzz '^$$name\$$' -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg || exit 1; \
+	done
+
+# fuzz-brief is make test's short run of every fuzz target (about 40 s).
+fuzz-brief:
+	@$(MAKE) --no-print-directory fuzz FUZZ_PURE_TARGETS= FUZZTIME=$(FUZZTIME_API)
+	@$(MAKE) --no-print-directory fuzz FUZZ_API_TARGETS= FUZZTIME=$(FUZZTIME_PURE)
 
 # test-images builds the container tests' images from the binaries `make
 # tools` built: FROM scratch, the binary and the libraries it links, about 3 s.

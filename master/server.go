@@ -39,9 +39,10 @@ const DefaultMaxStreams = 4096
 
 // HandlerOptions are opts after the master's defaults: a request message
 // (a gzip body decompressed, too) of at most DefaultMaxRequestBytes,
-// which connect.WithReadMaxBytes in opts overrides.
+// which connect.WithReadMaxBytes in opts overrides, and JSON decode
+// errors that repeat a bounded part of the body (echo.JSONCodecs).
 func HandlerOptions(opts ...connect.HandlerOption) []connect.HandlerOption {
-	return append([]connect.HandlerOption{connect.WithReadMaxBytes(DefaultMaxRequestBytes)}, opts...)
+	return append(append([]connect.HandlerOption{connect.WithReadMaxBytes(DefaultMaxRequestBytes)}, echo.JSONCodecs()...), opts...)
 }
 
 // RequestGuard bounds what the clients of a master's HTTP server can make

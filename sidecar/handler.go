@@ -13,6 +13,7 @@ import (
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
+	"github.com/shardfence/shardfence/internal/echo"
 	"github.com/shardfence/shardfence/internal/grpcprobe"
 	"github.com/shardfence/shardfence/internal/httpauth"
 	"github.com/shardfence/shardfence/seal"
@@ -36,12 +37,15 @@ type HandlerOptions struct {
 // /readyz.
 func (s *Server) Handler(o HandlerOptions) http.Handler {
 	mux := http.NewServeMux()
-	path, h := sidecarv1connect.NewSidecarServiceHandler(&service{s: s},
+	opts := append([]connect.HandlerOption{
 		connect.WithReadMaxBytes(s.opts.Limits.MaxRequestBytes),
 		// Acks and statuses are a few dozen bytes: gzip would cost more
 		// CPU than the bytes it saves on loopback. Large read batches
 		// still compress for clients that ask.
-		connect.WithCompressMinBytes(16<<10))
+		connect.WithCompressMinBytes(16 << 10),
+		// A JSON body's decode error repeats a bounded part of it.
+	}, echo.JSONCodecs()...)
+	path, h := sidecarv1connect.NewSidecarServiceHandler(&service{s: s}, opts...)
 	guard := s.requestGuard()
 	mux.Handle(path, guard.Wrap(h))
 	// The gRPC ecosystem's endpoints: health checking (open to probes, as

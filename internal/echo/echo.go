@@ -21,14 +21,27 @@ const MaxMessage = 4096
 func Clip(s string) string { return ClipN(s, Len) }
 
 // ClipN is at most n bytes of s, cut at a character boundary and marked
-// with s's length, with invalid UTF-8 replaced.
+// with s's length, with invalid UTF-8 replaced. The bound holds after the
+// replacement: a lone invalid byte becomes three bytes of U+FFFD, so
+// replacing after the cut let n bytes of input come back three times as
+// long.
 func ClipN(s string, n int) string {
-	if len(s) <= n {
-		return strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n && utf8.ValidString(s) {
+		return s
 	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
+	// Only what can come back is looked at: n bytes, and a character
+	// that the cut may end inside.
+	p := s
+	if len(p) > n+utf8.UTFMax {
+		p = p[:n+utf8.UTFMax]
+	}
+	v := strings.ToValidUTF8(p, "\uFFFD")
+	if len(p) == len(s) && len(v) <= n {
+		return v
+	}
+	cut := min(n, len(v))
+	for cut > 0 && cut < len(v) && !utf8.RuneStart(v[cut]) {
 		cut--
 	}
-	return strings.ToValidUTF8(s[:cut], "\uFFFD") + fmt.Sprintf("...(%d bytes)", len(s))
+	return v[:cut] + fmt.Sprintf("...(%d bytes)", len(s))
 }

@@ -12,6 +12,8 @@ import (
 
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
+
+	"github.com/shardfence/shardfence/internal/echo"
 )
 
 // The health checking calls: open without a token, like /healthz.
@@ -27,12 +29,12 @@ const WatchPoll = time.Second
 // server reflection of services (and of the health service) on mux, each
 // handler wrapped by wrap (the server's request limits).
 func Mount(mux *http.ServeMux, checker grpchealth.Checker, wrap func(http.Handler) http.Handler, services ...string) {
-	hpath, hh := grpchealth.NewHandler(checker)
+	hpath, hh := grpchealth.NewHandler(checker, echo.JSONCodecs()...)
 	mux.Handle(hpath, wrap(hh))
 	reflector := grpcreflect.NewStaticReflector(append(append([]string{}, services...), grpchealth.HealthV1ServiceName)...)
-	rpath, rh := grpcreflect.NewHandlerV1(reflector)
+	rpath, rh := grpcreflect.NewHandlerV1(reflector, echo.JSONCodecs()...)
 	mux.Handle(rpath, wrap(rh))
-	rpath, rh = grpcreflect.NewHandlerV1Alpha(reflector)
+	rpath, rh = grpcreflect.NewHandlerV1Alpha(reflector, echo.JSONCodecs()...)
 	mux.Handle(rpath, wrap(rh))
 }
 
