@@ -17,6 +17,7 @@ import (
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/internal/sidecarproc"
 	"github.com/shardfence/shardfence/internal/testservers"
 	"github.com/shardfence/shardfence/master"
@@ -265,6 +266,14 @@ var partitionMasterFlags = []string{"--client-active-ttl", "1s", "--client-suspi
 // n1 and q2 on n2 with a writer each.
 func startPartitionFleet(t *testing.T, ctx context.Context, f *procFleet, masters ...string) (map[string]string, map[string]*shardWriter, func()) {
 	t.Helper()
+	startPartitionMasters(t, f, masters...)
+	return startPartitionSidecars(t, ctx, f)
+}
+
+// startPartitionMasters starts the masters named, the first primary, the
+// others standbys.
+func startPartitionMasters(t *testing.T, f *procFleet, masters ...string) {
+	t.Helper()
 	for i, name := range masters {
 		flags := partitionMasterFlags
 		if i > 0 {
@@ -274,8 +283,14 @@ func startPartitionFleet(t *testing.T, ctx context.Context, f *procFleet, master
 			t.Fatal(err)
 		}
 	}
+}
+
+// startPartitionSidecars starts sidecars n1 and n2 with extra flags, and
+// shards q1 on n1 and q2 on n2 with a writer each.
+func startPartitionSidecars(t *testing.T, ctx context.Context, f *procFleet, extra ...string) (map[string]string, map[string]*shardWriter, func()) {
+	t.Helper()
 	for _, n := range []string{"n1", "n2"} {
-		if _, err := f.startSidecar(n); err != nil {
+		if _, err := f.startSidecar(n, extra...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -542,4 +557,167 @@ func TestStoreRestartUnderMaster(t *testing.T) {
 		}
 	}
 	t.Logf("%d acknowledged appends and %d acknowledged master changes survived the store restart", total, len(ledger))
+}
+
+// sidecarShardStatus asks sidecar p for shard's status: its state, or
+// "not_open" when the sidecar does not hold it (closed), or the error.
+func sidecarShardStatus(ctx context.Context, f *procFleet, p *fleetProc, shard string) (string, error) {
+	addr := p.addr
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	c := sidecarv1connect.NewSidecarServiceClient(f.http, addr)
+	res, err := c.Status(ctx, connect.NewRequest(&sidecarv1.StatusRequest{Shard: shard}))
+	if err != nil {
+		if sidecarproc.ReasonOf(err) == "not_open" {
+			return "not_open", nil
+		}
+		return "", err
+	}
+	return res.Msg.GetStatus().GetState(), nil
+}
+
+// nodeState is node's state in the primary master's table ("" when not
+// listed or the master did not answer).
+func nodeState(ctx context.Context, f *procFleet, node string) string {
+	nodes, err := f.nodes(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, nd := range nodes {
+		if nd.GetName() == node {
+			return nd.GetState()
+		}
+	}
+	return ""
+}
+
+// TestPartitionSidecarFromMaster: the reverse partition. Sidecar n1
+// reaches the master through a proxy and MinIO directly; n2 reaches both
+// directly. Under load on n1's shard q1 (a writer following the master's
+// table, another sending every op to n1 whoever owns q1), the proxy
+// blackholes n1's master link while n1 still reaches the store and its
+// clients still reach n1. The master takes n1 suspected, then offline,
+// and moves q1 (auto-restore) to n2 at a higher term; n1 finds itself
+// fenced by the store at its next append. On the heal n1 registers again,
+// learns it lost q1 and closes it, and q1 stays on n2. No op sent to n1
+// after the move was seen in the table is acknowledged, and every
+// acknowledged op, n1's and n2's, is in n2's lineage.
+func TestPartitionSidecarFromMaster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts MinIO and shardfence processes")
+	}
+	srv, err := testservers.StartMinIO(t)
+	if err != nil {
+		testservers.Unavailable(t, "MinIO", err)
+	}
+	f := newPartitionFleet(t, srv.MinioURL("psm-shards"), srv.MinioURL("psm-master"), nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	startPartitionMasters(t, f, "m1")
+	proxy := testservers.NewTCPProxy(t, f.masterProc("m1").addr)
+	f.sidecarMasters = map[string]string{"n1": "http://" + proxy.Addr}
+	placement, ws, stop := startPartitionSidecars(t, ctx, f)
+	defer stop()
+	wctx, wcancel := context.WithCancel(ctx)
+	pinned := &shardWriter{f: f, shard: "q1", http: f.http, name: "z", pin: "n1"}
+	var wg sync.WaitGroup
+	wg.Go(func() { pinned.run(wctx) })
+	stopPinned := func() { wcancel(); wg.Wait() }
+	defer stopPinned()
+	waitAcked(t, pinned, 20, "n1")
+
+	// The cut: n1's master link drops; its store and its clients it still
+	// reaches.
+	proxy.SetMode(testservers.ProxyBlackhole)
+	cutAt := time.Now()
+	// The master takes a node suspected after --client-active-ttl (1s)
+	// without a ping and offline after --client-suspicion-ttl (1s) more;
+	// slack for a loaded machine on top.
+	bound := 2*time.Second + 10*time.Second
+	var suspectedAt, offlineAt time.Time
+	for offlineAt.IsZero() {
+		switch nodeState(ctx, f, "n1") {
+		case "suspected":
+			if suspectedAt.IsZero() {
+				suspectedAt = time.Now()
+			}
+		case "offline":
+			offlineAt = time.Now()
+		}
+		if time.Since(cutAt) > bound {
+			t.Fatalf("n1 not offline %v after its master link was cut (suspected seen: %v)", bound, !suspectedAt.IsZero())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if suspectedAt.IsZero() {
+		t.Fatal("the master took n1 offline without showing it suspected first")
+	}
+	t.Logf("n1 suspected %v and offline %v after the cut", suspectedAt.Sub(cutAt).Round(time.Millisecond), offlineAt.Sub(cutAt).Round(time.Millisecond))
+
+	row, err := f.openOn(ctx, "q1", "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := time.Now() // the new owner opened before this
+	owner, term := row.GetAssignment().GetNode(), row.GetAssignment().GetTerm()
+	if term <= 1 {
+		t.Fatalf("q1 reopened on %s at term %d, want above 1", owner, term)
+	}
+	t.Logf("q1 open on %s at term %d %v after the cut", owner, term, moved.Sub(cutAt).Round(time.Millisecond))
+	waitAcked(t, ws["q1"], 20, owner)
+
+	// n1, cut off from the master, still appends to the store: the store
+	// fences it.
+	err = pollUntil(ctx, "n1 to find q1 fenced", func() (bool, error) {
+		st, err := sidecarShardStatus(ctx, f, f.sidecar("n1"), "q1")
+		return err == nil && st == "fenced", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("n1 fenced on q1 %v after the move; %d ops sent to n1 refused", time.Since(moved).Round(time.Millisecond), pinned.errors())
+
+	// The heal: n1 registers again, learns it lost q1 and closes it.
+	proxy.SetMode(testservers.ProxyPass)
+	healed := time.Now()
+	hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
+	err = pollUntil(hctx, "n1 to be active again and to close q1", func() (bool, error) {
+		st, err := sidecarShardStatus(hctx, f, f.sidecar("n1"), "q1")
+		return err == nil && st == "not_open" && nodeState(hctx, f, "n1") == "active", nil
+	})
+	hcancel()
+	if err != nil {
+		st, serr := sidecarShardStatus(ctx, f, f.sidecar("n1"), "q1")
+		t.Fatalf("%v: q1 on n1 %q (%v), n1 %q", err, st, serr, nodeState(ctx, f, "n1"))
+	}
+	t.Logf("n1 active again and q1 closed on it %v after the heal", time.Since(healed).Round(time.Millisecond))
+
+	// q1 stays on its new owner, at its term, for several TTLs.
+	checkNoShardMoved(t, ctx, f, map[string]string{"q1": owner, "q2": placement["q2"]})
+	if rows, err := f.shards(ctx); err != nil || rows["q1"].GetAssignment().GetTerm() != term {
+		t.Fatalf("q1 after the heal: %v (%v), want %s at term %d", rows["q1"].GetAssignment(), err, owner, term)
+	}
+	for s := range ws {
+		waitAcked(t, ws[s], len(ws[s].ackedOps())+10, "")
+	}
+	stopPinned()
+	stop()
+
+	for _, w := range []*shardWriter{ws["q1"], pinned} {
+		for _, a := range w.ackedOps() {
+			if a.node == "n1" && a.sent.After(moved) {
+				t.Errorf("zombie ack: n1 acknowledged op %s at term %d, sent %v after q1 opened on %s", a.op, a.term, a.sent.Sub(moved), owner)
+			}
+		}
+	}
+	total := 0
+	for _, w := range []*shardWriter{ws["q1"], pinned, ws["q2"]} {
+		n, err := f.verify(ctx, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	t.Logf("%d acknowledged appends survived; n1's pinned client had %d acknowledged, %d refused", total, len(pinned.ackedOps()), pinned.errors())
 }
