@@ -27,7 +27,9 @@ import (
 // TCP proxy (testservers.TCPProxy) stands between one process and MinIO
 // and drops the link (blackhole: connections held open, nothing
 // forwarded, as a partition that drops packets) while everything else
-// still reaches both.
+// still reaches both. The same proxy stands between a sidecar and its
+// master too (TestPartitionSidecarFromMaster), and between a master and a
+// sidecar together and the store (TestPartitionMasterAndSidecarFromStore).
 
 // startMinIOBehindProxy starts MinIO and a proxy in front of it; direct is
 // the server itself, cut the same server reached through the proxy.
