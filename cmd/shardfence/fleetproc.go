@@ -139,10 +139,15 @@ type procFleet struct {
 	// masterStores gives a master its own store URL (the same store
 	// reached another way, as through a proxy), by name.
 	masterStores map[string]string
-	cluster      string     // the master's cluster name (default "fleet")
-	master       *fleetProc // the first master started
-	base         string     // its API URL
-	http         *http.Client
+	// sidecarStores gives a sidecar its own store URL, and sidecarMasters
+	// its own --master list (the masters reached another way, as through
+	// a proxy), by name.
+	sidecarStores  map[string]string
+	sidecarMasters map[string]string
+	cluster        string     // the master's cluster name (default "fleet")
+	master         *fleetProc // the first master started
+	base           string     // its API URL
+	http           *http.Client
 
 	mu       sync.Mutex
 	sidecars map[string]*fleetProc
@@ -231,8 +236,15 @@ func (f *procFleet) fleetClient(ctx context.Context) (masterv1connect.MasterFlee
 
 // startSidecar runs `serve --master` named name.
 func (f *procFleet) startSidecar(name string, extra ...string) (*fleetProc, error) {
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--node", name, "--master", f.masterList(), "--log-level", "info"}, extra...)
-	p, err := startFleetProc(f.cmd, "sidecar "+name, "sidecar listening on ", []string{envPrefix + "STORE=" + f.shardURL}, args...)
+	masters, store := f.masterList(), f.shardURL
+	if u, ok := f.sidecarMasters[name]; ok {
+		masters = u
+	}
+	if u, ok := f.sidecarStores[name]; ok {
+		store = u
+	}
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--node", name, "--master", masters, "--log-level", "info"}, extra...)
+	p, err := startFleetProc(f.cmd, "sidecar "+name, "sidecar listening on ", []string{envPrefix + "STORE=" + store}, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -364,12 +376,15 @@ func pollUntil(ctx context.Context, what string, cond func() (bool, error)) erro
 }
 
 // shardWriter appends unique ops to one shard through its current owner's
-// sidecar, found in the master's table, and remembers every acknowledged
-// op and when it was acknowledged, by whom.
+// sidecar, found in the master's table (or always through the sidecar pin,
+// whoever owns the shard), and remembers every acknowledged op, when it
+// was sent and acknowledged, by whom.
 type shardWriter struct {
 	f     *procFleet
 	shard string
 	http  *http.Client
+	name  string // the ops' prefix (the shard's name if empty)
+	pin   string // a sidecar to send every op to
 
 	mu    sync.Mutex
 	acked []ackedOp
@@ -380,13 +395,25 @@ type ackedOp struct {
 	op   string
 	node string
 	term int64
+	sent time.Time
 	at   time.Time
 }
 
 func (w *shardWriter) run(ctx context.Context) {
 	var owner, addr string
 	var client sidecarv1connect.SidecarServiceClient
+	prefix := w.name
+	if prefix == "" {
+		prefix = w.shard
+	}
 	for i := 0; ctx.Err() == nil; i++ {
+		if client == nil && w.pin != "" {
+			owner, addr = w.pin, w.f.sidecar(w.pin).addr
+			if !strings.Contains(addr, "://") {
+				addr = "http://" + addr
+			}
+			client = sidecarv1connect.NewSidecarServiceClient(w.http, addr)
+		}
 		if client == nil {
 			rows, err := w.f.shards(ctx)
 			row := rows[w.shard]
@@ -397,7 +424,8 @@ func (w *shardWriter) run(ctx context.Context) {
 			owner, addr = row.GetAssignment().GetNode(), row.GetAddr()
 			client = sidecarv1connect.NewSidecarServiceClient(w.http, addr)
 		}
-		op := fmt.Sprintf("%s-%d", w.shard, i)
+		op := fmt.Sprintf("%s-%d", prefix, i)
+		sent := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		res, err := client.Append(cctx, connect.NewRequest(&sidecarv1.AppendRequest{Shard: w.shard, Ops: [][]byte{[]byte(op)}}))
 		cancel()
@@ -410,7 +438,7 @@ func (w *shardWriter) run(ctx context.Context) {
 			continue
 		}
 		w.mu.Lock()
-		w.acked = append(w.acked, ackedOp{op: op, node: owner, term: res.Msg.GetTerm(), at: time.Now()})
+		w.acked = append(w.acked, ackedOp{op: op, node: owner, term: res.Msg.GetTerm(), sent: sent, at: time.Now()})
 		w.mu.Unlock()
 	}
 }
@@ -420,6 +448,13 @@ func (w *shardWriter) ackedOps() []ackedOp {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]ackedOp(nil), w.acked...)
+}
+
+// errors is how many appends failed so far.
+func (w *shardWriter) errors() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.errs
 }
 
 // firstAckAfter is the first acknowledgement after t by a node other than
