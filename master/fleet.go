@@ -90,6 +90,9 @@ type node struct {
 	// notify is closed (and replaced) when something published concerns
 	// the node; its watch streams wait on it.
 	notify chan struct{}
+	// heldLogged is when a refusal of a second process for this name
+	// was last logged (ErrNodeHeld): once, then every half minute.
+	heldLogged time.Time
 }
 
 // Owner implements Resource: the node's registering incarnation.
@@ -293,12 +296,21 @@ func (m *Master) RegisterNode(ctx context.Context, reg NodeRegistration) (NodeRe
 	f.mu.Lock()
 	if n := f.nodes[reg.Name]; n != nil && n.session != "" && n.session != reg.Session {
 		if quiet, held := m.live.held(n.owner.Load(), nodeHold(m.live.cfg)); held {
+			logIt := time.Since(n.heldLogged) >= 30*time.Second
+			if logIt {
+				n.heldLogged = time.Now()
+			}
+			holder := n.rec.GetAddr()
 			f.mu.Unlock()
 			m.topo.RUnlock()
-			m.log.Warn("refused a second process for a live node's name", "node", reg.Name, "addr", echo.Clip(reg.Addr),
-				"holder_addr", n.rec.GetAddr(), "holder_last_signal_ms", quiet.Milliseconds())
-			return fail(fmt.Errorf("%w: node %q is held by a live process (session %.16q, serving %q, heard from %v ago)",
-				ErrNodeHeld, reg.Name, n.session, n.rec.GetAddr(), quiet.Round(time.Millisecond)),
+			if logIt {
+				// "node" is this master's own name in its logs: the
+				// sidecar is named by its client id.
+				m.log.Warn("refused a second process for a live node's name (logged once every half minute while it asks)", "client", echo.Clip(NodeClientID(reg.Name)),
+					"addr", echo.Clip(reg.Addr), "holder_addr", holder, "holder_last_signal_ms", quiet.Milliseconds())
+			}
+			return fail(fmt.Errorf("%w: node %q is held by a live process (serving %q, heard from %v ago)",
+				ErrNodeHeld, reg.Name, holder, quiet.Round(time.Millisecond)),
 				"is a second sidecar running with the same --node? stop it or give it its own name; a restarted sidecar is let in once the old process has been silent for "+nodeHold(m.live.cfg).String())
 		}
 	}
