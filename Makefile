@@ -212,7 +212,7 @@ verify:
 	$(GO) test -race -count=1 -timeout 80m -tags verify ./...
 	@# The protocol checker's deep scopes: larger state bounds, 10,000 random
 	@# walks; no race detector, so it explores about eight times as many states.
-	SHARDFENCE_VERIFY=deep $(GO) test -count=1 -timeout 80m -v -run 'TestWritePath|TestClaims|TestRecovery|TestCreateOnly|TestModes|TestBarrier|TestRandomWalks|TestElection|TestZombieRead' ./verify/
+	SHARDFENCE_VERIFY=deep $(GO) test -count=1 -timeout 80m -v -run 'TestWritePath|TestClaims|TestRecovery|TestCreateOnly|TestModes|TestBarrier|TestRandomWalks|TestElection|TestZombieRead|TestLease|TestRelocation|TestCheckpoints' ./verify/
 
 # jepsen runs the example key-value service's nemesis test in its long form:
 # several seeds, minutes each, every fault kind (docs/VERIFICATION.md,
