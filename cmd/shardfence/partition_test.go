@@ -394,19 +394,8 @@ func TestPartitionMasterFromStore(t *testing.T) {
 	ectx, ecancel := context.WithTimeout(ctx, bound+20*time.Second)
 	// m1, cut off, cannot learn of the election: the primary is the one
 	// that answers it is, at a term above m1's.
-	var p string
-	err := pollUntil(ectx, "a master other than m1 to be elected", func() (bool, error) {
-		pr, _, ok := f.finder.Find(ectx, time.Second)
-		if ok && pr.Confirmed && pr.Leader.Node != "m1" {
-			p = pr.Leader.Node
-			return true, nil
-		}
-		return false, nil
-	})
+	p := waitElected(t, ectx, f, "m1")
 	ecancel()
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Logf("%s elected %v after the cut", p, time.Since(cutAt).Round(time.Millisecond))
 	checkNoShardMoved(t, ctx, f, placement)
 	change("x1")
@@ -780,19 +769,8 @@ func TestPartitionMasterAndSidecarFromStore(t *testing.T) {
 	t.Logf("n1 stalled %v and m1 not ready %v after the cut", stalledAt.Sub(cutAt).Round(time.Millisecond), m1DownAt.Sub(cutAt).Round(time.Millisecond))
 
 	ectx, ecancel := context.WithTimeout(ctx, masterBound+20*time.Second)
-	var p string
-	err := pollUntil(ectx, "a master other than m1 to be elected", func() (bool, error) {
-		pr, _, ok := f.finder.Find(ectx, time.Second)
-		if ok && pr.Confirmed && pr.Leader.Node != "m1" {
-			p = pr.Leader.Node
-			return true, nil
-		}
-		return false, nil
-	})
+	p := waitElected(t, ectx, f, "m1")
 	ecancel()
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Logf("%s elected %v after the cut", p, time.Since(cutAt).Round(time.Millisecond))
 
 	// Watch q1 in the new primary's table for several client TTLs of the
@@ -827,7 +805,7 @@ func TestPartitionMasterAndSidecarFromStore(t *testing.T) {
 	// Each shard open on exactly one sidecar, the one the table names.
 	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
 	var state string
-	err = pollUntil(cctx, "each shard open on exactly one sidecar", func() (bool, error) {
+	err := pollUntil(cctx, "each shard open on exactly one sidecar", func() (bool, error) {
 		rows, err := f.shards(cctx)
 		if err != nil {
 			return false, nil
@@ -886,4 +864,24 @@ func TestPartitionMasterAndSidecarFromStore(t *testing.T) {
 		total += n
 	}
 	t.Logf("%d acknowledged appends survived", total)
+}
+
+// waitElected waits until a master other than not answers that it is
+// the primary. Unlike waitPrimary it does not ask every master to agree:
+// a master cut off from the store cannot learn of the election.
+func waitElected(t *testing.T, ctx context.Context, f *procFleet, not string) string {
+	t.Helper()
+	var name string
+	err := pollUntil(ctx, "a master other than "+not+" to be elected", func() (bool, error) {
+		pr, _, ok := f.finder.Find(ctx, time.Second)
+		if ok && pr.Confirmed && pr.Leader.Node != not {
+			name = pr.Leader.Node
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
