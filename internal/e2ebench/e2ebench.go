@@ -82,6 +82,31 @@ type result struct {
 	firstErr        error
 	clientCPU       time.Duration
 	serverCPU       time.Duration // -1: not measured
+	// syncs and syncedOps are the writer's syncs during the row and the
+	// ops they carried (group commit size: syncedOps/syncs); syncs -1: not
+	// known.
+	syncs, syncedOps int64
+}
+
+// cpuRatio is the CPU per acknowledged op of r (client and sidecar) over
+// the in-process writer's at the same callers, "-" when unknown.
+func cpuRatio(r, base result) string {
+	if r.ops == 0 || base.ops == 0 || base.clientCPU <= 0 {
+		return "-"
+	}
+	cpu := r.clientCPU
+	if r.serverCPU > 0 {
+		cpu += r.serverCPU
+	}
+	return fmt.Sprintf("%.2f", (cpu.Seconds()/float64(r.ops))/(base.clientCPU.Seconds()/float64(base.ops)))
+}
+
+// opsPerSync is the row's mean group commit, "-" when unknown.
+func (r result) opsPerSync() string {
+	if r.syncs <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", float64(r.syncedOps)/float64(r.syncs))
 }
 
 func (r result) opsPerSec() float64 { return float64(r.ops) / r.elapsed.Seconds() }
@@ -291,7 +316,7 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) error {
 
 	fmt.Fprintf(out, "store %s, %d-byte ops, one op per call, %v per row; the sidecar is a `shardfence serve` process (CPU: seconds per 1,000 acknowledged ops)\n\n", cfg.Where, cfg.OpSize, cfg.Duration)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\ttransport\tcallers\tops/s\tx in-process\tack p50\tack p99\tclient CPU\tsidecar CPU\terrors\t")
+	fmt.Fprintln(tw, "path\ttransport\tcallers\tops/s\tx in-process\tack p50\tack p99\tops/sync\tclient CPU\tsidecar CPU\tCPU x in-process\terrors\t")
 	per1k := func(d time.Duration, ops int) string {
 		if d < 0 || ops == 0 {
 			return "-"
@@ -304,8 +329,9 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) error {
 			tp, srv = "-", "-"
 		}
 		x := r.opsPerSec() / inproc[r.callers].opsPerSec()
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%v\t%v\t%s\t%s\t%d\t\n", r.path, tp, r.callers, r.opsPerSec(), x,
-			r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), per1k(r.clientCPU, r.ops), srv, r.errors)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%v\t%v\t%s\t%s\t%s\t%s\t%d\t\n", r.path, tp, r.callers, r.opsPerSec(), x,
+			r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), r.opsPerSync(), per1k(r.clientCPU, r.ops), srv,
+			cpuRatio(r, inproc[r.callers]), r.errors)
 	}
 	tw.Flush()
 	for _, r := range rows {
@@ -346,14 +372,16 @@ func runInProcess(ctx context.Context, store *blobstore.Container, n int, cfg Co
 		return result{}, fmt.Errorf("bench e2e: open the in-process shard: %w", err)
 	}
 	defer func() { _ = sh.Writer.Close(context.WithoutCancel(ctx)) }()
-	cpu0 := selfCPU()
+	cpu0, st0 := selfCPU(), sh.Writer.Stats()
 	r, err := loop(ctx, n, cfg.Duration, cfg.OpSize, func(int) (appendFunc, func(), error) {
 		return func(ctx context.Context, op []byte) error {
 			_, err := sh.Writer.Append(ctx, [][]byte{op})
 			return err
 		}, func() {}, nil
 	})
+	st1 := sh.Writer.Stats()
 	r.path, r.clientCPU, r.serverCPU = "in-process translog", selfCPU()-cpu0, -1
+	r.syncs, r.syncedOps = st1.Syncs-st0.Syncs, st1.Ops-st0.Ops
 	return r, err
 }
 
@@ -421,6 +449,7 @@ func runAPI(ctx context.Context, a *api, path string, n int, cfg Config, profile
 			return result{}, err
 		}
 	}
+	st0, serr0 := shardStatus(ctx, a.svc, shard)
 	cpu0, srv0 := selfCPU(), procCPU(a.proc.PID)
 	r, err := loop(ctx, n, cfg.Duration, cfg.OpSize, newCaller)
 	r.clientCPU, r.serverCPU = selfCPU()-cpu0, -1
@@ -428,6 +457,10 @@ func runAPI(ctx context.Context, a *api, path string, n int, cfg Config, profile
 		r.serverCPU = srv1 - srv0
 	}
 	stopProfile()
+	r.syncs = -1
+	if st1, serr1 := shardStatus(ctx, a.svc, shard); serr0 == nil && serr1 == nil {
+		r.syncs, r.syncedOps = st1.GetSyncs()-st0.GetSyncs(), st1.GetOps()-st0.GetOps()
+	}
 	r.path, r.transport = path, a.transport
 	if _, cerr := a.svc.Close(context.WithoutCancel(ctx), connect.NewRequest(&sidecarv1.CloseRequest{Shard: shard})); cerr != nil && err == nil {
 		err = fmt.Errorf("bench e2e: close %s: %w", shard, cerr)
@@ -484,6 +517,16 @@ func startProfiles(ctx context.Context, a *api, cfg Config) (func(), error) {
 			fmt.Fprintf(os.Stderr, "bench e2e: the sidecar's profile: %v\n", err)
 		}
 	}, nil
+}
+
+// shardStatus is the shard's status on the sidecar (its writer's syncs
+// and ops).
+func shardStatus(ctx context.Context, svc sidecarv1connect.SidecarServiceClient, shard string) (*sidecarv1.ShardStatus, error) {
+	res, err := svc.Status(ctx, connect.NewRequest(&sidecarv1.StatusRequest{Shard: shard}))
+	if err != nil {
+		return nil, err
+	}
+	return res.Msg.GetStatus(), nil
 }
 
 // openShard opens shard at term 1 and waits for the stream to end.
