@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 	"time"
 
@@ -36,9 +37,13 @@ type Shard struct {
 	started  bool
 	closed   bool
 	redirect *Owner // a handoff to follow before the next stream
-	wake     chan struct{}
-	stop     chan struct{}
-	done     chan struct{}
+	// returning counts the calls acknowledged since the sender last took
+	// a batch: callers in a loop append again at once, and the sender
+	// lets them (see take) so they share one request.
+	returning int
+	wake      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
 }
 
 // call is one Append on its way.
@@ -270,11 +275,22 @@ func (sh *Shard) take(st **stream) ([]*call, bool) {
 			idle.Stop()
 		}
 	}()
+	yields, seen := 0, 0
 	for {
 		sh.mu.Lock()
 		if sh.closed {
 			sh.mu.Unlock()
 			return nil, false
+		}
+		if q := len(sh.queue); q > 0 && q < sh.returning && yields < maxYields && (yields == 0 || q > seen) {
+			// Callers just acknowledged are on their way back (runnable,
+			// not yet run): yielding lets them queue first, so they
+			// share this request instead of each sending its own. It
+			// stops as soon as a yield brought nobody.
+			yields, seen = yields+1, q
+			sh.mu.Unlock()
+			runtime.Gosched()
+			continue
 		}
 		var wait time.Duration
 		if len(sh.queue) > 0 {
@@ -298,6 +314,7 @@ func (sh *Shard) take(st **stream) ([]*call, bool) {
 				for _, cl := range batch {
 					cl.sent = true
 				}
+				sh.returning = 0
 				sh.mu.Unlock()
 				return batch, true
 			}
@@ -332,6 +349,9 @@ func (sh *Shard) take(st **stream) ([]*call, bool) {
 		}
 	}
 }
+
+// maxYields bounds the yields of one take to callers on their way back.
+const maxYields = 8
 
 // openStream opens a stream to the shard's sidecar, following a handoff
 // first when one is pending.
@@ -476,10 +496,13 @@ func (st *stream) answer(req *request, resp *sidecarv1.AppendStreamResponse) {
 	switch a, r := resp.GetAck(), resp.GetRefused(); {
 	case a != nil && a.GetCount() == int64(req.ops):
 		seq := a.GetFirstSeqNo()
+		sh.mu.Lock()
 		for _, cl := range req.calls {
-			sh.finish(cl, Ack{Term: a.GetTerm(), Gen: a.GetGen(), FirstSeqNo: seq, Count: len(cl.ops), FencingObserved: a.GetFencingObserved()}, nil)
+			sh.finishLocked(cl, Ack{Term: a.GetTerm(), Gen: a.GetGen(), FirstSeqNo: seq, Count: len(cl.ops), FencingObserved: a.GetFencingObserved()}, nil)
 			seq += int64(len(cl.ops))
 		}
+		sh.returning += len(req.calls)
+		sh.mu.Unlock()
 	case r != nil && len(req.calls) > 1:
 		// Refused as a whole before anything was written: one caller's
 		// ops, most likely; each goes again alone.
