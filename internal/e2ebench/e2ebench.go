@@ -67,7 +67,8 @@ type Config struct {
 	Linger time.Duration
 	// ProfileDir, when set, gets CPU profiles of the client package's run
 	// at the most callers over the first transport: client.pprof (the
-	// bench process) and server.pprof (the sidecar).
+	// bench process), server.pprof (the sidecar) and server.allocs.pprof
+	// (what the sidecar allocated during the row).
 	ProfileDir string
 }
 
@@ -482,39 +483,45 @@ func startProfiles(ctx context.Context, a *api, cfg Config) (func(), error) {
 		f.Close()
 		return nil, err
 	}
-	srvDone := make(chan error, 1)
-	go func() {
-		base := "http://" + a.addr
-		if strings.HasPrefix(a.addr, "unix://") {
-			base = "http://sidecar"
-		}
-		secs := max(1, int(cfg.Duration.Seconds()))
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, secs), nil)
+	base := "http://" + a.addr
+	if strings.HasPrefix(a.addr, "unix://") {
+		base = "http://sidecar"
+	}
+	secs := max(1, int(cfg.Duration.Seconds()))
+	tr := a.tr.Clone()
+	tr.Protocols = nil // pprof over HTTP/1.1
+	// The sidecar's CPU profile and the allocations it made meanwhile
+	// (a delta profile: allocs with seconds).
+	fetch := func(path, file string) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", base, path, secs), nil)
 		if err != nil {
-			srvDone <- err
-			return
+			return err
 		}
-		tr := a.tr.Clone()
-		tr.Protocols = nil // pprof over HTTP/1.1
 		res, err := (&http.Client{Transport: tr}).Do(req)
 		if err != nil {
-			srvDone <- err
-			return
+			return err
 		}
 		defer res.Body.Close()
-		out, err := os.Create(filepath.Join(cfg.ProfileDir, "server.pprof"))
+		if res.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", path, res.Status)
+		}
+		out, err := os.Create(filepath.Join(cfg.ProfileDir, file))
 		if err != nil {
-			srvDone <- err
-			return
+			return err
 		}
 		_, err = io.Copy(out, res.Body)
-		srvDone <- errors.Join(err, out.Close())
-	}()
+		return errors.Join(err, out.Close())
+	}
+	srvDone := make(chan error, 2)
+	go func() { srvDone <- fetch("profile", "server.pprof") }()
+	go func() { srvDone <- fetch("allocs", "server.allocs.pprof") }()
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
-		if err := <-srvDone; err != nil {
-			fmt.Fprintf(os.Stderr, "bench e2e: the sidecar's profile: %v\n", err)
+		for range 2 {
+			if err := <-srvDone; err != nil {
+				fmt.Fprintf(os.Stderr, "bench e2e: the sidecar's profile: %v\n", err)
+			}
 		}
 	}, nil
 }
