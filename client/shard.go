@@ -275,21 +275,29 @@ func (sh *Shard) take(st **stream) ([]*call, bool) {
 			idle.Stop()
 		}
 	}()
-	yields, seen := 0, 0
+	yields, seen, recalled := 0, 0, false
 	for {
 		sh.mu.Lock()
 		if sh.closed {
 			sh.mu.Unlock()
 			return nil, false
 		}
-		if q := len(sh.queue); q > 0 && q < sh.returning && yields < maxYields && (yields == 0 || q > seen) {
-			// Callers just acknowledged are on their way back (runnable,
-			// not yet run): yielding lets them queue first, so they
-			// share this request instead of each sending its own. It
-			// stops as soon as a yield brought nobody.
-			yields, seen = yields+1, q
+		if q := len(sh.queue); q > 0 && q < sh.returning && !recalled {
+			// Callers an ack just woke append again at once in a loop:
+			// let them queue first, so they share this request instead
+			// of each sending its own (a request costs a frame and a
+			// system call on both sides, and the sidecar's work per
+			// request). Yield while that brings more of them (they are
+			// runnable, not yet run), then wait once, briefly, for the
+			// rest.
 			sh.mu.Unlock()
-			runtime.Gosched()
+			if yields < maxYields && (yields == 0 || q > seen) {
+				yields, seen = yields+1, q
+				runtime.Gosched()
+			} else {
+				recalled = true
+				time.Sleep(returnWait)
+			}
 			continue
 		}
 		var wait time.Duration
@@ -350,8 +358,14 @@ func (sh *Shard) take(st **stream) ([]*call, bool) {
 	}
 }
 
-// maxYields bounds the yields of one take to callers on their way back.
-const maxYields = 8
+// maxYields bounds the yields of one take to callers on their way back,
+// and returnWait its one wait for the callers the yields did not bring: at
+// most this is added to a request's latency when acknowledged callers do
+// not append again.
+const (
+	maxYields  = 8
+	returnWait = 100 * time.Microsecond
+)
 
 // openStream opens a stream to the shard's sidecar, following a handoff
 // first when one is pending.
