@@ -23,6 +23,7 @@ import (
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/conformance"
+	"github.com/shardfence/shardfence/internal/bufconn"
 	masterLib "github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/sidecar"
 	"github.com/shardfence/shardfence/sidecar/agent"
@@ -521,10 +522,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	errc := make(chan error, 1)
 	go func() {
+		// Buffered reads: the HTTP/2 server reads each frame with two
+		// system calls otherwise.
+		bln := bufconn.Listen(ln)
 		if tlsCfg != nil {
-			errc <- hs.ServeTLS(ln, "", "")
+			errc <- hs.ServeTLS(bln, "", "")
 		} else {
-			errc <- hs.Serve(ln)
+			errc <- hs.Serve(bln)
 		}
 	}()
 	agentDone := make(chan struct{})
