@@ -269,10 +269,13 @@ func (sh *Shard) failBatch(batch []*call, err error) {
 // An idle stream is closed meanwhile. False once the shard is closed.
 func (sh *Shard) take(st **stream) ([]*call, bool) {
 	cfg := sh.c.cfg
-	var idle *time.Timer
+	var idle, recall *time.Timer
 	defer func() {
 		if idle != nil {
 			idle.Stop()
+		}
+		if recall != nil {
+			recall.Stop()
 		}
 	}()
 	yields, seen, recalled := 0, 0, false
@@ -288,15 +291,22 @@ func (sh *Shard) take(st **stream) ([]*call, bool) {
 			// of each sending its own (a request costs a frame and a
 			// system call on both sides, and the sidecar's work per
 			// request). Yield while that brings more of them (they are
-			// runnable, not yet run), then wait once, briefly, for the
-			// rest.
+			// runnable, not yet run), then wait for the rest until they
+			// are all back or returnWait passed.
 			sh.mu.Unlock()
 			if yields < maxYields && (yields == 0 || q > seen) {
 				yields, seen = yields+1, q
 				runtime.Gosched()
-			} else {
+				continue
+			}
+			if recall == nil {
+				recall = time.NewTimer(returnWait)
+			}
+			select {
+			case <-sh.wake: // one more is back
+			case <-recall.C:
 				recalled = true
-				time.Sleep(returnWait)
+			case <-sh.stop:
 			}
 			continue
 		}
@@ -359,9 +369,9 @@ func (sh *Shard) take(st **stream) ([]*call, bool) {
 }
 
 // maxYields bounds the yields of one take to callers on their way back,
-// and returnWait its one wait for the callers the yields did not bring: at
-// most this is added to a request's latency when acknowledged callers do
-// not append again.
+// and returnWait its wait for the callers the yields did not bring: at most
+// this is added to a request's latency when acknowledged callers do not
+// append again.
 const (
 	maxYields  = 8
 	returnWait = 100 * time.Microsecond
