@@ -22,7 +22,10 @@
 // call waiting when it is free (after WithLinger, if set) and sends them as
 // one request on the shard's stream, and the sidecar queues each request in
 // the shard's writer as it arrives, so a closed loop of callers keeps the
-// writer's group commit full. The sidecar acknowledges in order of
+// writer's group commit full. Callers an answer just acknowledged are
+// waited for before the next request (until they are back, at most 100
+// microseconds), so a closed loop sends about one request per sync rather
+// than one per caller. The sidecar acknowledges in order of
 // durability; each caller gets the sequence numbers of its own ops.
 //
 // # What a failed Append means
