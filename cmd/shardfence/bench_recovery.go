@@ -83,6 +83,7 @@ func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writ
 			}
 			defer c.Store.Close()
 			c.Where = "minio (a local server on the same machine, one drive)"
+			c.StoreCPU = proc.CPU
 		default:
 			s, err := blobstore.Open(ctx, store)
 			if err != nil {

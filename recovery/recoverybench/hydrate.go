@@ -43,6 +43,9 @@ type HydrateConfig struct {
 	// Runs is how many rounds of plain GET, disk write and recovery are
 	// measured, interleaved; the summary takes their medians. Default 2.
 	Runs int
+	// StoreCPU, when set, is the CPU time the store's server used so far
+	// (a MinIO the bench started): each step's CPU then counts it too.
+	StoreCPU func() time.Duration
 }
 
 // RunHydrate writes a shard, then measures, Runs times in turn, a plain
@@ -81,10 +84,17 @@ func RunHydrate(ctx context.Context, cfg HydrateConfig, out, log io.Writer) erro
 	}
 	total := ckptBytes + tlogBytes
 	type measured struct {
-		name    string
-		bytes   int64
-		elapsed time.Duration
-		reqs    uint64
+		name         string
+		bytes        int64
+		elapsed, cpu time.Duration
+		reqs         uint64
+	}
+	cpuNow := func() time.Duration {
+		c := processCPU()
+		if cfg.StoreCPU != nil {
+			c += cfg.StoreCPU()
+		}
+		return c
 	}
 	var rows []measured
 	measure := func(name string, fn func() (int64, error)) error {
@@ -92,12 +102,13 @@ func RunHydrate(ctx context.Context, cfg HydrateConfig, out, log io.Writer) erro
 		// writes, the store's own), so no step pays for another's.
 		flush.Dirty()
 		before := store.Snapshot()
+		cpu := cpuNow()
 		start := time.Now()
 		n, err := fn()
 		if err != nil {
 			return fmt.Errorf("bench recovery %s: %w", name, err)
 		}
-		rows = append(rows, measured{name, n, time.Since(start), store.Snapshot().Sub(before).Requests()})
+		rows = append(rows, measured{name, n, time.Since(start), cpuNow() - cpu, store.Snapshot().Sub(before).Requests()})
 		return nil
 	}
 	get := func() (int64, error) { return plainGet(ctx, store.Container, cfg.Parallelism, "") }
@@ -189,25 +200,33 @@ func RunHydrate(ctx context.Context, cfg HydrateConfig, out, log io.Writer) erro
 	}
 	fmt.Fprintf(out, "store %s; checkpoint %d MiB in %d MiB files, translog %d MiB in %d KiB generations; parallelism %d; hydration pieces %s; %d runs\n\n",
 		where, ckptBytes>>20, cfg.FileMiB, tlogBytes>>20, cfg.SyncKiB, cfg.Parallelism, chunk, cfg.Runs)
-	fmt.Fprintln(out, "| run | MiB | requests | seconds | MB/s |")
-	fmt.Fprintln(out, "| --- | ---: | ---: | ---: | ---: |")
-	var getSec, diskSec, recSec []float64
+	cpuWho := "this process"
+	if cfg.StoreCPU != nil {
+		cpuWho += " and the store's server"
+	}
+	fmt.Fprintf(out, "CPU s: CPU time (user and system) of %s during the step\n\n", cpuWho)
+	fmt.Fprintln(out, "| run | MiB | requests | seconds | MB/s | CPU s |")
+	fmt.Fprintln(out, "| --- | ---: | ---: | ---: | ---: | ---: |")
+	var getSec, diskSec, recSec, getCPU, diskCPU, recCPU []float64
 	for _, r := range rows {
 		rate := float64(r.bytes) / 1e6 / r.elapsed.Seconds()
-		fmt.Fprintf(out, "| %s | %d | %d | %.2f | %.0f |\n", r.name, r.bytes>>20, r.reqs, r.elapsed.Seconds(), rate)
+		fmt.Fprintf(out, "| %s | %d | %d | %.2f | %.0f | %.2f |\n", r.name, r.bytes>>20, r.reqs, r.elapsed.Seconds(), rate, r.cpu.Seconds())
 		switch r.name {
 		case rowGet:
-			getSec = append(getSec, r.elapsed.Seconds())
+			getSec, getCPU = append(getSec, r.elapsed.Seconds()), append(getCPU, r.cpu.Seconds())
 		case rowDisk:
-			diskSec = append(diskSec, r.elapsed.Seconds())
+			diskSec, diskCPU = append(diskSec, r.elapsed.Seconds()), append(diskCPU, r.cpu.Seconds())
 		case rowRec:
-			recSec = append(recSec, r.elapsed.Seconds())
+			recSec, recCPU = append(recSec, r.elapsed.Seconds()), append(recCPU, r.cpu.Seconds())
 			if r.bytes != total {
 				return fmt.Errorf("bench recovery: restored %d bytes, wrote %d", r.bytes, total)
 			}
 		}
 	}
 	writeHydrateRatios(out, total, ckptBytes, medianOf(getSec), medianOf(diskSec), medianOf(recSec), getSec, recSec)
+	if g, d, r := medianOf(getCPU), medianOf(diskCPU), medianOf(recCPU); r > 0 {
+		fmt.Fprintf(out, "CPU (medians): plain GET %.2f s, disk write %.2f s, recovery %.2f s; GET CPU / recovery CPU %.2fx: where the CPU is what runs out, the most the recovery can reach of the GET's rate\n", g, d, r, g/r)
+	}
 	return nil
 }
 
