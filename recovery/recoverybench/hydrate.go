@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -99,7 +101,11 @@ func RunHydrate(ctx context.Context, cfg HydrateConfig, out, log io.Writer) erro
 	var rows []measured
 	measure := func(name string, fn func() (int64, error)) error {
 		// Write back what the previous step left dirty (the setup's
-		// writes, the store's own), so no step pays for another's.
+		// writes, the store's own), and collect and return to the system
+		// the heap it left (a plain GET's whole bodies), so no step pays
+		// for another's.
+		runtime.GC()
+		debug.FreeOSMemory()
 		flush.Dirty()
 		before := store.Snapshot()
 		cpu := cpuNow()
