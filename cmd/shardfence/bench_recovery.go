@@ -18,7 +18,7 @@ const benchRecoverySummary = "hydrate + replay throughput against a plain parall
 
 func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	flags := newFlags("bench recovery", stdout)
-	stores := flags.String("store", "fs", "comma-separated stores to measure in turn: fs (the fs driver in a temporary directory), minio (a MinIO server started from the local test-server binary, `make tools`), or a store URL (e.g. minio://...)")
+	stores := flags.String("store", "fs", "comma-separated stores to measure in turn: fs (the fs driver in a temporary directory), minio (a MinIO server started from the local test-server binary from make tools), or a store URL (e.g. minio://...)")
 	rawURL := flags.String("url", "", "store URL (e.g. minio://...); the same as -store URL")
 	ckptMiB := flags.Int("checkpoint-mib", 900, "checkpoint size in MiB")
 	tlogMiB := flags.Int("translog-mib", 100, "translog payload after the checkpoint in MiB")
