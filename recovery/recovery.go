@@ -69,6 +69,10 @@ type Options struct {
 	Apply func(ctx context.Context, b translog.Batch) error
 	// Progress, when set, reports hydration and replay (serialized calls).
 	Progress func(Progress)
+	// HydrateChunkSize is seal.HydrateOptions.ChunkSize: a checkpoint
+	// file larger than it is read in pieces of that size by concurrent
+	// range GETs. Default 16 MiB; negative: one stream per file.
+	HydrateChunkSize int64
 	// AcceptCheckpoint, when set, judges each hydrated checkpoint before
 	// it is used (seal.HydrateOptions.Accept): an error refuses it and the
 	// next older lineage checkpoint is tried, with a longer replay.
@@ -358,7 +362,7 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 			expected = cands[0].Gen
 		}
 		pf = prefetch(expected + 1)
-		ho := seal.HydrateOptions{Options: so, Candidates: cands, Accept: opts.AcceptCheckpoint, Into: opts.Files, Manifests: manifests}
+		ho := seal.HydrateOptions{Options: so, Candidates: cands, Accept: opts.AcceptCheckpoint, Into: opts.Files, Manifests: manifests, ChunkSize: opts.HydrateChunkSize}
 		if opts.Progress != nil {
 			ho.Progress = func(p seal.Progress) { opts.Progress(Progress{Phase: "hydrate", Progress: p}) }
 		}

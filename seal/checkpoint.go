@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
@@ -316,7 +317,19 @@ type HydrateOptions struct {
 	// the first candidate's beside the seal marker's create); a candidate
 	// found here is not read again.
 	Manifests map[string]blobstore.Object
+	// ChunkSize splits a file larger than it into pieces of this size,
+	// read with concurrent range GETs (pinned to the version the first
+	// piece read) and written at their offsets, when the sink takes
+	// pieces (a ChunkSink: a local directory does). Parallelism still caps
+	// the requests in flight. A piece cut by store trouble is read again
+	// from its start, not the whole file. Default 16 MiB; negative: every
+	// file in one stream.
+	ChunkSize int64
 }
+
+// DefaultChunkSize is HydrateOptions.ChunkSize's default: a 64 MiB file is
+// read as four range GETs at once.
+const DefaultChunkSize = 16 << 20
 
 // Hydrated is the outcome of Hydrate.
 type Hydrated struct {
@@ -367,7 +380,11 @@ func Hydrate(ctx context.Context, store *blobstore.Container, shard string, lin 
 			out.Refused = append(out.Refused, Refusal{Key: key, Reason: err.Error()})
 			continue
 		}
-		paths, reason, err := s.download(ctx, m, sink, opts.Progress)
+		chunk := opts.ChunkSize
+		if chunk == 0 {
+			chunk = DefaultChunkSize
+		}
+		paths, reason, err := s.download(ctx, m, sink, opts.Progress, chunk)
 		if err != nil {
 			return nil, wrapErr("Hydrate", shard, key, c.Term, err)
 		}
@@ -393,6 +410,21 @@ func Hydrate(ctx context.Context, store *blobstore.Container, shard string, lin 
 	return out, nil
 }
 
+// slots caps the requests of one download: a file's stream, or one piece
+// of a file read in pieces, holds one while it reads.
+type slots chan struct{}
+
+func (sl slots) acquire(ctx context.Context) error {
+	select {
+	case sl <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (sl slots) release() { <-sl }
+
 // streamFile streams one checkpoint file from the store into sink,
 // verifying its size before and its checksum while it is written: memory
 // stays at the copy buffers whatever the file's size. Store trouble,
@@ -402,7 +434,7 @@ func Hydrate(ctx context.Context, store *blobstore.Container, shard string, lin 
 //
 // tick reports bytes as they are written (every progressTick, and a
 // negative count when a retry starts the file again).
-func (s io) streamFile(ctx context.Context, key string, f ManifestFile, sink StreamSink, bad func(string, ...any) error, tick func(int64)) (string, error) {
+func (s io) streamFile(ctx context.Context, key string, f ManifestFile, sink StreamSink, sl slots, bad func(string, ...any) error, tick func(int64)) (string, error) {
 	var path string
 	var counted int64 // bytes of this file reported to tick
 	err := s.retry(ctx, func(ctx context.Context) error {
@@ -410,6 +442,10 @@ func (s io) streamFile(ctx context.Context, key string, f ManifestFile, sink Str
 			tick(-counted)
 			counted = 0
 		}
+		if err := sl.acquire(ctx); err != nil {
+			return err
+		}
+		defer sl.release()
 		rc, attrs, err := s.store.NewRangeReader(ctx, key, 0, -1, "")
 		switch {
 		case errors.Is(err, blobstore.ErrNotFound):
@@ -441,6 +477,227 @@ func (s io) streamFile(ctx context.Context, key string, f ManifestFile, sink Str
 		return nil
 	})
 	return path, err
+}
+
+// errVersionChanged: a piece of a file read in pieces found another
+// version of the file than the first piece read.
+var errVersionChanged = errors.New("checkpoint file replaced in the store while its pieces were read")
+
+// versionAttempts is how many times a file read in pieces starts again
+// because its version changed between pieces (checkpoint files are
+// immutable: this is a store anomaly, not a normal case).
+const versionAttempts = 3
+
+// streamChunks streams one checkpoint file larger than chunk into sink in
+// pieces of chunk bytes, read by concurrent range GETs that each hold a
+// slot and write at their offset. The first piece's answer checks the size
+// against the manifest before anything is written and pins the other
+// pieces to the version it read. Each piece's CRC-32C is computed as it
+// is written and the pieces' sums are combined, in order, into the file's,
+// which must match the manifest: the same checks as streamFile, on the
+// same bytes. Store trouble within a piece reads that piece again from its
+// start (the rest of the file stays); a version changed between pieces
+// starts the whole file again. bad and tick are streamFile's.
+func (s io) streamChunks(ctx context.Context, key string, f ManifestFile, sink ChunkSink, chunk int64, sl slots, bad func(string, ...any) error, tick func(int64)) (string, error) {
+	var path string
+	var counted atomic.Int64 // bytes of this file reported to tick
+	count := func(n int64) { counted.Add(n); tick(n) }
+	for attempt := 1; ; attempt++ {
+		if c := counted.Swap(0); c != 0 {
+			tick(-c)
+		}
+		p, err := s.chunksOnce(ctx, key, f, sink, chunk, sl, bad, count)
+		if p != "" {
+			path = p
+		}
+		if !errors.Is(err, errVersionChanged) {
+			return path, err
+		}
+		if attempt == versionAttempts {
+			return path, blobstore.Unavailable(fmt.Errorf("%q: %w", key, err))
+		}
+	}
+}
+
+// chunksOnce is one attempt of streamChunks.
+func (s io) chunksOnce(ctx context.Context, key string, f ManifestFile, sink ChunkSink, chunk int64, sl slots, bad func(string, ...any) error, count func(int64)) (string, error) {
+	// Every piece's stream ends when one piece fails.
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The first piece: its answer says the size and the version.
+	var first goio.ReadCloser
+	var attrs blobstore.Attrs
+	err := s.retry(pctx, func(ctx context.Context) error {
+		if err := sl.acquire(ctx); err != nil {
+			return err
+		}
+		var err error
+		first, attrs, err = s.store.NewRangeReader(ctx, key, 0, chunk, "")
+		switch {
+		case errors.Is(err, blobstore.ErrNotFound):
+			sl.release()
+			return bad("missing")
+		case err != nil:
+			sl.release()
+			return err
+		}
+		if attrs.Size != f.Size {
+			first.Close()
+			sl.release()
+			return bad("%d bytes, manifest says %d", attrs.Size, f.Size)
+		}
+		return nil // the slot is the first piece's now
+	})
+	if err != nil {
+		return "", err
+	}
+	out, path, err := sink.CreateSized(f.Name, f.Size)
+	if err != nil {
+		first.Close()
+		sl.release()
+		return path, err
+	}
+	n := int((f.Size + chunk - 1) / chunk)
+	sums := make([]uint32, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		var rc goio.ReadCloser
+		if i == 0 {
+			rc = first
+		}
+		wg.Go(func() {
+			sums[i], errs[i] = s.streamPiece(pctx, key, f, int64(i)*chunk, chunk, attrs.Token, rc, out, sl, bad, count)
+			if errs[i] != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	cerr := out.Close()
+	// A changed version first (the whole file again), then a definite
+	// answer (a refusal: bad), then store trouble; a piece cancelled
+	// because another failed says nothing.
+	rank := func(e error) int {
+		switch {
+		case e == nil, errors.Is(e, context.Canceled) && ctx.Err() == nil:
+			return 0
+		case errors.Is(e, errVersionChanged):
+			return 3
+		case !blobstore.IsRetryable(e):
+			return 2
+		}
+		return 1
+	}
+	var picked error
+	for _, e := range errs {
+		if rank(e) > rank(picked) {
+			picked = e
+		}
+	}
+	if picked != nil {
+		return path, picked
+	}
+	if cerr != nil {
+		return path, cerr
+	}
+	sum := sums[0]
+	for i := 1; i < n; i++ {
+		off := int64(i) * chunk
+		sum = crc32cCombine(sum, sums[i], min(chunk, f.Size-off))
+	}
+	if sum != f.CRC32C {
+		return path, bad("checksum %08x, manifest says %08x", sum, f.CRC32C)
+	}
+	return path, nil
+}
+
+// streamPiece writes the piece of the file at off (chunk bytes, fewer for
+// the last) into out and returns its CRC-32C. rc, when set, is the
+// piece's open stream, with a slot held for it; otherwise the piece opens
+// its own, pinned to token. Store trouble reads the piece again from its
+// start (its bytes reported to count are taken back first).
+func (s io) streamPiece(ctx context.Context, key string, f ManifestFile, off, chunk int64, token blobstore.Token, rc goio.ReadCloser, out SizedFile, sl slots, bad func(string, ...any) error, count func(int64)) (uint32, error) {
+	length := min(chunk, f.Size-off)
+	var sum uint32
+	var counted int64 // bytes of this piece reported to count
+	err := s.retry(ctx, func(ctx context.Context) error {
+		if counted != 0 {
+			count(-counted)
+			counted = 0
+		}
+		if rc == nil {
+			if err := sl.acquire(ctx); err != nil {
+				return err
+			}
+			var attrs blobstore.Attrs
+			var err error
+			rc, attrs, err = s.store.NewRangeReader(ctx, key, off, length, token)
+			switch {
+			case errors.Is(err, blobstore.ErrPreconditionFailed):
+				sl.release()
+				return errVersionChanged
+			case errors.Is(err, blobstore.ErrNotFound):
+				sl.release()
+				return bad("missing (vanished while its pieces were read)")
+			case err != nil:
+				sl.release()
+				return err
+			}
+			if attrs.Size != f.Size {
+				rc.Close()
+				sl.release()
+				return errVersionChanged
+			}
+		}
+		defer func() {
+			rc.Close()
+			rc = nil
+			sl.release()
+		}()
+		h := crc32.New(castagnoli)
+		cr := &countingReader{r: goio.TeeReader(goio.LimitReader(rc, length+1), h), tick: func(n int64) { counted += n; count(n) }}
+		got, err := writeFull(cr, goio.NewOffsetWriter(out, off), length)
+		cr.flush()
+		if err != nil {
+			return err
+		}
+		if got != length {
+			return bad("%d bytes streamed at offset %d, the manifest's size leaves %d there", got, off, length)
+		}
+		sum = h.Sum32()
+		return nil
+	})
+	return sum, err
+}
+
+// writeFull copies r to w in writes of copyBuffer bytes (fewer only at the
+// end), however little each Read of r returns: a network stream's Reads
+// give what its socket holds, often a few KiB, and a write system call per
+// Read costs more than the bytes. It stops after limit bytes were written
+// and one more was read, returning the count read.
+func writeFull(r goio.Reader, w goio.Writer, limit int64) (int64, error) {
+	buf := make([]byte, copyBuffer)
+	var n int64
+	for {
+		m, err := goio.ReadFull(r, buf)
+		if m > 0 {
+			n += int64(m)
+			if n > limit {
+				return n, nil
+			}
+			if _, werr := w.Write(buf[:m]); werr != nil {
+				return n, werr
+			}
+		}
+		switch err {
+		case nil:
+		case goio.EOF, goio.ErrUnexpectedEOF:
+			return n, nil
+		default:
+			return n, err
+		}
+	}
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -476,13 +733,19 @@ func (c *countingReader) flush() {
 // download fetches m's files into sink in parallel. A definite problem
 // with the checkpoint is returned as a reason (and its files removed);
 // store trouble as an error.
-func (s io) download(ctx context.Context, m Manifest, sink FileSink, progress func(Progress)) ([]string, string, error) {
+//
+// Files larger than chunk (when positive) go in pieces into a ChunkSink
+// (streamChunks). Every request holds one of Parallelism slots while it
+// reads, so pieces and files share the same cap.
+func (s io) download(ctx context.Context, m Manifest, sink FileSink, progress func(Progress), chunk int64) ([]string, string, error) {
 	paths := make([]string, len(m.Files))
+	sl := make(slots, max(1, s.opts.Parallelism))
 	var mu sync.Mutex
 	p := Progress{Checkpoint: m.Key(), FilesTotal: len(m.Files), BytesTotal: m.Bytes()}
 	var reason string
 	errBad := errors.New("checkpoint refused")
 	stream, streaming := sink.(StreamSink)
+	chunked, _ := sink.(ChunkSink)
 	err := parallel(ctx, s.opts.Parallelism, len(m.Files), func(ctx context.Context, i int) error {
 		f := m.Files[i]
 		key := FilePrefix(m.Term, m.Gen) + f.Name
@@ -508,7 +771,14 @@ func (s io) download(ctx context.Context, m Manifest, sink FileSink, progress fu
 			report(1, f.Size)
 		}
 		if streaming {
-			path, err := s.streamFile(ctx, key, f, stream, bad, func(n int64) { report(0, n) })
+			tick := func(n int64) { report(0, n) }
+			var path string
+			var err error
+			if chunked != nil && chunk > 0 && f.Size > chunk {
+				path, err = s.streamChunks(ctx, key, f, chunked, chunk, sl, bad, tick)
+			} else {
+				path, err = s.streamFile(ctx, key, f, stream, sl, bad, tick)
+			}
 			if !errors.Is(err, blobstore.ErrUnsupported) {
 				if path != "" {
 					paths[i] = path // removed below if the checkpoint is refused
@@ -520,7 +790,11 @@ func (s io) download(ctx context.Context, m Manifest, sink FileSink, progress fu
 			}
 			// A store without streaming reads: the whole body, below.
 		}
+		if err := sl.acquire(ctx); err != nil {
+			return err
+		}
 		obj, found, err := s.get(ctx, key)
+		sl.release()
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	goio "io"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -37,6 +38,25 @@ type StreamSink interface {
 	WriteFrom(name string, r goio.Reader) (string, error)
 }
 
+// A ChunkSink is a StreamSink that also takes a file in pieces written at
+// their offsets: Hydrate then reads a large file with several range GETs
+// at once (HydrateOptions.ChunkSize).
+type ChunkSink interface {
+	StreamSink
+	// CreateSized creates the file name (emptying what it held) at size
+	// bytes and returns it open for WriteAt from several goroutines, and
+	// where it put it (also when it fails after creating it, so the
+	// caller can remove it). The caller closes the file.
+	CreateSized(name string, size int64) (SizedFile, string, error)
+}
+
+// SizedFile is a file a ChunkSink created: its pieces are written at their
+// offsets, concurrently.
+type SizedFile interface {
+	goio.WriterAt
+	Close() error
+}
+
 // dirSink writes a checkpoint's files under a local directory: Hydrate's
 // sink when HydrateOptions.Into is nil.
 type dirSink string
@@ -60,13 +80,31 @@ func (d dirSink) WriteFrom(name string, r goio.Reader) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// 1 MiB writes: a 32 KiB copy costs a system call per 32 KiB of a
+	// 1 MiB writes: a copy per Read costs a system call per few KiB of a
 	// network stream.
-	_, err = goio.CopyBuffer(struct{ goio.Writer }{f}, r, make([]byte, copyBuffer))
+	_, err = writeFull(r, f, math.MaxInt64)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	return p, err
+}
+
+// CreateSized creates the file at its final size (a hole until the pieces
+// land), so pieces can be written at their offsets in any order.
+func (d dirSink) CreateSized(name string, size int64) (SizedFile, string, error) {
+	p := filepath.Join(string(d), filepath.FromSlash(name))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return nil, "", err
+	}
+	f, err := os.Create(p)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return nil, p, err
+	}
+	return f, p, nil
 }
 
 func (d dirSink) Remove(name string) error {

@@ -111,6 +111,31 @@ func StartMinIO(t testing.TB) (*S3Server, error) {
 	return startS3(t, "minio", MinIOLaunch(filepath.Join(t.TempDir(), "data"), ports[0], ports[1]))
 }
 
+// StartMinIOShared is StartMinIO without a test (a benchmark command, a
+// TestMain): MinIO serves a fresh directory under dir, which also holds
+// its log, with a fresh bucket. The caller stops the process; dir is the
+// caller's to remove.
+func StartMinIOShared(dir string) (*S3Server, *Process, error) {
+	ports, err := FreePorts(2)
+	if err != nil {
+		return nil, nil, err
+	}
+	bin, err := Tool("minio")
+	if err != nil {
+		return nil, nil, err
+	}
+	l := MinIOLaunch(filepath.Join(dir, "data"), ports[0], ports[1])
+	p, err := StartShared("minio", bin, l.Args, l.Env, dir, HTTPReady(l.Server.Endpoint()+l.ReadyPath), 60*time.Second)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := l.Server.MakeBucket(); err != nil {
+		p.Stop()
+		return nil, nil, err
+	}
+	return l.Server, p, nil
+}
+
 // StartVersityGW starts versitygw from `make tools` on its posix backend
 // with a fresh bucket; it stops when t ends.
 func StartVersityGW(t testing.TB) (*S3Server, error) {

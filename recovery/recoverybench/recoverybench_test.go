@@ -25,7 +25,7 @@ func TestHydrateRestoresWhatItWrote(t *testing.T) {
 	if err := RunHydrate(context.Background(), cfg, &out, &log); err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
-	for _, want := range []string{"| recovery (hydrate + replay) | 2 |", "| plain parallel GET |", "target hydrate + replay"} {
+	for _, want := range []string{"| recovery (hydrate + replay) | 2 |", "| plain parallel GET |", "| local disk write", "recovery / min(GET, disk)", "target hydrate + replay >= 0.8x", "target hydrate + replay >= 0.9x min(GET, disk write)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
