@@ -179,6 +179,10 @@ func TestRecovery(t *testing.T) {
 		{scenario: "wrong-early-survey", refuted: true, invariant: "NoAckedWriteLoss"},
 		{scenario: "recovery-claimed-first-open"},
 		{scenario: "recovery-claimed-first-open-faults"},
+		// The seal's marker sent beside its poison: when the poison
+		// loses, the marker's restore point misses w1's acknowledged
+		// generation and the next term restores from it.
+		{scenario: "wrong-marker-beside-poison", refuted: true, invariant: "NoAckedWriteLoss"},
 		{scenario: "recovery-first-open"},
 		{scenario: "recovery-first-open-faults"},
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/mem"
@@ -362,4 +363,97 @@ func firstOpenKeyed(r *Run, w *world) <-chan struct{} {
 	}
 	recoverWrapped(r, w, "w1", 1, 1, false, writerOpts(translog.Concurrent), wrap, nil)
 	return keyed
+}
+
+// markerBesidePoison is a wrong successor: it claims term with the real
+// claim, lists the md of term 1 and sends the poison of the first missing
+// generation and its seal marker side by side, the marker naming the
+// generation before the poison as its restore point, as if the poison
+// will land. When the poison loses (w1's md is already there) the marker
+// is wrong and cannot be taken back: this successor notices and stands
+// down without opening, but the next term restores from its marker (the
+// final lineage check runs the real recovery.Open at a higher term) and
+// loses what w1 acknowledged at that generation. The seal's marker must wait for the poison's answer
+// (docs/PROTOCOL.md, section 4, "the claim's rounds").
+func markerBesidePoison(r *Run, w *world, actor string, term int64) {
+	w.terms[actor] = term
+	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
+		<-w.opened
+		chain, err := fence.Claim(ctx, store, Shard, term, actor, claimOpts()...)
+		w.claimResult(r, actor, term, err)
+		if err != nil {
+			return
+		}
+		clock := fence.NewAutoClock()
+		var gens []int64
+		if err := fence.Retry(ctx, clock, backoff, func(ctx context.Context) error {
+			var err error
+			gens, err = translog.NewReader(store, Shard).Gens(ctx, 1)
+			return err
+		}); err != nil {
+			w.fail(r, "%s: list md: %v", actor, err)
+			return
+		}
+		m := int64(0)
+		for _, g := range gens {
+			if g == m+1 {
+				m = g
+			}
+		}
+		want := seal.Marker{Shard: Shard, Term: term, Allocation: chain.Allocation(),
+			Restore:  seal.RestorePoint{Term: 1, Gen: m},
+			Poisoned: translog.MDKey(1, m+1), Prev: seal.MarkerKey(1)}
+		if m > 0 {
+			want.Restore.MDKey = translog.MDKey(1, m)
+		}
+		marker, err := want.Encode()
+		if err != nil {
+			w.fail(r, "%s: %v", actor, err)
+			return
+		}
+		poison, err := translog.EncodePoison(Shard, 1, m+1, term)
+		if err != nil {
+			w.fail(r, "%s: %v", actor, err)
+			return
+		}
+		var wg sync.WaitGroup
+		var poisonErr, markerErr error
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			poisonErr = fence.Retry(ctx, clock, backoff, func(ctx context.Context) error {
+				_, err := store.CreateIfAbsent(ctx, translog.MDKey(1, m+1), poison)
+				return err
+			})
+		}()
+		go func() {
+			defer wg.Done()
+			markerErr = fence.Retry(ctx, clock, backoff, func(ctx context.Context) error {
+				_, err := store.CreateIfAbsent(ctx, seal.MarkerKey(term), marker)
+				return err
+			})
+		}()
+		wg.Wait()
+		if markerErr != nil && !errors.Is(markerErr, blobstore.ErrAlreadyExists) {
+			w.fail(r, "%s: marker: %v", actor, markerErr)
+			return
+		}
+		if poisonErr != nil {
+			r.Note("%s: its poison at gen %d lost (%s): it stands down, its marker stays", actor, m+1, reason(poisonErr))
+			return
+		}
+		r.Note("%s: poison at gen %d landed beside its marker", actor, m+1)
+	})
+}
+
+func init() {
+	register(Scenario{
+		Name: "wrong-marker-beside-poison",
+		Start: func(r *Run) Checker {
+			w := newWorld(true)
+			successorRecovery(r, w, "w1", 1, 1)
+			markerBesidePoison(r, w, "c2", 2)
+			return lineageWorld{w}
+		},
+	})
 }
