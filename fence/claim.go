@@ -164,8 +164,9 @@ func beside(ctx context.Context, fn func(context.Context) error, hook func(conte
 }
 
 // Claim takes term for this instance (protocol section 4, steps 1-4): LIST
-// for a higher term, create our key if absent, delete every lower-term key,
-// then one LIST that verifies the sweep, that no higher term appeared and
+// for a higher term, create our key if absent and, beside that create,
+// delete every lower-term key the LIST showed, then one LIST that verifies
+// the sweep, that no higher term appeared and
 // that our key still holds the token we created. It returns the chain to
 // write with, or a *FencedError (a higher term exists, or another
 // allocation holds this term), or an *Error that is retryable (store
