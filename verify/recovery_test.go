@@ -323,7 +323,7 @@ func init() {
 		Name: "wrong-survey-beside-delete",
 		Start: func(r *Run) Checker {
 			w := newWorld(true)
-			keyed := firstOpenKeyed(r, w)
+			keyed := firstOpenKeyed(r, w, writerOpts(translog.Concurrent))
 			earlySurveyRecovery(r, w, "c2", 2, 0, true, keyed)
 			return lineageWorld{w}
 		},
@@ -338,7 +338,7 @@ func init() {
 			Faults: faults,
 			Start: func(r *Run) Checker {
 				w := newWorld(true)
-				keyed := firstOpenKeyed(r, w)
+				keyed := firstOpenKeyed(r, w, writerOpts(translog.Concurrent))
 				recoverWrapped(r, w, "c2", 2, 0, false, writerOpts(translog.Concurrent), nil, keyed)
 				return lineageWorld{w}
 			},
@@ -346,9 +346,10 @@ func init() {
 	}
 }
 
-// firstOpenKeyed starts w1's first open at term 1 (one append) and returns
-// a channel closed once w1's create of its fence key was answered ok.
-func firstOpenKeyed(r *Run, w *world) <-chan struct{} {
+// firstOpenKeyed starts w1's first open at term 1 (one append, writer
+// options wo) and returns a channel closed once w1's create of its fence
+// key was answered ok.
+func firstOpenKeyed(r *Run, w *world, wo translog.Options) <-chan struct{} {
 	keyed := make(chan struct{})
 	var once bool
 	wrap := func(c *blobstore.Container) *blobstore.Container {
@@ -361,7 +362,7 @@ func firstOpenKeyed(r *Run, w *world) <-chan struct{} {
 			return res, err
 		})
 	}
-	recoverWrapped(r, w, "w1", 1, 1, false, writerOpts(translog.Concurrent), wrap, nil)
+	recoverWrapped(r, w, "w1", 1, 1, false, wo, wrap, nil)
 	return keyed
 }
 
