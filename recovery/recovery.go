@@ -311,17 +311,18 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 			pre.Discard()
 		}
 	}()
-	// Otherwise, beside the marker's create, the newest candidate's
+	// Otherwise (no prefetch, or it fetches another checkpoint than the
+	// first candidate), beside the marker's create, the newest candidate's
 	// manifest is read (the restore point is known by then); used only if
 	// it is still the first candidate once the seal returns.
 	var manifests map[string]blobstore.Object
 	readManifest := func(ctx context.Context, lin seal.Lineage, restore seal.RestorePoint) {
 		<-ckptDone
-		if !hydrating || opts.Lazy != nil || ckptErr != nil || restore.Gen == 0 || pre != nil {
+		if !hydrating || opts.Lazy != nil || ckptErr != nil || restore.Gen == 0 {
 			return
 		}
 		cands := seal.CandidatesOf(ckpts, lin, restore.Gen)
-		if len(cands) == 0 {
+		if len(cands) == 0 || (pre != nil && cands[0] == pre.Ref()) {
 			return
 		}
 		key := seal.ManifestKey(cands[0].Term, cands[0].Gen)
