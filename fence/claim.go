@@ -164,8 +164,9 @@ func beside(ctx context.Context, fn func(context.Context) error, hook func(conte
 }
 
 // Claim takes term for this instance (protocol section 4, steps 1-4): LIST
-// for a higher term, create our key if absent, delete every lower-term key,
-// then one LIST that verifies the sweep, that no higher term appeared and
+// for a higher term, create our key if absent and, beside that create,
+// delete every lower-term key the LIST showed, then one LIST that verifies
+// the sweep, that no higher term appeared and
 // that our key still holds the token we created. It returns the chain to
 // write with, or a *FencedError (a higher term exists, or another
 // allocation holds this term), or an *Error that is retryable (store
@@ -231,6 +232,15 @@ func (in *Instance) ClaimWith(ctx context.Context, term int64, h Hooks) (*Chain,
 			return v.Action == Adopt, v.Reason
 		},
 	}
+	// Step 3's deletes go beside the create (docs/PROTOCOL.md, section 4,
+	// "the claim's rounds"): deleting a lower term's key is what any
+	// claimant above it does, whatever becomes of our create, and nothing
+	// is read until both answered.
+	lower := l.Below(term)
+	delCtx, stopDeletes := context.WithCancel(ctx)
+	defer stopDeletes()
+	deleted := make(chan error, 1)
+	go func() { deleted <- in.deleteAll(delCtx, lower) }()
 	err = Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error {
 		nonce, err := in.nonces()
 		if err != nil {
@@ -257,20 +267,31 @@ func (in *Instance) ClaimWith(ctx context.Context, term int64, h Hooks) (*Chain,
 		}
 		return err
 	})
+	if err != nil && verdictErr == nil {
+		// The create failed on store trouble: the deletes are of no use
+		// now (the claim is retried whole).
+		stopDeletes()
+	}
+	delErr := <-deleted
 	if verdictErr != nil {
 		return nil, verdictErr
 	}
 	if err != nil {
 		return fail(err)
 	}
+	if delErr != nil {
+		return fail(delErr)
+	}
 
-	// Steps 3 and 4: delete every lower-term key, then one LIST verifies
-	// the sweep, that no higher term appeared and that our key is still
-	// the version we hold (its listed token; a store that lists no token
-	// costs a GET). Deletion is what fences the incumbent: its next CAS
-	// finds no key. The caller's Swept hook runs beside the LIST: every
-	// delete was acknowledged before it starts, and its work is kept only
-	// if the LIST shows no survivor.
+	// Steps 3 and 4: every lower-term key listed in step 1 was deleted
+	// beside the create; one LIST verifies the sweep, that no higher term
+	// appeared and that our key is still the version we hold (its listed
+	// token; a store that lists no token costs a GET). A survivor (a key
+	// created after step 1's LIST, or a delete acknowledged but not
+	// applied) is deleted in the next round. Deletion is what fences the
+	// incumbent: its next CAS finds no key. The caller's Swept hook runs
+	// beside the LIST: every delete was acknowledged before it starts, and
+	// its work is kept only if the LIST shows no survivor.
 	withdraw := func(reason string, succ int64) (*Chain, error) {
 		if created {
 			// Only a key we created: the successor's path is never ours
@@ -280,14 +301,18 @@ func (in *Instance) ClaimWith(ctx context.Context, term int64, h Hooks) (*Chain,
 		return nil, in.fence(term, key, succ, reason)
 	}
 	var swept []int64
+	for _, t := range lower {
+		swept = appendUnique(swept, t)
+	}
 	var sweptAt int64
 	for round := 1; ; round++ {
-		for _, t := range l.Below(term) {
-			lk := Key(t)
-			if err := Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error { return in.store.Delete(ctx, lk) }); err != nil {
+		if round > 1 {
+			if err := in.deleteAll(ctx, l.Below(term)); err != nil {
 				return fail(err)
 			}
-			swept = appendUnique(swept, t)
+			for _, t := range l.Below(term) {
+				swept = appendUnique(swept, t)
+			}
 		}
 		var hook func(context.Context) error
 		if h.Swept != nil {
@@ -423,6 +448,29 @@ func (in *Instance) read(ctx context.Context, key string) (Observation, error) {
 		return Observation{}, err
 	}
 	return Observation{Found: true, Record: rec, Token: obj.Token}, nil
+}
+
+// deleteAll deletes the fence keys of terms side by side, each retried
+// until the store answers; the first error is returned once every delete
+// ended.
+func (in *Instance) deleteAll(ctx context.Context, terms []int64) error {
+	errs := make([]error, len(terms))
+	var wg sync.WaitGroup
+	for i, t := range terms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lk := Key(t)
+			errs[i] = Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error { return in.store.Delete(ctx, lk) })
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func appendUnique(s []int64, v int64) []int64 {

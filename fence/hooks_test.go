@@ -40,10 +40,116 @@ func TestClaimVerifiesItsOwnKeyFromTheListing(t *testing.T) {
 	if _, err := Claim(ctx, fs.Container, shard, 2, "new", opts()...); err != nil {
 		t.Fatal(err)
 	}
-	got := strings.Join(log()[first:], "\n")
+	sent := log()[first:]
+	// The create and the delete go side by side, in either order.
+	if len(sent) == 4 && sent[1] > sent[2] {
+		sent[1], sent[2] = sent[2], sent[1]
+	}
+	got := strings.Join(sent, "\n")
 	want := strings.Join([]string{"List " + KeyPrefix, "CreateIfAbsent " + Key(2), "Delete " + Key(1), "List " + KeyPrefix}, "\n")
 	if got != want {
 		t.Fatalf("a takeover claim sent\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestClaimDeletesBesideItsCreate: the delete of the lower key and the
+// create of our key wait for each other (sent one after the other, the
+// claim would stall and fail), and the Swept hook starts only once both
+// were answered.
+func TestClaimDeletesBesideItsCreate(t *testing.T) {
+	ctx := context.Background()
+	fs := faulty.New(mem.New(), 1)
+	mustClaim(t, fs.Container, 1, "old")
+	created, deleting := make(chan struct{}, 1), make(chan struct{}, 1)
+	meet := func(signal, wait chan struct{}) error {
+		signal <- struct{}{}
+		select {
+		case <-wait:
+			return nil
+		case <-time.After(5 * time.Second):
+			return errors.New("the claim's create and delete were not sent side by side")
+		}
+	}
+	var mu sync.Mutex
+	answered := map[string]bool{}
+	fs.SetHooks(faulty.Hooks{
+		Before: func(ctx context.Context, r faulty.Request) error {
+			switch {
+			case r.Op == blobstore.OpCreateIfAbsent && r.Key == Key(2):
+				return meet(created, deleting)
+			case r.Op == blobstore.OpDelete && r.Key == Key(1):
+				return meet(deleting, created)
+			}
+			return nil
+		},
+		After: func(ctx context.Context, r faulty.Request, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			answered[r.Op.String()+" "+r.Key] = err == nil
+		},
+	})
+	var before []bool
+	in, err := NewInstance(fs.Container, shard, "new", opts(WithBackoff(Backoff{Initial: time.Millisecond, Max: time.Millisecond, Attempts: 1}))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := in.ClaimWith(ctx, 2, Hooks{Swept: func(ctx context.Context, swept []int64) error {
+		mu.Lock()
+		defer mu.Unlock()
+		before = append(before, answered["CreateIfAbsent "+Key(2)], answered["Delete "+Key(1)])
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before) != 2 || !before[0] || !before[1] {
+		t.Fatalf("Swept ran with create and delete answered: %v, want once with both", before)
+	}
+	if p := c.Predecessors(); len(p) != 1 || p[0] != 1 {
+		t.Fatalf("predecessors %v, want [1]", p)
+	}
+}
+
+// A claim whose create finds another allocation's key is fenced, and the
+// delete sent beside it was still answered before the claim returned
+// (the other allocation claimed the term: deleting the lower key is what
+// it does too).
+func TestClaimFencedAtItsCreateWaitsForItsDeletes(t *testing.T) {
+	ctx := context.Background()
+	fs := faulty.New(mem.New(), 1)
+	mustClaim(t, fs.Container, 1, "old")
+	mustClaim(t, fs.Container, 2, "other")
+	body, _ := Record{Shard: shard, Term: 1, Allocation: "old", Nonce: "again"}.Encode()
+	if _, err := fs.Put(ctx, Key(1), body); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	sent, answered := 0, 0
+	fs.SetHooks(faulty.Hooks{
+		Before: func(ctx context.Context, r faulty.Request) error {
+			if r.Op == blobstore.OpDelete {
+				mu.Lock()
+				sent++
+				mu.Unlock()
+			}
+			return nil
+		},
+		After: func(ctx context.Context, r faulty.Request, err error) {
+			if r.Op == blobstore.OpDelete {
+				mu.Lock()
+				answered++
+				mu.Unlock()
+			}
+		},
+	})
+	_, err := Claim(ctx, fs.Container, shard, 2, "mine", opts()...)
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("error %v, want fenced (term 2 is another allocation's)", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if sent != 1 || answered != 1 {
+		t.Fatalf("%d deletes sent, %d answered when the claim returned; want 1 and 1", sent, answered)
 	}
 }
 

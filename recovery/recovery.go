@@ -293,9 +293,32 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 	} else {
 		close(ckptDone)
 	}
-	// Beside the marker's create, the newest candidate's manifest is read
-	// (the restore point is known by then); used only if it is still the
-	// first candidate once the seal returns.
+	// The checkpoint the survey expects to be the first candidate
+	// downloads beside the seal's walk and marker (its manifest GET beside
+	// the walk's first round, its files beside the marker's create):
+	// reads of immutable, checksummed objects, used only if it is the
+	// first candidate of the lineage the seal returns (seal.Hydrate
+	// decides, HydrateOptions.Prefetch), its files removed otherwise.
+	var pre *seal.Prefetch
+	if hydrating && opts.Lazy == nil {
+		if ref, ok := survey.Checkpoint(); ok {
+			po := seal.HydrateOptions{Options: so, Into: opts.Files, ChunkSize: opts.HydrateChunkSize}
+			if opts.Progress != nil {
+				po.Progress = func(p seal.Progress) { opts.Progress(Progress{Phase: "hydrate", Progress: p}) }
+			}
+			pre = seal.PrefetchCheckpoint(ctx, store, shard, ref, opts.Dir, po)
+		}
+	}
+	preTaken := false
+	defer func() {
+		if !preTaken {
+			pre.Discard()
+		}
+	}()
+	// Otherwise (no prefetch, or it fetches another checkpoint than the
+	// first candidate), beside the marker's create, the newest candidate's
+	// manifest is read (the restore point is known by then); used only if
+	// it is still the first candidate once the seal returns.
 	var manifests map[string]blobstore.Object
 	readManifest := func(ctx context.Context, lin seal.Lineage, restore seal.RestorePoint) {
 		<-ckptDone
@@ -303,7 +326,7 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 			return
 		}
 		cands := seal.CandidatesOf(ckpts, lin, restore.Gen)
-		if len(cands) == 0 {
+		if len(cands) == 0 || (pre != nil && cands[0] == pre.Ref()) {
 			return
 		}
 		key := seal.ManifestKey(cands[0].Term, cands[0].Gen)
@@ -362,7 +385,8 @@ func Open(ctx context.Context, store *blobstore.Container, shard string, term in
 			expected = cands[0].Gen
 		}
 		pf = prefetch(expected + 1)
-		ho := seal.HydrateOptions{Options: so, Candidates: cands, Accept: opts.AcceptCheckpoint, Into: opts.Files, Manifests: manifests, ChunkSize: opts.HydrateChunkSize}
+		ho := seal.HydrateOptions{Options: so, Candidates: cands, Accept: opts.AcceptCheckpoint, Into: opts.Files, Manifests: manifests, Prefetch: pre, ChunkSize: opts.HydrateChunkSize}
+		preTaken = true
 		if opts.Progress != nil {
 			ho.Progress = func(p seal.Progress) { opts.Progress(Progress{Phase: "hydrate", Progress: p}) }
 		}

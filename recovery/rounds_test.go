@@ -3,6 +3,8 @@ package recovery_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
+	"github.com/shardfence/shardfence/translog"
 )
 
 // TestNewShardOpensInSevenRequests: LIST fence/ and GET settings, the
@@ -149,5 +152,86 @@ func TestOpenNamesTheStepOfAFailureBesideTheClaim(t *testing.T) {
 	_, err = recovery.Open(ctx, store, shard, 2, "a2", options(nil))
 	if !errors.As(err, &re) || re.Step != "Settings" || !errors.Is(err, seal.ErrFencingMismatch) {
 		t.Fatalf("fenced open of an unfenced shard: %v, want a recovery error at Settings", err)
+	}
+}
+
+// TestCheckpointTakeoverDownloadsBesideTheMarker: a takeover with a
+// checkpoint reads the checkpoint's manifest beside the walk's first
+// poison and its file beside the seal marker's create (seal.Prefetch), and
+// still hydrates it. Each pair waits for the other; sent one after the
+// other, the open would stall and fail.
+func TestCheckpointTakeoverDownloadsBesideTheMarker(t *testing.T) {
+	ctx := context.Background()
+	fs := faulty.New(mem.New(), 1)
+	sh1 := open(t, fs.Container, 1, "a1", options(nil))
+	appendOps(t, sh1.Writer, "a")
+	appendOps(t, sh1.Writer, "b")
+	po := seal.PublishOptions{Options: seal.Options{Backoff: fastRetry}, NextSeqNo: 2}
+	if _, err := seal.PublishCheckpoint(ctx, fs.Container, sh1.Chain, 2, writeFiles(t, t.TempDir(), map[string]string{"state": "a,b"}), po); err != nil {
+		t.Fatal(err)
+	}
+	appendOps(t, sh1.Writer, "c")
+	closeW(t, sh1.Writer)
+
+	type meeting struct{ a, b chan struct{} }
+	newMeeting := func() meeting { return meeting{make(chan struct{}, 1), make(chan struct{}, 1)} }
+	meet := func(signal, wait chan struct{}) error {
+		select {
+		case signal <- struct{}{}:
+		default:
+		}
+		select {
+		case <-wait:
+			return nil
+		case <-time.After(5 * time.Second):
+			return errors.New("two requests of one round were not sent side by side")
+		}
+	}
+	poisonRound, markerRound := newMeeting(), newMeeting()
+	var mu sync.Mutex
+	met := map[string]int{}
+	fs.SetHooks(faulty.Hooks{Before: func(_ context.Context, r faulty.Request) error {
+		mu.Lock()
+		var m *meeting
+		side := 0
+		switch {
+		case r.Op == blobstore.OpCreateIfAbsent && r.Key == translog.MDKey(1, 4):
+			m = &poisonRound
+		case r.Op == blobstore.OpGet && r.Key == seal.ManifestKey(1, 2):
+			m, side = &poisonRound, 1
+		case r.Op == blobstore.OpCreateIfAbsent && r.Key == seal.MarkerKey(2):
+			m = &markerRound
+		case (r.Op == blobstore.OpGetRange || r.Op == blobstore.OpGet) && r.Key == seal.FilePrefix(1, 2)+"state":
+			m, side = &markerRound, 1
+		}
+		if m != nil {
+			met[r.Op.String()+" "+r.Key]++
+		}
+		mu.Unlock()
+		if m == nil {
+			return nil
+		}
+		if side == 0 {
+			return meet(m.a, m.b)
+		}
+		return meet(m.b, m.a)
+	}})
+	var l log
+	o := options(&l)
+	o.Dir = t.TempDir()
+	o.Backoff = fence.Backoff{Initial: time.Millisecond, Max: time.Millisecond, Attempts: 1}
+	sh, err := recovery.Open(ctx, fs.Container, shard, 2, "a2", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeW(t, sh.Writer)
+	if sh.Checkpoint == nil || sh.Checkpoint.Gen != 2 || len(sh.Refused) != 0 {
+		t.Fatalf("hydrated %+v (refused %v), want the gen-2 checkpoint", sh.Checkpoint, sh.Refused)
+	}
+	if got, err := os.ReadFile(filepath.Join(o.Dir, "state")); err != nil || string(got) != "a,b" {
+		t.Fatalf("state %q (%v), want a,b", got, err)
+	}
+	if len(met) != 4 {
+		t.Fatalf("requests of the two rounds: %v, want the poison, the manifest GET, the marker and the file read", met)
 	}
 }

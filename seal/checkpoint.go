@@ -325,11 +325,25 @@ type HydrateOptions struct {
 	// from its start, not the whole file. Default 16 MiB; negative: every
 	// file in one stream.
 	ChunkSize int64
+	// Prefetch, when set, is a download started before the candidates
+	// were known (PrefetchCheckpoint): Hydrate takes its outcome in place
+	// of downloading the first candidate when that is the checkpoint it
+	// fetched, and discards it (its files removed) otherwise. Accept
+	// still judges it here.
+	Prefetch *Prefetch
 }
 
 // DefaultChunkSize is HydrateOptions.ChunkSize's default: a 64 MiB file is
 // read as four range GETs at once.
 const DefaultChunkSize = 16 << 20
+
+// chunkSize is ChunkSize with its default.
+func (o HydrateOptions) chunkSize() int64 {
+	if o.ChunkSize == 0 {
+		return DefaultChunkSize
+	}
+	return o.ChunkSize
+}
 
 // Hydrated is the outcome of Hydrate.
 type Hydrated struct {
@@ -358,35 +372,56 @@ func Hydrate(ctx context.Context, store *blobstore.Container, shard string, lin 
 	if cands == nil {
 		var err error
 		if cands, err = Candidates(ctx, store, shard, lin, gen, opts.Options); err != nil {
+			opts.Prefetch.Discard()
 			return nil, err
 		}
 	}
+	pre := opts.Prefetch
+	if pre != nil && (len(cands) == 0 || cands[0] != pre.ref) {
+		pre.Discard()
+		pre = nil
+	}
 	out := &Hydrated{}
-	for _, c := range cands {
+	for i, c := range cands {
 		key := ManifestKey(c.Term, c.Gen)
-		obj, found := opts.Manifests[key]
-		if !found {
+		var m Manifest
+		var paths []string
+		var reason string
+		if i == 0 && pre != nil {
+			// The prefetch fetched this very checkpoint: its outcome is
+			// the download's.
+			pm, pp, pr, err := pre.wait()
+			if err != nil {
+				pre.Discard()
+				return nil, err
+			}
+			if pr != "" {
+				out.Refused = append(out.Refused, Refusal{Key: key, Reason: pr})
+				continue
+			}
+			m, paths = *pm, pp
+		} else {
+			obj, found := opts.Manifests[key]
+			if !found {
+				var err error
+				if obj, found, err = s.get(ctx, key); err != nil {
+					return nil, wrapErr("Hydrate", shard, key, c.Term, err)
+				}
+			}
+			if !found {
+				out.Refused = append(out.Refused, Refusal{Key: key, Reason: "manifest vanished (collected)"})
+				continue
+			}
 			var err error
-			if obj, found, err = s.get(ctx, key); err != nil {
+			m, err = DecodeManifest(shard, key, obj.Body)
+			if err != nil {
+				out.Refused = append(out.Refused, Refusal{Key: key, Reason: err.Error()})
+				continue
+			}
+			paths, reason, err = s.download(ctx, m, sink, opts.Progress, opts.chunkSize())
+			if err != nil {
 				return nil, wrapErr("Hydrate", shard, key, c.Term, err)
 			}
-		}
-		if !found {
-			out.Refused = append(out.Refused, Refusal{Key: key, Reason: "manifest vanished (collected)"})
-			continue
-		}
-		m, err := DecodeManifest(shard, key, obj.Body)
-		if err != nil {
-			out.Refused = append(out.Refused, Refusal{Key: key, Reason: err.Error()})
-			continue
-		}
-		chunk := opts.ChunkSize
-		if chunk == 0 {
-			chunk = DefaultChunkSize
-		}
-		paths, reason, err := s.download(ctx, m, sink, opts.Progress, chunk)
-		if err != nil {
-			return nil, wrapErr("Hydrate", shard, key, c.Term, err)
 		}
 		if reason != "" {
 			out.Refused = append(out.Refused, Refusal{Key: key, Reason: reason})

@@ -180,3 +180,22 @@ func TestCreateOnly(t *testing.T) {
 	}
 	runExpectations(t, es)
 }
+
+// createonly-first-open: w1's first open stores create-only fencing and
+// appends once; c2 opens through recovery.Open at term 2 once w1's fence
+// key exists, racing w1's seal. Not in any expectation list: the real code
+// loses w1's acknowledged op here (VERIFICATION.md, findings: a create-only
+// first writer acknowledges before any fence check, so a successor whose
+// LIST of seal/ came before w1's marker restores without it). Replay with
+// go test ./verify -run TestReplay -v -scenario createonly-first-open -seed 11
+func init() {
+	register(Scenario{
+		Name: "createonly-first-open",
+		Start: func(r *Run) Checker {
+			w := newWorld(true)
+			keyed := firstOpenKeyed(r, w, createOnlyWriterOpts())
+			recoverWrapped(r, w, "c2", 2, 0, false, createOnlyWriterOpts(), nil, keyed)
+			return lineageWorld{w}
+		},
+	})
+}

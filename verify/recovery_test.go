@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/mem"
@@ -43,10 +44,22 @@ func recoverAt(r *Run, w *world, actor string, term int64, n int, gate bool) {
 // recoverAtWith is recoverAt asking for the writer options wo (a first
 // open stores their fencing mode; a later one runs the stored mode).
 func recoverAtWith(r *Run, w *world, actor string, term int64, n int, gate bool, wo translog.Options) {
+	recoverWrapped(r, w, actor, term, n, gate, wo, nil, nil)
+}
+
+// recoverWrapped is recoverAtWith over wrap(store) when wrap is set, and,
+// when after is set, starting only once it is closed.
+func recoverWrapped(r *Run, w *world, actor string, term int64, n int, gate bool, wo translog.Options, wrap func(*blobstore.Container) *blobstore.Container, after <-chan struct{}) {
 	w.terms[actor] = term
 	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
 		if gate {
 			<-w.opened
+		}
+		if after != nil {
+			<-after
+		}
+		if wrap != nil {
+			store = wrap(store)
 		}
 		var ops []string
 		o := recoveryOpts(&ops)
@@ -188,21 +201,55 @@ func init() {
 // below its own as the predecessor, then seals from that survey, restores
 // the lineage and appends n ops. It starts at once, racing the first
 // primary's open.
-func earlySurveyRecovery(r *Run, w *world, actor string, term int64, n int) {
+//
+// With atDelete, the survey goes out with the claim's delete of the lower
+// key instead (beside the create, the round before the verifying LIST),
+// not once the delete was acknowledged: the delete moved a round earlier,
+// the reads did not have to, and this successor shows why they cannot.
+func earlySurveyRecovery(r *Run, w *world, actor string, term int64, n int, atDelete bool, after <-chan struct{}) {
 	w.terms[actor] = term
 	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
+		if after != nil {
+			<-after
+		}
 		so := seal.Options{Clock: fence.NewAutoClock(), Backoff: backoff}
+		var sv *seal.Survey
+		var svErr error
+		var hooks fence.Hooks
+		if !atDelete {
+			hooks.Before = func(ctx context.Context) error {
+				sv, svErr = seal.TakeSurvey(ctx, store, Shard, term, []int64{term - 1}, so)
+				return svErr
+			}
+		} else {
+			// The survey starts when the claim sends its first delete of
+			// a lower fence key; the Swept hook takes it as it is.
+			var surveyed chan struct{}
+			store = store.With("", func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
+				if t, ok := fence.ParseKey(call.Key); ok && call.Op == blobstore.OpDelete && t < term && surveyed == nil {
+					surveyed = make(chan struct{})
+					go func() {
+						defer close(surveyed)
+						sv, svErr = seal.TakeSurvey(ctx, store, Shard, term, []int64{t}, so)
+					}()
+				}
+				return next(ctx, call)
+			})
+			hooks.Swept = func(ctx context.Context, swept []int64) error {
+				if surveyed == nil {
+					sv, svErr = seal.TakeSurvey(ctx, store, Shard, term, swept, so)
+					return svErr
+				}
+				<-surveyed
+				return svErr
+			}
+		}
 		in, err := fence.NewInstance(store, Shard, actor, claimOpts()...)
 		if err != nil {
 			w.fail(r, "%s: %v", actor, err)
 			return
 		}
-		var sv *seal.Survey
-		chain, err := in.ClaimWith(ctx, term, fence.Hooks{Before: func(ctx context.Context) error {
-			var err error
-			sv, err = seal.TakeSurvey(ctx, store, Shard, term, []int64{term - 1}, so)
-			return err
-		}})
+		chain, err := in.ClaimWith(ctx, term, hooks)
 		w.claimResult(r, actor, term, err)
 		if err != nil {
 			return
@@ -259,7 +306,154 @@ func init() {
 		Start: func(r *Run) Checker {
 			w := newWorld(true)
 			successorRecovery(r, w, "w1", 1, 1)
-			earlySurveyRecovery(r, w, "c2", 2, 0)
+			earlySurveyRecovery(r, w, "c2", 2, 0, false, nil)
+			return lineageWorld{w}
+		},
+	})
+	// The claim's delete goes beside its create (docs/PROTOCOL.md,
+	// section 4), the seal's reads still after the delete was
+	// acknowledged. Sent beside the delete, the reads are refuted the
+	// same way: w1 opens and acknowledges after c2's LIST of seal/ and
+	// before c2's delete of its key lands.
+	//
+	// Both successors start once w1's fence key was created, so their
+	// first LIST lists it and their claim deletes it beside its create;
+	// recovery-claimed-first-open is the real recovery.Open in that race.
+	register(Scenario{
+		Name: "wrong-survey-beside-delete",
+		Start: func(r *Run) Checker {
+			w := newWorld(true)
+			keyed := firstOpenKeyed(r, w, writerOpts(translog.Concurrent))
+			earlySurveyRecovery(r, w, "c2", 2, 0, true, keyed)
+			return lineageWorld{w}
+		},
+	})
+	for _, faults := range []int{0, 1} {
+		name := "recovery-claimed-first-open"
+		if faults > 0 {
+			name += "-faults"
+		}
+		register(Scenario{
+			Name:   name,
+			Faults: faults,
+			Start: func(r *Run) Checker {
+				w := newWorld(true)
+				keyed := firstOpenKeyed(r, w, writerOpts(translog.Concurrent))
+				recoverWrapped(r, w, "c2", 2, 0, false, writerOpts(translog.Concurrent), nil, keyed)
+				return lineageWorld{w}
+			},
+		})
+	}
+}
+
+// firstOpenKeyed starts w1's first open at term 1 (one append, writer
+// options wo) and returns a channel closed once w1's create of its fence
+// key was answered ok.
+func firstOpenKeyed(r *Run, w *world, wo translog.Options) <-chan struct{} {
+	keyed := make(chan struct{})
+	var once bool
+	wrap := func(c *blobstore.Container) *blobstore.Container {
+		return c.With("", func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
+			res, err := next(ctx, call)
+			if call.Op == blobstore.OpCreateIfAbsent && call.Key == fence.Key(1) && err == nil && !once {
+				once = true
+				close(keyed)
+			}
+			return res, err
+		})
+	}
+	recoverWrapped(r, w, "w1", 1, 1, false, wo, wrap, nil)
+	return keyed
+}
+
+// markerBesidePoison is a wrong successor: it claims term with the real
+// claim, lists the md of term 1 and sends the poison of the first missing
+// generation and its seal marker side by side, the marker naming the
+// generation before the poison as its restore point, as if the poison
+// will land. When the poison loses (w1's md is already there) the marker
+// is wrong and cannot be taken back: this successor notices and stands
+// down without opening, but the next term restores from its marker (the
+// final lineage check runs the real recovery.Open at a higher term) and
+// loses what w1 acknowledged at that generation. The seal's marker must wait for the poison's answer
+// (docs/PROTOCOL.md, section 4, "the claim's rounds").
+func markerBesidePoison(r *Run, w *world, actor string, term int64) {
+	w.terms[actor] = term
+	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
+		<-w.opened
+		chain, err := fence.Claim(ctx, store, Shard, term, actor, claimOpts()...)
+		w.claimResult(r, actor, term, err)
+		if err != nil {
+			return
+		}
+		clock := fence.NewAutoClock()
+		var gens []int64
+		if err := fence.Retry(ctx, clock, backoff, func(ctx context.Context) error {
+			var err error
+			gens, err = translog.NewReader(store, Shard).Gens(ctx, 1)
+			return err
+		}); err != nil {
+			w.fail(r, "%s: list md: %v", actor, err)
+			return
+		}
+		m := int64(0)
+		for _, g := range gens {
+			if g == m+1 {
+				m = g
+			}
+		}
+		want := seal.Marker{Shard: Shard, Term: term, Allocation: chain.Allocation(),
+			Restore:  seal.RestorePoint{Term: 1, Gen: m},
+			Poisoned: translog.MDKey(1, m+1), Prev: seal.MarkerKey(1)}
+		if m > 0 {
+			want.Restore.MDKey = translog.MDKey(1, m)
+		}
+		marker, err := want.Encode()
+		if err != nil {
+			w.fail(r, "%s: %v", actor, err)
+			return
+		}
+		poison, err := translog.EncodePoison(Shard, 1, m+1, term)
+		if err != nil {
+			w.fail(r, "%s: %v", actor, err)
+			return
+		}
+		var wg sync.WaitGroup
+		var poisonErr, markerErr error
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			poisonErr = fence.Retry(ctx, clock, backoff, func(ctx context.Context) error {
+				_, err := store.CreateIfAbsent(ctx, translog.MDKey(1, m+1), poison)
+				return err
+			})
+		}()
+		go func() {
+			defer wg.Done()
+			markerErr = fence.Retry(ctx, clock, backoff, func(ctx context.Context) error {
+				_, err := store.CreateIfAbsent(ctx, seal.MarkerKey(term), marker)
+				return err
+			})
+		}()
+		wg.Wait()
+		if markerErr != nil && !errors.Is(markerErr, blobstore.ErrAlreadyExists) {
+			w.fail(r, "%s: marker: %v", actor, markerErr)
+			return
+		}
+		if poisonErr != nil {
+			r.Note("%s: its poison at gen %d lost (%s): it stands down, its marker stays", actor, m+1, reason(poisonErr))
+			return
+		}
+		r.Note("%s: poison at gen %d landed beside its marker", actor, m+1)
+	})
+}
+
+func init() {
+	register(Scenario{
+		Name: "wrong-marker-beside-poison",
+		Start: func(r *Run) Checker {
+			w := newWorld(true)
+			successorRecovery(r, w, "w1", 1, 1)
+			markerBesidePoison(r, w, "c2", 2)
 			return lineageWorld{w}
 		},
 	})

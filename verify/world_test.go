@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -247,12 +248,24 @@ func (w *world) Check(r *Run) error {
 		}
 	}
 	// AckOrder: at its ack, every generation of the writer up to the
-	// acked one is durable as this writer's sync record.
+	// acked one is durable as this writer's sync record, or, once GC cut
+	// the translog below a checkpoint of the term, as that checkpoint
+	// (PROTOCOL.md section 8: durable; section 7: GC deletes md at or
+	// below the newest complete checkpoint).
 	for ; w.checked < len(w.acks); w.checked++ {
 		a := w.acks[w.checked]
+		covered := int64(0)
+		for _, k := range r.Store.Keys(layout.ManifestTermPrefix(a.term)) {
+			if p, ok := layout.ParseManifestKey(k); ok && p.Term == a.term {
+				covered = max(covered, p.Gen)
+			}
+		}
 		for g := w.startGen[a.actor]; g <= a.gen; g++ {
 			key := translog.MDKey(a.term, g)
 			body, ok := r.Store.Get(key)
+			if !ok && g <= covered {
+				continue
+			}
 			if !ok {
 				return fmt.Errorf("AckOrder: %s acked %s (gen %d) but %s does not exist", a.actor, a.op, a.gen, DescribeKey(key))
 			}
