@@ -1,0 +1,554 @@
+// Package fleetbench measures how large a fleet one master carries: a
+// primary master and a hot standby, each its own process over a real
+// store, and many sidecar nodes simulated in this process that speak the
+// master's API as sidecar/agent does (RegisterNode, Ping at the interval
+// the master names, WatchAssignments, ReportShard) but open nothing: a
+// node reports every shard it is assigned open at once.
+//
+// It assigns auto-restore shards through AssignShard as `shardfence master
+// assign --auto-restore` does, then measures the primary's CPU and memory
+// at steady state (pings only), the store requests and bytes both masters
+// send per hour, the time to move the shards of one node that stops
+// pinging, and the time for the standby, once the primary is killed, to
+// serve the whole table.
+package fleetbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
+	"github.com/shardfence/shardfence/blobstore/metered"
+	"github.com/shardfence/shardfence/internal/cost"
+)
+
+// Proc is a master process the bench started.
+type Proc struct {
+	// Base is its API URL (http://HOST:PORT); it serves /metrics and, for
+	// the profile, /debug/pprof there.
+	Base string
+	// Kill SIGKILLs it and waits for it to exit.
+	Kill func()
+}
+
+// Config is one run.
+type Config struct {
+	// Nodes and Shards size the fleet; LostShards of the shards are
+	// assigned to the node that is then lost (the rest go where the
+	// master places them, the least loaded node).
+	Nodes, Shards, LostShards int
+	// Store is the store URL (redacted) the nodes register: the shards'
+	// store. Where names the masters' store in the table.
+	Store, Where string
+	// StartMaster starts master name of the cluster, a standby or not.
+	StartMaster func(ctx context.Context, name string, standby bool) (Proc, error)
+	// ElectionTimeout is the masters' --election-timeout, subtracted from
+	// the promotion figure.
+	ElectionTimeout time.Duration
+	// Steady is the measuring window at steady state.
+	Steady time.Duration
+	// Registrations and Assigns are how many run at once.
+	Registrations, Assigns int
+	// ProfileDir, when set, receives master.pprof: the primary's CPU
+	// profile over the steady window (the master needs --pprof).
+	ProfileDir string
+	// Price prices the store requests.
+	Price cost.Price
+	// Progress gets a line per phase.
+	Progress io.Writer
+}
+
+// Result is what a run measured, and what it checked.
+type Result struct {
+	Nodes, Shards int
+	Register      time.Duration // every node registered and active
+	Assign        time.Duration // every shard assigned, durably
+	Opened        time.Duration // from the first assign to every shard reported open
+	// Steady state, over the window.
+	Window                 time.Duration
+	PingsPerSec            float64
+	CPU, StandbyCPU        float64 // CPU seconds per wall second
+	RSS, StandbyRSS        float64 // bytes
+	Heap                   float64 // the primary's Go heap in use, bytes
+	Goroutines             float64
+	PutPerHour, GetPerHour float64 // both masters' store requests
+	BytesPerHour           float64 // body bytes written by both
+	LogGensPerHour         float64 // the primary's log generations
+	USDPerHour             float64
+	// The lost node.
+	LostNode    string
+	LostShards  int
+	ActiveTTL   time.Duration
+	SuspicionTT time.Duration
+	Move        time.Duration // its last answered ping to all its shards open elsewhere
+	MovedOpen   int           // of its shards, open on another node at the end
+	// Promotion.
+	Promote       time.Duration // kill of the primary to the standby serving the whole table
+	PromotedRows  int           // shards in the promoted master's first complete answer
+	PromotedNodes int
+	SameOwners    int           // of those, with the node, term and allocation the primary had
+	Refleet       time.Duration // kill to every live node registered with the new primary and every shard open
+}
+
+// Run runs the bench and prints its table to w.
+func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
+	if cfg.Nodes < 2 || cfg.Shards < 1 || cfg.LostShards < 1 || cfg.LostShards > cfg.Shards {
+		return nil, errors.New("fleetbench: need at least 2 nodes, 1 shard, and 1..shards lost shards")
+	}
+	if cfg.Registrations < 1 {
+		cfg.Registrations = 32
+	}
+	if cfg.Assigns < 1 {
+		cfg.Assigns = 16
+	}
+	progress := cfg.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	say := func(format string, args ...any) {
+		fmt.Fprintf(progress, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+	}
+	res := &Result{Nodes: cfg.Nodes, Shards: cfg.Shards}
+	hc := &http.Client{Timeout: 30 * time.Second}
+
+	primary, err := cfg.StartMaster(ctx, "m1", false)
+	if err != nil {
+		return nil, err
+	}
+	defer primary.Kill()
+	pfc := masterv1connect.NewMasterFleetServiceClient(hc, primary.Base)
+	if err := poll(ctx, 30*time.Second, "the primary to serve", func() bool {
+		_, err := pfc.ListNodes(ctx, connect.NewRequest(&masterv1.ListNodesRequest{}))
+		return err == nil
+	}); err != nil {
+		return nil, err
+	}
+	standby, err := cfg.StartMaster(ctx, "m2", true)
+	if err != nil {
+		return nil, err
+	}
+	defer standby.Kill()
+	masters := []string{primary.Base, standby.Base}
+	say("masters serving: primary %s, standby %s", primary.Base, standby.Base)
+
+	// The nodes: registered a few at a time, as a fleet that starts.
+	var pings atomic.Int64
+	nctx, stopNodes := context.WithCancel(ctx)
+	defer stopNodes()
+	nodes := make([]*simNode, cfg.Nodes)
+	cancels := make([]context.CancelFunc, cfg.Nodes)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stopNodes()
+	start := time.Now()
+	sem := make(chan struct{}, cfg.Registrations)
+	for i := range nodes {
+		n := newSimNode(fmt.Sprintf("sim-%05d", i), cfg.Store, masters, &pings)
+		nodes[i] = n
+		c, cancel := context.WithCancel(nctx)
+		cancels[i] = cancel
+		registered := make(chan struct{})
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.run(c, registered)
+		}()
+		select {
+		case <-registered:
+		case <-time.After(10 * time.Second):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		<-sem
+	}
+	if err := poll(ctx, 2*time.Minute, "every node to be active", func() bool {
+		return activeNodes(ctx, pfc) == cfg.Nodes
+	}); err != nil {
+		return nil, err
+	}
+	res.Register = time.Since(start)
+	say("%d nodes active in %v", cfg.Nodes, res.Register.Round(time.Millisecond))
+
+	// The shards: the lost node's first, by name, then the rest where the
+	// master places them.
+	lost := nodes[0]
+	res.LostNode, res.LostShards = lost.name, cfg.LostShards
+	start = time.Now()
+	var next atomic.Int64
+	var assignErr error
+	var errOnce sync.Once
+	var aw sync.WaitGroup
+	for range cfg.Assigns {
+		aw.Add(1)
+		go func() {
+			defer aw.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= cfg.Shards || ctx.Err() != nil {
+					return
+				}
+				req := &masterv1.AssignShardRequest{Shard: shardName(i), AutoRestore: true, Takeover: masterv1.TakeoverPoint_TAKEOVER_POINT_OFFLINE}
+				if i < cfg.LostShards {
+					req.Node = lost.name
+				}
+				if _, err := pfc.AssignShard(ctx, connect.NewRequest(req)); err != nil {
+					errOnce.Do(func() { assignErr = fmt.Errorf("assign %s: %w", req.Shard, err) })
+					return
+				}
+			}
+		}()
+	}
+	aw.Wait()
+	if assignErr != nil {
+		return nil, assignErr
+	}
+	res.Assign = time.Since(start)
+	say("%d shards assigned in %v", cfg.Shards, res.Assign.Round(time.Millisecond))
+	var table map[string]*masterv1.ShardInfo
+	if err := poll(ctx, 5*time.Minute, "every shard to be reported open", func() bool {
+		table, _ = listShards(ctx, pfc)
+		return countOpen(table) == cfg.Shards
+	}); err != nil {
+		return nil, fmt.Errorf("%w (%d of %d open)", err, countOpen(table), cfg.Shards)
+	}
+	res.Opened = time.Since(start)
+	say("every shard open %v after the first assign", res.Opened.Round(time.Millisecond))
+
+	// Steady state: pings only.
+	settle := min(cfg.Steady, 5*time.Second)
+	if err := sleep(ctx, settle); err != nil {
+		return nil, err
+	}
+	say("measuring steady state for %v", cfg.Steady)
+	var profile []byte
+	var profErr error
+	profDone := make(chan struct{})
+	if cfg.ProfileDir != "" {
+		go func() {
+			defer close(profDone)
+			profile, profErr = fetchProfile(ctx, primary.Base, cfg.Steady)
+		}()
+	} else {
+		close(profDone)
+	}
+	p0, err := scrape(ctx, hc, primary.Base)
+	if err != nil {
+		return nil, err
+	}
+	s0, err := scrape(ctx, hc, standby.Base)
+	if err != nil {
+		return nil, err
+	}
+	pings0, t0 := pings.Load(), time.Now()
+	if err := sleep(ctx, cfg.Steady); err != nil {
+		return nil, err
+	}
+	p1, err := scrape(ctx, hc, primary.Base)
+	if err != nil {
+		return nil, err
+	}
+	s1, err := scrape(ctx, hc, standby.Base)
+	if err != nil {
+		return nil, err
+	}
+	pings1, t1 := pings.Load(), time.Now()
+	<-profDone
+	if profErr != nil {
+		return nil, fmt.Errorf("CPU profile of the primary (does it run with --pprof?): %w", profErr)
+	}
+	if profile != nil {
+		if err := os.WriteFile(filepath.Join(cfg.ProfileDir, "master.pprof"), profile, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	secs := t1.Sub(t0).Seconds()
+	res.Window = t1.Sub(t0)
+	res.PingsPerSec = float64(pings1-pings0) / secs
+	res.CPU = delta(p0, p1, "process_cpu_seconds_total", nil) / secs
+	res.StandbyCPU = delta(s0, s1, "process_cpu_seconds_total", nil) / secs
+	res.RSS, res.StandbyRSS = gauge(p1, "process_resident_memory_bytes"), gauge(s1, "process_resident_memory_bytes")
+	res.Heap, res.Goroutines = gauge(p1, "go_memstats_heap_inuse_bytes"), gauge(p1, "go_goroutines")
+	putOps := map[string]bool{"Put": true, "CreateIfAbsent": true, "CompareAndSwap": true, "List": true}
+	getOps := map[string]bool{"Get": true, "Stat": true, "GetRange": true}
+	hour := 3600 / secs
+	for _, m := range [][2]map[string]*dto.MetricFamily{{p0, p1}, {s0, s1}} {
+		res.PutPerHour += hour * delta(m[0], m[1], metered.RequestsMetric, func(l map[string]string) bool { return putOps[l["op"]] })
+		res.GetPerHour += hour * delta(m[0], m[1], metered.RequestsMetric, func(l map[string]string) bool { return getOps[l["op"]] })
+		res.BytesPerHour += hour * delta(m[0], m[1], metered.BytesMetric, func(l map[string]string) bool { return l["direction"] == "write" })
+	}
+	res.LogGensPerHour = hour * delta(p0, p1, "shardfence_master_oplog_appends_total", nil)
+	res.USDPerHour = res.PutPerHour/1000*cfg.Price.PutPer1k + res.GetPerHour/1000*cfg.Price.GetPer1k
+	say("steady: %.0f pings/s, primary CPU %.3f s/s, RSS %.0f MiB", res.PingsPerSec, res.CPU, res.RSS/(1<<20))
+
+	// The lost node: it stops pinging and watching (its process froze or
+	// its host is gone); its shards move once the master takes it offline.
+	mine := map[string]bool{}
+	for name, s := range table {
+		if s.GetAssignment().GetNode() == lost.name {
+			mine[name] = true
+		}
+	}
+	if len(mine) < cfg.LostShards {
+		return nil, fmt.Errorf("node %s owns %d shards, not the %d assigned to it", lost.name, len(mine), cfg.LostShards)
+	}
+	// The master may have placed a few more there (the least loaded).
+	res.LostShards = len(mine)
+	cancels[0]()
+	lastPing := lost.lastPingAt()
+	say("node %s stopped (last ping %v ago), %d shards to move", lost.name, time.Since(lastPing).Round(time.Millisecond), len(mine))
+	if err := poll(ctx, 5*time.Minute, "the lost node's shards to open elsewhere", func() bool {
+		table, _ = listShards(ctx, pfc)
+		res.MovedOpen = 0
+		for name := range mine {
+			s := table[name]
+			if s != nil && s.GetState() == "open" && s.GetAssignment().GetNode() != lost.name && s.GetAssignment().GetNode() != "" {
+				res.MovedOpen++
+			}
+		}
+		return res.MovedOpen == len(mine)
+	}); err != nil {
+		return nil, fmt.Errorf("%w (%d of %d open elsewhere)", err, res.MovedOpen, len(mine))
+	}
+	res.Move = time.Since(lastPing)
+	say("the lost node's shards open elsewhere %v after its last ping", res.Move.Round(time.Millisecond))
+	res.ActiveTTL, res.SuspicionTT = lost.ttls()
+
+	// Promotion: the table as the primary has it, then kill it and ask
+	// the standby until it answers with the whole table.
+	if err := sleep(ctx, time.Second); err != nil {
+		return nil, err
+	}
+	before, err := listShards(ctx, pfc)
+	if err != nil {
+		return nil, err
+	}
+	sfc := masterv1connect.NewMasterFleetServiceClient(&http.Client{Timeout: 5 * time.Second}, standby.Base)
+	killed := time.Now()
+	primary.Kill()
+	say("primary killed; waiting for the standby to serve %d shards", len(before))
+	var after map[string]*masterv1.ShardInfo
+	if err := poll(ctx, 2*time.Minute, "the promoted standby to serve the whole table", func() bool {
+		rows, err := listShards(ctx, sfc)
+		if err != nil || len(rows) < len(before) {
+			return false
+		}
+		ns, err := sfc.ListNodes(ctx, connect.NewRequest(&masterv1.ListNodesRequest{}))
+		if err != nil {
+			return false
+		}
+		after, res.PromotedNodes = rows, len(ns.Msg.GetNodes())
+		return res.PromotedNodes >= cfg.Nodes-1
+	}); err != nil {
+		return nil, err
+	}
+	res.Promote = time.Since(killed)
+	res.PromotedRows = len(after)
+	for name, b := range before {
+		a := after[name].GetAssignment()
+		if a != nil && a.GetNode() == b.GetAssignment().GetNode() && a.GetTerm() == b.GetAssignment().GetTerm() && a.GetAllocation() == b.GetAssignment().GetAllocation() {
+			res.SameOwners++
+		}
+	}
+	say("the standby serves the whole table %v after the kill", res.Promote.Round(time.Millisecond))
+	if err := poll(ctx, 2*time.Minute, "every live node to register with the new primary and every shard to be open", func() bool {
+		if activeNodes(ctx, sfc) < cfg.Nodes-1 {
+			return false
+		}
+		rows, err := listShards(ctx, sfc)
+		return err == nil && countOpen(rows) == cfg.Shards
+	}); err != nil {
+		return nil, err
+	}
+	res.Refleet = time.Since(killed)
+	say("every live node back and every shard open %v after the kill", res.Refleet.Round(time.Millisecond))
+	stopNodes()
+	printTable(w, cfg, res)
+	return res, nil
+}
+
+func shardName(i int) string { return fmt.Sprintf("fleet-%06d", i) }
+
+func printTable(w io.Writer, cfg Config, r *Result) {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }
+	mib := func(b float64) string { return fmt.Sprintf("%.0f MiB", b/(1<<20)) }
+	fmt.Fprintf(w, "fleet: %d nodes, %d auto-restore shards, masters over %s (a primary and a standby, separate processes)\n\n", r.Nodes, r.Shards, cfg.Where)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "register all\tassign all\tall open\tpings/s\tprimary CPU (s/s)\tCPU per ping\tprimary RSS\tprimary heap\tgoroutines\tstandby CPU (s/s)\tstandby RSS\t")
+	perPing := math.NaN()
+	if r.PingsPerSec > 0 {
+		perPing = r.CPU / r.PingsPerSec * 1e6
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.3f\t%.0f µs\t%s\t%s\t%.0f\t%.3f\t%s\t\n", ms(r.Register), ms(r.Assign), ms(r.Opened), r.PingsPerSec, r.CPU, perPing,
+		mib(r.RSS), mib(r.Heap), r.Goroutines, r.StandbyCPU, mib(r.StandbyRSS))
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "store PUT-class/h\tGET-class/h\tbytes written/h\tlog generations/h\tUSD/h (%s)\tUSD/month\t\n", cfg.Price.Name())
+	fmt.Fprintf(tw, "%.0f\t%.0f\t%.1f MB\t%.0f\t%.4f\t%.2f\t\n", r.PutPerHour, r.GetPerHour, r.BytesPerHour/1e6, r.LogGensPerHour, r.USDPerHour, r.USDPerHour*730)
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	detect := r.ActiveTTL + r.SuspicionTT
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "lost node's shards\tactive + suspicion TTL\tlast ping to all open elsewhere\tbeyond detection\t")
+	fmt.Fprintf(tw, "%d\t%v\t%s\t%s\t\n", r.LostShards, detect, ms(r.Move), ms(r.Move-detect))
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "election timeout\tkill to whole table served\tminus the timeout\tshards\tnodes\tsame owner and term\tkill to every node back, all open\t")
+	fmt.Fprintf(tw, "%v\t%s\t%s\t%d\t%d\t%d\t%s\t\n", cfg.ElectionTimeout, ms(r.Promote), ms(r.Promote-cfg.ElectionTimeout), r.PromotedRows, r.PromotedNodes, r.SameOwners, ms(r.Refleet))
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "missed"
+	}
+	fmt.Fprintf(w, "target lost node: all open elsewhere within detection + 1 s (%v): %s (%s)\n", detect+time.Second, ms(r.Move), verdict(r.Move <= detect+time.Second))
+	fmt.Fprintf(w, "target promotion: whole table served within the election timeout + 2 s (%v): %s (%s)\n", cfg.ElectionTimeout+2*time.Second, ms(r.Promote), verdict(r.Promote <= cfg.ElectionTimeout+2*time.Second))
+}
+
+func poll(ctx context.Context, limit time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fleetbench: waited %v for %s", limit, what)
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+func listShards(ctx context.Context, fc masterv1connect.MasterFleetServiceClient) (map[string]*masterv1.ShardInfo, error) {
+	res, err := fc.ListShards(ctx, connect.NewRequest(&masterv1.ListShardsRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*masterv1.ShardInfo, len(res.Msg.GetShards()))
+	for _, s := range res.Msg.GetShards() {
+		out[s.GetAssignment().GetShard()] = s
+	}
+	return out, nil
+}
+
+func countOpen(rows map[string]*masterv1.ShardInfo) int {
+	n := 0
+	for _, s := range rows {
+		if s.GetState() == "open" {
+			n++
+		}
+	}
+	return n
+}
+
+func activeNodes(ctx context.Context, fc masterv1connect.MasterFleetServiceClient) int {
+	res, err := fc.ListNodes(ctx, connect.NewRequest(&masterv1.ListNodesRequest{}))
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, nd := range res.Msg.GetNodes() {
+		if nd.GetState() == "active" {
+			n++
+		}
+	}
+	return n
+}
+
+func scrape(ctx context.Context, hc *http.Client, base string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s/metrics: %s", base, res.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(res.Body)
+}
+
+func fetchProfile(ctx context.Context, base string, d time.Duration) ([]byte, error) {
+	secs := max(int(d.Round(time.Second)/time.Second), 1)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, secs), nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := (&http.Client{Timeout: d + time.Minute}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s/debug/pprof/profile: %s", base, res.Status)
+	}
+	return io.ReadAll(res.Body)
+}
+
+// delta is a counter's increase between two scrapes, over the series keep
+// accepts (nil: all).
+func delta(a, b map[string]*dto.MetricFamily, name string, keep func(map[string]string) bool) float64 {
+	sum := func(fams map[string]*dto.MetricFamily) float64 {
+		var s float64
+		f := fams[name]
+		if f == nil {
+			return 0
+		}
+		for _, m := range f.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if keep != nil && !keep(l) {
+				continue
+			}
+			if c := m.GetCounter(); c != nil {
+				s += c.GetValue()
+			} else {
+				s += m.GetUntyped().GetValue()
+			}
+		}
+		return s
+	}
+	return sum(b) - sum(a)
+}
+
+func gauge(fams map[string]*dto.MetricFamily, name string) float64 {
+	f := fams[name]
+	if f == nil || len(f.GetMetric()) == 0 {
+		return math.NaN()
+	}
+	return f.GetMetric()[0].GetGauge().GetValue()
+}
