@@ -83,6 +83,8 @@ type Result struct {
 	// Steady state, over the window.
 	Window                 time.Duration
 	PingsPerSec            float64
+	PingErrors             int64   // pings that failed in the window
+	Registrations          int64   // nodes that registered (again) in the window
 	CPU, StandbyCPU        float64 // CPU seconds per wall second
 	RSS, StandbyRSS        float64 // bytes
 	Heap                   float64 // the primary's Go heap in use, bytes
@@ -149,6 +151,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 
 	// The nodes: registered a few at a time, as a fleet that starts.
 	var pings atomic.Int64
+	var st stats
 	nctx, stopNodes := context.WithCancel(ctx)
 	defer stopNodes()
 	nodes := make([]*simNode, cfg.Nodes)
@@ -159,7 +162,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 	start := time.Now()
 	sem := make(chan struct{}, cfg.Registrations)
 	for i := range nodes {
-		n := newSimNode(fmt.Sprintf("sim-%05d", i), cfg.Store, masters, &pings)
+		n := newSimNode(fmt.Sprintf("sim-%05d", i), cfg.Store, masters, &pings, &st)
 		nodes[i] = n
 		c, cancel := context.WithCancel(nctx)
 		cancels[i] = cancel
@@ -256,7 +259,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	pings0, t0 := pings.Load(), time.Now()
+	pings0, errs0, sess0, t0 := pings.Load(), st.pingErrs.Load(), st.sessions.Load(), time.Now()
 	if err := sleep(ctx, cfg.Steady); err != nil {
 		return nil, err
 	}
@@ -268,7 +271,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	pings1, t1 := pings.Load(), time.Now()
+	pings1, errs1, sess1, t1 := pings.Load(), st.pingErrs.Load(), st.sessions.Load(), time.Now()
 	<-profDone
 	if profErr != nil {
 		return nil, fmt.Errorf("CPU profile of the primary (does it run with --pprof?): %w", profErr)
@@ -281,6 +284,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 	secs := t1.Sub(t0).Seconds()
 	res.Window = t1.Sub(t0)
 	res.PingsPerSec = float64(pings1-pings0) / secs
+	res.PingErrors, res.Registrations = errs1-errs0, sess1-sess0
 	res.CPU = delta(p0, p1, "process_cpu_seconds_total", nil) / secs
 	res.StandbyCPU = delta(s0, s1, "process_cpu_seconds_total", nil) / secs
 	res.RSS, res.StandbyRSS = gauge(p1, "process_resident_memory_bytes"), gauge(s1, "process_resident_memory_bytes")
@@ -295,7 +299,10 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 	}
 	res.LogGensPerHour = hour * delta(p0, p1, "shardfence_master_oplog_appends_total", nil)
 	res.USDPerHour = res.PutPerHour/1000*cfg.Price.PutPer1k + res.GetPerHour/1000*cfg.Price.GetPer1k
-	say("steady: %.0f pings/s, primary CPU %.3f s/s, RSS %.0f MiB", res.PingsPerSec, res.CPU, res.RSS/(1<<20))
+	st.mu.Lock()
+	say("steady: %.0f pings/s answered (%d failed, last error %q; %d registrations), primary CPU %.3f s/s, RSS %.0f MiB",
+		res.PingsPerSec, res.PingErrors, st.lastErr, res.Registrations, res.CPU, res.RSS/(1<<20))
+	st.mu.Unlock()
 
 	// The lost node: it stops pinging and watching (its process froze or
 	// its host is gone); its shards move once the master takes it offline.

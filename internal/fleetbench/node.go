@@ -32,6 +32,7 @@ type simNode struct {
 	hc      *http.Client
 	finder  *client.Masters
 	pings   *atomic.Int64 // answered pings, every node's
+	stats   *stats
 
 	mu       sync.Mutex
 	session  string
@@ -45,13 +46,27 @@ type simNode struct {
 	kick     chan struct{}
 }
 
-func newSimNode(name, store string, masters []string, pings *atomic.Int64) *simNode {
+// stats count what went wrong, every node's.
+type stats struct {
+	pingErrs, remounts, sessions atomic.Int64
+	mu                           sync.Mutex
+	lastErr                      string
+}
+
+func (s *stats) fail(err error) {
+	s.pingErrs.Add(1)
+	s.mu.Lock()
+	s.lastErr = err.Error()
+	s.mu.Unlock()
+}
+
+func newSimNode(name, store string, masters []string, pings *atomic.Int64, st *stats) *simNode {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	hc := &http.Client{Transport: tr}
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return &simNode{name: name, addr: "http://" + name + ".invalid:7400", store: store, masters: masters, hc: hc,
-		finder: client.NewMasters(hc, masters), pings: pings, session: hex.EncodeToString(b),
+		finder: client.NewMasters(hc, masters), pings: pings, stats: st, session: hex.EncodeToString(b),
 		desired: map[string]*masterv1.NodeAssignment{}, reported: map[string]string{}, kick: make(chan struct{}, 1)}
 }
 
@@ -133,6 +148,7 @@ func (n *simNode) session1(ctx context.Context, url string, registered func()) e
 	clear(n.reported)
 	n.mu.Unlock()
 	registered()
+	n.stats.sessions.Add(1)
 	ctx, cancel = context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 2)
@@ -157,10 +173,12 @@ func (n *simNode) pingLoop(ctx context.Context, pc masterv1connect.MasterService
 		case err != nil && isNotPrimary(err):
 			return err
 		case err != nil:
+			n.stats.fail(err)
 			if time.Since(lastOK) >= max(activeTTL, 4*interval) || n.elsewhere(ctx, url, min(max(interval, defaultInterval), time.Second)) {
 				return err
 			}
 		case res.Msg.GetStatus() == masterv1.PingStatus_PING_STATUS_NEED_REMOUNT:
+			n.stats.remounts.Add(1)
 			return errReregister
 		default:
 			lastOK = time.Now()
