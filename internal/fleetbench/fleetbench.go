@@ -35,6 +35,7 @@ import (
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	"github.com/shardfence/shardfence/blobstore/metered"
+	"github.com/shardfence/shardfence/client"
 	"github.com/shardfence/shardfence/internal/cost"
 )
 
@@ -90,6 +91,7 @@ type Result struct {
 	Heap                   float64 // the primary's Go heap in use, bytes
 	Goroutines             float64
 	PutPerHour, GetPerHour float64 // both masters' store requests
+	WritesPerHour          float64 // of the PUT-class, the writes (the rest are LISTs)
 	BytesPerHour           float64 // body bytes written by both
 	LogGensPerHour         float64 // the primary's log generations
 	USDPerHour             float64
@@ -99,9 +101,11 @@ type Result struct {
 	ActiveTTL   time.Duration
 	SuspicionTT time.Duration
 	Move        time.Duration // its last answered ping to all its shards open elsewhere
+	MoveTaken   time.Duration // its last answered ping to all its shards recorded on other nodes
 	MovedOpen   int           // of its shards, open on another node at the end
 	// Promotion.
 	Promote       time.Duration // kill of the primary to the standby serving the whole table
+	Elected       time.Duration // kill of the primary to the standby saying it is primary
 	PromotedRows  int           // shards in the promoted master's first complete answer
 	PromotedNodes int
 	SameOwners    int           // of those, with the node, term and allocation the primary had
@@ -294,6 +298,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 	hour := 3600 / secs
 	for _, m := range [][2]map[string]*dto.MetricFamily{{p0, p1}, {s0, s1}} {
 		res.PutPerHour += hour * delta(m[0], m[1], metered.RequestsMetric, func(l map[string]string) bool { return putOps[l["op"]] })
+		res.WritesPerHour += hour * delta(m[0], m[1], metered.RequestsMetric, func(l map[string]string) bool { return putOps[l["op"]] && l["op"] != "List" })
 		res.GetPerHour += hour * delta(m[0], m[1], metered.RequestsMetric, func(l map[string]string) bool { return getOps[l["op"]] })
 		res.BytesPerHour += hour * delta(m[0], m[1], metered.BytesMetric, func(l map[string]string) bool { return l["direction"] == "write" })
 	}
@@ -323,11 +328,18 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 	if err := poll(ctx, 5*time.Minute, "the lost node's shards to open elsewhere", func() bool {
 		table, _ = listShards(ctx, pfc)
 		res.MovedOpen = 0
+		taken := 0
 		for name := range mine {
 			s := table[name]
-			if s != nil && s.GetState() == "open" && s.GetAssignment().GetNode() != lost.name && s.GetAssignment().GetNode() != "" {
-				res.MovedOpen++
+			if s != nil && s.GetAssignment().GetNode() != lost.name && s.GetAssignment().GetNode() != "" {
+				taken++
+				if s.GetState() == "open" {
+					res.MovedOpen++
+				}
 			}
+		}
+		if taken == len(mine) && res.MoveTaken == 0 {
+			res.MoveTaken = time.Since(lastPing)
 		}
 		return res.MovedOpen == len(mine)
 	}); err != nil {
@@ -347,8 +359,20 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 		return nil, err
 	}
 	sfc := masterv1connect.NewMasterFleetServiceClient(&http.Client{Timeout: 5 * time.Second}, standby.Base)
+	finder := client.NewMasters(&http.Client{Timeout: 5 * time.Second}, []string{standby.Base})
 	killed := time.Now()
 	primary.Kill()
+	electedc := make(chan time.Duration, 1)
+	go func() {
+		for ctx.Err() == nil && time.Since(killed) < 2*time.Minute {
+			if a := finder.Ask(ctx, time.Second); len(a) == 1 && a[0].Err == nil && a[0].Role == masterv1.MasterRole_MASTER_ROLE_PRIMARY {
+				electedc <- time.Since(killed)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		electedc <- -1
+	}()
 	say("primary killed; waiting for the standby to serve %d shards", len(before))
 	var after map[string]*masterv1.ShardInfo
 	if err := poll(ctx, 2*time.Minute, "the promoted standby to serve the whole table", func() bool {
@@ -366,6 +390,20 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 		return nil, err
 	}
 	res.Promote = time.Since(killed)
+	res.Elected = <-electedc
+	promotedProf := make(chan error, 1)
+	if cfg.ProfileDir != "" {
+		// The new primary while the fleet comes back to it.
+		go func() {
+			b, err := fetchProfile(ctx, standby.Base, 10*time.Second)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(cfg.ProfileDir, "promoted.pprof"), b, 0o644)
+			}
+			promotedProf <- err
+		}()
+	} else {
+		promotedProf <- nil
+	}
 	res.PromotedRows = len(after)
 	for name, b := range before {
 		a := after[name].GetAssignment()
@@ -384,6 +422,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 		return nil, err
 	}
 	res.Refleet = time.Since(killed)
+	if err := <-promotedProf; err != nil {
+		return nil, fmt.Errorf("CPU profile of the promoted master: %w", err)
+	}
 	say("every live node back and every shard open %v after the kill", res.Refleet.Round(time.Millisecond))
 	stopNodes()
 	printTable(w, cfg, res)
@@ -397,29 +438,29 @@ func printTable(w io.Writer, cfg Config, r *Result) {
 	mib := func(b float64) string { return fmt.Sprintf("%.0f MiB", b/(1<<20)) }
 	fmt.Fprintf(w, "fleet: %d nodes, %d auto-restore shards, masters over %s (a primary and a standby, separate processes)\n\n", r.Nodes, r.Shards, cfg.Where)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "register all\tassign all\tall open\tpings/s\tprimary CPU (s/s)\tCPU per ping\tprimary RSS\tprimary heap\tgoroutines\tstandby CPU (s/s)\tstandby RSS\t")
+	fmt.Fprintln(tw, "register all\tassign all\tall open\tpings/s\tfailed pings\tprimary CPU (s/s)\tCPU per ping\tprimary RSS\tprimary heap\tgoroutines\tstandby CPU (s/s)\tstandby RSS\t")
 	perPing := math.NaN()
 	if r.PingsPerSec > 0 {
 		perPing = r.CPU / r.PingsPerSec * 1e6
 	}
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.3f\t%.0f µs\t%s\t%s\t%.0f\t%.3f\t%s\t\n", ms(r.Register), ms(r.Assign), ms(r.Opened), r.PingsPerSec, r.CPU, perPing,
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%d\t%.3f\t%.0f µs\t%s\t%s\t%.0f\t%.3f\t%s\t\n", ms(r.Register), ms(r.Assign), ms(r.Opened), r.PingsPerSec, r.PingErrors, r.CPU, perPing,
 		mib(r.RSS), mib(r.Heap), r.Goroutines, r.StandbyCPU, mib(r.StandbyRSS))
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "store PUT-class/h\tGET-class/h\tbytes written/h\tlog generations/h\tUSD/h (%s)\tUSD/month\t\n", cfg.Price.Name())
-	fmt.Fprintf(tw, "%.0f\t%.0f\t%.1f MB\t%.0f\t%.4f\t%.2f\t\n", r.PutPerHour, r.GetPerHour, r.BytesPerHour/1e6, r.LogGensPerHour, r.USDPerHour, r.USDPerHour*730)
+	fmt.Fprintf(tw, "store PUT-class/h\tof which writes\tGET-class/h\tbytes written/h\tlog generations/h\tUSD/h (%s)\tUSD/month\t\n", cfg.Price.Name())
+	fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.1f MB\t%.0f\t%.4f\t%.2f\t\n", r.PutPerHour, r.WritesPerHour, r.GetPerHour, r.BytesPerHour/1e6, r.LogGensPerHour, r.USDPerHour, r.USDPerHour*730)
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	detect := r.ActiveTTL + r.SuspicionTT
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "lost node's shards\tactive + suspicion TTL\tlast ping to all open elsewhere\tbeyond detection\t")
-	fmt.Fprintf(tw, "%d\t%v\t%s\t%s\t\n", r.LostShards, detect, ms(r.Move), ms(r.Move-detect))
+	fmt.Fprintln(tw, "lost node's shards\tactive + suspicion TTL\tlast ping to all recorded elsewhere\tlast ping to all open elsewhere\tbeyond detection\t")
+	fmt.Fprintf(tw, "%d\t%v\t%s\t%s\t%s\t\n", r.LostShards, detect, ms(r.MoveTaken), ms(r.Move), ms(r.Move-detect))
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "election timeout\tkill to whole table served\tminus the timeout\tshards\tnodes\tsame owner and term\tkill to every node back, all open\t")
-	fmt.Fprintf(tw, "%v\t%s\t%s\t%d\t%d\t%d\t%s\t\n", cfg.ElectionTimeout, ms(r.Promote), ms(r.Promote-cfg.ElectionTimeout), r.PromotedRows, r.PromotedNodes, r.SameOwners, ms(r.Refleet))
+	fmt.Fprintln(tw, "election timeout\tkill to primary\tkill to whole table served\tminus the timeout\tshards\tnodes\tsame owner and term\tkill to every node back, all open\t")
+	fmt.Fprintf(tw, "%v\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t\n", cfg.ElectionTimeout, ms(r.Elected), ms(r.Promote), ms(r.Promote-cfg.ElectionTimeout), r.PromotedRows, r.PromotedNodes, r.SameOwners, ms(r.Refleet))
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	verdict := func(ok bool) string {
