@@ -139,7 +139,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 	}
 	defer primary.Kill()
 	pfc := masterv1connect.NewMasterFleetServiceClient(hc, primary.Base)
-	if err := poll(ctx, 30*time.Second, "the primary to serve", func() bool {
+	if err := poll(ctx, 30*time.Second, 20*time.Millisecond, "the primary to serve", func() bool {
 		_, err := pfc.ListNodes(ctx, connect.NewRequest(&masterv1.ListNodesRequest{}))
 		return err == nil
 	}); err != nil {
@@ -185,7 +185,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 		}
 		<-sem
 	}
-	if err := poll(ctx, 2*time.Minute, "every node to be active", func() bool {
+	if err := poll(ctx, 2*time.Minute, 200*time.Millisecond, "every node to be active", func() bool {
 		return activeNodes(ctx, pfc) == cfg.Nodes
 	}); err != nil {
 		return nil, err
@@ -229,7 +229,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 	res.Assign = time.Since(start)
 	say("%d shards assigned in %v", cfg.Shards, res.Assign.Round(time.Millisecond))
 	var table map[string]*masterv1.ShardInfo
-	if err := poll(ctx, 5*time.Minute, "every shard to be reported open", func() bool {
+	if err := poll(ctx, 5*time.Minute, 200*time.Millisecond, "every shard to be reported open", func() bool {
 		table, _ = listShards(ctx, pfc)
 		return countOpen(table) == cfg.Shards
 	}); err != nil {
@@ -322,29 +322,78 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 	}
 	// The master may have placed a few more there (the least loaded).
 	res.LostShards = len(mine)
+	// The routing feed of its shards tells when each moved and opened,
+	// without listing the whole table again and again.
+	names := make([]string, 0, len(mine))
+	for name := range mine {
+		names = append(names, name)
+	}
+	fctx, stopFeed := context.WithCancel(ctx)
+	defer stopFeed()
+	feed, err := pfc.WatchShards(fctx, connect.NewRequest(&masterv1.WatchShardsRequest{Shards: names}))
+	if err != nil {
+		return nil, err
+	}
+	routes := map[string]*masterv1.ShardRoute{}
+	if !feed.Receive() {
+		return nil, fmt.Errorf("the routing feed of the lost node's shards: %v", feed.Err())
+	}
+	apply := func(m *masterv1.WatchShardsResponse) {
+		if m.GetSnapshot() {
+			clear(routes)
+		}
+		for _, r := range m.GetRoutes() {
+			routes[r.GetShard()] = r
+		}
+	}
+	apply(feed.Msg())
 	cancels[0]()
+	// Where detection starts: the master's last signal from the node
+	// (a ping the node gave up on may still have reached it).
+	if err := sleep(ctx, 200*time.Millisecond); err != nil {
+		return nil, err
+	}
+	ns, err := pfc.ListNodes(ctx, connect.NewRequest(&masterv1.ListNodesRequest{}))
+	if err != nil {
+		return nil, err
+	}
 	lastPing := lost.lastPingAt()
-	say("node %s stopped (last ping %v ago), %d shards to move", lost.name, time.Since(lastPing).Round(time.Millisecond), len(mine))
-	if err := poll(ctx, 5*time.Minute, "the lost node's shards to open elsewhere", func() bool {
-		table, _ = listShards(ctx, pfc)
-		res.MovedOpen = 0
-		taken := 0
+	for _, n := range ns.Msg.GetNodes() {
+		if n.GetName() == lost.name {
+			lastPing = time.Now().Add(-time.Duration(n.GetLastPingAgeMs()) * time.Millisecond)
+		}
+	}
+	say("node %s stopped (the master last heard from it %v ago), %d shards to move", lost.name, time.Since(lastPing).Round(time.Millisecond), len(mine))
+	count := func() (taken, open int) {
 		for name := range mine {
-			s := table[name]
-			if s != nil && s.GetAssignment().GetNode() != lost.name && s.GetAssignment().GetNode() != "" {
+			if r := routes[name]; r != nil && !r.GetRemoved() && r.GetNode() != lost.name && r.GetNode() != "" {
 				taken++
-				if s.GetState() == "open" {
-					res.MovedOpen++
+				if r.GetState() == "open" {
+					open++
 				}
 			}
 		}
+		return taken, open
+	}
+	go func() {
+		<-time.After(5 * time.Minute)
+		stopFeed()
+	}()
+	for {
+		taken, open := count()
 		if taken == len(mine) && res.MoveTaken == 0 {
 			res.MoveTaken = time.Since(lastPing)
 		}
-		return res.MovedOpen == len(mine)
-	}); err != nil {
-		return nil, fmt.Errorf("%w (%d of %d open elsewhere)", err, res.MovedOpen, len(mine))
+		res.MovedOpen = open
+		if open == len(mine) {
+			break
+		}
+		if !feed.Receive() {
+			return nil, fmt.Errorf("the lost node's shards: %d of %d open elsewhere when the feed ended: %v", open, len(mine), feed.Err())
+		}
+		apply(feed.Msg())
 	}
+	stopFeed()
 	res.Move = time.Since(lastPing)
 	say("the lost node's shards open elsewhere %v after its last ping", res.Move.Round(time.Millisecond))
 	res.ActiveTTL, res.SuspicionTT = lost.ttls()
@@ -375,7 +424,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 	}()
 	say("primary killed; waiting for the standby to serve %d shards", len(before))
 	var after map[string]*masterv1.ShardInfo
-	if err := poll(ctx, 2*time.Minute, "the promoted standby to serve the whole table", func() bool {
+	if err := poll(ctx, 2*time.Minute, 20*time.Millisecond, "the promoted standby to serve the whole table", func() bool {
 		rows, err := listShards(ctx, sfc)
 		if err != nil || len(rows) < len(before) {
 			return false
@@ -412,7 +461,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 		}
 	}
 	say("the standby serves the whole table %v after the kill", res.Promote.Round(time.Millisecond))
-	if err := poll(ctx, 2*time.Minute, "every live node to register with the new primary and every shard to be open", func() bool {
+	if err := poll(ctx, 5*time.Minute, 500*time.Millisecond, "every live node to register with the new primary and every shard to be open", func() bool {
 		if activeNodes(ctx, sfc) < cfg.Nodes-1 {
 			return false
 		}
@@ -473,13 +522,13 @@ func printTable(w io.Writer, cfg Config, r *Result) {
 	fmt.Fprintf(w, "target promotion: whole table served within the election timeout + 2 s (%v): %s (%s)\n", cfg.ElectionTimeout+2*time.Second, ms(r.Promote), verdict(r.Promote <= cfg.ElectionTimeout+2*time.Second))
 }
 
-func poll(ctx context.Context, limit time.Duration, what string, cond func() bool) error {
+func poll(ctx context.Context, limit, every time.Duration, what string, cond func() bool) error {
 	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("fleetbench: waited %v for %s", limit, what)
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := sleep(ctx, every); err != nil {
 			return err
 		}
 	}
