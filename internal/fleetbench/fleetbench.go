@@ -110,6 +110,7 @@ type Result struct {
 	PromotedNodes int
 	SameOwners    int           // of those, with the node, term and allocation the primary had
 	Refleet       time.Duration // kill to every live node registered with the new primary and every shard open
+	MovedAfter    int           // shards whose owner or term changed from the old primary's table to then
 }
 
 // Run runs the bench and prints its table to w.
@@ -466,7 +467,16 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 			return false
 		}
 		rows, err := listShards(ctx, sfc)
-		return err == nil && countOpen(rows) == cfg.Shards
+		if err != nil || countOpen(rows) != cfg.Shards {
+			return false
+		}
+		res.MovedAfter = 0
+		for name, b := range before {
+			if a := rows[name].GetAssignment(); a.GetNode() != b.GetAssignment().GetNode() || a.GetTerm() != b.GetAssignment().GetTerm() {
+				res.MovedAfter++
+			}
+		}
+		return true
 	}); err != nil {
 		return nil, err
 	}
@@ -508,8 +518,8 @@ func printTable(w io.Writer, cfg Config, r *Result) {
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "election timeout\tkill to primary\tkill to whole table served\tminus the timeout\tshards\tnodes\tsame owner and term\tkill to every node back, all open\t")
-	fmt.Fprintf(tw, "%v\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t\n", cfg.ElectionTimeout, ms(r.Elected), ms(r.Promote), ms(r.Promote-cfg.ElectionTimeout), r.PromotedRows, r.PromotedNodes, r.SameOwners, ms(r.Refleet))
+	fmt.Fprintln(tw, "election timeout\tkill to primary\tkill to whole table served\tminus the timeout\tshards\tnodes\tsame owner and term\tkill to every node back, all open\tshards moved\t")
+	fmt.Fprintf(tw, "%v\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t\n", cfg.ElectionTimeout, ms(r.Elected), ms(r.Promote), ms(r.Promote-cfg.ElectionTimeout), r.PromotedRows, r.PromotedNodes, r.SameOwners, ms(r.Refleet), r.MovedAfter)
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	verdict := func(ok bool) string {
