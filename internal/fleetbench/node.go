@@ -38,6 +38,7 @@ type simNode struct {
 	session  string
 	lastPing time.Time // when the last answered ping was sent
 	active   time.Duration
+	interval time.Duration // the ping interval the last registration named
 	suspect  time.Duration
 	master   string // the master it registered with last
 	reg      bool
@@ -97,7 +98,10 @@ func (n *simNode) run(ctx context.Context, registered chan<- struct{}) {
 		url := n.masters[rr%len(n.masters)]
 		rr++
 		if len(n.masters) > 1 {
-			if p, _, ok := n.finder.Find(ctx, time.Second); ok {
+			n.mu.Lock()
+			timeout := min(max(n.interval, defaultInterval), time.Second)
+			n.mu.Unlock()
+			if p, _, ok := n.finder.Find(ctx, timeout); ok {
 				url = p.Addr
 			}
 		}
@@ -108,7 +112,11 @@ func (n *simNode) run(ctx context.Context, registered chan<- struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
-		wait := defaultInterval
+		// The agent's pace: the last ping interval, a moment to register
+		// again.
+		n.mu.Lock()
+		wait := max(n.interval, defaultInterval)
+		n.mu.Unlock()
 		if errors.Is(err, errReregister) {
 			wait = 100 * time.Millisecond
 		}
@@ -144,6 +152,7 @@ func (n *simNode) session1(ctx context.Context, url string, registered func()) e
 	n.mu.Lock()
 	n.reg, n.master = true, url
 	n.active, n.suspect = activeTTL, time.Duration(res.Msg.GetSuspicionTtlMs())*time.Millisecond
+	n.interval = interval
 	// A new master shows the shards as assigned until it hears again.
 	clear(n.reported)
 	n.mu.Unlock()
