@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -81,6 +82,7 @@ type Result struct {
 	Register      time.Duration // every node registered and active
 	Assign        time.Duration // every shard assigned, durably
 	Opened        time.Duration // from the first assign to every shard reported open
+	AssignRetries atomic.Int64  // assigns the primary answered unavailable (asked again)
 	// Steady state, over the window.
 	Window                 time.Duration
 	PingsPerSec            float64
@@ -216,7 +218,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 				if i < cfg.LostShards {
 					req.Node = lost.name
 				}
-				if _, err := pfc.AssignShard(ctx, connect.NewRequest(req)); err != nil {
+				if err := assign(ctx, pfc, req, &res.AssignRetries); err != nil {
 					errOnce.Do(func() { assignErr = fmt.Errorf("assign %s: %w", req.Shard, err) })
 					return
 				}
@@ -228,7 +230,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 		return nil, assignErr
 	}
 	res.Assign = time.Since(start)
-	say("%d shards assigned in %v", cfg.Shards, res.Assign.Round(time.Millisecond))
+	say("%d shards assigned in %v (%d answers unavailable, asked again)", cfg.Shards, res.Assign.Round(time.Millisecond), res.AssignRetries.Load())
 	var table map[string]*masterv1.ShardInfo
 	if err := poll(ctx, 5*time.Minute, 200*time.Millisecond, "every shard to be reported open", func() bool {
 		table, _ = listShards(ctx, pfc)
@@ -488,6 +490,30 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 	stopNodes()
 	printTable(w, cfg, res)
 	return res, nil
+}
+
+// assign assigns as an operator's script would: a master that answers
+// unavailable (its leadership lapsed while the store was slow, or its log
+// failed) is asked again for up to a minute, and a shard found assigned
+// by an earlier attempt whose answer was lost counts as assigned.
+func assign(ctx context.Context, fc masterv1connect.MasterFleetServiceClient, req *masterv1.AssignShardRequest, retries *atomic.Int64) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := fc.AssignShard(ctx, connect.NewRequest(req))
+		switch {
+		case err == nil:
+			return nil
+		case connect.CodeOf(err) == connect.CodeAlreadyExists && strings.Contains(err.Error(), "SHARD_ASSIGNED") || strings.Contains(err.Error(), "already assigned"):
+			return nil
+		case connect.CodeOf(err) == connect.CodeUnavailable && time.Now().Before(deadline):
+			retries.Add(1)
+			if err := sleep(ctx, 200*time.Millisecond); err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+	}
 }
 
 func shardName(i int) string { return fmt.Sprintf("fleet-%06d", i) }
