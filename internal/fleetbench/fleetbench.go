@@ -333,7 +333,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 	}
 	fctx, stopFeed := context.WithCancel(ctx)
 	defer stopFeed()
-	feed, err := pfc.WatchShards(fctx, connect.NewRequest(&masterv1.WatchShardsRequest{Shards: names}))
+	// A stream outlives any client timeout: its own client has none.
+	feedClient := masterv1connect.NewMasterFleetServiceClient(&http.Client{}, primary.Base)
+	feed, err := feedClient.WatchShards(fctx, connect.NewRequest(&masterv1.WatchShardsRequest{Shards: names}))
 	if err != nil {
 		return nil, err
 	}
