@@ -104,6 +104,7 @@ type Result struct {
 	SuspicionTT time.Duration
 	Move        time.Duration // its last answered ping to all its shards open elsewhere
 	MoveTaken   time.Duration // its last answered ping to all its shards recorded on other nodes
+	MoveStalls  int           // liveness monitor stalls meanwhile (each extends every window by the time unobserved)
 	MovedOpen   int           // of its shards, open on another node at the end
 	// Promotion.
 	Promote       time.Duration // kill of the primary to the standby serving the whole table
@@ -352,6 +353,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 		}
 	}
 	apply(feed.Msg())
+	before0, _ := scrape(ctx, hc, primary.Base)
 	cancels[0]()
 	// Where detection starts: the master's last signal from the node
 	// (a ping the node gave up on may still have reached it).
@@ -402,6 +404,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 		apply(feed.Msg())
 	}
 	stopFeed()
+	if after0, err := scrape(ctx, hc, primary.Base); err == nil && before0 != nil {
+		res.MoveStalls = int(delta(before0, after0, "shardfence_master_liveness_monitor_stalls_total", nil))
+	}
 	res.Move = time.Since(lastPing)
 	say("the lost node's shards open elsewhere %v after its last ping", res.Move.Round(time.Millisecond))
 	res.ActiveTTL, res.SuspicionTT = lost.ttls()
@@ -544,8 +549,8 @@ func printTable(w io.Writer, cfg Config, r *Result) {
 	fmt.Fprintln(w)
 	detect := r.ActiveTTL + r.SuspicionTT
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "lost node's shards\tactive + suspicion TTL\tlast ping to all recorded elsewhere\tlast ping to all open elsewhere\tbeyond detection\t")
-	fmt.Fprintf(tw, "%d\t%v\t%s\t%s\t%s\t\n", r.LostShards, detect, ms(r.MoveTaken), ms(r.Move), ms(r.Move-detect))
+	fmt.Fprintln(tw, "lost node's shards\tactive + suspicion TTL\tlast ping to all recorded elsewhere\tlast ping to all open elsewhere\tbeyond detection\tmonitor stalls\t")
+	fmt.Fprintf(tw, "%d\t%v\t%s\t%s\t%s\t%d\t\n", r.LostShards, detect, ms(r.MoveTaken), ms(r.Move), ms(r.Move-detect), r.MoveStalls)
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
