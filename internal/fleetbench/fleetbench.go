@@ -98,14 +98,15 @@ type Result struct {
 	LogGensPerHour         float64 // the primary's log generations
 	USDPerHour             float64
 	// The lost node.
-	LostNode    string
-	LostShards  int
-	ActiveTTL   time.Duration
-	SuspicionTT time.Duration
-	Move        time.Duration // its last answered ping to all its shards open elsewhere
-	MoveTaken   time.Duration // its last answered ping to all its shards recorded on other nodes
-	MoveStalls  int           // liveness monitor stalls meanwhile (each extends every window by the time unobserved)
-	MovedOpen   int           // of its shards, open on another node at the end
+	LostNode     string
+	LostShards   int
+	ActiveTTL    time.Duration
+	SuspicionTT  time.Duration
+	Move         time.Duration // its last answered ping to all its shards open elsewhere
+	MoveTaken    time.Duration // its last answered ping to all its shards recorded on other nodes
+	MoveStalls   int           // liveness monitor stalls meanwhile (each extends every window by the time unobserved)
+	FeedRestarts int           // times the routing feed of its shards ended and was followed again
+	MovedOpen    int           // of its shards, open on another node at the end
 	// Promotion.
 	Promote       time.Duration // kill of the primary to the standby serving the whole table
 	Elected       time.Duration // kill of the primary to the standby saying it is primary
@@ -398,8 +399,20 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 		if open == len(mine) {
 			break
 		}
-		if !feed.Receive() {
-			return nil, fmt.Errorf("the lost node's shards: %d of %d open elsewhere when the feed ended: %v", open, len(mine), feed.Err())
+		for !feed.Receive() {
+			// The feed ended (the master cut it, or the connection
+			// broke): follow it again; its first message is a snapshot.
+			ferr := feed.Err()
+			_ = feed.Close()
+			if fctx.Err() != nil {
+				return nil, fmt.Errorf("the lost node's shards: %d of %d open elsewhere after 5 minutes (the feed: %v)", open, len(mine), ferr)
+			}
+			res.FeedRestarts++
+			_ = sleep(fctx, 100*time.Millisecond)
+			feed, err = feedClient.WatchShards(fctx, connect.NewRequest(&masterv1.WatchShardsRequest{Shards: names}))
+			if err != nil {
+				return nil, err
+			}
 		}
 		apply(feed.Msg())
 	}
@@ -408,7 +421,8 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 		res.MoveStalls = int(delta(before0, after0, "shardfence_master_liveness_monitor_stalls_total", nil))
 	}
 	res.Move = time.Since(lastPing)
-	say("the lost node's shards open elsewhere %v after its last ping", res.Move.Round(time.Millisecond))
+	say("the lost node's shards open elsewhere %v after its last ping (recorded elsewhere after %v; %d monitor stalls; the feed followed again %d times)",
+		res.Move.Round(time.Millisecond), res.MoveTaken.Round(time.Millisecond), res.MoveStalls, res.FeedRestarts)
 	res.ActiveTTL, res.SuspicionTT = lost.ttls()
 
 	// Promotion: the table as the primary has it, then kill it and ask
