@@ -397,6 +397,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 		}
 		res.MovedOpen = open
 		if open == len(mine) {
+			res.Move = time.Since(lastPing)
 			break
 		}
 		for !feed.Receive() {
@@ -420,7 +421,6 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 	if after0, err := scrape(ctx, hc, primary.Base); err == nil && before0 != nil {
 		res.MoveStalls = int(delta(before0, after0, "shardfence_master_liveness_monitor_stalls_total", nil))
 	}
-	res.Move = time.Since(lastPing)
 	say("the lost node's shards open elsewhere %v after its last ping (recorded elsewhere after %v; %d monitor stalls; the feed followed again %d times)",
 		res.Move.Round(time.Millisecond), res.MoveTaken.Round(time.Millisecond), res.MoveStalls, res.FeedRestarts)
 	res.ActiveTTL, res.SuspicionTT = lost.ttls()
