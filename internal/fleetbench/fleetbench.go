@@ -430,8 +430,13 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 	if err := sleep(ctx, time.Second); err != nil {
 		return nil, err
 	}
-	before, err := listShards(ctx, pfc)
-	if err != nil {
+	// (Asked again on an error: at full scale the primary sometimes
+	// answered a call right after a long one canceled.)
+	var before map[string]*masterv1.ShardInfo
+	if err := poll(ctx, 30*time.Second, 200*time.Millisecond, "the primary to list its shards", func() bool {
+		before, err = listShards(ctx, pfc)
+		return err == nil
+	}); err != nil {
 		return nil, err
 	}
 	sfc := masterv1connect.NewMasterFleetServiceClient(&http.Client{Timeout: 5 * time.Second}, standby.Base)
