@@ -112,6 +112,9 @@ type shardEntry struct {
 	adoptCtx       []byte // the handoff context a drain's source reported
 	staleGrants    int
 	avoid          string // the owner that lost the shard: placed there last
+	// pubNodes are the nodes byNode files the entry under (pub's node and
+	// handoff node), loadNodes the nodes load counts it for (cur's).
+	pubNodes, loadNodes [2]string
 }
 
 type fleet struct {
@@ -121,13 +124,23 @@ type fleet struct {
 	nodes   map[string]*node
 	shards  map[string]*shardEntry
 	version uint64
+	// byNode files every entry under the nodes its published assignment
+	// names (owner, handoff target), so a node's assignments are found
+	// without a scan of the table; load counts the shards each node owns
+	// or is receiving as recorded (cur), and names are the nodes' names
+	// in order. All three follow every change (indexLocked), so a pick
+	// or a node's watch costs its own shards, not the table.
+	byNode map[string]map[*shardEntry]struct{}
+	load   map[string]int
+	names  []string
 	// routesWake is closed (and replaced) when a route may have changed:
 	// the routing feeds (WatchShards) wait on it.
 	routesWake chan struct{}
 }
 
 func newFleet(m *Master) *fleet {
-	return &fleet{m: m, nodes: map[string]*node{}, shards: map[string]*shardEntry{}, routesWake: make(chan struct{})}
+	return &fleet{m: m, nodes: map[string]*node{}, shards: map[string]*shardEntry{}, routesWake: make(chan struct{}),
+		byNode: map[string]map[*shardEntry]struct{}{}, load: map[string]int{}}
 }
 
 func (f *fleet) nodeLocked(name string) *node {
@@ -135,8 +148,70 @@ func (f *fleet) nodeLocked(name string) *node {
 	if n == nil {
 		n = &node{notify: make(chan struct{})}
 		f.nodes[name] = n
+		f.names = nil
 	}
 	return n
+}
+
+// sortedNamesLocked lists the nodes' names in order.
+func (f *fleet) sortedNamesLocked() []string {
+	if f.names == nil {
+		f.names = make([]string, 0, len(f.nodes))
+		for name := range f.nodes {
+			f.names = append(f.names, name)
+		}
+		sort.Strings(f.names)
+	}
+	return f.names
+}
+
+// indexLocked brings byNode and load up to date with e's assignments
+// (after any change of e.cur or e.pub, also one made in place); gone
+// takes e out of both (it leaves the table).
+func (f *fleet) indexLocked(e *shardEntry, gone bool) {
+	for _, n := range e.pubNodes {
+		if set := f.byNode[n]; n != "" && set != nil {
+			delete(set, e)
+			if len(set) == 0 {
+				delete(f.byNode, n)
+			}
+		}
+	}
+	for _, n := range e.loadNodes {
+		if n != "" {
+			if f.load[n]--; f.load[n] <= 0 {
+				delete(f.load, n)
+			}
+		}
+	}
+	e.pubNodes, e.loadNodes = [2]string{}, [2]string{}
+	if gone {
+		return
+	}
+	if p := e.pub; p != nil && !p.GetRemoved() {
+		e.pubNodes = [2]string{p.GetNode(), p.GetHandoffNode()}
+	}
+	if c := e.cur; c != nil {
+		if !c.GetRemoved() {
+			e.loadNodes[0] = c.GetNode()
+		}
+		e.loadNodes[1] = c.GetHandoffNode()
+	}
+	for _, n := range e.pubNodes {
+		if n != "" {
+			set := f.byNode[n]
+			if set == nil {
+				set = map[*shardEntry]struct{}{}
+				f.byNode[n] = set
+			}
+			set[e] = struct{}{}
+		}
+	}
+	for _, n := range e.loadNodes {
+		if n != "" {
+			f.load[n]++
+		}
+	}
 }
 
 // notifyLocked wakes the watch streams of the named nodes, and the
@@ -167,6 +242,7 @@ type change struct {
 func (f *fleet) setLocked(e *shardEntry, a *masterv1.ShardAssignment) change {
 	f.version++
 	e.cur, e.curVer = a, f.version
+	f.indexLocked(e, false)
 	t := f.m.record(&Op{Kind: OpAssignShard, Shard: a})
 	return change{shard: a.GetShard(), ver: f.version, a: a, t: t}
 }
@@ -191,7 +267,9 @@ func (f *fleet) publish(changes []change) <-chan error {
 			old := e.pub
 			e.pub, e.pubVer = c.a, c.ver
 			f.notifyLocked(old.GetNode(), old.GetHandoffNode(), c.a.GetNode(), c.a.GetHandoffNode())
-			if c.a.GetRemoved() && e.curVer == c.ver {
+			gone := c.a.GetRemoved() && e.curVer == c.ver
+			f.indexLocked(e, gone)
+			if gone {
 				delete(f.shards, c.shard)
 			}
 		}
@@ -432,7 +510,7 @@ func (m *Master) WatchAssignments(ctx context.Context, name, session string, sen
 // assignmentsLocked lists what the published table asks of node name.
 func (f *fleet) assignmentsLocked(name string) []*NodeAssignment {
 	var out []*NodeAssignment
-	for _, e := range f.shards {
+	for e := range f.byNode[name] {
 		p := e.pub
 		if p == nil || p.GetRemoved() {
 			continue
@@ -594,18 +672,8 @@ func (f *fleet) cancelHandoffLocked(e *shardEntry, why string) []change {
 }
 
 // load counts the shards a node owns or is receiving.
-func (f *fleet) loadLocked() map[string]int {
-	load := map[string]int{}
-	for _, e := range f.shards {
-		if n := e.cur.GetNode(); n != "" && !e.cur.GetRemoved() {
-			load[n]++
-		}
-		if n := e.cur.GetHandoffNode(); n != "" {
-			load[n]++
-		}
-	}
-	return load
-}
+// The map is the fleet's own (indexLocked keeps it): read it only.
+func (f *fleet) loadLocked() map[string]int { return f.load }
 
 // pickLocked chooses the node a shard goes to: one that eligibility
 // serves, of the shard's store, able to run its fencing, other than
@@ -617,12 +685,7 @@ func (f *fleet) pickLocked(e *shardEntry, exclude string) (*node, string) {
 	load := f.loadLocked()
 	var best, fallback *node
 	var why []string
-	names := make([]string, 0, len(f.nodes))
-	for name := range f.nodes {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range f.sortedNamesLocked() {
 		n := f.nodes[name]
 		switch {
 		case name == exclude:
@@ -712,7 +775,7 @@ func (f *fleet) ownerSuspected(ctx context.Context, r *ClientLivenessRecord) {
 	f.m.topo.RLock()
 	f.mu.Lock()
 	var changes []change
-	for _, e := range f.sortedLocked() {
+	for _, e := range f.sortedOfLocked(name) {
 		switch {
 		case e.cur.GetNode() == name && e.cur.GetAutoRestore() && e.cur.GetTakeoverAtSuspected():
 			changes = append(changes, f.takeoverLocked(e, name, fmt.Sprintf("node %s went suspected (takeover at suspected)", name))...)
@@ -737,7 +800,7 @@ func (f *fleet) offboardNode(ctx context.Context, r *ClientLivenessRecord) error
 	f.m.topo.RLock()
 	f.mu.Lock()
 	var changes []change
-	for _, e := range f.sortedLocked() {
+	for _, e := range f.sortedOfLocked(name) {
 		c := e.cur
 		switch {
 		case c.GetNode() == name && c.GetAutoRestore():
@@ -766,7 +829,7 @@ func (f *fleet) placePending(ctx context.Context) {
 	f.m.topo.RLock()
 	f.mu.Lock()
 	var changes []change
-	for _, e := range f.sortedLocked() {
+	for _, e := range f.sortedWhereLocked(f.pendingLocked) {
 		c := e.cur
 		if c.GetRemoved() {
 			continue
@@ -818,6 +881,45 @@ func (f *fleet) monitorWait(ctx context.Context, op string, done <-chan error) {
 			}
 		}()
 	}
+}
+
+// pendingLocked reports whether placePending may act on e: an unassigned
+// auto-restore shard, or one whose owner is draining or suspected. The
+// pass sorts only these, not the table.
+func (f *fleet) pendingLocked(e *shardEntry) bool {
+	c := e.cur
+	if c.GetRemoved() {
+		return false
+	}
+	if c.GetNode() == "" {
+		return c.GetAutoRestore()
+	}
+	owner := f.nodes[c.GetNode()]
+	if owner == nil {
+		return false
+	}
+	return (owner.rec.GetDraining() && c.GetHandoffNode() == "") ||
+		(owner.owner.Load().State() == ClientSuspected && c.GetAutoRestore() && c.GetTakeoverAtSuspected())
+}
+
+// sortedOfLocked lists the entries whose recorded assignment names node
+// (owner or handoff target), in shard order.
+func (f *fleet) sortedOfLocked(node string) []*shardEntry {
+	return f.sortedWhereLocked(func(e *shardEntry) bool {
+		return e.cur.GetNode() == node || e.cur.GetHandoffNode() == node
+	})
+}
+
+// sortedWhereLocked lists the entries keep accepts, in shard order.
+func (f *fleet) sortedWhereLocked(keep func(*shardEntry) bool) []*shardEntry {
+	var out []*shardEntry
+	for _, e := range f.shards {
+		if keep(e) {
+			out = append(out, e)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].cur.GetShard() < out[j].cur.GetShard() })
+	return out
 }
 
 func (f *fleet) sortedLocked() []*shardEntry {
@@ -953,6 +1055,9 @@ func (m *Master) AssignShard(ctx context.Context, req AssignRequest) (ShardInfo,
 	a.Term = max(req.Term, 1)
 	a.Allocation = newAllocation(a.Node, a.Term)
 	e.state = ShardAssigned
+	if old := f.shards[req.Shard]; old != nil {
+		f.indexLocked(old, true) // a removed row whose removal is on its way to the log
+	}
 	f.shards[req.Shard] = e
 	ch := f.setLocked(e, a)
 	f.mu.Unlock()
@@ -1259,6 +1364,9 @@ func (f *fleet) replay(op *Op) {
 	case OpAssignShard:
 		a := op.Shard
 		if a.GetRemoved() {
+			if e := f.shards[a.GetShard()]; e != nil {
+				f.indexLocked(e, true)
+			}
 			delete(f.shards, a.GetShard())
 			return
 		}
@@ -1270,6 +1378,7 @@ func (f *fleet) replay(op *Op) {
 		}
 		e.cur, e.pub, e.curVer, e.pubVer = a, a, f.version, f.version
 		e.state, e.reason = ShardAssigned, ""
+		f.indexLocked(e, false)
 	}
 }
 

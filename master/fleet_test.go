@@ -436,6 +436,7 @@ func TestFleetDurableThroughLogAndSnapshot(t *testing.T) {
 				t.Fatalf("%s: row %d %v, want %v", what, i, a, b)
 			}
 		}
+		checkIndex(t, what, got, "a", "b")
 		nodes := got.Nodes()
 		if len(nodes) != 2 || !nodes[1].Draining {
 			t.Fatalf("%s: nodes %+v", what, nodes)

@@ -28,6 +28,7 @@ func benchTargets() []benchTarget {
 		{"e2e", benchE2ESummary, runBenchE2E},
 		{"failover", benchFailoverSummary, runBenchFailover},
 		{"barrier", benchBarrierSummary, runBenchBarrier},
+		{"fleet", benchFleetSummary, runBenchFleet},
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"os"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/blobstore/metered"
 	"github.com/shardfence/shardfence/internal/grpcprobe"
 	"github.com/shardfence/shardfence/internal/httpauth"
 	"github.com/shardfence/shardfence/internal/reqlimit"
@@ -95,6 +97,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.DurationVar(&lim.BodyReadTimeout, "body-read-timeout", 30*time.Second, "a request body must arrive within this long of the call's start (100ms..10m)")
 	fs.IntVar(&lim.MaxStreams, "max-streams", master.DefaultMaxStreams, fmt.Sprintf("open calls of each streaming procedure (WatchShards: routing feeds; WatchAssignments: a node's assignments) at once; one more is refused MASTER_BUSY (1..%d)", reqlimit.MaxMaxStreams))
 	idleTimeout := fs.Duration("idle-timeout", 2*time.Minute, "close a client connection idle this long (1s..1h)")
+	pprofOn := fs.Bool("pprof", false, "serve Go's profiler at /debug/pprof/ (behind the token, like /metrics)")
 	if err := loadConfigAliased(fs, args, func(string) string { return "" }, seedConfigAliases); err != nil {
 		return err
 	}
@@ -183,6 +186,13 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	mopts := master.Options{Metrics: master.NewMetrics(reg), Logger: log}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if *pprofOn {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	}
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -246,8 +256,12 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err := blobstore.ProbePreconditions(ctx, root); err != nil {
 			return fmt.Errorf("master: %w", err)
 		}
+		// The log's store requests and bytes, by operation, on /metrics
+		// (shardfence_blobstore_*{store="master"}): what the log costs.
+		metStore := metered.New(root, "master")
+		reg.MustRegister(metStore)
 		n, err := ha.New(ha.Options{
-			Store: root, Cluster: *cluster, Standby: *standby, Node: *node, Advertise: adv, ElectionTimeout: *election,
+			Store: metStore.Container, Cluster: *cluster, Standby: *standby, Node: *node, Advertise: adv, ElectionTimeout: *election,
 			Config: cfg, MasterOptions: mopts,
 			Dir: *dataDir, SnapshotFormat: format, SnapshotInterval: *snapEvery,
 			Retain: seal.GCPolicy{RetainCheckpoints: *retainSnaps, RetainGens: *retainGens}, MaxLag: *maxLag,
