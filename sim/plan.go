@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -36,6 +37,7 @@ func (k Kind) String() string { return kindNames[k] }
 
 // Fault is one fault of a plan.
 type Fault struct {
+	ID   int // its place in the seed's plan, kept by shrinking
 	Kind Kind
 	At   time.Duration // from the start of the run
 	Dur  time.Duration
@@ -68,8 +70,8 @@ type Plan struct {
 func (p Plan) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "plan of seed %d (%d faults, ends at t=%v):\n", p.Seed, len(p.Faults), p.End)
-	for i, f := range p.Faults {
-		fmt.Fprintf(&b, "  fault %d: %v\n", i, f)
+	for _, f := range p.Faults {
+		fmt.Fprintf(&b, "  fault %d: %v\n", f.ID, f)
 	}
 	return b.String()
 }
@@ -83,6 +85,12 @@ type Shape struct {
 	MaxFaults             int
 	// MaxDur bounds a fault's duration.
 	MaxDur time.Duration
+	// Takeover is when the master acts on a node it lost (the active plus
+	// the suspicion TTL): a third of the faults after the first are drawn
+	// to start within a second before another fault's start plus it, when
+	// the master is moving shards (faults that meet are where the bugs
+	// are; uniform times would rarely make them meet).
+	Takeover time.Duration
 }
 
 func (s Shape) masterNames() []string  { return names("m", s.Masters) }
@@ -109,6 +117,10 @@ func NewPlan(seed uint64, s Shape) Plan {
 			Dur:  randDur(rng, 200*time.Millisecond, s.MaxDur),
 			A:    procs[rng.IntN(len(procs))],
 		}
+		if len(p.Faults) > 0 && s.Takeover > 0 && rng.IntN(3) == 0 {
+			prev := p.Faults[rng.IntN(len(p.Faults))]
+			f.At = max(0, prev.At+s.Takeover-randDur(rng, 0, time.Second))
+		}
 		if f.Kind == Partition && rng.IntN(2) == 0 {
 			for f.B = procs[rng.IntN(len(procs))]; f.B == f.A; f.B = procs[rng.IntN(len(procs))] {
 			}
@@ -116,7 +128,47 @@ func NewPlan(seed uint64, s Shape) Plan {
 		p.Faults = append(p.Faults, f)
 	}
 	sort.SliceStable(p.Faults, func(i, j int) bool { return p.Faults[i].At < p.Faults[j].At })
+	for i := range p.Faults {
+		p.Faults[i].ID = i
+	}
 	p.End = p.end(s)
+	return p
+}
+
+// Keep returns the plan with only the faults whose IDs are in ids.
+func (p Plan) Keep(ids []int, s Shape) Plan {
+	q := Plan{Seed: p.Seed}
+	for _, f := range p.Faults {
+		if slices.Contains(ids, f.ID) {
+			q.Faults = append(q.Faults, f)
+		}
+	}
+	q.End = q.end(s)
+	return q
+}
+
+// IDs lists the plan's fault IDs.
+func (p Plan) IDs() []int {
+	out := make([]int, len(p.Faults))
+	for i, f := range p.Faults {
+		out[i] = f.ID
+	}
+	return out
+}
+
+// Shrink drops the faults of a failing plan one at a time, keeping every
+// drop after which fails still says the run fails, until no single fault
+// can go: a plan with the fewest faults this simple delta finds.
+func Shrink(p Plan, s Shape, fails func(Plan) bool) Plan {
+	for changed := true; changed; {
+		changed = false
+		for i := 0; i < len(p.Faults); i++ {
+			if q := p.Without(i, s); fails(q) {
+				p, changed = q, true
+				i--
+			}
+		}
+	}
 	return p
 }
 

@@ -52,7 +52,7 @@ type Result struct {
 // DefaultShape is the cluster of make test's seeds: a primary master and
 // a standby, three sidecars, three auto-restore shards.
 var DefaultShape = Shape{Masters: 2, Sidecars: 3, Shards: 3, Warmup: 4 * time.Second, Window: 20 * time.Second,
-	Quiet: 20 * time.Second, MaxFaults: 4, MaxDur: 6 * time.Second}
+	Quiet: 20 * time.Second, MaxFaults: 4, MaxDur: 6 * time.Second, Takeover: 2 * time.Second}
 
 // DefaultTiming: the shortest TTLs a node may have (1 s + 1 s).
 var DefaultTiming = Timing{ActiveTTL: time.Second, SuspicionTTL: time.Second, ElectionTimeout: time.Second, AppendEvery: 300 * time.Millisecond}
@@ -169,7 +169,10 @@ func (r *run) assign() error {
 		for {
 			m, _ := r.primary()
 			if m != nil {
-				if _, err := m.AssignShard(context.Background(), master.AssignRequest{Shard: s, AutoRestore: true}); err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, err := m.AssignShard(ctx, master.AssignRequest{Shard: s, AutoRestore: true})
+				cancel()
+				if err == nil {
 					break
 				}
 			}
@@ -339,10 +342,11 @@ func tableOf(m *master.Master) map[string]Row {
 func (r *run) held() map[string][]Held {
 	out := map[string][]Held{}
 	for _, p := range r.w.sortedProcs() {
-		if p.srv == nil || !p.alive() {
+		srv := p.srv.Load()
+		if srv == nil || !p.alive() {
 			continue
 		}
-		for _, st := range p.srv.Shards() {
+		for _, st := range srv.Shards() {
 			out[st.Shard] = append(out[st.Shard], Held{Node: p.Name, Term: st.Term, Alloc: st.Shard + "/" + st.Allocation, State: st.State.String(), Fenced: st.Fenced})
 		}
 	}
@@ -367,7 +371,7 @@ func (r *run) final(router *client.Router) error {
 	byNode := map[string][]Held{}
 	live := map[string]bool{}
 	for _, p := range w.sortedProcs() {
-		if p.srv != nil && p.alive() {
+		if p.srv.Load() != nil && p.alive() {
 			live[p.Name] = true
 			byNode[p.Name] = nil
 		}

@@ -40,8 +40,9 @@ type Proc struct {
 	done chan struct{} // closed when its Run returned
 
 	node *ha.Node
-	srv  *sidecar.Server
-	ag   *agent.Agent
+	// srv is set once the sidecar started (sidecar.New reads the store,
+	// which may hang while the process is paused or its store stalled).
+	srv atomic.Pointer[sidecar.Server]
 }
 
 func (p *Proc) alive() bool { return !p.dead.Load() }
@@ -282,26 +283,39 @@ func (w *World) startMaster(name string, standby bool) error {
 }
 
 // startSidecar starts a sidecar and its agent (as cmd/shardfence's serve
-// --master wires them), served at its name.
+// --master wires them), served at its name. It starts in a goroutine of
+// its own: sidecar.New probes the store, which may hang.
 func (w *World) startSidecar(name string) error {
 	p := w.newProc(name)
 	store, err := blobstore.Sub(w.storeOf(p), "shards")
 	if err != nil {
 		return err
 	}
-	srv, err := sidecar.New(p.ctx, store, sidecar.Options{Node: name, HydrateDir: w.dir, Masters: w.masterURLs(), Logger: w.log})
-	if err != nil {
-		return err
-	}
-	ag, err := agent.New(agent.Options{Server: srv, Node: name, Addr: w.url(name), Store: "sim://shards", Masters: w.masterURLs(),
-		HTTPClient: w.net.Client(p), Logger: w.log})
-	if err != nil {
-		return err
-	}
-	p.srv, p.ag = srv, ag
-	w.net.serve(name, p, srv.Handler(sidecar.HandlerOptions{}))
 	go func() {
 		defer close(p.done)
+		var srv *sidecar.Server
+		for {
+			// A start-up that fails is tried again, as a service
+			// manager restarts the process.
+			srv, err = sidecar.New(p.ctx, store, sidecar.Options{Node: name, HydrateDir: w.dir, Masters: w.masterURLs(), Logger: w.log})
+			if err == nil {
+				break
+			}
+			w.Note("%s did not start (tried again in 1s): %v", name, err)
+			if sleepCtx(p.ctx, time.Second) != nil {
+				return
+			}
+		}
+		ag, err := agent.New(agent.Options{Server: srv, Node: name, Addr: w.url(name), Store: "sim://shards", Masters: w.masterURLs(),
+			HTTPClient: w.net.Client(p), Logger: w.log})
+		if err != nil {
+			w.Note("%s's agent did not start: %v", name, err)
+			return
+		}
+		p.srv.Store(srv)
+		if p.ctx.Err() == nil {
+			w.net.serve(name, p, srv.Handler(sidecar.HandlerOptions{}))
+		}
 		_ = ag.Run(p.ctx)
 	}()
 	return nil
@@ -348,9 +362,9 @@ func (w *World) teardown() {
 	w.net.cut("", "")
 	for _, p := range old {
 		<-p.done
-		if p.srv != nil {
+		if srv := p.srv.Load(); srv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = p.srv.Shutdown(ctx)
+			_ = srv.Shutdown(ctx)
 			cancel()
 		}
 	}
