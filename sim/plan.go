@@ -118,8 +118,19 @@ func NewPlan(seed uint64, s Shape) Plan {
 			A:    procs[rng.IntN(len(procs))],
 		}
 		if len(p.Faults) > 0 && s.Takeover > 0 && rng.IntN(3) == 0 {
+			// Meet a takeover: half of these hit a master (the first
+			// one half of that time: the primary, unless a failover
+			// came before).
 			prev := p.Faults[rng.IntN(len(p.Faults))]
 			f.At = max(0, prev.At+s.Takeover-randDur(rng, 0, time.Second))
+			if rng.IntN(2) == 0 {
+				// A master meets the store through its log only: half
+				// of its faults here stall that log.
+				f.A = procs[rng.IntN(s.Masters)]
+				if rng.IntN(2) == 0 {
+					f.Kind = StoreStall
+				}
+			}
 		}
 		if f.Kind == Partition && rng.IntN(2) == 0 {
 			for f.B = procs[rng.IntN(len(procs))]; f.B == f.A; f.B = procs[rng.IntN(len(procs))] {

@@ -16,7 +16,7 @@ import (
 
 var (
 	seedFlag  = flag.Uint64("seed", 0, "TestSeed: the seed to run (its trace is printed)")
-	seedsFlag = flag.Int("sim.seeds", 50, "TestSimSeeds: how many seeds to run")
+	seedsFlag = flag.Int("sim.seeds", 2000, "TestSimSeeds: how many seeds to run (under -race, 10 unless given)")
 	firstFlag = flag.Uint64("sim.first", 1, "TestSimSeeds: the first seed")
 	keepFlag  = flag.String("sim.keep", "", "TestSeed: run only these faults of the seed's plan (comma-separated IDs, as a shrunk trace prints them)")
 )
@@ -93,11 +93,24 @@ func TestSeed(t *testing.T) {
 	}
 }
 
+// flagSet reports whether the flag was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// TestSimSeeds runs -sim.seeds seeds from -sim.first; a failing seed is
+// shrunk and printed with the command that replays it.
 func TestSimSeeds(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	n := *seedsFlag
+	if raceEnabled && !flagSet("sim.seeds") {
+		n = 10
+	}
 	var total Stats
 	start := time.Now()
-	for seed := *firstFlag; seed < *firstFlag+uint64(*seedsFlag); seed++ {
+	for seed := *firstFlag; seed < *firstFlag+uint64(n); seed++ {
 		res := runPlan(t, NewPlan(seed, DefaultShape))
 		total.add(res.Stats)
 		if res.Violation != nil {
@@ -113,6 +126,9 @@ func TestSimSeeds(t *testing.T) {
 // limit; it returns the failing result and how many seeds it took.
 func findBug(t *testing.T, on *atomic.Bool, limit int) (Result, int) {
 	t.Helper()
+	if raceEnabled {
+		t.Skip("slow under the race detector: make test runs it without (make sim-brief)")
+	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	on.Store(true)
 	defer on.Store(false)
@@ -145,7 +161,11 @@ func TestSimFindsPublishBeforeDurable(t *testing.T) {
 // table's changes and the verdict, at the same simulated times.
 func TestSameSeedSameTrace(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	for seed := uint64(1); seed <= 4; seed++ {
+	seeds := uint64(4)
+	if raceEnabled {
+		seeds = 1
+	}
+	for seed := uint64(1); seed <= seeds; seed++ {
 		a := runPlan(t, NewPlan(seed, DefaultShape))
 		b := runPlan(t, NewPlan(seed, DefaultShape))
 		if d := firstDiff(a.Trace, b.Trace); d != "" {
