@@ -84,6 +84,16 @@ func checkAcks(shard string, acks []Acked, final map[int64]string, read bool) er
 	return nil
 }
 
+// checkAck adds a to the positions acknowledged so far (bySeq), and fails
+// if another op was acknowledged at a's position.
+func checkAck(shard string, bySeq map[int64]Acked, a Acked) error {
+	if b, ok := bySeq[a.Seq]; ok && b.Op != a.Op {
+		return fmt.Errorf("shard %s: seq %d acknowledged twice: %q at term %d and %q at term %d (two sidecars acknowledged one position)", shard, a.Seq, b.Op, b.Term, a.Op, a.Term)
+	}
+	bySeq[a.Seq] = a
+	return nil
+}
+
 // checkSettled: at the end of the quiet period every shard is open on a
 // live node, in the table and on the sidecar, and every shard a sidecar
 // holds open is the table's.

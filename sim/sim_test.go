@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -109,7 +110,7 @@ func TestSimSeeds(t *testing.T) {
 		n = 10
 	}
 	var total Stats
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	for seed := *firstFlag; seed < *firstFlag+uint64(n); seed++ {
 		res := runPlan(t, NewPlan(seed, DefaultShape))
 		total.add(res.Stats)
@@ -117,9 +118,10 @@ func TestSimSeeds(t *testing.T) {
 			t.Fatalf("seed %d: %v\n%s", seed, res.Violation, shrunk(t, res))
 		}
 	}
-	el := time.Since(start)
-	t.Logf("%d seeds, %v simulated, %d faults, %d messages, %d store requests, %d acks, %d moves, %d failovers in %v (%.1f seeds/s)",
-		total.Seeds, total.Simulated, total.Faults, total.Messages, total.StoreRequests, total.Acked, total.Moves, total.Failovers, el.Round(time.Millisecond), float64(total.Seeds)/el.Seconds())
+	el, cpu := time.Since(start), cpuTime()-cpu0
+	t.Logf("%d seeds, %v simulated, %d faults, %d messages (%d dropped), %d store requests, %d acks, %d moves, %d master failovers in %v wall (%.1f seeds/s), %v CPU (%.0f ms a seed)",
+		total.Seeds, total.Simulated.Round(time.Second), total.Faults, total.Messages, total.Dropped, total.StoreRequests, total.Acked, total.Moves, total.Failovers,
+		el.Round(time.Millisecond), float64(total.Seeds)/el.Seconds(), cpu.Round(time.Millisecond), float64(cpu.Milliseconds())/float64(max(total.Seeds, 1)))
 }
 
 // findBug runs seeds from 1 with the switch on until one fails, at most
@@ -188,4 +190,14 @@ func firstDiff(a, b []string) string {
 		}
 	}
 	return ""
+}
+
+// cpuTime is the CPU time the process used (user and system): on a shared
+// machine the wall time says little about the simulation's own cost.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
