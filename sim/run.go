@@ -68,7 +68,6 @@ type run struct {
 	primaries map[int64]string
 	owners    map[string]Row
 	moves     []Move
-	lastTerm  int64
 	acks      map[string][]Acked
 	bySeq     map[string]map[int64]Acked
 	ackErr    error // the first two acknowledgements of one position

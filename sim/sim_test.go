@@ -159,8 +159,9 @@ func TestSimFindsPublishBeforeDurable(t *testing.T) {
 	t.Logf("found at seed %d: %v\n%s", n, res.Violation, report(res))
 }
 
-// The same seed gives the same trace: the faults, the masters' terms, the
-// table's changes and the verdict, at the same simulated times.
+// The same seed gives the same trace (the faults, the masters' terms, the
+// table's changes and the verdict, at the same simulated times) and the
+// same counts of messages, store requests and acknowledgements.
 func TestSameSeedSameTrace(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	seeds := uint64(4)
@@ -172,6 +173,9 @@ func TestSameSeedSameTrace(t *testing.T) {
 		b := runPlan(t, NewPlan(seed, DefaultShape))
 		if d := firstDiff(a.Trace, b.Trace); d != "" {
 			t.Errorf("seed %d: two runs differ: %s", seed, d)
+		}
+		if a.Stats != b.Stats {
+			t.Errorf("seed %d: two runs counted differently:\n%+v\n%+v", seed, a.Stats, b.Stats)
 		}
 	}
 }
