@@ -174,7 +174,9 @@ func TestSameSeedSameTrace(t *testing.T) {
 		if d := firstDiff(a.Trace, b.Trace); d != "" {
 			t.Errorf("seed %d: two runs differ: %s", seed, d)
 		}
-		if a.Stats != b.Stats {
+		// The race detector perturbs the scheduler on purpose: there the
+		// counts may differ by a request, and only the traces compare.
+		if a.Stats != b.Stats && !raceEnabled {
 			t.Errorf("seed %d: two runs counted differently:\n%+v\n%+v", seed, a.Stats, b.Stats)
 		}
 	}
