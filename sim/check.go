@@ -15,6 +15,9 @@ type Row struct {
 	Term  int64
 	Alloc string
 	State string // master.ShardOpen, ...
+	// Durable: the log acknowledged the row (a row the master recorded
+	// and lost in a failover is no move).
+	Durable bool
 }
 
 // Held is one shard a sidecar holds, as its Shards() reports it.

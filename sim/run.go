@@ -315,7 +315,7 @@ func (r *run) sample() error {
 			return fmt.Errorf("%w (primary %s)", err, mp.Name)
 		}
 		row, prev := table[s], r.owners[s]
-		if row.Node != prev.Node || row.Term != prev.Term {
+		if row.Durable && (row.Node != prev.Node || row.Term != prev.Term) {
 			w.Note("table of %s: %s on %q at term %d (%s)", mp.Name, s, row.Node, row.Term, row.State)
 			if prev.Node != "" && row.Node != "" && row.Node != prev.Node && row.Term > prev.Term {
 				r.moves = append(r.moves, Move{At: w.now(), Shard: s, From: prev.Node, To: row.Node, Term: row.Term})
@@ -334,7 +334,7 @@ func tableOf(m *master.Master) map[string]Row {
 	out := map[string]Row{}
 	for _, si := range m.Shards() {
 		a := si.Assignment
-		out[a.GetShard()] = Row{Node: a.GetNode(), Term: a.GetTerm(), Alloc: a.GetAllocation(), State: si.State}
+		out[a.GetShard()] = Row{Node: a.GetNode(), Term: a.GetTerm(), Alloc: a.GetAllocation(), State: si.State, Durable: si.Durable}
 	}
 	return out
 }
