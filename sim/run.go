@@ -318,7 +318,7 @@ func (r *run) sample() error {
 		if row.Durable && (row.Node != prev.Node || row.Term != prev.Term) {
 			w.Note("table of %s: %s on %q at term %d (%s)", mp.Name, s, row.Node, row.Term, row.State)
 			if prev.Node != "" && row.Node != "" && row.Node != prev.Node && row.Term > prev.Term {
-				r.moves = append(r.moves, Move{At: w.now(), Shard: s, From: prev.Node, To: row.Node, Term: row.Term})
+				r.moves = append(r.moves, Move{At: w.now(), Shard: s, From: prev.Node, To: row.Node, Term: row.Term, By: mp.Name})
 			}
 			if row.Node != "" {
 				r.owners[s] = row

@@ -3,6 +3,8 @@ package sim
 import (
 	"flag"
 	"fmt"
+	"log/slog"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -19,6 +21,7 @@ var (
 	seedFlag  = flag.Uint64("seed", 0, "TestSeed: the seed to run (its trace is printed)")
 	seedsFlag = flag.Int("sim.seeds", 2000, "TestSimSeeds: how many seeds to run (under -race, 10 unless given)")
 	firstFlag = flag.Uint64("sim.first", 1, "TestSimSeeds: the first seed")
+	logFlag   = flag.Bool("sim.log", false, "TestSeed: print the processes' logs")
 	keepFlag  = flag.String("sim.keep", "", "TestSeed: run only these faults of the seed's plan (comma-separated IDs, as a shrunk trace prints them)")
 )
 
@@ -87,6 +90,10 @@ func TestSeed(t *testing.T) {
 		t.Skip("give -seed N")
 	}
 	runtime.GOMAXPROCS(1)
+	if *logFlag {
+		Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		defer func() { Logger = slog.New(slog.DiscardHandler) }()
+	}
 	res := runPlan(t, planOf(t, *seedFlag))
 	t.Log(report(res))
 	if res.Violation != nil {

@@ -73,12 +73,15 @@ type World struct {
 }
 
 func newWorld(seed uint64, s Shape, t Timing, root *blobstore.Container, dir string) *World {
-	w := &World{seed: seed, shape: s, timing: t, dir: dir, start: time.Now(), root: root, log: slog.New(slog.DiscardHandler),
+	w := &World{seed: seed, shape: s, timing: t, dir: dir, start: time.Now(), root: root, log: Logger,
 		procs: map[string]*Proc{}, paused: map[string]int{}, cuts: map[[2]string]int{}, stalled: map[string]int{}, erring: map[string]int{},
 		changed: make(chan struct{}), links: map[string]*rand.Rand{}}
 	w.net = newNetwork(w)
 	return w
 }
+
+// Logger is the processes' log; tests set it to see one seed's logs.
+var Logger = slog.New(slog.DiscardHandler)
 
 // now is the run's time, from its start.
 func (w *World) now() time.Duration { return time.Since(w.start) }
