@@ -170,7 +170,7 @@ func TestSimFindsBackoffNeverReset(t *testing.T) {
 
 // A node opens a shard at a term the next master's table does not have.
 func TestSimFindsPublishBeforeDurable(t *testing.T) {
-	res, n := findBug(t, &testhooks.PublishBeforeDurable, "holds it open at term", 200)
+	res, n := findBug(t, &testhooks.PublishBeforeDurable, "holds it open at term", 300)
 	t.Logf("found at seed %d: %v\n%s", n, res.Violation, report(res))
 }
 
