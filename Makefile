@@ -40,7 +40,7 @@ IMAGE         ?= shardfence:$(VERSION)
 export SHARDFENCE_TOOLS_DIR := $(TOOLS_DIR)
 export PATH := $(BIN_DIR):$(TOOLS_DIR)/node_modules/.bin:$(PATH)
 
-.PHONY: all run build image cluster test test-go fuzz fuzz-brief lint tools docker-engine test-images bench verify jepsen clean generate
+.PHONY: all run build image cluster test test-go fuzz fuzz-brief lint tools docker-engine test-images bench verify jepsen sim sim-brief clean generate
 
 all: build
 
@@ -92,6 +92,8 @@ test-go:
 	@rc=0; \
 	echo "$(GO) test -race -count=1 -timeout 40m ./..."; \
 	$(GO) test -race -count=1 -timeout 40m ./... || rc=1; \
+	echo "$(MAKE) sim-brief"; \
+	$(MAKE) --no-print-directory sim-brief || rc=1; \
 	echo "$(MAKE) fuzz-brief"; \
 	$(MAKE) --no-print-directory fuzz-brief || rc=1; \
 	echo "cd e2e && $(GO) test -race -count=1 -timeout 30m ./..."; \
@@ -213,6 +215,22 @@ verify:
 	@# The protocol checker's deep scopes: larger state bounds, 10,000 random
 	@# walks; no race detector, so it explores about eight times as many states.
 	SHARDFENCE_VERIFY=deep $(GO) test -count=1 -timeout 80m -v -run 'TestWritePath|TestClaims|TestRecovery|TestCreateOnly|TestModes|TestBarrier|TestRandomWalks|TestElection|TestZombieRead|TestLease|TestRelocation|TestCheckpoints' ./verify/
+
+# The whole-system simulation (docs/VERIFICATION.md, "Simulation of the
+# whole system"): masters, sidecars, agents and clients in one process, on
+# simulated time, with seeded faults. The race run of ./... runs a few seeds;
+# sim-brief is make test's run without the race detector (SIM_SEEDS seeds,
+# and the tests that show it finds the re-created bugs); sim runs SIM_LONG
+# seeds and is not part of make test. SIM_FIRST picks the first seed.
+SIM_SEEDS ?= 2000
+SIM_LONG  ?= 100000
+SIM_FIRST ?= 1
+
+sim-brief:
+	$(GO) test -count=1 -timeout 30m -run 'TestSimSeeds$$|TestSimFinds|TestSameSeedSameTrace' ./sim -sim.seeds $(SIM_SEEDS) -sim.first $(SIM_FIRST)
+
+sim:
+	$(GO) test -count=1 -timeout 0 -v -run 'TestSimSeeds$$' ./sim -sim.seeds $(SIM_LONG) -sim.first $(SIM_FIRST)
 
 # jepsen runs the example key-value service's nemesis test in its long form:
 # several seeds, minutes each, every fault kind (docs/VERIFICATION.md,

@@ -18,6 +18,7 @@ import (
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/internal/echo"
+	"github.com/shardfence/shardfence/internal/testhooks"
 	"github.com/shardfence/shardfence/sidecar"
 )
 
@@ -279,6 +280,9 @@ func (f *fleet) publish(changes []change) <-chan error {
 		apply()
 		done <- nil
 		return done
+	}
+	if testhooks.PublishBeforeDurable.Load() {
+		apply() // the bug the simulation must find (test-only)
 	}
 	go func() {
 		// The log acknowledges a prefix: the last ticket durable means

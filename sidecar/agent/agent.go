@@ -32,6 +32,7 @@ import (
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	"github.com/shardfence/shardfence/client"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/testhooks"
 	"github.com/shardfence/shardfence/sidecar"
 )
 
@@ -256,6 +257,15 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("the master did not answer; looking for the primary", "master", url, "err", err)
 			wait = pace
 		}
+		if testhooks.NoBackoffReset.Load() {
+			// The bug before e0ab631 (test-only): every session's end
+			// waits the back-off, which doubles and is never reset by a
+			// registration.
+			wait, backoff = backoff, min(backoff*2, a.opts.RetryMax)
+			if errors.Is(err, errReregister) {
+				backoff = a.opts.RetryBase
+			}
+		}
 		if fence.Sleep(ctx, fence.SystemClock(), wait) != nil {
 			return nil
 		}
@@ -364,8 +374,10 @@ func (a *Agent) session1(ctx context.Context, url string) (registered bool, err 
 	// A master that did not hear this node's reports (a newly elected
 	// one, or one that restarted) shows its shards as assigned until it
 	// does: report every shard again.
-	for _, m := range a.managed {
-		m.reported = ""
+	if !testhooks.ForgetReportsOnNewMaster.Load() {
+		for _, m := range a.managed {
+			m.reported = ""
+		}
 	}
 	a.mu.Unlock()
 	a.wake()
