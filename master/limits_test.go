@@ -166,3 +166,44 @@ func TestConfigRanges(t *testing.T) {
 		}
 	}
 }
+
+// A small answer goes out uncompressed even to a client that accepts gzip
+// (a ping answer gzipped cost more CPU than its bytes), and an answer of
+// CompressMinBytes or more is still compressed.
+func TestOnlyLargeAnswersAreCompressed(t *testing.T) {
+	m, _ := newTestMaster(t, Config{}, Options{})
+	mux := http.NewServeMux()
+	path, h := NewHandler(m)
+	mux.Handle(path, h)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	call := func(proc, body string) (string, int) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+proc, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept-Encoding", "gzip")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %.200s", proc, res.StatusCode, b)
+		}
+		return res.Header.Get("Content-Encoding"), len(b)
+	}
+	if enc, n := call("/shardfence.master.v1.MasterService/Exist", `{"tenant":"t","key":"k"}`); enc != "" {
+		t.Errorf("a %d-byte answer went out with Content-Encoding %q", n, enc)
+	}
+	var items []string
+	for i := range 400 {
+		items = append(items, fmt.Sprintf(`{"clientId":"not-mounted","tenant":"t","key":"k%d","size":1}`, i))
+	}
+	if enc, n := call("/shardfence.master.v1.MasterService/BatchPutStart", `{"items":[`+strings.Join(items, ",")+`]}`); enc != "gzip" {
+		t.Errorf("a batch answer (%d bytes as sent) went out with Content-Encoding %q, want gzip", n, enc)
+	}
+}

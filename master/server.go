@@ -39,11 +39,22 @@ const DefaultMaxStreams = 4096
 
 // HandlerOptions are opts after the master's defaults: a request message
 // (a gzip body decompressed, too) of at most DefaultMaxRequestBytes,
-// which connect.WithReadMaxBytes in opts overrides, and JSON decode
-// errors that repeat a bounded part of the body (echo.JSONCodecs).
+// which connect.WithReadMaxBytes in opts overrides; answers compressed
+// only from CompressMinBytes; and JSON decode errors that repeat a bounded
+// part of the body (echo.JSONCodecs).
 func HandlerOptions(opts ...connect.HandlerOption) []connect.HandlerOption {
-	return append(append([]connect.HandlerOption{connect.WithReadMaxBytes(DefaultMaxRequestBytes)}, echo.JSONCodecs()...), opts...)
+	return append(append([]connect.HandlerOption{
+		connect.WithReadMaxBytes(DefaultMaxRequestBytes),
+		connect.WithCompressMinBytes(CompressMinBytes),
+	}, echo.JSONCodecs()...), opts...)
 }
+
+// CompressMinBytes is the smallest answer the master compresses for a
+// client that accepts gzip, as the sidecar does: pings, reports and
+// assignments are a few dozen bytes, and gzipping each one was a quarter
+// of a master's CPU under a thousand pinging nodes; listings and routing
+// feed parts still compress.
+const CompressMinBytes = 16 << 10
 
 // RequestGuard bounds what the clients of a master's HTTP server can make
 // it hold (reqlimit.Guard.Wrap): a body over lim.MaxRequestBytes is
