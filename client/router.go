@@ -244,12 +244,22 @@ func (r *Router) Routes() map[string]Route {
 // Route returns where shard is served, waiting until the feed names an
 // owner that serves it.
 func (r *Router) Route(ctx context.Context, shard string) (Route, error) {
-	return r.await(ctx, shard, Route{})
+	return r.await(ctx, shard, nil)
 }
 
 // await waits until the feed names a serving route of shard other than
-// not (a route a call just failed on).
-func (r *Router) await(ctx context.Context, shard string, not Route) (Route, error) {
+// the one a call just failed on (f.route), or, when the feed still names
+// that one after f's wait, returns it to be tried again: a call that
+// failed with nothing done (a reset connection, a sidecar that did not
+// answer) does not prove the owner lost the shard, and the feed names the
+// next owner as soon as there is one.
+func (r *Router) await(ctx context.Context, shard string, f *retryPace) (Route, error) {
+	var again <-chan time.Time
+	if f != nil && f.route.Term != 0 {
+		t := time.NewTimer(f.wait)
+		defer t.Stop()
+		again = t.C
+	}
 	for {
 		r.mu.Lock()
 		rt, ok := r.routes[shard]
@@ -258,11 +268,13 @@ func (r *Router) await(ctx context.Context, shard string, not Route) (Route, err
 		if closed {
 			return Route{}, errors.New("shardfence router: closed")
 		}
-		if ok && rt.Serving() && (not.Term == 0 || !rt.same(not)) {
+		if ok && rt.Serving() && (again == nil || !rt.same(f.route)) {
 			return rt, nil
 		}
 		select {
 		case <-wake:
+		case <-again:
+			again = nil
 		case <-ctx.Done():
 			why := "no owner serves it yet"
 			switch {
@@ -276,6 +288,29 @@ func (r *Router) await(ctx context.Context, shard string, not Route) (Route, err
 			return Route{}, fmt.Errorf("shardfence router: shard %q: %w (%s)", shard, ctx.Err(), why)
 		}
 	}
+}
+
+// retryPace is how long a caller waits for the feed to name another owner
+// before trying again the one its last call failed on: minRetryWait after
+// the first failure, doubling with each failure on the same route up to
+// maxRetryWait.
+type retryPace struct {
+	route Route
+	wait  time.Duration
+}
+
+const (
+	minRetryWait = 50 * time.Millisecond
+	maxRetryWait = 2 * time.Second
+)
+
+// failed records a call that failed on rt with nothing done.
+func (f *retryPace) failed(rt Route) {
+	if f.route.Term != 0 && rt.same(f.route) {
+		f.wait = min(2*f.wait, maxRetryWait)
+		return
+	}
+	f.route, f.wait = rt, minRetryWait
 }
 
 // Client returns the client of the sidecar at addr (one per sidecar).
@@ -299,11 +334,13 @@ func (r *Router) Client(addr string) (*Client, error) {
 // Append appends ops to shard on its owner (see Client.Append for what an
 // acknowledgement and an error mean). When the owner it tried refused the
 // call with nothing written (the shard moved, was fenced, or the sidecar
-// could not be reached), it waits for the next owner and sends it there.
+// could not be reached), it waits for the next owner and sends it there;
+// while the feed still names the same owner, it tries that one again after
+// a pause (50 ms, doubling up to 2 s).
 func (r *Router) Append(ctx context.Context, shard string, ops ...[]byte) (Ack, error) {
-	var failed Route
+	var pace retryPace
 	for {
-		rt, err := r.await(ctx, shard, failed)
+		rt, err := r.await(ctx, shard, &pace)
 		if err != nil {
 			return Ack{}, &Error{Op: "Append", Shard: shard, Code: connect.CodeOf(err), Err: err}
 		}
@@ -321,7 +358,7 @@ func (r *Router) Append(ctx context.Context, shard string, ops ...[]byte) (Ack, 
 		case moved && !IsOutcomeUnknown(err):
 			// The feed named another owner while the call could not
 			// reach this one: nothing was sent, send it there.
-			failed = rt
+			pace.failed(rt)
 			continue
 		case !movedOn(err) || ctx.Err() != nil:
 			return ack, err
@@ -331,17 +368,19 @@ func (r *Router) Append(ctx context.Context, shard string, ops ...[]byte) (Ack, 
 				return Ack{}, &Error{Op: "Append", Shard: shard, Code: connect.CodeOf(err), Err: err}
 			}
 		default:
-			failed = rt
+			pace.failed(rt)
 		}
 	}
 }
 
 // Barrier proves the shard's owner still holds it (Client.Barrier),
-// waiting for the next owner when the one the feed named lost it.
+// waiting for the next owner when the one the feed named lost it (or
+// could not be reached; the same owner is tried again after a pause while
+// the feed still names it, as Append does).
 func (r *Router) Barrier(ctx context.Context, shard string) (BarrierResult, Route, error) {
-	var failed Route
+	var pace retryPace
 	for {
-		rt, err := r.await(ctx, shard, failed)
+		rt, err := r.await(ctx, shard, &pace)
 		if err != nil {
 			return BarrierResult{}, Route{}, &Error{Op: "Barrier", Shard: shard, Code: connect.CodeOf(err), Err: err}
 		}
@@ -356,7 +395,7 @@ func (r *Router) Barrier(ctx context.Context, shard string) (BarrierResult, Rout
 		if err == nil || (!moved && !movedOn(err)) || ctx.Err() != nil {
 			return res, rt, err
 		}
-		failed = rt
+		pace.failed(rt)
 	}
 }
 

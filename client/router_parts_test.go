@@ -43,3 +43,51 @@ func TestRouterSnapshotInParts(t *testing.T) {
 		t.Fatalf("a shard in no part once the snapshot is whole: %v", err)
 	}
 }
+
+// A call that failed on the owner the feed still names (a reset
+// connection proves nothing about ownership) is tried on that owner again
+// after a pause instead of waiting for a move that may never come; a new
+// owner named meanwhile is taken at once.
+func TestRouterTriesTheSameOwnerAgainAfterAPause(t *testing.T) {
+	r := &Router{routes: map[string]Route{}, changed: make(chan struct{})}
+	route := func(node string, term int64) *masterv1.ShardRoute {
+		return &masterv1.ShardRoute{Shard: "a", Term: term, Node: node, Addr: "http://" + node, State: "open"}
+	}
+	r.apply(&masterv1.WatchShardsResponse{Snapshot: true, Routes: []*masterv1.ShardRoute{route("n1", 1)}})
+	first, err := r.Route(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pace retryPace
+	pace.failed(first)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	again, err := r.await(ctx, "a", &pace)
+	if err != nil || !again.same(first) {
+		t.Fatalf("the same owner, still named after the pause: %v, %v", again, err)
+	}
+	pace.failed(again)
+	pace.failed(again)
+	if pace.wait != 4*minRetryWait {
+		t.Fatalf("after three failures on one route the pause is %v, want %v", pace.wait, 4*minRetryWait)
+	}
+	for range 10 {
+		pace.failed(again)
+	}
+	if pace.wait != maxRetryWait {
+		t.Fatalf("the pause grew to %v, past %v", pace.wait, maxRetryWait)
+	}
+	got := make(chan Route, 1)
+	go func() {
+		rt, _ := r.await(ctx, "a", &pace)
+		got <- rt
+	}()
+	r.apply(&masterv1.WatchShardsResponse{Routes: []*masterv1.ShardRoute{route("n2", 2)}})
+	if rt := <-got; rt.Node != "n2" || rt.Term != 2 {
+		t.Fatalf("a new owner named during the pause: %v", rt)
+	}
+	pace.failed(Route{Shard: "a", Term: 2, Node: "n2", Addr: "http://n2"})
+	if pace.wait != minRetryWait {
+		t.Fatalf("a failure on a new route starts at %v, not %v", pace.wait, minRetryWait)
+	}
+}
