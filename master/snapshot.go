@@ -1,7 +1,6 @@
 package master
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,11 +8,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-	"github.com/vmihailenco/msgpack/v5/msgpcode"
 	"google.golang.org/protobuf/proto"
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
@@ -159,18 +160,30 @@ func (m *Master) freeze(cut func()) (*Snapshot, *snapshotCopy) {
 	return s, c
 }
 
-// copyShards is step 3 of Freeze.
+// copyShards is step 3 of Freeze, by GOMAXPROCS workers taking the
+// shards in turn.
 func (m *Master) copyShards(s *Snapshot, c *snapshotCopy) {
 	copyStart := time.Now()
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.RLock()
-		if !c.copied[i] {
-			c.parts[i] = copyShard(sh)
-			c.copied[i] = true
-		}
-		sh.mu.RUnlock()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(m.shards)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(m.shards) {
+					return
+				}
+				sh := &m.shards[i]
+				sh.mu.RLock()
+				if !c.copied[i] {
+					c.parts[i] = copyShard(sh)
+					c.copied[i] = true
+				}
+				sh.mu.RUnlock()
+			}
+		})
 	}
+	wg.Wait()
 	m.cow.Store(nil)
 	s.parts = c.parts
 	s.Copy = time.Since(copyStart)
@@ -232,7 +245,9 @@ type SnapshotFile struct {
 }
 
 // WriteFiles encodes the snapshot under dir in the given format and
-// returns its files, the manifest first. id names the snapshot.
+// returns its files, the manifest first. id names the snapshot. The
+// objects chunks are encoded and written by GOMAXPROCS workers, each into
+// a buffer of its own; the bytes are the same as one encoder's.
 func (s *Snapshot) WriteFiles(dir string, format SnapshotFormat, id string) ([]SnapshotFile, error) {
 	man := SnapshotManifest{Version: format.version(), ID: id}
 	if format == SnapshotV2 {
@@ -242,93 +257,104 @@ func (s *Snapshot) WriteFiles(dir string, format SnapshotFormat, id string) ([]S
 	if err != nil {
 		return nil, err
 	}
-	var files []SnapshotFile
-	write := func(name string, fill func(e *msgpack.Encoder) error) error {
-		path := filepath.Join(dir, name)
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		bw := bufio.NewWriterSize(f, 1<<20)
-		e := msgpack.NewEncoder(bw)
-		err = fill(e)
-		if err == nil {
-			err = bw.Flush()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("snapshot %q file %q: %w", id, name, err)
-		}
-		st, err := os.Stat(path)
-		if err != nil {
-			return err
-		}
-		files = append(files, SnapshotFile{Name: name, Path: path, Size: st.Size()})
-		return nil
-	}
-	if err := os.WriteFile(filepath.Join(dir, SnapshotManifestFile), []byte(line), 0o644); err != nil {
-		return nil, err
-	}
-	files = append(files, SnapshotFile{Name: SnapshotManifestFile, Path: filepath.Join(dir, SnapshotManifestFile), Size: int64(len(line))})
 	total := s.Objects()
 	chunks := (total + ObjectsPerChunk - 1) / ObjectsPerChunk
-	err = write(snapshotSegmentsFile, func(e *msgpack.Encoder) error {
-		w := encoder{e: e}
-		w.header(man, snapshotSegmentsFile, len(s.segments))
-		w.uint(uint64(chunks))
-		w.uint(uint64(total))
-		for _, sg := range s.segments {
-			w.arr(7)
-			w.uint(sg.id)
-			w.str(sg.name)
-			w.str(sg.client)
-			w.uint(sg.base)
-			w.uint(sg.size)
-			w.str(sg.endpoint)
-			w.bool(sg.serving)
+	files := make([]SnapshotFile, 3+chunks)
+	write := func(slot int, name string, b []byte) error {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			return fmt.Errorf("snapshot %q file %q: %w", id, name, err)
 		}
-		return w.err
-	})
-	if err != nil {
+		files[slot] = SnapshotFile{Name: name, Path: path, Size: int64(len(b))}
+		return nil
+	}
+	if err := write(0, SnapshotManifestFile, []byte(line)); err != nil {
 		return nil, err
 	}
-	err = write(snapshotFleetFile, func(e *msgpack.Encoder) error {
-		w := encoder{e: e}
-		w.header(man, snapshotFleetFile, len(s.nodes)+len(s.fleet))
-		for _, n := range s.nodes {
-			w.fleetRecord(fleetRecordNode, n)
-		}
-		for _, a := range s.fleet {
-			w.fleetRecord(fleetRecordShard, a)
-		}
-		return w.err
-	})
-	if err != nil {
+	w := encoder{b: make([]byte, 0, 64<<10)}
+	w.header(man, snapshotSegmentsFile, len(s.segments))
+	w.uint(uint64(chunks))
+	w.uint(uint64(total))
+	for _, sg := range s.segments {
+		w.arr(7)
+		w.uint(sg.id)
+		w.str(sg.name)
+		w.str(sg.client)
+		w.uint(sg.base)
+		w.uint(sg.size)
+		w.str(sg.endpoint)
+		w.bool(sg.serving)
+	}
+	if err := write(1, snapshotSegmentsFile, w.b); err != nil {
 		return nil, err
 	}
-	part, next := 0, 0 // where the next object to encode is
-	for c := 0; c < chunks; c++ {
-		count := min(ObjectsPerChunk, total-c*ObjectsPerChunk)
-		err := write(chunkName(c), func(e *msgpack.Encoder) error {
-			w := encoder{e: e}
-			w.header(man, chunkName(c), count)
-			for i := 0; i < count; i++ {
-				for next == len(s.parts[part].objects) {
-					part, next = part+1, 0
-				}
-				p := &s.parts[part]
-				if err := s.encodeObject(&w, p, &p.objects[next], format); err != nil {
-					return err
-				}
-				next++
-			}
-			return w.err
-		})
-		if err != nil {
+	w.b = w.b[:0]
+	w.header(man, snapshotFleetFile, len(s.nodes)+len(s.fleet))
+	for _, n := range s.nodes {
+		if err := w.fleetRecord(fleetRecordNode, n); err != nil {
 			return nil, err
 		}
+	}
+	for _, a := range s.fleet {
+		if err := w.fleetRecord(fleetRecordShard, a); err != nil {
+			return nil, err
+		}
+	}
+	if err := write(2, snapshotFleetFile, w.b); err != nil {
+		return nil, err
+	}
+	// Where each part starts in the object order, so a worker finds the
+	// first object of chunk c without walking the parts before it.
+	starts := make([]int, len(s.parts)+1)
+	for i := range s.parts {
+		starts[i+1] = starts[i] + len(s.parts[i].objects)
+	}
+	var next atomic.Int64
+	var mu sync.Mutex
+	var firstErr error
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), chunks) {
+		wg.Go(func() {
+			w := encoder{b: make([]byte, 0, 20<<20)}
+			for {
+				c := int(next.Add(1) - 1)
+				if c >= chunks {
+					return
+				}
+				lo := c * ObjectsPerChunk
+				count := min(ObjectsPerChunk, total-lo)
+				part := sort.Search(len(s.parts), func(i int) bool { return starts[i+1] > lo })
+				at := lo - starts[part]
+				w.b = w.b[:0]
+				w.header(man, chunkName(c), count)
+				for range count {
+					for at == len(s.parts[part].objects) {
+						part, at = part+1, 0
+					}
+					p := &s.parts[part]
+					if err := s.encodeObject(&w, p, &p.objects[at], format); err != nil {
+						fail(fmt.Errorf("snapshot %q file %q: %w", id, chunkName(c), err))
+						return
+					}
+					at++
+				}
+				if err := write(3+c, chunkName(c), w.b); err != nil {
+					fail(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
 	}
 	return files, nil
 }
@@ -381,36 +407,25 @@ func (s *Snapshot) encodeObject(w *encoder, p *snapPart, o *snapObject, format S
 	return nil
 }
 
-// encoder keeps the first error of a run of msgpack writes.
-type encoder struct {
-	e   *msgpack.Encoder
-	err error
-}
-
-func (w *encoder) do(err error) {
-	if w.err == nil {
-		w.err = err
-	}
-}
-func (w *encoder) arr(n int)     { w.do(w.e.EncodeArrayLen(n)) }
-func (w *encoder) str(s string)  { w.do(w.e.EncodeString(s)) }
-func (w *encoder) uint(v uint64) { w.do(w.e.EncodeUint(v)) }
-func (w *encoder) int(v int64)   { w.do(w.e.EncodeInt(v)) }
-func (w *encoder) bool(v bool)   { w.do(w.e.EncodeBool(v)) }
-func (w *encoder) nil()          { w.do(w.e.EncodeNil()) }
-
 // Fleet records: [kind, protobuf body].
 const (
 	fleetRecordNode  = 1
 	fleetRecordShard = 2
 )
 
-func (w *encoder) fleetRecord(kind uint64, msg proto.Message) {
+func (w *encoder) fleetRecord(kind uint64, msg proto.Message) error {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
-	w.do(err)
+	if err != nil {
+		return err
+	}
 	w.arr(2)
 	w.uint(kind)
-	w.do(w.e.EncodeBytes(b))
+	if b == nil {
+		w.nil() // an empty message: what the msgpack library wrote for it
+	} else {
+		w.bytes(b)
+	}
+	return nil
 }
 
 // header opens a payload file: [format, version, id, part, count].
@@ -486,19 +501,18 @@ func (m *Master) restoreSnapshotAt(ctx context.Context, files map[string]string,
 	}
 	st := &restoreState{tenants: map[string]*tenant{}, clients: map[string]*client{}, groups: map[groupKey]*group{}, quotas: m.cfg.TenantQuotas}
 	// Segments.
-	d, closeFile, err := openPayload(files, snapshotSegmentsFile)
+	b, err := readPayload(files, snapshotSegmentsFile, nil)
 	if err != nil {
 		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%v", err)
 	}
-	defer closeFile()
-	r := decoder{d: d}
+	r := decoder{b: b}
 	nsegs := r.header(man, snapshotSegmentsFile)
 	chunks, total := r.uint(), r.uint()
 	segs := map[uint64]*segment{}
 	for i := 0; i < nsegs && r.err == nil; i++ {
 		r.arr(7)
 		sg := &segment{id: r.uint(), name: r.str(), client: st.client(r.str()), base: r.uint(), size: r.uint(), state: segmentAwaitingRemount}
-		_ = r.str() // the endpoint: a remount proves a new one
+		_ = r.strBytes() // the endpoint: a remount proves a new one
 		_ = r.bool()
 		switch {
 		case r.err != nil:
@@ -516,84 +530,213 @@ func (m *Master) restoreSnapshotAt(ctx context.Context, files map[string]string,
 	if chunks > math.MaxInt32 || total > uint64(chunks)*ObjectsPerChunk {
 		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%d objects in %d files", total, chunks)
 	}
-	// Objects, every chunk decoded and checked before any is installed.
-	type key = objectKey
-	seen := make(map[key]struct{}, min(total, 1<<24))
-	var objs []*object
-	var maxReplica uint64
-	for c := 0; c < int(chunks); c++ {
-		if err := ctx.Err(); err != nil {
-			return bad("", err, "restore interrupted")
-		}
-		name := chunkName(c)
-		d, closeChunk, err := openPayload(files, name)
-		if err != nil {
-			return bad(name, ErrSnapshotPayload, "%v", err)
-		}
-		r := decoder{d: d}
-		n := r.header(man, name)
-		if r.err == nil && (n > ObjectsPerChunk || (c < int(chunks)-1 && n != ObjectsPerChunk)) {
-			r.fail("%d objects in a chunk (every chunk but the last holds %d)", n, ObjectsPerChunk)
-		}
-		for i := 0; i < n && r.err == nil; i++ {
-			o, err := st.decodeObject(&r, man, segs, now)
-			if err != nil {
-				closeChunk()
-				return bad(name, ErrClockConversion, "object %d: %v", i, err)
-			}
-			if r.err != nil {
-				break
-			}
-			k := key{o.tenant.name, o.key}
-			if _, dup := seen[k]; dup {
-				r.fail("object (%q, %q) listed twice", k.tenant, k.key)
-				break
-			}
-			seen[k] = struct{}{}
-			if len(o.replicas) == 0 {
-				res.Dropped++
-				continue
-			}
-			for _, rp := range o.replicas {
-				maxReplica = max(maxReplica, rp.id)
-			}
-			if m.cfg.SnapshotRestoreCleanup && !o.hardPinned && o.leaseExpired(now.Steady) && !o.softPinActive(now.Steady) {
-				res.Cleaned++
-				continue
-			}
-			if o.leaseExpired(now.Steady) {
-				res.Expired++
-			}
-			objs = append(objs, o)
-		}
-		r.end()
-		closeChunk()
-		if r.err != nil {
-			return bad(name, ErrSnapshotPayload, "%v", r.err)
-		}
+	// Objects: every chunk decoded and checked before any is installed,
+	// GOMAXPROCS chunks at a time.
+	dec := make([]decodedChunk, chunks)
+	for c := range dec {
+		dec[c].done = -1
 	}
-	if uint64(len(seen)) != total {
-		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "the segments file counts %d objects, the chunks hold %d", total, len(seen))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), int(chunks)) {
+		wg.Go(func() {
+			w := restoreWorker{st: st, tenants: map[string]*tenant{}, clients: map[string]*client{}, groups: map[groupKey]*group{}}
+			for {
+				c := int(next.Add(1) - 1)
+				if c >= int(chunks) {
+					return
+				}
+				if err := ctx.Err(); err != nil {
+					dec[c].err = err
+					return
+				}
+				dec[c] = m.decodeChunk(&w, files, c, int(chunks), man, segs, now)
+				if dec[c].err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	decoded := uint64(0)
+	var maxReplica uint64
+	for c := range dec {
+		d := &dec[c]
+		if d.err != nil {
+			switch {
+			case errors.Is(d.err, context.Canceled) || errors.Is(d.err, context.DeadlineExceeded):
+				return bad("", d.err, "restore interrupted")
+			case d.conv:
+				return bad(chunkName(c), ErrClockConversion, "%v", d.err)
+			}
+			return bad(chunkName(c), ErrSnapshotPayload, "%v", d.err)
+		}
+		if d.done < 0 {
+			// A worker stopped at an earlier chunk's error or the
+			// context; that chunk reported it above.
+			return bad("", ErrSnapshotPayload, "chunk %d not decoded", c)
+		}
+		decoded += uint64(d.done)
+		res.Dropped += d.dropped
+		res.Cleaned += d.cleaned
+		res.Expired += d.expired
+		maxReplica = max(maxReplica, d.maxReplica)
+	}
+	if decoded != total {
+		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "the segments file counts %d objects, the chunks hold %d", total, decoded)
 	}
 	if extra := fmt.Sprintf("%s%06d", snapshotObjectsFile, chunks); files[extra] != "" {
 		return bad(extra, ErrSnapshotPayload, "a chunk past the %d the segments file counts", chunks)
 	}
-	if err := checkRanges(segs, objs); err != nil {
+	built, err := m.buildShards(dec)
+	if err != nil {
+		var de *dupError
+		if errors.As(err, &de) {
+			return bad(chunkName(de.chunk), ErrSnapshotPayload, "%v", err)
+		}
+		return bad("", ErrSnapshotPayload, "%v", err)
+	}
+	if err := checkRanges(segs, dec, built); err != nil {
 		return bad("", ErrSnapshotPayload, "%v", err)
 	}
 	nodes, assigns, err := readFleet(files, man)
 	if err != nil {
 		return bad(snapshotFleetFile, ErrSnapshotPayload, "%v", err)
 	}
-	m.install(st, segs, objs, maxReplica)
+	m.install(st, segs, dec, built, maxReplica)
 	m.fleet.install(nodes, assigns)
-	res.Segments, res.Objects = len(segs), len(objs)
+	res.Segments, res.Objects = len(segs), built.objects
 	return res, nil
 }
 
+// decodedChunk is one objects chunk decoded: the objects it keeps, in
+// file order, with the metadata shard of each.
+type decodedChunk struct {
+	objs  []*object
+	shard []uint32
+	// gone are the keys of objects decoded but not kept (no complete
+	// replica, or cleaned up): they still count against duplicates.
+	gone                      []goneKey
+	done                      int // records decoded; -1 when not reached
+	dropped, cleaned, expired int
+	maxReplica                uint64
+	err                       error
+	conv                      bool // err is a deadline conversion failure
+}
+
+type goneKey struct {
+	key   objectKey
+	shard uint32
+}
+
+// restoreWorker is one decoding worker's view of the restore: it finds
+// tenants, clients and groups in its own maps first and takes the shared
+// ones, under their lock, only for a name it has not met.
+type restoreWorker struct {
+	st      *restoreState
+	tenants map[string]*tenant
+	clients map[string]*client
+	groups  map[groupKey]*group
+	buf     []byte
+}
+
+func (w *restoreWorker) tenant(name []byte) *tenant {
+	if t := w.tenants[string(name)]; t != nil {
+		return t
+	}
+	w.st.mu.Lock()
+	t := w.st.tenant(string(name))
+	w.st.mu.Unlock()
+	w.tenants[t.name] = t
+	return t
+}
+
+func (w *restoreWorker) client(id []byte) *client {
+	if c := w.clients[string(id)]; c != nil {
+		return c
+	}
+	w.st.mu.Lock()
+	c := w.st.client(string(id))
+	w.st.mu.Unlock()
+	w.clients[c.id] = c
+	return c
+}
+
+func (w *restoreWorker) group(tenant string, id []byte) *group {
+	if g := w.groups[groupKey{tenant, string(id)}]; g != nil {
+		return g
+	}
+	w.st.mu.Lock()
+	g := w.st.group(groupKey{tenant, string(id)})
+	w.st.mu.Unlock()
+	w.groups[g.key] = g
+	return g
+}
+
+// decodeChunk reads and decodes objects chunk c of chunks.
+func (m *Master) decodeChunk(w *restoreWorker, files map[string]string, c, chunks int, man SnapshotManifest, segs map[uint64]*segment, now ClockPair) decodedChunk {
+	out := decodedChunk{done: -1}
+	name := chunkName(c)
+	b, err := readPayload(files, name, w.buf)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	w.buf = b
+	r := decoder{b: b}
+	n := r.header(man, name)
+	if r.err == nil && (n > ObjectsPerChunk || (c < chunks-1 && n != ObjectsPerChunk)) {
+		r.fail("%d objects in a chunk (every chunk but the last holds %d)", n, ObjectsPerChunk)
+	}
+	if r.err != nil {
+		out.err = r.err
+		return out
+	}
+	out.objs = make([]*object, 0, n)
+	out.shard = make([]uint32, 0, n)
+	for i := 0; i < n && r.err == nil; i++ {
+		o, err := w.decodeObject(&r, man, segs, now)
+		if err != nil {
+			out.err, out.conv = fmt.Errorf("object %d: %w", i, err), true
+			return out
+		}
+		if r.err != nil {
+			break
+		}
+		sh := uint32(m.shardFor(o.tenant.name, o.key).idx)
+		if len(o.replicas) == 0 {
+			out.dropped++
+			out.gone = append(out.gone, goneKey{objectKey{o.tenant.name, o.key}, sh})
+			continue
+		}
+		for _, rp := range o.replicas {
+			out.maxReplica = max(out.maxReplica, rp.id)
+		}
+		if m.cfg.SnapshotRestoreCleanup && !o.hardPinned && o.leaseExpired(now.Steady) && !o.softPinActive(now.Steady) {
+			out.cleaned++
+			out.gone = append(out.gone, goneKey{objectKey{o.tenant.name, o.key}, sh})
+			continue
+		}
+		if o.leaseExpired(now.Steady) {
+			out.expired++
+		}
+		out.objs = append(out.objs, o)
+		out.shard = append(out.shard, sh)
+	}
+	r.end()
+	if r.err != nil {
+		out.err = r.err
+		return out
+	}
+	out.done = n
+	return out
+}
+
 // restoreState holds the tenants, clients and groups a restore creates,
-// apart from the master until the whole snapshot is accepted.
+// apart from the master until the whole snapshot is accepted. The
+// decoding workers share it under mu.
 type restoreState struct {
+	mu      sync.Mutex
 	tenants map[string]*tenant
 	clients map[string]*client
 	groups  map[groupKey]*group
@@ -627,27 +770,36 @@ func (st *restoreState) group(k groupKey) *group {
 	return g
 }
 
+// objectWithReplica is an object and its one replica in one allocation,
+// which is what nearly every object holds: half the allocations of a
+// restore. A later change that replaces the replicas leaves the slot
+// unused; it goes with the object.
+type objectWithReplica struct {
+	o   object
+	rep [1]replica
+}
+
 // decodeObject reads one object record and converts its deadlines. A
 // malformed record is r.err; a conversion failure is returned.
-func (st *restoreState) decodeObject(r *decoder, man SnapshotManifest, segs map[uint64]*segment, now ClockPair) (*object, error) {
+func (w *restoreWorker) decodeObject(r *decoder, man SnapshotManifest, segs map[uint64]*segment, now ClockPair) (*object, error) {
 	r.arr(13)
-	tenant, key, client := r.str(), r.str(), r.str()
-	o := &object{key: key, size: r.uint()}
+	tenant, key, client := r.strBytes(), r.str(), r.strBytes()
+	size := r.uint()
 	dt := r.uint()
-	group := r.str()
-	o.hardPinned, o.softPinEnabled = r.bool(), r.bool()
+	group := r.strBytes()
+	hardPinned, softPinEnabled := r.bool(), r.bool()
 	lease := r.int()
 	soft, hasSoft := r.optInt()
-	o.putStart = r.int()
-	o.seq = r.uint()
+	putStart := r.int()
+	seq := r.uint()
 	nrep := r.arrLen()
 	if r.err != nil {
-		return o, nil
+		return nil, nil
 	}
 	switch {
 	case key == "" || len(key) > maxKeyLen || len(tenant) > maxKeyLen:
 		r.fail("key of %d bytes, tenant of %d (keys are 1 to %d bytes)", len(key), len(tenant), maxKeyLen)
-	case client == "":
+	case len(client) == 0:
 		r.fail("object (%q, %q) without a client", tenant, key)
 	case dt > math.MaxUint32:
 		r.fail("data type %d", dt)
@@ -655,29 +807,34 @@ func (st *restoreState) decodeObject(r *decoder, man SnapshotManifest, segs map[
 		r.fail("%d replicas", nrep)
 	}
 	if r.err != nil {
-		return o, nil
+		return nil, nil
 	}
-	o.dataType = uint32(dt)
+	var o *object
+	if nrep == 1 {
+		x := new(objectWithReplica)
+		o = &x.o
+		o.replicas = x.rep[:0:1]
+	} else {
+		o = &object{replicas: make([]replica, 0, nrep)}
+	}
+	o.key, o.size, o.dataType, o.seq, o.putStart = key, size, uint32(dt), seq, putStart
+	o.hardPinned, o.softPinEnabled = hardPinned, softPinEnabled
 	var err error
+	var l, s SteadyTime
 	if man.Version == SnapshotVersion1 {
-		var l, s SteadyTime
 		if l, err = convertV1(lease, now); err == nil && hasSoft {
 			s, err = convertV1(soft, now)
 		}
-		o.lease.Store(int64(l))
-		o.softPin.Store(int64(s))
 	} else {
-		var l, s SteadyTime
 		if l, err = convertV2(SteadyTime(lease), man.Clock, now); err == nil && hasSoft {
 			s, err = convertV2(SteadyTime(soft), man.Clock, now)
 		}
-		o.lease.Store(int64(l))
-		o.softPin.Store(int64(s))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("object (%q, %q): %w", tenant, key, err)
 	}
-	o.replicas = make([]replica, 0, nrep)
+	o.lease.Store(int64(l))
+	o.softPin.Store(int64(s))
 	for j := 0; j < nrep && r.err == nil; j++ {
 		r.arr(6)
 		rp := replica{id: r.uint(), handle: noNode}
@@ -706,39 +863,223 @@ func (st *restoreState) decodeObject(r *decoder, man SnapshotManifest, segs map[
 		o.replicas = append(o.replicas, rp)
 	}
 	if r.err == nil {
-		o.tenant, o.client = st.tenant(tenant), st.client(client)
-		if group != "" {
-			o.group = st.group(groupKey{tenant, group})
+		o.tenant, o.client = w.tenant(tenant), w.client(client)
+		if len(group) > 0 {
+			o.group = w.group(o.tenant.name, group)
 		}
 	}
 	return o, nil
 }
 
+// builtShards are the restored objects' shard maps, made beside the
+// master's and put in place only once the snapshot is accepted.
+type builtShards struct {
+	maps    []map[objectKey]*object
+	objects int
+	// Per tenant and per segment sums, to add at install.
+	used     map[*tenant]tenantSum
+	replicas map[*segment]int64
+}
+
+type tenantSum struct {
+	bytes   uint64
+	objects int64
+}
+
+// dupError is an object listed twice; chunk is where it shows again.
+type dupError struct {
+	key   objectKey
+	chunk int
+}
+
+func (e *dupError) Error() string {
+	return fmt.Sprintf("object (%q, %q) listed twice", e.key.tenant, e.key.key)
+}
+
+// buildShards fills a map per metadata shard, each sized for what it
+// receives, by GOMAXPROCS workers that each own a range of shards: no
+// lock, no map growth. A key met twice (kept or not) refuses the snapshot.
+func (m *Master) buildShards(dec []decodedChunk) (*builtShards, error) {
+	n := len(m.shards)
+	counts := make([]int, n)
+	gone := false
+	for c := range dec {
+		for _, s := range dec[c].shard {
+			counts[s]++
+		}
+		gone = gone || len(dec[c].gone) > 0
+	}
+	b := &builtShards{maps: make([]map[objectKey]*object, n), used: map[*tenant]tenantSum{}, replicas: map[*segment]int64{}}
+	workers := min(runtime.GOMAXPROCS(0), n)
+	errs := make([]*dupError, workers)
+	sums := make([]*builtShards, workers)
+	var wg sync.WaitGroup
+	for wi := range workers {
+		lo, hi := uint32(wi*n/workers), uint32((wi+1)*n/workers)
+		wg.Go(func() {
+			mine := &builtShards{used: map[*tenant]tenantSum{}, replicas: map[*segment]int64{}}
+			sums[wi] = mine
+			for s := lo; s < hi; s++ {
+				b.maps[s] = make(map[objectKey]*object, counts[s])
+			}
+			var goneSets map[uint32]map[objectKey]struct{}
+			dup := func(c int, k objectKey, s uint32) bool {
+				if _, ok := b.maps[s][k]; ok {
+					errs[wi] = &dupError{key: k, chunk: c}
+					return true
+				}
+				if _, ok := goneSets[s][k]; ok {
+					errs[wi] = &dupError{key: k, chunk: c}
+					return true
+				}
+				return false
+			}
+			for c := range dec {
+				d := &dec[c]
+				for j, s := range d.shard {
+					if s < lo || s >= hi {
+						continue
+					}
+					o := d.objs[j]
+					k := objectKey{o.tenant.name, o.key}
+					if dup(c, k, s) {
+						return
+					}
+					b.maps[s][k] = o
+					t := mine.used[o.tenant]
+					t.bytes += o.memoryBytes()
+					t.objects++
+					mine.used[o.tenant] = t
+					for i := range o.replicas {
+						if rp := &o.replicas[i]; rp.kind == MemoryReplica && rp.seg != nil {
+							mine.replicas[rp.seg]++
+						}
+					}
+				}
+				if !gone {
+					continue
+				}
+				for _, g := range d.gone {
+					if g.shard < lo || g.shard >= hi {
+						continue
+					}
+					if dup(c, g.key, g.shard) {
+						return
+					}
+					if goneSets == nil {
+						goneSets = map[uint32]map[objectKey]struct{}{}
+					}
+					if goneSets[g.shard] == nil {
+						goneSets[g.shard] = map[objectKey]struct{}{}
+					}
+					goneSets[g.shard][g.key] = struct{}{}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var first *dupError
+	for _, e := range errs {
+		if e != nil && (first == nil || e.chunk < first.chunk) {
+			first = e
+		}
+	}
+	if first != nil {
+		return nil, first
+	}
+	for _, s := range sums {
+		for t, v := range s.used {
+			x := b.used[t]
+			x.bytes += v.bytes
+			x.objects += v.objects
+			b.used[t] = x
+			b.objects += int(v.objects)
+		}
+		for sg, v := range s.replicas {
+			b.replicas[sg] += v
+		}
+	}
+	return b, nil
+}
+
 // checkRanges refuses replicas that leave their segment or overlap: the
 // remount would refuse them later, after the snapshot had been accepted.
-func checkRanges(segs map[uint64]*segment, objs []*object) error {
-	type ext struct{ off, end uint64 }
-	per := map[*segment][]ext{}
-	for _, o := range objs {
-		for _, r := range o.replicas {
-			if r.kind != MemoryReplica {
-				continue
+// Each segment's ranges are sorted in GOMAXPROCS pieces at once, then
+// walked in merged order.
+func checkRanges(segs map[uint64]*segment, dec []decodedChunk, b *builtShards) error {
+	per := make(map[*segment][]ext, len(b.replicas))
+	for s, n := range b.replicas {
+		per[s] = make([]ext, 0, n)
+	}
+	for c := range dec {
+		for _, o := range dec[c].objs {
+			for _, r := range o.replicas {
+				if r.kind != MemoryReplica {
+					continue
+				}
+				if r.offset+r.size > r.seg.size {
+					return fmt.Errorf("object (%q, %q): replica %d ends at %d, past segment %d of %d bytes", o.tenant.name, o.key, r.id, r.offset+r.size, r.seg.id, r.seg.size)
+				}
+				per[r.seg] = append(per[r.seg], ext{r.offset, r.offset + r.size})
 			}
-			if r.offset+r.size > r.seg.size {
-				return fmt.Errorf("object (%q, %q): replica %d ends at %d, past segment %d of %d bytes", o.tenant.name, o.key, r.id, r.offset+r.size, r.seg.id, r.seg.size)
-			}
-			per[r.seg] = append(per[r.seg], ext{r.offset, r.offset + r.size})
 		}
 	}
 	for s, es := range per {
-		sort.Slice(es, func(i, j int) bool { return es[i].off < es[j].off })
-		for i := 1; i < len(es); i++ {
-			if es[i].off < es[i-1].end {
-				return fmt.Errorf("segment %d: replicas at %d and %d overlap", s.id, es[i-1].off, es[i].off)
-			}
+		if at, ok := overlap(es); ok {
+			return fmt.Errorf("segment %d: replicas at %d and %d overlap", s.id, at[0], at[1])
 		}
 	}
 	return nil
+}
+
+type ext struct{ off, end uint64 }
+
+// overlap sorts es (in pieces, concurrently, when it is large) and
+// reports the first two ranges it finds overlapping, by offset.
+func overlap(es []ext) ([2]uint64, bool) {
+	cmp := func(a, b ext) int {
+		switch {
+		case a.off < b.off:
+			return -1
+		case a.off > b.off:
+			return 1
+		}
+		return 0
+	}
+	pieces := 1
+	if len(es) >= 1<<16 {
+		pieces = runtime.GOMAXPROCS(0)
+	}
+	parts := make([][]ext, pieces)
+	var wg sync.WaitGroup
+	for i := range pieces {
+		parts[i] = es[i*len(es)/pieces : (i+1)*len(es)/pieces]
+		wg.Go(func() { slices.SortFunc(parts[i], cmp) })
+	}
+	wg.Wait()
+	// Merge walk: the next range in offset order is the smallest head.
+	var prev ext
+	have := false
+	for {
+		best := -1
+		for i, p := range parts {
+			if len(p) > 0 && (best < 0 || p[0].off < parts[best][0].off) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return [2]uint64{}, false
+		}
+		e := parts[best][0]
+		parts[best] = parts[best][1:]
+		if have && e.off < prev.end {
+			return [2]uint64{prev.off, e.off}, true
+		}
+		if !have || e.end > prev.end {
+			prev = e
+		}
+		have = true
+	}
 }
 
 // empty reports whether m holds no object and no segment.
@@ -762,7 +1103,7 @@ func (m *Master) empty() bool {
 
 // install puts decoded segments and objects in place. Nothing is logged:
 // a restore rebuilds what the log (and the snapshot) already hold.
-func (m *Master) install(st *restoreState, segs map[uint64]*segment, objs []*object, maxReplica uint64) {
+func (m *Master) install(st *restoreState, segs map[uint64]*segment, dec []decodedChunk, b *builtShards, maxReplica uint64) {
 	m.topo.Lock()
 	defer m.topo.Unlock()
 	m.tenantsMu.Lock()
@@ -783,17 +1124,31 @@ func (m *Master) install(st *restoreState, segs map[uint64]*segment, objs []*obj
 	for id, s := range segs {
 		m.segments[id] = s
 	}
-	for _, o := range objs {
-		sh := m.shardFor(o.tenant.name, o.key)
+	for i := range m.shards {
+		sh := &m.shards[i]
 		sh.mu.Lock()
 		m.preserve(sh)
-		sh.objects[objectKey{o.tenant.name, o.key}] = o
-		countReplicas(o.replicas, 1)
-		o.tenant.used.Add(o.memoryBytes())
-		o.tenant.objects.Add(1)
+		if len(sh.objects) == 0 {
+			sh.objects = b.maps[i]
+		} else {
+			for k, o := range b.maps[i] {
+				sh.objects[k] = o
+			}
+		}
 		sh.mu.Unlock()
-		if o.group != nil {
-			m.join(o.group, o)
+	}
+	for t, v := range b.used {
+		t.used.Add(v.bytes)
+		t.objects.Add(v.objects)
+	}
+	for s, v := range b.replicas {
+		s.replicas.Add(v)
+	}
+	for c := range dec {
+		for _, o := range dec[c].objs {
+			if o.group != nil {
+				m.join(o.group, o)
+			}
 		}
 	}
 	if maxReplica > m.nextReplicaID.Load() {
@@ -807,12 +1162,11 @@ func readFleet(files map[string]string, man SnapshotManifest) ([]*masterv1.NodeR
 	if _, ok := files[snapshotFleetFile]; !ok {
 		return nil, nil, nil
 	}
-	d, closeFile, err := openPayload(files, snapshotFleetFile)
+	b, err := readPayload(files, snapshotFleetFile, nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer closeFile()
-	r := decoder{d: d}
+	r := decoder{b: b}
 	n := r.header(man, snapshotFleetFile)
 	var nodes []*masterv1.NodeRecord
 	var assigns []*masterv1.ShardAssignment
@@ -871,204 +1225,31 @@ func readSnapshotFile(files map[string]string, name string, limit int64) ([]byte
 	return b, nil
 }
 
-func openPayload(files map[string]string, name string) (*msgpack.Decoder, func(), error) {
+// readPayload reads a payload file whole, into buf when it fits (a
+// decoding worker reuses one buffer for all its chunks).
+func readPayload(files map[string]string, name string, buf []byte) ([]byte, error) {
 	path, ok := files[name]
 	if !ok {
-		return nil, nil, fmt.Errorf("file %q missing", name)
+		return nil, fmt.Errorf("file %q missing", name)
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	br := bufio.NewReaderSize(f, 1<<20)
-	return msgpack.NewDecoder(br), func() { _ = f.Close() }, nil
-}
-
-// decoder reads msgpack strictly: a nil where a value must be, a negative
-// number where a count or size must be, or a value of another type is an
-// error, never a zero.
-type decoder struct {
-	d   *msgpack.Decoder
-	err error
-}
-
-func (r *decoder) fail(format string, args ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf(format, args...)
-	}
-}
-
-func (r *decoder) code() (byte, bool) {
-	if r.err != nil {
-		return 0, false
-	}
-	c, err := r.d.PeekCode()
+	defer f.Close()
+	st, err := f.Stat()
 	if err != nil {
-		r.fail("truncated: %v", err)
-		return 0, false
+		return nil, err
 	}
-	if c == msgpcode.Nil {
-		r.fail("nil where a value is required")
-		return 0, false
+	if st.Size() > math.MaxInt32 {
+		return nil, fmt.Errorf("file %q of %d bytes", name, st.Size())
 	}
-	return c, true
-}
-
-func (r *decoder) arrLen() int {
-	if _, ok := r.code(); !ok {
-		return 0
+	if int64(cap(buf)) < st.Size() {
+		buf = make([]byte, st.Size())
 	}
-	n, err := r.d.DecodeArrayLen()
-	if err != nil {
-		r.fail("%v", err)
-		return 0
+	buf = buf[:st.Size()]
+	if _, err := io.ReadFull(f, buf); err != nil {
+		return nil, err
 	}
-	return n
-}
-
-func (r *decoder) arr(want int) {
-	if n := r.arrLen(); r.err == nil && n != want {
-		r.fail("a record of %d fields, want %d", n, want)
-	}
-}
-
-func (r *decoder) str() string {
-	c, ok := r.code()
-	if !ok {
-		return ""
-	}
-	if !msgpcode.IsString(c) {
-		r.fail("code %#x where a string is required", c)
-		return ""
-	}
-	s, err := r.d.DecodeString()
-	if err != nil {
-		r.fail("%v", err)
-	}
-	return s
-}
-
-func (r *decoder) uint() uint64 {
-	c, ok := r.code()
-	if !ok {
-		return 0
-	}
-	if c == msgpcode.Uint64 {
-		v, err := r.d.DecodeUint64()
-		if err != nil {
-			r.fail("%v", err)
-		}
-		return v
-	}
-	v := r.int()
-	if r.err == nil && v < 0 {
-		r.fail("negative value %d where a count or size is required", v)
-	}
-	return uint64(v)
-}
-
-func (r *decoder) int() int64 {
-	c, ok := r.code()
-	if !ok {
-		return 0
-	}
-	if !msgpcode.IsFixedNum(c) && (c < msgpcode.Uint8 || c > msgpcode.Int64) {
-		r.fail("code %#x where an integer is required", c)
-		return 0
-	}
-	if c == msgpcode.Uint64 {
-		v, err := r.d.DecodeUint64()
-		if err == nil && v > math.MaxInt64 {
-			r.fail("%d does not fit a signed 64-bit integer", v)
-		}
-		return int64(v)
-	}
-	v, err := r.d.DecodeInt64()
-	if err != nil {
-		r.fail("%v", err)
-	}
-	return v
-}
-
-// optInt reads an integer or nil (absent).
-func (r *decoder) optInt() (int64, bool) {
-	if r.err != nil {
-		return 0, false
-	}
-	c, err := r.d.PeekCode()
-	if err != nil {
-		r.fail("truncated: %v", err)
-		return 0, false
-	}
-	if c == msgpcode.Nil {
-		_ = r.d.DecodeNil()
-		return 0, false
-	}
-	return r.int(), true
-}
-
-func (r *decoder) bytes() []byte {
-	c, ok := r.code()
-	if !ok {
-		return nil
-	}
-	if !msgpcode.IsBin(c) {
-		r.fail("code %#x where bytes are required", c)
-		return nil
-	}
-	b, err := r.d.DecodeBytes()
-	if err != nil {
-		r.fail("%v", err)
-	}
-	return b
-}
-
-func (r *decoder) bool() bool {
-	c, ok := r.code()
-	if !ok {
-		return false
-	}
-	if c != msgpcode.True && c != msgpcode.False {
-		r.fail("code %#x where a boolean is required", c)
-		return false
-	}
-	v, err := r.d.DecodeBool()
-	if err != nil {
-		r.fail("%v", err)
-	}
-	return v
-}
-
-// header checks a payload file's header against the manifest and returns
-// its record count.
-func (r *decoder) header(m SnapshotManifest, part string) int {
-	r.arr(5)
-	format, version, id, got := r.str(), r.str(), r.str(), r.str()
-	n := r.uint()
-	switch {
-	case r.err != nil:
-	case format != payloadFormat:
-		r.fail("not a master snapshot payload (%q)", trunc(format))
-	case version != m.Version:
-		r.fail("payload of version %q under a %s manifest: its time fields are in another domain", trunc(version), m.Version)
-	case id != m.ID:
-		r.fail("payload of snapshot %q under manifest %q", trunc(id), m.ID)
-	case got != part:
-		r.fail("payload says it is %q", trunc(got))
-	case n > math.MaxInt32:
-		r.fail("%d records", n)
-	}
-	return int(n)
-}
-
-// end checks nothing follows the last record.
-func (r *decoder) end() {
-	if r.err != nil {
-		return
-	}
-	if _, err := r.d.PeekCode(); err == nil {
-		r.fail("bytes after the last record")
-	} else if !errors.Is(err, io.EOF) {
-		r.fail("%v", err)
-	}
+	return buf, nil
 }
