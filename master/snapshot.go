@@ -924,10 +924,6 @@ func (m *Master) buildShards(dec []decodedChunk) (*builtShards, error) {
 			}
 			var goneSets map[uint32]map[objectKey]struct{}
 			dup := func(c int, k objectKey, s uint32) bool {
-				if _, ok := b.maps[s][k]; ok {
-					errs[wi] = &dupError{key: k, chunk: c}
-					return true
-				}
 				if _, ok := goneSets[s][k]; ok {
 					errs[wi] = &dupError{key: k, chunk: c}
 					return true
@@ -945,7 +941,16 @@ func (m *Master) buildShards(dec []decodedChunk) (*builtShards, error) {
 					if dup(c, k, s) {
 						return
 					}
-					b.maps[s][k] = o
+					// One hash per object: a key already there does not
+					// grow the map (what it overwrote no longer matters:
+					// the snapshot is refused).
+					mp := b.maps[s]
+					before := len(mp)
+					mp[k] = o
+					if len(mp) == before {
+						errs[wi] = &dupError{key: k, chunk: c}
+						return
+					}
 					t := mine.used[o.tenant]
 					t.bytes += o.memoryBytes()
 					t.objects++
@@ -963,7 +968,8 @@ func (m *Master) buildShards(dec []decodedChunk) (*builtShards, error) {
 					if g.shard < lo || g.shard >= hi {
 						continue
 					}
-					if dup(c, g.key, g.shard) {
+					if _, ok := b.maps[g.shard][g.key]; ok || dup(c, g.key, g.shard) {
+						errs[wi] = &dupError{key: g.key, chunk: c}
 						return
 					}
 					if goneSets == nil {
