@@ -167,7 +167,7 @@ func records(t *testing.T, b []byte) (string, []string) {
 func TestSnapshotWriteMatchesFixtures(t *testing.T) {
 	m, _ := snapMaster(t, Config{})
 	for _, f := range []SnapshotFormat{SnapshotV1, SnapshotV2} {
-		files, err := m.Freeze(nil).WriteFiles(t.TempDir(), f, "fixture-"+f.version())
+		files, err := m.Freeze(nil, f).WriteFiles(t.TempDir(), "fixture-"+f.version())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -86,7 +86,7 @@ func BenchmarkSnapshotFiles(b *testing.B) {
 	dir := b.TempDir()
 	for b.Loop() {
 		start := time.Now()
-		files, err := m.Freeze(nil).WriteFiles(dir, SnapshotV2, "bench")
+		files, err := m.Freeze(nil, SnapshotV2).WriteFiles(dir, "bench")
 		if err != nil {
 			b.Fatal(err)
 		}

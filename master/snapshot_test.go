@@ -42,7 +42,7 @@ func snapMaster(t testing.TB, cfg Config) (*Master, *FakeClock) {
 func writeSnapshot(t testing.TB, m *Master, format SnapshotFormat) map[string]string {
 	t.Helper()
 	dir := t.TempDir()
-	files, err := m.Freeze(nil).WriteFiles(dir, format, "snap-1")
+	files, err := m.Freeze(nil, format).WriteFiles(dir, "snap-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -516,7 +516,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 		put(t, m, "c1", "t", fmt.Sprintf("k%d", i), 100, PutOptions{})
 	}
 	cuts := 0
-	s, c := m.freeze(func() { cuts++ })
+	s, c := m.freeze(func() { cuts++ }, SnapshotV2)
 	// Changes after the freeze, before the copy.
 	for i := range 20 {
 		if err := m.Remove(ctx, "t", fmt.Sprintf("k%d", i), true); err != nil {
@@ -533,7 +533,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 		t.Fatalf("snapshot holds %d objects and %d segments, want the 40 and 1 of the freeze", s.Objects(), len(s.segments))
 	}
 	files := map[string]string{}
-	fl, err := s.WriteFiles(t.TempDir(), SnapshotV2, "cow")
+	fl, err := s.WriteFiles(t.TempDir(), "cow")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func (n *Node) snapshot(ctx context.Context, explicit bool) (SnapshotResult, err
 		return SnapshotResult{}, err
 	}
 	var cut *batch
-	snap := m.Freeze(func() { cut = lg.Cut() })
+	snap := m.Freeze(func() { cut = lg.Cut() }, n.opts.SnapshotFormat)
 	pos, err := cut.position(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("snapshot: the log up to the freeze was not acknowledged: %w", err))
@@ -80,7 +80,7 @@ func (n *Node) snapshot(ctx context.Context, explicit bool) (SnapshotResult, err
 	}
 	defer os.RemoveAll(dir)
 	id := fmt.Sprintf("%s.t%d.g%d", n.opts.Cluster, term, pos.Gen)
-	files, err := snap.WriteFiles(dir, n.opts.SnapshotFormat, id)
+	files, err := snap.WriteFiles(dir, id)
 	if err != nil {
 		return fail(err)
 	}
