@@ -551,3 +551,52 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 		t.Fatalf("the live master holds %d objects, want 21", got)
 	}
 }
+
+// Removals running while the shards are copied by several workers: the
+// snapshot holds exactly the objects of one instant, so of keys removed
+// in order it holds a suffix, never one whose predecessor is still there
+// missing.
+func TestSnapshotCopyUnderConcurrentChanges(t *testing.T) {
+	ctx := context.Background()
+	m, clk := newTestMaster(t, Config{Shards: 64}, Options{})
+	mount(t, m, "c1", 1, 1<<24)
+	const n = 2000
+	for i := range n {
+		put(t, m, "c1", "t", fmt.Sprintf("k%05d", i), 100, PutOptions{})
+	}
+	done := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		close(started)
+		for i := range n {
+			if err := m.Remove(ctx, "t", fmt.Sprintf("k%05d", i), true); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	<-started
+	s := m.Freeze(nil, SnapshotV2)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	fl, err := s.WriteFiles(t.TempDir(), "concurrent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fl {
+		files[f.Name] = f.Path
+	}
+	m2, _, res, err := restoreAt(t, Config{}, files, clk.Wall())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := n - res.Objects
+	for i := range n {
+		if got := lookup(m2, "t", fmt.Sprintf("k%05d", i)) != nil; got != (i >= first) {
+			t.Fatalf("k%05d present %v, but the snapshot holds %d objects: not one instant", i, got, res.Objects)
+		}
+	}
+}

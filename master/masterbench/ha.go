@@ -248,7 +248,9 @@ func BenchSnapshot(ctx context.Context, o HAOptions, n int) (SnapshotRow, error)
 	if err != nil {
 		return row, err
 	}
-	err = s.until(ctx, func() bool { st := s.Status(); return st.Bootstrapped && st.Position == want })
+	// At or past the primary's position when the standby started (the
+	// primary may log more meanwhile, e.g. lease renewals).
+	err = s.until(ctx, func() bool { st := s.Status(); return st.Bootstrapped && st.Position.Gen >= want.Gen })
 	row.Standby = time.Since(start)
 	if perr := stopProf(); err == nil {
 		err = perr
