@@ -233,10 +233,25 @@ func BenchSnapshot(ctx context.Context, o HAOptions, n int) (SnapshotRow, error)
 		return row, err
 	}
 	defer r.stop()
-	row.Restored = heapInUse()
 	if got := m2.Stats().Objects; got != uint64(n) {
 		return row, fmt.Errorf("restored %d objects, want %d", got, n)
 	}
+	// The restored primary gives the bench client a fresh active window;
+	// it pings like a live client from now on, or the offboarding of a
+	// silent client would start removing its objects (and logging that)
+	// while the heap is measured and the standby loads.
+	pingCtx, stopPing := context.WithCancel(ctx)
+	defer stopPing()
+	go func() {
+		for pingCtx.Err() == nil {
+			_, _ = m2.Ping(pingCtx, "bench")
+			select {
+			case <-pingCtx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	row.Restored = heapInUse()
 	// A new standby beside it: the same snapshot, then the log after it
 	// (empty here).
 	if stopProf, err = o.profile("standby", n); err != nil {
