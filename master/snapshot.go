@@ -1,7 +1,6 @@
 package master
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,11 +8,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-	"github.com/vmihailenco/msgpack/v5/msgpcode"
 	"google.golang.org/protobuf/proto"
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
@@ -48,26 +49,35 @@ const (
 	ObjectsPerChunk = 1 << 18
 )
 
-// Snapshot is a frozen copy of the master state, taken by Freeze and
-// encoded outside every lock.
+// Snapshot is a frozen copy of the master state, taken by Freeze. The
+// objects are held already encoded, shard by shard: the copy is the
+// payload records themselves (no pointers for the collector to scan, and
+// about a third of the memory of a copy of the records' fields), and
+// WriteFiles only frames them into chunks.
 type Snapshot struct {
 	Clock ClockPair // (S0, C0), captured while frozen
 	// Pause is how long the freeze held every logged change back; reads
 	// never waited.
 	Pause time.Duration
-	// Copy is how long copying the objects took (changes went on, each
-	// shard's first change after the freeze copying that shard first).
+	// Copy is how long copying (encoding) the objects took (changes went
+	// on, each shard's first change after the freeze copying that shard
+	// first).
 	Copy     time.Duration
+	format   SnapshotFormat
 	segments []snapSegment
 	parts    []snapPart // one per metadata shard
 	nodes    []*masterv1.NodeRecord
 	fleet    []*masterv1.ShardAssignment
 }
 
-// snapPart is one metadata shard's objects as they were at the freeze.
+// snapPart is one metadata shard's objects as they were at the freeze:
+// their records, encoded, and where each record ends.
 type snapPart struct {
-	objects  []snapObject
-	replicas []snapReplica
+	recs []byte
+	ends []uint32
+	// err is a deadline the format cannot hold (a 1.0.0 wall-clock
+	// conversion that overflows): the snapshot cannot be written.
+	err error
 }
 
 type snapSegment struct {
@@ -77,27 +87,11 @@ type snapSegment struct {
 	serving        bool
 }
 
-type snapObject struct {
-	key                        string
-	tenant, client, group      string
-	size                       uint64
-	seq                        uint64
-	lease, softPin             SteadyTime
-	putStart                   int64
-	dataType                   uint32
-	hardPinned, softPinEnabled bool
-	firstReplica, nReplicas    uint32
-}
-
-type snapReplica struct {
-	id, segment, offset, size uint64
-	kind                      ReplicaKind
-	status                    ReplicaStatus
-}
-
 // snapshotCopy is a snapshot whose shards are still being copied.
 type snapshotCopy struct {
-	parts []snapPart
+	format SnapshotFormat
+	clock  ClockPair
+	parts  []snapPart
 	// copied[i] is guarded by shard i's lock: the copier takes it shared,
 	// a change exclusively, so exactly one of them copies the shard.
 	copied []bool
@@ -107,13 +101,14 @@ type snapshotCopy struct {
 func (s *Snapshot) Objects() int {
 	n := 0
 	for i := range s.parts {
-		n += len(s.parts[i].objects)
+		n += len(s.parts[i].ends)
 	}
 	return n
 }
 
-// Freeze copies the whole state as it was at one instant, without
-// stopping reads and holding changes back only for an instant:
+// Freeze copies the whole state as it was at one instant, in the given
+// format, without stopping reads and holding changes back only for an
+// instant:
 //
 //  1. take the topology lock exclusively, which every logged change holds
 //     shared: no change is in progress, and none starts;
@@ -121,26 +116,27 @@ func (s *Snapshot) Objects() int {
 //     exactly the log up to that point), capture the clock pair (S0, C0)
 //     once, copy the segments, and mark every metadata shard as owed to
 //     the snapshot; release the lock (the pause ends here);
-//  3. copy the shards one by one under their read lock. A change to a
-//     shard not copied yet copies it first, under its write lock
-//     (preserve), so every shard is copied as it was at the freeze.
+//  3. copy (encode) the shards under their read lock, GOMAXPROCS at a
+//     time. A change to a shard not copied yet copies it first, under its
+//     write lock (preserve), so every shard is copied as it was at the
+//     freeze.
 //
 // Lease deadlines are read as the copy meets them: a read lease granted
 // since the freeze may show, which only keeps an object longer.
-func (m *Master) Freeze(cut func()) *Snapshot {
-	s, c := m.freeze(cut)
+func (m *Master) Freeze(cut func(), format SnapshotFormat) *Snapshot {
+	s, c := m.freeze(cut, format)
 	m.copyShards(s, c)
 	return s
 }
 
 // freeze is steps 1 and 2 of Freeze.
-func (m *Master) freeze(cut func()) (*Snapshot, *snapshotCopy) {
+func (m *Master) freeze(cut func(), format SnapshotFormat) (*Snapshot, *snapshotCopy) {
 	start := time.Now()
 	m.topo.Lock()
 	if cut != nil {
 		cut()
 	}
-	s := &Snapshot{Clock: m.clockPair()}
+	s := &Snapshot{Clock: m.clockPair(), format: format}
 	s.segments = make([]snapSegment, 0, len(m.segments))
 	for _, seg := range m.segments {
 		s.segments = append(s.segments, snapSegment{
@@ -151,7 +147,7 @@ func (m *Master) freeze(cut func()) (*Snapshot, *snapshotCopy) {
 	// The fleet changes only under topo shared, so its table is at the cut
 	// too; its records are immutable, so the copy is of pointers.
 	s.nodes, s.fleet = m.fleet.freeze()
-	c := &snapshotCopy{parts: make([]snapPart, len(m.shards)), copied: make([]bool, len(m.shards))}
+	c := &snapshotCopy{format: format, clock: s.Clock, parts: make([]snapPart, len(m.shards)), copied: make([]bool, len(m.shards))}
 	m.cow.Store(c)
 	m.topo.Unlock()
 	s.Pause = time.Since(start)
@@ -159,18 +155,30 @@ func (m *Master) freeze(cut func()) (*Snapshot, *snapshotCopy) {
 	return s, c
 }
 
-// copyShards is step 3 of Freeze.
+// copyShards is step 3 of Freeze, by GOMAXPROCS workers taking the
+// shards in turn.
 func (m *Master) copyShards(s *Snapshot, c *snapshotCopy) {
 	copyStart := time.Now()
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.RLock()
-		if !c.copied[i] {
-			c.parts[i] = copyShard(sh)
-			c.copied[i] = true
-		}
-		sh.mu.RUnlock()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(m.shards)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(m.shards) {
+					return
+				}
+				sh := &m.shards[i]
+				sh.mu.RLock()
+				if !c.copied[i] {
+					c.parts[i] = c.copyShard(sh)
+					c.copied[i] = true
+				}
+				sh.mu.RUnlock()
+			}
+		})
 	}
+	wg.Wait()
 	m.cow.Store(nil)
 	s.parts = c.parts
 	s.Copy = time.Since(copyStart)
@@ -184,38 +192,21 @@ func (m *Master) preserve(sh *shard) {
 	if c == nil || c.copied[sh.idx] {
 		return
 	}
-	c.parts[sh.idx] = copyShard(sh)
+	c.parts[sh.idx] = c.copyShard(sh)
 	c.copied[sh.idx] = true
 }
 
-// copyShard copies one shard's objects. The caller holds its lock.
-func copyShard(sh *shard) snapPart {
-	p := snapPart{objects: make([]snapObject, 0, len(sh.objects))}
-	n := 0
+// copyShard encodes one shard's objects. The caller holds its lock.
+func (c *snapshotCopy) copyShard(sh *shard) snapPart {
+	p := snapPart{recs: make([]byte, 0, len(sh.objects)*72), ends: make([]uint32, 0, len(sh.objects))}
+	w := encoder{b: p.recs}
 	for _, o := range sh.objects {
-		n += len(o.replicas)
+		if err := encodeObject(&w, o, c.format, c.clock); err != nil {
+			return snapPart{err: err}
+		}
+		p.ends = append(p.ends, uint32(len(w.b)))
 	}
-	p.replicas = make([]snapReplica, 0, n)
-	for _, o := range sh.objects {
-		so := snapObject{
-			key: o.key, tenant: o.tenant.name, client: o.client.id, size: o.size, seq: o.seq,
-			lease: o.leaseDeadline(), softPin: SteadyTime(o.softPin.Load()), putStart: o.putStart,
-			dataType: o.dataType, hardPinned: o.hardPinned, softPinEnabled: o.softPinEnabled,
-			firstReplica: uint32(len(p.replicas)), nReplicas: uint32(len(o.replicas)),
-		}
-		if o.group != nil {
-			so.group = o.group.key.id
-		}
-		for j := range o.replicas {
-			rp := &o.replicas[j]
-			sr := snapReplica{id: rp.id, offset: rp.offset, size: rp.size, kind: rp.kind, status: rp.status}
-			if rp.seg != nil {
-				sr.segment = rp.seg.id
-			}
-			p.replicas = append(p.replicas, sr)
-		}
-		p.objects = append(p.objects, so)
-	}
+	p.recs = w.b
 	return p
 }
 
@@ -231,9 +222,16 @@ type SnapshotFile struct {
 	Size int64
 }
 
-// WriteFiles encodes the snapshot under dir in the given format and
-// returns its files, the manifest first. id names the snapshot.
-func (s *Snapshot) WriteFiles(dir string, format SnapshotFormat, id string) ([]SnapshotFile, error) {
+// WriteFiles writes the snapshot under dir, in the format it was frozen
+// in, and returns its files, the manifest first. id names the snapshot.
+// The objects chunks are written by GOMAXPROCS workers.
+func (s *Snapshot) WriteFiles(dir string, id string) ([]SnapshotFile, error) {
+	for i := range s.parts {
+		if err := s.parts[i].err; err != nil {
+			return nil, fmt.Errorf("snapshot %q: %w", id, err)
+		}
+	}
+	format := s.format
 	man := SnapshotManifest{Version: format.version(), ID: id}
 	if format == SnapshotV2 {
 		man.Clock = s.Clock
@@ -242,162 +240,188 @@ func (s *Snapshot) WriteFiles(dir string, format SnapshotFormat, id string) ([]S
 	if err != nil {
 		return nil, err
 	}
-	var files []SnapshotFile
-	write := func(name string, fill func(e *msgpack.Encoder) error) error {
-		path := filepath.Join(dir, name)
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		bw := bufio.NewWriterSize(f, 1<<20)
-		e := msgpack.NewEncoder(bw)
-		err = fill(e)
-		if err == nil {
-			err = bw.Flush()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("snapshot %q file %q: %w", id, name, err)
-		}
-		st, err := os.Stat(path)
-		if err != nil {
-			return err
-		}
-		files = append(files, SnapshotFile{Name: name, Path: path, Size: st.Size()})
-		return nil
-	}
-	if err := os.WriteFile(filepath.Join(dir, SnapshotManifestFile), []byte(line), 0o644); err != nil {
-		return nil, err
-	}
-	files = append(files, SnapshotFile{Name: SnapshotManifestFile, Path: filepath.Join(dir, SnapshotManifestFile), Size: int64(len(line))})
 	total := s.Objects()
 	chunks := (total + ObjectsPerChunk - 1) / ObjectsPerChunk
-	err = write(snapshotSegmentsFile, func(e *msgpack.Encoder) error {
-		w := encoder{e: e}
-		w.header(man, snapshotSegmentsFile, len(s.segments))
-		w.uint(uint64(chunks))
-		w.uint(uint64(total))
-		for _, sg := range s.segments {
-			w.arr(7)
-			w.uint(sg.id)
-			w.str(sg.name)
-			w.str(sg.client)
-			w.uint(sg.base)
-			w.uint(sg.size)
-			w.str(sg.endpoint)
-			w.bool(sg.serving)
+	files := make([]SnapshotFile, 3+chunks)
+	write := func(slot int, name string, b []byte) error {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			return fmt.Errorf("snapshot %q file %q: %w", id, name, err)
 		}
-		return w.err
-	})
-	if err != nil {
+		files[slot] = SnapshotFile{Name: name, Path: path, Size: int64(len(b))}
+		return nil
+	}
+	if err := write(0, SnapshotManifestFile, []byte(line)); err != nil {
 		return nil, err
 	}
-	err = write(snapshotFleetFile, func(e *msgpack.Encoder) error {
-		w := encoder{e: e}
-		w.header(man, snapshotFleetFile, len(s.nodes)+len(s.fleet))
-		for _, n := range s.nodes {
-			w.fleetRecord(fleetRecordNode, n)
-		}
-		for _, a := range s.fleet {
-			w.fleetRecord(fleetRecordShard, a)
-		}
-		return w.err
-	})
-	if err != nil {
+	w := encoder{b: make([]byte, 0, 64<<10)}
+	w.header(man, snapshotSegmentsFile, len(s.segments))
+	w.uint(uint64(chunks))
+	w.uint(uint64(total))
+	for _, sg := range s.segments {
+		w.arr(7)
+		w.uint(sg.id)
+		w.str(sg.name)
+		w.str(sg.client)
+		w.uint(sg.base)
+		w.uint(sg.size)
+		w.str(sg.endpoint)
+		w.bool(sg.serving)
+	}
+	if err := write(1, snapshotSegmentsFile, w.b); err != nil {
 		return nil, err
 	}
-	part, next := 0, 0 // where the next object to encode is
-	for c := 0; c < chunks; c++ {
-		count := min(ObjectsPerChunk, total-c*ObjectsPerChunk)
-		err := write(chunkName(c), func(e *msgpack.Encoder) error {
-			w := encoder{e: e}
-			w.header(man, chunkName(c), count)
-			for i := 0; i < count; i++ {
-				for next == len(s.parts[part].objects) {
-					part, next = part+1, 0
-				}
-				p := &s.parts[part]
-				if err := s.encodeObject(&w, p, &p.objects[next], format); err != nil {
-					return err
-				}
-				next++
-			}
-			return w.err
-		})
-		if err != nil {
+	w.b = w.b[:0]
+	w.header(man, snapshotFleetFile, len(s.nodes)+len(s.fleet))
+	for _, n := range s.nodes {
+		if err := w.fleetRecord(fleetRecordNode, n); err != nil {
 			return nil, err
 		}
 	}
+	for _, a := range s.fleet {
+		if err := w.fleetRecord(fleetRecordShard, a); err != nil {
+			return nil, err
+		}
+	}
+	if err := write(2, snapshotFleetFile, w.b); err != nil {
+		return nil, err
+	}
+	// Where each part starts in the object order, so a worker finds the
+	// first object of chunk c without walking the parts before it.
+	starts := make([]int, len(s.parts)+1)
+	for i := range s.parts {
+		starts[i+1] = starts[i] + len(s.parts[i].ends)
+	}
+	var next atomic.Int64
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), chunks) {
+		wg.Go(func() {
+			for {
+				c := int(next.Add(1) - 1)
+				if c >= chunks {
+					return
+				}
+				lo := c * ObjectsPerChunk
+				count := min(ObjectsPerChunk, total-lo)
+				part := sort.Search(len(s.parts), func(i int) bool { return starts[i+1] > lo })
+				if err := s.writeChunk(dir, id, man, c, count, part, lo-starts[part], files); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
 	return files, nil
+}
+
+// writeChunk writes objects chunk c: its header, then count records from
+// record at of part onwards, taken from the parts as they are.
+func (s *Snapshot) writeChunk(dir, id string, man SnapshotManifest, c, count, part, at int, files []SnapshotFile) (err error) {
+	name := chunkName(c)
+	path := filepath.Join(dir, name)
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("snapshot %q file %q: %w", id, name, err)
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("snapshot %q file %q: %w", id, name, cerr)
+		}
+	}()
+	var w encoder
+	w.header(man, name, count)
+	size := int64(len(w.b))
+	if _, err := f.Write(w.b); err != nil {
+		return fmt.Errorf("snapshot %q file %q: %w", id, name, err)
+	}
+	for count > 0 {
+		p := &s.parts[part]
+		k := min(count, len(p.ends)-at)
+		if k > 0 {
+			from := uint32(0)
+			if at > 0 {
+				from = p.ends[at-1]
+			}
+			b := p.recs[from:p.ends[at+k-1]]
+			if _, err := f.Write(b); err != nil {
+				return fmt.Errorf("snapshot %q file %q: %w", id, name, err)
+			}
+			size += int64(len(b))
+		}
+		count -= k
+		part, at = part+1, 0
+	}
+	files[3+c] = SnapshotFile{Name: name, Path: path, Size: size}
+	return nil
 }
 
 func chunkName(c int) string { return fmt.Sprintf("%s%06d", snapshotObjectsFile, c) }
 
 // encodeObject writes one object record: 13 fields, the deadlines in the
-// format's domain.
-func (s *Snapshot) encodeObject(w *encoder, p *snapPart, o *snapObject, format SnapshotFormat) error {
+// format's domain (clock is the snapshot's pair, for 1.0.0). The caller
+// holds the object's shard lock.
+func encodeObject(w *encoder, o *object, format SnapshotFormat, clock ClockPair) error {
 	w.arr(13)
-	w.str(o.tenant)
+	w.str(o.tenant.name)
 	w.str(o.key)
-	w.str(o.client)
+	w.str(o.client.id)
 	w.uint(o.size)
 	w.uint(uint64(o.dataType))
-	w.str(o.group)
+	if o.group != nil {
+		w.str(o.group.key.id)
+	} else {
+		w.str("")
+	}
 	w.bool(o.hardPinned)
 	w.bool(o.softPinEnabled)
-	lease, soft := int64(o.lease), int64(o.softPin)
+	leaseAt, softAt := o.leaseDeadline(), SteadyTime(o.softPin.Load())
+	lease, soft := int64(leaseAt), int64(softAt)
 	if format == SnapshotV1 {
 		var err error
-		if lease, err = legacyWallMS(o.lease, s.Clock); err != nil {
+		if lease, err = legacyWallMS(leaseAt, clock); err != nil {
 			return err
 		}
-		if o.softPin != 0 {
-			if soft, err = legacyWallMS(o.softPin, s.Clock); err != nil {
+		if softAt != 0 {
+			if soft, err = legacyWallMS(softAt, clock); err != nil {
 				return err
 			}
 		}
 	}
 	w.int(lease)
-	if o.softPin == 0 {
+	if softAt == 0 {
 		w.nil()
 	} else {
 		w.int(soft)
 	}
 	w.int(o.putStart)
 	w.uint(o.seq)
-	reps := p.replicas[o.firstReplica : o.firstReplica+o.nReplicas]
-	w.arr(len(reps))
-	for _, r := range reps {
+	w.arr(len(o.replicas))
+	for i := range o.replicas {
+		r := &o.replicas[i]
 		w.arr(6)
 		w.uint(r.id)
 		w.uint(uint64(r.kind))
 		w.uint(uint64(r.status))
-		w.uint(r.segment)
+		if r.seg != nil {
+			w.uint(r.seg.id)
+		} else {
+			w.uint(0)
+		}
 		w.uint(r.offset)
 		w.uint(r.size)
 	}
 	return nil
 }
-
-// encoder keeps the first error of a run of msgpack writes.
-type encoder struct {
-	e   *msgpack.Encoder
-	err error
-}
-
-func (w *encoder) do(err error) {
-	if w.err == nil {
-		w.err = err
-	}
-}
-func (w *encoder) arr(n int)     { w.do(w.e.EncodeArrayLen(n)) }
-func (w *encoder) str(s string)  { w.do(w.e.EncodeString(s)) }
-func (w *encoder) uint(v uint64) { w.do(w.e.EncodeUint(v)) }
-func (w *encoder) int(v int64)   { w.do(w.e.EncodeInt(v)) }
-func (w *encoder) bool(v bool)   { w.do(w.e.EncodeBool(v)) }
-func (w *encoder) nil()          { w.do(w.e.EncodeNil()) }
 
 // Fleet records: [kind, protobuf body].
 const (
@@ -405,12 +429,19 @@ const (
 	fleetRecordShard = 2
 )
 
-func (w *encoder) fleetRecord(kind uint64, msg proto.Message) {
+func (w *encoder) fleetRecord(kind uint64, msg proto.Message) error {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
-	w.do(err)
+	if err != nil {
+		return err
+	}
 	w.arr(2)
 	w.uint(kind)
-	w.do(w.e.EncodeBytes(b))
+	if b == nil {
+		w.nil() // an empty message: what the msgpack library wrote for it
+	} else {
+		w.bytes(b)
+	}
+	return nil
 }
 
 // header opens a payload file: [format, version, id, part, count].
@@ -486,19 +517,18 @@ func (m *Master) restoreSnapshotAt(ctx context.Context, files map[string]string,
 	}
 	st := &restoreState{tenants: map[string]*tenant{}, clients: map[string]*client{}, groups: map[groupKey]*group{}, quotas: m.cfg.TenantQuotas}
 	// Segments.
-	d, closeFile, err := openPayload(files, snapshotSegmentsFile)
+	b, err := readPayload(files, snapshotSegmentsFile, nil)
 	if err != nil {
 		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%v", err)
 	}
-	defer closeFile()
-	r := decoder{d: d}
+	r := decoder{b: b}
 	nsegs := r.header(man, snapshotSegmentsFile)
 	chunks, total := r.uint(), r.uint()
 	segs := map[uint64]*segment{}
 	for i := 0; i < nsegs && r.err == nil; i++ {
 		r.arr(7)
 		sg := &segment{id: r.uint(), name: r.str(), client: st.client(r.str()), base: r.uint(), size: r.uint(), state: segmentAwaitingRemount}
-		_ = r.str() // the endpoint: a remount proves a new one
+		_ = r.strBytes() // the endpoint: a remount proves a new one
 		_ = r.bool()
 		switch {
 		case r.err != nil:
@@ -516,84 +546,213 @@ func (m *Master) restoreSnapshotAt(ctx context.Context, files map[string]string,
 	if chunks > math.MaxInt32 || total > uint64(chunks)*ObjectsPerChunk {
 		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%d objects in %d files", total, chunks)
 	}
-	// Objects, every chunk decoded and checked before any is installed.
-	type key = objectKey
-	seen := make(map[key]struct{}, min(total, 1<<24))
-	var objs []*object
-	var maxReplica uint64
-	for c := 0; c < int(chunks); c++ {
-		if err := ctx.Err(); err != nil {
-			return bad("", err, "restore interrupted")
-		}
-		name := chunkName(c)
-		d, closeChunk, err := openPayload(files, name)
-		if err != nil {
-			return bad(name, ErrSnapshotPayload, "%v", err)
-		}
-		r := decoder{d: d}
-		n := r.header(man, name)
-		if r.err == nil && (n > ObjectsPerChunk || (c < int(chunks)-1 && n != ObjectsPerChunk)) {
-			r.fail("%d objects in a chunk (every chunk but the last holds %d)", n, ObjectsPerChunk)
-		}
-		for i := 0; i < n && r.err == nil; i++ {
-			o, err := st.decodeObject(&r, man, segs, now)
-			if err != nil {
-				closeChunk()
-				return bad(name, ErrClockConversion, "object %d: %v", i, err)
-			}
-			if r.err != nil {
-				break
-			}
-			k := key{o.tenant.name, o.key}
-			if _, dup := seen[k]; dup {
-				r.fail("object (%q, %q) listed twice", k.tenant, k.key)
-				break
-			}
-			seen[k] = struct{}{}
-			if len(o.replicas) == 0 {
-				res.Dropped++
-				continue
-			}
-			for _, rp := range o.replicas {
-				maxReplica = max(maxReplica, rp.id)
-			}
-			if m.cfg.SnapshotRestoreCleanup && !o.hardPinned && o.leaseExpired(now.Steady) && !o.softPinActive(now.Steady) {
-				res.Cleaned++
-				continue
-			}
-			if o.leaseExpired(now.Steady) {
-				res.Expired++
-			}
-			objs = append(objs, o)
-		}
-		r.end()
-		closeChunk()
-		if r.err != nil {
-			return bad(name, ErrSnapshotPayload, "%v", r.err)
-		}
+	// Objects: every chunk decoded and checked before any is installed,
+	// GOMAXPROCS chunks at a time.
+	dec := make([]decodedChunk, chunks)
+	for c := range dec {
+		dec[c].done = -1
 	}
-	if uint64(len(seen)) != total {
-		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "the segments file counts %d objects, the chunks hold %d", total, len(seen))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), int(chunks)) {
+		wg.Go(func() {
+			w := restoreWorker{st: st, tenants: map[string]*tenant{}, clients: map[string]*client{}, groups: map[groupKey]*group{}}
+			for {
+				c := int(next.Add(1) - 1)
+				if c >= int(chunks) {
+					return
+				}
+				if err := ctx.Err(); err != nil {
+					dec[c].err = err
+					return
+				}
+				dec[c] = m.decodeChunk(&w, files, c, int(chunks), man, segs, now)
+				if dec[c].err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	decoded := uint64(0)
+	var maxReplica uint64
+	for c := range dec {
+		d := &dec[c]
+		if d.err != nil {
+			switch {
+			case errors.Is(d.err, context.Canceled) || errors.Is(d.err, context.DeadlineExceeded):
+				return bad("", d.err, "restore interrupted")
+			case d.conv:
+				return bad(chunkName(c), ErrClockConversion, "%v", d.err)
+			}
+			return bad(chunkName(c), ErrSnapshotPayload, "%v", d.err)
+		}
+		if d.done < 0 {
+			// A worker stopped at an earlier chunk's error or the
+			// context; that chunk reported it above.
+			return bad("", ErrSnapshotPayload, "chunk %d not decoded", c)
+		}
+		decoded += uint64(d.done)
+		res.Dropped += d.dropped
+		res.Cleaned += d.cleaned
+		res.Expired += d.expired
+		maxReplica = max(maxReplica, d.maxReplica)
+	}
+	if decoded != total {
+		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "the segments file counts %d objects, the chunks hold %d", total, decoded)
 	}
 	if extra := fmt.Sprintf("%s%06d", snapshotObjectsFile, chunks); files[extra] != "" {
 		return bad(extra, ErrSnapshotPayload, "a chunk past the %d the segments file counts", chunks)
 	}
-	if err := checkRanges(segs, objs); err != nil {
+	built, err := m.buildShards(dec)
+	if err != nil {
+		var de *dupError
+		if errors.As(err, &de) {
+			return bad(chunkName(de.chunk), ErrSnapshotPayload, "%v", err)
+		}
+		return bad("", ErrSnapshotPayload, "%v", err)
+	}
+	if err := checkRanges(segs, dec, built); err != nil {
 		return bad("", ErrSnapshotPayload, "%v", err)
 	}
 	nodes, assigns, err := readFleet(files, man)
 	if err != nil {
 		return bad(snapshotFleetFile, ErrSnapshotPayload, "%v", err)
 	}
-	m.install(st, segs, objs, maxReplica)
+	m.install(st, segs, dec, built, maxReplica)
 	m.fleet.install(nodes, assigns)
-	res.Segments, res.Objects = len(segs), len(objs)
+	res.Segments, res.Objects = len(segs), built.objects
 	return res, nil
 }
 
+// decodedChunk is one objects chunk decoded: the objects it keeps, in
+// file order, with the metadata shard of each.
+type decodedChunk struct {
+	objs  []*object
+	shard []uint32
+	// gone are the keys of objects decoded but not kept (no complete
+	// replica, or cleaned up): they still count against duplicates.
+	gone                      []goneKey
+	done                      int // records decoded; -1 when not reached
+	dropped, cleaned, expired int
+	maxReplica                uint64
+	err                       error
+	conv                      bool // err is a deadline conversion failure
+}
+
+type goneKey struct {
+	key   objectKey
+	shard uint32
+}
+
+// restoreWorker is one decoding worker's view of the restore: it finds
+// tenants, clients and groups in its own maps first and takes the shared
+// ones, under their lock, only for a name it has not met.
+type restoreWorker struct {
+	st      *restoreState
+	tenants map[string]*tenant
+	clients map[string]*client
+	groups  map[groupKey]*group
+	buf     []byte
+}
+
+func (w *restoreWorker) tenant(name []byte) *tenant {
+	if t := w.tenants[string(name)]; t != nil {
+		return t
+	}
+	w.st.mu.Lock()
+	t := w.st.tenant(string(name))
+	w.st.mu.Unlock()
+	w.tenants[t.name] = t
+	return t
+}
+
+func (w *restoreWorker) client(id []byte) *client {
+	if c := w.clients[string(id)]; c != nil {
+		return c
+	}
+	w.st.mu.Lock()
+	c := w.st.client(string(id))
+	w.st.mu.Unlock()
+	w.clients[c.id] = c
+	return c
+}
+
+func (w *restoreWorker) group(tenant string, id []byte) *group {
+	if g := w.groups[groupKey{tenant, string(id)}]; g != nil {
+		return g
+	}
+	w.st.mu.Lock()
+	g := w.st.group(groupKey{tenant, string(id)})
+	w.st.mu.Unlock()
+	w.groups[g.key] = g
+	return g
+}
+
+// decodeChunk reads and decodes objects chunk c of chunks.
+func (m *Master) decodeChunk(w *restoreWorker, files map[string]string, c, chunks int, man SnapshotManifest, segs map[uint64]*segment, now ClockPair) decodedChunk {
+	out := decodedChunk{done: -1}
+	name := chunkName(c)
+	b, err := readPayload(files, name, w.buf)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	w.buf = b
+	r := decoder{b: b}
+	n := r.header(man, name)
+	if r.err == nil && (n > ObjectsPerChunk || (c < chunks-1 && n != ObjectsPerChunk)) {
+		r.fail("%d objects in a chunk (every chunk but the last holds %d)", n, ObjectsPerChunk)
+	}
+	if r.err != nil {
+		out.err = r.err
+		return out
+	}
+	out.objs = make([]*object, 0, n)
+	out.shard = make([]uint32, 0, n)
+	for i := 0; i < n && r.err == nil; i++ {
+		o, err := w.decodeObject(&r, man, segs, now)
+		if err != nil {
+			out.err, out.conv = fmt.Errorf("object %d: %w", i, err), true
+			return out
+		}
+		if r.err != nil {
+			break
+		}
+		sh := uint32(m.shardFor(o.tenant.name, o.key).idx)
+		if len(o.replicas) == 0 {
+			out.dropped++
+			out.gone = append(out.gone, goneKey{objectKey{o.tenant.name, o.key}, sh})
+			continue
+		}
+		for _, rp := range o.replicas {
+			out.maxReplica = max(out.maxReplica, rp.id)
+		}
+		if m.cfg.SnapshotRestoreCleanup && !o.hardPinned && o.leaseExpired(now.Steady) && !o.softPinActive(now.Steady) {
+			out.cleaned++
+			out.gone = append(out.gone, goneKey{objectKey{o.tenant.name, o.key}, sh})
+			continue
+		}
+		if o.leaseExpired(now.Steady) {
+			out.expired++
+		}
+		out.objs = append(out.objs, o)
+		out.shard = append(out.shard, sh)
+	}
+	r.end()
+	if r.err != nil {
+		out.err = r.err
+		return out
+	}
+	out.done = n
+	return out
+}
+
 // restoreState holds the tenants, clients and groups a restore creates,
-// apart from the master until the whole snapshot is accepted.
+// apart from the master until the whole snapshot is accepted. The
+// decoding workers share it under mu.
 type restoreState struct {
+	mu      sync.Mutex
 	tenants map[string]*tenant
 	clients map[string]*client
 	groups  map[groupKey]*group
@@ -627,27 +786,36 @@ func (st *restoreState) group(k groupKey) *group {
 	return g
 }
 
+// objectWithReplica is an object and its one replica in one allocation,
+// which is what nearly every object holds: half the allocations of a
+// restore. A later change that replaces the replicas leaves the slot
+// unused; it goes with the object.
+type objectWithReplica struct {
+	o   object
+	rep [1]replica
+}
+
 // decodeObject reads one object record and converts its deadlines. A
 // malformed record is r.err; a conversion failure is returned.
-func (st *restoreState) decodeObject(r *decoder, man SnapshotManifest, segs map[uint64]*segment, now ClockPair) (*object, error) {
+func (w *restoreWorker) decodeObject(r *decoder, man SnapshotManifest, segs map[uint64]*segment, now ClockPair) (*object, error) {
 	r.arr(13)
-	tenant, key, client := r.str(), r.str(), r.str()
-	o := &object{key: key, size: r.uint()}
+	tenant, key, client := r.strBytes(), r.str(), r.strBytes()
+	size := r.uint()
 	dt := r.uint()
-	group := r.str()
-	o.hardPinned, o.softPinEnabled = r.bool(), r.bool()
+	group := r.strBytes()
+	hardPinned, softPinEnabled := r.bool(), r.bool()
 	lease := r.int()
 	soft, hasSoft := r.optInt()
-	o.putStart = r.int()
-	o.seq = r.uint()
+	putStart := r.int()
+	seq := r.uint()
 	nrep := r.arrLen()
 	if r.err != nil {
-		return o, nil
+		return nil, nil
 	}
 	switch {
 	case key == "" || len(key) > maxKeyLen || len(tenant) > maxKeyLen:
 		r.fail("key of %d bytes, tenant of %d (keys are 1 to %d bytes)", len(key), len(tenant), maxKeyLen)
-	case client == "":
+	case len(client) == 0:
 		r.fail("object (%q, %q) without a client", tenant, key)
 	case dt > math.MaxUint32:
 		r.fail("data type %d", dt)
@@ -655,29 +823,34 @@ func (st *restoreState) decodeObject(r *decoder, man SnapshotManifest, segs map[
 		r.fail("%d replicas", nrep)
 	}
 	if r.err != nil {
-		return o, nil
+		return nil, nil
 	}
-	o.dataType = uint32(dt)
+	var o *object
+	if nrep == 1 {
+		x := new(objectWithReplica)
+		o = &x.o
+		o.replicas = x.rep[:0:1]
+	} else {
+		o = &object{replicas: make([]replica, 0, nrep)}
+	}
+	o.key, o.size, o.dataType, o.seq, o.putStart = key, size, uint32(dt), seq, putStart
+	o.hardPinned, o.softPinEnabled = hardPinned, softPinEnabled
 	var err error
+	var l, s SteadyTime
 	if man.Version == SnapshotVersion1 {
-		var l, s SteadyTime
 		if l, err = convertV1(lease, now); err == nil && hasSoft {
 			s, err = convertV1(soft, now)
 		}
-		o.lease.Store(int64(l))
-		o.softPin.Store(int64(s))
 	} else {
-		var l, s SteadyTime
 		if l, err = convertV2(SteadyTime(lease), man.Clock, now); err == nil && hasSoft {
 			s, err = convertV2(SteadyTime(soft), man.Clock, now)
 		}
-		o.lease.Store(int64(l))
-		o.softPin.Store(int64(s))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("object (%q, %q): %w", tenant, key, err)
 	}
-	o.replicas = make([]replica, 0, nrep)
+	o.lease.Store(int64(l))
+	o.softPin.Store(int64(s))
 	for j := 0; j < nrep && r.err == nil; j++ {
 		r.arr(6)
 		rp := replica{id: r.uint(), handle: noNode}
@@ -706,39 +879,229 @@ func (st *restoreState) decodeObject(r *decoder, man SnapshotManifest, segs map[
 		o.replicas = append(o.replicas, rp)
 	}
 	if r.err == nil {
-		o.tenant, o.client = st.tenant(tenant), st.client(client)
-		if group != "" {
-			o.group = st.group(groupKey{tenant, group})
+		o.tenant, o.client = w.tenant(tenant), w.client(client)
+		if len(group) > 0 {
+			o.group = w.group(o.tenant.name, group)
 		}
 	}
 	return o, nil
 }
 
+// builtShards are the restored objects' shard maps, made beside the
+// master's and put in place only once the snapshot is accepted.
+type builtShards struct {
+	maps    []map[objectKey]*object
+	objects int
+	// Per tenant and per segment sums, to add at install.
+	used     map[*tenant]tenantSum
+	replicas map[*segment]int64
+}
+
+type tenantSum struct {
+	bytes   uint64
+	objects int64
+}
+
+// dupError is an object listed twice; chunk is where it shows again.
+type dupError struct {
+	key   objectKey
+	chunk int
+}
+
+func (e *dupError) Error() string {
+	return fmt.Sprintf("object (%q, %q) listed twice", e.key.tenant, e.key.key)
+}
+
+// buildShards fills a map per metadata shard, each sized for what it
+// receives, by GOMAXPROCS workers that each own a range of shards: no
+// lock, no map growth. A key met twice (kept or not) refuses the snapshot.
+func (m *Master) buildShards(dec []decodedChunk) (*builtShards, error) {
+	n := len(m.shards)
+	counts := make([]int, n)
+	gone := false
+	for c := range dec {
+		for _, s := range dec[c].shard {
+			counts[s]++
+		}
+		gone = gone || len(dec[c].gone) > 0
+	}
+	b := &builtShards{maps: make([]map[objectKey]*object, n), used: map[*tenant]tenantSum{}, replicas: map[*segment]int64{}}
+	workers := min(runtime.GOMAXPROCS(0), n)
+	errs := make([]*dupError, workers)
+	sums := make([]*builtShards, workers)
+	var wg sync.WaitGroup
+	for wi := range workers {
+		lo, hi := uint32(wi*n/workers), uint32((wi+1)*n/workers)
+		wg.Go(func() {
+			mine := &builtShards{used: map[*tenant]tenantSum{}, replicas: map[*segment]int64{}}
+			sums[wi] = mine
+			for s := lo; s < hi; s++ {
+				b.maps[s] = make(map[objectKey]*object, counts[s])
+			}
+			var goneSets map[uint32]map[objectKey]struct{}
+			dup := func(c int, k objectKey, s uint32) bool {
+				if _, ok := goneSets[s][k]; ok {
+					errs[wi] = &dupError{key: k, chunk: c}
+					return true
+				}
+				return false
+			}
+			for c := range dec {
+				d := &dec[c]
+				for j, s := range d.shard {
+					if s < lo || s >= hi {
+						continue
+					}
+					o := d.objs[j]
+					k := objectKey{o.tenant.name, o.key}
+					if dup(c, k, s) {
+						return
+					}
+					// One hash per object: a key already there does not
+					// grow the map (what it overwrote no longer matters:
+					// the snapshot is refused).
+					mp := b.maps[s]
+					before := len(mp)
+					mp[k] = o
+					if len(mp) == before {
+						errs[wi] = &dupError{key: k, chunk: c}
+						return
+					}
+					t := mine.used[o.tenant]
+					t.bytes += o.memoryBytes()
+					t.objects++
+					mine.used[o.tenant] = t
+					for i := range o.replicas {
+						if rp := &o.replicas[i]; rp.kind == MemoryReplica && rp.seg != nil {
+							mine.replicas[rp.seg]++
+						}
+					}
+				}
+				if !gone {
+					continue
+				}
+				for _, g := range d.gone {
+					if g.shard < lo || g.shard >= hi {
+						continue
+					}
+					if _, ok := b.maps[g.shard][g.key]; ok || dup(c, g.key, g.shard) {
+						errs[wi] = &dupError{key: g.key, chunk: c}
+						return
+					}
+					if goneSets == nil {
+						goneSets = map[uint32]map[objectKey]struct{}{}
+					}
+					if goneSets[g.shard] == nil {
+						goneSets[g.shard] = map[objectKey]struct{}{}
+					}
+					goneSets[g.shard][g.key] = struct{}{}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var first *dupError
+	for _, e := range errs {
+		if e != nil && (first == nil || e.chunk < first.chunk) {
+			first = e
+		}
+	}
+	if first != nil {
+		return nil, first
+	}
+	for _, s := range sums {
+		for t, v := range s.used {
+			x := b.used[t]
+			x.bytes += v.bytes
+			x.objects += v.objects
+			b.used[t] = x
+			b.objects += int(v.objects)
+		}
+		for sg, v := range s.replicas {
+			b.replicas[sg] += v
+		}
+	}
+	return b, nil
+}
+
 // checkRanges refuses replicas that leave their segment or overlap: the
 // remount would refuse them later, after the snapshot had been accepted.
-func checkRanges(segs map[uint64]*segment, objs []*object) error {
-	type ext struct{ off, end uint64 }
-	per := map[*segment][]ext{}
-	for _, o := range objs {
-		for _, r := range o.replicas {
-			if r.kind != MemoryReplica {
-				continue
+// Each segment's ranges are sorted in GOMAXPROCS pieces at once, then
+// walked in merged order.
+func checkRanges(segs map[uint64]*segment, dec []decodedChunk, b *builtShards) error {
+	per := make(map[*segment][]ext, len(b.replicas))
+	for s, n := range b.replicas {
+		per[s] = make([]ext, 0, n)
+	}
+	for c := range dec {
+		for _, o := range dec[c].objs {
+			for _, r := range o.replicas {
+				if r.kind != MemoryReplica {
+					continue
+				}
+				if r.offset+r.size > r.seg.size {
+					return fmt.Errorf("object (%q, %q): replica %d ends at %d, past segment %d of %d bytes", o.tenant.name, o.key, r.id, r.offset+r.size, r.seg.id, r.seg.size)
+				}
+				per[r.seg] = append(per[r.seg], ext{r.offset, r.offset + r.size})
 			}
-			if r.offset+r.size > r.seg.size {
-				return fmt.Errorf("object (%q, %q): replica %d ends at %d, past segment %d of %d bytes", o.tenant.name, o.key, r.id, r.offset+r.size, r.seg.id, r.seg.size)
-			}
-			per[r.seg] = append(per[r.seg], ext{r.offset, r.offset + r.size})
 		}
 	}
 	for s, es := range per {
-		sort.Slice(es, func(i, j int) bool { return es[i].off < es[j].off })
-		for i := 1; i < len(es); i++ {
-			if es[i].off < es[i-1].end {
-				return fmt.Errorf("segment %d: replicas at %d and %d overlap", s.id, es[i-1].off, es[i].off)
-			}
+		if at, ok := overlap(es); ok {
+			return fmt.Errorf("segment %d: replicas at %d and %d overlap", s.id, at[0], at[1])
 		}
 	}
 	return nil
+}
+
+type ext struct{ off, end uint64 }
+
+// overlap sorts es (in pieces, concurrently, when it is large) and
+// reports the first two ranges it finds overlapping, by offset.
+func overlap(es []ext) ([2]uint64, bool) {
+	cmp := func(a, b ext) int {
+		switch {
+		case a.off < b.off:
+			return -1
+		case a.off > b.off:
+			return 1
+		}
+		return 0
+	}
+	pieces := 1
+	if len(es) >= 1<<16 {
+		pieces = runtime.GOMAXPROCS(0)
+	}
+	parts := make([][]ext, pieces)
+	var wg sync.WaitGroup
+	for i := range pieces {
+		parts[i] = es[i*len(es)/pieces : (i+1)*len(es)/pieces]
+		wg.Go(func() { slices.SortFunc(parts[i], cmp) })
+	}
+	wg.Wait()
+	// Merge walk: the next range in offset order is the smallest head.
+	var prev ext
+	have := false
+	for {
+		best := -1
+		for i, p := range parts {
+			if len(p) > 0 && (best < 0 || p[0].off < parts[best][0].off) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return [2]uint64{}, false
+		}
+		e := parts[best][0]
+		parts[best] = parts[best][1:]
+		if have && e.off < prev.end {
+			return [2]uint64{prev.off, e.off}, true
+		}
+		if !have || e.end > prev.end {
+			prev = e
+		}
+		have = true
+	}
 }
 
 // empty reports whether m holds no object and no segment.
@@ -762,7 +1125,7 @@ func (m *Master) empty() bool {
 
 // install puts decoded segments and objects in place. Nothing is logged:
 // a restore rebuilds what the log (and the snapshot) already hold.
-func (m *Master) install(st *restoreState, segs map[uint64]*segment, objs []*object, maxReplica uint64) {
+func (m *Master) install(st *restoreState, segs map[uint64]*segment, dec []decodedChunk, b *builtShards, maxReplica uint64) {
 	m.topo.Lock()
 	defer m.topo.Unlock()
 	m.tenantsMu.Lock()
@@ -783,17 +1146,31 @@ func (m *Master) install(st *restoreState, segs map[uint64]*segment, objs []*obj
 	for id, s := range segs {
 		m.segments[id] = s
 	}
-	for _, o := range objs {
-		sh := m.shardFor(o.tenant.name, o.key)
+	for i := range m.shards {
+		sh := &m.shards[i]
 		sh.mu.Lock()
 		m.preserve(sh)
-		sh.objects[objectKey{o.tenant.name, o.key}] = o
-		countReplicas(o.replicas, 1)
-		o.tenant.used.Add(o.memoryBytes())
-		o.tenant.objects.Add(1)
+		if len(sh.objects) == 0 {
+			sh.objects = b.maps[i]
+		} else {
+			for k, o := range b.maps[i] {
+				sh.objects[k] = o
+			}
+		}
 		sh.mu.Unlock()
-		if o.group != nil {
-			m.join(o.group, o)
+	}
+	for t, v := range b.used {
+		t.used.Add(v.bytes)
+		t.objects.Add(v.objects)
+	}
+	for s, v := range b.replicas {
+		s.replicas.Add(v)
+	}
+	for c := range dec {
+		for _, o := range dec[c].objs {
+			if o.group != nil {
+				m.join(o.group, o)
+			}
 		}
 	}
 	if maxReplica > m.nextReplicaID.Load() {
@@ -807,12 +1184,11 @@ func readFleet(files map[string]string, man SnapshotManifest) ([]*masterv1.NodeR
 	if _, ok := files[snapshotFleetFile]; !ok {
 		return nil, nil, nil
 	}
-	d, closeFile, err := openPayload(files, snapshotFleetFile)
+	b, err := readPayload(files, snapshotFleetFile, nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer closeFile()
-	r := decoder{d: d}
+	r := decoder{b: b}
 	n := r.header(man, snapshotFleetFile)
 	var nodes []*masterv1.NodeRecord
 	var assigns []*masterv1.ShardAssignment
@@ -871,204 +1247,31 @@ func readSnapshotFile(files map[string]string, name string, limit int64) ([]byte
 	return b, nil
 }
 
-func openPayload(files map[string]string, name string) (*msgpack.Decoder, func(), error) {
+// readPayload reads a payload file whole, into buf when it fits (a
+// decoding worker reuses one buffer for all its chunks).
+func readPayload(files map[string]string, name string, buf []byte) ([]byte, error) {
 	path, ok := files[name]
 	if !ok {
-		return nil, nil, fmt.Errorf("file %q missing", name)
+		return nil, fmt.Errorf("file %q missing", name)
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	br := bufio.NewReaderSize(f, 1<<20)
-	return msgpack.NewDecoder(br), func() { _ = f.Close() }, nil
-}
-
-// decoder reads msgpack strictly: a nil where a value must be, a negative
-// number where a count or size must be, or a value of another type is an
-// error, never a zero.
-type decoder struct {
-	d   *msgpack.Decoder
-	err error
-}
-
-func (r *decoder) fail(format string, args ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf(format, args...)
-	}
-}
-
-func (r *decoder) code() (byte, bool) {
-	if r.err != nil {
-		return 0, false
-	}
-	c, err := r.d.PeekCode()
+	defer f.Close()
+	st, err := f.Stat()
 	if err != nil {
-		r.fail("truncated: %v", err)
-		return 0, false
+		return nil, err
 	}
-	if c == msgpcode.Nil {
-		r.fail("nil where a value is required")
-		return 0, false
+	if st.Size() > math.MaxInt32 {
+		return nil, fmt.Errorf("file %q of %d bytes", name, st.Size())
 	}
-	return c, true
-}
-
-func (r *decoder) arrLen() int {
-	if _, ok := r.code(); !ok {
-		return 0
+	if int64(cap(buf)) < st.Size() {
+		buf = make([]byte, st.Size())
 	}
-	n, err := r.d.DecodeArrayLen()
-	if err != nil {
-		r.fail("%v", err)
-		return 0
+	buf = buf[:st.Size()]
+	if _, err := io.ReadFull(f, buf); err != nil {
+		return nil, err
 	}
-	return n
-}
-
-func (r *decoder) arr(want int) {
-	if n := r.arrLen(); r.err == nil && n != want {
-		r.fail("a record of %d fields, want %d", n, want)
-	}
-}
-
-func (r *decoder) str() string {
-	c, ok := r.code()
-	if !ok {
-		return ""
-	}
-	if !msgpcode.IsString(c) {
-		r.fail("code %#x where a string is required", c)
-		return ""
-	}
-	s, err := r.d.DecodeString()
-	if err != nil {
-		r.fail("%v", err)
-	}
-	return s
-}
-
-func (r *decoder) uint() uint64 {
-	c, ok := r.code()
-	if !ok {
-		return 0
-	}
-	if c == msgpcode.Uint64 {
-		v, err := r.d.DecodeUint64()
-		if err != nil {
-			r.fail("%v", err)
-		}
-		return v
-	}
-	v := r.int()
-	if r.err == nil && v < 0 {
-		r.fail("negative value %d where a count or size is required", v)
-	}
-	return uint64(v)
-}
-
-func (r *decoder) int() int64 {
-	c, ok := r.code()
-	if !ok {
-		return 0
-	}
-	if !msgpcode.IsFixedNum(c) && (c < msgpcode.Uint8 || c > msgpcode.Int64) {
-		r.fail("code %#x where an integer is required", c)
-		return 0
-	}
-	if c == msgpcode.Uint64 {
-		v, err := r.d.DecodeUint64()
-		if err == nil && v > math.MaxInt64 {
-			r.fail("%d does not fit a signed 64-bit integer", v)
-		}
-		return int64(v)
-	}
-	v, err := r.d.DecodeInt64()
-	if err != nil {
-		r.fail("%v", err)
-	}
-	return v
-}
-
-// optInt reads an integer or nil (absent).
-func (r *decoder) optInt() (int64, bool) {
-	if r.err != nil {
-		return 0, false
-	}
-	c, err := r.d.PeekCode()
-	if err != nil {
-		r.fail("truncated: %v", err)
-		return 0, false
-	}
-	if c == msgpcode.Nil {
-		_ = r.d.DecodeNil()
-		return 0, false
-	}
-	return r.int(), true
-}
-
-func (r *decoder) bytes() []byte {
-	c, ok := r.code()
-	if !ok {
-		return nil
-	}
-	if !msgpcode.IsBin(c) {
-		r.fail("code %#x where bytes are required", c)
-		return nil
-	}
-	b, err := r.d.DecodeBytes()
-	if err != nil {
-		r.fail("%v", err)
-	}
-	return b
-}
-
-func (r *decoder) bool() bool {
-	c, ok := r.code()
-	if !ok {
-		return false
-	}
-	if c != msgpcode.True && c != msgpcode.False {
-		r.fail("code %#x where a boolean is required", c)
-		return false
-	}
-	v, err := r.d.DecodeBool()
-	if err != nil {
-		r.fail("%v", err)
-	}
-	return v
-}
-
-// header checks a payload file's header against the manifest and returns
-// its record count.
-func (r *decoder) header(m SnapshotManifest, part string) int {
-	r.arr(5)
-	format, version, id, got := r.str(), r.str(), r.str(), r.str()
-	n := r.uint()
-	switch {
-	case r.err != nil:
-	case format != payloadFormat:
-		r.fail("not a master snapshot payload (%q)", trunc(format))
-	case version != m.Version:
-		r.fail("payload of version %q under a %s manifest: its time fields are in another domain", trunc(version), m.Version)
-	case id != m.ID:
-		r.fail("payload of snapshot %q under manifest %q", trunc(id), m.ID)
-	case got != part:
-		r.fail("payload says it is %q", trunc(got))
-	case n > math.MaxInt32:
-		r.fail("%d records", n)
-	}
-	return int(n)
-}
-
-// end checks nothing follows the last record.
-func (r *decoder) end() {
-	if r.err != nil {
-		return
-	}
-	if _, err := r.d.PeekCode(); err == nil {
-		r.fail("bytes after the last record")
-	} else if !errors.Is(err, io.EOF) {
-		r.fail("%v", err)
-	}
+	return buf, nil
 }

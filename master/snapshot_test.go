@@ -42,7 +42,7 @@ func snapMaster(t testing.TB, cfg Config) (*Master, *FakeClock) {
 func writeSnapshot(t testing.TB, m *Master, format SnapshotFormat) map[string]string {
 	t.Helper()
 	dir := t.TempDir()
-	files, err := m.Freeze(nil).WriteFiles(dir, format, "snap-1")
+	files, err := m.Freeze(nil, format).WriteFiles(dir, "snap-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -516,7 +516,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 		put(t, m, "c1", "t", fmt.Sprintf("k%d", i), 100, PutOptions{})
 	}
 	cuts := 0
-	s, c := m.freeze(func() { cuts++ })
+	s, c := m.freeze(func() { cuts++ }, SnapshotV2)
 	// Changes after the freeze, before the copy.
 	for i := range 20 {
 		if err := m.Remove(ctx, "t", fmt.Sprintf("k%d", i), true); err != nil {
@@ -533,7 +533,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 		t.Fatalf("snapshot holds %d objects and %d segments, want the 40 and 1 of the freeze", s.Objects(), len(s.segments))
 	}
 	files := map[string]string{}
-	fl, err := s.WriteFiles(t.TempDir(), SnapshotV2, "cow")
+	fl, err := s.WriteFiles(t.TempDir(), "cow")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,5 +549,54 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 	}
 	if got := m.Stats().Objects; got != 21 {
 		t.Fatalf("the live master holds %d objects, want 21", got)
+	}
+}
+
+// Removals running while the shards are copied by several workers: the
+// snapshot holds exactly the objects of one instant, so of keys removed
+// in order it holds a suffix, never one whose predecessor is still there
+// missing.
+func TestSnapshotCopyUnderConcurrentChanges(t *testing.T) {
+	ctx := context.Background()
+	m, clk := newTestMaster(t, Config{Shards: 64}, Options{})
+	mount(t, m, "c1", 1, 1<<24)
+	const n = 2000
+	for i := range n {
+		put(t, m, "c1", "t", fmt.Sprintf("k%05d", i), 100, PutOptions{})
+	}
+	done := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		close(started)
+		for i := range n {
+			if err := m.Remove(ctx, "t", fmt.Sprintf("k%05d", i), true); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	<-started
+	s := m.Freeze(nil, SnapshotV2)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	fl, err := s.WriteFiles(t.TempDir(), "concurrent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fl {
+		files[f.Name] = f.Path
+	}
+	m2, _, res, err := restoreAt(t, Config{}, files, clk.Wall())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := n - res.Objects
+	for i := range n {
+		if got := lookup(m2, "t", fmt.Sprintf("k%05d", i)) != nil; got != (i >= first) {
+			t.Fatalf("k%05d present %v, but the snapshot holds %d objects: not one instant", i, got, res.Objects)
+		}
 	}
 }

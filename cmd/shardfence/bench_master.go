@@ -28,6 +28,7 @@ func runBenchMaster(ctx context.Context, args []string, stdout, stderr io.Writer
 	promoteObjects := fl.Int("promote-objects", 1000000, "objects of the promotion row; 0 skips it")
 	appendClients := fl.String("append-clients", "1,16", "comma-separated client counts for the log-cost table; empty skips it")
 	appendDur := fl.Duration("append-duration", 3*time.Second, "measuring time per log-cost row")
+	profileDir := fl.String("profile", "", "write CPU profiles of each snapshot, restore and standby bootstrap of the snapshot table to this folder (snapshot-N.pprof, restore-N.pprof, standby-N.pprof)")
 	if err := parseArgs(fl, args); err != nil {
 		return err
 	}
@@ -61,7 +62,7 @@ func runBenchMaster(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	defer os.RemoveAll(work)
-	o := masterbench.HAOptions{Dir: work, SnapshotSizes: snaps, PromoteObjects: *promoteObjects, AppendClients: acl, AppendDuration: *appendDur}
+	o := masterbench.HAOptions{Dir: work, SnapshotSizes: snaps, PromoteObjects: *promoteObjects, AppendClients: acl, AppendDuration: *appendDur, ProfileDir: *profileDir}
 	if *storeURL == "" {
 		c, err := fsstore.Open(filepath.Join(work, "store"))
 		if err != nil {

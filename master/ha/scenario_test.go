@@ -262,7 +262,7 @@ func TestSnapshotsRestoreAndFallBack(t *testing.T) {
 		sh, lg := p.sh, p.oplog
 		p.mu.Unlock()
 		pos, _ := lg.Acked()
-		files, err := m.Freeze(nil).WriteFiles(t.TempDir(), master.SnapshotV2, "bad")
+		files, err := m.Freeze(nil, master.SnapshotV2).WriteFiles(t.TempDir(), "bad")
 		if err != nil {
 			t.Fatal(err)
 		}

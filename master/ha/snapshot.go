@@ -18,8 +18,8 @@ type SnapshotResult struct {
 	Bytes    int64
 	Duration time.Duration
 	// Pause is how long the freeze held changes back; reads went on.
-	// Copy is how long copying the objects took after it (a change to a
-	// shard not copied yet copied that shard first).
+	// Copy is how long copying the objects (as encoded records) took after
+	// it (a change to a shard not copied yet copied that shard first).
 	Pause, Copy time.Duration
 	// Unchanged: the log had not moved since the last snapshot, so
 	// nothing was written; Key names that one.
@@ -34,10 +34,11 @@ type SnapshotResult struct {
 //  1. freeze the master for an instant (changes wait, reads go on),
 //     capture one clock pair, and cut the log there, so the snapshot is
 //     exactly the log up to a generation boundary; the objects are then
-//     copied shard by shard, copy-on-write (master.Freeze);
+//     copied shard by shard, as encoded records, copy-on-write
+//     (master.Freeze);
 //  2. wait for that generation's acknowledgement: a snapshot never covers
 //     an entry the log might lose;
-//  3. encode the files (outside every lock) and upload them;
+//  3. write the files (outside every lock) and upload them;
 //  4. check the term is still ours (no higher fence key), then create the
 //     checkpoint manifest, last, with create-if-absent;
 //  5. collect what it makes unneeded through the fenced GC: log
@@ -65,7 +66,7 @@ func (n *Node) snapshot(ctx context.Context, explicit bool) (SnapshotResult, err
 		return SnapshotResult{}, err
 	}
 	var cut *batch
-	snap := m.Freeze(func() { cut = lg.Cut() })
+	snap := m.Freeze(func() { cut = lg.Cut() }, n.opts.SnapshotFormat)
 	pos, err := cut.position(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("snapshot: the log up to the freeze was not acknowledged: %w", err))
@@ -80,7 +81,7 @@ func (n *Node) snapshot(ctx context.Context, explicit bool) (SnapshotResult, err
 	}
 	defer os.RemoveAll(dir)
 	id := fmt.Sprintf("%s.t%d.g%d", n.opts.Cluster, term, pos.Gen)
-	files, err := snap.WriteFiles(dir, n.opts.SnapshotFormat, id)
+	files, err := snap.WriteFiles(dir, id)
 	if err != nil {
 		return fail(err)
 	}

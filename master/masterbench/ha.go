@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -34,6 +38,27 @@ type HAOptions struct {
 	// AppendClients are client counts for the log-append table.
 	AppendClients  []int
 	AppendDuration time.Duration
+	// ProfileDir, when set, receives CPU profiles of every snapshot,
+	// restore and standby bootstrap of the snapshot table
+	// (snapshot-N.pprof, restore-N.pprof, standby-N.pprof).
+	ProfileDir string
+}
+
+// profile starts a CPU profile named what-n in o.ProfileDir, if set, and
+// returns its stop.
+func (o HAOptions) profile(what string, n int) (stop func() error, err error) {
+	if o.ProfileDir == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(filepath.Join(o.ProfileDir, fmt.Sprintf("%s-%d.pprof", what, n)))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error { pprof.StopCPUProfile(); return f.Close() }, nil
 }
 
 // running is a node and the end of its Run.
@@ -41,11 +66,17 @@ type running struct {
 	*ha.Node
 	cancel context.CancelFunc
 	done   chan error
+	once   sync.Once
+	err    error
 }
 
+// stop ends the node's Run and returns its result; it may be called again.
 func (r *running) stop() error {
-	r.cancel()
-	return <-r.done
+	r.once.Do(func() {
+		r.cancel()
+		r.err = <-r.done
+	})
+	return r.err
 }
 
 func startNode(ctx context.Context, o HAOptions, store *blobstore.Container, cluster string, standby bool) (*running, error) {
@@ -88,22 +119,23 @@ func (r *running) serving(ctx context.Context) (*master.Master, error) {
 	return m, err
 }
 
-// peakHeap samples the live heap until stop is called and returns the
-// highest reading.
+// peakHeap samples the heap (every allocated object, live or not yet
+// collected) until stop is called and returns the highest reading. It
+// reads runtime/metrics, which does not stop the world, every 5 ms.
 func peakHeap() (stop func() uint64) {
 	var peak atomic.Uint64
 	done := make(chan struct{})
 	finished := make(chan struct{})
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	sample := func() {
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		if ms.HeapAlloc > peak.Load() {
-			peak.Store(ms.HeapAlloc)
+		metrics.Read(s)
+		if v := s[0].Value.Uint64(); v > peak.Load() {
+			peak.Store(v)
 		}
 	}
 	go func() {
 		defer close(finished)
-		t := time.NewTicker(20 * time.Millisecond)
+		t := time.NewTicker(5 * time.Millisecond)
 		defer t.Stop()
 		for {
 			select {
@@ -135,6 +167,12 @@ type SnapshotRow struct {
 	Restore     time.Duration
 	RestorePeak uint64
 	Base        uint64 // live heap of the populated master alone
+	// Restored is the live heap after the restore (after a GC): the
+	// restored master alone.
+	Restored uint64
+	// Standby is a new standby's start to loaded and at the primary's
+	// position (its bootstrap from the same snapshot).
+	Standby time.Duration
 }
 
 // BenchSnapshot populates a primary with n objects (through the log),
@@ -158,9 +196,16 @@ func BenchSnapshot(ctx context.Context, o HAOptions, n int) (SnapshotRow, error)
 	}
 	row.Populate = time.Since(start)
 	row.Base = heapInUse()
+	stopProf, err := o.profile("snapshot", n)
+	if err != nil {
+		return row, err
+	}
 	stop := peakHeap()
 	row.Snapshot, err = p.Snapshot(ctx)
 	row.SnapPeak = stop()
+	if perr := stopProf(); err == nil {
+		err = perr
+	}
 	if err != nil {
 		return row, err
 	}
@@ -169,6 +214,9 @@ func BenchSnapshot(ctx context.Context, o HAOptions, n int) (SnapshotRow, error)
 	}
 	p, m = nil, nil
 	runtime.GC()
+	if stopProf, err = o.profile("restore", n); err != nil {
+		return row, err
+	}
 	stop = peakHeap()
 	start = time.Now()
 	r, err := startNode(ctx, o, o.Store, cluster, false)
@@ -178,11 +226,55 @@ func BenchSnapshot(ctx context.Context, o HAOptions, n int) (SnapshotRow, error)
 	m2, err := r.serving(ctx)
 	row.Restore = time.Since(start)
 	row.RestorePeak = stop()
+	if perr := stopProf(); err == nil {
+		err = perr
+	}
 	if err != nil {
 		return row, err
 	}
+	defer r.stop()
 	if got := m2.Stats().Objects; got != uint64(n) {
 		return row, fmt.Errorf("restored %d objects, want %d", got, n)
+	}
+	// The restored primary gives the bench client a fresh active window;
+	// it pings like a live client from now on, or the offboarding of a
+	// silent client would start removing its objects (and logging that)
+	// while the heap is measured and the standby loads.
+	pingCtx, stopPing := context.WithCancel(ctx)
+	defer stopPing()
+	go func() {
+		for pingCtx.Err() == nil {
+			_, _ = m2.Ping(pingCtx, "bench")
+			select {
+			case <-pingCtx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	row.Restored = heapInUse()
+	// A new standby beside it: the same snapshot, then the log after it
+	// (empty here).
+	if stopProf, err = o.profile("standby", n); err != nil {
+		return row, err
+	}
+	want := r.Status().Position
+	start = time.Now()
+	s, err := startNode(ctx, o, o.Store, cluster, true)
+	if err != nil {
+		return row, err
+	}
+	// At or past the primary's position when the standby started (the
+	// primary may log more meanwhile, e.g. lease renewals).
+	err = s.until(ctx, func() bool { st := s.Status(); return st.Bootstrapped && st.Position.Gen >= want.Gen })
+	row.Standby = time.Since(start)
+	if perr := stopProf(); err == nil {
+		err = perr
+	}
+	if serr := s.stop(); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return row, err
 	}
 	return row, r.stop()
 }
@@ -342,15 +434,16 @@ func RunHA(ctx context.Context, w io.Writer, o HAOptions) error {
 	mib := func(b uint64) float64 { return float64(b) / (1 << 20) }
 	if len(o.SnapshotSizes) > 0 {
 		fmt.Fprintf(w, "Complete snapshot and restore (store: %s, one replica per object, GOMAXPROCS=%d)\n", o.Where, runtime.GOMAXPROCS(0))
-		fmt.Fprintln(tw, "objects\tpopulate (logged)\tsnapshot\tpause\tcopy\tbytes\tB/object\tpeak heap\trestore\tpeak heap\tmaster heap\t")
+		fmt.Fprintln(tw, "objects\tpopulate (logged)\tsnapshot\tpause\tcopy\tbytes\tB/object\tpeak heap\trestore\tpeak heap\trestored heap\tpeak/restored\tmaster heap\tnew standby\t")
 		for _, n := range o.SnapshotSizes {
 			r, err := BenchSnapshot(ctx, o, n)
 			if err != nil {
 				return fmt.Errorf("snapshot of %d objects: %w", n, err)
 			}
-			fmt.Fprintf(tw, "%d\t%v\t%v\t%v\t%v\t%d\t%.1f\t%.0f MiB\t%v\t%.0f MiB\t%.0f MiB\t\n", n, r.Populate.Round(time.Millisecond),
+			fmt.Fprintf(tw, "%d\t%v\t%v\t%v\t%v\t%d\t%.1f\t%.0f MiB\t%v\t%.0f MiB\t%.0f MiB\t%.2f\t%.0f MiB\t%v\t\n", n, r.Populate.Round(time.Millisecond),
 				r.Snapshot.Duration.Round(time.Millisecond), r.Snapshot.Pause.Round(time.Microsecond), r.Snapshot.Copy.Round(time.Millisecond), r.Snapshot.Bytes,
-				float64(r.Snapshot.Bytes)/float64(max(n, 1)), mib(r.SnapPeak), r.Restore.Round(time.Millisecond), mib(r.RestorePeak), mib(r.Base))
+				float64(r.Snapshot.Bytes)/float64(max(n, 1)), mib(r.SnapPeak), r.Restore.Round(time.Millisecond), mib(r.RestorePeak), mib(r.Restored),
+				float64(r.RestorePeak)/float64(max(r.Restored, 1)), mib(r.Base), r.Standby.Round(time.Millisecond))
 			runtime.GC()
 		}
 		tw.Flush()
