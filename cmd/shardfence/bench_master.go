@@ -24,7 +24,7 @@ func runBenchMaster(ctx context.Context, args []string, stdout, stderr io.Writer
 	keys := fl.Int("read-keys", 100000, "objects the GetReplicaList table reads from")
 	dur := fl.Duration("duration", 2*time.Second, "measuring time per GetReplicaList row")
 	storeURL := fl.String("store", "", "store URL for the snapshot, promotion and log tables (e.g. minio://...); empty: the fs driver in a temporary directory")
-	snapObjects := fl.String("snapshot-objects", "1000000", "comma-separated object counts for the snapshot table (10000000 needs about 12 GB of memory); empty skips it")
+	snapObjects := fl.String("snapshot-objects", "1000000", "comma-separated object counts for the snapshot table (10000000 needs about 6 GB of memory); empty skips it")
 	promoteObjects := fl.Int("promote-objects", 1000000, "objects of the promotion row; 0 skips it")
 	appendClients := fl.String("append-clients", "1,16", "comma-separated client counts for the log-cost table; empty skips it")
 	appendDur := fl.Duration("append-duration", 3*time.Second, "measuring time per log-cost row")
