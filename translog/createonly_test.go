@@ -64,8 +64,9 @@ func TestCreateOnlyFenceCheckStopsTheWriterAfterAClaim(t *testing.T) {
 	}
 }
 
-// While the fence checks cannot answer, the writer starts at most
-// CheckWindow generations past the last good one, and goes on once a
+// While the fence checks cannot answer, the writer acknowledges nothing
+// (no check confirmed it since it opened: the claim does not count), starts
+// at most CheckWindow generations past the claim, and goes on once a
 // check answers.
 func TestCreateOnlyStopsAtTheCheckWindowWhileChecksStall(t *testing.T) {
 	r := newRig(t, 1, Options{FencingMode: CreateOnly})
@@ -82,27 +83,40 @@ func TestCreateOnlyStopsAtTheCheckWindowWhileChecksStall(t *testing.T) {
 		return nil
 	}})
 	defer once.Do(func() { close(release) })
-	for i := range CheckWindow {
-		r.mustAppend(fmt.Sprint("op", i))
+	var pending []*Pending
+	for i := range CheckWindow + 1 {
+		p, err := r.w.Enqueue(context.Background(), [][]byte{[]byte(fmt.Sprint("op", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending = append(pending, p)
+		if i < CheckWindow {
+			// One sync each: the window holds back the last only.
+			waitFor(t, func() bool { return r.store.Requests(blobstore.OpCreateIfAbsent)-1 == int64(i+1) })
+		}
 	}
-	stuck := make(chan error, 1)
-	go func() {
-		_, err := r.append("past the window")
-		stuck <- err
-	}()
-	// Cut into a batch (no longer queued) but not acknowledged.
-	waitFor(t, func() bool { return r.w.inflightBytes() > 0 && r.w.pendingCount() == 0 })
+	// The last is cut into a batch (no longer queued) but not synced.
+	waitFor(t, func() bool { return r.w.pendingCount() == 0 })
 	select {
-	case err := <-stuck:
-		t.Fatalf("an append past the window completed while every fence check stalled: %v", err)
+	case <-pending[CheckWindow].Done():
+		t.Fatal("an append past the window completed while every fence check stalled")
 	case <-time.After(50 * time.Millisecond): // room for a create the window should hold back
+	}
+	for i, p := range pending {
+		select {
+		case <-p.Done():
+			t.Fatalf("append %d completed before any fence check answered", i)
+		default:
+		}
 	}
 	if n := r.store.Requests(blobstore.OpCreateIfAbsent) - 1; n != CheckWindow {
 		t.Fatalf("%d md creates sent while the checks stalled, want %d", n, CheckWindow)
 	}
 	once.Do(func() { close(release) })
-	if err := <-stuck; err != nil {
-		t.Fatalf("append once the checks answered: %v", err)
+	for i, p := range pending {
+		if a, err := p.Result(); err != nil || a.Gen != int64(i+1) {
+			t.Fatalf("append %d once the checks answered: %+v, %v", i, a, err)
+		}
 	}
 }
 

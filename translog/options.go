@@ -38,13 +38,16 @@ const (
 	// the interval plus a margin after its sweep.
 	Lease
 	// CreateOnly sends no CAS on the sync path: a generation is
-	// acknowledged once its md exists as this writer's own and every lower
-	// generation of the writer was acknowledged. The successor's seal,
-	// which poisons until one of its poisons lands, is the only fence; a
-	// background read of the fence key (one every CheckWindow/2
-	// generations, at most one in flight, syncs at most CheckWindow
-	// generations past the last good one) stops a writer that lost the
-	// term, so that seal ends (docs/PROTOCOL.md, section 4).
+	// acknowledged once its md exists as this writer's own, every lower
+	// generation of the writer was acknowledged, and a read of the fence
+	// key this writer sent found it the owner (the first goes beside the
+	// first sync's md create; the claim does not count). The successor's
+	// seal, which poisons until one of its poisons lands, is the only
+	// fence; the background reads of the fence key (one every
+	// CheckWindow/2 generations, at most one in flight, syncs at most
+	// CheckWindow generations past the last good one) stop a writer that
+	// lost the term, so that seal ends (docs/PROTOCOL.md, sections 3 and
+	// 4).
 	CreateOnly
 	// Observe claims and CASes the fence key as PerSync does, but a
 	// refused CAS is reported instead of failing the append: the writer

@@ -42,12 +42,19 @@ type pipeline struct {
 	lastSyncDur int64 // steady ns from start to ack of the last acked sync
 	lease       LeaseState
 	// Create-only mode's fence checks: checkedAt is the next generation
-	// when the last check that found the writer the owner started (the
-	// claim counts as one at StartGen), checkFrom the next generation when
-	// the last check started, checking says one is in flight.
+	// when the last check that found the writer the owner started (for the
+	// window, the claim counts as one at StartGen), checkFrom the next
+	// generation when the last check started, checking says one is in
+	// flight. confirmed says a check this writer sent found it the owner:
+	// until then nothing is acknowledged. The claim does not count for
+	// that: a successor may delete the key after the claim verified it
+	// and survey seal/ before this term's marker lands; a check sent after
+	// the marker was stored (any check of the writer: it opens after the
+	// marker) sees the delete (docs/PROTOCOL.md, section 4).
 	checkedAt int64
 	checkFrom int64
 	checking  bool
+	confirmed bool
 	window    int64 // Options.CheckWindow
 	// observed is Observe mode's first refused CAS: what PerSync mode
 	// would have failed every later ack with.
@@ -273,13 +280,17 @@ func ObservedVerdict(err error) string {
 func (p *pipeline) createOnly() bool { return p.witness && p.mode == CreateOnly }
 
 // startCheck says whether a create-only fence check should start now: none
-// is in flight, and the writer started half a CheckWindow of generations
-// since the last one started (or force: the window is closed). gen is the
-// next generation, which the check vouches for once it found the writer
-// the owner. Checking every half window keeps the window open while the
-// checks answer within a few syncs, at a read per four syncs.
+// is in flight, and no check confirmed the writer yet (the first goes
+// beside the first sync's md create, so the first ack waits for no extra
+// round trip when the key answers in time), or the writer started half a
+// CheckWindow of generations since the last one started (or force: the
+// window is closed). gen is the next generation, which the check vouches
+// for once it found the writer the owner. Checking every half window
+// keeps the window open while the checks answer within a few syncs, at a
+// read per four syncs.
 func (p *pipeline) startCheck(force bool) (gen int64, ok bool) {
-	if !p.createOnly() || p.checking || p.err != nil || (!force && p.nextGen < p.checkFrom+p.window/2) {
+	due := force || !p.confirmed || p.nextGen >= p.checkFrom+p.window/2
+	if !p.createOnly() || p.checking || p.err != nil || !due {
 		return 0, false
 	}
 	p.checking, p.checkFrom = true, p.nextGen
@@ -287,21 +298,30 @@ func (p *pipeline) startCheck(force bool) (gen int64, ok bool) {
 	return p.nextGen, true
 }
 
-// checked takes the outcome of the fence check started at gen: nil found
-// the writer the owner. A fenced verdict arrives through the instance
-// (inst); store trouble (retryable) leaves the window where it was, to be
-// checked again; ErrClosed (the writer gave up on its requests) changes
-// nothing; any other error (a bad body at the fence key) is terminal, as
-// it is for a sync's own steps.
-func (p *pipeline) checked(gen int64, err error, inst error) {
+// checked takes the outcome at steady time now of the fence check started
+// at gen: nil found the writer the owner, which confirms it (the syncs
+// waiting for that are acknowledged). A fenced verdict arrives through the
+// instance (inst); store trouble (retryable) leaves the window where it
+// was, to be checked again: again says to resend this check (with
+// backoff) while the writer is not confirmed, since its acks wait for it;
+// ErrClosed (the writer gave up on its requests) changes nothing; any
+// other error (a bad body at the fence key) is terminal, as it is for a
+// sync's own steps.
+func (p *pipeline) checked(gen int64, err error, now int64, inst error) (again bool) {
 	p.checking = false
 	switch {
 	case err == nil:
 		p.checkedAt = max(p.checkedAt, gen)
-	case p.checkFenced(inst) != nil, errors.Is(err, ErrClosed), blobstore.IsRetryable(err):
+		p.confirmed = true
+		p.ack(now, inst)
+	case p.checkFenced(inst) != nil, errors.Is(err, ErrClosed):
+	case blobstore.IsRetryable(err):
+		again = !p.confirmed && p.err == nil
+		p.checking = again
 	default:
 		p.fail(p.opErr("Append", fmt.Errorf("fence check: %w", err)))
 	}
+	return again
 }
 
 // windowOpen reports whether the next sync may start: create-only mode
@@ -381,7 +401,8 @@ func (p *pipeline) leaseCovers(s *syncState, now int64, inst error) bool {
 // instance is fenced it acknowledges nothing more, not even a generation
 // whose md and CAS both landed: fenced is terminal, and a caller must
 // never get an ack from a writer that knows it lost the shard (the write
-// may be durable; the successor's restore decides).
+// may be durable; the successor's restore decides). A create-only writer
+// acknowledges nothing before a fence check it sent confirmed it.
 func (p *pipeline) ack(now int64, inst error) {
 	if p.checkFenced(inst) != nil {
 		return
@@ -392,7 +413,7 @@ func (p *pipeline) ack(now int64, inst error) {
 			p.fail(s.err)
 			return
 		}
-		if !s.mdOK || !s.casOK {
+		if !s.mdOK || !s.casOK || (p.createOnly() && !p.confirmed) {
 			return
 		}
 		p.syncs = p.syncs[1:]

@@ -310,10 +310,11 @@ func TestPipelineFailOnClose(t *testing.T) {
 	}
 }
 
-// Create-only mode: a fence check starts every half window (or when
-// forced), at most one in flight; no sync starts a window past the last
-// good check; a check that answered moves the window to where it started,
-// store trouble does not, and a fenced verdict fails the writer.
+// Create-only mode: the first fence check starts at the first generation
+// (the claim does not confirm the writer), then one every half window (or
+// when forced), at most one in flight; no sync starts a window past the
+// last good check; a check that answered moves the window to where it
+// started, store trouble does not, and a fenced verdict fails the writer.
 func TestPipelineCreateOnlyCheckWindow(t *testing.T) {
 	p := testPipeline(Options{FencingMode: CreateOnly, CheckWindow: 4})
 	if p.orderFor(0) != mdFenced {
@@ -326,11 +327,19 @@ func TestPipelineCreateOnlyCheckWindow(t *testing.T) {
 		p.record(outcome{sync: s, step: stepMD}, 0, nil)
 		return s
 	}
-	if _, ok := p.startCheck(false); ok {
-		t.Fatal("a check started at the first generation: the claim vouches for it")
+	first, ok := p.startCheck(false)
+	if !ok || first != 1 {
+		t.Fatalf("first check: %d %v, want one at generation 1 beside the first sync", first, ok)
 	}
 	step("a") // gen 1
 	step("b") // gen 2
+	if got := delivered(p); len(got) != 0 {
+		t.Fatalf("delivered %v before the first check answered", got)
+	}
+	p.checked(first, nil, 0, nil)
+	if got := delivered(p); !same(got, []string{"a:1/0", "b:2/1"}) {
+		t.Fatalf("delivered %v once the first check answered", got)
+	}
 	gen, ok := p.startCheck(false)
 	if !ok || gen != 3 {
 		t.Fatalf("check after half a window: %d %v, want one vouching for generation 3", gen, ok)
@@ -343,31 +352,104 @@ func TestPipelineCreateOnlyCheckWindow(t *testing.T) {
 	if p.windowOpen() {
 		t.Fatal("the window is open a full window past the last good check")
 	}
-	p.checked(gen, blobstore.ErrUnavailable, nil)
-	if p.windowOpen() || p.err != nil {
-		t.Fatal("store trouble on a check moved the window or failed the writer")
+	if again := p.checked(gen, blobstore.ErrUnavailable, 0, nil); again || p.windowOpen() || p.err != nil {
+		t.Fatalf("store trouble on a check of a confirmed writer: resend %v, window open %v, error %v", again, p.windowOpen(), p.err)
 	}
 	gen, ok = p.startCheck(true)
 	if !ok || gen != 5 {
 		t.Fatalf("forced check: %d %v", gen, ok)
 	}
-	p.checked(gen, nil, nil)
+	p.checked(gen, nil, 0, nil)
 	if !p.windowOpen() {
 		t.Fatal("a good check did not open the window")
 	}
-	if got := delivered(p); !same(got, []string{"a:1/0", "b:2/1", "c:3/2", "d:4/3"}) {
+	if got := delivered(p); !same(got, []string{"c:3/2", "d:4/3"}) {
 		t.Fatalf("delivered %v", got)
 	}
 	gen, _ = p.startCheck(true)
-	p.checked(gen, ErrClosed, nil)
+	p.checked(gen, ErrClosed, 0, nil)
 	if p.err != nil || p.checking {
 		t.Fatalf("a check Close gave up on: writer error %v, checking %v", p.err, p.checking)
 	}
 	gen, _ = p.startCheck(true)
 	fenced := &fence.FencedError{Shard: shard, Term: 3, Reason: "fence key missing at the fence check"}
-	p.checked(gen, fenced, fenced)
+	p.checked(gen, fenced, 0, fenced)
 	if !errors.Is(p.err, fence.ErrFenced) {
 		t.Fatalf("a fenced check left the writer with %v", p.err)
+	}
+}
+
+// A create-only writer acknowledges nothing before a fence check it sent
+// found it the owner: its claim may have verified the key before a
+// successor deleted it and surveyed seal/ without this term's marker
+// (docs/VERIFICATION.md, finding 8). The first generation's md alone is
+// not enough; the check, started beside it, decides. The other modes are
+// unchanged: a per-sync or lease writer needs its CAS, not a check.
+func TestPipelineCreateOnlyFirstAckWaitsForACheck(t *testing.T) {
+	fenced := &fence.FencedError{Shard: shard, Term: 3, Reason: "fence key missing at the fence check"}
+	type check struct {
+		err   error // the check's outcome
+		inst  error // the instance's fencing when it came back
+		again bool  // the check is to be resent
+	}
+	for _, c := range []struct {
+		name     string
+		mode     FencingMode
+		checks   []check // the outcomes of the check started beside gen 1, in order
+		mdFirst  bool    // the md lands before the checks answer
+		want     []string
+		wantErr  error
+		checking bool // a check is still in flight at the end
+	}{
+		{name: "md landed, no check answered", mode: CreateOnly, mdFirst: true, want: nil, checking: true},
+		{name: "md, then the check", mode: CreateOnly, mdFirst: true, checks: []check{{}}, want: []string{"a:1/0", "b:2/1"}},
+		{name: "the check, then the md", mode: CreateOnly, checks: []check{{}}, want: []string{"a:1/0", "b:2/1"}},
+		{name: "store trouble is resent", mode: CreateOnly, mdFirst: true, checks: []check{{err: blobstore.ErrUnavailable, again: true}}, want: nil, checking: true},
+		{name: "store trouble, then the check", mode: CreateOnly, mdFirst: true, checks: []check{{err: blobstore.ErrUnavailable, again: true}, {}}, want: []string{"a:1/0", "b:2/1"}},
+		{name: "fenced", mode: CreateOnly, mdFirst: true, checks: []check{{err: fenced, inst: fenced}}, want: []string{"a:error", "b:error"}, wantErr: fence.ErrFenced},
+		{name: "bad body at the key", mode: CreateOnly, mdFirst: true, checks: []check{{err: fence.ErrCorruptBody}}, want: []string{"a:error", "b:error"}, wantErr: fence.ErrCorruptBody},
+		{name: "abandoned by Close", mode: CreateOnly, mdFirst: true, checks: []check{{err: ErrClosed}}, want: nil},
+		{name: "per-sync: the CAS acknowledges", mode: PerSync, mdFirst: true, want: []string{"a:1/0", "b:2/1"}},
+		{name: "lease: the CAS acknowledges", mode: Lease, mdFirst: true, want: []string{"a:1/0", "b:2/1"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := testPipeline(Options{FencingMode: c.mode, CheckWindow: 8})
+			gen, started := p.startCheck(false)
+			if started != (c.mode == CreateOnly) || (started && gen != 1) {
+				t.Fatalf("check beside the first sync: %d %v", gen, started)
+			}
+			var syncs []*syncState
+			for _, op := range []string{"a", "b"} {
+				mustEnqueue(t, p, newEntry(t, p, op))
+				syncs = append(syncs, p.start(p.cut(), 0, nil))
+			}
+			land := func() {
+				for _, s := range syncs {
+					p.record(outcome{sync: s, step: stepCAS}, 0, nil)
+					p.record(outcome{sync: s, step: stepMD}, 0, nil)
+				}
+			}
+			if c.mdFirst {
+				land()
+			}
+			for _, ch := range c.checks {
+				if again := p.checked(gen, ch.err, 0, ch.inst); again != ch.again {
+					t.Fatalf("check %v: resend %v, want %v", ch.err, again, ch.again)
+				}
+			}
+			if !c.mdFirst {
+				land()
+			}
+			if got := delivered(p); !same(got, c.want) {
+				t.Fatalf("delivered %v, want %v", got, c.want)
+			}
+			if (c.wantErr == nil) != (p.err == nil) || (c.wantErr != nil && !errors.Is(p.err, c.wantErr)) {
+				t.Fatalf("writer error %v, want %v", p.err, c.wantErr)
+			}
+			if p.checking != c.checking {
+				t.Fatalf("check in flight %v, want %v", p.checking, c.checking)
+			}
+		})
 	}
 }
 
@@ -380,7 +462,7 @@ func TestPipelineCreateOnlyCheckFailingForGood(t *testing.T) {
 	if !ok {
 		t.Fatal("no forced check")
 	}
-	p.checked(gen, fence.ErrCorruptBody, nil)
+	p.checked(gen, fence.ErrCorruptBody, 0, nil)
 	if !errors.Is(p.err, fence.ErrCorruptBody) {
 		t.Fatalf("writer error %v after a check that failed for good", p.err)
 	}

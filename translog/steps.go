@@ -213,11 +213,29 @@ func (w *Writer) startCheck(force bool) {
 		return
 	}
 	w.mdWG.Go(func() {
-		err := w.chain.Check(w.ctx)
-		if err != nil && w.ctx.Err() != nil {
-			err = ErrClosed // Close gave up on the requests in flight
+		failing := false
+		for attempt := 1; ; attempt++ {
+			err := w.chain.Check(w.ctx)
+			if err != nil && w.ctx.Err() != nil {
+				err = ErrClosed // Close gave up on the requests in flight
+			}
+			var again bool
+			w.locked(func(p *pipeline) { again = p.checked(gen, err, w.clock.Now(), w.instanceErr()) })
+			if !again {
+				break
+			}
+			// Store trouble before the writer was confirmed: its acks
+			// wait for this check, so it is sent again.
+			w.noteStoreError(err, !failing)
+			failing = true
+			if steady.Sleep(w.ctx, w.clock, w.opts.Backoff.Delay(attempt)) != nil {
+				w.locked(func(p *pipeline) { p.checked(gen, ErrClosed, w.clock.Now(), w.instanceErr()) })
+				break
+			}
 		}
-		w.locked(func(p *pipeline) { p.checked(gen, err, w.instanceErr()) })
+		if failing {
+			w.noteStepDone()
+		}
 		select {
 		case w.checked <- struct{}{}:
 		default:

@@ -2,10 +2,13 @@ package verify
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/wrongdesign"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -174,6 +177,11 @@ func TestCreateOnly(t *testing.T) {
 		{scenario: "wrong-one-poison-per-sync", refuted: true, invariant: "NoAckedWriteLoss"},
 		{scenario: "one-poison-per-sync-sequenced"},
 		{scenario: "wrong-createonly-adopt-no-cas", refuted: true, invariant: "HandoffOwner"},
+		// A first open racing a successor's recovery: acks wait for a
+		// fence check sent after the marker (VERIFICATION.md, finding 8).
+		// (TestCreateOnlyFirstOpen adds random walks and the wrong
+		// variant, whose counterexample lies beyond the search's bound.)
+		{scenario: "createonly-first-open"},
 	}
 	if deep() {
 		es = append(es, expectation{scenario: "createonly-handoff-abort-faults"})
@@ -183,19 +191,88 @@ func TestCreateOnly(t *testing.T) {
 
 // createonly-first-open: w1's first open stores create-only fencing and
 // appends once; c2 opens through recovery.Open at term 2 once w1's fence
-// key exists, racing w1's seal. Not in any expectation list: the real code
-// loses w1's acknowledged op here (VERIFICATION.md, findings: a create-only
-// first writer acknowledges before any fence check, so a successor whose
-// LIST of seal/ came before w1's marker restores without it). Replay with
-// go test ./verify -run TestReplay -v -scenario createonly-first-open -seed 11
+// key exists, racing w1's seal. A create-only writer acknowledges nothing
+// before a fence check it sent (after its marker was stored) found it the
+// owner: c2 deletes w1's key before its LIST of seal/, so either that LIST
+// sees w1's marker (and c2 seals term 1, poisoning until it wins) or the
+// delete came before the marker and w1's check finds the key gone.
+//
+// wrong-createonly-first-open-claim-check is the writer before that rule
+// (VERIFICATION.md, findings): it counts its claim as its first check and
+// acknowledges gen 1 on its md alone, after c2's LIST of seal/ missed its
+// marker; c2 restores an empty shard. Replay with
+// go test ./verify -run TestReplay -v -scenario wrong-createonly-first-open-claim-check -seed 11
 func init() {
-	register(Scenario{
-		Name: "createonly-first-open",
-		Start: func(r *Run) Checker {
-			w := newWorld(true)
-			keyed := firstOpenKeyed(r, w, createOnlyWriterOpts())
-			recoverWrapped(r, w, "c2", 2, 0, false, createOnlyWriterOpts(), nil, keyed)
-			return lineageWorld{w}
-		},
+	for _, wrong := range []bool{false, true} {
+		name, switches := "createonly-first-open", []wrongdesign.Switch(nil)
+		if wrong {
+			name, switches = "wrong-createonly-first-open-claim-check", []wrongdesign.Switch{wrongdesign.ClaimIsFirstCheck}
+		}
+		register(Scenario{
+			Name: name,
+			Start: func(r *Run) Checker {
+				w := newWorld(true)
+				keyed := firstOpenKeyed(r, w, createOnlyWriterOpts(), switches...)
+				recoverWrapped(r, w, "c2", 2, 0, false, createOnlyWriterOpts(), nil, keyed)
+				return lineageWorld{w}
+			},
+		})
+	}
+}
+
+// TestCreateOnlyFirstOpen: random walks of createonly-first-open, whose
+// schedules run deeper than the exhaustive search of TestCreateOnly
+// reaches within its bound, are clean; and they refute the wrong variant,
+// a writer that counts its claim as its first fence check. Its
+// counterexample's schedule, replayed with the writer as built, must end
+// with w1 fenced by its check instead of acknowledging.
+func TestCreateOnlyFirstOpen(t *testing.T) {
+	seeds := uint64(5000)
+	switch {
+	case deep():
+		seeds = 50000
+	case raceEnabled:
+		seeds = 1000
+	}
+	const name, wrong = "createonly-first-open", "wrong-createonly-first-open-claim-check"
+	if *flagScenario == "" || *flagScenario == name {
+		t.Run(name, func(t *testing.T) {
+			start, complete := time.Now(), 0
+			for seed := uint64(1); seed <= seeds; seed++ {
+				_, done, v := Walk(t, scenarios[name], seed, walkFaultRate)
+				if v != nil {
+					t.Fatalf("seed %d:\n%v", seed, v)
+				}
+				if done {
+					complete++
+				}
+			}
+			t.Logf("%s: %d walks clean, %d run to the end, %v", name, seeds, complete, time.Since(start).Round(time.Millisecond))
+			if complete == 0 {
+				t.Fatal("no walk ran to the end: the walks checked nothing")
+			}
+		})
+	}
+	if *flagScenario != "" && *flagScenario != wrong {
+		return
+	}
+	t.Run(wrong, func(t *testing.T) {
+		for seed := uint64(1); seed <= 5000; seed++ {
+			_, _, v := Walk(t, scenarios[wrong], seed, walkFaultRate)
+			if v == nil {
+				continue
+			}
+			if !strings.Contains(v.Err.Error(), "NoAckedWriteLoss") {
+				t.Fatalf("wrong design %s broke another invariant than NoAckedWriteLoss:\n%v", wrong, v)
+			}
+			t.Logf("refuted as expected by the walk of seed %d:\n%v", seed, v)
+			trace, again := Replay(t, scenarios[name], v.Path)
+			if again != nil || !strings.Contains(strings.Join(trace, "\n"), "fenced: fence key missing at the fence check") {
+				t.Fatalf("the counterexample's schedule with the writer as built: want no violation and w1 fenced by its check, got %v:\n%s", again, strings.Join(trace, "\n"))
+			}
+			t.Logf("the same schedule with the writer as built (%s):\n%s", name, strings.Join(trace, "\n"))
+			return
+		}
+		t.Fatalf("wrong design %s was not refuted by 5,000 walks", wrong)
 	})
 }

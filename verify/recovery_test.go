@@ -10,6 +10,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/wrongdesign"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -50,8 +51,17 @@ func recoverAtWith(r *Run, w *world, actor string, term int64, n int, gate bool,
 // recoverWrapped is recoverAtWith over wrap(store) when wrap is set, and,
 // when after is set, starting only once it is closed.
 func recoverWrapped(r *Run, w *world, actor string, term int64, n int, gate bool, wo translog.Options, wrap func(*blobstore.Container) *blobstore.Container, after <-chan struct{}) {
+	recoverWrong(r, w, actor, term, n, gate, wo, wrap, after)
+}
+
+// recoverWrong is recoverWrapped with the wrong designs wrong turned on in
+// the production code it runs (internal/wrongdesign).
+func recoverWrong(r *Run, w *world, actor string, term int64, n int, gate bool, wo translog.Options, wrap func(*blobstore.Container) *blobstore.Container, after <-chan struct{}, wrong ...wrongdesign.Switch) {
 	w.terms[actor] = term
 	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
+		for _, s := range wrong {
+			ctx = wrongdesign.With(ctx, s)
+		}
 		if gate {
 			<-w.opened
 		}
@@ -347,9 +357,9 @@ func init() {
 }
 
 // firstOpenKeyed starts w1's first open at term 1 (one append, writer
-// options wo) and returns a channel closed once w1's create of its fence
-// key was answered ok.
-func firstOpenKeyed(r *Run, w *world, wo translog.Options) <-chan struct{} {
+// options wo, the wrong designs wrong) and returns a channel closed once
+// w1's create of its fence key was answered ok.
+func firstOpenKeyed(r *Run, w *world, wo translog.Options, wrong ...wrongdesign.Switch) <-chan struct{} {
 	keyed := make(chan struct{})
 	var once bool
 	wrap := func(c *blobstore.Container) *blobstore.Container {
@@ -362,7 +372,7 @@ func firstOpenKeyed(r *Run, w *world, wo translog.Options) <-chan struct{} {
 			return res, err
 		})
 	}
-	recoverWrapped(r, w, "w1", 1, 1, false, wo, wrap, nil)
+	recoverWrong(r, w, "w1", 1, 1, false, wo, wrap, nil, wrong...)
 	return keyed
 }
 
