@@ -109,8 +109,10 @@ func TestSeed(t *testing.T) {
 // for 5 s, after which one sidecar whose look-up of the new primary was
 // lost tried the paused one again and spent a second call timeout there,
 // and the new primary moved its shard at 1 s + 1 s TTLs (fixed: an agent
-// avoids a master that did not answer on its next pick).
-var regressionSeeds = []uint64{4874, 11251}
+// avoids a master whose call timed out on its next pick); 12848 and 17866,
+// the same with a dropped message to the new primary, which must not make
+// the agent avoid that one (only a timeout does).
+var regressionSeeds = []uint64{4874, 11251, 12848, 17866}
 
 func TestRegressionSeeds(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))

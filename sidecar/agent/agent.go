@@ -254,14 +254,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.mu.Unlock()
 			wait = pace
 		default:
-			// Not that one next time unless the masters name it: a
-			// paused or cut-off master costs a whole call timeout per
-			// try, and a new primary gives this node only its TTLs to
-			// come back.
 			a.log.Warn("the master did not answer; looking for the primary", "master", url, "err", err)
-			a.mu.Lock()
-			a.avoid = url
-			a.mu.Unlock()
+			if connect.CodeOf(err) == connect.CodeDeadlineExceeded {
+				// Not that one next time unless the masters name it: a
+				// paused or cut-off master costs a whole call timeout
+				// per try, and a new primary gives this node only its
+				// TTLs to come back. (A refused connection costs
+				// nothing to try again.)
+				a.mu.Lock()
+				a.avoid = url
+				a.mu.Unlock()
+			}
 			wait = pace
 		}
 		if testhooks.NoBackoffReset.Load() {
