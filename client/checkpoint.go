@@ -55,7 +55,7 @@ func (c *Client) ReadCheckpointFile(ctx context.Context, shard, file string, off
 			return apiError("ReadCheckpointFile", shard, err)
 		}
 		select {
-		case <-time.After(backoff(attempt)):
+		case <-time.After(retryDelay(attempt)):
 		case <-ctx.Done():
 			return apiError("ReadCheckpointFile", shard, ctx.Err())
 		}

@@ -17,6 +17,7 @@ import (
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
+	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/httpauth"
 )
 
@@ -323,7 +324,7 @@ func (c *Client) Read(ctx context.Context, shard string, fromSeq, maxOps int64, 
 			return apiError("Read", shard, err)
 		}
 		select {
-		case <-time.After(backoff(attempt)):
+		case <-time.After(retryDelay(attempt)):
 		case <-ctx.Done():
 			return apiError("Read", shard, ctx.Err())
 		}
@@ -386,7 +387,8 @@ func (c *Client) Barrier(ctx context.Context, shard string, term int64) (Barrier
 	return BarrierResult{Term: m.GetTerm(), Gen: m.GetGen(), NextSeqNo: m.GetNextSeqNo(), Local: m.GetLocal()}, nil
 }
 
-// backoff is the wait before retry attempt n: 25ms doubling, at most 1s.
-func backoff(n int) time.Duration {
-	return min(25*time.Millisecond<<min(n, 6), time.Second)
-}
+// callRetry paces a call's retries: 25ms doubling, at most 1s.
+var callRetry = backoff.Policy{Initial: 25 * time.Millisecond, Max: time.Second}
+
+// retryDelay is the wait before retry attempt n (counting from 0).
+func retryDelay(n int) time.Duration { return callRetry.Delay(n + 1) }

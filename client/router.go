@@ -13,6 +13,7 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
+	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/httpauth"
 )
 
@@ -162,7 +163,7 @@ func (r *Router) Close() error {
 // run follows the feed of whichever master is primary until Close.
 func (r *Router) run(ctx context.Context) {
 	defer close(r.done)
-	pace := 50 * time.Millisecond
+	failures := 0
 	for ctx.Err() == nil {
 		p, _, ok := r.masters.Find(ctx, time.Second)
 		var err error
@@ -172,7 +173,7 @@ func (r *Router) run(ctx context.Context) {
 			var got bool
 			got, err = r.follow(ctx, p.Addr)
 			if got {
-				pace = 50 * time.Millisecond
+				failures = 0
 			}
 		}
 		if ctx.Err() != nil {
@@ -184,9 +185,9 @@ func (r *Router) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(pace):
+		case <-time.After(feedRetry.Delay(failures + 1)):
 		}
-		pace = min(pace*2, time.Second)
+		failures++
 	}
 }
 
@@ -291,26 +292,30 @@ func (r *Router) await(ctx context.Context, shard string, f *retryPace) (Route, 
 }
 
 // retryPace is how long a caller waits for the feed to name another owner
-// before trying again the one its last call failed on: minRetryWait after
-// the first failure, doubling with each failure on the same route up to
-// maxRetryWait.
+// before trying again the one its last call failed on: 50 ms after the
+// first failure, doubling with each failure on the same route up to 2 s
+// (sameOwnerRetry).
 type retryPace struct {
-	route Route
-	wait  time.Duration
+	route    Route
+	failures int
+	wait     time.Duration
 }
 
-const (
-	minRetryWait = 50 * time.Millisecond
-	maxRetryWait = 2 * time.Second
+var (
+	// sameOwnerRetry paces the retries on one route: minRetryWait
+	// doubling up to maxRetryWait.
+	sameOwnerRetry = backoff.Policy{Initial: 50 * time.Millisecond, Max: 2 * time.Second}
+	// feedRetry paces following the masters' feed again after it ended.
+	feedRetry = backoff.Policy{Initial: 50 * time.Millisecond, Max: time.Second}
 )
 
 // failed records a call that failed on rt with nothing done.
 func (f *retryPace) failed(rt Route) {
-	if f.route.Term != 0 && rt.same(f.route) {
-		f.wait = min(2*f.wait, maxRetryWait)
-		return
+	if f.route.Term == 0 || !rt.same(f.route) {
+		f.route, f.failures = rt, 0
 	}
-	f.route, f.wait = rt, minRetryWait
+	f.failures++
+	f.wait = sameOwnerRetry.Delay(f.failures)
 }
 
 // Client returns the client of the sidecar at addr (one per sidecar).

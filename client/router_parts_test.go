@@ -68,14 +68,14 @@ func TestRouterTriesTheSameOwnerAgainAfterAPause(t *testing.T) {
 	}
 	pace.failed(again)
 	pace.failed(again)
-	if pace.wait != 4*minRetryWait {
-		t.Fatalf("after three failures on one route the pause is %v, want %v", pace.wait, 4*minRetryWait)
+	if pace.wait != 4*sameOwnerRetry.Initial {
+		t.Fatalf("after three failures on one route the pause is %v, want %v", pace.wait, 4*sameOwnerRetry.Initial)
 	}
 	for range 10 {
 		pace.failed(again)
 	}
-	if pace.wait != maxRetryWait {
-		t.Fatalf("the pause grew to %v, past %v", pace.wait, maxRetryWait)
+	if pace.wait != sameOwnerRetry.Max {
+		t.Fatalf("the pause grew to %v, past %v", pace.wait, sameOwnerRetry.Max)
 	}
 	got := make(chan Route, 1)
 	go func() {
@@ -87,7 +87,7 @@ func TestRouterTriesTheSameOwnerAgainAfterAPause(t *testing.T) {
 		t.Fatalf("a new owner named during the pause: %v", rt)
 	}
 	pace.failed(Route{Shard: "a", Term: 2, Node: "n2", Addr: "http://n2"})
-	if pace.wait != minRetryWait {
-		t.Fatalf("a failure on a new route starts at %v, not %v", pace.wait, minRetryWait)
+	if pace.wait != sameOwnerRetry.Initial {
+		t.Fatalf("a failure on a new route starts at %v, not %v", pace.wait, sameOwnerRetry.Initial)
 	}
 }

@@ -247,7 +247,7 @@ func (sh *Shard) run() {
 		if (st.neverAnswered && st.notSent) || st.retryLater {
 			failures++
 			select {
-			case <-time.After(backoff(failures)):
+			case <-time.After(retryDelay(failures)):
 			case <-sh.stop:
 			}
 		} else {

@@ -4,7 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/steady"
 )
 
@@ -35,14 +36,14 @@ func Sleep(ctx context.Context, c Clock, d time.Duration) error { return steady.
 // Backoff bounds retries of requests that failed without a definite
 // answer (timeouts, 5xx, 409 conflicts, unavailable): delays double from
 // Initial up to Max; Attempts counts every try, the first included.
-type Backoff = retry.Backoff
+type Backoff = backoff.Policy
 
 // DefaultBackoff retries for roughly five seconds before giving up with a
 // retryable error.
-func DefaultBackoff() Backoff { return retry.DefaultBackoff() }
+func DefaultBackoff() Backoff { return backoff.Store() }
 
 // Retry runs op until it succeeds, fails definitely, or the attempts run
 // out. Only errors for which blobstore.IsRetryable holds are retried.
 func Retry(ctx context.Context, c Clock, b Backoff, op func(ctx context.Context) error) error {
-	return retry.Do(ctx, c, b, op)
+	return backoff.Do(ctx, c, b, blobstore.IsRetryable, op)
 }

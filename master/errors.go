@@ -5,13 +5,17 @@ import (
 	"fmt"
 
 	"github.com/shardfence/shardfence/internal/echo"
+	"github.com/shardfence/shardfence/internal/ident"
 )
 
 // Errors the master returns, each wrapped in an *Error that names the
 // operation and the object, segment or client concerned. Match them with
 // errors.Is.
 var (
-	ErrInvalidArgument      = errors.New("invalid argument")
+	// ErrInvalidArgument is the protocol's one invalid-argument sentinel
+	// (the same error as fence.ErrInvalidArgument and
+	// sidecar.ErrInvalidArgument).
+	ErrInvalidArgument      = ident.ErrInvalidArgument
 	ErrObjectNotFound       = errors.New("object not found")
 	ErrObjectExists         = errors.New("object already exists")
 	ErrWrongClient          = errors.New("object belongs to another client")

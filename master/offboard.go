@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/shardfence/shardfence/internal/backoff"
 )
 
 // ClientOffboardingJob is the terminal retirement of one client
@@ -308,11 +310,7 @@ func (o *offboarder) complete(ctx context.Context, jobs []*ClientOffboardingJob)
 
 // backoff is the wait before attempt n+1 of a job that failed n times.
 func (o *offboarder) backoff(n int) time.Duration {
-	d := o.cfg.RetryBase
-	for i := 1; i < n && d < o.cfg.RetryMax; i++ {
-		d *= 2
-	}
-	return min(d, o.cfg.RetryMax)
+	return backoff.Policy{Initial: o.cfg.RetryBase, Max: o.cfg.RetryMax}.Delay(n)
 }
 
 // next takes the jobs due now, at most a batch, and the time the next

@@ -32,7 +32,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
-	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -46,7 +46,7 @@ type Options struct {
 	// the system's.
 	Clock steady.Clock
 	// Backoff bounds retries of requests without a definite answer.
-	Backoff retry.Backoff
+	Backoff backoff.Policy
 	// Parallelism caps concurrent reads and downloads. Default 32.
 	Parallelism int
 	// BarrierLead is the seal's (seal.Options.BarrierLead). Default 16.
@@ -172,11 +172,11 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // defaults fills the steady clock, the backoff and the lease margin of
 // Open and RewriteFencing: the system's clock, the default backoff, 1s.
-func defaults(c *steady.Clock, b *retry.Backoff, margin *time.Duration) {
+func defaults(c *steady.Clock, b *backoff.Policy, margin *time.Duration) {
 	if *c == nil {
 		*c = steady.System()
 	}
-	*b = b.Or(retry.DefaultBackoff())
+	*b = b.Or(backoff.Store())
 	if *margin <= 0 {
 		*margin = time.Second
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
-	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -115,7 +115,7 @@ func fetch(ctx context.Context, r *translog.Reader, store *blobstore.Container, 
 			return fetched{err: &fence.BodyError{Shard: shard, Key: translog.MDKey(term, gen), Err: fence.ErrCorruptBody, Detail: err.Error()}}
 		}
 		b = translog.Batch{Term: term, Gen: gen, FirstSeqNo: md.FirstSeqNo, Ops: ops}
-	} else if err := retry.Do(ctx, opts.Clock, opts.Backoff, func(ctx context.Context) error {
+	} else if err := backoff.Do(ctx, opts.Clock, opts.Backoff, blobstore.IsRetryable, func(ctx context.Context) error {
 		var err error
 		b, err = r.ReadBatch(ctx, term, gen)
 		return err
@@ -134,7 +134,7 @@ func fetch(ctx context.Context, r *translog.Reader, store *blobstore.Container, 
 func readData(ctx context.Context, store *blobstore.Container, shard string, md translog.MD, opts Options) ([]byte, error) {
 	key, dkey := translog.MDKey(md.Term, md.Gen), translog.DataKey(md.Term, md.Gen)
 	var obj blobstore.Object
-	err := retry.Do(ctx, opts.Clock, opts.Backoff, func(ctx context.Context) error {
+	err := backoff.Do(ctx, opts.Clock, opts.Backoff, blobstore.IsRetryable, func(ctx context.Context) error {
 		var err error
 		obj, err = store.Get(ctx, dkey)
 		return err

@@ -8,7 +8,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
-	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/seal"
 )
@@ -18,7 +18,7 @@ type RewriteOptions struct {
 	// Node is recorded in the fence key the rewrite claims.
 	Node    string
 	Clock   steady.Clock
-	Backoff retry.Backoff
+	Backoff backoff.Policy
 	// LeaseMargin is added to the lease the rewrite waits out. Default 1s.
 	LeaseMargin time.Duration
 	// MaxWait bounds that wait; a rewrite that would need longer is

@@ -19,7 +19,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/ident"
-	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -266,7 +266,7 @@ func (s *Source) Abort(ctx context.Context) (Outcome, error) {
 type AdoptOptions struct {
 	Node    string
 	Clock   steady.Clock
-	Backoff retry.Backoff
+	Backoff backoff.Policy
 	// Writer configures the target's writer; StartGen and StartSeqNo come
 	// from the context, the fencing fields from the shard's stored
 	// settings (seal.ShardFencing), which Writer's cannot change.
@@ -302,7 +302,7 @@ func Adopt(ctx context.Context, store *blobstore.Container, allocation string, h
 	if opts.Clock != nil {
 		fo = append(fo, fence.WithClock(opts.Clock))
 	}
-	if opts.Backoff != (retry.Backoff{}) {
+	if opts.Backoff != (backoff.Policy{}) {
 		fo = append(fo, fence.WithBackoff(opts.Backoff))
 	}
 	in, err := fence.NewInstance(store, hc.Shard, allocation, fo...)
@@ -358,7 +358,7 @@ func checkNextSeq(ctx context.Context, store *blobstore.Container, hc HandoffCon
 		clock = steady.System()
 	}
 	var md translog.MD
-	err := retry.Do(ctx, clock, opts.Backoff.Or(retry.DefaultBackoff()), func(ctx context.Context) error {
+	err := backoff.Do(ctx, clock, opts.Backoff.Or(backoff.Store()), blobstore.IsRetryable, func(ctx context.Context) error {
 		var err error
 		md, err = translog.NewReader(store, hc.Shard).ReadMD(ctx, hc.Term, hc.Gen)
 		return err

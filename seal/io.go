@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/settle"
 	"github.com/shardfence/shardfence/internal/steady"
 )
@@ -19,7 +19,7 @@ type Options struct {
 	// clock.
 	Clock steady.Clock
 	// Backoff bounds retries of requests without a definite answer.
-	Backoff retry.Backoff
+	Backoff backoff.Policy
 	// Parallelism caps concurrent requests of one call. Default 32.
 	Parallelism int
 	// BarrierLead is how far above the generation it poisons a seal's
@@ -33,7 +33,7 @@ func (o Options) withDefaults() Options {
 	if o.Clock == nil {
 		o.Clock = steady.System()
 	}
-	o.Backoff = o.Backoff.Or(retry.DefaultBackoff())
+	o.Backoff = o.Backoff.Or(backoff.Store())
 	if o.Parallelism <= 0 {
 		o.Parallelism = 32
 	}
@@ -51,7 +51,7 @@ type io struct {
 }
 
 func (s io) retry(ctx context.Context, op func(ctx context.Context) error) error {
-	return retry.Do(ctx, s.opts.Clock, s.opts.Backoff, op)
+	return backoff.Do(ctx, s.opts.Clock, s.opts.Backoff, blobstore.IsRetryable, op)
 }
 
 func (s io) list(ctx context.Context, prefix string) ([]blobstore.Attrs, error) {

@@ -19,8 +19,10 @@ import (
 // operation and shard. Match them with errors.Is.
 var (
 	// ErrInvalidArgument: a request the service cannot use (bad shard id,
-	// term < 1, an op or request over the limits).
-	ErrInvalidArgument = errors.New("invalid argument")
+	// term < 1, an op or request over the limits). It is the protocol's
+	// one sentinel: fence.ErrInvalidArgument and master.ErrInvalidArgument
+	// are the same error.
+	ErrInvalidArgument = fence.ErrInvalidArgument
 	// ErrShardNotOpen: the shard is not open on this sidecar.
 	ErrShardNotOpen = errors.New("shard not open on this sidecar")
 	// ErrShardBusy: another Open or Close of the shard is in progress.
@@ -154,7 +156,6 @@ var reasons = []struct {
 	{"closed", translog.ErrClosed, connect.CodeUnavailable},
 	{"too_large", blobstore.ErrTooLarge, connect.CodeInvalidArgument},
 	{"invalid_argument", ErrInvalidArgument, connect.CodeInvalidArgument},
-	{"invalid_argument", fence.ErrInvalidArgument, connect.CodeInvalidArgument},
 	{"invalid_argument", blobstore.ErrInvalidKey, connect.CodeInvalidArgument},
 	{"corrupt", fence.ErrCorruptBody, connect.CodeDataLoss},
 	{"corrupt", fence.ErrForeignShard, connect.CodeDataLoss},

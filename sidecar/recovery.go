@@ -12,7 +12,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
-	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/relocation"
@@ -278,11 +278,11 @@ func openWarm(ctx context.Context, store *blobstore.Container, p openParams, eve
 // checked as the files are read. Store trouble is an error, not a reason
 // to take an older checkpoint.
 func pickCheckpoint(ctx context.Context, store *blobstore.Container, shard string, cands []seal.CheckpointRef) (*seal.Manifest, error) {
-	clock, bo := steady.System(), retry.DefaultBackoff()
+	clock, bo := steady.System(), backoff.Store()
 	for _, c := range cands {
 		key := seal.ManifestKey(c.Term, c.Gen)
 		var obj blobstore.Object
-		err := retry.Do(ctx, clock, bo, func(ctx context.Context) (err error) {
+		err := backoff.Do(ctx, clock, bo, blobstore.IsRetryable, func(ctx context.Context) (err error) {
 			obj, err = store.Get(ctx, key)
 			return err
 		})
@@ -298,7 +298,7 @@ func pickCheckpoint(ctx context.Context, store *blobstore.Container, shard strin
 		}
 		prefix := seal.FilePrefix(c.Term, c.Gen)
 		var items []blobstore.Attrs
-		if err := retry.Do(ctx, clock, bo, func(ctx context.Context) (err error) {
+		if err := backoff.Do(ctx, clock, bo, blobstore.IsRetryable, func(ctx context.Context) (err error) {
 			items, err = blobstore.ListAll(ctx, store, prefix)
 			return err
 		}); err != nil {

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/seal"
 )
@@ -35,7 +35,7 @@ type warmShard struct {
 	blockSize int64
 	cache     *blockCache // nil: no cache
 	fetchSem  chan struct{}
-	backoff   retry.Backoff
+	backoff   backoff.Policy
 	clock     steady.Clock
 	metrics   *metrics
 	log       func(msg string, args ...any)
@@ -102,7 +102,7 @@ func newWarmShard(shard string, term int64, store *blobstore.Container, m *seal.
 	w := &warmShard{
 		shard: shard, term: term, store: store, manifest: m, files: map[string]*warmFile{},
 		dir: cfg.dir, blockSize: cfg.blockSize, cache: cfg.cache, fetchSem: cfg.fetchSem,
-		backoff: retry.Backoff{Initial: 20 * time.Millisecond, Max: 2 * time.Second, Attempts: 8},
+		backoff: backoff.Policy{Initial: 20 * time.Millisecond, Max: 2 * time.Second, Attempts: 8},
 		clock:   steady.System(), metrics: cfg.metrics, log: cfg.log,
 		ctx: ctx, cancel: cancel, locality: LocalityPartial, inflight: map[blockKey]*fetchCall{},
 		firstRead: make(chan struct{}),
@@ -353,7 +353,7 @@ func (w *warmShard) fetch(ctx context.Context, f *warmFile, key blockKey) ([]byt
 		err := fmt.Errorf("%w: %q (%s): %s", ErrCorruptCheckpoint, f.info.Name, f.key, fmt.Sprintf(format, args...))
 		return err
 	}
-	err := retry.Do(ctx, w.clock, w.backoff, func(ctx context.Context) error {
+	err := backoff.Do(ctx, w.clock, w.backoff, blobstore.IsRetryable, func(ctx context.Context) error {
 		f.mu.Lock()
 		pin := f.token
 		f.mu.Unlock()
@@ -525,7 +525,7 @@ func (w *warmShard) hydrateFile(f *warmFile) error {
 			return err
 		}
 		w.log("hydrating a checkpoint file failed, retrying", "shard", w.shard, "file", f.info.Name, "attempt", attempt, "error", err.Error())
-		d := (retry.Backoff{Initial: 100 * time.Millisecond, Max: 30 * time.Second}).Delay(attempt)
+		d := (backoff.Policy{Initial: 100 * time.Millisecond, Max: 30 * time.Second}).Delay(attempt)
 		if steady.Sleep(w.ctx, w.clock, d) != nil {
 			return w.ctx.Err()
 		}

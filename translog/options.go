@@ -7,7 +7,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/ident"
-	"github.com/shardfence/shardfence/internal/retry"
+	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/steady"
 )
 
@@ -132,7 +132,7 @@ type Options struct {
 	MaxGatherDelay time.Duration
 
 	Clock   steady.Clock
-	Backoff retry.Backoff
+	Backoff backoff.Policy
 }
 
 // Ack says where the ops of one Append landed.
@@ -201,7 +201,7 @@ func DefaultOptions() Options {
 		AckOrder: Concurrent, FencingMode: PerSync, LeaseInterval: DefaultLeaseInterval,
 		InlineLimit: 1 << 20, MaxSyncBytes: 16 << 20, MaxInFlightBytes: 64 << 20,
 		MaxPipeline: 4, MaxGatherDelay: 2 * time.Millisecond,
-		Clock: steady.System(), Backoff: retry.DefaultBackoff(),
+		Clock: steady.System(), Backoff: backoff.Store(),
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	"github.com/shardfence/shardfence/client"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/testhooks"
 	"github.com/shardfence/shardfence/sidecar"
 )
@@ -201,7 +202,8 @@ func (a *Agent) setErr(err error) {
 // lose its shards.
 func (a *Agent) Run(ctx context.Context) error {
 	go a.reconcileLoop(ctx)
-	backoff := a.opts.RetryBase
+	retry := backoff.Policy{Initial: a.opts.RetryBase, Max: a.opts.RetryMax}
+	refusals := 0 // sessions refused in a row since the last registration
 	for ctx.Err() == nil {
 		url := a.pick(ctx)
 		registered, err := a.session1(ctx, url)
@@ -220,10 +222,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			// (the master's token may be the one that changes) but says so,
 			// backing off.
 			a.log.Error("the master refused this sidecar's credentials (check --master-token-file and the client certificate); trying again", "master", url, "err", err)
-			wait, backoff = backoff, min(backoff*2, a.opts.RetryMax)
+			refusals++
+			wait = retry.Delay(refusals)
 		case tlsRefused(err):
 			a.log.Error("the TLS handshake with the master failed (check --master-ca-cert and --master-client-cert/--master-client-key); trying again", "master", url, "err", err)
-			wait, backoff = backoff, min(backoff*2, a.opts.RetryMax)
+			refusals++
+			wait = retry.Delay(refusals)
 		case reasonOf(err) == "NODE_HELD":
 			// Another live process registered this --node name: a
 			// configuration error (two sidecars with one name) or the
@@ -239,11 +243,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			// The master forgot this incarnation (it went offline while
 			// paused or cut off, or the master is new): not a lost master.
 			a.log.Info("the master asks this node to register again", "master", url, "err", err)
-			backoff = a.opts.RetryBase
+			refusals = 0
 		case registered:
 			// It was registered: look for the primary at once.
 			a.log.Warn("lost the master; looking for the primary", "master", url, "err", err)
-			backoff = a.opts.RetryBase
+			refusals = 0
 		case errors.Is(err, errReregister):
 			// Still being offboarded after it went offline: a moment.
 			wait = a.opts.RetryBase
@@ -271,9 +275,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			// The bug before e0ab631 (test-only): every session's end
 			// waits the back-off, which doubles and is never reset by a
 			// registration.
-			wait, backoff = backoff, min(backoff*2, a.opts.RetryMax)
+			refusals++
+			wait = retry.Delay(refusals)
 			if errors.Is(err, errReregister) {
-				backoff = a.opts.RetryBase
+				refusals = 0
 			}
 		}
 		if fence.Sleep(ctx, fence.SystemClock(), wait) != nil {
@@ -551,8 +556,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 			m.busy = false
 			if err != nil {
 				m.failures++
-				d := a.opts.RetryBase << min(m.failures-1, 10)
-				m.notBefore = time.Now().Add(min(d, a.opts.RetryMax))
+				m.notBefore = time.Now().Add(backoff.Policy{Initial: a.opts.RetryBase, Max: a.opts.RetryMax}.Delay(m.failures))
 			} else {
 				m.failures, m.notBefore = 0, time.Time{}
 			}

@@ -1,4 +1,4 @@
-package retry
+package backoff
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 )
 
 func TestBackoff(t *testing.T) {
-	b := Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, Attempts: 4}
+	b := Policy{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, Attempts: 4}
 	var got []time.Duration
 	for a := 1; a <= 5; a++ {
 		got = append(got, b.Delay(a))
@@ -24,7 +24,7 @@ func TestBackoff(t *testing.T) {
 	}
 	clk := steady.NewAuto()
 	calls := 0
-	err := Do(context.Background(), clk, b, func(context.Context) error {
+	err := Do(context.Background(), clk, b, blobstore.IsRetryable, func(context.Context) error {
 		calls++
 		return blobstore.ErrConflict
 	})
@@ -35,7 +35,7 @@ func TestBackoff(t *testing.T) {
 		t.Fatalf("slept %v, want 70ms", time.Duration(clk.Now()))
 	}
 	calls = 0
-	err = Do(context.Background(), clk, b, func(context.Context) error {
+	err = Do(context.Background(), clk, b, blobstore.IsRetryable, func(context.Context) error {
 		calls++
 		return blobstore.ErrPreconditionFailed
 	})
@@ -45,11 +45,11 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestOrFillsOnlyTheZeroBackoff(t *testing.T) {
-	custom := Backoff{Max: time.Second}
-	if got := custom.Or(DefaultBackoff()); got != custom {
+	custom := Policy{Max: time.Second}
+	if got := custom.Or(Store()); got != custom {
 		t.Fatalf("a set backoff was replaced: %+v", got)
 	}
-	if got := (Backoff{}).Or(DefaultBackoff()); got != DefaultBackoff() {
+	if got := (Policy{}).Or(Store()); got != Store() {
 		t.Fatalf("the zero backoff became %+v", got)
 	}
 }
