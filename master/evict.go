@@ -60,10 +60,10 @@ func (m *Master) evictLocked(now SteadyTime, need uint64, only *tenant) EvictRes
 	var cands []candidate
 	seenGroups := map[*group]struct{}{}
 	var skipped uint64
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.RLock()
-		for _, o := range sh.objects {
+	for i := range m.stripes {
+		sp := &m.stripes[i]
+		sp.mu.RLock()
+		for _, o := range sp.objects {
 			if only != nil && o.tenant != only {
 				continue
 			}
@@ -85,7 +85,7 @@ func (m *Master) evictLocked(now SteadyTime, need uint64, only *tenant) EvictRes
 			}
 			cands = append(cands, candidate{o: o, deadline: o.leaseDeadline(), softPin: soft})
 		}
-		sh.mu.RUnlock()
+		sp.mu.RUnlock()
 	}
 	if skipped > 0 {
 		m.skipped.Add(skipped)
@@ -182,15 +182,15 @@ func offloadSource(o *object) *replica {
 	return nil
 }
 
-// evictObjectLocked re-validates o under its shard lock with the same now
+// evictObjectLocked re-validates o under its stripe lock with the same now
 // and drops its evictable replicas; it reports whether o was deleted (the
 // caller then calls leave). The caller holds topo and evictMu.
 func (m *Master) evictObjectLocked(o *object, now SteadyTime, res *EvictResult) (deleted bool) {
-	sh := m.shardFor(o.tenant.name, o.key)
-	sh.mu.Lock()
-	m.preserve(sh)
-	defer sh.mu.Unlock()
-	if sh.objects[objectKey{o.tenant.name, o.key}] != o {
+	sp := m.stripeFor(o.tenant.name, o.key)
+	sp.mu.Lock()
+	m.preserve(sp)
+	defer sp.mu.Unlock()
+	if sp.objects[objectKey{o.tenant.name, o.key}] != o {
 		return false
 	}
 	if ok, _ := m.evictionCandidate(o, now); !ok {
@@ -222,7 +222,7 @@ func (m *Master) evictObjectLocked(o *object, now SteadyTime, res *EvictResult) 
 	res.Freed += freed
 	res.Objects++
 	if len(kept) == 0 {
-		m.deleteLocked(sh, o)
+		m.deleteLocked(sp, o)
 		return true
 	}
 	return false

@@ -100,15 +100,15 @@ type UnmountResult struct {
 // dropSegmentsLocked removes segs and every replica on them in one pass
 // over the metadata; objects left without replicas are deleted and
 // returned (the caller drops them from their groups once it holds no
-// shard lock). Nothing is logged here. The caller holds topo exclusively.
+// stripe lock). Nothing is logged here. The caller holds topo exclusively.
 func (m *Master) dropSegmentsLocked(segs map[*segment]bool) (UnmountResult, []*object) {
 	var res UnmountResult
 	var gone []*object
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.Lock()
-		m.preserve(sh)
-		for _, o := range sh.objects {
+	for i := range m.stripes {
+		sp := &m.stripes[i]
+		sp.mu.Lock()
+		m.preserve(sp)
+		for _, o := range sp.objects {
 			kept := o.replicas[:0:0]
 			hit := false
 			for _, r := range o.replicas {
@@ -126,11 +126,11 @@ func (m *Master) dropSegmentsLocked(segs map[*segment]bool) (UnmountResult, []*o
 			o.replicas = kept
 			o.tenant.release(before - o.memoryBytes())
 			if len(kept) == 0 {
-				m.deleteLocked(sh, o)
+				m.deleteLocked(sp, o)
 				gone = append(gone, o)
 			}
 		}
-		sh.mu.Unlock()
+		sp.mu.Unlock()
 	}
 	res.Objects = uint64(len(gone))
 	for s := range segs {
@@ -283,8 +283,8 @@ func (m *Master) reMountSegment(ctx context.Context, clientID string, specs []Se
 	// 2. Collect: one entry per object (a vector, no hash map; an object
 	// with several matching replicas is appended once) and one per matched
 	// replica, a pointer into its object's replica slice, stable while topo
-	// is held exclusively. Shards are visited in order, so runs mark where
-	// each shard's replicas end for the publication step.
+	// is held exclusively. Stripes are visited in order, so runs mark where
+	// each stripe's replicas end for the publication step.
 	collectStart := time.Now()
 	var total int64
 	ext := make([][]extent, len(segs))
@@ -297,12 +297,12 @@ func (m *Master) reMountSegment(ctx context.Context, clientID string, specs []Se
 	// copy the vectors repeatedly and keep the collector busy.
 	objs := make([]*object, 0, total)
 	matches := make([]remountMatch, 0, total)
-	var runs []shardRun
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.RLock()
+	var runs []stripeRun
+	for i := range m.stripes {
+		sp := &m.stripes[i]
+		sp.mu.RLock()
 		first := len(matches)
-		for _, o := range sh.objects {
+		for _, o := range sp.objects {
 			matched := false
 			for j := range o.replicas {
 				r := &o.replicas[j]
@@ -318,9 +318,9 @@ func (m *Master) reMountSegment(ctx context.Context, clientID string, specs []Se
 				objs = append(objs, o)
 			}
 		}
-		sh.mu.RUnlock()
+		sp.mu.RUnlock()
 		if len(matches) > first {
-			runs = append(runs, shardRun{shard: sh, end: len(matches)})
+			runs = append(runs, stripeRun{stripe: sp, end: len(matches)})
 		}
 	}
 
@@ -347,16 +347,16 @@ func (m *Master) reMountSegment(ctx context.Context, clientID string, specs []Se
 	}
 
 	// Install the rebuilt handles while the replicas are still unreadable
-	// (one shard lock at a time, so reads elsewhere go on): this is O(N)
+	// (one stripe lock at a time, so reads elsewhere go on): this is O(N)
 	// random writes and must not eat the recovery lease.
 	k := 0
 	for _, run := range runs {
-		run.shard.mu.Lock()
+		run.stripe.mu.Lock()
 		for ; k < run.end; k++ {
 			mt := matches[k]
 			mt.r.handle = handles[mt.slot][mt.idx]
 		}
-		run.shard.mu.Unlock()
+		run.stripe.mu.Unlock()
 	}
 	// Visit objects in address order for the assignment below: the scan
 	// found them in hash order, scattered over the heap, and in address
@@ -410,9 +410,9 @@ func (m *Master) reMountSegment(ctx context.Context, clientID string, specs []Se
 	return res, t, nil
 }
 
-type shardRun struct {
-	shard *shard
-	end   int // matches[previous end:end] live in shard
+type stripeRun struct {
+	stripe *stripe
+	end    int // matches[previous end:end] live in stripe
 }
 
 type remountMatch struct {

@@ -163,7 +163,7 @@ func records(t *testing.T, b []byte) (string, []string) {
 
 // A snapshot written now holds, byte for byte, the header and records of
 // the fixture of its format for the state the fixture was taken from (in
-// another order: objects follow the shards, whose hash seed is random).
+// another order: objects follow the stripes, whose hash seed is random).
 func TestSnapshotWriteMatchesFixtures(t *testing.T) {
 	m, _ := snapMaster(t, Config{})
 	for _, f := range []SnapshotFormat{SnapshotV1, SnapshotV2} {

@@ -50,7 +50,7 @@ const (
 )
 
 // Snapshot is a frozen copy of the master state, taken by Freeze. The
-// objects are held already encoded, shard by shard: the copy is the
+// objects are held already encoded, stripe by stripe: the copy is the
 // payload records themselves (no pointers for the collector to scan, and
 // about a third of the memory of a copy of the records' fields), and
 // WriteFiles only frames them into chunks.
@@ -60,17 +60,17 @@ type Snapshot struct {
 	// never waited.
 	Pause time.Duration
 	// Copy is how long copying (encoding) the objects took (changes went
-	// on, each shard's first change after the freeze copying that shard
+	// on, each stripe's first change after the freeze copying that stripe
 	// first).
 	Copy     time.Duration
 	format   SnapshotFormat
 	segments []snapSegment
-	parts    []snapPart // one per metadata shard
+	parts    []snapPart // one per metadata stripe
 	nodes    []*masterv1.NodeRecord
 	fleet    []*masterv1.ShardAssignment
 }
 
-// snapPart is one metadata shard's objects as they were at the freeze:
+// snapPart is one metadata stripe's objects as they were at the freeze:
 // their records, encoded, and where each record ends.
 type snapPart struct {
 	recs []byte
@@ -87,13 +87,13 @@ type snapSegment struct {
 	serving        bool
 }
 
-// snapshotCopy is a snapshot whose shards are still being copied.
+// snapshotCopy is a snapshot whose stripes are still being copied.
 type snapshotCopy struct {
 	format SnapshotFormat
 	clock  ClockPair
 	parts  []snapPart
-	// copied[i] is guarded by shard i's lock: the copier takes it shared,
-	// a change exclusively, so exactly one of them copies the shard.
+	// copied[i] is guarded by stripe i's lock: the copier takes it shared,
+	// a change exclusively, so exactly one of them copies the stripe.
 	copied []bool
 }
 
@@ -114,18 +114,18 @@ func (s *Snapshot) Objects() int {
 //     shared: no change is in progress, and none starts;
 //  2. call cut (the operation log ends a batch there, so the snapshot is
 //     exactly the log up to that point), capture the clock pair (S0, C0)
-//     once, copy the segments, and mark every metadata shard as owed to
+//     once, copy the segments, and mark every metadata stripe as owed to
 //     the snapshot; release the lock (the pause ends here);
-//  3. copy (encode) the shards under their read lock, GOMAXPROCS at a
-//     time. A change to a shard not copied yet copies it first, under its
-//     write lock (preserve), so every shard is copied as it was at the
+//  3. copy (encode) the stripes under their read lock, GOMAXPROCS at a
+//     time. A change to a stripe not copied yet copies it first, under its
+//     write lock (preserve), so every stripe is copied as it was at the
 //     freeze.
 //
 // Lease deadlines are read as the copy meets them: a read lease granted
 // since the freeze may show, which only keeps an object longer.
 func (m *Master) Freeze(cut func(), format SnapshotFormat) *Snapshot {
 	s, c := m.freeze(cut, format)
-	m.copyShards(s, c)
+	m.copyStripes(s, c)
 	return s
 }
 
@@ -147,7 +147,7 @@ func (m *Master) freeze(cut func(), format SnapshotFormat) (*Snapshot, *snapshot
 	// The fleet changes only under topo shared, so its table is at the cut
 	// too; its records are immutable, so the copy is of pointers.
 	s.nodes, s.fleet = m.fleet.freeze()
-	c := &snapshotCopy{format: format, clock: s.Clock, parts: make([]snapPart, len(m.shards)), copied: make([]bool, len(m.shards))}
+	c := &snapshotCopy{format: format, clock: s.Clock, parts: make([]snapPart, len(m.stripes)), copied: make([]bool, len(m.stripes))}
 	m.cow.Store(c)
 	m.topo.Unlock()
 	s.Pause = time.Since(start)
@@ -155,26 +155,26 @@ func (m *Master) freeze(cut func(), format SnapshotFormat) (*Snapshot, *snapshot
 	return s, c
 }
 
-// copyShards is step 3 of Freeze, by GOMAXPROCS workers taking the
-// shards in turn.
-func (m *Master) copyShards(s *Snapshot, c *snapshotCopy) {
+// copyStripes is step 3 of Freeze, by GOMAXPROCS workers taking the
+// stripes in turn.
+func (m *Master) copyStripes(s *Snapshot, c *snapshotCopy) {
 	copyStart := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(m.shards)) {
+	for range min(runtime.GOMAXPROCS(0), len(m.stripes)) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= len(m.shards) {
+				if i >= len(m.stripes) {
 					return
 				}
-				sh := &m.shards[i]
-				sh.mu.RLock()
+				sp := &m.stripes[i]
+				sp.mu.RLock()
 				if !c.copied[i] {
-					c.parts[i] = c.copyShard(sh)
+					c.parts[i] = c.copyStripe(sp)
 					c.copied[i] = true
 				}
-				sh.mu.RUnlock()
+				sp.mu.RUnlock()
 			}
 		})
 	}
@@ -184,23 +184,23 @@ func (m *Master) copyShards(s *Snapshot, c *snapshotCopy) {
 	s.Copy = time.Since(copyStart)
 }
 
-// preserve copies sh into the snapshot being taken, if it has not been
+// preserve copies sp into the snapshot being taken, if it has not been
 // yet, before the change the caller is about to make. The caller holds
-// sh.mu exclusively.
-func (m *Master) preserve(sh *shard) {
+// sp.mu exclusively.
+func (m *Master) preserve(sp *stripe) {
 	c := m.cow.Load()
-	if c == nil || c.copied[sh.idx] {
+	if c == nil || c.copied[sp.idx] {
 		return
 	}
-	c.parts[sh.idx] = c.copyShard(sh)
-	c.copied[sh.idx] = true
+	c.parts[sp.idx] = c.copyStripe(sp)
+	c.copied[sp.idx] = true
 }
 
-// copyShard encodes one shard's objects. The caller holds its lock.
-func (c *snapshotCopy) copyShard(sh *shard) snapPart {
-	p := snapPart{recs: make([]byte, 0, len(sh.objects)*72), ends: make([]uint32, 0, len(sh.objects))}
+// copyStripe encodes one stripe's objects. The caller holds its lock.
+func (c *snapshotCopy) copyStripe(sp *stripe) snapPart {
+	p := snapPart{recs: make([]byte, 0, len(sp.objects)*72), ends: make([]uint32, 0, len(sp.objects))}
 	w := encoder{b: p.recs}
-	for _, o := range sh.objects {
+	for _, o := range sp.objects {
 		if err := encodeObject(&w, o, c.format, c.clock); err != nil {
 			return snapPart{err: err}
 		}
@@ -369,7 +369,7 @@ func chunkName(c int) string { return fmt.Sprintf("%s%06d", snapshotObjectsFile,
 
 // encodeObject writes one object record: 13 fields, the deadlines in the
 // format's domain (clock is the snapshot's pair, for 1.0.0). The caller
-// holds the object's shard lock.
+// holds the object's stripe lock.
 func encodeObject(w *encoder, o *object, format SnapshotFormat, clock ClockPair) error {
 	w.arr(13)
 	w.str(o.tenant.name)
@@ -604,7 +604,7 @@ func (m *Master) restoreSnapshotAt(ctx context.Context, files map[string]string,
 	if extra := fmt.Sprintf("%s%06d", snapshotObjectsFile, chunks); files[extra] != "" {
 		return bad(extra, ErrSnapshotPayload, "a chunk past the %d the segments file counts", chunks)
 	}
-	built, err := m.buildShards(dec)
+	built, err := m.buildStripes(dec)
 	if err != nil {
 		var de *dupError
 		if errors.As(err, &de) {
@@ -626,10 +626,10 @@ func (m *Master) restoreSnapshotAt(ctx context.Context, files map[string]string,
 }
 
 // decodedChunk is one objects chunk decoded: the objects it keeps, in
-// file order, with the metadata shard of each.
+// file order, with the metadata stripe of each.
 type decodedChunk struct {
-	objs  []*object
-	shard []uint32
+	objs   []*object
+	stripe []uint32
 	// gone are the keys of objects decoded but not kept (no complete
 	// replica, or cleaned up): they still count against duplicates.
 	gone                      []goneKey
@@ -641,8 +641,8 @@ type decodedChunk struct {
 }
 
 type goneKey struct {
-	key   objectKey
-	shard uint32
+	key    objectKey
+	stripe uint32
 }
 
 // restoreWorker is one decoding worker's view of the restore: it finds
@@ -709,7 +709,7 @@ func (m *Master) decodeChunk(w *restoreWorker, files map[string]string, c, chunk
 		return out
 	}
 	out.objs = make([]*object, 0, n)
-	out.shard = make([]uint32, 0, n)
+	out.stripe = make([]uint32, 0, n)
 	for i := 0; i < n && r.err == nil; i++ {
 		o, err := w.decodeObject(&r, man, segs, now)
 		if err != nil {
@@ -719,10 +719,10 @@ func (m *Master) decodeChunk(w *restoreWorker, files map[string]string, c, chunk
 		if r.err != nil {
 			break
 		}
-		sh := uint32(m.shardFor(o.tenant.name, o.key).idx)
+		sp := uint32(m.stripeFor(o.tenant.name, o.key).idx)
 		if len(o.replicas) == 0 {
 			out.dropped++
-			out.gone = append(out.gone, goneKey{objectKey{o.tenant.name, o.key}, sh})
+			out.gone = append(out.gone, goneKey{objectKey{o.tenant.name, o.key}, sp})
 			continue
 		}
 		for _, rp := range o.replicas {
@@ -730,14 +730,14 @@ func (m *Master) decodeChunk(w *restoreWorker, files map[string]string, c, chunk
 		}
 		if m.cfg.SnapshotRestoreCleanup && !o.hardPinned && o.leaseExpired(now.Steady) && !o.softPinActive(now.Steady) {
 			out.cleaned++
-			out.gone = append(out.gone, goneKey{objectKey{o.tenant.name, o.key}, sh})
+			out.gone = append(out.gone, goneKey{objectKey{o.tenant.name, o.key}, sp})
 			continue
 		}
 		if o.leaseExpired(now.Steady) {
 			out.expired++
 		}
 		out.objs = append(out.objs, o)
-		out.shard = append(out.shard, sh)
+		out.stripe = append(out.stripe, sp)
 	}
 	r.end()
 	if r.err != nil {
@@ -887,9 +887,9 @@ func (w *restoreWorker) decodeObject(r *decoder, man SnapshotManifest, segs map[
 	return o, nil
 }
 
-// builtShards are the restored objects' shard maps, made beside the
+// builtStripes are the restored objects' stripe maps, made beside the
 // master's and put in place only once the snapshot is accepted.
-type builtShards struct {
+type builtStripes struct {
 	maps    []map[objectKey]*object
 	objects int
 	// Per tenant and per segment sums, to add at install.
@@ -912,28 +912,28 @@ func (e *dupError) Error() string {
 	return fmt.Sprintf("object (%q, %q) listed twice", e.key.tenant, e.key.key)
 }
 
-// buildShards fills a map per metadata shard, each sized for what it
-// receives, by GOMAXPROCS workers that each own a range of shards: no
+// buildStripes fills a map per metadata stripe, each sized for what it
+// receives, by GOMAXPROCS workers that each own a range of stripes: no
 // lock, no map growth. A key met twice (kept or not) refuses the snapshot.
-func (m *Master) buildShards(dec []decodedChunk) (*builtShards, error) {
-	n := len(m.shards)
+func (m *Master) buildStripes(dec []decodedChunk) (*builtStripes, error) {
+	n := len(m.stripes)
 	counts := make([]int, n)
 	gone := false
 	for c := range dec {
-		for _, s := range dec[c].shard {
+		for _, s := range dec[c].stripe {
 			counts[s]++
 		}
 		gone = gone || len(dec[c].gone) > 0
 	}
-	b := &builtShards{maps: make([]map[objectKey]*object, n), used: map[*tenant]tenantSum{}, replicas: map[*segment]int64{}}
+	b := &builtStripes{maps: make([]map[objectKey]*object, n), used: map[*tenant]tenantSum{}, replicas: map[*segment]int64{}}
 	workers := min(runtime.GOMAXPROCS(0), n)
 	errs := make([]*dupError, workers)
-	sums := make([]*builtShards, workers)
+	sums := make([]*builtStripes, workers)
 	var wg sync.WaitGroup
 	for wi := range workers {
 		lo, hi := uint32(wi*n/workers), uint32((wi+1)*n/workers)
 		wg.Go(func() {
-			mine := &builtShards{used: map[*tenant]tenantSum{}, replicas: map[*segment]int64{}}
+			mine := &builtStripes{used: map[*tenant]tenantSum{}, replicas: map[*segment]int64{}}
 			sums[wi] = mine
 			for s := lo; s < hi; s++ {
 				b.maps[s] = make(map[objectKey]*object, counts[s])
@@ -948,7 +948,7 @@ func (m *Master) buildShards(dec []decodedChunk) (*builtShards, error) {
 			}
 			for c := range dec {
 				d := &dec[c]
-				for j, s := range d.shard {
+				for j, s := range d.stripe {
 					if s < lo || s >= hi {
 						continue
 					}
@@ -981,20 +981,20 @@ func (m *Master) buildShards(dec []decodedChunk) (*builtShards, error) {
 					continue
 				}
 				for _, g := range d.gone {
-					if g.shard < lo || g.shard >= hi {
+					if g.stripe < lo || g.stripe >= hi {
 						continue
 					}
-					if _, ok := b.maps[g.shard][g.key]; ok || dup(c, g.key, g.shard) {
+					if _, ok := b.maps[g.stripe][g.key]; ok || dup(c, g.key, g.stripe) {
 						errs[wi] = &dupError{key: g.key, chunk: c}
 						return
 					}
 					if goneSets == nil {
 						goneSets = map[uint32]map[objectKey]struct{}{}
 					}
-					if goneSets[g.shard] == nil {
-						goneSets[g.shard] = map[objectKey]struct{}{}
+					if goneSets[g.stripe] == nil {
+						goneSets[g.stripe] = map[objectKey]struct{}{}
 					}
-					goneSets[g.shard][g.key] = struct{}{}
+					goneSets[g.stripe][g.key] = struct{}{}
 				}
 			}
 		})
@@ -1028,7 +1028,7 @@ func (m *Master) buildShards(dec []decodedChunk) (*builtShards, error) {
 // remount would refuse them later, after the snapshot had been accepted.
 // Each segment's ranges are sorted in GOMAXPROCS pieces at once, then
 // walked in merged order.
-func checkRanges(segs map[uint64]*segment, dec []decodedChunk, b *builtShards) error {
+func checkRanges(segs map[uint64]*segment, dec []decodedChunk, b *builtStripes) error {
 	per := make(map[*segment][]ext, len(b.replicas))
 	for s, n := range b.replicas {
 		per[s] = make([]ext, 0, n)
@@ -1111,11 +1111,11 @@ func (m *Master) empty() bool {
 	if len(m.segments) > 0 {
 		return false
 	}
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.RLock()
-		n := len(sh.objects)
-		sh.mu.RUnlock()
+	for i := range m.stripes {
+		sp := &m.stripes[i]
+		sp.mu.RLock()
+		n := len(sp.objects)
+		sp.mu.RUnlock()
 		if n > 0 {
 			return false
 		}
@@ -1125,7 +1125,7 @@ func (m *Master) empty() bool {
 
 // install puts decoded segments and objects in place. Nothing is logged:
 // a restore rebuilds what the log (and the snapshot) already hold.
-func (m *Master) install(st *restoreState, segs map[uint64]*segment, dec []decodedChunk, b *builtShards, maxReplica uint64) {
+func (m *Master) install(st *restoreState, segs map[uint64]*segment, dec []decodedChunk, b *builtStripes, maxReplica uint64) {
 	m.topo.Lock()
 	defer m.topo.Unlock()
 	m.tenantsMu.Lock()
@@ -1146,18 +1146,18 @@ func (m *Master) install(st *restoreState, segs map[uint64]*segment, dec []decod
 	for id, s := range segs {
 		m.segments[id] = s
 	}
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.Lock()
-		m.preserve(sh)
-		if len(sh.objects) == 0 {
-			sh.objects = b.maps[i]
+	for i := range m.stripes {
+		sp := &m.stripes[i]
+		sp.mu.Lock()
+		m.preserve(sp)
+		if len(sp.objects) == 0 {
+			sp.objects = b.maps[i]
 		} else {
 			for k, o := range b.maps[i] {
-				sh.objects[k] = o
+				sp.objects[k] = o
 			}
 		}
-		sh.mu.Unlock()
+		sp.mu.Unlock()
 	}
 	for t, v := range b.used {
 		t.used.Add(v.bytes)
