@@ -1,7 +1,10 @@
 package master
 
 import (
+	"context"
+	"log/slog"
 	"sort"
+	"time"
 )
 
 // EvictResult reports one eviction pass.
@@ -22,6 +25,33 @@ func (m *Master) Evict() EvictResult {
 	}
 	low := uint64(float64(capacity) * (m.cfg.HighWatermark - m.cfg.EvictionRatio))
 	return m.evictLocked(m.clock.Steady(), used-low, nil)
+}
+
+// RunEviction checks the high watermark every interval until ctx ends,
+// running Evict, and logs each pass that evicted something.
+func (m *Master) RunEviction(ctx context.Context, every time.Duration) {
+	RunEviction(ctx, every, func() (*Master, error) { return m, nil }, m.log)
+}
+
+// RunEviction is (*Master).RunEviction for a process whose serving master
+// changes (an HA node's primary): each tick evicts on the master serving
+// returns, and on none while it returns an error. Only a primary may
+// evict: a standby's state is the log's, and an eviction is a change.
+func RunEviction(ctx context.Context, every time.Duration, serving func() (*Master, error), log *slog.Logger) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if m, err := serving(); err == nil {
+				if r := m.Evict(); r.Objects > 0 {
+					log.Info("evicted", "objects", r.Objects, "bytes", r.Freed)
+				}
+			}
+		}
+	}
 }
 
 type candidate struct {

@@ -235,3 +235,27 @@ func sprint(v []string) string {
 	}
 	return s + "]"
 }
+
+// RunEviction evicts above the high watermark on its own ticks and
+// returns when its context ends.
+func TestRunEvictionEvictsUntilCancelled(t *testing.T) {
+	m, _ := halfRemounted(t, Config{HighWatermark: 0.01, EvictionRatio: 0.01}, Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.RunEviction(ctx, time.Millisecond)
+	}()
+	for lookup(m, "t", "ok") != nil {
+		select {
+		case <-done:
+			t.Fatal("RunEviction returned before its context ended")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	<-done
+	if lookup(m, "t", "stuck") == nil {
+		t.Fatal("RunEviction evicted an unreadable replica")
+	}
+}
