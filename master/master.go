@@ -508,7 +508,7 @@ func (m *Master) usageLocked() (capacity, used uint64) {
 		s.mu.Lock()
 		capacity += s.size
 		if s.alloc != nil {
-			used += s.alloc.used
+			used += s.alloc.Used()
 		}
 		s.mu.Unlock()
 	}

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shardfence/shardfence/master/internal/alloc"
 )
 
 // ReplicaKind says where a replica's bytes live.
@@ -205,7 +207,7 @@ type segment struct {
 	replicas atomic.Int64
 
 	mu    sync.Mutex
-	alloc *allocator
+	alloc *alloc.Allocator
 }
 
 // countReplicas adds delta to the replica count of each memory replica's

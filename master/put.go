@@ -224,7 +224,7 @@ func (m *Master) placeLocked(size uint64, n int) ([]replica, error) {
 			continue
 		}
 		s.mu.Lock()
-		off, h, ok := s.alloc.alloc(size)
+		off, h, ok := s.alloc.Alloc(size)
 		s.mu.Unlock()
 		if !ok {
 			continue
@@ -252,7 +252,7 @@ func (m *Master) freeReplicasLocked(reps []replica) {
 			continue
 		}
 		r.seg.mu.Lock()
-		r.seg.alloc.free(r.handle)
+		r.seg.alloc.Free(r.handle)
 		r.seg.mu.Unlock()
 	}
 }

@@ -3,6 +3,8 @@ package master
 import (
 	"errors"
 	"testing"
+
+	"github.com/shardfence/shardfence/master/internal/alloc"
 )
 
 func TestCheckRemount(t *testing.T) {
@@ -58,13 +60,13 @@ func TestRebuildAllocators(t *testing.T) {
 	segs := []*segment{{id: 1, size: 100}, {id: 2, size: 10}}
 	for _, tc := range []struct {
 		name    string
-		ext     [][]extent
+		ext     [][]alloc.Extent
 		wantSeg uint64 // the segment refused, 0 when accepted
 	}{
-		{name: "empty", ext: [][]extent{nil, nil}},
-		{name: "fits", ext: [][]extent{{{0, 50}, {50, 50}}, {{0, 10}}}},
-		{name: "overlap", ext: [][]extent{{{0, 50}, {40, 20}}, nil}, wantSeg: 1},
-		{name: "overrun", ext: [][]extent{{{0, 10}}, {{5, 6}}}, wantSeg: 2},
+		{name: "empty", ext: [][]alloc.Extent{nil, nil}},
+		{name: "fits", ext: [][]alloc.Extent{{{Offset: 0, Size: 50}, {Offset: 50, Size: 50}}, {{Offset: 0, Size: 10}}}},
+		{name: "overlap", ext: [][]alloc.Extent{{{Offset: 0, Size: 50}, {Offset: 40, Size: 20}}, nil}, wantSeg: 1},
+		{name: "overrun", ext: [][]alloc.Extent{{{Offset: 0, Size: 10}}, {{Offset: 5, Size: 6}}}, wantSeg: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lens := make([]int, len(tc.ext))

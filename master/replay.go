@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+	"github.com/shardfence/shardfence/master/internal/alloc"
 )
 
 // RestoreResult reports a standby restore.
@@ -153,7 +154,7 @@ func (m *Master) restoredObject(so *masterv1.StandbyObject) *object {
 		if r.GetStatus() != masterv1.ReplicaStatus_REPLICA_STATUS_COMPLETE {
 			continue
 		}
-		rep := replica{id: r.GetId(), offset: r.GetOffset(), size: r.GetSize(), handle: noNode, kind: ReplicaKind(r.GetKind()), status: ReplicaComplete}
+		rep := replica{id: r.GetId(), offset: r.GetOffset(), size: r.GetSize(), handle: alloc.NoHandle, kind: ReplicaKind(r.GetKind()), status: ReplicaComplete}
 		if rep.kind == MemoryReplica {
 			// The segment awaits remount: no endpoint, no allocator. A
 			// handle from the old primary means nothing here until the

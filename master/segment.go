@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+
+	"github.com/shardfence/shardfence/master/internal/alloc"
 )
 
 // SegmentSpec describes a client's memory segment.
@@ -82,7 +84,7 @@ func (m *Master) mountSegment(ctx context.Context, clientID string, spec Segment
 	if retry {
 		return m.sync(), nil // answered once the first mount is durable
 	}
-	s := &segment{id: spec.ID, name: spec.Name, client: m.clientFor(clientID), base: spec.Base, size: spec.Size, state: segmentServing, alloc: newAllocator(spec.Size)}
+	s := &segment{id: spec.ID, name: spec.Name, client: m.clientFor(clientID), base: spec.Base, size: spec.Size, state: segmentServing, alloc: alloc.New(spec.Size)}
 	s.owner.Store(rec)
 	ep := spec.Endpoint
 	s.endpoint.Store(&ep)
@@ -372,7 +374,7 @@ type remountScan struct {
 	objs    []*object
 	matches []remountMatch
 	runs    []stripeRun
-	ext     [][]extent
+	ext     [][]alloc.Extent
 }
 
 // collectRemount is step 2 of a remount: one pass over the stripes, each
@@ -380,10 +382,10 @@ type remountScan struct {
 // remounted segment's remountSlot.
 func (m *Master) collectRemount(segs []*segment) remountScan {
 	var total int64
-	sc := remountScan{ext: make([][]extent, len(segs))}
+	sc := remountScan{ext: make([][]alloc.Extent, len(segs))}
 	for i, s := range segs {
 		n := max(s.replicas.Load(), 0)
-		sc.ext[i] = make([]extent, 0, n)
+		sc.ext[i] = make([]alloc.Extent, 0, n)
 		total += n
 	}
 	// Sized once: at tens of millions of objects, growing by appends would
@@ -403,7 +405,7 @@ func (m *Master) collectRemount(segs []*segment) remountScan {
 				}
 				slot := r.seg.remountSlot - 1
 				sc.matches = append(sc.matches, remountMatch{r: r, slot: int32(slot), idx: int32(len(sc.ext[slot]))})
-				sc.ext[slot] = append(sc.ext[slot], extent{r.offset, r.size})
+				sc.ext[slot] = append(sc.ext[slot], alloc.Extent{Offset: r.offset, Size: r.size})
 				matched = true
 			}
 			if matched {
@@ -422,11 +424,11 @@ func (m *Master) collectRemount(segs []*segment) remountScan {
 // allocator rebuilt from its replicas' extents, with the handle of each,
 // or the refusal of a segment whose extents overlap or overrun it. It
 // drops the extents as it goes.
-func rebuildAllocators(segs []*segment, ext [][]extent) ([]*allocator, [][]uint32, refusal) {
-	allocs := make([]*allocator, len(segs))
+func rebuildAllocators(segs []*segment, ext [][]alloc.Extent) ([]*alloc.Allocator, [][]uint32, refusal) {
+	allocs := make([]*alloc.Allocator, len(segs))
 	handles := make([][]uint32, len(segs))
 	for i, s := range segs {
-		a, h, err := rebuildAllocator(s.size, ext[i])
+		a, h, err := alloc.Rebuild(s.size, ext[i])
 		if err != nil {
 			return nil, nil, refusal{s.id, fmt.Errorf("%w: %v", ErrSegmentMismatch, err), "the segment's contents do not match the master's metadata; unmount and mount it afresh"}
 		}
@@ -463,7 +465,7 @@ func (sc *remountScan) installHandles(handles [][]uint32) {
 // invalid endpoint of every replica on the segment at once; then the
 // segment joins placement and the remount is logged. The caller holds topo
 // exclusively; the ticket is the last segment's.
-func (m *Master) publishRemount(clientID string, specs []SegmentSpec, segs []*segment, allocs []*allocator, owner *ClientLivenessRecord) Ticket {
+func (m *Master) publishRemount(clientID string, specs []SegmentSpec, segs []*segment, allocs []*alloc.Allocator, owner *ClientLivenessRecord) Ticket {
 	var t Ticket
 	for i, s := range segs {
 		s.owner.Store(owner)

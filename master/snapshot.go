@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+	"github.com/shardfence/shardfence/master/internal/alloc"
 )
 
 // A complete snapshot is the whole master state at one instant, as files:
@@ -853,7 +854,7 @@ func (w *restoreWorker) decodeObject(r *decoder, man SnapshotManifest, segs map[
 	o.softPin.Store(int64(s))
 	for j := 0; j < nrep && r.err == nil; j++ {
 		r.arr(6)
-		rp := replica{id: r.uint(), handle: noNode}
+		rp := replica{id: r.uint(), handle: alloc.NoHandle}
 		kind, status := r.uint(), r.uint()
 		seg, off, size := r.uint(), r.uint(), r.uint()
 		if r.err != nil {
