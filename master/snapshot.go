@@ -19,6 +19,7 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/master/internal/alloc"
+	"github.com/shardfence/shardfence/master/internal/snapcodec"
 )
 
 // A complete snapshot is the whole master state at one instant, as files:
@@ -200,14 +201,14 @@ func (m *Master) preserve(sp *stripe) {
 // copyStripe encodes one stripe's objects. The caller holds its lock.
 func (c *snapshotCopy) copyStripe(sp *stripe) snapPart {
 	p := snapPart{recs: make([]byte, 0, len(sp.objects)*72), ends: make([]uint32, 0, len(sp.objects))}
-	w := encoder{b: p.recs}
+	w := snapcodec.Encoder{B: p.recs}
 	for _, o := range sp.objects {
 		if err := encodeObject(&w, o, c.format, c.clock); err != nil {
 			return snapPart{err: err}
 		}
-		p.ends = append(p.ends, uint32(len(w.b)))
+		p.ends = append(p.ends, uint32(len(w.B)))
 	}
-	p.recs = w.b
+	p.recs = w.B
 	return p
 }
 
@@ -255,36 +256,36 @@ func (s *Snapshot) WriteFiles(dir string, id string) ([]SnapshotFile, error) {
 	if err := write(0, SnapshotManifestFile, []byte(line)); err != nil {
 		return nil, err
 	}
-	w := encoder{b: make([]byte, 0, 64<<10)}
-	w.header(man, snapshotSegmentsFile, len(s.segments))
-	w.uint(uint64(chunks))
-	w.uint(uint64(total))
+	w := snapcodec.Encoder{B: make([]byte, 0, 64<<10)}
+	encodeHeader(&w, man, snapshotSegmentsFile, len(s.segments))
+	w.Uint(uint64(chunks))
+	w.Uint(uint64(total))
 	for _, sg := range s.segments {
-		w.arr(7)
-		w.uint(sg.id)
-		w.str(sg.name)
-		w.str(sg.client)
-		w.uint(sg.base)
-		w.uint(sg.size)
-		w.str(sg.endpoint)
-		w.bool(sg.serving)
+		w.Arr(7)
+		w.Uint(sg.id)
+		w.Str(sg.name)
+		w.Str(sg.client)
+		w.Uint(sg.base)
+		w.Uint(sg.size)
+		w.Str(sg.endpoint)
+		w.Bool(sg.serving)
 	}
-	if err := write(1, snapshotSegmentsFile, w.b); err != nil {
+	if err := write(1, snapshotSegmentsFile, w.B); err != nil {
 		return nil, err
 	}
-	w.b = w.b[:0]
-	w.header(man, snapshotFleetFile, len(s.nodes)+len(s.fleet))
+	w.B = w.B[:0]
+	encodeHeader(&w, man, snapshotFleetFile, len(s.nodes)+len(s.fleet))
 	for _, n := range s.nodes {
-		if err := w.fleetRecord(fleetRecordNode, n); err != nil {
+		if err := encodeFleetRecord(&w, fleetRecordNode, n); err != nil {
 			return nil, err
 		}
 	}
 	for _, a := range s.fleet {
-		if err := w.fleetRecord(fleetRecordShard, a); err != nil {
+		if err := encodeFleetRecord(&w, fleetRecordShard, a); err != nil {
 			return nil, err
 		}
 	}
-	if err := write(2, snapshotFleetFile, w.b); err != nil {
+	if err := write(2, snapshotFleetFile, w.B); err != nil {
 		return nil, err
 	}
 	// Where each part starts in the object order, so a worker finds the
@@ -339,10 +340,10 @@ func (s *Snapshot) writeChunk(dir, id string, man SnapshotManifest, c, count, pa
 			err = fmt.Errorf("snapshot %q file %q: %w", id, name, cerr)
 		}
 	}()
-	var w encoder
-	w.header(man, name, count)
-	size := int64(len(w.b))
-	if _, err := f.Write(w.b); err != nil {
+	var w snapcodec.Encoder
+	encodeHeader(&w, man, name, count)
+	size := int64(len(w.B))
+	if _, err := f.Write(w.B); err != nil {
 		return fmt.Errorf("snapshot %q file %q: %w", id, name, err)
 	}
 	for count > 0 {
@@ -371,20 +372,20 @@ func chunkName(c int) string { return fmt.Sprintf("%s%06d", snapshotObjectsFile,
 // encodeObject writes one object record: 13 fields, the deadlines in the
 // format's domain (clock is the snapshot's pair, for 1.0.0). The caller
 // holds the object's stripe lock.
-func encodeObject(w *encoder, o *object, format SnapshotFormat, clock ClockPair) error {
-	w.arr(13)
-	w.str(o.tenant.name)
-	w.str(o.key)
-	w.str(o.client.id)
-	w.uint(o.size)
-	w.uint(uint64(o.dataType))
+func encodeObject(w *snapcodec.Encoder, o *object, format SnapshotFormat, clock ClockPair) error {
+	w.Arr(13)
+	w.Str(o.tenant.name)
+	w.Str(o.key)
+	w.Str(o.client.id)
+	w.Uint(o.size)
+	w.Uint(uint64(o.dataType))
 	if o.group != nil {
-		w.str(o.group.key.id)
+		w.Str(o.group.key.id)
 	} else {
-		w.str("")
+		w.Str("")
 	}
-	w.bool(o.hardPinned)
-	w.bool(o.softPinEnabled)
+	w.Bool(o.hardPinned)
+	w.Bool(o.softPinEnabled)
 	leaseAt, softAt := o.leaseDeadline(), SteadyTime(o.softPin.Load())
 	lease, soft := int64(leaseAt), int64(softAt)
 	if format == SnapshotV1 {
@@ -398,28 +399,28 @@ func encodeObject(w *encoder, o *object, format SnapshotFormat, clock ClockPair)
 			}
 		}
 	}
-	w.int(lease)
+	w.Int(lease)
 	if softAt == 0 {
-		w.nil()
+		w.Nil()
 	} else {
-		w.int(soft)
+		w.Int(soft)
 	}
-	w.int(o.putStart)
-	w.uint(o.seq)
-	w.arr(len(o.replicas))
+	w.Int(o.putStart)
+	w.Uint(o.seq)
+	w.Arr(len(o.replicas))
 	for i := range o.replicas {
 		r := &o.replicas[i]
-		w.arr(6)
-		w.uint(r.id)
-		w.uint(uint64(r.kind))
-		w.uint(uint64(r.status))
+		w.Arr(6)
+		w.Uint(r.id)
+		w.Uint(uint64(r.kind))
+		w.Uint(uint64(r.status))
 		if r.seg != nil {
-			w.uint(r.seg.id)
+			w.Uint(r.seg.id)
 		} else {
-			w.uint(0)
+			w.Uint(0)
 		}
-		w.uint(r.offset)
-		w.uint(r.size)
+		w.Uint(r.offset)
+		w.Uint(r.size)
 	}
 	return nil
 }
@@ -430,29 +431,29 @@ const (
 	fleetRecordShard = 2
 )
 
-func (w *encoder) fleetRecord(kind uint64, msg proto.Message) error {
+func encodeFleetRecord(w *snapcodec.Encoder, kind uint64, msg proto.Message) error {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
 	if err != nil {
 		return err
 	}
-	w.arr(2)
-	w.uint(kind)
+	w.Arr(2)
+	w.Uint(kind)
 	if b == nil {
-		w.nil() // an empty message: what the msgpack library wrote for it
+		w.Nil() // an empty message: what the msgpack library wrote for it
 	} else {
-		w.bytes(b)
+		w.Bytes(b)
 	}
 	return nil
 }
 
-// header opens a payload file: [format, version, id, part, count].
-func (w *encoder) header(m SnapshotManifest, part string, count int) {
-	w.arr(5)
-	w.str(payloadFormat)
-	w.str(m.Version)
-	w.str(m.ID)
-	w.str(part)
-	w.uint(uint64(count))
+// encodeHeader opens a payload file: [format, version, id, part, count].
+func encodeHeader(w *snapcodec.Encoder, m SnapshotManifest, part string, count int) {
+	w.Arr(5)
+	w.Str(payloadFormat)
+	w.Str(m.Version)
+	w.Str(m.ID)
+	w.Str(part)
+	w.Uint(uint64(count))
 }
 
 // SnapshotRestore reports a restore from a complete snapshot.
@@ -522,27 +523,27 @@ func (m *Master) restoreSnapshotAt(ctx context.Context, files map[string]string,
 	if err != nil {
 		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%v", err)
 	}
-	r := decoder{b: b}
-	nsegs := r.header(man, snapshotSegmentsFile)
-	chunks, total := r.uint(), r.uint()
+	r := snapcodec.NewDecoder(b)
+	nsegs := decodeHeader(&r, man, snapshotSegmentsFile)
+	chunks, total := r.Uint(), r.Uint()
 	segs := map[uint64]*segment{}
-	for i := 0; i < nsegs && r.err == nil; i++ {
-		r.arr(7)
-		sg := &segment{id: r.uint(), name: r.str(), client: st.client(r.str()), base: r.uint(), size: r.uint(), state: segmentAwaitingRemount}
-		_ = r.strBytes() // the endpoint: a remount proves a new one
-		_ = r.bool()
+	for i := 0; i < nsegs && r.Err == nil; i++ {
+		r.Arr(7)
+		sg := &segment{id: r.Uint(), name: r.Str(), client: st.client(r.Str()), base: r.Uint(), size: r.Uint(), state: segmentAwaitingRemount}
+		_ = r.StrBytes() // the endpoint: a remount proves a new one
+		_ = r.Bool()
 		switch {
-		case r.err != nil:
+		case r.Err != nil:
 		case sg.id == 0 || sg.size == 0 || sg.client.id == "" || sg.base+sg.size < sg.base:
-			r.fail("segment %d: needs an id, a size and a client", sg.id)
+			r.Fail("segment %d: needs an id, a size and a client", sg.id)
 		case segs[sg.id] != nil:
-			r.fail("segment %d listed twice", sg.id)
+			r.Fail("segment %d listed twice", sg.id)
 		}
 		segs[sg.id] = sg
 	}
-	r.end()
-	if r.err != nil {
-		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%v", r.err)
+	r.End()
+	if r.Err != nil {
+		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%v", r.Err)
 	}
 	if chunks > math.MaxInt32 || total > uint64(chunks)*ObjectsPerChunk {
 		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%d objects in %d files", total, chunks)
@@ -700,24 +701,24 @@ func (m *Master) decodeChunk(w *restoreWorker, files map[string]string, c, chunk
 		return out
 	}
 	w.buf = b
-	r := decoder{b: b}
-	n := r.header(man, name)
-	if r.err == nil && (n > ObjectsPerChunk || (c < chunks-1 && n != ObjectsPerChunk)) {
-		r.fail("%d objects in a chunk (every chunk but the last holds %d)", n, ObjectsPerChunk)
+	r := snapcodec.NewDecoder(b)
+	n := decodeHeader(&r, man, name)
+	if r.Err == nil && (n > ObjectsPerChunk || (c < chunks-1 && n != ObjectsPerChunk)) {
+		r.Fail("%d objects in a chunk (every chunk but the last holds %d)", n, ObjectsPerChunk)
 	}
-	if r.err != nil {
-		out.err = r.err
+	if r.Err != nil {
+		out.err = r.Err
 		return out
 	}
 	out.objs = make([]*object, 0, n)
 	out.stripe = make([]uint32, 0, n)
-	for i := 0; i < n && r.err == nil; i++ {
+	for i := 0; i < n && r.Err == nil; i++ {
 		o, err := w.decodeObject(&r, man, segs, now)
 		if err != nil {
 			out.err, out.conv = fmt.Errorf("object %d: %w", i, err), true
 			return out
 		}
-		if r.err != nil {
+		if r.Err != nil {
 			break
 		}
 		sp := uint32(m.stripeFor(o.tenant.name, o.key).idx)
@@ -740,9 +741,9 @@ func (m *Master) decodeChunk(w *restoreWorker, files map[string]string, c, chunk
 		out.objs = append(out.objs, o)
 		out.stripe = append(out.stripe, sp)
 	}
-	r.end()
-	if r.err != nil {
-		out.err = r.err
+	r.End()
+	if r.Err != nil {
+		out.err = r.Err
 		return out
 	}
 	out.done = n
@@ -797,33 +798,33 @@ type objectWithReplica struct {
 }
 
 // decodeObject reads one object record and converts its deadlines. A
-// malformed record is r.err; a conversion failure is returned.
-func (w *restoreWorker) decodeObject(r *decoder, man SnapshotManifest, segs map[uint64]*segment, now ClockPair) (*object, error) {
-	r.arr(13)
-	tenant, key, client := r.strBytes(), r.str(), r.strBytes()
-	size := r.uint()
-	dt := r.uint()
-	group := r.strBytes()
-	hardPinned, softPinEnabled := r.bool(), r.bool()
-	lease := r.int()
-	soft, hasSoft := r.optInt()
-	putStart := r.int()
-	seq := r.uint()
-	nrep := r.arrLen()
-	if r.err != nil {
+// malformed record is r.Err; a conversion failure is returned.
+func (w *restoreWorker) decodeObject(r *snapcodec.Decoder, man SnapshotManifest, segs map[uint64]*segment, now ClockPair) (*object, error) {
+	r.Arr(13)
+	tenant, key, client := r.StrBytes(), r.Str(), r.StrBytes()
+	size := r.Uint()
+	dt := r.Uint()
+	group := r.StrBytes()
+	hardPinned, softPinEnabled := r.Bool(), r.Bool()
+	lease := r.Int()
+	soft, hasSoft := r.OptInt()
+	putStart := r.Int()
+	seq := r.Uint()
+	nrep := r.ArrLen()
+	if r.Err != nil {
 		return nil, nil
 	}
 	switch {
 	case key == "" || len(key) > maxKeyLen || len(tenant) > maxKeyLen:
-		r.fail("key of %d bytes, tenant of %d (keys are 1 to %d bytes)", len(key), len(tenant), maxKeyLen)
+		r.Fail("key of %d bytes, tenant of %d (keys are 1 to %d bytes)", len(key), len(tenant), maxKeyLen)
 	case len(client) == 0:
-		r.fail("object (%q, %q) without a client", tenant, key)
+		r.Fail("object (%q, %q) without a client", tenant, key)
 	case dt > math.MaxUint32:
-		r.fail("data type %d", dt)
+		r.Fail("data type %d", dt)
 	case nrep > maxReplicas:
-		r.fail("%d replicas", nrep)
+		r.Fail("%d replicas", nrep)
 	}
-	if r.err != nil {
+	if r.Err != nil {
 		return nil, nil
 	}
 	var o *object
@@ -852,24 +853,24 @@ func (w *restoreWorker) decodeObject(r *decoder, man SnapshotManifest, segs map[
 	}
 	o.lease.Store(int64(l))
 	o.softPin.Store(int64(s))
-	for j := 0; j < nrep && r.err == nil; j++ {
-		r.arr(6)
-		rp := replica{id: r.uint(), handle: alloc.NoHandle}
-		kind, status := r.uint(), r.uint()
-		seg, off, size := r.uint(), r.uint(), r.uint()
-		if r.err != nil {
+	for j := 0; j < nrep && r.Err == nil; j++ {
+		r.Arr(6)
+		rp := replica{id: r.Uint(), handle: alloc.NoHandle}
+		kind, status := r.Uint(), r.Uint()
+		seg, off, size := r.Uint(), r.Uint(), r.Uint()
+		if r.Err != nil {
 			break
 		}
 		rp.kind, rp.status, rp.offset, rp.size = ReplicaKind(kind), ReplicaStatus(status), off, size
 		switch {
 		case kind != uint64(MemoryReplica) && kind != uint64(DiskReplica):
-			r.fail("object (%q, %q): replica %d of kind %d", tenant, key, rp.id, kind)
+			r.Fail("object (%q, %q): replica %d of kind %d", tenant, key, rp.id, kind)
 		case status < uint64(ReplicaProcessing) || status > uint64(ReplicaFailed):
-			r.fail("object (%q, %q): replica %d of status %d", tenant, key, rp.id, status)
+			r.Fail("object (%q, %q): replica %d of status %d", tenant, key, rp.id, status)
 		case rp.kind == MemoryReplica && segs[seg] == nil:
-			r.fail("object (%q, %q): replica %d on segment %d, which the snapshot does not describe", tenant, key, rp.id, seg)
+			r.Fail("object (%q, %q): replica %d on segment %d, which the snapshot does not describe", tenant, key, rp.id, seg)
 		case rp.kind == MemoryReplica && (size == 0 || off+size < off):
-			r.fail("object (%q, %q): replica %d range %d+%d", tenant, key, rp.id, off, size)
+			r.Fail("object (%q, %q): replica %d range %d+%d", tenant, key, rp.id, off, size)
 		}
 		if rp.status != ReplicaComplete {
 			continue // in progress or gone: not recoverable, hard pin or not
@@ -879,7 +880,7 @@ func (w *restoreWorker) decodeObject(r *decoder, man SnapshotManifest, segs map[
 		}
 		o.replicas = append(o.replicas, rp)
 	}
-	if r.err == nil {
+	if r.Err == nil {
 		o.tenant, o.client = w.tenant(tenant), w.client(client)
 		if len(group) > 0 {
 			o.group = w.group(o.tenant.name, group)
@@ -1189,15 +1190,15 @@ func readFleet(files map[string]string, man SnapshotManifest) ([]*masterv1.NodeR
 	if err != nil {
 		return nil, nil, err
 	}
-	r := decoder{b: b}
-	n := r.header(man, snapshotFleetFile)
+	r := snapcodec.NewDecoder(b)
+	n := decodeHeader(&r, man, snapshotFleetFile)
 	var nodes []*masterv1.NodeRecord
 	var assigns []*masterv1.ShardAssignment
-	for i := 0; i < n && r.err == nil; i++ {
-		r.arr(2)
-		kind := r.uint()
-		body := r.bytes()
-		if r.err != nil {
+	for i := 0; i < n && r.Err == nil; i++ {
+		r.Arr(2)
+		kind := r.Uint()
+		body := r.Bytes()
+		if r.Err != nil {
 			break
 		}
 		switch kind {
@@ -1220,11 +1221,11 @@ func readFleet(files map[string]string, man SnapshotManifest) ([]*masterv1.NodeR
 			}
 			assigns = append(assigns, &a)
 		default:
-			r.fail("record %d of kind %d", i, kind)
+			r.Fail("record %d of kind %d", i, kind)
 		}
 	}
-	r.end()
-	return nodes, assigns, r.err
+	r.End()
+	return nodes, assigns, r.Err
 }
 
 // readSnapshotFile reads a small snapshot file whole.
@@ -1275,4 +1276,26 @@ func readPayload(files map[string]string, name string, buf []byte) ([]byte, erro
 		return nil, err
 	}
 	return buf, nil
+}
+
+// decodeHeader checks a payload file's header against the manifest and returns
+// its record count.
+func decodeHeader(r *snapcodec.Decoder, m SnapshotManifest, part string) int {
+	r.Arr(5)
+	format, version, id, got := r.StrBytes(), r.StrBytes(), r.StrBytes(), r.StrBytes()
+	n := r.Uint()
+	switch {
+	case r.Err != nil:
+	case string(format) != payloadFormat:
+		r.Fail("not a master snapshot payload (%q)", trunc(string(format)))
+	case string(version) != m.Version:
+		r.Fail("payload of version %q under a %s manifest: its time fields are in another domain", trunc(string(version)), m.Version)
+	case string(id) != m.ID:
+		r.Fail("payload of snapshot %q under manifest %q", trunc(string(id)), m.ID)
+	case string(got) != part:
+		r.Fail("payload says it is %q", trunc(string(got)))
+	case n > snapcodec.MaxRecordLen:
+		r.Fail("%d records", n)
+	}
+	return int(n)
 }
