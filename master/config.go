@@ -30,8 +30,10 @@ type Config struct {
 	// OffloadOnEvict asks the Offloader to copy an object from memory before
 	// its last memory replica is evicted.
 	OffloadOnEvict bool
-	// Shards is the number of metadata shards, each with its own lock
-	// (default 1024).
+	// Shards is the number of lock stripes the object table is split
+	// into, each with its own lock (default 1024). (The name is older than
+	// the fleet; inside the package these are "stripes", and "shard"
+	// always means a sidecar shard.)
 	Shards int
 	// SnapshotRestoreCleanup drops, when a complete snapshot is restored,
 	// every object that is not hard pinned and whose converted lease and

@@ -1,7 +1,10 @@
 package master
 
 import (
+	"context"
+	"log/slog"
 	"sort"
+	"time"
 )
 
 // EvictResult reports one eviction pass.
@@ -22,6 +25,33 @@ func (m *Master) Evict() EvictResult {
 	}
 	low := uint64(float64(capacity) * (m.cfg.HighWatermark - m.cfg.EvictionRatio))
 	return m.evictLocked(m.clock.Steady(), used-low, nil)
+}
+
+// RunEviction checks the high watermark every interval until ctx ends,
+// running Evict, and logs each pass that evicted something.
+func (m *Master) RunEviction(ctx context.Context, every time.Duration) {
+	RunEviction(ctx, every, func() (*Master, error) { return m, nil }, m.log)
+}
+
+// RunEviction is (*Master).RunEviction for a process whose serving master
+// changes (an HA node's primary): each tick evicts on the master serving
+// returns, and on none while it returns an error. Only a primary may
+// evict: a standby's state is the log's, and an eviction is a change.
+func RunEviction(ctx context.Context, every time.Duration, serving func() (*Master, error), log *slog.Logger) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if m, err := serving(); err == nil {
+				if r := m.Evict(); r.Objects > 0 {
+					log.Info("evicted", "objects", r.Objects, "bytes", r.Freed)
+				}
+			}
+		}
+	}
 }
 
 type candidate struct {
@@ -60,10 +90,10 @@ func (m *Master) evictLocked(now SteadyTime, need uint64, only *tenant) EvictRes
 	var cands []candidate
 	seenGroups := map[*group]struct{}{}
 	var skipped uint64
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.RLock()
-		for _, o := range sh.objects {
+	for i := range m.stripes {
+		sp := &m.stripes[i]
+		sp.mu.RLock()
+		for _, o := range sp.objects {
 			if only != nil && o.tenant != only {
 				continue
 			}
@@ -85,7 +115,7 @@ func (m *Master) evictLocked(now SteadyTime, need uint64, only *tenant) EvictRes
 			}
 			cands = append(cands, candidate{o: o, deadline: o.leaseDeadline(), softPin: soft})
 		}
-		sh.mu.RUnlock()
+		sp.mu.RUnlock()
 	}
 	if skipped > 0 {
 		m.skipped.Add(skipped)
@@ -182,15 +212,15 @@ func offloadSource(o *object) *replica {
 	return nil
 }
 
-// evictObjectLocked re-validates o under its shard lock with the same now
+// evictObjectLocked re-validates o under its stripe lock with the same now
 // and drops its evictable replicas; it reports whether o was deleted (the
 // caller then calls leave). The caller holds topo and evictMu.
 func (m *Master) evictObjectLocked(o *object, now SteadyTime, res *EvictResult) (deleted bool) {
-	sh := m.shardFor(o.tenant.name, o.key)
-	sh.mu.Lock()
-	m.preserve(sh)
-	defer sh.mu.Unlock()
-	if sh.objects[objectKey{o.tenant.name, o.key}] != o {
+	sp := m.stripeFor(o.tenant.name, o.key)
+	sp.mu.Lock()
+	m.preserve(sp)
+	defer sp.mu.Unlock()
+	if sp.objects[objectKey{o.tenant.name, o.key}] != o {
 		return false
 	}
 	if ok, _ := m.evictionCandidate(o, now); !ok {
@@ -222,7 +252,7 @@ func (m *Master) evictObjectLocked(o *object, now SteadyTime, res *EvictResult) 
 	res.Freed += freed
 	res.Objects++
 	if len(kept) == 0 {
-		m.deleteLocked(sh, o)
+		m.deleteLocked(sp, o)
 		return true
 	}
 	return false

@@ -74,17 +74,17 @@ func TestEvictionRevalidates(t *testing.T) {
 	o := lookup(m, "t", "ok")
 	m.topo.RLock()
 	defer m.topo.RUnlock()
-	sh := m.shardFor("t", "ok")
-	sh.mu.Lock()
+	sp := m.stripeFor("t", "ok")
+	sp.mu.Lock()
 	o.replicas[0].refcnt = 1 // a copy started reading it
-	sh.mu.Unlock()
+	sp.mu.Unlock()
 	var res EvictResult
 	if m.evictObjectLocked(o, clk.Steady(), &res) || res.Objects != 0 {
 		t.Fatal("mutation dropped a replica the rule rejects")
 	}
-	sh.mu.Lock()
+	sp.mu.Lock()
 	o.replicas[0].refcnt = 0
-	sh.mu.Unlock()
+	sp.mu.Unlock()
 	o.replicas[0].seg.endpoint.Store(nil) // its segment lost its endpoint
 	if m.evictObjectLocked(o, clk.Steady(), &res) || res.Objects != 0 {
 		t.Fatal("mutation dropped an unreadable replica")
@@ -234,4 +234,28 @@ func sprint(v []string) string {
 		s += x
 	}
 	return s + "]"
+}
+
+// RunEviction evicts above the high watermark on its own ticks and
+// returns when its context ends.
+func TestRunEvictionEvictsUntilCancelled(t *testing.T) {
+	m, _ := halfRemounted(t, Config{HighWatermark: 0.01, EvictionRatio: 0.01}, Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.RunEviction(ctx, time.Millisecond)
+	}()
+	for lookup(m, "t", "ok") != nil {
+		select {
+		case <-done:
+			t.Fatal("RunEviction returned before its context ended")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	<-done
+	if lookup(m, "t", "stuck") == nil {
+		t.Fatal("RunEviction evicted an unreadable replica")
+	}
 }

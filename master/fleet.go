@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"sort"
@@ -18,8 +19,8 @@ import (
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/internal/echo"
+	"github.com/shardfence/shardfence/internal/shardsettings"
 	"github.com/shardfence/shardfence/internal/testhooks"
-	"github.com/shardfence/shardfence/sidecar"
 )
 
 // Sidecar nodes are clients of the master like the memory clients: a node
@@ -1002,8 +1003,12 @@ func (m *Master) AssignShard(ctx context.Context, req AssignRequest) (ShardInfo,
 	// The owner opens the shard with these: refuse what it would refuse
 	// (an unknown mode or ack order, a bound out of range) now, not at
 	// every open attempt on every node.
-	if _, err := sidecar.SettingsFromProto(settings); err != nil {
-		return fail(fmt.Errorf("%w: settings: %s", ErrInvalidArgument, strings.TrimPrefix(err.Error(), sidecar.ErrInvalidArgument.Error()+": ")), "")
+	if _, err := shardsettings.FromProto(settings); err != nil {
+		var se *shardsettings.Error
+		if !errors.As(err, &se) {
+			return fail(err, "")
+		}
+		return fail(fmt.Errorf("%w: settings: %s", ErrInvalidArgument, se.Detail), "")
 	}
 	fenced := !settings.GetFencingDisabled()
 	if req.AutoRestore && !fenced {

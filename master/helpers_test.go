@@ -62,10 +62,10 @@ func wantErr(t testing.TB, err, want error) {
 
 // lookup returns the object's metadata for white-box checks.
 func lookup(m *Master, tenant, key string) *object {
-	sh := m.shardFor(tenant, key)
-	sh.mu.RLock()
-	defer sh.mu.RUnlock()
-	return sh.objects[objectKey{tenant, key}]
+	sp := m.stripeFor(tenant, key)
+	sp.mu.RLock()
+	defer sp.mu.RUnlock()
+	return sp.objects[objectKey{tenant, key}]
 }
 
 // memJournal is a log that acknowledges at once; err, when set, fails

@@ -586,3 +586,52 @@ func (m *Master) RestoreLiveness() int {
 
 // Liveness returns the master's liveness records.
 func (m *Master) Liveness() *Liveness { return m.live }
+
+// PingStatus is what Ping tells a client.
+type PingStatus uint8
+
+// Ping answers.
+const (
+	PingOK PingStatus = iota + 1
+	// PingNeedRemount: the master does not know the client, its
+	// incarnation went offline, or it knows its segments only from before
+	// a failover; the client must (re)mount, or a node register again.
+	PingNeedRemount
+)
+
+// Ping is a client's liveness signal. A Suspected client that pings is
+// Active again, with nothing cleaned up; an unknown or Offline one is told
+// NEED_REMOUNT (Offline is a remount barrier until its offboarding
+// completed). The remount-readiness check follows, unchanged: a client
+// with a segment awaiting its remount after a failover is told
+// NEED_REMOUNT too; a registered sidecar node, which mounts nothing, is
+// ready once registered.
+func (m *Master) Ping(ctx context.Context, clientID string) (PingStatus, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, &Error{Op: "Ping", Client: clientID, Err: err}
+	}
+	if clientID == "" {
+		return 0, &Error{Op: "Ping", Err: fmt.Errorf("%w: empty client id", ErrInvalidArgument), Hint: "pass the client's id"}
+	}
+	rec, recovery, err := m.live.signal(clientID, false)
+	m.noteRecovery(recovery)
+	if rec == nil || err != nil {
+		return PingNeedRemount, nil
+	}
+	m.topo.RLock()
+	defer m.topo.RUnlock()
+	serving := false
+	for _, s := range m.segments {
+		if s.client.id != clientID {
+			continue
+		}
+		if s.state == segmentAwaitingRemount {
+			return PingNeedRemount, nil
+		}
+		serving = true
+	}
+	if !serving && !m.fleet.registered(clientID, rec) {
+		return PingNeedRemount, nil
+	}
+	return PingOK, nil
+}

@@ -115,7 +115,7 @@ type Ticket interface {
 
 // Offloader receives an object's memory replica to copy elsewhere before
 // memory pressure drops the object's last memory replica. It is called with
-// the object's shard lock held: it must queue the work and return, and must
+// the object's stripe lock held: it must queue the work and return, and must
 // not call back into the Master.
 type Offloader interface {
 	Offload(tenant, key string, source ReplicaInfo)
@@ -140,8 +140,8 @@ type Options struct {
 
 // Master holds the metadata of every object, segment and client.
 //
-// Lock order: topo, then evictMu, then a group's mu, then shard locks, then a
-// segment's mu. The read path takes only one shard's read lock (and then,
+// Lock order: topo, then evictMu, then a group's mu, then stripe locks, then a
+// segment's mu. The read path takes only one stripe's read lock (and then,
 // with it released, its group's read lock).
 type Master struct {
 	cfg         Config
@@ -157,7 +157,7 @@ type Master struct {
 	offboarding     *offboarder
 	fleet           *fleet
 	externalCleanup func(ctx context.Context, job *ClientOffboardingJob) error
-	shards          []shard
+	stripes         []stripe
 
 	// topo guards the segment set and every segment's state: shared by
 	// operations that place or free replicas, exclusive for mount, unmount,
@@ -170,7 +170,7 @@ type Master struct {
 	evictMu sync.Mutex
 
 	// cow is the complete snapshot being copied, if any: a change to a
-	// shard it has not copied yet copies the shard first (preserve).
+	// stripe it has not copied yet copies the stripe first (preserve).
 	cow atomic.Pointer[snapshotCopy]
 
 	tenantsMu sync.Mutex
@@ -202,7 +202,7 @@ func New(cfg Config, opts Options) (*Master, error) {
 		metrics:     opts.Metrics,
 		log:         opts.Logger,
 		seed:        maphash.MakeSeed(),
-		shards:      make([]shard, cfg.Shards),
+		stripes:     make([]stripe, cfg.Shards),
 		segments:    map[uint64]*segment{},
 		tenants:     map[string]*tenant{},
 		clients:     map[string]*client{},
@@ -224,9 +224,9 @@ func New(cfg Config, opts Options) (*Master, error) {
 	m.live = newLiveness(cfg.Liveness, m.clock)
 	m.offboarding = newOffboarder(m, cfg.Offboarding, m.log)
 	m.fleet = newFleet(m)
-	for i := range m.shards {
-		m.shards[i].objects = map[objectKey]*object{}
-		m.shards[i].idx = i
+	for i := range m.stripes {
+		m.stripes[i].objects = map[objectKey]*object{}
+		m.stripes[i].idx = i
 	}
 	return m, nil
 }
@@ -242,9 +242,9 @@ func (m *Master) Config() Config { return m.cfg }
 // Clock returns the master's clock.
 func (m *Master) Clock() Clock { return m.clock }
 
-func (m *Master) shardFor(tenant, key string) *shard {
+func (m *Master) stripeFor(tenant, key string) *stripe {
 	h := maphash.String(m.seed, key) ^ maphash.String(m.seed, tenant)*0x9e3779b97f4a7c15
-	return &m.shards[h%uint64(len(m.shards))]
+	return &m.stripes[h%uint64(len(m.stripes))]
 }
 
 func (m *Master) tenantFor(name string) *tenant {
@@ -307,7 +307,7 @@ func (m *Master) groupFor(k groupKey) *group {
 	return g
 }
 
-// join adds o to g. Called with no shard lock held.
+// join adds o to g. Called with no stripe lock held.
 func (m *Master) join(g *group, o *object) {
 	g.mu.Lock()
 	g.members = append(g.members, o)
@@ -468,14 +468,14 @@ type Stats struct {
 	Tenants                   []TenantStats
 }
 
-// Stats counts objects shard by shard; it is an admin call, not a hot path.
+// Stats counts objects stripe by stripe; it is an admin call, not a hot path.
 func (m *Master) Stats() Stats {
 	var st Stats
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.RLock()
-		st.Objects += uint64(len(sh.objects))
-		sh.mu.RUnlock()
+	for i := range m.stripes {
+		sp := &m.stripes[i]
+		sp.mu.RLock()
+		st.Objects += uint64(len(sp.objects))
+		sp.mu.RUnlock()
 	}
 	m.topo.RLock()
 	st.Segments = uint64(len(m.segments))
@@ -508,7 +508,7 @@ func (m *Master) usageLocked() (capacity, used uint64) {
 		s.mu.Lock()
 		capacity += s.size
 		if s.alloc != nil {
-			used += s.alloc.used
+			used += s.alloc.Used()
 		}
 		s.mu.Unlock()
 	}

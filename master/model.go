@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shardfence/shardfence/master/internal/alloc"
 )
 
 // ReplicaKind says where a replica's bytes live.
@@ -27,7 +29,7 @@ const (
 )
 
 // replica is one copy of an object. Its fields are guarded by the object's
-// shard lock.
+// stripe lock.
 type replica struct {
 	id     uint64
 	seg    *segment // nil for a disk replica
@@ -66,8 +68,8 @@ func evictableReplica(r *replica) bool {
 }
 
 // object is the metadata of one (tenant, key). Structural fields are guarded
-// by the shard lock; lease and softPin are atomics so a read can extend them
-// under the shard's read lock.
+// by the stripe lock; lease and softPin are atomics so a read can extend them
+// under the stripe's read lock.
 type object struct {
 	key      string
 	tenant   *tenant
@@ -137,11 +139,11 @@ type objectKey struct {
 	tenant, key string
 }
 
-type shard struct {
+type stripe struct {
 	mu      sync.RWMutex
 	objects map[objectKey]*object
-	idx     int      // position in Master.shards
-	_       [32]byte // keep neighbouring shard locks off one cache line
+	idx     int      // position in Master.stripes
+	_       [32]byte // keep neighbouring stripe locks off one cache line
 }
 
 type tenant struct {
@@ -164,7 +166,7 @@ type groupKey struct {
 }
 
 // group ties objects that are read and evicted together. Lock order: a
-// group's mu is taken before any shard lock, and never while holding one.
+// group's mu is taken before any stripe lock, and never while holding one.
 type group struct {
 	key     groupKey
 	mu      sync.RWMutex
@@ -205,7 +207,7 @@ type segment struct {
 	replicas atomic.Int64
 
 	mu    sync.Mutex
-	alloc *allocator
+	alloc *alloc.Allocator
 }
 
 // countReplicas adds delta to the replica count of each memory replica's

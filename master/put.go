@@ -82,11 +82,11 @@ func (m *Master) putStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, T
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fail(err, "")
 	}
-	sh := m.shardFor(req.Tenant, req.Key)
+	sp := m.stripeFor(req.Tenant, req.Key)
 	k := objectKey{req.Tenant, req.Key}
-	sh.mu.RLock()
-	_, exists := sh.objects[k]
-	sh.mu.RUnlock()
+	sp.mu.RLock()
+	_, exists := sp.objects[k]
+	sp.mu.RUnlock()
 	if exists {
 		return nil, nil, fail(ErrObjectExists, "remove it first, or read the existing object")
 	}
@@ -129,23 +129,23 @@ func (m *Master) putStart(ctx context.Context, req PutRequest) ([]ReplicaInfo, T
 	if req.Group != "" {
 		o.group = m.groupFor(groupKey{req.Tenant, req.Group})
 	}
-	sh.mu.Lock()
-	m.preserve(sh)
-	if _, exists := sh.objects[k]; exists {
-		sh.mu.Unlock()
+	sp.mu.Lock()
+	m.preserve(sp)
+	if _, exists := sp.objects[k]; exists {
+		sp.mu.Unlock()
 		m.freeReplicasLocked(reps)
 		t.release(need)
 		m.leave(o) // drops the group again if this put created it
 		return nil, nil, fail(ErrObjectExists, "another PutStart for this key won the race; read it or remove it first")
 	}
-	sh.objects[k] = o
+	sp.objects[k] = o
 	countReplicas(o.replicas, 1)
 	t.objects.Add(1) // its bytes were charged by reserveQuotaLocked
 	infos := make([]ReplicaInfo, len(o.replicas))
 	for i := range o.replicas {
 		infos[i] = o.replicas[i].info()
 	}
-	sh.mu.Unlock()
+	sp.mu.Unlock()
 	if o.group != nil {
 		m.join(o.group, o)
 	}
@@ -224,7 +224,7 @@ func (m *Master) placeLocked(size uint64, n int) ([]replica, error) {
 			continue
 		}
 		s.mu.Lock()
-		off, h, ok := s.alloc.alloc(size)
+		off, h, ok := s.alloc.Alloc(size)
 		s.mu.Unlock()
 		if !ok {
 			continue
@@ -252,7 +252,7 @@ func (m *Master) freeReplicasLocked(reps []replica) {
 			continue
 		}
 		r.seg.mu.Lock()
-		r.seg.alloc.free(r.handle)
+		r.seg.alloc.Free(r.handle)
 		r.seg.mu.Unlock()
 	}
 }
@@ -283,11 +283,11 @@ func (m *Master) putEnd(ctx context.Context, clientID, tenant, key string) (Tick
 	// change by taking it exclusively.
 	m.topo.RLock()
 	defer m.topo.RUnlock()
-	sh := m.shardFor(tenant, key)
-	sh.mu.Lock()
-	m.preserve(sh)
-	defer sh.mu.Unlock()
-	o := sh.objects[objectKey{tenant, key}]
+	sp := m.stripeFor(tenant, key)
+	sp.mu.Lock()
+	m.preserve(sp)
+	defer sp.mu.Unlock()
+	o := sp.objects[objectKey{tenant, key}]
 	if o == nil {
 		return fail(ErrObjectNotFound, "call PutStart first; the put may have been revoked or removed")
 	}
@@ -331,16 +331,16 @@ func (m *Master) putRevoke(ctx context.Context, clientID, tenant, key string) (T
 	}
 	m.topo.RLock()
 	defer m.topo.RUnlock()
-	sh := m.shardFor(tenant, key)
-	sh.mu.Lock()
-	m.preserve(sh)
-	o := sh.objects[objectKey{tenant, key}]
+	sp := m.stripeFor(tenant, key)
+	sp.mu.Lock()
+	m.preserve(sp)
+	o := sp.objects[objectKey{tenant, key}]
 	switch {
 	case o == nil:
-		sh.mu.Unlock()
+		sp.mu.Unlock()
 		return fail(ErrObjectNotFound, "nothing to revoke")
 	case o.client.id != clientID:
-		sh.mu.Unlock()
+		sp.mu.Unlock()
 		return fail(fmt.Errorf("%w: started by %q", ErrWrongClient, o.client.id), "only the client that called PutStart may revoke the put")
 	}
 	keep := o.replicas[:0:0]
@@ -353,7 +353,7 @@ func (m *Master) putRevoke(ctx context.Context, clientID, tenant, key string) (T
 		}
 	}
 	if len(drop) == 0 {
-		sh.mu.Unlock()
+		sp.mu.Unlock()
 		return fail(fmt.Errorf("%w: the put already ended", ErrInvalidArgument), "use Remove to delete a complete object")
 	}
 	// Recorded before the space is freed, like every change that frees
@@ -366,20 +366,20 @@ func (m *Master) putRevoke(ctx context.Context, clientID, tenant, key string) (T
 	o.tenant.release(before - o.memoryBytes())
 	removed := len(keep) == 0
 	if removed {
-		m.deleteLocked(sh, o)
+		m.deleteLocked(sp, o)
 	}
-	sh.mu.Unlock()
+	sp.mu.Unlock()
 	if removed {
 		m.leave(o)
 	}
 	return t, nil
 }
 
-// deleteLocked drops o from its shard and its tenant's count. The caller
-// holds the shard lock, has already freed or discounted o's replicas, and
+// deleteLocked drops o from its stripe and its tenant's count. The caller
+// holds the stripe lock, has already freed or discounted o's replicas, and
 // calls leave(o) after unlocking.
-func (m *Master) deleteLocked(sh *shard, o *object) {
-	delete(sh.objects, objectKey{o.tenant.name, o.key})
+func (m *Master) deleteLocked(sp *stripe, o *object) {
+	delete(sp.objects, objectKey{o.tenant.name, o.key})
 	o.tenant.release(o.memoryBytes())
 	o.tenant.objects.Add(-1)
 	countReplicas(o.replicas, -1)

@@ -238,8 +238,8 @@ func TestConcurrentOperations(t *testing.T) {
 	// Usage accounting stayed consistent.
 	var used uint64
 	onSeg := map[*segment]int64{}
-	for i := range m.shards {
-		for _, o := range m.shards[i].objects {
+	for i := range m.stripes {
+		for _, o := range m.stripes[i].objects {
 			used += o.memoryBytes()
 			for _, r := range o.replicas {
 				onSeg[r.seg]++

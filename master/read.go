@@ -7,7 +7,7 @@ import (
 )
 
 // GetReplicaList grants the object a read lease (and its group, with the same
-// now) and returns its readable replicas. The read path is a shard read lock,
+// now) and returns its readable replicas. The read path is a stripe read lock,
 // a map lookup and an atomic lease extension. There is no recovery flag and
 // no segment lookup: readability is the replica's status and the endpoint
 // it points at, which the reply carries anyway, and liveness is one atomic
@@ -27,11 +27,11 @@ func (m *Master) AppendReplicaList(ctx context.Context, dst []ReplicaInfo, tenan
 	if err := ctx.Err(); err != nil {
 		return dst, &Error{Op: "GetReplicaList", Tenant: tenant, Key: key, Err: err}
 	}
-	sh := m.shardFor(tenant, key)
-	sh.mu.RLock()
-	o := sh.objects[objectKey{tenant, key}]
+	sp := m.stripeFor(tenant, key)
+	sp.mu.RLock()
+	o := sp.objects[objectKey{tenant, key}]
 	if o == nil {
-		sh.mu.RUnlock()
+		sp.mu.RUnlock()
 		return dst, &Error{Op: "GetReplicaList", Tenant: tenant, Key: key, Err: ErrObjectNotFound, Hint: "the object was never put, or was removed or evicted; put it again"}
 	}
 	now := m.clock.Steady()
@@ -54,7 +54,7 @@ func (m *Master) AppendReplicaList(ctx context.Context, dst []ReplicaInfo, tenan
 		dst = append(dst, r.info())
 	}
 	g := o.group
-	sh.mu.RUnlock()
+	sp.mu.RUnlock()
 	if g != nil {
 		g.refresh(now, m.cfg.DefaultLeaseTTL, m.cfg.SoftPinTTL)
 	}
@@ -77,17 +77,17 @@ func (m *Master) Exist(ctx context.Context, tenant, key string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, &Error{Op: "Exist", Tenant: tenant, Key: key, Err: err}
 	}
-	sh := m.shardFor(tenant, key)
-	sh.mu.RLock()
-	o := sh.objects[objectKey{tenant, key}]
+	sp := m.stripeFor(tenant, key)
+	sp.mu.RLock()
+	o := sp.objects[objectKey{tenant, key}]
 	if o == nil {
-		sh.mu.RUnlock()
+		sp.mu.RUnlock()
 		return false, nil
 	}
 	now := m.clock.Steady()
 	o.GrantLease(now, m.cfg.DefaultLeaseTTL, m.cfg.SoftPinTTL)
 	g := o.group
-	sh.mu.RUnlock()
+	sp.mu.RUnlock()
 	if g != nil {
 		g.refresh(now, m.cfg.DefaultLeaseTTL, m.cfg.SoftPinTTL)
 	}
@@ -130,29 +130,29 @@ func (m *Master) remove(ctx context.Context, tenant, key string, force bool) (Ti
 	}
 	m.topo.RLock()
 	defer m.topo.RUnlock()
-	sh := m.shardFor(tenant, key)
-	sh.mu.Lock()
-	m.preserve(sh)
-	o := sh.objects[objectKey{tenant, key}]
+	sp := m.stripeFor(tenant, key)
+	sp.mu.Lock()
+	m.preserve(sp)
+	o := sp.objects[objectKey{tenant, key}]
 	if o == nil {
-		sh.mu.Unlock()
+		sp.mu.Unlock()
 		return fail(ErrObjectNotFound, "nothing to remove")
 	}
 	if !force {
 		now := m.clock.Steady()
 		if !o.leaseExpired(now) {
 			left := o.leaseDeadline() - now
-			sh.mu.Unlock()
+			sp.mu.Unlock()
 			return fail(fmt.Errorf("%w: %d ms of lease left", ErrObjectLeased, durationMS(toDuration(left))), "retry after the lease expires, or force the removal")
 		}
 		for i := range o.replicas {
 			r := &o.replicas[i]
 			if r.status == ReplicaProcessing {
-				sh.mu.Unlock()
+				sp.mu.Unlock()
 				return fail(ErrObjectNotComplete, "revoke the put, or force the removal")
 			}
 			if r.refcnt > 0 {
-				sh.mu.Unlock()
+				sp.mu.Unlock()
 				return fail(fmt.Errorf("%w: replica %d has %d readers", ErrObjectLeased, r.id, r.refcnt), "retry later, or force the removal")
 			}
 		}
@@ -160,8 +160,8 @@ func (m *Master) remove(ctx context.Context, tenant, key string, force bool) (Ti
 	// Recorded before the space is freed (see Journal).
 	t := m.record(&Op{Kind: OpRemove, Tenant: tenant, Key: key})
 	m.freeReplicasLocked(o.replicas)
-	m.deleteLocked(sh, o)
-	sh.mu.Unlock()
+	m.deleteLocked(sp, o)
+	sp.mu.Unlock()
 	m.leave(o)
 	return t, nil
 }

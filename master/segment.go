@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+
+	"github.com/shardfence/shardfence/master/internal/alloc"
 )
 
 // SegmentSpec describes a client's memory segment.
@@ -82,7 +84,7 @@ func (m *Master) mountSegment(ctx context.Context, clientID string, spec Segment
 	if retry {
 		return m.sync(), nil // answered once the first mount is durable
 	}
-	s := &segment{id: spec.ID, name: spec.Name, client: m.clientFor(clientID), base: spec.Base, size: spec.Size, state: segmentServing, alloc: newAllocator(spec.Size)}
+	s := &segment{id: spec.ID, name: spec.Name, client: m.clientFor(clientID), base: spec.Base, size: spec.Size, state: segmentServing, alloc: alloc.New(spec.Size)}
 	s.owner.Store(rec)
 	ep := spec.Endpoint
 	s.endpoint.Store(&ep)
@@ -100,15 +102,15 @@ type UnmountResult struct {
 // dropSegmentsLocked removes segs and every replica on them in one pass
 // over the metadata; objects left without replicas are deleted and
 // returned (the caller drops them from their groups once it holds no
-// shard lock). Nothing is logged here. The caller holds topo exclusively.
+// stripe lock). Nothing is logged here. The caller holds topo exclusively.
 func (m *Master) dropSegmentsLocked(segs map[*segment]bool) (UnmountResult, []*object) {
 	var res UnmountResult
 	var gone []*object
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.Lock()
-		m.preserve(sh)
-		for _, o := range sh.objects {
+	for i := range m.stripes {
+		sp := &m.stripes[i]
+		sp.mu.Lock()
+		m.preserve(sp)
+		for _, o := range sp.objects {
 			kept := o.replicas[:0:0]
 			hit := false
 			for _, r := range o.replicas {
@@ -126,11 +128,11 @@ func (m *Master) dropSegmentsLocked(segs map[*segment]bool) (UnmountResult, []*o
 			o.replicas = kept
 			o.tenant.release(before - o.memoryBytes())
 			if len(kept) == 0 {
-				m.deleteLocked(sh, o)
+				m.deleteLocked(sp, o)
 				gone = append(gone, o)
 			}
 		}
-		sh.mu.Unlock()
+		sp.mu.Unlock()
 	}
 	res.Objects = uint64(len(gone))
 	for s := range segs {
@@ -230,142 +232,114 @@ func (m *Master) ReMountSegment(ctx context.Context, clientID string, specs []Se
 	return res, nil
 }
 
-func (m *Master) reMountSegment(ctx context.Context, clientID string, specs []SegmentSpec) (RemountResult, Ticket, error) {
-	start := time.Now()
-	fail := func(seg uint64, err error, hint string) (RemountResult, Ticket, error) {
-		m.metrics.remountFailures.Inc()
-		return RemountResult{}, nil, &Error{Op: "ReMountSegment", Segment: seg, Client: clientID, Err: err, Hint: hint}
-	}
+// refusal is why a step refuses a request, in the words of an Error:
+// the segment concerned (0 for the request as a whole), the cause and the
+// hint. The zero refusal (err nil) lets the request through.
+type refusal struct {
+	seg  uint64
+	err  error
+	hint string
+}
+
+// checkRemountRequest refuses a remount that names no client or no
+// segment.
+func checkRemountRequest(clientID string, specs []SegmentSpec) refusal {
 	if clientID == "" {
-		return fail(0, fmt.Errorf("%w: empty client id", ErrInvalidArgument), "pass the client's id")
+		return refusal{0, fmt.Errorf("%w: empty client id", ErrInvalidArgument), "pass the client's id"}
 	}
 	if len(specs) == 0 {
-		return fail(0, fmt.Errorf("%w: no segments", ErrInvalidArgument), "list the segments to remount")
+		return refusal{0, fmt.Errorf("%w: no segments", ErrInvalidArgument), "list the segments to remount"}
+	}
+	return refusal{}
+}
+
+// checkRemount is step 1 of ReMountSegment, a pure decision: the restored
+// segments the request names, in its order, or why it is refused. The
+// caller holds topo (segments is Master.segments).
+func checkRemount(clientID string, specs []SegmentSpec, segments map[uint64]*segment) ([]*segment, refusal) {
+	if r := checkRemountRequest(clientID, specs); r.err != nil {
+		return nil, r
+	}
+	segs := make([]*segment, len(specs))
+	listed := make(map[uint64]bool, len(specs))
+	for i, spec := range specs {
+		if err := spec.validate(); err != nil {
+			return nil, refusal{spec.ID, err, "describe the segment as it was mounted"}
+		}
+		s := segments[spec.ID]
+		switch {
+		case s == nil:
+			return nil, refusal{spec.ID, ErrSegmentNotFound, "the master does not know this segment; mount it with MountSegment"}
+		case s.client.id != clientID:
+			return nil, refusal{spec.ID, fmt.Errorf("%w: segment is owned by %q", ErrWrongClient, s.client.id), "remount it from the client that mounted it"}
+		case s.base != spec.Base || s.size != spec.Size:
+			return nil, refusal{spec.ID, fmt.Errorf("%w: restored base %d size %d, remount says base %d size %d", ErrSegmentMismatch, s.base, s.size, spec.Base, spec.Size), "remount the same memory region the segment had"}
+		case listed[spec.ID]:
+			return nil, refusal{spec.ID, fmt.Errorf("%w: segment listed twice", ErrInvalidArgument), "list each segment once"}
+		}
+		listed[spec.ID] = true
+		segs[i] = s
+	}
+	return segs, refusal{}
+}
+
+// offlineRemount refuses the remount of a client whose incarnation is
+// being offboarded.
+var offlineRemount = refusal{0, fmt.Errorf("%w: the client's incarnation is being offboarded", ErrClientOffline), "remount once its offboarding completed (mount its segments afresh then)"}
+
+func (m *Master) reMountSegment(ctx context.Context, clientID string, specs []SegmentSpec) (RemountResult, Ticket, error) {
+	start := time.Now()
+	fail := func(r refusal) (RemountResult, Ticket, error) {
+		m.metrics.remountFailures.Inc()
+		return RemountResult{}, nil, &Error{Op: "ReMountSegment", Segment: r.seg, Client: clientID, Err: r.err, Hint: r.hint}
+	}
+	if r := checkRemountRequest(clientID, specs); r.err != nil {
+		return fail(r)
 	}
 	if err := ctx.Err(); err != nil {
-		return fail(0, err, "")
+		return fail(refusal{err: err})
 	}
 	var recovery *livenessRecovery
 	defer func() { m.noteRecovery(recovery) }() // after the unlock below
 	m.topo.Lock()
 	defer m.topo.Unlock()
 
-	segs := make([]*segment, len(specs))
-	defer func() {
-		for _, s := range segs {
-			if s != nil {
-				s.remountSlot = 0
-			}
-		}
-	}()
-	for i, spec := range specs {
-		if err := spec.validate(); err != nil {
-			return fail(spec.ID, err, "describe the segment as it was mounted")
-		}
-		s := m.segments[spec.ID]
-		switch {
-		case s == nil:
-			return fail(spec.ID, ErrSegmentNotFound, "the master does not know this segment; mount it with MountSegment")
-		case s.client.id != clientID:
-			return fail(spec.ID, fmt.Errorf("%w: segment is owned by %q", ErrWrongClient, s.client.id), "remount it from the client that mounted it")
-		case s.base != spec.Base || s.size != spec.Size:
-			return fail(spec.ID, fmt.Errorf("%w: restored base %d size %d, remount says base %d size %d", ErrSegmentMismatch, s.base, s.size, spec.Base, spec.Size), "remount the same memory region the segment had")
-		case s.remountSlot != 0:
-			return fail(spec.ID, fmt.Errorf("%w: segment listed twice", ErrInvalidArgument), "list each segment once")
-		}
-		s.remountSlot = i + 1
-		segs[i] = s
+	// 1. Validate.
+	segs, r := checkRemount(clientID, specs, m.segments)
+	if r.err != nil {
+		return fail(r)
 	}
 	if m.live.ClientState(clientID) == ClientOffline {
-		return fail(0, fmt.Errorf("%w: the client's incarnation is being offboarded", ErrClientOffline), "remount once its offboarding completed (mount its segments afresh then)")
+		return fail(offlineRemount)
 	}
-
-	// 2. Collect: one entry per object (a vector, no hash map; an object
-	// with several matching replicas is appended once) and one per matched
-	// replica, a pointer into its object's replica slice, stable while topo
-	// is held exclusively. Shards are visited in order, so runs mark where
-	// each shard's replicas end for the publication step.
-	collectStart := time.Now()
-	var total int64
-	ext := make([][]extent, len(segs))
 	for i, s := range segs {
-		n := max(s.replicas.Load(), 0)
-		ext[i] = make([]extent, 0, n)
-		total += n
+		s.remountSlot = i + 1
 	}
-	// Sized once: at tens of millions of objects, growing by appends would
-	// copy the vectors repeatedly and keep the collector busy.
-	objs := make([]*object, 0, total)
-	matches := make([]remountMatch, 0, total)
-	var runs []shardRun
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.RLock()
-		first := len(matches)
-		for _, o := range sh.objects {
-			matched := false
-			for j := range o.replicas {
-				r := &o.replicas[j]
-				if r.kind != MemoryReplica || r.seg == nil || r.seg.remountSlot == 0 {
-					continue
-				}
-				slot := r.seg.remountSlot - 1
-				matches = append(matches, remountMatch{r: r, slot: int32(slot), idx: int32(len(ext[slot]))})
-				ext[slot] = append(ext[slot], extent{r.offset, r.size})
-				matched = true
-			}
-			if matched {
-				objs = append(objs, o)
-			}
+	defer func() {
+		for _, s := range segs {
+			s.remountSlot = 0
 		}
-		sh.mu.RUnlock()
-		if len(matches) > first {
-			runs = append(runs, shardRun{shard: sh, end: len(matches)})
-		}
-	}
+	}()
 
+	// 2. Collect.
+	collectStart := time.Now()
+	scan := m.collectRemount(segs)
 	collectDur := time.Since(collectStart)
 
 	// 3. Rebuild and verify every allocator before touching anything.
 	rebuildStart := time.Now()
-	allocs := make([]*allocator, len(segs))
-	handles := make([][]uint32, len(segs))
-	for i, s := range segs {
-		a, h, err := rebuildAllocator(s.size, ext[i])
-		if err != nil {
-			return fail(s.id, fmt.Errorf("%w: %v", ErrSegmentMismatch, err), "the segment's contents do not match the master's metadata; unmount and mount it afresh")
-		}
-		allocs[i], handles[i] = a, h
-		ext[i] = nil
+	allocs, handles, r := rebuildAllocators(segs, scan.ext)
+	if r.err != nil {
+		return fail(r)
 	}
 	// The remount is a liveness signal, taken before anything changes: a
 	// client that went Offline since step 1 is refused with nothing done.
 	rec, rc, err := m.live.signal(clientID, true)
 	recovery = rc
 	if err != nil {
-		return fail(0, err, "remount once its offboarding completed (mount its segments afresh then)")
+		return fail(refusal{0, err, offlineRemount.hint})
 	}
-
-	// Install the rebuilt handles while the replicas are still unreadable
-	// (one shard lock at a time, so reads elsewhere go on): this is O(N)
-	// random writes and must not eat the recovery lease.
-	k := 0
-	for _, run := range runs {
-		run.shard.mu.Lock()
-		for ; k < run.end; k++ {
-			mt := matches[k]
-			mt.r.handle = handles[mt.slot][mt.idx]
-		}
-		run.shard.mu.Unlock()
-	}
-	// Visit objects in address order for the assignment below: the scan
-	// found them in hash order, scattered over the heap, and in address
-	// order the one O(N) step inside the lease window streams through
-	// memory instead of missing the cache on every object. The heap does
-	// not move objects, so the order is stable.
-	slices.SortFunc(objs, func(a, b *object) int {
-		return cmp.Compare(uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b)))
-	})
+	scan.installHandles(handles)
 	rebuildDur := time.Since(rebuildStart)
 
 	// 4. One deadline for the whole batch, computed after the rebuild so
@@ -374,15 +348,127 @@ func (m *Master) reMountSegment(ctx context.Context, clientID string, specs []Se
 	now := m.clock.Steady()
 	deadline, softDeadline := now.Add(recoveryTTL), now.Add(m.cfg.SoftPinTTL)
 	assignStart := time.Now()
-	assignLeases(objs, deadline, softDeadline)
+	assignLeases(scan.objs, deadline, softDeadline)
 	assignDur := time.Since(assignStart)
-	matched := len(objs)
 
-	// 5. Publish: storing the endpoint clears the invalid endpoint of every
-	// replica on the segment at once; then the segment joins placement.
+	// 5. Publish.
+	t := m.publishRemount(clientID, specs, segs, allocs, rec)
+	visible := toDuration(deadline - m.clock.Steady())
+	res := RemountResult{
+		Segments: len(segs), MatchedObjects: len(scan.objs), RecoveryTTL: recoveryTTL,
+		AssignDuration: assignDur, TotalDuration: time.Since(start), VisibleTTL: visible,
+		CollectDuration: collectDur, RebuildDuration: rebuildDur,
+	}
+	m.noteRemount(&res)
+	return res, t, nil
+}
+
+// remountScan is what step 2 of a remount collected: one entry per object
+// with a replica on the remounted segments (a vector, no hash map; an
+// object with several matching replicas is appended once), one per
+// matched replica (a pointer into its object's replica slice, stable
+// while topo is held exclusively), and each segment's replica extents.
+// Stripes are visited in order, so runs mark where each stripe's replicas
+// end for the handle installation.
+type remountScan struct {
+	objs    []*object
+	matches []remountMatch
+	runs    []stripeRun
+	ext     [][]alloc.Extent
+}
+
+// collectRemount is step 2 of a remount: one pass over the stripes, each
+// under its read lock. The caller holds topo exclusively and has set each
+// remounted segment's remountSlot.
+func (m *Master) collectRemount(segs []*segment) remountScan {
+	var total int64
+	sc := remountScan{ext: make([][]alloc.Extent, len(segs))}
+	for i, s := range segs {
+		n := max(s.replicas.Load(), 0)
+		sc.ext[i] = make([]alloc.Extent, 0, n)
+		total += n
+	}
+	// Sized once: at tens of millions of objects, growing by appends would
+	// copy the vectors repeatedly and keep the collector busy.
+	sc.objs = make([]*object, 0, total)
+	sc.matches = make([]remountMatch, 0, total)
+	for i := range m.stripes {
+		sp := &m.stripes[i]
+		sp.mu.RLock()
+		first := len(sc.matches)
+		for _, o := range sp.objects {
+			matched := false
+			for j := range o.replicas {
+				r := &o.replicas[j]
+				if r.kind != MemoryReplica || r.seg == nil || r.seg.remountSlot == 0 {
+					continue
+				}
+				slot := r.seg.remountSlot - 1
+				sc.matches = append(sc.matches, remountMatch{r: r, slot: int32(slot), idx: int32(len(sc.ext[slot]))})
+				sc.ext[slot] = append(sc.ext[slot], alloc.Extent{Offset: r.offset, Size: r.size})
+				matched = true
+			}
+			if matched {
+				sc.objs = append(sc.objs, o)
+			}
+		}
+		sp.mu.RUnlock()
+		if len(sc.matches) > first {
+			sc.runs = append(sc.runs, stripeRun{stripe: sp, end: len(sc.matches)})
+		}
+	}
+	return sc
+}
+
+// rebuildAllocators is step 3 of a remount, pure: each segment's
+// allocator rebuilt from its replicas' extents, with the handle of each,
+// or the refusal of a segment whose extents overlap or overrun it. It
+// drops the extents as it goes.
+func rebuildAllocators(segs []*segment, ext [][]alloc.Extent) ([]*alloc.Allocator, [][]uint32, refusal) {
+	allocs := make([]*alloc.Allocator, len(segs))
+	handles := make([][]uint32, len(segs))
+	for i, s := range segs {
+		a, h, err := alloc.Rebuild(s.size, ext[i])
+		if err != nil {
+			return nil, nil, refusal{s.id, fmt.Errorf("%w: %v", ErrSegmentMismatch, err), "the segment's contents do not match the master's metadata; unmount and mount it afresh"}
+		}
+		allocs[i], handles[i] = a, h
+		ext[i] = nil
+	}
+	return allocs, handles, refusal{}
+}
+
+// installHandles gives the matched replicas their rebuilt handles while
+// they are still unreadable (one stripe lock at a time, so reads elsewhere
+// go on): this is O(N) random writes and must not eat the recovery lease.
+// Then it sorts the objects into address order for the lease assignment:
+// the scan found them in hash order, scattered over the heap, and in
+// address order the one O(N) step inside the lease window streams through
+// memory instead of missing the cache on every object. The heap does not
+// move objects, so the order is stable.
+func (sc *remountScan) installHandles(handles [][]uint32) {
+	k := 0
+	for _, run := range sc.runs {
+		run.stripe.mu.Lock()
+		for ; k < run.end; k++ {
+			mt := sc.matches[k]
+			mt.r.handle = handles[mt.slot][mt.idx]
+		}
+		run.stripe.mu.Unlock()
+	}
+	slices.SortFunc(sc.objs, func(a, b *object) int {
+		return cmp.Compare(uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b)))
+	})
+}
+
+// publishRemount is step 5 of a remount: storing the endpoint clears the
+// invalid endpoint of every replica on the segment at once; then the
+// segment joins placement and the remount is logged. The caller holds topo
+// exclusively; the ticket is the last segment's.
+func (m *Master) publishRemount(clientID string, specs []SegmentSpec, segs []*segment, allocs []*alloc.Allocator, owner *ClientLivenessRecord) Ticket {
 	var t Ticket
 	for i, s := range segs {
-		s.owner.Store(rec)
+		s.owner.Store(owner)
 		ep := specs[i].Endpoint
 		s.endpoint.Store(&ep)
 		s.mu.Lock()
@@ -394,25 +480,24 @@ func (m *Master) reMountSegment(ctx context.Context, clientID string, specs []Se
 		}
 		t = m.record(&Op{Kind: OpRemountSegment, Client: clientID, Segment: standbySegment(s)})
 	}
-	visible := toDuration(deadline - m.clock.Steady())
-	res := RemountResult{
-		Segments: len(segs), MatchedObjects: matched, RecoveryTTL: recoveryTTL,
-		AssignDuration: assignDur, TotalDuration: time.Since(start), VisibleTTL: visible,
-		CollectDuration: collectDur, RebuildDuration: rebuildDur,
-	}
-	m.remounts.Add(1)
-	m.lastRemount.Store(&res)
-	m.metrics.remountMatched.Set(float64(res.MatchedObjects))
-	m.metrics.remountAssign.Observe(assignDur.Seconds())
-	m.metrics.remountTotal.Observe(res.TotalDuration.Seconds())
-	m.metrics.recoveryTTL.Set(recoveryTTL.Seconds())
-	m.metrics.remountVisibleTTL.Set(visible.Seconds())
-	return res, t, nil
+	return t
 }
 
-type shardRun struct {
-	shard *shard
-	end   int // matches[previous end:end] live in shard
+// noteRemount counts a successful remount in the master's own figures and
+// its metrics.
+func (m *Master) noteRemount(res *RemountResult) {
+	m.remounts.Add(1)
+	m.lastRemount.Store(res)
+	m.metrics.remountMatched.Set(float64(res.MatchedObjects))
+	m.metrics.remountAssign.Observe(res.AssignDuration.Seconds())
+	m.metrics.remountTotal.Observe(res.TotalDuration.Seconds())
+	m.metrics.recoveryTTL.Set(res.RecoveryTTL.Seconds())
+	m.metrics.remountVisibleTTL.Set(res.VisibleTTL.Seconds())
+}
+
+type stripeRun struct {
+	stripe *stripe
+	end    int // matches[previous end:end] live in stripe
 }
 
 type remountMatch struct {

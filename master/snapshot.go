@@ -18,6 +18,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+	"github.com/shardfence/shardfence/master/internal/alloc"
+	"github.com/shardfence/shardfence/master/internal/snapcodec"
 )
 
 // A complete snapshot is the whole master state at one instant, as files:
@@ -50,7 +52,7 @@ const (
 )
 
 // Snapshot is a frozen copy of the master state, taken by Freeze. The
-// objects are held already encoded, shard by shard: the copy is the
+// objects are held already encoded, stripe by stripe: the copy is the
 // payload records themselves (no pointers for the collector to scan, and
 // about a third of the memory of a copy of the records' fields), and
 // WriteFiles only frames them into chunks.
@@ -60,17 +62,17 @@ type Snapshot struct {
 	// never waited.
 	Pause time.Duration
 	// Copy is how long copying (encoding) the objects took (changes went
-	// on, each shard's first change after the freeze copying that shard
+	// on, each stripe's first change after the freeze copying that stripe
 	// first).
 	Copy     time.Duration
 	format   SnapshotFormat
 	segments []snapSegment
-	parts    []snapPart // one per metadata shard
+	parts    []snapPart // one per metadata stripe
 	nodes    []*masterv1.NodeRecord
 	fleet    []*masterv1.ShardAssignment
 }
 
-// snapPart is one metadata shard's objects as they were at the freeze:
+// snapPart is one metadata stripe's objects as they were at the freeze:
 // their records, encoded, and where each record ends.
 type snapPart struct {
 	recs []byte
@@ -87,13 +89,13 @@ type snapSegment struct {
 	serving        bool
 }
 
-// snapshotCopy is a snapshot whose shards are still being copied.
+// snapshotCopy is a snapshot whose stripes are still being copied.
 type snapshotCopy struct {
 	format SnapshotFormat
 	clock  ClockPair
 	parts  []snapPart
-	// copied[i] is guarded by shard i's lock: the copier takes it shared,
-	// a change exclusively, so exactly one of them copies the shard.
+	// copied[i] is guarded by stripe i's lock: the copier takes it shared,
+	// a change exclusively, so exactly one of them copies the stripe.
 	copied []bool
 }
 
@@ -114,18 +116,18 @@ func (s *Snapshot) Objects() int {
 //     shared: no change is in progress, and none starts;
 //  2. call cut (the operation log ends a batch there, so the snapshot is
 //     exactly the log up to that point), capture the clock pair (S0, C0)
-//     once, copy the segments, and mark every metadata shard as owed to
+//     once, copy the segments, and mark every metadata stripe as owed to
 //     the snapshot; release the lock (the pause ends here);
-//  3. copy (encode) the shards under their read lock, GOMAXPROCS at a
-//     time. A change to a shard not copied yet copies it first, under its
-//     write lock (preserve), so every shard is copied as it was at the
+//  3. copy (encode) the stripes under their read lock, GOMAXPROCS at a
+//     time. A change to a stripe not copied yet copies it first, under its
+//     write lock (preserve), so every stripe is copied as it was at the
 //     freeze.
 //
 // Lease deadlines are read as the copy meets them: a read lease granted
 // since the freeze may show, which only keeps an object longer.
 func (m *Master) Freeze(cut func(), format SnapshotFormat) *Snapshot {
 	s, c := m.freeze(cut, format)
-	m.copyShards(s, c)
+	m.copyStripes(s, c)
 	return s
 }
 
@@ -147,7 +149,7 @@ func (m *Master) freeze(cut func(), format SnapshotFormat) (*Snapshot, *snapshot
 	// The fleet changes only under topo shared, so its table is at the cut
 	// too; its records are immutable, so the copy is of pointers.
 	s.nodes, s.fleet = m.fleet.freeze()
-	c := &snapshotCopy{format: format, clock: s.Clock, parts: make([]snapPart, len(m.shards)), copied: make([]bool, len(m.shards))}
+	c := &snapshotCopy{format: format, clock: s.Clock, parts: make([]snapPart, len(m.stripes)), copied: make([]bool, len(m.stripes))}
 	m.cow.Store(c)
 	m.topo.Unlock()
 	s.Pause = time.Since(start)
@@ -155,26 +157,26 @@ func (m *Master) freeze(cut func(), format SnapshotFormat) (*Snapshot, *snapshot
 	return s, c
 }
 
-// copyShards is step 3 of Freeze, by GOMAXPROCS workers taking the
-// shards in turn.
-func (m *Master) copyShards(s *Snapshot, c *snapshotCopy) {
+// copyStripes is step 3 of Freeze, by GOMAXPROCS workers taking the
+// stripes in turn.
+func (m *Master) copyStripes(s *Snapshot, c *snapshotCopy) {
 	copyStart := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(m.shards)) {
+	for range min(runtime.GOMAXPROCS(0), len(m.stripes)) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= len(m.shards) {
+				if i >= len(m.stripes) {
 					return
 				}
-				sh := &m.shards[i]
-				sh.mu.RLock()
+				sp := &m.stripes[i]
+				sp.mu.RLock()
 				if !c.copied[i] {
-					c.parts[i] = c.copyShard(sh)
+					c.parts[i] = c.copyStripe(sp)
 					c.copied[i] = true
 				}
-				sh.mu.RUnlock()
+				sp.mu.RUnlock()
 			}
 		})
 	}
@@ -184,29 +186,29 @@ func (m *Master) copyShards(s *Snapshot, c *snapshotCopy) {
 	s.Copy = time.Since(copyStart)
 }
 
-// preserve copies sh into the snapshot being taken, if it has not been
+// preserve copies sp into the snapshot being taken, if it has not been
 // yet, before the change the caller is about to make. The caller holds
-// sh.mu exclusively.
-func (m *Master) preserve(sh *shard) {
+// sp.mu exclusively.
+func (m *Master) preserve(sp *stripe) {
 	c := m.cow.Load()
-	if c == nil || c.copied[sh.idx] {
+	if c == nil || c.copied[sp.idx] {
 		return
 	}
-	c.parts[sh.idx] = c.copyShard(sh)
-	c.copied[sh.idx] = true
+	c.parts[sp.idx] = c.copyStripe(sp)
+	c.copied[sp.idx] = true
 }
 
-// copyShard encodes one shard's objects. The caller holds its lock.
-func (c *snapshotCopy) copyShard(sh *shard) snapPart {
-	p := snapPart{recs: make([]byte, 0, len(sh.objects)*72), ends: make([]uint32, 0, len(sh.objects))}
-	w := encoder{b: p.recs}
-	for _, o := range sh.objects {
+// copyStripe encodes one stripe's objects. The caller holds its lock.
+func (c *snapshotCopy) copyStripe(sp *stripe) snapPart {
+	p := snapPart{recs: make([]byte, 0, len(sp.objects)*72), ends: make([]uint32, 0, len(sp.objects))}
+	w := snapcodec.Encoder{B: p.recs}
+	for _, o := range sp.objects {
 		if err := encodeObject(&w, o, c.format, c.clock); err != nil {
 			return snapPart{err: err}
 		}
-		p.ends = append(p.ends, uint32(len(w.b)))
+		p.ends = append(p.ends, uint32(len(w.B)))
 	}
-	p.recs = w.b
+	p.recs = w.B
 	return p
 }
 
@@ -254,36 +256,36 @@ func (s *Snapshot) WriteFiles(dir string, id string) ([]SnapshotFile, error) {
 	if err := write(0, SnapshotManifestFile, []byte(line)); err != nil {
 		return nil, err
 	}
-	w := encoder{b: make([]byte, 0, 64<<10)}
-	w.header(man, snapshotSegmentsFile, len(s.segments))
-	w.uint(uint64(chunks))
-	w.uint(uint64(total))
+	w := snapcodec.Encoder{B: make([]byte, 0, 64<<10)}
+	encodeHeader(&w, man, snapshotSegmentsFile, len(s.segments))
+	w.Uint(uint64(chunks))
+	w.Uint(uint64(total))
 	for _, sg := range s.segments {
-		w.arr(7)
-		w.uint(sg.id)
-		w.str(sg.name)
-		w.str(sg.client)
-		w.uint(sg.base)
-		w.uint(sg.size)
-		w.str(sg.endpoint)
-		w.bool(sg.serving)
+		w.Arr(7)
+		w.Uint(sg.id)
+		w.Str(sg.name)
+		w.Str(sg.client)
+		w.Uint(sg.base)
+		w.Uint(sg.size)
+		w.Str(sg.endpoint)
+		w.Bool(sg.serving)
 	}
-	if err := write(1, snapshotSegmentsFile, w.b); err != nil {
+	if err := write(1, snapshotSegmentsFile, w.B); err != nil {
 		return nil, err
 	}
-	w.b = w.b[:0]
-	w.header(man, snapshotFleetFile, len(s.nodes)+len(s.fleet))
+	w.B = w.B[:0]
+	encodeHeader(&w, man, snapshotFleetFile, len(s.nodes)+len(s.fleet))
 	for _, n := range s.nodes {
-		if err := w.fleetRecord(fleetRecordNode, n); err != nil {
+		if err := encodeFleetRecord(&w, fleetRecordNode, n); err != nil {
 			return nil, err
 		}
 	}
 	for _, a := range s.fleet {
-		if err := w.fleetRecord(fleetRecordShard, a); err != nil {
+		if err := encodeFleetRecord(&w, fleetRecordShard, a); err != nil {
 			return nil, err
 		}
 	}
-	if err := write(2, snapshotFleetFile, w.b); err != nil {
+	if err := write(2, snapshotFleetFile, w.B); err != nil {
 		return nil, err
 	}
 	// Where each part starts in the object order, so a worker finds the
@@ -338,10 +340,10 @@ func (s *Snapshot) writeChunk(dir, id string, man SnapshotManifest, c, count, pa
 			err = fmt.Errorf("snapshot %q file %q: %w", id, name, cerr)
 		}
 	}()
-	var w encoder
-	w.header(man, name, count)
-	size := int64(len(w.b))
-	if _, err := f.Write(w.b); err != nil {
+	var w snapcodec.Encoder
+	encodeHeader(&w, man, name, count)
+	size := int64(len(w.B))
+	if _, err := f.Write(w.B); err != nil {
 		return fmt.Errorf("snapshot %q file %q: %w", id, name, err)
 	}
 	for count > 0 {
@@ -369,21 +371,21 @@ func chunkName(c int) string { return fmt.Sprintf("%s%06d", snapshotObjectsFile,
 
 // encodeObject writes one object record: 13 fields, the deadlines in the
 // format's domain (clock is the snapshot's pair, for 1.0.0). The caller
-// holds the object's shard lock.
-func encodeObject(w *encoder, o *object, format SnapshotFormat, clock ClockPair) error {
-	w.arr(13)
-	w.str(o.tenant.name)
-	w.str(o.key)
-	w.str(o.client.id)
-	w.uint(o.size)
-	w.uint(uint64(o.dataType))
+// holds the object's stripe lock.
+func encodeObject(w *snapcodec.Encoder, o *object, format SnapshotFormat, clock ClockPair) error {
+	w.Arr(13)
+	w.Str(o.tenant.name)
+	w.Str(o.key)
+	w.Str(o.client.id)
+	w.Uint(o.size)
+	w.Uint(uint64(o.dataType))
 	if o.group != nil {
-		w.str(o.group.key.id)
+		w.Str(o.group.key.id)
 	} else {
-		w.str("")
+		w.Str("")
 	}
-	w.bool(o.hardPinned)
-	w.bool(o.softPinEnabled)
+	w.Bool(o.hardPinned)
+	w.Bool(o.softPinEnabled)
 	leaseAt, softAt := o.leaseDeadline(), SteadyTime(o.softPin.Load())
 	lease, soft := int64(leaseAt), int64(softAt)
 	if format == SnapshotV1 {
@@ -397,28 +399,28 @@ func encodeObject(w *encoder, o *object, format SnapshotFormat, clock ClockPair)
 			}
 		}
 	}
-	w.int(lease)
+	w.Int(lease)
 	if softAt == 0 {
-		w.nil()
+		w.Nil()
 	} else {
-		w.int(soft)
+		w.Int(soft)
 	}
-	w.int(o.putStart)
-	w.uint(o.seq)
-	w.arr(len(o.replicas))
+	w.Int(o.putStart)
+	w.Uint(o.seq)
+	w.Arr(len(o.replicas))
 	for i := range o.replicas {
 		r := &o.replicas[i]
-		w.arr(6)
-		w.uint(r.id)
-		w.uint(uint64(r.kind))
-		w.uint(uint64(r.status))
+		w.Arr(6)
+		w.Uint(r.id)
+		w.Uint(uint64(r.kind))
+		w.Uint(uint64(r.status))
 		if r.seg != nil {
-			w.uint(r.seg.id)
+			w.Uint(r.seg.id)
 		} else {
-			w.uint(0)
+			w.Uint(0)
 		}
-		w.uint(r.offset)
-		w.uint(r.size)
+		w.Uint(r.offset)
+		w.Uint(r.size)
 	}
 	return nil
 }
@@ -429,29 +431,29 @@ const (
 	fleetRecordShard = 2
 )
 
-func (w *encoder) fleetRecord(kind uint64, msg proto.Message) error {
+func encodeFleetRecord(w *snapcodec.Encoder, kind uint64, msg proto.Message) error {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
 	if err != nil {
 		return err
 	}
-	w.arr(2)
-	w.uint(kind)
+	w.Arr(2)
+	w.Uint(kind)
 	if b == nil {
-		w.nil() // an empty message: what the msgpack library wrote for it
+		w.Nil() // an empty message: what the msgpack library wrote for it
 	} else {
-		w.bytes(b)
+		w.Bytes(b)
 	}
 	return nil
 }
 
-// header opens a payload file: [format, version, id, part, count].
-func (w *encoder) header(m SnapshotManifest, part string, count int) {
-	w.arr(5)
-	w.str(payloadFormat)
-	w.str(m.Version)
-	w.str(m.ID)
-	w.str(part)
-	w.uint(uint64(count))
+// encodeHeader opens a payload file: [format, version, id, part, count].
+func encodeHeader(w *snapcodec.Encoder, m SnapshotManifest, part string, count int) {
+	w.Arr(5)
+	w.Str(payloadFormat)
+	w.Str(m.Version)
+	w.Str(m.ID)
+	w.Str(part)
+	w.Uint(uint64(count))
 }
 
 // SnapshotRestore reports a restore from a complete snapshot.
@@ -521,27 +523,27 @@ func (m *Master) restoreSnapshotAt(ctx context.Context, files map[string]string,
 	if err != nil {
 		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%v", err)
 	}
-	r := decoder{b: b}
-	nsegs := r.header(man, snapshotSegmentsFile)
-	chunks, total := r.uint(), r.uint()
+	r := snapcodec.NewDecoder(b)
+	nsegs := decodeHeader(&r, man, snapshotSegmentsFile)
+	chunks, total := r.Uint(), r.Uint()
 	segs := map[uint64]*segment{}
-	for i := 0; i < nsegs && r.err == nil; i++ {
-		r.arr(7)
-		sg := &segment{id: r.uint(), name: r.str(), client: st.client(r.str()), base: r.uint(), size: r.uint(), state: segmentAwaitingRemount}
-		_ = r.strBytes() // the endpoint: a remount proves a new one
-		_ = r.bool()
+	for i := 0; i < nsegs && r.Err == nil; i++ {
+		r.Arr(7)
+		sg := &segment{id: r.Uint(), name: r.Str(), client: st.client(r.Str()), base: r.Uint(), size: r.Uint(), state: segmentAwaitingRemount}
+		_ = r.StrBytes() // the endpoint: a remount proves a new one
+		_ = r.Bool()
 		switch {
-		case r.err != nil:
+		case r.Err != nil:
 		case sg.id == 0 || sg.size == 0 || sg.client.id == "" || sg.base+sg.size < sg.base:
-			r.fail("segment %d: needs an id, a size and a client", sg.id)
+			r.Fail("segment %d: needs an id, a size and a client", sg.id)
 		case segs[sg.id] != nil:
-			r.fail("segment %d listed twice", sg.id)
+			r.Fail("segment %d listed twice", sg.id)
 		}
 		segs[sg.id] = sg
 	}
-	r.end()
-	if r.err != nil {
-		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%v", r.err)
+	r.End()
+	if r.Err != nil {
+		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%v", r.Err)
 	}
 	if chunks > math.MaxInt32 || total > uint64(chunks)*ObjectsPerChunk {
 		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%d objects in %d files", total, chunks)
@@ -604,7 +606,7 @@ func (m *Master) restoreSnapshotAt(ctx context.Context, files map[string]string,
 	if extra := fmt.Sprintf("%s%06d", snapshotObjectsFile, chunks); files[extra] != "" {
 		return bad(extra, ErrSnapshotPayload, "a chunk past the %d the segments file counts", chunks)
 	}
-	built, err := m.buildShards(dec)
+	built, err := m.buildStripes(dec)
 	if err != nil {
 		var de *dupError
 		if errors.As(err, &de) {
@@ -626,10 +628,10 @@ func (m *Master) restoreSnapshotAt(ctx context.Context, files map[string]string,
 }
 
 // decodedChunk is one objects chunk decoded: the objects it keeps, in
-// file order, with the metadata shard of each.
+// file order, with the metadata stripe of each.
 type decodedChunk struct {
-	objs  []*object
-	shard []uint32
+	objs   []*object
+	stripe []uint32
 	// gone are the keys of objects decoded but not kept (no complete
 	// replica, or cleaned up): they still count against duplicates.
 	gone                      []goneKey
@@ -641,8 +643,8 @@ type decodedChunk struct {
 }
 
 type goneKey struct {
-	key   objectKey
-	shard uint32
+	key    objectKey
+	stripe uint32
 }
 
 // restoreWorker is one decoding worker's view of the restore: it finds
@@ -699,30 +701,30 @@ func (m *Master) decodeChunk(w *restoreWorker, files map[string]string, c, chunk
 		return out
 	}
 	w.buf = b
-	r := decoder{b: b}
-	n := r.header(man, name)
-	if r.err == nil && (n > ObjectsPerChunk || (c < chunks-1 && n != ObjectsPerChunk)) {
-		r.fail("%d objects in a chunk (every chunk but the last holds %d)", n, ObjectsPerChunk)
+	r := snapcodec.NewDecoder(b)
+	n := decodeHeader(&r, man, name)
+	if r.Err == nil && (n > ObjectsPerChunk || (c < chunks-1 && n != ObjectsPerChunk)) {
+		r.Fail("%d objects in a chunk (every chunk but the last holds %d)", n, ObjectsPerChunk)
 	}
-	if r.err != nil {
-		out.err = r.err
+	if r.Err != nil {
+		out.err = r.Err
 		return out
 	}
 	out.objs = make([]*object, 0, n)
-	out.shard = make([]uint32, 0, n)
-	for i := 0; i < n && r.err == nil; i++ {
+	out.stripe = make([]uint32, 0, n)
+	for i := 0; i < n && r.Err == nil; i++ {
 		o, err := w.decodeObject(&r, man, segs, now)
 		if err != nil {
 			out.err, out.conv = fmt.Errorf("object %d: %w", i, err), true
 			return out
 		}
-		if r.err != nil {
+		if r.Err != nil {
 			break
 		}
-		sh := uint32(m.shardFor(o.tenant.name, o.key).idx)
+		sp := uint32(m.stripeFor(o.tenant.name, o.key).idx)
 		if len(o.replicas) == 0 {
 			out.dropped++
-			out.gone = append(out.gone, goneKey{objectKey{o.tenant.name, o.key}, sh})
+			out.gone = append(out.gone, goneKey{objectKey{o.tenant.name, o.key}, sp})
 			continue
 		}
 		for _, rp := range o.replicas {
@@ -730,18 +732,18 @@ func (m *Master) decodeChunk(w *restoreWorker, files map[string]string, c, chunk
 		}
 		if m.cfg.SnapshotRestoreCleanup && !o.hardPinned && o.leaseExpired(now.Steady) && !o.softPinActive(now.Steady) {
 			out.cleaned++
-			out.gone = append(out.gone, goneKey{objectKey{o.tenant.name, o.key}, sh})
+			out.gone = append(out.gone, goneKey{objectKey{o.tenant.name, o.key}, sp})
 			continue
 		}
 		if o.leaseExpired(now.Steady) {
 			out.expired++
 		}
 		out.objs = append(out.objs, o)
-		out.shard = append(out.shard, sh)
+		out.stripe = append(out.stripe, sp)
 	}
-	r.end()
-	if r.err != nil {
-		out.err = r.err
+	r.End()
+	if r.Err != nil {
+		out.err = r.Err
 		return out
 	}
 	out.done = n
@@ -796,33 +798,33 @@ type objectWithReplica struct {
 }
 
 // decodeObject reads one object record and converts its deadlines. A
-// malformed record is r.err; a conversion failure is returned.
-func (w *restoreWorker) decodeObject(r *decoder, man SnapshotManifest, segs map[uint64]*segment, now ClockPair) (*object, error) {
-	r.arr(13)
-	tenant, key, client := r.strBytes(), r.str(), r.strBytes()
-	size := r.uint()
-	dt := r.uint()
-	group := r.strBytes()
-	hardPinned, softPinEnabled := r.bool(), r.bool()
-	lease := r.int()
-	soft, hasSoft := r.optInt()
-	putStart := r.int()
-	seq := r.uint()
-	nrep := r.arrLen()
-	if r.err != nil {
+// malformed record is r.Err; a conversion failure is returned.
+func (w *restoreWorker) decodeObject(r *snapcodec.Decoder, man SnapshotManifest, segs map[uint64]*segment, now ClockPair) (*object, error) {
+	r.Arr(13)
+	tenant, key, client := r.StrBytes(), r.Str(), r.StrBytes()
+	size := r.Uint()
+	dt := r.Uint()
+	group := r.StrBytes()
+	hardPinned, softPinEnabled := r.Bool(), r.Bool()
+	lease := r.Int()
+	soft, hasSoft := r.OptInt()
+	putStart := r.Int()
+	seq := r.Uint()
+	nrep := r.ArrLen()
+	if r.Err != nil {
 		return nil, nil
 	}
 	switch {
 	case key == "" || len(key) > maxKeyLen || len(tenant) > maxKeyLen:
-		r.fail("key of %d bytes, tenant of %d (keys are 1 to %d bytes)", len(key), len(tenant), maxKeyLen)
+		r.Fail("key of %d bytes, tenant of %d (keys are 1 to %d bytes)", len(key), len(tenant), maxKeyLen)
 	case len(client) == 0:
-		r.fail("object (%q, %q) without a client", tenant, key)
+		r.Fail("object (%q, %q) without a client", tenant, key)
 	case dt > math.MaxUint32:
-		r.fail("data type %d", dt)
+		r.Fail("data type %d", dt)
 	case nrep > maxReplicas:
-		r.fail("%d replicas", nrep)
+		r.Fail("%d replicas", nrep)
 	}
-	if r.err != nil {
+	if r.Err != nil {
 		return nil, nil
 	}
 	var o *object
@@ -851,24 +853,24 @@ func (w *restoreWorker) decodeObject(r *decoder, man SnapshotManifest, segs map[
 	}
 	o.lease.Store(int64(l))
 	o.softPin.Store(int64(s))
-	for j := 0; j < nrep && r.err == nil; j++ {
-		r.arr(6)
-		rp := replica{id: r.uint(), handle: noNode}
-		kind, status := r.uint(), r.uint()
-		seg, off, size := r.uint(), r.uint(), r.uint()
-		if r.err != nil {
+	for j := 0; j < nrep && r.Err == nil; j++ {
+		r.Arr(6)
+		rp := replica{id: r.Uint(), handle: alloc.NoHandle}
+		kind, status := r.Uint(), r.Uint()
+		seg, off, size := r.Uint(), r.Uint(), r.Uint()
+		if r.Err != nil {
 			break
 		}
 		rp.kind, rp.status, rp.offset, rp.size = ReplicaKind(kind), ReplicaStatus(status), off, size
 		switch {
 		case kind != uint64(MemoryReplica) && kind != uint64(DiskReplica):
-			r.fail("object (%q, %q): replica %d of kind %d", tenant, key, rp.id, kind)
+			r.Fail("object (%q, %q): replica %d of kind %d", tenant, key, rp.id, kind)
 		case status < uint64(ReplicaProcessing) || status > uint64(ReplicaFailed):
-			r.fail("object (%q, %q): replica %d of status %d", tenant, key, rp.id, status)
+			r.Fail("object (%q, %q): replica %d of status %d", tenant, key, rp.id, status)
 		case rp.kind == MemoryReplica && segs[seg] == nil:
-			r.fail("object (%q, %q): replica %d on segment %d, which the snapshot does not describe", tenant, key, rp.id, seg)
+			r.Fail("object (%q, %q): replica %d on segment %d, which the snapshot does not describe", tenant, key, rp.id, seg)
 		case rp.kind == MemoryReplica && (size == 0 || off+size < off):
-			r.fail("object (%q, %q): replica %d range %d+%d", tenant, key, rp.id, off, size)
+			r.Fail("object (%q, %q): replica %d range %d+%d", tenant, key, rp.id, off, size)
 		}
 		if rp.status != ReplicaComplete {
 			continue // in progress or gone: not recoverable, hard pin or not
@@ -878,7 +880,7 @@ func (w *restoreWorker) decodeObject(r *decoder, man SnapshotManifest, segs map[
 		}
 		o.replicas = append(o.replicas, rp)
 	}
-	if r.err == nil {
+	if r.Err == nil {
 		o.tenant, o.client = w.tenant(tenant), w.client(client)
 		if len(group) > 0 {
 			o.group = w.group(o.tenant.name, group)
@@ -887,9 +889,9 @@ func (w *restoreWorker) decodeObject(r *decoder, man SnapshotManifest, segs map[
 	return o, nil
 }
 
-// builtShards are the restored objects' shard maps, made beside the
+// builtStripes are the restored objects' stripe maps, made beside the
 // master's and put in place only once the snapshot is accepted.
-type builtShards struct {
+type builtStripes struct {
 	maps    []map[objectKey]*object
 	objects int
 	// Per tenant and per segment sums, to add at install.
@@ -912,28 +914,28 @@ func (e *dupError) Error() string {
 	return fmt.Sprintf("object (%q, %q) listed twice", e.key.tenant, e.key.key)
 }
 
-// buildShards fills a map per metadata shard, each sized for what it
-// receives, by GOMAXPROCS workers that each own a range of shards: no
+// buildStripes fills a map per metadata stripe, each sized for what it
+// receives, by GOMAXPROCS workers that each own a range of stripes: no
 // lock, no map growth. A key met twice (kept or not) refuses the snapshot.
-func (m *Master) buildShards(dec []decodedChunk) (*builtShards, error) {
-	n := len(m.shards)
+func (m *Master) buildStripes(dec []decodedChunk) (*builtStripes, error) {
+	n := len(m.stripes)
 	counts := make([]int, n)
 	gone := false
 	for c := range dec {
-		for _, s := range dec[c].shard {
+		for _, s := range dec[c].stripe {
 			counts[s]++
 		}
 		gone = gone || len(dec[c].gone) > 0
 	}
-	b := &builtShards{maps: make([]map[objectKey]*object, n), used: map[*tenant]tenantSum{}, replicas: map[*segment]int64{}}
+	b := &builtStripes{maps: make([]map[objectKey]*object, n), used: map[*tenant]tenantSum{}, replicas: map[*segment]int64{}}
 	workers := min(runtime.GOMAXPROCS(0), n)
 	errs := make([]*dupError, workers)
-	sums := make([]*builtShards, workers)
+	sums := make([]*builtStripes, workers)
 	var wg sync.WaitGroup
 	for wi := range workers {
 		lo, hi := uint32(wi*n/workers), uint32((wi+1)*n/workers)
 		wg.Go(func() {
-			mine := &builtShards{used: map[*tenant]tenantSum{}, replicas: map[*segment]int64{}}
+			mine := &builtStripes{used: map[*tenant]tenantSum{}, replicas: map[*segment]int64{}}
 			sums[wi] = mine
 			for s := lo; s < hi; s++ {
 				b.maps[s] = make(map[objectKey]*object, counts[s])
@@ -948,7 +950,7 @@ func (m *Master) buildShards(dec []decodedChunk) (*builtShards, error) {
 			}
 			for c := range dec {
 				d := &dec[c]
-				for j, s := range d.shard {
+				for j, s := range d.stripe {
 					if s < lo || s >= hi {
 						continue
 					}
@@ -981,20 +983,20 @@ func (m *Master) buildShards(dec []decodedChunk) (*builtShards, error) {
 					continue
 				}
 				for _, g := range d.gone {
-					if g.shard < lo || g.shard >= hi {
+					if g.stripe < lo || g.stripe >= hi {
 						continue
 					}
-					if _, ok := b.maps[g.shard][g.key]; ok || dup(c, g.key, g.shard) {
+					if _, ok := b.maps[g.stripe][g.key]; ok || dup(c, g.key, g.stripe) {
 						errs[wi] = &dupError{key: g.key, chunk: c}
 						return
 					}
 					if goneSets == nil {
 						goneSets = map[uint32]map[objectKey]struct{}{}
 					}
-					if goneSets[g.shard] == nil {
-						goneSets[g.shard] = map[objectKey]struct{}{}
+					if goneSets[g.stripe] == nil {
+						goneSets[g.stripe] = map[objectKey]struct{}{}
 					}
-					goneSets[g.shard][g.key] = struct{}{}
+					goneSets[g.stripe][g.key] = struct{}{}
 				}
 			}
 		})
@@ -1028,7 +1030,7 @@ func (m *Master) buildShards(dec []decodedChunk) (*builtShards, error) {
 // remount would refuse them later, after the snapshot had been accepted.
 // Each segment's ranges are sorted in GOMAXPROCS pieces at once, then
 // walked in merged order.
-func checkRanges(segs map[uint64]*segment, dec []decodedChunk, b *builtShards) error {
+func checkRanges(segs map[uint64]*segment, dec []decodedChunk, b *builtStripes) error {
 	per := make(map[*segment][]ext, len(b.replicas))
 	for s, n := range b.replicas {
 		per[s] = make([]ext, 0, n)
@@ -1111,11 +1113,11 @@ func (m *Master) empty() bool {
 	if len(m.segments) > 0 {
 		return false
 	}
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.RLock()
-		n := len(sh.objects)
-		sh.mu.RUnlock()
+	for i := range m.stripes {
+		sp := &m.stripes[i]
+		sp.mu.RLock()
+		n := len(sp.objects)
+		sp.mu.RUnlock()
 		if n > 0 {
 			return false
 		}
@@ -1125,7 +1127,7 @@ func (m *Master) empty() bool {
 
 // install puts decoded segments and objects in place. Nothing is logged:
 // a restore rebuilds what the log (and the snapshot) already hold.
-func (m *Master) install(st *restoreState, segs map[uint64]*segment, dec []decodedChunk, b *builtShards, maxReplica uint64) {
+func (m *Master) install(st *restoreState, segs map[uint64]*segment, dec []decodedChunk, b *builtStripes, maxReplica uint64) {
 	m.topo.Lock()
 	defer m.topo.Unlock()
 	m.tenantsMu.Lock()
@@ -1146,18 +1148,18 @@ func (m *Master) install(st *restoreState, segs map[uint64]*segment, dec []decod
 	for id, s := range segs {
 		m.segments[id] = s
 	}
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.Lock()
-		m.preserve(sh)
-		if len(sh.objects) == 0 {
-			sh.objects = b.maps[i]
+	for i := range m.stripes {
+		sp := &m.stripes[i]
+		sp.mu.Lock()
+		m.preserve(sp)
+		if len(sp.objects) == 0 {
+			sp.objects = b.maps[i]
 		} else {
 			for k, o := range b.maps[i] {
-				sh.objects[k] = o
+				sp.objects[k] = o
 			}
 		}
-		sh.mu.Unlock()
+		sp.mu.Unlock()
 	}
 	for t, v := range b.used {
 		t.used.Add(v.bytes)
@@ -1188,15 +1190,15 @@ func readFleet(files map[string]string, man SnapshotManifest) ([]*masterv1.NodeR
 	if err != nil {
 		return nil, nil, err
 	}
-	r := decoder{b: b}
-	n := r.header(man, snapshotFleetFile)
+	r := snapcodec.NewDecoder(b)
+	n := decodeHeader(&r, man, snapshotFleetFile)
 	var nodes []*masterv1.NodeRecord
 	var assigns []*masterv1.ShardAssignment
-	for i := 0; i < n && r.err == nil; i++ {
-		r.arr(2)
-		kind := r.uint()
-		body := r.bytes()
-		if r.err != nil {
+	for i := 0; i < n && r.Err == nil; i++ {
+		r.Arr(2)
+		kind := r.Uint()
+		body := r.Bytes()
+		if r.Err != nil {
 			break
 		}
 		switch kind {
@@ -1219,11 +1221,11 @@ func readFleet(files map[string]string, man SnapshotManifest) ([]*masterv1.NodeR
 			}
 			assigns = append(assigns, &a)
 		default:
-			r.fail("record %d of kind %d", i, kind)
+			r.Fail("record %d of kind %d", i, kind)
 		}
 	}
-	r.end()
-	return nodes, assigns, r.err
+	r.End()
+	return nodes, assigns, r.Err
 }
 
 // readSnapshotFile reads a small snapshot file whole.
@@ -1274,4 +1276,26 @@ func readPayload(files map[string]string, name string, buf []byte) ([]byte, erro
 		return nil, err
 	}
 	return buf, nil
+}
+
+// decodeHeader checks a payload file's header against the manifest and returns
+// its record count.
+func decodeHeader(r *snapcodec.Decoder, m SnapshotManifest, part string) int {
+	r.Arr(5)
+	format, version, id, got := r.StrBytes(), r.StrBytes(), r.StrBytes(), r.StrBytes()
+	n := r.Uint()
+	switch {
+	case r.Err != nil:
+	case string(format) != payloadFormat:
+		r.Fail("not a master snapshot payload (%q)", trunc(string(format)))
+	case string(version) != m.Version:
+		r.Fail("payload of version %q under a %s manifest: its time fields are in another domain", trunc(string(version)), m.Version)
+	case string(id) != m.ID:
+		r.Fail("payload of snapshot %q under manifest %q", trunc(string(id)), m.ID)
+	case string(got) != part:
+		r.Fail("payload says it is %q", trunc(string(got)))
+	case n > snapcodec.MaxRecordLen:
+		r.Fail("%d records", n)
+	}
+	return int(n)
 }

@@ -9,10 +9,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/shardfence/shardfence/master/internal/alloc"
 )
 
 // benchFill puts n one-replica objects on one segment straight into the
-// shards: the snapshot benchmarks measure the snapshot, not the puts.
+// stripes: the snapshot benchmarks measure the snapshot, not the puts.
 func benchFill(tb testing.TB, m *Master, n int) {
 	tb.Helper()
 	c := &client{id: "bench"}
@@ -22,9 +24,9 @@ func benchFill(tb testing.TB, m *Master, n int) {
 	for i := 0; i < n; i++ {
 		o := &object{key: "bench/object/" + strconv.Itoa(i), tenant: t, client: c, size: 4096, seq: uint64(i + 1), putStart: int64(i)}
 		o.lease.Store(int64(m.clock.Steady()) + int64(time.Hour))
-		o.replicas = []replica{{id: uint64(i + 1), seg: seg, offset: uint64(i) * 4096, size: 4096, handle: noNode, kind: MemoryReplica, status: ReplicaComplete}}
-		sh := m.shardFor(t.name, o.key)
-		sh.objects[objectKey{t.name, o.key}] = o
+		o.replicas = []replica{{id: uint64(i + 1), seg: seg, offset: uint64(i) * 4096, size: 4096, handle: alloc.NoHandle, kind: MemoryReplica, status: ReplicaComplete}}
+		sp := m.stripeFor(t.name, o.key)
+		sp.objects[objectKey{t.name, o.key}] = o
 		countReplicas(o.replicas, 1)
 		t.used.Add(4096)
 		t.objects.Add(1)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/shardfence/shardfence/master/internal/snapcodec"
 )
 
 // rec is one object record of a hand-made snapshot: a memory replica at
@@ -34,49 +36,49 @@ func handSnapshot(t *testing.T, segSize uint64, recs []rec) map[string]string {
 		}
 	}
 	put(SnapshotManifestFile, []byte(line))
-	var w encoder
-	w.header(man, snapshotSegmentsFile, 1)
-	w.uint(1)
-	w.uint(uint64(len(recs)))
-	w.arr(7)
-	w.uint(1)
-	w.str("seg")
-	w.str("c1")
-	w.uint(0)
-	w.uint(segSize)
-	w.str("c1:1")
-	w.bool(true)
-	put(snapshotSegmentsFile, w.b)
-	w.b = nil
-	w.header(man, chunkName(0), len(recs))
+	var w snapcodec.Encoder
+	encodeHeader(&w, man, snapshotSegmentsFile, 1)
+	w.Uint(1)
+	w.Uint(uint64(len(recs)))
+	w.Arr(7)
+	w.Uint(1)
+	w.Str("seg")
+	w.Str("c1")
+	w.Uint(0)
+	w.Uint(segSize)
+	w.Str("c1:1")
+	w.Bool(true)
+	put(snapshotSegmentsFile, w.B)
+	w.B = nil
+	encodeHeader(&w, man, chunkName(0), len(recs))
 	for i, r := range recs {
-		w.arr(13)
-		w.str("t")
-		w.str(r.key)
-		w.str("c1")
-		w.uint(r.size)
-		w.uint(0)
-		w.str("")
-		w.bool(false)
-		w.bool(false)
-		w.int(1 << 40)
-		w.nil()
-		w.int(0)
-		w.uint(uint64(i + 1))
-		w.arr(1)
-		w.arr(6)
-		w.uint(uint64(i + 1))
-		w.uint(uint64(MemoryReplica))
+		w.Arr(13)
+		w.Str("t")
+		w.Str(r.key)
+		w.Str("c1")
+		w.Uint(r.size)
+		w.Uint(0)
+		w.Str("")
+		w.Bool(false)
+		w.Bool(false)
+		w.Int(1 << 40)
+		w.Nil()
+		w.Int(0)
+		w.Uint(uint64(i + 1))
+		w.Arr(1)
+		w.Arr(6)
+		w.Uint(uint64(i + 1))
+		w.Uint(uint64(MemoryReplica))
 		if r.incomplete {
-			w.uint(uint64(ReplicaProcessing))
+			w.Uint(uint64(ReplicaProcessing))
 		} else {
-			w.uint(uint64(ReplicaComplete))
+			w.Uint(uint64(ReplicaComplete))
 		}
-		w.uint(1)
-		w.uint(r.off)
-		w.uint(r.size)
+		w.Uint(1)
+		w.Uint(r.off)
+		w.Uint(r.size)
 	}
-	put(chunkName(0), w.b)
+	put(chunkName(0), w.B)
 	return files
 }
 

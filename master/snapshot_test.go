@@ -505,8 +505,8 @@ func FuzzSnapshotPayload(f *testing.F) {
 	})
 }
 
-// Changes made while a snapshot's shards are being copied do not show in
-// it: the first change to a shard copies the shard as it was at the
+// Changes made while a snapshot's stripes are being copied do not show in
+// it: the first change to a stripe copies the stripe as it was at the
 // freeze. The snapshot is the state at the cut, exactly.
 func TestSnapshotCopyOnWrite(t *testing.T) {
 	ctx := context.Background()
@@ -525,7 +525,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 	}
 	put(t, m, "c1", "t", "late", 100, PutOptions{})
 	mount(t, m, "c1", 2, 1<<20)
-	m.copyShards(s, c)
+	m.copyStripes(s, c)
 	if cuts != 1 || m.cow.Load() != nil {
 		t.Fatalf("cut called %d times; copy still installed: %v", cuts, m.cow.Load() != nil)
 	}
@@ -552,7 +552,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 	}
 }
 
-// Removals running while the shards are copied by several workers: the
+// Removals running while the stripes are copied by several workers: the
 // snapshot holds exactly the objects of one instant, so of keys removed
 // in order it holds a suffix, never one whose predecessor is still there
 // missing.

@@ -3,8 +3,6 @@ package sidecar
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math"
 	"net/http"
 	"net/http/pprof"
 	"time"
@@ -82,68 +80,6 @@ func (sv *service) fail(method, shard string, err error) error {
 	ce := connectError(shard, err)
 	sv.s.metrics.errors.WithLabelValues(method, reasonLabel(err)).Inc()
 	return ce
-}
-
-func settingsFromProto(p *sidecarv1.ShardSettings) (Settings, error) {
-	var s Settings
-	if p == nil {
-		return s, nil
-	}
-	s.FencingDisabled = p.GetFencingDisabled()
-	var err error
-	if s.Mode, err = enumFromProto("fencing mode", p.GetMode(), map[sidecarv1.FencingMode]translog.FencingMode{
-		sidecarv1.FencingMode_FENCING_MODE_PER_SYNC:    translog.PerSync,
-		sidecarv1.FencingMode_FENCING_MODE_LEASE:       translog.Lease,
-		sidecarv1.FencingMode_FENCING_MODE_CREATE_ONLY: translog.CreateOnly,
-		sidecarv1.FencingMode_FENCING_MODE_OBSERVE:     translog.Observe,
-	}); err != nil {
-		return Settings{}, err
-	}
-	if s.AckOrder, err = enumFromProto("ack order", p.GetAckOrder(), map[sidecarv1.AckOrder]translog.AckOrder{
-		sidecarv1.AckOrder_ACK_ORDER_CONCURRENT: translog.Concurrent,
-		sidecarv1.AckOrder_ACK_ORDER_SEQUENCED:  translog.Sequenced,
-	}); err != nil {
-		return Settings{}, err
-	}
-	// Bounds before the unit conversions, so nothing overflows into a
-	// value that means something else (a huge delay turning negative
-	// would disable gathering).
-	bounded := func(what string, v, lo, hi int64) int64 {
-		if err == nil && (v < lo || v > hi) {
-			err = fmt.Errorf("%w: %s %d is outside %d..%d", ErrInvalidArgument, what, v, lo, hi)
-		}
-		return v
-	}
-	s.InlineLimit = int(bounded("inline_limit_bytes", p.GetInlineLimitBytes(), 0, MaxInlineLimit))
-	s.MaxSyncBytes = bounded("max_sync_bytes", p.GetMaxSyncBytes(), 0, MaxSyncBytesLimit)
-	s.MaxInFlightBytes = bounded("max_in_flight_bytes", p.GetMaxInFlightBytes(), 0, MaxInFlightLimit)
-	s.MaxPipeline = int(bounded("max_pipeline", int64(p.GetMaxPipeline()), 0, MaxPipelineLimit))
-	gather := bounded("max_gather_delay_us", p.GetMaxGatherDelayUs(), math.MinInt64, MaxGatherDelayLimit.Microseconds())
-	if gather < 0 {
-		s.MaxGatherDelay = -1 // disabled
-	} else {
-		s.MaxGatherDelay = time.Duration(gather) * time.Microsecond
-	}
-	s.LeaseInterval = time.Duration(bounded("lease_interval_ms", p.GetLeaseIntervalMs(), 0, MaxLeaseInterval.Milliseconds())) * time.Millisecond
-	s.FreshnessInterval = time.Duration(bounded("freshness_interval_ms", p.GetFreshnessIntervalMs(), 0, MaxFreshnessInterval.Milliseconds())) * time.Millisecond
-	s.RetentionGens = bounded("retention_gens", p.GetRetentionGens(), 0, MaxRetentionGens)
-	if err != nil {
-		return Settings{}, err
-	}
-	return s, nil
-}
-
-// enumFromProto is the value an API enum names; its zero (unspecified)
-// is the zero value, which leaves the choice to the sidecar's default.
-func enumFromProto[P ~int32, T any](what string, p P, values map[P]T) (v T, err error) {
-	if p == 0 {
-		return v, nil
-	}
-	v, ok := values[p]
-	if !ok {
-		return v, fmt.Errorf("%w: %s %d", ErrInvalidArgument, what, p)
-	}
-	return v, nil
 }
 
 // appendResponse is an ack in the API.

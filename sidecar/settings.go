@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/internal/shardsettings"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -52,16 +54,42 @@ const (
 	MinLeaseInterval     = seal.MinLeaseInterval // 10ms
 	MaxLeaseInterval     = seal.MaxLeaseInterval // 10m
 	MinFreshnessInterval = 10 * time.Millisecond
-	MaxFreshnessInterval = 10 * time.Minute
+	MaxFreshnessInterval = shardsettings.MaxFreshnessInterval
 	// MaxGatherDelayLimit bounds the gather delay; a negative delay
 	// disables it.
-	MaxGatherDelayLimit = time.Second
-	MaxInlineLimit      = 1 << 30
-	MaxSyncBytesLimit   = 1 << 30
-	MaxInFlightLimit    = 16 << 30
-	MaxPipelineLimit    = 64
-	MaxRetentionGens    = 1 << 40
+	MaxGatherDelayLimit = shardsettings.MaxGatherDelay
+	MaxInlineLimit      = shardsettings.MaxInlineLimit
+	MaxSyncBytesLimit   = shardsettings.MaxSyncBytes
+	MaxInFlightLimit    = shardsettings.MaxInFlightBytes
+	MaxPipelineLimit    = shardsettings.MaxPipeline
+	MaxRetentionGens    = shardsettings.MaxRetentionGens
 )
+
+// settingsFromProto converts the API's settings: the bounds and units are
+// package shardsettings' (the master checks with it too), the mode and
+// ack order map to the writer's.
+func settingsFromProto(p *sidecarv1.ShardSettings) (Settings, error) {
+	v, err := shardsettings.FromProto(p)
+	if err != nil {
+		return Settings{}, err
+	}
+	return Settings{
+		FencingDisabled: v.FencingDisabled,
+		Mode: map[sidecarv1.FencingMode]translog.FencingMode{
+			sidecarv1.FencingMode_FENCING_MODE_PER_SYNC:    translog.PerSync,
+			sidecarv1.FencingMode_FENCING_MODE_LEASE:       translog.Lease,
+			sidecarv1.FencingMode_FENCING_MODE_CREATE_ONLY: translog.CreateOnly,
+			sidecarv1.FencingMode_FENCING_MODE_OBSERVE:     translog.Observe,
+		}[v.Mode],
+		AckOrder: map[sidecarv1.AckOrder]translog.AckOrder{
+			sidecarv1.AckOrder_ACK_ORDER_CONCURRENT: translog.Concurrent,
+			sidecarv1.AckOrder_ACK_ORDER_SEQUENCED:  translog.Sequenced,
+		}[v.AckOrder],
+		InlineLimit: v.InlineLimit, MaxSyncBytes: v.MaxSyncBytes, MaxInFlightBytes: v.MaxInFlightBytes,
+		MaxPipeline: v.MaxPipeline, MaxGatherDelay: v.MaxGatherDelay,
+		LeaseInterval: v.LeaseInterval, FreshnessInterval: v.FreshnessInterval, RetentionGens: v.RetentionGens,
+	}, nil
+}
 
 // Validate reports the first setting outside its range.
 func (s Settings) Validate() error {

@@ -338,9 +338,15 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	} else {
 		close(runDone)
 	}
-	tick := time.NewTicker(*evictEvery)
-	defer tick.Stop()
+	evictCtx, stopEvict := context.WithCancel(ctx)
+	evictDone := make(chan struct{})
+	go func() {
+		defer close(evictDone)
+		master.RunEviction(evictCtx, *evictEvery, serving, log)
+	}()
 	stop := func() error {
+		stopEvict()
+		<-evictDone
 		close(stopped)
 		shutCtx, cancelShut := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancelShut()
@@ -354,12 +360,6 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	for {
 		select {
-		case <-tick.C:
-			if m, err := serving(); err == nil {
-				if r := m.Evict(); r.Objects > 0 {
-					log.Info("evicted", "objects", r.Objects, "bytes", r.Freed)
-				}
-			}
 		case err := <-errc:
 			_ = stop()
 			return err

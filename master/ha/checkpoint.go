@@ -19,7 +19,7 @@ type SnapshotResult struct {
 	Duration time.Duration
 	// Pause is how long the freeze held changes back; reads went on.
 	// Copy is how long copying the objects (as encoded records) took after
-	// it (a change to a shard not copied yet copied that shard first).
+	// it (a change to a stripe not copied yet copied that stripe first).
 	Pause, Copy time.Duration
 	// Unchanged: the log had not moved since the last snapshot, so
 	// nothing was written; Key names that one.
@@ -34,7 +34,7 @@ type SnapshotResult struct {
 //  1. freeze the master for an instant (changes wait, reads go on),
 //     capture one clock pair, and cut the log there, so the snapshot is
 //     exactly the log up to a generation boundary; the objects are then
-//     copied shard by shard, as encoded records, copy-on-write
+//     copied stripe by stripe, as encoded records, copy-on-write
 //     (master.Freeze);
 //  2. wait for that generation's acknowledgement: a snapshot never covers
 //     an entry the log might lose;

@@ -1,4 +1,9 @@
-package master
+// Package alloc is the memory placement of one segment: which byte ranges
+// are free, which are held by a replica (by handle), and the rebuild of that
+// picture from the replicas a restored segment holds. It is pure data
+// structure, with no locking and no I/O; the master guards each segment's
+// allocator with the segment's mutex.
+package alloc
 
 import (
 	"cmp"
@@ -7,7 +12,7 @@ import (
 	"slices"
 )
 
-// allocator hands out byte ranges of one segment. It is a two-level
+// Allocator hands out byte ranges of one segment. It is a two-level
 // segregated-fit allocator: free blocks sit in size-class bins (eight
 // sub-classes per power of two), a two-level bitmap finds the first non-empty
 // bin that is guaranteed to fit in O(1), and every block keeps its physical
@@ -16,7 +21,7 @@ import (
 // what keeps fragmentation low under mixed sizes.
 //
 // It is not safe for concurrent use; a segment guards it with its own mutex.
-type allocator struct {
+type Allocator struct {
 	size      uint64
 	used      uint64
 	nodes     []allocNode
@@ -39,13 +44,14 @@ type allocNode struct {
 	used                 bool
 }
 
-// extent is a used range of a segment, as a restored replica describes it.
-type extent struct {
-	offset, size uint64
+// Extent is a used range of a segment, as a restored replica describes it.
+type Extent struct {
+	Offset, Size uint64
 }
 
-func newAllocator(size uint64) *allocator {
-	a := &allocator{size: size}
+// New is the allocator of an empty segment of size bytes.
+func New(size uint64) *Allocator {
+	a := &Allocator{size: size}
 	for i := range a.head {
 		a.head[i] = noNode
 	}
@@ -56,18 +62,18 @@ func newAllocator(size uint64) *allocator {
 	return a
 }
 
-// rebuildAllocator builds the allocator of a segment whose used ranges are
+// Rebuild builds the Allocator of a segment whose used ranges are
 // known (a remount after failover). It fails, changing nothing anywhere, if a
 // range is empty, leaves the segment or overlaps another: the restored
 // metadata and the remounted segment disagree. handles[i] is the allocation
 // handle of extents[i].
-func rebuildAllocator(size uint64, extents []extent) (a *allocator, handles []uint32, err error) {
+func Rebuild(size uint64, extents []Extent) (a *Allocator, handles []uint32, err error) {
 	order := make([]int32, len(extents))
 	for i := range order {
 		order[i] = int32(i)
 	}
-	slices.SortFunc(order, func(a, b int32) int { return cmp.Compare(extents[a].offset, extents[b].offset) })
-	a = &allocator{size: size, nodes: make([]allocNode, 0, 2*len(extents)+1)}
+	slices.SortFunc(order, func(a, b int32) int { return cmp.Compare(extents[a].Offset, extents[b].Offset) })
+	a = &Allocator{size: size, nodes: make([]allocNode, 0, 2*len(extents)+1)}
 	for i := range a.head {
 		a.head[i] = noNode
 	}
@@ -83,23 +89,23 @@ func rebuildAllocator(size uint64, extents []extent) (a *allocator, handles []ui
 	var pos uint64
 	for _, i := range order {
 		e := extents[i]
-		if e.size == 0 {
-			return nil, nil, fmt.Errorf("replica at offset %d has size 0", e.offset)
+		if e.Size == 0 {
+			return nil, nil, fmt.Errorf("replica at offset %d has size 0", e.Offset)
 		}
-		if e.offset < pos {
-			return nil, nil, fmt.Errorf("replica at offset %d (size %d) overlaps the previous one ending at %d", e.offset, e.size, pos)
+		if e.Offset < pos {
+			return nil, nil, fmt.Errorf("replica at offset %d (size %d) overlaps the previous one ending at %d", e.Offset, e.Size, pos)
 		}
-		end := e.offset + e.size
-		if end < e.offset || end > size {
-			return nil, nil, fmt.Errorf("replica at offset %d (size %d) ends past the segment size %d", e.offset, e.size, size)
+		end := e.Offset + e.Size
+		if end < e.Offset || end > size {
+			return nil, nil, fmt.Errorf("replica at offset %d (size %d) ends past the segment size %d", e.Offset, e.Size, size)
 		}
-		if e.offset > pos {
-			link(a.newNode(allocNode{offset: pos, size: e.offset - pos, neighNext: noNode}))
+		if e.Offset > pos {
+			link(a.newNode(allocNode{offset: pos, size: e.Offset - pos, neighNext: noNode}))
 		}
-		n := a.newNode(allocNode{offset: e.offset, size: e.size, used: true, neighNext: noNode})
+		n := a.newNode(allocNode{offset: e.Offset, size: e.Size, used: true, neighNext: noNode})
 		link(n)
 		handles[i] = n
-		a.used += e.size
+		a.used += e.Size
 		pos = end
 	}
 	if pos < size {
@@ -113,7 +119,7 @@ func rebuildAllocator(size uint64, extents []extent) (a *allocator, handles []ui
 	return a, handles, nil
 }
 
-func (a *allocator) newNode(n allocNode) uint32 {
+func (a *Allocator) newNode(n allocNode) uint32 {
 	n.binPrev, n.binNext = noNode, noNode
 	if k := len(a.freeIdx); k > 0 {
 		idx := a.freeIdx[k-1]
@@ -144,7 +150,7 @@ func binUp(size uint64) int {
 	return b
 }
 
-func (a *allocator) insertFree(n uint32) {
+func (a *Allocator) insertFree(n uint32) {
 	b := binDown(a.nodes[n].size)
 	h := a.head[b]
 	a.nodes[n].binPrev = noNode
@@ -157,7 +163,7 @@ func (a *allocator) insertFree(n uint32) {
 	a.groupMask |= 1 << (b / 8)
 }
 
-func (a *allocator) removeFree(n uint32) {
+func (a *Allocator) removeFree(n uint32) {
 	nd := &a.nodes[n]
 	b := binDown(nd.size)
 	if nd.binPrev != noNode {
@@ -178,7 +184,7 @@ func (a *allocator) removeFree(n uint32) {
 }
 
 // firstBin returns the first non-empty bin at or above b, or -1.
-func (a *allocator) firstBin(b int) int {
+func (a *Allocator) firstBin(b int) int {
 	if b >= binCount {
 		return -1
 	}
@@ -194,8 +200,8 @@ func (a *allocator) firstBin(b int) int {
 	return g*8 + bits.TrailingZeros8(a.binMask[g])
 }
 
-// alloc reserves size bytes and returns their offset and a handle for free.
-func (a *allocator) alloc(size uint64) (offset uint64, handle uint32, ok bool) {
+// Alloc reserves size bytes and returns their offset and a handle for free.
+func (a *Allocator) Alloc(size uint64) (offset uint64, handle uint32, ok bool) {
 	if size == 0 || size > a.size-a.used {
 		return 0, noNode, false
 	}
@@ -232,8 +238,8 @@ func (a *allocator) alloc(size uint64) (offset uint64, handle uint32, ok bool) {
 	return nd.offset, n, true
 }
 
-// free releases an allocation and merges it with free neighbours.
-func (a *allocator) free(handle uint32) {
+// Free releases an allocation and merges it with free neighbours.
+func (a *Allocator) Free(handle uint32) {
 	if int(handle) >= len(a.nodes) || !a.nodes[handle].used {
 		return
 	}
@@ -256,7 +262,7 @@ func (a *allocator) free(handle uint32) {
 }
 
 // unlink drops node n, already merged into its previous neighbour.
-func (a *allocator) unlink(n uint32) {
+func (a *Allocator) unlink(n uint32) {
 	nd := a.nodes[n]
 	if nd.neighPrev != noNode {
 		a.nodes[nd.neighPrev].neighNext = nd.neighNext
@@ -268,9 +274,9 @@ func (a *allocator) unlink(n uint32) {
 	a.freeIdx = append(a.freeIdx, n)
 }
 
-// largestFree is the size of the largest free block: the biggest object the
+// LargestFree is the size of the largest free block: the biggest object the
 // segment can take right now, whatever its total free space.
-func (a *allocator) largestFree() uint64 {
+func (a *Allocator) LargestFree() uint64 {
 	if a.groupMask == 0 {
 		return 0
 	}
@@ -282,3 +288,10 @@ func (a *allocator) largestFree() uint64 {
 	}
 	return best
 }
+
+// Used is the number of bytes allocated.
+func (a *Allocator) Used() uint64 { return a.used }
+
+// NoHandle is the handle of no allocation (a replica whose segment has no
+// allocator yet).
+const NoHandle = noNode

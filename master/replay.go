@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+	"github.com/shardfence/shardfence/master/internal/alloc"
 )
 
 // RestoreResult reports a standby restore.
@@ -61,10 +62,10 @@ func (m *Master) RestoreStandby(ctx context.Context, segs []*masterv1.StandbySeg
 			return fail(k.tenant, k.key, 0, ErrDuplicateBatchObject, "the standby payload lists the object twice")
 		}
 		seen[k] = struct{}{}
-		sh := m.shardFor(k.tenant, k.key)
-		sh.mu.RLock()
-		_, exists := sh.objects[k]
-		sh.mu.RUnlock()
+		sp := m.stripeFor(k.tenant, k.key)
+		sp.mu.RLock()
+		_, exists := sp.objects[k]
+		sp.mu.RUnlock()
 		if exists {
 			return fail(k.tenant, k.key, 0, ErrObjectExists, "restore into an empty master")
 		}
@@ -94,15 +95,15 @@ func (m *Master) RestoreStandby(ctx context.Context, segs []*masterv1.StandbySeg
 			res.Dropped++
 			continue
 		}
-		sh := m.shardFor(so.GetTenant(), so.GetKey())
-		sh.mu.Lock()
-		m.preserve(sh)
-		sh.objects[objectKey{so.GetTenant(), so.GetKey()}] = o
+		sp := m.stripeFor(so.GetTenant(), so.GetKey())
+		sp.mu.Lock()
+		m.preserve(sp)
+		sp.objects[objectKey{so.GetTenant(), so.GetKey()}] = o
 		countReplicas(o.replicas, 1)
 		o.tenant.used.Add(o.memoryBytes())
 		o.tenant.objects.Add(1)
 		t = m.record(&Op{Kind: OpRestoreObject, Tenant: so.GetTenant(), Key: so.GetKey(), Client: so.GetClientId(), Object: so})
-		sh.mu.Unlock()
+		sp.mu.Unlock()
 		if o.group != nil {
 			m.join(o.group, o)
 		}
@@ -153,7 +154,7 @@ func (m *Master) restoredObject(so *masterv1.StandbyObject) *object {
 		if r.GetStatus() != masterv1.ReplicaStatus_REPLICA_STATUS_COMPLETE {
 			continue
 		}
-		rep := replica{id: r.GetId(), offset: r.GetOffset(), size: r.GetSize(), handle: noNode, kind: ReplicaKind(r.GetKind()), status: ReplicaComplete}
+		rep := replica{id: r.GetId(), offset: r.GetOffset(), size: r.GetSize(), handle: alloc.NoHandle, kind: ReplicaKind(r.GetKind()), status: ReplicaComplete}
 		if rep.kind == MemoryReplica {
 			// The segment awaits remount: no endpoint, no allocator. A
 			// handle from the old primary means nothing here until the
@@ -172,55 +173,6 @@ func (m *Master) restoredObject(so *masterv1.StandbyObject) *object {
 		o.group = m.groupFor(groupKey{so.GetTenant(), g})
 	}
 	return o
-}
-
-// PingStatus is what Ping tells a client.
-type PingStatus uint8
-
-// Ping answers.
-const (
-	PingOK PingStatus = iota + 1
-	// PingNeedRemount: the master does not know the client, its
-	// incarnation went offline, or it knows its segments only from before
-	// a failover; the client must (re)mount, or a node register again.
-	PingNeedRemount
-)
-
-// Ping is a client's liveness signal. A Suspected client that pings is
-// Active again, with nothing cleaned up; an unknown or Offline one is told
-// NEED_REMOUNT (Offline is a remount barrier until its offboarding
-// completed). The remount-readiness check follows, unchanged: a client
-// with a segment awaiting its remount after a failover is told
-// NEED_REMOUNT too; a registered sidecar node, which mounts nothing, is
-// ready once registered.
-func (m *Master) Ping(ctx context.Context, clientID string) (PingStatus, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, &Error{Op: "Ping", Client: clientID, Err: err}
-	}
-	if clientID == "" {
-		return 0, &Error{Op: "Ping", Err: fmt.Errorf("%w: empty client id", ErrInvalidArgument), Hint: "pass the client's id"}
-	}
-	rec, recovery, err := m.live.signal(clientID, false)
-	m.noteRecovery(recovery)
-	if rec == nil || err != nil {
-		return PingNeedRemount, nil
-	}
-	m.topo.RLock()
-	defer m.topo.RUnlock()
-	serving := false
-	for _, s := range m.segments {
-		if s.client.id != clientID {
-			continue
-		}
-		if s.state == segmentAwaitingRemount {
-			return PingNeedRemount, nil
-		}
-		serving = true
-	}
-	if !serving && !m.fleet.registered(clientID, rec) {
-		return PingNeedRemount, nil
-	}
-	return PingOK, nil
 }
 
 // ReplayStandby applies one operation of the primary's log to a standby.
@@ -272,15 +224,15 @@ func (m *Master) ReplayStandby(ctx context.Context, op *Op) error {
 	case OpPutRevoke, OpRemove:
 		m.topo.RLock()
 		defer m.topo.RUnlock()
-		sh := m.shardFor(op.Tenant, op.Key)
-		sh.mu.Lock()
-		m.preserve(sh)
-		o := sh.objects[objectKey{op.Tenant, op.Key}]
+		sp := m.stripeFor(op.Tenant, op.Key)
+		sp.mu.Lock()
+		m.preserve(sp)
+		o := sp.objects[objectKey{op.Tenant, op.Key}]
 		if o != nil {
 			m.freeReplicasLocked(o.replicas)
-			m.deleteLocked(sh, o)
+			m.deleteLocked(sp, o)
 		}
-		sh.mu.Unlock()
+		sp.mu.Unlock()
 		if o != nil {
 			m.leave(o)
 		}
@@ -301,21 +253,21 @@ func (m *Master) ReplayStandby(ctx context.Context, op *Op) error {
 		}
 		fresh := m.restoredObject(op.Object)
 		k := objectKey{op.Object.GetTenant(), op.Object.GetKey()}
-		sh := m.shardFor(k.tenant, k.key)
-		sh.mu.Lock()
-		m.preserve(sh)
-		old := sh.objects[k]
+		sp := m.stripeFor(k.tenant, k.key)
+		sp.mu.Lock()
+		m.preserve(sp)
+		old := sp.objects[k]
 		if old != nil {
 			m.freeReplicasLocked(old.replicas)
-			m.deleteLocked(sh, old)
+			m.deleteLocked(sp, old)
 		}
 		if fresh != nil {
-			sh.objects[k] = fresh
+			sp.objects[k] = fresh
 			countReplicas(fresh.replicas, 1)
 			fresh.tenant.used.Add(fresh.memoryBytes())
 			fresh.tenant.objects.Add(1)
 		}
-		sh.mu.Unlock()
+		sp.mu.Unlock()
 		if old != nil {
 			m.leave(old)
 		}

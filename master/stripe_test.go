@@ -11,22 +11,22 @@ import (
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 )
 
-// A read of one key does not wait for a writer holding another shard.
-func TestReadsOnOtherShardsDoNotWait(t *testing.T) {
+// A read of one key does not wait for a writer holding another stripe.
+func TestReadsOnOtherStripesDoNotWait(t *testing.T) {
 	m, _ := newTestMaster(t, Config{Shards: 64}, Options{})
 	mount(t, m, "c1", 1, 1<<20)
 	put(t, m, "c1", "t", "a", 10, PutOptions{})
 	var other string
 	for i := 0; other == ""; i++ {
 		k := "b" + string(rune('a'+i%26)) + string(rune('a'+i/26%26))
-		if m.shardFor("t", k) != m.shardFor("t", "a") {
+		if m.stripeFor("t", k) != m.stripeFor("t", "a") {
 			other = k
 		}
 	}
 	put(t, m, "c1", "t", other, 10, PutOptions{})
-	sh := m.shardFor("t", "a")
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	sp := m.stripeFor("t", "a")
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
 	done := make(chan error, 1)
 	go func() {
 		_, err := m.GetReplicaList(context.Background(), "t", other)
@@ -38,7 +38,7 @@ func TestReadsOnOtherShardsDoNotWait(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("a read on another shard waited for a held shard lock")
+		t.Fatal("a read on another stripe waited for a held stripe lock")
 	}
 }
 

@@ -121,113 +121,158 @@ func DecodeEntry(b []byte) (*Op, error) {
 }
 
 // checkEntry refuses an entry that lacks what its kind needs or carries
-// what it must not, so replay never meets a half-described change.
+// what it must not, so replay never meets a half-described change. The
+// checks common to every kind come first, then the kind's own
+// (entryChecks).
 func checkEntry(k OpKind, e *masterv1.OplogEntry) error {
-	bad := func(format string, args ...any) error {
-		return &EntryError{Kind: k, Err: ErrEntryMalformed, Detail: fmt.Sprintf(format, args...)}
-	}
 	if !knownKind(k) {
 		return &EntryError{Err: ErrEntryKind, Detail: fmt.Sprintf("kind %d", uint8(k))}
 	}
-	if len(e.GetTenant()) > maxKeyLen || len(e.GetKey()) > maxKeyLen {
-		return bad("tenant or key longer than %d bytes", maxKeyLen)
+	detail := commonEntryCheck(k, e)
+	if detail == "" {
+		detail = entryChecks[k](e)
 	}
-	if k != OpNode && e.GetNode() != nil {
-		return bad("a %v entry carries a node", k)
-	}
-	if k != OpAssignShard && e.GetShard() != nil {
-		return bad("a %v entry carries a shard assignment", k)
-	}
-	if k != OpLeader && e.GetLeader() != nil {
-		return bad("a %v entry carries a leader record", k)
-	}
-	switch k {
-	case OpLeader:
-		l := e.GetLeader()
-		switch {
-		case l == nil:
-			return bad("no leader record")
-		case e.GetObject() != nil || e.GetSegment() != nil || e.GetKey() != "" || e.GetTenant() != "" || e.GetClientId() != "":
-			return bad("a leader entry names an object, a segment or a client")
-		case len(l.GetNode()) > maxLeaderField || len(l.GetAddr()) > maxLeaderField:
-			return bad("leader node or address longer than %d bytes", maxLeaderField)
-		case !printable(l.GetNode()) || !printable(l.GetAddr()):
-			return bad("leader node or address holds a control character")
-		}
-	case OpNode:
-		n := e.GetNode()
-		switch {
-		case n == nil:
-			return bad("no node")
-		case e.GetObject() != nil || e.GetSegment() != nil || e.GetKey() != "":
-			return bad("a node entry names an object or a segment")
-		}
-		if err := ValidateNodeName(n.GetName()); err != nil {
-			return bad("%v", err)
-		}
-	case OpAssignShard:
-		a := e.GetShard()
-		switch {
-		case a == nil:
-			return bad("no shard assignment")
-		case e.GetObject() != nil || e.GetSegment() != nil || e.GetKey() != "":
-			return bad("a shard entry names an object or a segment")
-		case !a.GetRemoved() && (a.GetTerm() < 1 || a.GetAllocation() == ""):
-			return bad("shard %.64q assigned without a term and an allocation", a.GetShard())
-		}
-		if err := ValidateShardName(a.GetShard()); err != nil {
-			return bad("%v", err)
-		}
-		if a.GetNode() != "" {
-			if err := ValidateNodeName(a.GetNode()); err != nil {
-				return bad("%v", err)
-			}
-		}
-	case OpMountSegment, OpUnmountSegment, OpRemountSegment, OpRestoreSegment:
-		s := e.GetSegment()
-		switch {
-		case s == nil:
-			return bad("no segment")
-		case s.GetId() == 0 || s.GetSize() == 0 || s.GetClientId() == "":
-			return bad("segment needs an id, a size and a client")
-		case s.GetBase()+s.GetSize() < s.GetBase():
-			return bad("segment %d base+size overflows", s.GetId())
-		case e.GetObject() != nil || e.GetKey() != "":
-			return bad("a segment entry names an object")
-		}
-	case OpPutRevoke, OpRemove:
-		switch {
-		case e.GetKey() == "":
-			return bad("no key")
-		case e.GetObject() != nil || e.GetSegment() != nil:
-			return bad("a removal carries an object or a segment")
-		}
-	case OpPutStart, OpPutEnd, OpEvict, OpRestoreObject:
-		o := e.GetObject()
-		switch {
-		case o == nil:
-			return bad("no object")
-		case e.GetSegment() != nil:
-			return bad("an object entry carries a segment")
-		case o.GetKey() == "" || o.GetTenant() != e.GetTenant() || o.GetKey() != e.GetKey():
-			return bad("object (%.64q, %.64q) under entry (%.64q, %.64q)", o.GetTenant(), o.GetKey(), e.GetTenant(), e.GetKey())
-		case o.GetClientId() == "":
-			return bad("object without a client")
-		case len(o.GetReplicas()) > maxReplicas:
-			return bad("%d replicas, at most %d", len(o.GetReplicas()), maxReplicas)
-		}
-		for _, r := range o.GetReplicas() {
-			switch {
-			case r.GetKind() != masterv1.ReplicaKind_REPLICA_KIND_MEMORY && r.GetKind() != masterv1.ReplicaKind_REPLICA_KIND_DISK:
-				return bad("replica %d of kind %d", r.GetId(), r.GetKind())
-			case r.GetKind() == masterv1.ReplicaKind_REPLICA_KIND_MEMORY && (r.GetSegmentId() == 0 || r.GetSize() == 0 || r.GetOffset()+r.GetSize() < r.GetOffset()):
-				return bad("memory replica %d needs a segment and a non-empty range", r.GetId())
-			case r.GetStatus() < masterv1.ReplicaStatus_REPLICA_STATUS_PROCESSING || r.GetStatus() > masterv1.ReplicaStatus_REPLICA_STATUS_FAILED:
-				return bad("replica %d of status %d", r.GetId(), r.GetStatus())
-			}
-		}
+	if detail != "" {
+		return &EntryError{Kind: k, Err: ErrEntryMalformed, Detail: detail}
 	}
 	return nil
+}
+
+// commonEntryCheck is what every kind of entry must satisfy: bounded
+// names, and no field that belongs to another kind. It returns what is
+// wrong, "" for nothing.
+func commonEntryCheck(k OpKind, e *masterv1.OplogEntry) string {
+	switch {
+	case len(e.GetTenant()) > maxKeyLen || len(e.GetKey()) > maxKeyLen:
+		return fmt.Sprintf("tenant or key longer than %d bytes", maxKeyLen)
+	case k != OpNode && e.GetNode() != nil:
+		return fmt.Sprintf("a %v entry carries a node", k)
+	case k != OpAssignShard && e.GetShard() != nil:
+		return fmt.Sprintf("a %v entry carries a shard assignment", k)
+	case k != OpLeader && e.GetLeader() != nil:
+		return fmt.Sprintf("a %v entry carries a leader record", k)
+	}
+	return ""
+}
+
+// entryChecks are each kind's own checks; each returns what is wrong, ""
+// for nothing.
+var entryChecks = [...]func(e *masterv1.OplogEntry) string{
+	OpMountSegment:   checkSegmentEntry,
+	OpUnmountSegment: checkSegmentEntry,
+	OpRemountSegment: checkSegmentEntry,
+	OpPutStart:       checkObjectEntry,
+	OpPutEnd:         checkObjectEntry,
+	OpPutRevoke:      checkRemovalEntry,
+	OpRemove:         checkRemovalEntry,
+	OpEvict:          checkObjectEntry,
+	OpRestoreSegment: checkSegmentEntry,
+	OpRestoreObject:  checkObjectEntry,
+	OpNode:           checkNodeEntry,
+	OpAssignShard:    checkShardEntry,
+	OpLeader:         checkLeaderEntry,
+}
+
+func checkLeaderEntry(e *masterv1.OplogEntry) string {
+	l := e.GetLeader()
+	switch {
+	case l == nil:
+		return "no leader record"
+	case e.GetObject() != nil || e.GetSegment() != nil || e.GetKey() != "" || e.GetTenant() != "" || e.GetClientId() != "":
+		return "a leader entry names an object, a segment or a client"
+	case len(l.GetNode()) > maxLeaderField || len(l.GetAddr()) > maxLeaderField:
+		return fmt.Sprintf("leader node or address longer than %d bytes", maxLeaderField)
+	case !printable(l.GetNode()) || !printable(l.GetAddr()):
+		return "leader node or address holds a control character"
+	}
+	return ""
+}
+
+func checkNodeEntry(e *masterv1.OplogEntry) string {
+	n := e.GetNode()
+	switch {
+	case n == nil:
+		return "no node"
+	case e.GetObject() != nil || e.GetSegment() != nil || e.GetKey() != "":
+		return "a node entry names an object or a segment"
+	}
+	if err := ValidateNodeName(n.GetName()); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+func checkShardEntry(e *masterv1.OplogEntry) string {
+	a := e.GetShard()
+	switch {
+	case a == nil:
+		return "no shard assignment"
+	case e.GetObject() != nil || e.GetSegment() != nil || e.GetKey() != "":
+		return "a shard entry names an object or a segment"
+	case !a.GetRemoved() && (a.GetTerm() < 1 || a.GetAllocation() == ""):
+		return fmt.Sprintf("shard %.64q assigned without a term and an allocation", a.GetShard())
+	}
+	if err := ValidateShardName(a.GetShard()); err != nil {
+		return err.Error()
+	}
+	if a.GetNode() != "" {
+		if err := ValidateNodeName(a.GetNode()); err != nil {
+			return err.Error()
+		}
+	}
+	return ""
+}
+
+func checkSegmentEntry(e *masterv1.OplogEntry) string {
+	s := e.GetSegment()
+	switch {
+	case s == nil:
+		return "no segment"
+	case s.GetId() == 0 || s.GetSize() == 0 || s.GetClientId() == "":
+		return "segment needs an id, a size and a client"
+	case s.GetBase()+s.GetSize() < s.GetBase():
+		return fmt.Sprintf("segment %d base+size overflows", s.GetId())
+	case e.GetObject() != nil || e.GetKey() != "":
+		return "a segment entry names an object"
+	}
+	return ""
+}
+
+func checkRemovalEntry(e *masterv1.OplogEntry) string {
+	switch {
+	case e.GetKey() == "":
+		return "no key"
+	case e.GetObject() != nil || e.GetSegment() != nil:
+		return "a removal carries an object or a segment"
+	}
+	return ""
+}
+
+func checkObjectEntry(e *masterv1.OplogEntry) string {
+	o := e.GetObject()
+	switch {
+	case o == nil:
+		return "no object"
+	case e.GetSegment() != nil:
+		return "an object entry carries a segment"
+	case o.GetKey() == "" || o.GetTenant() != e.GetTenant() || o.GetKey() != e.GetKey():
+		return fmt.Sprintf("object (%.64q, %.64q) under entry (%.64q, %.64q)", o.GetTenant(), o.GetKey(), e.GetTenant(), e.GetKey())
+	case o.GetClientId() == "":
+		return "object without a client"
+	case len(o.GetReplicas()) > maxReplicas:
+		return fmt.Sprintf("%d replicas, at most %d", len(o.GetReplicas()), maxReplicas)
+	}
+	for _, r := range o.GetReplicas() {
+		switch {
+		case r.GetKind() != masterv1.ReplicaKind_REPLICA_KIND_MEMORY && r.GetKind() != masterv1.ReplicaKind_REPLICA_KIND_DISK:
+			return fmt.Sprintf("replica %d of kind %d", r.GetId(), r.GetKind())
+		case r.GetKind() == masterv1.ReplicaKind_REPLICA_KIND_MEMORY && (r.GetSegmentId() == 0 || r.GetSize() == 0 || r.GetOffset()+r.GetSize() < r.GetOffset()):
+			return fmt.Sprintf("memory replica %d needs a segment and a non-empty range", r.GetId())
+		case r.GetStatus() < masterv1.ReplicaStatus_REPLICA_STATUS_PROCESSING || r.GetStatus() > masterv1.ReplicaStatus_REPLICA_STATUS_FAILED:
+			return fmt.Sprintf("replica %d of status %d", r.GetId(), r.GetStatus())
+		}
+	}
+	return ""
 }
 
 // maxLeaderField bounds a leader entry's node name and address.

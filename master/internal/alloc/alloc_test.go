@@ -1,4 +1,4 @@
-package master
+package alloc
 
 import (
 	"math/rand/v2"
@@ -8,7 +8,7 @@ import (
 // checkAllocator verifies the allocator's invariants against the live set:
 // blocks tile the segment in address order, no two free blocks are adjacent,
 // every free block is in the bin its size maps to, and used bytes add up.
-func checkAllocator(t *testing.T, a *allocator, live map[uint32]extent) {
+func checkAllocator(t *testing.T, a *Allocator, live map[uint32]Extent) {
 	t.Helper()
 	var start uint32 = noNode
 	for i := range a.nodes {
@@ -40,7 +40,7 @@ func checkAllocator(t *testing.T, a *allocator, live map[uint32]extent) {
 			}
 		} else {
 			used += nd.size
-			if e, ok := live[n]; !ok || e.offset != nd.offset || e.size != nd.size {
+			if e, ok := live[n]; !ok || e.Offset != nd.offset || e.Size != nd.size {
 				t.Fatalf("used block %d at %d+%d does not match a live allocation", n, nd.offset, nd.size)
 			}
 		}
@@ -51,7 +51,7 @@ func checkAllocator(t *testing.T, a *allocator, live map[uint32]extent) {
 		t.Fatalf("blocks cover %d bytes, segment has %d", pos, a.size)
 	}
 	if used != a.used {
-		t.Fatalf("used %d, allocator says %d", used, a.used)
+		t.Fatalf("used %d, Allocator says %d", used, a.used)
 	}
 }
 
@@ -78,20 +78,20 @@ func TestBinsFit(t *testing.T) {
 func TestAllocatorRandomized(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const size = 1 << 20
-	a := newAllocator(size)
-	live := map[uint32]extent{}
+	a := New(size)
+	live := map[uint32]Extent{}
 	for i := 0; i < 20000; i++ {
 		if len(live) > 0 && rng.IntN(2) == 0 {
 			for h := range live {
-				a.free(h)
+				a.Free(h)
 				delete(live, h)
 				break
 			}
 		} else {
 			s := uint64(rng.IntN(4096) + 1)
-			off, h, ok := a.alloc(s)
+			off, h, ok := a.Alloc(s)
 			if ok {
-				live[h] = extent{off, s}
+				live[h] = Extent{off, s}
 			} else {
 				for _, n := range a.nodes {
 					if !n.used && n.size >= s {
@@ -105,51 +105,51 @@ func TestAllocatorRandomized(t *testing.T) {
 		}
 	}
 	for h := range live {
-		a.free(h)
+		a.Free(h)
 	}
-	checkAllocator(t, a, map[uint32]extent{})
-	if a.used != 0 || a.largestFree() != size {
-		t.Fatalf("after freeing everything: used %d, largest free %d", a.used, a.largestFree())
+	checkAllocator(t, a, map[uint32]Extent{})
+	if a.used != 0 || a.LargestFree() != size {
+		t.Fatalf("after freeing everything: used %d, largest free %d", a.used, a.LargestFree())
 	}
 }
 
 func TestAllocatorFillsExactly(t *testing.T) {
 	// Ten 100-byte objects fill a 1000-byte segment to the last byte even
 	// though 100 is not a size-class boundary.
-	a := newAllocator(1000)
+	a := New(1000)
 	for i := 0; i < 10; i++ {
-		if _, _, ok := a.alloc(100); !ok {
+		if _, _, ok := a.Alloc(100); !ok {
 			t.Fatalf("alloc %d of 10 failed with %d bytes free", i+1, 1000-a.used)
 		}
 	}
 }
 
 func TestAllocatorExactFitAndExhaustion(t *testing.T) {
-	a := newAllocator(100)
-	off1, h1, ok := a.alloc(60)
+	a := New(100)
+	off1, h1, ok := a.Alloc(60)
 	if !ok || off1 != 0 {
 		t.Fatalf("alloc 60: %d %v", off1, ok)
 	}
-	if _, _, ok := a.alloc(41); ok {
+	if _, _, ok := a.Alloc(41); ok {
 		t.Fatal("alloc 41 of 40 free bytes succeeded")
 	}
-	off2, _, ok := a.alloc(40)
+	off2, _, ok := a.Alloc(40)
 	if !ok || off2 != 60 {
 		t.Fatalf("alloc 40: %d %v", off2, ok)
 	}
-	a.free(h1)
-	if got := a.largestFree(); got != 60 {
+	a.Free(h1)
+	if got := a.LargestFree(); got != 60 {
 		t.Fatalf("largest free %d, want 60", got)
 	}
 }
 
 func TestRebuildAllocator(t *testing.T) {
-	exts := []extent{{500, 100}, {0, 10}, {100, 50}}
-	a, hs, err := rebuildAllocator(1000, exts)
+	exts := []Extent{{500, 100}, {0, 10}, {100, 50}}
+	a, hs, err := Rebuild(1000, exts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	live := map[uint32]extent{}
+	live := map[uint32]Extent{}
 	for i, h := range hs {
 		live[h] = exts[i]
 	}
@@ -157,21 +157,21 @@ func TestRebuildAllocator(t *testing.T) {
 	if a.used != 160 {
 		t.Fatalf("used %d", a.used)
 	}
-	a.free(hs[2])
+	a.Free(hs[2])
 	delete(live, hs[2])
 	checkAllocator(t, a, live)
 	// The freed range coalesced with the gaps on both sides: 10..500.
-	if got := a.largestFree(); got != 490 {
+	if got := a.LargestFree(); got != 490 {
 		t.Fatalf("largest free %d, want 490", got)
 	}
 
-	for _, bad := range [][]extent{
+	for _, bad := range [][]Extent{
 		{{0, 10}, {5, 10}},    // overlap
 		{{990, 20}},           // past the end
 		{{10, 0}},             // empty
 		{{^uint64(0) - 1, 4}}, // wraps
 	} {
-		if _, _, err := rebuildAllocator(1000, bad); err == nil {
+		if _, _, err := Rebuild(1000, bad); err == nil {
 			t.Errorf("rebuild of %v succeeded", bad)
 		}
 	}
@@ -179,15 +179,15 @@ func TestRebuildAllocator(t *testing.T) {
 
 func TestAllocatorKeepsLargeBlocksWhole(t *testing.T) {
 	// Small allocations come from the small hole, not by splitting the big one.
-	a, _, err := rebuildAllocator(1<<20, []extent{{64, 1 << 10}})
+	a, _, err := Rebuild(1<<20, []Extent{{64, 1 << 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	off, _, ok := a.alloc(32)
+	off, _, ok := a.Alloc(32)
 	if !ok || off != 0 {
 		t.Fatalf("alloc 32 went to offset %d", off)
 	}
-	if a.largestFree() != 1<<20-64-1<<10 {
-		t.Fatalf("large block was split: largest free %d", a.largestFree())
+	if a.LargestFree() != 1<<20-64-1<<10 {
+		t.Fatalf("large block was split: largest free %d", a.LargestFree())
 	}
 }
