@@ -240,13 +240,10 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := newRegistry()
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	if f.pprof {
-		mountPprof(mux)
-	}
+	mountPprof(mux, f.pprof)
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return fmt.Errorf("master: listen on %s: %w (is another master running there? pick another --listen)", f.listen, err)
@@ -266,7 +263,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer mn.close()
 	// serving is the master eviction runs on: only a primary evicts (a
 	// standby's state is the log's, and eviction would be a change).
-	serving, run, liveness := mn.serving, mn.run, mn.liveness
+	serving := mn.serving
 	stopped := make(chan struct{})
 	if public && tlsCfg == nil {
 		log.Warn("serving off loopback without TLS: the bearer token and the API cross the network in clear text", "listen", f.listen)
@@ -282,7 +279,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer cancel()
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
-	runDone := startMasterRun(ctx, run, liveness, errc)
+	runDone := startMasterRun(ctx, mn.run, mn.liveness, errc)
 	evictEvery := f.evictEvery
 	tick := time.NewTicker(*evictEvery)
 	defer tick.Stop()
@@ -339,8 +336,19 @@ func startMasterRun(ctx context.Context, run func(context.Context) error, livene
 	return runDone
 }
 
-// mountPprof serves Go's profiler under /debug/pprof/.
-func mountPprof(mux *http.ServeMux) {
+// newRegistry is a process's metrics registry, with the Go runtime's
+// and the process's own collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// mountPprof serves Go's profiler under /debug/pprof/ when on.
+func mountPprof(mux *http.ServeMux, on bool) {
+	if !on {
+		return
+	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
