@@ -219,7 +219,9 @@ func masterFailoverOnce(ctx context.Context, c fleetCmd, url string, et time.Dur
 	defer f.stop()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	writers, err := startMasterFailoverFleet(ctx, f, id, et)
+	flags := []string{"--client-active-ttl", "1s", "--client-suspicion-ttl", "1s", "--election-timeout", et.String(), "--log-level", "warn"}
+	writers, err := startHAFleet(ctx, f, []string{"m1", "m2", "m3"}, []string{"n1", "n2", "n3"}, flags,
+		func(i int, _ string) string { return fmt.Sprintf("bench-%s-%d", id, i) }, nil)
 	if err != nil {
 		return r, err
 	}
@@ -274,49 +276,11 @@ func masterFailoverOnce(ctx context.Context, c fleetCmd, url string, et time.Dur
 	r.moved = movedShards(before, after, "bench-")
 	stopWriters()
 	wg.Wait()
-	for _, w := range writers {
-		if _, err := f.verify(ctx, w); err != nil {
-			return r, err
-		}
+	if _, err := verifyWriters(ctx, f, writers); err != nil {
+		return r, err
 	}
 	r.detection, r.promotion, r.rto = claimed.Sub(killed), serving.Sub(claimed), first.Sub(killed)
 	return r, nil
-}
-
-// startMasterFailoverFleet starts masters m1 (primary), m2 and m3
-// (standbys) with election timeout et, sidecars n1..n3, and one shard
-// open on each; it returns a writer per shard (not yet running).
-func startMasterFailoverFleet(ctx context.Context, f *procFleet, id string, et time.Duration) ([]*shardWriter, error) {
-	flags := []string{"--client-active-ttl", "1s", "--client-suspicion-ttl", "1s", "--election-timeout", et.String(), "--log-level", "warn"}
-	if _, err := f.startMasterNamed("m1", flags...); err != nil {
-		return nil, err
-	}
-	for _, m := range []string{"m2", "m3"} {
-		if _, err := f.startMasterNamed(m, append([]string{"--standby"}, flags...)...); err != nil {
-			return nil, err
-		}
-	}
-	nodes := []string{"n1", "n2", "n3"}
-	for _, n := range nodes {
-		if _, err := f.startSidecar(n, "--log-level", "warn"); err != nil {
-			return nil, err
-		}
-	}
-	if err := f.waitNodes(ctx, 3); err != nil {
-		return nil, err
-	}
-	var writers []*shardWriter
-	for i, n := range nodes {
-		shard := fmt.Sprintf("bench-%s-%d", id, i)
-		if err := f.assign(ctx, shard, n, false); err != nil {
-			return nil, err
-		}
-		if _, err := f.openOn(ctx, shard, ""); err != nil {
-			return nil, err
-		}
-		writers = append(writers, &shardWriter{f: f, shard: shard, http: f.http})
-	}
-	return writers, nil
 }
 
 // assignProbe assigns probe shards one after another, each to the primary
