@@ -117,11 +117,7 @@ type adminFlags struct {
 }
 
 func (c *masterConn) addFlags(fs *flag.FlagSet) {
-	def := os.Getenv(envPrefix + "MASTER_ADDR")
-	if def == "" {
-		def = "http://127.0.0.1:7500"
-	}
-	fs.StringVar(&c.addr, "addr", def, "the master's URL or HOST:PORT, or a comma-separated list of the cluster's masters: a command goes to whichever is primary (env SHARDFENCE_MASTER_ADDR)")
+	fs.StringVar(&c.addr, "addr", envOr("MASTER_ADDR", "http://127.0.0.1:7500"), "the master's URL or HOST:PORT, or a comma-separated list of the cluster's masters: a command goes to whichever is primary (env SHARDFENCE_MASTER_ADDR)")
 	fs.StringVar(&c.tokenFile, "auth-token-file", os.Getenv(envPrefix+"MASTER_TOKEN_FILE"), "file holding the master's bearer token (env SHARDFENCE_MASTER_TOKEN_FILE)")
 	fs.StringVar(&c.caCert, "ca-cert", "", "CA bundle (PEM) to verify an HTTPS master with")
 	fs.StringVar(&c.clientCert, "client-cert", "", "client certificate (PEM) for a master that requires mutual TLS")
