@@ -213,9 +213,7 @@ func medianMasterRun(rs []masterFailoverRun) masterFailoverRun {
 // primary master and times the way back.
 func masterFailoverOnce(ctx context.Context, c fleetCmd, url string, et time.Duration) (masterFailoverRun, error) {
 	r := masterFailoverRun{et: et}
-	id := newRunID()
-	f := newProcFleet(c, url, url)
-	f.cluster = "bench-" + id
+	f, id := newBenchFleet(c, url)
 	defer f.stop()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -369,12 +367,16 @@ func movedShards(before, after map[string]*masterv1.ShardInfo, prefix string) in
 	return moved
 }
 
-// newRunID is a random name part, so the runs of a bench (and of
+// newBenchFleet is an empty fleet on url for one run of a bench, with a
+// cluster of its own: bench-ID, ID random, so the runs of a bench (and of
 // several benches on one store) do not meet.
-func newRunID() string {
+func newBenchFleet(c fleetCmd, url string) (*procFleet, string) {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	id := hex.EncodeToString(b)
+	f := newProcFleet(c, url, url)
+	f.cluster = "bench-" + id
+	return f, id
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -411,9 +413,7 @@ func medianRun(rs []failoverRun) failoverRun {
 // node n1, kills n1 and times the way back.
 func failoverOnce(ctx context.Context, c fleetCmd, url string, active, suspicion time.Duration) (failoverRun, error) {
 	r := failoverRun{active: active, suspicion: suspicion}
-	id := newRunID()
-	f := newProcFleet(c, url, url)
-	f.cluster = "bench-" + id
+	f, id := newBenchFleet(c, url)
 	defer f.stop()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -489,9 +489,7 @@ func failoverOnce(ctx context.Context, c fleetCmd, url string, active, suspicion
 // benchSizedTakeovers prints the rows of shards with a checkpoint of each
 // size, taken over warm and cold (median of runs).
 func benchSizedTakeovers(ctx context.Context, c fleetCmd, url string, mibs []int, runs int, stdout, stderr io.Writer) error {
-	f := newProcFleet(c, url, url)
-	id := newRunID()
-	f.cluster = "bench-" + id
+	f, id := newBenchFleet(c, url)
 	defer f.stop()
 	if err := f.startMaster("--client-active-ttl", "1s", "--client-suspicion-ttl", "1s", "--liveness-interval", "50ms"); err != nil {
 		return err

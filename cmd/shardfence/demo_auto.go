@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/internal/demo"
 )
 
@@ -16,19 +15,13 @@ import (
 // owner; the owner is SIGKILLed and the shard comes back on another
 // sidecar with no command, holding every acknowledged op.
 func runDemoAuto(ctx context.Context, c fleetCmd, url string, phase time.Duration, stdout io.Writer) error {
-	url, cleanup, err := storeOrTemp(url, "shardfence-demo-")
+	const active, suspicion = time.Second, time.Second
+	ctx, f, tl, where, stopFleet, err := demoFleet(ctx, c, url, stdout)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	const active, suspicion = time.Second, time.Second
-	tl := demo.NewTimeline(stdout)
-	f := newProcFleet(c, url, url)
-	f.cluster = "demo"
-	defer f.stop()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	tl.Say("store %s; starting the master (client TTLs: active %v, suspicion %v)", blobstore.Redact(url), active, suspicion)
+	defer stopFleet()
+	tl.Say("store %s; starting the master (client TTLs: active %v, suspicion %v)", where, active, suspicion)
 	if err := f.startMaster("--client-active-ttl", active.String(), "--client-suspicion-ttl", suspicion.String(), "--liveness-interval", "50ms"); err != nil {
 		return err
 	}

@@ -11,7 +11,6 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
-	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/internal/demo"
 )
 
@@ -21,20 +20,14 @@ import (
 // standby is elected with no command, the sidecars follow it, no shard
 // moves, and the killed master comes back as a standby by itself.
 func runDemoMasterFailover(ctx context.Context, c fleetCmd, url string, phase time.Duration, stdout io.Writer) error {
-	url, cleanup, err := storeOrTemp(url, "shardfence-demo-")
+	const election = time.Second
+	ctx, f, tl, where, stopFleet, err := demoFleet(ctx, c, url, stdout)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	const election = time.Second
-	tl := demo.NewTimeline(stdout)
-	f := newProcFleet(c, url, url)
-	f.cluster = "demo"
-	defer f.stop()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
+	defer stopFleet()
 	flags := []string{"--client-active-ttl", "1s", "--client-suspicion-ttl", "1s", "--liveness-interval", "50ms", "--election-timeout", election.String(), "--log-level", "warn"}
-	tl.Say("store %s; starting master M1 and standbys M2, M3 (election timeout %v; client TTLs 1s + 1s)", blobstore.Redact(url), election)
+	tl.Say("store %s; starting master M1 and standbys M2, M3 (election timeout %v; client TTLs 1s + 1s)", where, election)
 	writers, err := startHAFleet(ctx, f, []string{"M1", "M2", "M3"}, []string{"A", "B", "C"}, flags,
 		func(_ int, node string) string { return "s-" + node },
 		func() { tl.Say("sidecars A, B and C registered with M1 (each lists M1, M2 and M3)") })
