@@ -86,18 +86,6 @@ func parseBenchFailover(args []string, stdout io.Writer) (*benchFailoverConfig, 
 	return cfg, nil
 }
 
-// listItems are the items of a comma-separated list as given, the blank
-// ones left out.
-func listItems(s string) []string {
-	var out []string
-	for _, v := range strings.Split(s, ",") {
-		if strings.TrimSpace(v) != "" {
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
 func runBenchFailover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseBenchFailover(args, stdout)
 	if err != nil {

@@ -37,3 +37,15 @@ func parseCounts(s string, lo, hi int) (counts []int, ok bool) {
 	}
 	return counts, true
 }
+
+// listItems are the items of a comma-separated list as given, the blank
+// ones left out.
+func listItems(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if strings.TrimSpace(v) != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
