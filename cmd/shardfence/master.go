@@ -244,18 +244,11 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mountPprof(mux, f.pprof)
-	ln, err := net.Listen("tcp", f.listen)
-	if err != nil {
-		return fmt.Errorf("master: listen on %s: %w (is another master running there? pick another --listen)", f.listen, err)
-	}
-	defer ln.Close()
-	adv, err := advertiseURL(f.advertise, f.listen, ln, tlsCfg != nil)
+	ln, adv, err := f.listenAt(tlsCfg != nil, log)
 	if err != nil {
 		return err
 	}
-	if adv == "" && f.store != "" {
-		log.Warn("no --advertise and a wildcard --listen: while this master is primary, the others cannot tell sidecars and the CLI where it serves (they still find it by trying every --master address)", "listen", f.listen)
-	}
+	defer ln.Close()
 	mn, err := f.mount(ctx, mux, reg, master.Options{Metrics: master.NewMetrics(reg), Logger: log}, adv, format)
 	if err != nil {
 		return err
@@ -310,6 +303,23 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return stop()
 		}
 	}
+}
+
+// listenAt binds --listen and works out the URL the master advertises.
+func (f *masterFlags) listenAt(tls bool, log *slog.Logger) (net.Listener, string, error) {
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return nil, "", fmt.Errorf("master: listen on %s: %w (is another master running there? pick another --listen)", f.listen, err)
+	}
+	adv, err := advertiseURL(f.advertise, f.listen, ln, tls)
+	if err != nil {
+		ln.Close()
+		return nil, "", err
+	}
+	if adv == "" && f.store != "" {
+		log.Warn("no --advertise and a wildcard --listen: while this master is primary, the others cannot tell sidecars and the CLI where it serves (they still find it by trying every --master address)", "listen", f.listen)
+	}
+	return ln, adv, nil
 }
 
 // startMasterRun runs the in-memory master's liveness monitor, or an HA
