@@ -22,7 +22,7 @@ const benchBarrierSummary = "read barriers per fencing mode: store round trips p
 
 func runBenchBarrier(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench barrier", stdout)
-	latency := fs.Duration("latency", 10*time.Millisecond, "delay added to every store request (one injected round trip)")
+	latency := addLatencyFlag(fs)
 	readers := fs.Int("readers", 64, "concurrent readers, each calling Barrier in a closed loop")
 	duration := fs.Duration("duration", 3*time.Second, "run time per mode and reader count")
 	modes := fs.String("modes", "per_sync,create_only,observe,lease", "comma-separated fencing modes")

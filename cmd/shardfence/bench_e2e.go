@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 
@@ -37,13 +36,9 @@ func benchE2E(ctx context.Context, c fleetCmd, args []string, stdout, stderr io.
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
-	var ns []int
-	for _, s := range strings.Split(*callers, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			return fmt.Errorf("%w: --callers %q: positive numbers, comma-separated", errUsage, *callers)
-		}
-		ns = append(ns, n)
+	ns, ok := parseCounts(*callers, 1, 0)
+	if !ok {
+		return fmt.Errorf("%w: --callers %q: positive numbers, comma-separated", errUsage, *callers)
 	}
 	var tps []string
 	for _, s := range strings.Split(*transports, ",") {

@@ -37,52 +37,61 @@ type failoverRun struct {
 	acked int
 }
 
-func runBenchFailover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// benchFailoverConfig is what the bench failover flags ask for.
+type benchFailoverConfig struct {
+	store string
+	pairs [][2]time.Duration // ACTIVE/SUSPICION client TTLs
+	runs  int
+	ets   []time.Duration // master election timeouts
+	mibs  []int           // checkpoint sizes
+}
+
+func parseBenchFailover(args []string, stdout io.Writer) (*benchFailoverConfig, error) {
 	fs := newFlags("bench failover", stdout)
-	store := fs.String("store", "", "store URL the master and sidecars use (default: a file:// store in a temporary directory)")
+	cfg := &benchFailoverConfig{}
+	fs.StringVar(&cfg.store, "store", "", "store URL the master and sidecars use (default: a file:// store in a temporary directory)")
 	ttls := fs.String("ttls", "1s/1s,1s/2s,2s/2s,10s/20s", "comma-separated ACTIVE/SUSPICION client TTL pairs to measure")
-	runs := fs.Int("runs", 3, "failovers per TTL pair (the table shows the median)")
+	fs.IntVar(&cfg.runs, "runs", 3, "failovers per TTL pair (the table shows the median)")
 	elections := fs.String("master-election-timeouts", "1s,3s", "comma-separated --election-timeout values for the master rows (SIGKILL of the primary master, a primary and two standbys); empty skips them")
 	sizes := fs.String("checkpoint-mib", "", "comma-separated checkpoint sizes in MiB for rows of shards with a checkpoint, taken over warm and cold (e.g. 10,2048); empty skips them")
 	if err := parseArgs(fs, args); err != nil {
-		return err
+		return nil, err
 	}
-	var mibs []int
-	for _, v := range strings.Split(*sizes, ",") {
-		if strings.TrimSpace(v) == "" {
-			continue
-		}
+	for _, v := range listItems(*sizes) {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 1 {
-			return fmt.Errorf("%w: --checkpoint-mib %q: want sizes in MiB", errUsage, v)
+			return nil, fmt.Errorf("%w: --checkpoint-mib %q: want sizes in MiB", errUsage, v)
 		}
-		mibs = append(mibs, n)
+		cfg.mibs = append(cfg.mibs, n)
 	}
-	var ets []time.Duration
-	for _, e := range strings.Split(*elections, ",") {
-		if strings.TrimSpace(e) == "" {
-			continue
-		}
+	for _, e := range listItems(*elections) {
 		d, err := time.ParseDuration(strings.TrimSpace(e))
 		if err != nil || d < 100*time.Millisecond {
-			return fmt.Errorf("%w: --master-election-timeouts %q: want durations of at least 100ms", errUsage, e)
+			return nil, fmt.Errorf("%w: --master-election-timeouts %q: want durations of at least 100ms", errUsage, e)
 		}
-		ets = append(ets, d)
+		cfg.ets = append(cfg.ets, d)
 	}
-	if fs.NArg() > 0 || *runs < 1 {
-		return fmt.Errorf("%w: bench failover takes flags only, --runs at least 1", errUsage)
+	if fs.NArg() > 0 || cfg.runs < 1 {
+		return nil, fmt.Errorf("%w: bench failover takes flags only, --runs at least 1", errUsage)
 	}
-	var pairs [][2]time.Duration
 	for _, p := range strings.Split(*ttls, ",") {
 		a, s, ok := strings.Cut(strings.TrimSpace(p), "/")
 		da, err1 := time.ParseDuration(a)
 		ds, err2 := time.ParseDuration(s)
 		if !ok || err1 != nil || err2 != nil || da <= 0 || ds <= 0 {
-			return fmt.Errorf("%w: --ttls %q: want ACTIVE/SUSPICION pairs like 1s/2s", errUsage, p)
+			return nil, fmt.Errorf("%w: --ttls %q: want ACTIVE/SUSPICION pairs like 1s/2s", errUsage, p)
 		}
-		pairs = append(pairs, [2]time.Duration{da, ds})
+		cfg.pairs = append(cfg.pairs, [2]time.Duration{da, ds})
 	}
-	url, cleanup, err := storeOrTemp(*store, "shardfence-bench-failover-")
+	return cfg, nil
+}
+
+func runBenchFailover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseBenchFailover(args, stdout)
+	if err != nil {
+		return err
+	}
+	url, cleanup, err := storeOrTemp(cfg.store, "shardfence-bench-failover-")
 	if err != nil {
 		return err
 	}
@@ -92,9 +101,9 @@ func runBenchFailover(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	var results []failoverRun
-	for _, p := range pairs {
+	for _, p := range cfg.pairs {
 		var rs []failoverRun
-		for i := range *runs {
+		for i := range cfg.runs {
 			r, err := failoverOnce(ctx, c, url, p[0], p[1])
 			if err != nil {
 				return fmt.Errorf("failover with TTLs %v/%v, run %d: %w", p[0], p[1], i+1, err)
@@ -105,7 +114,37 @@ func runBenchFailover(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		results = append(results, medianRun(rs))
 	}
-	fmt.Fprintf(stdout, "store %s, median of %d failovers per row\n\n", blobstore.Redact(url), *runs)
+	printFailoverTable(stdout, url, cfg.runs, results)
+	if len(cfg.mibs) > 0 {
+		if err := benchSizedTakeovers(ctx, c, url, cfg.mibs, cfg.runs, stdout, stderr); err != nil {
+			return err
+		}
+	}
+	if len(cfg.ets) == 0 {
+		return nil
+	}
+	var mrs []masterFailoverRun
+	for _, et := range cfg.ets {
+		var rs []masterFailoverRun
+		for i := range cfg.runs {
+			r, err := masterFailoverOnce(ctx, c, url, et)
+			if err != nil {
+				return fmt.Errorf("master failover with --election-timeout %v, run %d: %w", et, i+1, err)
+			}
+			fmt.Fprintf(stderr, "election timeout %v run %d: detection %v, promotion %v, first assign %v after the kill, %d shards moved\n", et, i+1,
+				r.detection.Round(time.Millisecond), r.promotion.Round(time.Millisecond), r.rto.Round(time.Millisecond), r.moved)
+			rs = append(rs, r)
+		}
+		mrs = append(mrs, medianMasterRun(rs))
+	}
+	printMasterFailoverTable(stdout, mrs)
+	return nil
+}
+
+// printFailoverTable prints the sidecar failover rows and the takeover
+// target's verdict.
+func printFailoverTable(stdout io.Writer, url string, runs int, results []failoverRun) {
+	fmt.Fprintf(stdout, "store %s, median of %d failovers per row\n\n", blobstore.Redact(url), runs)
 	fmt.Fprintln(stdout, "| active TTL | suspicion TTL | detection | takeover: open | takeover: first ack | RTO |")
 	fmt.Fprintln(stdout, "| ---: | ---: | ---: | ---: | ---: | ---: |")
 	worst := time.Duration(0)
@@ -118,28 +157,10 @@ func runBenchFailover(ctx context.Context, args []string, stdout, stderr io.Writ
 		verdict = "MISSED"
 	}
 	fmt.Fprintf(stdout, "\ntarget takeover (assignment to first ack on the new owner) < 1 s: worst median %s (%s)\n", ms(worst), verdict)
-	if len(mibs) > 0 {
-		if err := benchSizedTakeovers(ctx, c, url, mibs, *runs, stdout, stderr); err != nil {
-			return err
-		}
-	}
-	if len(ets) == 0 {
-		return nil
-	}
-	var mrs []masterFailoverRun
-	for _, et := range ets {
-		var rs []masterFailoverRun
-		for i := range *runs {
-			r, err := masterFailoverOnce(ctx, c, url, et)
-			if err != nil {
-				return fmt.Errorf("master failover with --election-timeout %v, run %d: %w", et, i+1, err)
-			}
-			fmt.Fprintf(stderr, "election timeout %v run %d: detection %v, promotion %v, first assign %v after the kill, %d shards moved\n", et, i+1,
-				r.detection.Round(time.Millisecond), r.promotion.Round(time.Millisecond), r.rto.Round(time.Millisecond), r.moved)
-			rs = append(rs, r)
-		}
-		mrs = append(mrs, medianMasterRun(rs))
-	}
+}
+
+// printMasterFailoverTable prints the master failover rows.
+func printMasterFailoverTable(stdout io.Writer, mrs []masterFailoverRun) {
 	fmt.Fprintln(stdout, "\nMaster failover: SIGKILL of the primary master (a primary and two standbys, three sidecars with 1 s + 1 s client TTLs, one auto-restore shard each under append load)")
 	fmt.Fprintln(stdout)
 	fmt.Fprintln(stdout, "| election timeout | detection | promotion | RTO (kill to first acknowledged assign) | target | shards moved |")
@@ -152,7 +173,6 @@ func runBenchFailover(ctx context.Context, args []string, stdout, stderr io.Writ
 		fmt.Fprintf(stdout, "| %v | %s | %s | %s | <= %v (%s) | %d |\n", r.et, ms(r.detection), ms(r.promotion), ms(r.rto), r.et+time.Second, v, r.moved)
 	}
 	fmt.Fprintln(stdout, "\ndetection: the kill to a standby claiming the log (it saw no new generation for the timeout plus its random share); promotion: the claim to serving (seal, replay of what it had not tailed); shards moved: sidecar shards reassigned by the master failover (target 0)")
-	return nil
 }
 
 // masterFailoverRun is one measured failover of the primary master.
@@ -181,42 +201,15 @@ func medianMasterRun(rs []masterFailoverRun) masterFailoverRun {
 // primary master and times the way back.
 func masterFailoverOnce(ctx context.Context, c fleetCmd, url string, et time.Duration) (masterFailoverRun, error) {
 	r := masterFailoverRun{et: et}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	id := hex.EncodeToString(b)
-	f := newProcFleet(c, url, url)
-	f.cluster = "bench-" + id
+	f, id := newBenchFleet(c, url)
 	defer f.stop()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	flags := []string{"--client-active-ttl", "1s", "--client-suspicion-ttl", "1s", "--election-timeout", et.String(), "--log-level", "warn"}
-	if _, err := f.startMasterNamed("m1", flags...); err != nil {
+	writers, err := startHAFleet(ctx, f, []string{"m1", "m2", "m3"}, []string{"n1", "n2", "n3"}, flags,
+		func(i int, _ string) string { return fmt.Sprintf("bench-%s-%d", id, i) }, nil)
+	if err != nil {
 		return r, err
-	}
-	for _, m := range []string{"m2", "m3"} {
-		if _, err := f.startMasterNamed(m, append([]string{"--standby"}, flags...)...); err != nil {
-			return r, err
-		}
-	}
-	nodes := []string{"n1", "n2", "n3"}
-	for _, n := range nodes {
-		if _, err := f.startSidecar(n, "--log-level", "warn"); err != nil {
-			return r, err
-		}
-	}
-	if err := f.waitNodes(ctx, 3); err != nil {
-		return r, err
-	}
-	var writers []*shardWriter
-	for i, n := range nodes {
-		shard := fmt.Sprintf("bench-%s-%d", id, i)
-		if err := f.assign(ctx, shard, n, false); err != nil {
-			return r, err
-		}
-		if _, err := f.openOn(ctx, shard, ""); err != nil {
-			return r, err
-		}
-		writers = append(writers, &shardWriter{f: f, shard: shard, http: f.http})
 	}
 	before, err := f.shards(ctx)
 	if err != nil {
@@ -230,28 +223,8 @@ func masterFailoverOnce(ctx context.Context, c fleetCmd, url string, et time.Dur
 	defer func() { stopWriters(); wg.Wait() }()
 	// The client: one assign after another, each to the primary the
 	// masters name; the first one acknowledged after the kill ends the RTO.
-	var mu sync.Mutex
-	var acks []time.Time
-	wg.Go(func() {
-		for i := 0; wctx.Err() == nil; i++ {
-			// Each probe shard leaves the table again once acknowledged,
-			// so the sidecars open and close it and nothing piles up.
-			probe := fmt.Sprintf("probe-%s-%d", id, i)
-			cctx, cancel := context.WithTimeout(wctx, 2*time.Second)
-			fc, err := f.fleetClient(cctx)
-			if err == nil {
-				_, err = fc.AssignShard(cctx, connect.NewRequest(&masterv1.AssignShardRequest{Shard: probe}))
-			}
-			if err == nil {
-				mu.Lock()
-				acks = append(acks, time.Now())
-				mu.Unlock()
-				_, _ = fc.UnassignShard(cctx, connect.NewRequest(&masterv1.UnassignShardRequest{Shard: probe}))
-			}
-			cancel()
-			_ = sleepCtx(wctx, 50*time.Millisecond)
-		}
-	})
+	probe := &assignProbe{}
+	wg.Go(func() { probe.run(wctx, f, id) })
 	if err := pollUntil(ctx, "acks on every shard", func() (bool, error) {
 		for _, w := range writers {
 			if len(w.ackedOps()) < 20 {
@@ -268,8 +241,79 @@ func masterFailoverOnce(ctx context.Context, c fleetCmd, url string, et time.Dur
 	}
 	f.masterProc("m1").kill()
 	killed := time.Now()
-	var claimed, serving time.Time
-	if err := pollUntil(ctx, "a standby to be elected", func() (bool, error) {
+	claimed, serving, err := waitStandbyElected(ctx, standbys)
+	if err != nil {
+		return r, err
+	}
+	var first time.Time
+	if err := pollUntil(ctx, "an assign acknowledged by the new primary", func() (bool, error) {
+		var ok bool
+		first, ok = probe.firstAfter(killed)
+		return ok, nil
+	}); err != nil {
+		return r, err
+	}
+	// Two whole client TTLs with the new primary: did a shard move?
+	_ = sleepCtx(ctx, 4*time.Second)
+	after, err := f.shards(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.moved = movedShards(before, after, "bench-")
+	stopWriters()
+	wg.Wait()
+	if _, err := verifyWriters(ctx, f, writers); err != nil {
+		return r, err
+	}
+	r.detection, r.promotion, r.rto = claimed.Sub(killed), serving.Sub(claimed), first.Sub(killed)
+	return r, nil
+}
+
+// assignProbe assigns probe shards one after another, each to the primary
+// the masters name, and records when each was acknowledged.
+type assignProbe struct {
+	mu   sync.Mutex
+	acks []time.Time
+}
+
+func (p *assignProbe) run(ctx context.Context, f *procFleet, id string) {
+	for i := 0; ctx.Err() == nil; i++ {
+		// Each probe shard leaves the table again once acknowledged,
+		// so the sidecars open and close it and nothing piles up.
+		probe := fmt.Sprintf("probe-%s-%d", id, i)
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		fc, err := f.fleetClient(cctx)
+		if err == nil {
+			_, err = fc.AssignShard(cctx, connect.NewRequest(&masterv1.AssignShardRequest{Shard: probe}))
+		}
+		if err == nil {
+			p.mu.Lock()
+			p.acks = append(p.acks, time.Now())
+			p.mu.Unlock()
+			_, _ = fc.UnassignShard(cctx, connect.NewRequest(&masterv1.UnassignShardRequest{Shard: probe}))
+		}
+		cancel()
+		_ = sleepCtx(ctx, 50*time.Millisecond)
+	}
+}
+
+// firstAfter is the first acknowledgement after t.
+func (p *assignProbe) firstAfter(t time.Time) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, a := range p.acks {
+		if a.After(t) {
+			return a, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// waitStandbyElected polls the standbys until one serves as primary: claimed is
+// when one was first seen claiming the log (opening), serving when one
+// served.
+func waitStandbyElected(ctx context.Context, standbys map[string]masterv1connect.MasterHAServiceClient) (claimed, serving time.Time, err error) {
+	err = pollUntil(ctx, "a standby to be elected", func() (bool, error) {
 		for _, hc := range standbys {
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
 			res, err := hc.Status(cctx, connect.NewRequest(&masterv1.StatusRequest{}))
@@ -291,47 +335,36 @@ func masterFailoverOnce(ctx context.Context, c fleetCmd, url string, et time.Dur
 			}
 		}
 		return false, nil
-	}); err != nil {
-		return r, err
-	}
-	var first time.Time
-	if err := pollUntil(ctx, "an assign acknowledged by the new primary", func() (bool, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, a := range acks {
-			if a.After(killed) {
-				first = a
-				return true, nil
-			}
-		}
-		return false, nil
-	}); err != nil {
-		return r, err
-	}
-	// Two whole client TTLs with the new primary: did a shard move?
-	_ = sleepCtx(ctx, 4*time.Second)
-	after, err := f.shards(ctx)
-	if err != nil {
-		return r, err
-	}
+	})
+	return claimed, serving, err
+}
+
+// movedShards counts the shards named with prefix whose term or node
+// differs between two reads of the table.
+func movedShards(before, after map[string]*masterv1.ShardInfo, prefix string) int {
+	moved := 0
 	for name, row := range before {
-		if !strings.HasPrefix(name, "bench-") {
+		if !strings.HasPrefix(name, prefix) {
 			continue
 		}
 		a, b := row.GetAssignment(), after[name].GetAssignment()
 		if a.GetTerm() != b.GetTerm() || a.GetNode() != b.GetNode() {
-			r.moved++
+			moved++
 		}
 	}
-	stopWriters()
-	wg.Wait()
-	for _, w := range writers {
-		if _, err := f.verify(ctx, w); err != nil {
-			return r, err
-		}
-	}
-	r.detection, r.promotion, r.rto = claimed.Sub(killed), serving.Sub(claimed), first.Sub(killed)
-	return r, nil
+	return moved
+}
+
+// newBenchFleet is an empty fleet on url for one run of a bench, with a
+// cluster of its own: bench-ID, ID random, so the runs of a bench (and of
+// several benches on one store) do not meet.
+func newBenchFleet(c fleetCmd, url string) (*procFleet, string) {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
+	f := newProcFleet(c, url, url)
+	f.cluster = "bench-" + id
+	return f, id
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -368,11 +401,7 @@ func medianRun(rs []failoverRun) failoverRun {
 // node n1, kills n1 and times the way back.
 func failoverOnce(ctx context.Context, c fleetCmd, url string, active, suspicion time.Duration) (failoverRun, error) {
 	r := failoverRun{active: active, suspicion: suspicion}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	id := hex.EncodeToString(b)
-	f := newProcFleet(c, url, url)
-	f.cluster = "bench-" + id
+	f, id := newBenchFleet(c, url)
 	defer f.stop()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -448,11 +477,7 @@ func failoverOnce(ctx context.Context, c fleetCmd, url string, active, suspicion
 // benchSizedTakeovers prints the rows of shards with a checkpoint of each
 // size, taken over warm and cold (median of runs).
 func benchSizedTakeovers(ctx context.Context, c fleetCmd, url string, mibs []int, runs int, stdout, stderr io.Writer) error {
-	f := newProcFleet(c, url, url)
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	id := hex.EncodeToString(b)
-	f.cluster = "bench-" + id
+	f, id := newBenchFleet(c, url)
 	defer f.stop()
 	if err := f.startMaster("--client-active-ttl", "1s", "--client-suspicion-ttl", "1s", "--liveness-interval", "50ms"); err != nil {
 		return err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/shardfence/shardfence/recovery/recoverybench"
 )
@@ -13,7 +12,7 @@ const benchSealSummary = "takeover latency: store requests and ms from claim sta
 
 func runBenchSeal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench seal", stdout)
-	latency := fs.Duration("latency", 10*time.Millisecond, "delay added to every store request (one injected round trip)")
+	latency := addLatencyFlag(fs)
 	gens := fs.Int("gens", 20, "generations the predecessor wrote since its restore point")
 	opSize := fs.Int("op-size", 256, "bytes per op (one op per generation)")
 	runs := fs.Int("runs", 3, "runs per scenario (the table shows the median)")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 
@@ -41,13 +40,11 @@ func runBenchStore(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fmt.Errorf("%w: --duration must be positive and --size not negative", errUsage)
 	}
 	cfg := storebench.Config{Duration: *duration, Size: *size}
-	for _, s := range strings.Split(*clientsFlag, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > 1024 {
-			return fmt.Errorf("%w: --clients %q: want comma-separated counts from 1 to 1024", errUsage, *clientsFlag)
-		}
-		cfg.Clients = append(cfg.Clients, n)
+	clients, ok := parseCounts(*clientsFlag, 1, 1024)
+	if !ok {
+		return fmt.Errorf("%w: --clients %q: want comma-separated counts from 1 to 1024", errUsage, *clientsFlag)
 	}
+	cfg.Clients = clients
 	ops, err := storebench.OpsByName(strings.Split(*opsFlag, ","))
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

@@ -14,7 +14,7 @@ const benchTranslogSummary = "fenced translog: ack latency, throughput and reque
 
 func runBenchTranslog(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench translog", stdout)
-	latency := fs.Duration("latency", 10*time.Millisecond, "delay added to every store request (one injected round trip)")
+	latency := addLatencyFlag(fs)
 	appenders := fs.Int("appenders", 64, "concurrent appenders, each in a closed loop")
 	opSize := fs.Int("op-size", 1024, "bytes per op (one op per append)")
 	duration := fs.Duration("duration", 5*time.Second, "run time per mode")

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/sidecar/warmbench"
@@ -26,13 +24,9 @@ func runBenchWarm(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := parseArgs(flags, args); err != nil {
 		return err
 	}
-	var mibs []int
-	for _, s := range strings.Split(*sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			return fmt.Errorf("%w: --sizes-mib %q: positive sizes, comma-separated", errUsage, *sizes)
-		}
-		mibs = append(mibs, n)
+	mibs, ok := parseCounts(*sizes, 1, 0)
+	if !ok {
+		return fmt.Errorf("%w: --sizes-mib %q: positive sizes, comma-separated", errUsage, *sizes)
 	}
 	if flags.NArg() > 0 || *fileMiB < 1 || *runs < 1 || *reads < 0 || *readBytes < 1 || *blockKiB < 4 {
 		return fmt.Errorf("%w: sizes and counts must be positive and no arguments are taken", errUsage)

@@ -38,11 +38,7 @@ const maxClientTimeout = 24 * time.Hour
 
 func addClientFlags(fs *flag.FlagSet, withShard bool) *clientFlags {
 	c := &clientFlags{}
-	def := os.Getenv(envPrefix + "ADDR")
-	if def == "" {
-		def = "127.0.0.1:7400"
-	}
-	fs.StringVar(&c.addr, "addr", def, "sidecar address: HOST:PORT, http(s)://HOST[:PORT] or unix:///path (env SHARDFENCE_ADDR)")
+	fs.StringVar(&c.addr, "addr", envOr("ADDR", "127.0.0.1:7400"), "sidecar address: HOST:PORT, http(s)://HOST[:PORT] or unix:///path (env SHARDFENCE_ADDR)")
 	fs.StringVar(&c.tokenFile, "auth-token-file", os.Getenv(envPrefix+"AUTH_TOKEN_FILE"), "file holding the sidecar's bearer token (env SHARDFENCE_AUTH_TOKEN_FILE)")
 	fs.StringVar(&c.caCert, "ca-cert", "", "CA bundle (PEM) to verify an HTTPS sidecar with")
 	fs.BoolVar(&c.asJSON, "json", false, "print JSON instead of a table")

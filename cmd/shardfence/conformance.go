@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -50,16 +51,24 @@ type certificateOutput struct {
 // maxDetails caps the failure lines printed per check; the JSON has all.
 const maxDetails = 8
 
-func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// conformanceFlags are the flags of `shardfence conformance`.
+type conformanceFlags struct {
+	store, only                                    string
+	asJSON, fencingOnly, blobOnly, noCert, verbose bool
+	timeout                                        time.Duration
+}
+
+func conformanceFlagSet(stdout io.Writer) (*flag.FlagSet, *conformanceFlags) {
 	fs := newFlags("conformance", stdout)
-	store := fs.String("store", "", "store URL to check, e.g. file://./data, s3://bucket/prefix, mem://name")
-	asJSON := fs.Bool("json", false, "print one JSON document instead of the tables")
-	timeout := fs.Duration("timeout", 10*time.Minute, "stop the whole run after this long; unfinished checks are reported as skipped")
-	only := fs.String("only", "", "comma-separated check names to run, of either suite (default: all)")
-	fencingOnly := fs.Bool("fencing-only", false, "run only the fencing suite (after the precondition probe)")
-	blobOnly := fs.Bool("blob-only", false, "run only the blob suite; records no certificate")
-	noCert := fs.Bool("no-certificate", false, "do not record the outcome in the store for serve to read")
-	verbose := fs.Bool("v", false, "print what failing checks logged, not only their failures")
+	f := &conformanceFlags{}
+	fs.StringVar(&f.store, "store", "", "store URL to check, e.g. file://./data, s3://bucket/prefix, mem://name")
+	fs.BoolVar(&f.asJSON, "json", false, "print one JSON document instead of the tables")
+	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "stop the whole run after this long; unfinished checks are reported as skipped")
+	fs.StringVar(&f.only, "only", "", "comma-separated check names to run, of either suite (default: all)")
+	fs.BoolVar(&f.fencingOnly, "fencing-only", false, "run only the fencing suite (after the precondition probe)")
+	fs.BoolVar(&f.blobOnly, "blob-only", false, "run only the blob suite; records no certificate")
+	fs.BoolVar(&f.noCert, "no-certificate", false, "do not record the outcome in the store for serve to read")
+	fs.BoolVar(&f.verbose, "v", false, "print what failing checks logged, not only their failures")
 	fs.Usage = func() {
 		w := fs.Output() // the flag package prints usage itself on -h, to its output
 		fmt.Fprintf(w, "usage: shardfence conformance --store URL [--fencing-only | --blob-only] [--json] [--timeout D] [--only a,b] [--no-certificate] [-v]\n\n")
@@ -78,47 +87,62 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(w, "\nFlags:\n")
 		fs.PrintDefaults()
 	}
+	return fs, f
+}
+
+// selection is the suites to run and, with --only, the checks selected
+// (nil: all of them).
+func (f *conformanceFlags) selection() (suites []conformance.Suite, selected []string, err error) {
+	if f.fencingOnly && f.blobOnly {
+		return nil, nil, fmt.Errorf("%w: --fencing-only and --blob-only exclude each other", errUsage)
+	}
+	suites = conformance.Suites()
+	switch {
+	case f.fencingOnly:
+		suites = []conformance.Suite{conformance.FencingSuite}
+	case f.blobOnly:
+		suites = []conformance.Suite{conformance.BlobSuite}
+	}
+	if f.only == "" {
+		return suites, nil, nil
+	}
+	for name := range strings.SplitSeq(f.only, ",") {
+		name = strings.TrimSpace(name)
+		suite, ok := conformance.SuiteOf(name)
+		if !ok {
+			return nil, nil, fmt.Errorf("%w: --only: no check named %q (see shardfence conformance -h)", errUsage, name)
+		}
+		if !slices.Contains(suites, suite) {
+			return nil, nil, fmt.Errorf("%w: --only: %q is a check of the %s suite, which this run leaves out", errUsage, name, suite)
+		}
+		selected = append(selected, name)
+	}
+	// Only the suites that have a selected check run.
+	suites = slices.DeleteFunc(suites, func(s conformance.Suite) bool {
+		return !slices.ContainsFunc(s.Checks(), func(ch conformance.Check) bool { return slices.Contains(selected, ch.Name) })
+	})
+	return suites, selected, nil
+}
+
+func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, f := conformanceFlagSet(stdout)
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q (the store goes in --store)", errUsage, fs.Arg(0))
 	}
-	if *store == "" {
+	if f.store == "" {
 		return fmt.Errorf("%w: --store URL is required, e.g. --store file://./data", errUsage)
 	}
-	if *fencingOnly && *blobOnly {
-		return fmt.Errorf("%w: --fencing-only and --blob-only exclude each other", errUsage)
-	}
-	suites := conformance.Suites()
-	switch {
-	case *fencingOnly:
-		suites = []conformance.Suite{conformance.FencingSuite}
-	case *blobOnly:
-		suites = []conformance.Suite{conformance.BlobSuite}
-	}
-	var selected []string
-	if *only != "" {
-		for name := range strings.SplitSeq(*only, ",") {
-			name = strings.TrimSpace(name)
-			suite, ok := conformance.SuiteOf(name)
-			if !ok {
-				return fmt.Errorf("%w: --only: no check named %q (see shardfence conformance -h)", errUsage, name)
-			}
-			if !slices.Contains(suites, suite) {
-				return fmt.Errorf("%w: --only: %q is a check of the %s suite, which this run leaves out", errUsage, name, suite)
-			}
-			selected = append(selected, name)
-		}
-		// Only the suites that have a selected check run.
-		suites = slices.DeleteFunc(suites, func(s conformance.Suite) bool {
-			return !slices.ContainsFunc(s.Checks(), func(ch conformance.Check) bool { return slices.Contains(selected, ch.Name) })
-		})
+	suites, selected, err := f.selection()
+	if err != nil {
+		return err
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	c, err := blobstore.Open(ctx, *store)
+	c, err := blobstore.Open(ctx, f.store)
 	if err != nil {
 		return err
 	}
@@ -126,20 +150,49 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 
 	prefix := conformance.ScratchPrefix()
 	out := conformanceOutput{Store: c.String(), Prefix: prefix + "/"}
-	if !*asJSON {
+	if !f.asJSON {
 		fmt.Fprintf(stdout, "Conformance of %s\n", c)
 		fmt.Fprintf(stdout, "Scratch keys go under %s and are removed afterwards.\n\n", out.Prefix)
 	}
+	if err := probeConformance(ctx, c, prefix, &out, f.asJSON, stdout); err != nil {
+		return err
+	}
+	var reports []conformance.Report
+	for _, suite := range suites {
+		reports = append(reports, runSuite(ctx, c, suite, prefix, selected, f.asJSON, f.verbose, stdout))
+	}
+	out.add(reports)
+	if out.Fencing != nil && !f.noCert {
+		out.Certificate = recordCertificate(ctx, c, reports)
+	}
+	if err := out.print(stdout, f.asJSON); err != nil {
+		return err
+	}
+	total := 0
+	for _, rep := range reports {
+		total += len(rep.Results)
+	}
+	switch {
+	case out.Failed > 0:
+		return fmt.Errorf("%d of %d checks failed on %s; the store (or its driver) does not keep the contract, do not run fenced shards on it", out.Failed, total, c)
+	case ctx.Err() != nil:
+		return fmt.Errorf("run stopped after --timeout %s with %d checks skipped on %s", f.timeout, out.Skipped, c)
+	}
+	return nil
+}
 
-	// The probe comes first: on a store that accepts stale writes, the
-	// suites' failures would only restate that fencing cannot work there.
+// probeConformance runs the precondition probe first: on a store that
+// accepts stale writes, the suites' failures would only restate that
+// fencing cannot work there. A failed probe ends the run (the JSON
+// document printed first).
+func probeConformance(ctx context.Context, c *blobstore.Container, prefix string, out *conformanceOutput, asJSON bool, stdout io.Writer) error {
 	probeStore, err := blobstore.Sub(c, prefix)
 	if err != nil {
 		return err
 	}
 	if err := blobstore.ProbePreconditions(ctx, probeStore); err != nil {
 		out.Probe = probeOutput{Status: conformance.Fail, Detail: err.Error()}
-		if *asJSON {
+		if asJSON {
 			if jerr := writeJSON(stdout, out); jerr != nil {
 				return jerr
 			}
@@ -152,68 +205,59 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		return fmt.Errorf("precondition probe on %s could not finish (is the store reachable and writable?): %w", c, err)
 	}
 	out.Probe = probeOutput{Status: conformance.Pass}
-	if !*asJSON {
+	if !asJSON {
 		fmt.Fprintf(stdout, "Precondition probe: ok (a second create, a stale CAS and a CAS on a missing key are refused)\n")
 	}
+	return nil
+}
 
-	var reports []conformance.Report
-	for _, suite := range suites {
-		rep := runSuite(ctx, c, suite, prefix, selected, *asJSON, *verbose, stdout)
-		reports = append(reports, rep)
-		switch suite {
+// add puts the suites' reports and their counts into the document.
+func (out *conformanceOutput) add(reports []conformance.Report) {
+	for i, rep := range reports {
+		switch rep.Suite {
 		case conformance.BlobSuite:
-			out.Report = &reports[len(reports)-1]
+			out.Report = &reports[i]
 		case conformance.FencingSuite:
-			out.Fencing = &reports[len(reports)-1]
+			out.Fencing = &reports[i]
 		}
 		out.Passed += rep.Count(conformance.Pass)
 		out.Failed += rep.Count(conformance.Fail)
 		out.Skipped += rep.Count(conformance.Skip)
 		out.Warned += rep.Count(conformance.Warn)
 	}
+}
 
-	if out.Fencing != nil && !*noCert {
-		// Recorded even after a timeout: a skipped check is unverified, a
-		// failed one still refuses. Checks this run did not select keep
-		// what an earlier run of the same suite version recorded.
-		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		cert := conformance.NewCertificate(c.String(), time.Now(), reports...)
-		if prev, err := conformance.ReadCertificate(wctx, c); err == nil {
-			cert = conformance.MergeCertificates(prev, cert)
-		}
-		co := &certificateOutput{Key: conformance.CertificateKey, Refuses: cert.Refusal() != nil}
-		if err := conformance.WriteCertificate(wctx, c, cert); err != nil {
-			co.Error = err.Error()
-		} else {
-			co.Recorded = true
-		}
-		wcancel()
-		out.Certificate = co
+// recordCertificate records the run in the store for serve and the
+// master. It is recorded even after a timeout: a skipped check is
+// unverified, a failed one still refuses.
+func recordCertificate(ctx context.Context, c *blobstore.Container, reports []conformance.Report) *certificateOutput {
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer wcancel()
+	cert, err := conformance.RecordCertificate(wctx, c, time.Now(), reports...)
+	co := &certificateOutput{Key: conformance.CertificateKey, Refuses: cert.Refusal() != nil}
+	if err != nil {
+		co.Error = err.Error()
+	} else {
+		co.Recorded = true
 	}
+	return co
+}
 
-	if *asJSON {
-		if err := writeJSON(stdout, out); err != nil {
-			return err
-		}
-	} else if co := out.Certificate; co != nil {
-		switch {
-		case !co.Recorded:
-			fmt.Fprintf(stdout, "\nCertificate: not recorded: %s\n", co.Error)
-		case co.Refuses:
-			fmt.Fprintf(stdout, "\nCertificate: recorded at %s; shardfence serve will refuse this store (a fencing check failed), and so will a master with this --store, unless given --allow-fencing-failures.\n", co.Key)
-		default:
-			fmt.Fprintf(stdout, "\nCertificate: recorded at %s; shardfence serve and a master with this --store read it at start-up.\n", co.Key)
-		}
+// print writes the JSON document, or the certificate's line after the
+// tables.
+func (out *conformanceOutput) print(stdout io.Writer, asJSON bool) error {
+	if asJSON {
+		return writeJSON(stdout, out)
 	}
-	total := 0
-	for _, rep := range reports {
-		total += len(rep.Results)
-	}
+	co := out.Certificate
 	switch {
-	case out.Failed > 0:
-		return fmt.Errorf("%d of %d checks failed on %s; the store (or its driver) does not keep the contract, do not run fenced shards on it", out.Failed, total, c)
-	case ctx.Err() != nil:
-		return fmt.Errorf("run stopped after --timeout %s with %d checks skipped on %s", *timeout, out.Skipped, c)
+	case co == nil:
+	case !co.Recorded:
+		fmt.Fprintf(stdout, "\nCertificate: not recorded: %s\n", co.Error)
+	case co.Refuses:
+		fmt.Fprintf(stdout, "\nCertificate: recorded at %s; shardfence serve will refuse this store (a fencing check failed), and so will a master with this --store, unless given --allow-fencing-failures.\n", co.Key)
+	default:
+		fmt.Fprintf(stdout, "\nCertificate: recorded at %s; shardfence serve and a master with this --store read it at start-up.\n", co.Key)
 	}
 	return nil
 }

@@ -25,7 +25,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *auto && *masterFailover {
 		return fmt.Errorf("%w: --auto and --master-failover are two different demos", errUsage)
 	}
-	if *masterFailover {
+	if *auto || *masterFailover {
 		if fs.NArg() > 0 || *phase <= 0 {
 			return fmt.Errorf("%w: unexpected argument, or --phase not positive", errUsage)
 		}
@@ -33,15 +33,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		return runDemoMasterFailover(ctx, c, *storeURL, *phase, stdout)
-	}
-	if *auto {
-		if fs.NArg() > 0 || *phase <= 0 {
-			return fmt.Errorf("%w: unexpected argument, or --phase not positive", errUsage)
-		}
-		c, err := selfCmd()
-		if err != nil {
-			return err
+		if *masterFailover {
+			return runDemoMasterFailover(ctx, c, *storeURL, *phase, stdout)
 		}
 		return runDemoAuto(ctx, c, *storeURL, *phase, stdout)
 	}
@@ -73,4 +66,19 @@ func openStoreOrTemp(ctx context.Context, url, tempPrefix string) (c *blobstore.
 		return nil, "", nil, fmt.Errorf("open store: %w", err)
 	}
 	return c, blobstore.Redact(url), func() { _ = c.Close(); cleanup() }, nil
+}
+
+// demoFleet is the start of a process demo: the store (url, or a fresh
+// file:// store), its timeline, and an empty fleet of cluster "demo"; the
+// context ends after five minutes. done stops the fleet and removes the
+// store it made.
+func demoFleet(ctx context.Context, c fleetCmd, url string, stdout io.Writer) (_ context.Context, _ *procFleet, _ *demo.Timeline, where string, done func(), err error) {
+	url, cleanup, err := storeOrTemp(url, "shardfence-demo-")
+	if err != nil {
+		return nil, nil, nil, "", nil, err
+	}
+	f := newProcFleet(c, url, url)
+	f.cluster = "demo"
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	return ctx, f, demo.NewTimeline(stdout), blobstore.Redact(url), func() { cancel(); f.stop(); cleanup() }, nil
 }

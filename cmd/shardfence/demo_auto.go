@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/internal/demo"
 )
 
@@ -16,19 +15,13 @@ import (
 // owner; the owner is SIGKILLed and the shard comes back on another
 // sidecar with no command, holding every acknowledged op.
 func runDemoAuto(ctx context.Context, c fleetCmd, url string, phase time.Duration, stdout io.Writer) error {
-	url, cleanup, err := storeOrTemp(url, "shardfence-demo-")
+	const active, suspicion = time.Second, time.Second
+	ctx, f, tl, where, stopFleet, err := demoFleet(ctx, c, url, stdout)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	const active, suspicion = time.Second, time.Second
-	tl := demo.NewTimeline(stdout)
-	f := newProcFleet(c, url, url)
-	f.cluster = "demo"
-	defer f.stop()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	tl.Say("store %s; starting the master (client TTLs: active %v, suspicion %v)", blobstore.Redact(url), active, suspicion)
+	defer stopFleet()
+	tl.Say("store %s; starting the master (client TTLs: active %v, suspicion %v)", where, active, suspicion)
 	if err := f.startMaster("--client-active-ttl", active.String(), "--client-suspicion-ttl", suspicion.String(), "--liveness-interval", "50ms"); err != nil {
 		return err
 	}
@@ -62,29 +55,7 @@ func runDemoAuto(ctx context.Context, c fleetCmd, url string, phase time.Duratio
 	f.sidecar("A").kill()
 	killed := time.Now()
 	tl.Say("SIGKILL sidecar A")
-	seen := map[string]bool{}
-	err = pollUntil(ctx, "the shard back on another sidecar", func() (bool, error) {
-		if nodes, err := f.nodes(ctx); err == nil {
-			for _, n := range nodes {
-				if n.GetName() == "A" && !seen[n.GetState()] {
-					seen[n.GetState()] = true
-					tl.Say("master: node A is %s", n.GetState())
-				}
-			}
-		}
-		rows, err := f.shards(ctx)
-		if err != nil {
-			return false, nil
-		}
-		r := rows[shard]
-		a := r.GetAssignment()
-		if a.GetTerm() >= 2 && !seen["assigned"] {
-			seen["assigned"] = true
-			tl.Say("master: shard %q taken over: term %d on %s (%s), recorded in its log before telling %s", shard, a.GetTerm(), a.GetNode(), a.GetReason(), a.GetNode())
-		}
-		return a.GetTerm() >= 2 && r.GetState() == "open", nil
-	})
-	if err != nil {
+	if err := demoAutoTakeover(ctx, f, tl, shard); err != nil {
 		return err
 	}
 	row, _ = f.openOn(ctx, shard, "A")
@@ -106,17 +77,61 @@ func runDemoAuto(ctx context.Context, c fleetCmd, url string, phase time.Duratio
 	if err != nil {
 		return err
 	}
+	tl.Say("acknowledged %d ops (%s); every one is in %s's lineage: lost 0", n, acksByNode(w.ackedOps(), "A", "B", "C"), row.GetAssignment().GetNode())
+	if err := demoAutoReturn(ctx, f, tl, shard); err != nil {
+		return err
+	}
+	tl.Say("ok: the shard failed over by itself and every acknowledged op is readable")
+	return nil
+}
+
+// demoAutoTakeover waits for the shard to be open on another sidecar at a
+// higher term, saying on the timeline what the master sees of node A and
+// of the shard as it happens.
+func demoAutoTakeover(ctx context.Context, f *procFleet, tl *demo.Timeline, shard string) error {
+	seen := map[string]bool{}
+	return pollUntil(ctx, "the shard back on another sidecar", func() (bool, error) {
+		if nodes, err := f.nodes(ctx); err == nil {
+			for _, n := range nodes {
+				if n.GetName() == "A" && !seen[n.GetState()] {
+					seen[n.GetState()] = true
+					tl.Say("master: node A is %s", n.GetState())
+				}
+			}
+		}
+		rows, err := f.shards(ctx)
+		if err != nil {
+			return false, nil
+		}
+		r := rows[shard]
+		a := r.GetAssignment()
+		if a.GetTerm() >= 2 && !seen["assigned"] {
+			seen["assigned"] = true
+			tl.Say("master: shard %q taken over: term %d on %s (%s), recorded in its log before telling %s", shard, a.GetTerm(), a.GetNode(), a.GetReason(), a.GetNode())
+		}
+		return a.GetTerm() >= 2 && r.GetState() == "open", nil
+	})
+}
+
+// acksByNode says how many of acks each of nodes acknowledged ("A 10 + B
+// 5"), leaving out the nodes with none.
+func acksByNode(acks []ackedOp, nodes ...string) string {
 	byNode := map[string]int{}
-	for _, a := range w.ackedOps() {
+	for _, a := range acks {
 		byNode[a.node]++
 	}
 	var parts []string
-	for _, name := range []string{"A", "B", "C"} {
+	for _, name := range nodes {
 		if byNode[name] > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", name, byNode[name]))
 		}
 	}
-	tl.Say("acknowledged %d ops (%s); every one is in %s's lineage: lost 0", n, strings.Join(parts, " + "), row.GetAssignment().GetNode())
+	return strings.Join(parts, " + ")
+}
+
+// demoAutoReturn restarts sidecar A and checks it does not get the shard
+// back.
+func demoAutoReturn(ctx context.Context, f *procFleet, tl *demo.Timeline, shard string) error {
 	if _, err := f.startSidecar("A", "--log-level", "warn"); err != nil {
 		return err
 	}
@@ -134,6 +149,5 @@ func runDemoAuto(ctx context.Context, c fleetCmd, url string, phase time.Duratio
 		return fmt.Errorf("the returning sidecar A got the shard back: %v", a)
 	}
 	tl.Say("sidecar A restarted: it registered as a new incarnation and holds nothing; %q stays on %s", shard, rows[shard].GetAssignment().GetNode())
-	tl.Say("ok: the shard failed over by itself and every acknowledged op is readable")
 	return nil
 }

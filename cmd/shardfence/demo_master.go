@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
 	"sync"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
-	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/internal/demo"
 )
 
@@ -22,47 +20,19 @@ import (
 // standby is elected with no command, the sidecars follow it, no shard
 // moves, and the killed master comes back as a standby by itself.
 func runDemoMasterFailover(ctx context.Context, c fleetCmd, url string, phase time.Duration, stdout io.Writer) error {
-	url, cleanup, err := storeOrTemp(url, "shardfence-demo-")
+	const election = time.Second
+	ctx, f, tl, where, stopFleet, err := demoFleet(ctx, c, url, stdout)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	const election = time.Second
-	tl := demo.NewTimeline(stdout)
-	f := newProcFleet(c, url, url)
-	f.cluster = "demo"
-	defer f.stop()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
+	defer stopFleet()
 	flags := []string{"--client-active-ttl", "1s", "--client-suspicion-ttl", "1s", "--liveness-interval", "50ms", "--election-timeout", election.String(), "--log-level", "warn"}
-	tl.Say("store %s; starting master M1 and standbys M2, M3 (election timeout %v; client TTLs 1s + 1s)", blobstore.Redact(url), election)
-	if _, err := f.startMasterNamed("M1", flags...); err != nil {
+	tl.Say("store %s; starting master M1 and standbys M2, M3 (election timeout %v; client TTLs 1s + 1s)", where, election)
+	writers, err := startHAFleet(ctx, f, []string{"M1", "M2", "M3"}, []string{"A", "B", "C"}, flags,
+		func(_ int, node string) string { return "s-" + node },
+		func() { tl.Say("sidecars A, B and C registered with M1 (each lists M1, M2 and M3)") })
+	if err != nil {
 		return err
-	}
-	for _, m := range []string{"M2", "M3"} {
-		if _, err := f.startMasterNamed(m, append([]string{"--standby"}, flags...)...); err != nil {
-			return err
-		}
-	}
-	for _, n := range []string{"A", "B", "C"} {
-		if _, err := f.startSidecar(n, "--log-level", "warn"); err != nil {
-			return err
-		}
-	}
-	if err := f.waitNodes(ctx, 3); err != nil {
-		return err
-	}
-	tl.Say("sidecars A, B and C registered with M1 (each lists M1, M2 and M3)")
-	shards := map[string]string{"s-A": "A", "s-B": "B", "s-C": "C"}
-	var writers []*shardWriter
-	for _, s := range sortedKeys(shards) {
-		if err := f.assign(ctx, s, shards[s], false); err != nil {
-			return err
-		}
-		if _, err := f.openOn(ctx, s, ""); err != nil {
-			return err
-		}
-		writers = append(writers, &shardWriter{f: f, shard: s, http: f.http})
 	}
 	tl.Say("M1 assigned shards s-A, s-B, s-C (auto_restore) to A, B, C at term 1; clients append to each")
 	wctx, cancelWriters := context.WithCancel(ctx)
@@ -82,60 +52,21 @@ func runDemoMasterFailover(ctx context.Context, c fleetCmd, url string, phase ti
 	f.masterProc("M1").kill()
 	killed := time.Now()
 	tl.Say("SIGKILL master M1")
-	var winner string
-	if err := pollUntil(ctx, "a standby to be elected", func() (bool, error) {
-		p, _, ok := f.finder.Find(ctx, time.Second)
-		if ok && p.Confirmed && p.Leader.Node != "M1" {
-			winner = p.Leader.Node
-			return true, nil
-		}
-		return false, nil
-	}); err != nil {
-		return err
-	}
-	st, err := masterStatusOf(ctx, f, winner)
+	winner, err := demoElection(ctx, f, tl, killed)
 	if err != nil {
 		return err
 	}
-	tl.Say("%s saw no new log generation for the election timeout, claimed the log at term %d (which fences M1) and serves, %v after the kill, with no command",
-		winner, st.GetTerm(), time.Since(killed).Round(time.Millisecond))
-	// The new primary gave every node a whole active TTL (1 s): past it,
-	// a node still active has pinged it.
-	if err := demo.Sleep(ctx, 1200*time.Millisecond); err != nil {
-		return err
-	}
-	nodes, err := f.nodes(ctx)
-	if err != nil {
-		return err
-	}
-	for _, n := range nodes {
-		if n.GetState() != "active" || n.GetLastPingAgeMs() < 0 || n.GetLastPingAgeMs() >= 1000 {
-			return fmt.Errorf("node %s did not reach the new primary %s: %v", n.GetName(), winner, n)
-		}
-	}
-	tl.Say("A, B and C found %s (every master names the primary) and ping it", winner)
 	if err := demo.Sleep(ctx, time.Second+phase); err != nil {
 		return err
 	}
-	after, err := f.shards(ctx)
-	if err != nil {
+	if err := demoNoShardMoved(ctx, f, before, writers); err != nil {
 		return err
-	}
-	for s := range shards {
-		a, b := before[s].GetAssignment(), after[s].GetAssignment()
-		if a.GetTerm() != b.GetTerm() || a.GetNode() != b.GetNode() || after[s].GetState() != "open" {
-			return fmt.Errorf("shard %s changed with the master failover: %v -> %v (%s)", s, a, b, after[s].GetState())
-		}
 	}
 	tl.Say("after two whole client TTLs under %s: every shard still open on its node at term 1 (a master failover moves no shard of a live node)", winner)
 	stopWriters()
-	total := 0
-	for _, w := range writers {
-		n, err := f.verify(ctx, w)
-		if err != nil {
-			return err
-		}
-		total += n
+	total, err := verifyWriters(ctx, f, writers)
+	if err != nil {
+		return err
 	}
 	tl.Say("acknowledged %d appends across the failover; every one is in its shard's lineage: lost 0", total)
 	if _, err := f.startMasterNamed("M1", flags...); err != nil {
@@ -152,6 +83,115 @@ func runDemoMasterFailover(ctx context.Context, c fleetCmd, url string, phase ti
 	return nil
 }
 
+// startHAFleet starts masters[0] as the primary and the others as
+// standbys (each with flags), a sidecar for each of nodes, and, once they
+// registered (registered is called then), one auto-restore shard per
+// node, named shard(i, node), open on it. It returns a writer per shard,
+// not yet running.
+func startHAFleet(ctx context.Context, f *procFleet, masters, nodes, flags []string, shard func(i int, node string) string, registered func()) ([]*shardWriter, error) {
+	if _, err := f.startMasterNamed(masters[0], flags...); err != nil {
+		return nil, err
+	}
+	for _, m := range masters[1:] {
+		if _, err := f.startMasterNamed(m, append([]string{"--standby"}, flags...)...); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range nodes {
+		if _, err := f.startSidecar(n, "--log-level", "warn"); err != nil {
+			return nil, err
+		}
+	}
+	if err := f.waitNodes(ctx, len(nodes)); err != nil {
+		return nil, err
+	}
+	if registered != nil {
+		registered()
+	}
+	var writers []*shardWriter
+	for i, n := range nodes {
+		s := shard(i, n)
+		if err := f.assign(ctx, s, n, false); err != nil {
+			return nil, err
+		}
+		if _, err := f.openOn(ctx, s, ""); err != nil {
+			return nil, err
+		}
+		writers = append(writers, &shardWriter{f: f, shard: s, http: f.http})
+	}
+	return writers, nil
+}
+
+// demoElection waits for a standby other than M1 to serve as primary and
+// for every node to ping it, saying so on the timeline; it returns the
+// new primary's name.
+func demoElection(ctx context.Context, f *procFleet, tl *demo.Timeline, killed time.Time) (string, error) {
+	var winner string
+	if err := pollUntil(ctx, "a standby to be elected", func() (bool, error) {
+		p, _, ok := f.finder.Find(ctx, time.Second)
+		if ok && p.Confirmed && p.Leader.Node != "M1" {
+			winner = p.Leader.Node
+			return true, nil
+		}
+		return false, nil
+	}); err != nil {
+		return "", err
+	}
+	st, err := masterStatusOf(ctx, f, winner)
+	if err != nil {
+		return "", err
+	}
+	tl.Say("%s saw no new log generation for the election timeout, claimed the log at term %d (which fences M1) and serves, %v after the kill, with no command",
+		winner, st.GetTerm(), time.Since(killed).Round(time.Millisecond))
+	// The new primary gave every node a whole active TTL (1 s): past it,
+	// a node still active has pinged it.
+	if err := demo.Sleep(ctx, 1200*time.Millisecond); err != nil {
+		return "", err
+	}
+	nodes, err := f.nodes(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, n := range nodes {
+		if n.GetState() != "active" || n.GetLastPingAgeMs() < 0 || n.GetLastPingAgeMs() >= 1000 {
+			return "", fmt.Errorf("node %s did not reach the new primary %s: %v", n.GetName(), winner, n)
+		}
+	}
+	tl.Say("A, B and C found %s (every master names the primary) and ping it", winner)
+	return winner, nil
+}
+
+// demoNoShardMoved fails when a writer's shard changed term or node since
+// before, or is not open.
+func demoNoShardMoved(ctx context.Context, f *procFleet, before map[string]*masterv1.ShardInfo, writers []*shardWriter) error {
+	after, err := f.shards(ctx)
+	if err != nil {
+		return err
+	}
+	for _, w := range writers {
+		s := w.shard
+		a, b := before[s].GetAssignment(), after[s].GetAssignment()
+		if a.GetTerm() != b.GetTerm() || a.GetNode() != b.GetNode() || after[s].GetState() != "open" {
+			return fmt.Errorf("shard %s changed with the master failover: %v -> %v (%s)", s, a, b, after[s].GetState())
+		}
+	}
+	return nil
+}
+
+// verifyWriters checks every writer's acknowledged ops against its
+// shard's lineage and returns how many there were.
+func verifyWriters(ctx context.Context, f *procFleet, writers []*shardWriter) (int, error) {
+	total := 0
+	for _, w := range writers {
+		n, err := f.verify(ctx, w)
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
 func masterStatusOf(ctx context.Context, f *procFleet, name string) (*masterv1.StatusResponse, error) {
 	p := f.masterProc(name)
 	if p == nil {
@@ -162,13 +202,4 @@ func masterStatusOf(ctx context.Context, f *procFleet, name string) (*masterv1.S
 		return nil, err
 	}
 	return res.Msg, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -102,79 +103,126 @@ func masterErr(what, addr string, err error, tokenFile string) error {
 	return errors.New(msg)
 }
 
+// adminFlags are the admin commands' own flags; each command adds the
+// ones it takes (addFor).
+type adminFlags struct {
+	timeout                               time.Duration
+	asJSON                                bool
+	shard, node, takeover, mode, ackOrder string
+	shardList                             []string
+	term                                  int64
+	autoRestore, unfenced, warm, dryRun   bool
+	maxMoves                              int
+	lease, waitFor                        time.Duration
+}
+
+func (c *masterConn) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.addr, "addr", envOr("MASTER_ADDR", "http://127.0.0.1:7500"), "the master's URL or HOST:PORT, or a comma-separated list of the cluster's masters: a command goes to whichever is primary (env SHARDFENCE_MASTER_ADDR)")
+	fs.StringVar(&c.tokenFile, "auth-token-file", os.Getenv(envPrefix+"MASTER_TOKEN_FILE"), "file holding the master's bearer token (env SHARDFENCE_MASTER_TOKEN_FILE)")
+	fs.StringVar(&c.caCert, "ca-cert", "", "CA bundle (PEM) to verify an HTTPS master with")
+	fs.StringVar(&c.clientCert, "client-cert", "", "client certificate (PEM) for a master that requires mutual TLS")
+	fs.StringVar(&c.clientKey, "client-key", "", "client certificate's key (PEM)")
+}
+
+// addFor adds the flags of admin command cmd.
+func (a *adminFlags) addFor(fs *flag.FlagSet, cmd string) {
+	defTimeout := 5 * time.Minute
+	if cmd == "watch" {
+		defTimeout = 0
+	}
+	fs.DurationVar(&a.timeout, "timeout", defTimeout, "how long to wait for the answer (watch: how long to follow the feed; 0 until interrupted)")
+	fs.BoolVar(&a.asJSON, "json", false, "print JSON (nodes, shards, watch)")
+	switch cmd {
+	case "assign":
+		fs.StringVar(&a.shard, "shard", "", "shard id (required)")
+		fs.StringVar(&a.node, "node", "", "node to open it on (default: the master picks an active node)")
+		fs.Int64Var(&a.term, "term", 0, "term to open at (default 1; a stale grant is raised above the shard's stored terms)")
+		fs.BoolVar(&a.autoRestore, "auto-restore", false, "move the shard to a live node at a higher term by itself when its owner goes offline (fenced shards only)")
+		fs.StringVar(&a.takeover, "takeover", "offline", "when an auto-restore shard moves: offline, or already suspected")
+		fs.StringVar(&a.mode, "fencing-mode", "", "per_sync, lease, create_only or observe (default: the sidecar's; observe goes without --auto-restore)")
+		fs.StringVar(&a.ackOrder, "ack-order", "", "concurrent or sequenced (default: the sidecar's)")
+		fs.DurationVar(&a.lease, "lease-interval", 0, "lease of lease mode (default: the sidecar's)")
+		fs.BoolVar(&a.unfenced, "unfenced", false, "open the shard with fencing disabled (benchmarks only; never auto-restored)")
+		fs.BoolVar(&a.warm, "warm", false, "the owner opens the shard warm: appends once the translog after the checkpoint is replayed, checkpoint files served on demand (the primary reads them with ReadCheckpointFile), so a large shard takes over as fast as a small one")
+	case "unassign":
+		fs.StringVar(&a.shard, "shard", "", "shard id (required)")
+	case "watch":
+		fs.Func("shard", "follow only this shard (repeatable; default every shard)", func(v string) error {
+			a.shardList = append(a.shardList, v)
+			return nil
+		})
+	case "move":
+		fs.StringVar(&a.shard, "shard", "", "shard id (required)")
+		fs.StringVar(&a.node, "node", "", "node to move it to (required): active, not draining, not its owner")
+		fs.DurationVar(&a.waitFor, "wait", 0, "wait this long for the target to own the shard (0: do not wait)")
+	case "rebalance":
+		fs.BoolVar(&a.dryRun, "dry-run", false, "print the plan and move nothing")
+		fs.IntVar(&a.maxMoves, "max-moves", 4, "how many moves run at once (1 to 64)")
+	case "drain", "undrain":
+		fs.StringVar(&a.node, "node", "", "node name (required)")
+		if cmd == "drain" {
+			fs.DurationVar(&a.waitFor, "wait", 0, "wait this long for the node to hold no shard (0: do not wait)")
+		}
+	}
+}
+
+// check refuses what admin command cmd cannot run with.
+func (a *adminFlags) check(cmd string) error {
+	switch {
+	case (cmd == "assign" || cmd == "unassign" || cmd == "move") && a.shard == "":
+		return fmt.Errorf("%w: --shard is required", errUsage)
+	case (cmd == "drain" || cmd == "undrain" || cmd == "move") && a.node == "":
+		return fmt.Errorf("%w: --node is required", errUsage)
+	case cmd == "rebalance" && (a.maxMoves < 1 || a.maxMoves > 64):
+		return fmt.Errorf("%w: --max-moves %d is outside 1..64", errUsage, a.maxMoves)
+	case (a.timeout <= 0 && !(cmd == "watch" && a.timeout == 0)) || a.timeout > maxClientTimeout:
+		return fmt.Errorf("%w: --timeout %v is outside (0, %v]", errUsage, a.timeout, maxClientTimeout)
+	}
+	return nil
+}
+
+// adminEnv is what a fleet admin command runs with: the primary's fleet
+// service, and the whole cluster for watch.
+type adminEnv struct {
+	*adminFlags
+	hc     *http.Client
+	opts   []connect.ClientOption
+	bases  []string
+	base   string // the primary
+	fc     masterv1connect.MasterFleetServiceClient
+	stdout io.Writer
+	fail   func(error) error
+}
+
+// fleetAdmin are the admin commands of the primary's fleet service.
+var fleetAdmin = map[string]func(ctx context.Context, e *adminEnv) error{
+	"nodes":     adminNodes,
+	"shards":    adminShards,
+	"watch":     adminWatch,
+	"assign":    adminAssign,
+	"unassign":  adminUnassign,
+	"move":      adminMove,
+	"rebalance": adminRebalance,
+	"drain":     adminDrain,
+	"undrain":   adminUndrain,
+}
+
 // runMasterAdmin runs `shardfence master promote|status|snapshot|nodes|
 // shards|assign|unassign|move|rebalance|drain|undrain`.
 func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("master "+cmd, stdout)
 	var c masterConn
-	def := os.Getenv(envPrefix + "MASTER_ADDR")
-	if def == "" {
-		def = "http://127.0.0.1:7500"
-	}
-	fs.StringVar(&c.addr, "addr", def, "the master's URL or HOST:PORT, or a comma-separated list of the cluster's masters: a command goes to whichever is primary (env SHARDFENCE_MASTER_ADDR)")
-	fs.StringVar(&c.tokenFile, "auth-token-file", os.Getenv(envPrefix+"MASTER_TOKEN_FILE"), "file holding the master's bearer token (env SHARDFENCE_MASTER_TOKEN_FILE)")
-	fs.StringVar(&c.caCert, "ca-cert", "", "CA bundle (PEM) to verify an HTTPS master with")
-	fs.StringVar(&c.clientCert, "client-cert", "", "client certificate (PEM) for a master that requires mutual TLS")
-	fs.StringVar(&c.clientKey, "client-key", "", "client certificate's key (PEM)")
-	defTimeout := 5 * time.Minute
-	if cmd == "watch" {
-		defTimeout = 0
-	}
-	timeout := fs.Duration("timeout", defTimeout, "how long to wait for the answer (watch: how long to follow the feed; 0 until interrupted)")
-	asJSON := fs.Bool("json", false, "print JSON (nodes, shards, watch)")
-	var shard, node, takeover, mode, ackOrder string
-	var shardList []string
-	var term int64
-	var autoRestore, unfenced, warm, dryRun bool
-	var maxMoves int
-	var lease, waitFor time.Duration
-	switch cmd {
-	case "assign":
-		fs.StringVar(&shard, "shard", "", "shard id (required)")
-		fs.StringVar(&node, "node", "", "node to open it on (default: the master picks an active node)")
-		fs.Int64Var(&term, "term", 0, "term to open at (default 1; a stale grant is raised above the shard's stored terms)")
-		fs.BoolVar(&autoRestore, "auto-restore", false, "move the shard to a live node at a higher term by itself when its owner goes offline (fenced shards only)")
-		fs.StringVar(&takeover, "takeover", "offline", "when an auto-restore shard moves: offline, or already suspected")
-		fs.StringVar(&mode, "fencing-mode", "", "per_sync, lease, create_only or observe (default: the sidecar's; observe goes without --auto-restore)")
-		fs.StringVar(&ackOrder, "ack-order", "", "concurrent or sequenced (default: the sidecar's)")
-		fs.DurationVar(&lease, "lease-interval", 0, "lease of lease mode (default: the sidecar's)")
-		fs.BoolVar(&unfenced, "unfenced", false, "open the shard with fencing disabled (benchmarks only; never auto-restored)")
-		fs.BoolVar(&warm, "warm", false, "the owner opens the shard warm: appends once the translog after the checkpoint is replayed, checkpoint files served on demand (the primary reads them with ReadCheckpointFile), so a large shard takes over as fast as a small one")
-	case "unassign":
-		fs.StringVar(&shard, "shard", "", "shard id (required)")
-	case "watch":
-		fs.Func("shard", "follow only this shard (repeatable; default every shard)", func(v string) error {
-			shardList = append(shardList, v)
-			return nil
-		})
-	case "move":
-		fs.StringVar(&shard, "shard", "", "shard id (required)")
-		fs.StringVar(&node, "node", "", "node to move it to (required): active, not draining, not its owner")
-		fs.DurationVar(&waitFor, "wait", 0, "wait this long for the target to own the shard (0: do not wait)")
-	case "rebalance":
-		fs.BoolVar(&dryRun, "dry-run", false, "print the plan and move nothing")
-		fs.IntVar(&maxMoves, "max-moves", 4, "how many moves run at once (1 to 64)")
-	case "drain", "undrain":
-		fs.StringVar(&node, "node", "", "node name (required)")
-		if cmd == "drain" {
-			fs.DurationVar(&waitFor, "wait", 0, "wait this long for the node to hold no shard (0: do not wait)")
-		}
-	}
+	c.addFlags(fs)
+	a := &adminFlags{}
+	a.addFor(fs, cmd)
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, clipArg(fs.Arg(0)))
 	}
-	switch {
-	case (cmd == "assign" || cmd == "unassign" || cmd == "move") && shard == "":
-		return fmt.Errorf("%w: --shard is required", errUsage)
-	case (cmd == "drain" || cmd == "undrain" || cmd == "move") && node == "":
-		return fmt.Errorf("%w: --node is required", errUsage)
-	case cmd == "rebalance" && (maxMoves < 1 || maxMoves > 64):
-		return fmt.Errorf("%w: --max-moves %d is outside 1..64", errUsage, maxMoves)
-	case (*timeout <= 0 && !(cmd == "watch" && *timeout == 0)) || *timeout > maxClientTimeout:
-		return fmt.Errorf("%w: --timeout %v is outside (0, %v]", errUsage, *timeout, maxClientTimeout)
+	if err := a.check(cmd); err != nil {
+		return err
 	}
 	bases, err := masterBases(c.addr)
 	if err != nil {
@@ -185,8 +233,8 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 		return err
 	}
 	cancel := func() {}
-	if *timeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, *timeout)
+	if a.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, a.timeout)
 	}
 	defer cancel()
 	switch {
@@ -206,129 +254,164 @@ func runMasterAdmin(ctx context.Context, cmd string, args []string, stdout, stde
 	if cmd == "promote" || cmd == "snapshot" {
 		return masterHA(ctx, masterv1connect.NewMasterHAServiceClient(hc, base, opts...), cmd, stdout, fail)
 	}
-	fc := masterv1connect.NewMasterFleetServiceClient(hc, base, opts...)
-	switch cmd {
-	case "nodes":
-		res, err := fc.ListNodes(ctx, connect.NewRequest(&masterv1.ListNodesRequest{}))
+	run := fleetAdmin[cmd]
+	if run == nil {
+		return nil
+	}
+	return run(ctx, &adminEnv{adminFlags: a, hc: hc, opts: opts, bases: bases, base: base,
+		fc: masterv1connect.NewMasterFleetServiceClient(hc, base, opts...), stdout: stdout, fail: fail})
+}
+
+func adminNodes(ctx context.Context, e *adminEnv) error {
+	res, err := e.fc.ListNodes(ctx, connect.NewRequest(&masterv1.ListNodesRequest{}))
+	if err != nil {
+		return e.fail(err)
+	}
+	if e.asJSON {
+		return printProtoJSON(e.stdout, res.Msg)
+	}
+	printNodes(e.stdout, res.Msg.GetNodes())
+	return nil
+}
+
+func adminShards(ctx context.Context, e *adminEnv) error {
+	res, err := e.fc.ListShards(ctx, connect.NewRequest(&masterv1.ListShardsRequest{}))
+	if err != nil {
+		return e.fail(err)
+	}
+	if e.asJSON {
+		return printProtoJSON(e.stdout, res.Msg)
+	}
+	printShards(e.stdout, res.Msg.GetShards())
+	return nil
+}
+
+func adminWatch(ctx context.Context, e *adminEnv) error {
+	return watchRoutes(ctx, e.hc, e.opts, e.bases, e.base, e.shardList, e.asJSON, e.stdout, e.fail)
+}
+
+// assignRequest is the AssignShard request the assign flags ask for.
+func (a *adminFlags) assignRequest() (*masterv1.AssignShardRequest, error) {
+	if a.unfenced && (a.mode != "" || a.lease != 0) {
+		return nil, fmt.Errorf("%w: --unfenced goes without --fencing-mode and --lease-interval", errUsage)
+	}
+	req := &masterv1.AssignShardRequest{Shard: a.shard, Node: a.node, Term: a.term, AutoRestore: a.autoRestore, Warm: a.warm, Settings: &sidecarv1.ShardSettings{FencingDisabled: a.unfenced}}
+	switch a.takeover {
+	case "offline":
+		req.Takeover = masterv1.TakeoverPoint_TAKEOVER_POINT_OFFLINE
+	case "suspected":
+		req.Takeover = masterv1.TakeoverPoint_TAKEOVER_POINT_SUSPECTED
+	default:
+		return nil, fmt.Errorf("%w: --takeover %q (offline or suspected)", errUsage, a.takeover)
+	}
+	if a.mode != "" {
+		m, err := parseModeProto(a.mode)
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
-		if *asJSON {
-			return printProtoJSON(stdout, res.Msg)
-		}
-		printNodes(stdout, res.Msg.GetNodes())
-	case "watch":
-		return watchRoutes(ctx, hc, opts, bases, base, shardList, *asJSON, stdout, fail)
-	case "shards":
-		res, err := fc.ListShards(ctx, connect.NewRequest(&masterv1.ListShardsRequest{}))
+		req.Settings.Mode = m
+	}
+	if a.ackOrder != "" {
+		o, err := parseAckOrderProto(a.ackOrder)
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
-		if *asJSON {
-			return printProtoJSON(stdout, res.Msg)
+		req.Settings.AckOrder = o
+	}
+	req.Settings.LeaseIntervalMs = a.lease.Milliseconds()
+	return req, nil
+}
+
+func adminAssign(ctx context.Context, e *adminEnv) error {
+	req, err := e.assignRequest()
+	if err != nil {
+		return err
+	}
+	res, err := e.fc.AssignShard(ctx, connect.NewRequest(req))
+	if err != nil {
+		return e.fail(err)
+	}
+	as := res.Msg.GetShard().GetAssignment()
+	fmt.Fprintf(e.stdout, "assigned %s to node %s at term %d (allocation %s)\n", as.GetShard(), as.GetNode(), as.GetTerm(), as.GetAllocation())
+	return nil
+}
+
+func adminUnassign(ctx context.Context, e *adminEnv) error {
+	if _, err := e.fc.UnassignShard(ctx, connect.NewRequest(&masterv1.UnassignShardRequest{Shard: e.shard})); err != nil {
+		return e.fail(err)
+	}
+	fmt.Fprintf(e.stdout, "unassigned %s: its owner closes it\n", e.shard)
+	return nil
+}
+
+func adminMove(ctx context.Context, e *adminEnv) error {
+	res, err := e.fc.MoveShard(ctx, connect.NewRequest(&masterv1.MoveShardRequest{Shard: e.shard, Node: e.node}))
+	if err != nil {
+		return e.fail(err)
+	}
+	as := res.Msg.GetShard().GetAssignment()
+	fmt.Fprintf(e.stdout, "moving %s from %s to %s at term %d\n", e.shard, as.GetNode(), e.node, as.GetTerm())
+	if e.waitFor <= 0 {
+		return nil
+	}
+	wctx, wcancel := context.WithTimeout(ctx, e.waitFor)
+	defer wcancel()
+	if err := waitMove(wctx, e.fc, e.shard, e.node); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return fmt.Errorf("%s still moving to %s after %v (see shardfence master shards)", e.shard, e.node, e.waitFor)
 		}
-		printShards(stdout, res.Msg.GetShards())
-	case "assign":
-		if unfenced && (mode != "" || lease != 0) {
-			return fmt.Errorf("%w: --unfenced goes without --fencing-mode and --lease-interval", errUsage)
+		return e.fail(err)
+	}
+	fmt.Fprintf(e.stdout, "%s is on node %s\n", e.shard, e.node)
+	return nil
+}
+
+func adminRebalance(ctx context.Context, e *adminEnv) error {
+	return rebalance(ctx, e.fc, e.dryRun, e.maxMoves, e.stdout, e.fail)
+}
+
+func adminUndrain(ctx context.Context, e *adminEnv) error {
+	if _, err := e.fc.DrainNode(ctx, connect.NewRequest(&masterv1.DrainNodeRequest{Node: e.node, Undo: true})); err != nil {
+		return e.fail(err)
+	}
+	fmt.Fprintf(e.stdout, "node %s takes shards again\n", e.node)
+	return nil
+}
+
+func adminDrain(ctx context.Context, e *adminEnv) error {
+	res, err := e.fc.DrainNode(ctx, connect.NewRequest(&masterv1.DrainNodeRequest{Node: e.node}))
+	if err != nil {
+		return e.fail(err)
+	}
+	fmt.Fprintf(e.stdout, "draining %s: %d shards moving, %d waiting for a target\n", e.node, res.Msg.GetMoving(), res.Msg.GetWaiting())
+	if e.waitFor <= 0 {
+		return nil
+	}
+	deadline := time.Now().Add(e.waitFor)
+	for {
+		res, err := e.fc.ListShards(ctx, connect.NewRequest(&masterv1.ListShardsRequest{}))
+		if err != nil {
+			return e.fail(err)
 		}
-		req := &masterv1.AssignShardRequest{Shard: shard, Node: node, Term: term, AutoRestore: autoRestore, Warm: warm, Settings: &sidecarv1.ShardSettings{FencingDisabled: unfenced}}
-		switch takeover {
-		case "offline":
-			req.Takeover = masterv1.TakeoverPoint_TAKEOVER_POINT_OFFLINE
-		case "suspected":
-			req.Takeover = masterv1.TakeoverPoint_TAKEOVER_POINT_SUSPECTED
-		default:
-			return fmt.Errorf("%w: --takeover %q (offline or suspected)", errUsage, takeover)
-		}
-		if mode != "" {
-			m, err := parseModeProto(mode)
-			if err != nil {
-				return err
+		left := 0
+		for _, s := range res.Msg.GetShards() {
+			if s.GetAssignment().GetNode() == e.node {
+				left++
 			}
-			req.Settings.Mode = m
 		}
-		if ackOrder != "" {
-			o, err := parseAckOrderProto(ackOrder)
-			if err != nil {
-				return err
-			}
-			req.Settings.AckOrder = o
-		}
-		req.Settings.LeaseIntervalMs = lease.Milliseconds()
-		res, err := fc.AssignShard(ctx, connect.NewRequest(req))
-		if err != nil {
-			return fail(err)
-		}
-		a := res.Msg.GetShard().GetAssignment()
-		fmt.Fprintf(stdout, "assigned %s to node %s at term %d (allocation %s)\n", a.GetShard(), a.GetNode(), a.GetTerm(), a.GetAllocation())
-	case "unassign":
-		if _, err := fc.UnassignShard(ctx, connect.NewRequest(&masterv1.UnassignShardRequest{Shard: shard})); err != nil {
-			return fail(err)
-		}
-		fmt.Fprintf(stdout, "unassigned %s: its owner closes it\n", shard)
-	case "move":
-		res, err := fc.MoveShard(ctx, connect.NewRequest(&masterv1.MoveShardRequest{Shard: shard, Node: node}))
-		if err != nil {
-			return fail(err)
-		}
-		a := res.Msg.GetShard().GetAssignment()
-		fmt.Fprintf(stdout, "moving %s from %s to %s at term %d\n", shard, a.GetNode(), node, a.GetTerm())
-		if waitFor <= 0 {
+		if left == 0 {
+			fmt.Fprintf(e.stdout, "node %s holds no shard\n", e.node)
 			return nil
 		}
-		wctx, wcancel := context.WithTimeout(ctx, waitFor)
-		defer wcancel()
-		if err := waitMove(wctx, fc, shard, node); err != nil {
-			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-				return fmt.Errorf("%s still moving to %s after %v (see shardfence master shards)", shard, node, waitFor)
-			}
-			return fail(err)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node %s still holds %d shards after %v (see shardfence master shards)", e.node, left, e.waitFor)
 		}
-		fmt.Fprintf(stdout, "%s is on node %s\n", shard, node)
-	case "rebalance":
-		return rebalance(ctx, fc, dryRun, maxMoves, stdout, fail)
-	case "undrain":
-		if _, err := fc.DrainNode(ctx, connect.NewRequest(&masterv1.DrainNodeRequest{Node: node, Undo: true})); err != nil {
-			return fail(err)
-		}
-		fmt.Fprintf(stdout, "node %s takes shards again\n", node)
-	case "drain":
-		res, err := fc.DrainNode(ctx, connect.NewRequest(&masterv1.DrainNodeRequest{Node: node}))
-		if err != nil {
-			return fail(err)
-		}
-		fmt.Fprintf(stdout, "draining %s: %d shards moving, %d waiting for a target\n", node, res.Msg.GetMoving(), res.Msg.GetWaiting())
-		if waitFor <= 0 {
-			return nil
-		}
-		deadline := time.Now().Add(waitFor)
-		for {
-			res, err := fc.ListShards(ctx, connect.NewRequest(&masterv1.ListShardsRequest{}))
-			if err != nil {
-				return fail(err)
-			}
-			left := 0
-			for _, s := range res.Msg.GetShards() {
-				if s.GetAssignment().GetNode() == node {
-					left++
-				}
-			}
-			if left == 0 {
-				fmt.Fprintf(stdout, "node %s holds no shard\n", node)
-				return nil
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("node %s still holds %d shards after %v (see shardfence master shards)", node, left, waitFor)
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(200 * time.Millisecond):
-			}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return nil
 }
 
 // errMoveCancelled: a move ended with the shard still on its source (the

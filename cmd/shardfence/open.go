@@ -67,53 +67,75 @@ func runOpen(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				return err
 			}
 			defer st.Close()
-			var ops, files int64
-			var hydrateStart time.Time
+			p := &openPrinter{e: e, term: term, alloc: alloc, warm: warm}
 			for st.Receive() {
-				msg := st.Msg()
-				if e.asJSON {
-					if err := printJSON(e.stdout, msg); err != nil {
-						return err
-					}
-					continue
-				}
-				switch ev := msg.GetEvent().(type) {
-				case *sidecarv1.OpenResponse_Progress:
-					p := ev.Progress
-					if p.GetStep() == "hydrate" && hydrateStart.IsZero() {
-						hydrateStart = time.Now()
-					}
-					rate := ""
-					if p.GetStep() == "hydrate" && p.GetBytes() > 0 {
-						if s := time.Since(hydrateStart).Seconds(); s > 0.05 {
-							rate = fmt.Sprintf(" (%.1f MiB/s)", float64(p.GetBytes())/(1<<20)/s)
-						}
-					}
-					fmt.Fprintf(e.stderr, "%-8s %d/%d %d bytes%s\n", p.GetStep(), p.GetDone(), p.GetTotal(), p.GetBytes(), rate)
-				case *sidecarv1.OpenResponse_Ops:
-					ops += int64(len(ev.Ops.GetOps()))
-				case *sidecarv1.OpenResponse_CheckpointFile:
-					if ev.CheckpointFile.GetLast() {
-						files++
-					}
-				case *sidecarv1.OpenResponse_Opened:
-					r := ev.Opened.GetRestorePoint()
-					fmt.Fprintf(e.stdout, "opened shard %s at term %d (allocation %s)\n", e.shard, term, printable(alloc))
-					if warm {
-						fmt.Fprintf(e.stdout, "restore point: term %d gen %d, checkpoint gen %d; warm: appends open once the replay ends (status)\n",
-							r.GetTerm(), r.GetGen(), r.GetCheckpointGen())
-						if ck := ev.Opened.GetCheckpoint(); ck != nil {
-							fmt.Fprintf(e.stdout, "checkpoint: term %d gen %d, next seq %d, %d files served on demand (read-file):\n", ck.GetTerm(), ck.GetGen(), ck.GetNextSeqNo(), len(ck.GetFiles()))
-							for _, f := range ck.GetFiles() {
-								fmt.Fprintf(e.stdout, "  %s\t%d bytes\tcrc32c %08x\n", printable(f.GetName()), f.GetSize(), f.GetCrc32C())
-							}
-						}
-						continue
-					}
-					fmt.Fprintf(e.stdout, "restore point: term %d gen %d, next seq %d, checkpoint gen %d; replayed %d ops, %d checkpoint files\n",
-						r.GetTerm(), r.GetGen(), r.GetNextSeqNo(), r.GetCheckpointGen(), ops, files)
+				if err := p.print(st.Msg()); err != nil {
+					return err
 				}
 			}
 			return st.Err()
 		}}, args, os.Stdin, stdout, stderr)
+}
+
+// openPrinter prints an Open stream: progress on stderr, the outcome on
+// stdout (or every message as JSON with --json).
+type openPrinter struct {
+	e            *clientEnv
+	term         int64
+	alloc        string
+	warm         bool
+	ops, files   int64
+	hydrateStart time.Time
+}
+
+func (p *openPrinter) print(msg *sidecarv1.OpenResponse) error {
+	e := p.e
+	if e.asJSON {
+		return printJSON(e.stdout, msg)
+	}
+	switch ev := msg.GetEvent().(type) {
+	case *sidecarv1.OpenResponse_Progress:
+		p.progress(ev.Progress)
+	case *sidecarv1.OpenResponse_Ops:
+		p.ops += int64(len(ev.Ops.GetOps()))
+	case *sidecarv1.OpenResponse_CheckpointFile:
+		if ev.CheckpointFile.GetLast() {
+			p.files++
+		}
+	case *sidecarv1.OpenResponse_Opened:
+		p.opened(ev.Opened)
+	}
+	return nil
+}
+
+func (p *openPrinter) progress(pr *sidecarv1.OpenProgress) {
+	if pr.GetStep() == "hydrate" && p.hydrateStart.IsZero() {
+		p.hydrateStart = time.Now()
+	}
+	rate := ""
+	if pr.GetStep() == "hydrate" && pr.GetBytes() > 0 {
+		if s := time.Since(p.hydrateStart).Seconds(); s > 0.05 {
+			rate = fmt.Sprintf(" (%.1f MiB/s)", float64(pr.GetBytes())/(1<<20)/s)
+		}
+	}
+	fmt.Fprintf(p.e.stderr, "%-8s %d/%d %d bytes%s\n", pr.GetStep(), pr.GetDone(), pr.GetTotal(), pr.GetBytes(), rate)
+}
+
+func (p *openPrinter) opened(o *sidecarv1.Opened) {
+	w := p.e.stdout
+	r := o.GetRestorePoint()
+	fmt.Fprintf(w, "opened shard %s at term %d (allocation %s)\n", p.e.shard, p.term, printable(p.alloc))
+	if !p.warm {
+		fmt.Fprintf(w, "restore point: term %d gen %d, next seq %d, checkpoint gen %d; replayed %d ops, %d checkpoint files\n",
+			r.GetTerm(), r.GetGen(), r.GetNextSeqNo(), r.GetCheckpointGen(), p.ops, p.files)
+		return
+	}
+	fmt.Fprintf(w, "restore point: term %d gen %d, checkpoint gen %d; warm: appends open once the replay ends (status)\n",
+		r.GetTerm(), r.GetGen(), r.GetCheckpointGen())
+	if ck := o.GetCheckpoint(); ck != nil {
+		fmt.Fprintf(w, "checkpoint: term %d gen %d, next seq %d, %d files served on demand (read-file):\n", ck.GetTerm(), ck.GetGen(), ck.GetNextSeqNo(), len(ck.GetFiles()))
+		for _, f := range ck.GetFiles() {
+			fmt.Fprintf(w, "  %s\t%d bytes\tcrc32c %08x\n", printable(f.GetName()), f.GetSize(), f.GetCrc32C())
+		}
+	}
 }

@@ -10,20 +10,17 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.yaml.in/yaml/v3"
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/conformance"
-	"github.com/shardfence/shardfence/internal/bufconn"
+	"github.com/shardfence/shardfence/internal/h2serve"
 	masterLib "github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/sidecar"
 	"github.com/shardfence/shardfence/sidecar/agent"
@@ -393,14 +390,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := loadConfig(fs, args, os.Getenv); err != nil {
 		return err
 	}
-	if f.store == "" {
-		return fmt.Errorf("%w: --store is required (e.g. --store file://./data)", errUsage)
-	}
-	var err error
-	if f.defaults.Mode, err = parseMode(f.mode); err != nil {
-		return err
-	}
-	if f.defaults.AckOrder, err = parseAckOrder(f.ackOrder); err != nil {
+	if err := f.checkDefaults(); err != nil {
 		return err
 	}
 	// The agent names the node on its lines itself.
@@ -418,62 +408,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	for _, d := range []struct {
-		flag  string
-		v, lo time.Duration
-	}{{"--shutdown-timeout", f.shutdownTimeout, time.Second}, {"--idle-timeout", f.idleTimeout, time.Second}} {
-		if d.v < d.lo || d.v > time.Hour {
-			return fmt.Errorf("%w: %s %v is outside %v..1h", errUsage, d.flag, d.v, d.lo)
-		}
-	}
-	var masters []string
-	if f.masters != "" {
-		if f.node == "" {
-			return fmt.Errorf("%w: --master needs --node (the node's name at the master)", errUsage)
-		}
-		if err := masterLib.ValidateNodeName(f.node); err != nil {
-			return fmt.Errorf("%w: --node: %v", errUsage, err)
-		}
-		for _, m := range strings.Split(f.masters, ",") {
-			base, err := masterBase(m)
-			if err != nil {
-				return err
-			}
-			masters = append(masters, base)
-		}
-		if strings.HasPrefix(f.listen, "unix://") && f.advertise == "" {
-			return fmt.Errorf("%w: --master with a unix socket --listen needs --advertise (the URL the master and primaries reach this sidecar at)", errUsage)
-		}
-		if f.appAdvertise != "" {
-			if _, err := advertiseURL(f.appAdvertise, "", nil, false); err != nil {
-				return fmt.Errorf("%w (--app-advertise)", err)
-			}
-		}
-		if f.advertise == "" {
-			if host, _, err := net.SplitHostPort(f.listen); err == nil {
-				if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-					return fmt.Errorf("%w: --master with a wildcard --listen %q needs --advertise (the URL the master publishes to clients for this sidecar's shards)", errUsage, f.listen)
-				}
-			}
-		}
-	}
-	checkpoint := f.checkpoint
-	switch {
-	case checkpoint.EveryBytes < 0 || checkpoint.Every < 0:
-		return fmt.Errorf("%w: --checkpoint-every-bytes and --checkpoint-every are 0 (never) or positive", errUsage)
-	case checkpoint.EveryBytes == 0:
-		checkpoint.EveryBytes = -1
-	}
-	if checkpoint.Every == 0 {
-		checkpoint.Every = -1
-	}
-	checkpoint.NoGC = !f.gcAfterCheckpoint
-	opts := sidecar.Options{
-		Node: f.node, Defaults: f.defaults, Limits: f.limits, AllowUnfenced: f.allowUnfenced, Logger: log, StallAfter: f.stallAfter, HydrateDir: f.hydrateDir,
-		Cache: f.cache, Checkpoint: checkpoint, Masters: masters,
-	}
-	if err := opts.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	opts, err := f.sidecarOptions(log)
+	if err != nil {
+		return err
 	}
 
 	store, err := blobstore.Open(ctx, f.store)
@@ -481,8 +418,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer store.Close()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := newRegistry()
 	opts.Registerer = reg
 	certState, err := checkCertificate(ctx, store, f.allowFencingFailures, log)
 	if err != nil {
@@ -501,51 +437,22 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if public && tlsCfg == nil {
 		log.Warn("serving off loopback without TLS: the bearer token and ops cross the network in clear text", "listen", f.listen)
 	}
-	hs := &http.Server{
-		Handler:           srv.Handler(sidecar.HandlerOptions{AuthToken: token, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Pprof: f.pprof}),
-		ReadHeaderTimeout: 10 * time.Second,
-		// Bodies have their own per-call deadline (--body-read-timeout),
-		// lifted once read, so long acks and streams are not cut.
+	hs := h2serve.New(h2serve.Options{
+		Handler:     srv.Handler(sidecar.HandlerOptions{AuthToken: token, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Pprof: f.pprof}),
+		TLS:         tlsCfg,
 		IdleTimeout: f.idleTimeout,
-		TLSConfig:   tlsCfg,
-		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	// gRPC clients speak HTTP/2; without TLS that is h2c on loopback.
-	hs.Protocols = new(http.Protocols)
-	hs.Protocols.SetHTTP1(true)
-	hs.Protocols.SetHTTP2(true)
-	hs.Protocols.SetUnencryptedHTTP2(true)
-
+		Log:         log,
+	})
 	log.Info("sidecar serving", "listen", ln.Addr().String(), "store", blobstore.Redact(f.store), "tls", tlsCfg != nil,
 		"auth", token != "", "fencing_mode", f.defaults.Mode.String(), "ack_order", f.defaults.AckOrder.String())
 	fmt.Fprintf(stdout, "sidecar listening on %s\n", displayAddr(f.listen, ln))
-
-	errc := make(chan error, 1)
-	go func() {
-		// Buffered reads: the HTTP/2 server reads each frame with two
-		// system calls otherwise.
-		bln := bufconn.Listen(ln)
-		if tlsCfg != nil {
-			errc <- hs.ServeTLS(bln, "", "")
-		} else {
-			errc <- hs.Serve(bln)
-		}
-	}()
-	agentDone := make(chan struct{})
+	errc := hs.Start(ln)
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	defer stopAgent()
-	if len(masters) > 0 {
-		ag, err := newAgent(f, masters, ln, tlsCfg != nil, srv, baseLog)
-		if err != nil {
-			_ = srv.Shutdown(context.Background())
-			return err
-		}
-		go func() {
-			defer close(agentDone)
-			_ = ag.Run(agentCtx)
-		}()
-	} else {
-		close(agentDone)
+	agentDone, err := f.startAgent(agentCtx, opts.Masters, ln, tlsCfg != nil, srv, baseLog)
+	if err != nil {
+		_ = srv.Shutdown(context.Background())
+		return err
 	}
 	select {
 	case err := <-errc:
@@ -555,16 +462,137 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	stopAgent()
 	<-agentDone
+	return f.drain(srv, hs, log)
+}
+
+// checkDefaults checks --store and the shards' default fencing mode and
+// ack order.
+func (f *serveFlags) checkDefaults() error {
+	if f.store == "" {
+		return fmt.Errorf("%w: --store is required (e.g. --store file://./data)", errUsage)
+	}
+	var err error
+	if f.defaults.Mode, err = parseMode(f.mode); err != nil {
+		return err
+	}
+	if f.defaults.AckOrder, err = parseAckOrder(f.ackOrder); err != nil {
+		return err
+	}
+	return nil
+}
+
+// sidecarOptions checks the rest of the command line and turns it into
+// the sidecar's options.
+func (f *serveFlags) sidecarOptions(log *slog.Logger) (sidecar.Options, error) {
+	for _, d := range []struct {
+		flag  string
+		v, lo time.Duration
+	}{{"--shutdown-timeout", f.shutdownTimeout, time.Second}, {"--idle-timeout", f.idleTimeout, time.Second}} {
+		if d.v < d.lo || d.v > time.Hour {
+			return sidecar.Options{}, fmt.Errorf("%w: %s %v is outside %v..1h", errUsage, d.flag, d.v, d.lo)
+		}
+	}
+	masters, err := f.masterBases()
+	if err != nil {
+		return sidecar.Options{}, err
+	}
+	checkpoint, err := checkpointPolicy(f.checkpoint, f.gcAfterCheckpoint)
+	if err != nil {
+		return sidecar.Options{}, err
+	}
+	opts := sidecar.Options{
+		Node: f.node, Defaults: f.defaults, Limits: f.limits, AllowUnfenced: f.allowUnfenced, Logger: log, StallAfter: f.stallAfter, HydrateDir: f.hydrateDir,
+		Cache: f.cache, Checkpoint: checkpoint, Masters: masters,
+	}
+	if err := opts.Validate(); err != nil {
+		return sidecar.Options{}, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return opts, nil
+}
+
+// masterBases checks --master and what it needs (--node, an address the
+// master can publish) and returns the masters' base URLs; none without
+// --master.
+func (f *serveFlags) masterBases() ([]string, error) {
+	if f.masters == "" {
+		return nil, nil
+	}
+	if f.node == "" {
+		return nil, fmt.Errorf("%w: --master needs --node (the node's name at the master)", errUsage)
+	}
+	if err := masterLib.ValidateNodeName(f.node); err != nil {
+		return nil, fmt.Errorf("%w: --node: %v", errUsage, err)
+	}
+	var masters []string
+	for _, m := range strings.Split(f.masters, ",") {
+		base, err := masterBase(m)
+		if err != nil {
+			return nil, err
+		}
+		masters = append(masters, base)
+	}
+	if strings.HasPrefix(f.listen, "unix://") && f.advertise == "" {
+		return nil, fmt.Errorf("%w: --master with a unix socket --listen needs --advertise (the URL the master and primaries reach this sidecar at)", errUsage)
+	}
+	if f.appAdvertise != "" {
+		if _, err := advertiseURL(f.appAdvertise, "", nil, false); err != nil {
+			return nil, fmt.Errorf("%w (--app-advertise)", err)
+		}
+	}
+	if f.advertise == "" {
+		if host, _, err := net.SplitHostPort(f.listen); err == nil {
+			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+				return nil, fmt.Errorf("%w: --master with a wildcard --listen %q needs --advertise (the URL the master publishes to clients for this sidecar's shards)", errUsage, f.listen)
+			}
+		}
+	}
+	return masters, nil
+}
+
+// checkpointPolicy turns the checkpoint flags (0: never) into the
+// sidecar's policy (-1: never).
+func checkpointPolicy(p sidecar.CheckpointPolicy, gcAfter bool) (sidecar.CheckpointPolicy, error) {
+	switch {
+	case p.EveryBytes < 0 || p.Every < 0:
+		return p, fmt.Errorf("%w: --checkpoint-every-bytes and --checkpoint-every are 0 (never) or positive", errUsage)
+	case p.EveryBytes == 0:
+		p.EveryBytes = -1
+	}
+	if p.Every == 0 {
+		p.Every = -1
+	}
+	p.NoGC = !gcAfter
+	return p, nil
+}
+
+// startAgent runs the master's agent (serve --master) until ctx ends; the
+// channel closes when it has. Without masters it is closed at once.
+func (f *serveFlags) startAgent(ctx context.Context, masters []string, ln net.Listener, tls bool, srv *sidecar.Server, log *slog.Logger) (<-chan struct{}, error) {
+	done := make(chan struct{})
+	if len(masters) == 0 {
+		close(done)
+		return done, nil
+	}
+	ag, err := newAgent(f, masters, ln, tls, srv, log)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		defer close(done)
+		_ = ag.Run(ctx)
+	}()
+	return done, nil
+}
+
+// drain shuts the sidecar down within --shutdown-timeout: the writers
+// first, so every pending Append gets its answer, then the HTTP server
+// delivers those answers and exits.
+func (f *serveFlags) drain(srv *sidecar.Server, hs *h2serve.Server, log *slog.Logger) error {
 	log.Info("shutting down: draining appends")
 	shutCtx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
 	defer cancel()
-	// Drain the writers first, so every pending Append gets its answer,
-	// then let the HTTP server deliver those answers and exit.
 	derr := srv.Shutdown(shutCtx)
 	herr := hs.Shutdown(shutCtx)
-	if errors.Is(herr, http.ErrServerClosed) {
-		herr = nil
-	}
 	if err := errors.Join(derr, herr); err != nil {
 		return fmt.Errorf("sidecar: shutdown: %w", err)
 	}
