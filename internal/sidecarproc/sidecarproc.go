@@ -7,7 +7,6 @@ package sidecarproc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"syscall"
@@ -18,6 +17,7 @@ import (
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
+	"github.com/shardfence/shardfence/internal/demo"
 	"github.com/shardfence/shardfence/internal/launcher"
 )
 
@@ -131,22 +131,8 @@ func (p *Proc) Open(t testing.TB, shard string, term int64, alloc string) {
 // OpenShard runs an Open and drains its stream (the replayed ops), which
 // ends with the opened event once the shard accepts appends.
 func OpenShard(ctx context.Context, c sidecarv1connect.SidecarServiceClient, shard string, term int64, alloc string) error {
-	st, err := c.Open(ctx, connect.NewRequest(&sidecarv1.OpenRequest{Shard: shard, Term: term, AllocationId: alloc}))
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	opened := false
-	for st.Receive() {
-		opened = opened || st.Msg().GetOpened() != nil
-	}
-	if err := st.Err(); err != nil {
-		return err
-	}
-	if !opened {
-		return errors.New("open stream ended without the opened event")
-	}
-	return nil
+	_, _, err := demo.OpenShard(ctx, c, shard, term, alloc)
+	return err
 }
 
 // Append appends ops to shard and returns the error, if any.
@@ -176,17 +162,4 @@ func (p *Proc) ReadAll(ctx context.Context, shard string) (map[string]int, error
 
 // ReasonOf is the machine-readable reason a sidecar attached to err
 // ("fenced", "handed_off", ...), or "" if there is none.
-func ReasonOf(err error) string {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return ""
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if ed, ok := v.(*sidecarv1.ErrorDetail); ok {
-				return ed.GetReason()
-			}
-		}
-	}
-	return ""
-}
+func ReasonOf(err error) string { return demo.ErrorDetail(err).GetReason() }
