@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -207,25 +209,15 @@ func (f *procFleet) sidecar(name string) *fleetProc {
 	return f.sidecars[name]
 }
 
-// stop kills every process.
+// stop kills every process: the sidecars, then the masters.
 func (f *procFleet) stop() {
-	f.mu.Lock()
-	procs := make([]*fleetProc, 0, len(f.sidecars))
-	for _, p := range f.sidecars {
-		procs = append(procs, p)
-	}
-	f.mu.Unlock()
-	for _, p := range procs {
-		p.kill()
-	}
-	f.mu.Lock()
-	masters := make([]*fleetProc, 0, len(f.masters))
-	for _, p := range f.masters {
-		masters = append(masters, p)
-	}
-	f.mu.Unlock()
-	for _, p := range masters {
-		p.kill()
+	for _, set := range []map[string]*fleetProc{f.sidecars, f.masters} {
+		f.mu.Lock()
+		procs := slices.Collect(maps.Values(set))
+		f.mu.Unlock()
+		for _, p := range procs {
+			p.kill()
+		}
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/internal/rpcerr"
 	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/sidecar"
 )
@@ -168,18 +169,8 @@ func (w *writer) refused(err error) {
 // ErrorDetail is the detail a sidecar attached to err (its reason, term,
 // successor term), nil if there is none.
 func ErrorDetail(err error) *sidecarv1.ErrorDetail {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if ed, ok := v.(*sidecarv1.ErrorDetail); ok {
-				return ed
-			}
-		}
-	}
-	return nil
+	d, _ := rpcerr.Detail[*sidecarv1.ErrorDetail](err)
+	return d
 }
 
 // demo is one run: the store, the sidecars and the writers of each phase.

@@ -1,10 +1,12 @@
 package fleetbench
 
 import (
+	"errors"
 	"math"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
@@ -220,5 +222,32 @@ func TestTargets(t *testing.T) {
 	}
 	if _, met := promotionTarget(r, 2*time.Second); met {
 		t.Error("a promotion past the election timeout + 2 s met the target")
+	}
+}
+
+func TestIsNotPrimary(t *testing.T) {
+	withReason := func(code connect.Code, reason string) error {
+		ce := connect.NewError(code, errors.New(reason))
+		d, err := connect.NewErrorDetail(&masterv1.ErrorDetail{Reason: reason})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ce.AddDetail(d)
+		return ce
+	}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{withReason(connect.CodeUnavailable, "NOT_PRIMARY"), true},
+		{withReason(connect.CodeUnavailable, "FENCED"), true},
+		{withReason(connect.CodeUnavailable, "LOG_FAILED"), true},
+		{withReason(connect.CodeUnavailable, "OVERLOADED"), false},
+		{withReason(connect.CodeFailedPrecondition, "NOT_PRIMARY"), false},
+		{connect.NewError(connect.CodeUnavailable, errors.New("connection refused")), false},
+	} {
+		if got := isNotPrimary(tc.err); got != tc.want {
+			t.Errorf("isNotPrimary(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }
