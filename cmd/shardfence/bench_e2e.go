@@ -68,7 +68,7 @@ func benchE2E(ctx context.Context, c fleetCmd, args []string, stdout, stderr io.
 		if err != nil {
 			return e2ebench.Sidecar{}, err
 		}
-		return e2ebench.Sidecar{Addr: p.addr, PID: p.cmd.Process.Pid, Stop: p.kill}, nil
+		return e2ebench.Sidecar{Addr: p.addr, PID: p.PID(), Stop: p.kill}, nil
 	}
 	return e2ebench.Run(ctx, e2ebench.Config{Store: store, StoreURL: url, Where: where, Callers: ns, OpSize: *opSize,
 		Duration: *duration, Transports: tps, Serve: serve, ProfileDir: *profile, Linger: *linger}, stdout, stderr)

@@ -2,14 +2,13 @@ package main
 
 import (
 	"errors"
-	"os"
 	"strings"
 	"testing"
 )
 
 func TestBenchE2EPrintsEveryPath(t *testing.T) {
 	var out, errOut syncBuffer
-	c := fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}
+	c := thisBinary()
 	if err := benchE2E(t.Context(), c, []string{"--duration", "300ms", "--callers", "1,4"}, &out, &errOut); err != nil {
 		t.Fatalf("bench e2e: %v\n%s", err, errOut.String())
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"os"
 	"strings"
 	"testing"
 
@@ -23,7 +22,7 @@ func TestBenchFleetSmall(t *testing.T) {
 		testservers.Unavailable(t, "MinIO", err)
 	}
 	var out, errOut syncBuffer
-	c := fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}
+	c := thisBinary()
 	args := []string{"--store", srv.MinioURL("fleet"), "--nodes", "50", "--shards", "500", "--lost-shards", "20", "--steady", "1s",
 		"--client-active-ttl", "1s", "--client-suspicion-ttl", "1s", "--election-timeout", "1s"}
 	res, err := benchFleet(t.Context(), c, args, &out, &errOut)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +23,7 @@ func TestDemoAutoFailsOverByItself(t *testing.T) {
 		t.Skip("starts a master and three sidecar processes")
 	}
 	var out syncBuffer
-	c := fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}
+	c := thisBinary()
 	if err := runDemoAuto(t.Context(), c, "file://"+t.TempDir(), 500*time.Millisecond, &out); err != nil {
 		t.Fatalf("demo --auto: %v\n%s", err, out.String())
 	}
@@ -40,7 +39,7 @@ func TestDemoMasterFailsOverByItself(t *testing.T) {
 		t.Skip("starts three masters and three sidecar processes")
 	}
 	var out syncBuffer
-	c := fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}
+	c := thisBinary()
 	if err := runDemoMasterFailover(t.Context(), c, "file://"+t.TempDir(), 500*time.Millisecond, &out); err != nil {
 		t.Fatalf("demo --master-failover: %v\n%s", err, out.String())
 	}

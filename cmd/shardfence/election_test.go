@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -45,18 +44,18 @@ func TestMasterElectionMultiProcess(t *testing.T) {
 const electionTimeout = time.Second
 
 func runElection(t *testing.T, shardURL, masterURL string) {
-	f := newProcFleet(fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}, shardURL, masterURL)
+	f := newProcFleet(thisBinary(), shardURL, masterURL)
 	t.Cleanup(func() {
 		f.stop()
 		if t.Failed() {
 			for _, name := range []string{"m1", "m2", "m3"} {
 				if p := f.masterProc(name); p != nil {
-					t.Logf("master %s log:\n%s", name, tail(p.log.String(), 50))
+					t.Logf("master %s log:\n%s", name, tail(p.Log(), 50))
 				}
 			}
 			for _, name := range []string{"n1", "n2", "n3"} {
 				if p := f.sidecar(name); p != nil {
-					t.Logf("sidecar %s log:\n%s", name, tail(p.log.String(), 30))
+					t.Logf("sidecar %s log:\n%s", name, tail(p.Log(), 30))
 				}
 			}
 		}

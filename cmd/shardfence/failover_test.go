@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,14 +31,14 @@ func testFleet(t *testing.T, prefix string, active, suspicion time.Duration, n i
 	if err != nil {
 		testservers.Unavailable(t, "MinIO", err)
 	}
-	f := newProcFleet(fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}, srv.MinioURL(prefix+"-shards"), srv.MinioURL(prefix+"-master"))
+	f := newProcFleet(thisBinary(), srv.MinioURL(prefix+"-shards"), srv.MinioURL(prefix+"-master"))
 	t.Cleanup(func() {
 		f.stop()
 		if t.Failed() {
-			t.Logf("master log:\n%s", tail(f.master.log.String(), 60))
+			t.Logf("master log:\n%s", tail(f.master.Log(), 60))
 			f.mu.Lock()
 			for name, p := range f.sidecars {
-				t.Logf("sidecar %s log:\n%s", name, tail(p.log.String(), 40))
+				t.Logf("sidecar %s log:\n%s", name, tail(p.Log(), 40))
 			}
 			f.mu.Unlock()
 		}
@@ -232,7 +231,7 @@ func TestSidecarPauseMultiProcess(t *testing.T) {
 	if _, err := f.verify(ctx, ws["p1"]); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(n1.log.String(), "closed a shard the master moved elsewhere") {
+	if !strings.Contains(n1.Log(), "closed a shard the master moved elsewhere") {
 		t.Fatal("the resumed sidecar did not log that it closed the shard it lost")
 	}
 }
@@ -285,7 +284,7 @@ func TestMasterPauseMultiProcess(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if !strings.Contains(f.master.log.String(), "liveness monitor did not observe") {
+	if !strings.Contains(f.master.Log(), "liveness monitor did not observe") {
 		t.Fatal("the master did not notice its own stall")
 	}
 }
@@ -297,7 +296,7 @@ func TestMasterFleetCommands(t *testing.T) {
 		t.Skip("starts a master and sidecar processes")
 	}
 	url := "file://" + t.TempDir()
-	f := newProcFleet(fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}, url, url)
+	f := newProcFleet(thisBinary(), url, url)
 	t.Cleanup(f.stop)
 	if err := f.startMaster(); err != nil {
 		t.Fatal(err)
@@ -370,7 +369,7 @@ func TestWarmTakeoverIsSizeIndependentMultiProcess(t *testing.T) {
 		t.Skip("starts a master and sidecar processes")
 	}
 	url := "file://" + t.TempDir()
-	f := newProcFleet(fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}, url, url)
+	f := newProcFleet(thisBinary(), url, url)
 	t.Cleanup(f.stop)
 	if err := f.startMaster("--client-active-ttl", "1s", "--client-suspicion-ttl", "1s", "--liveness-interval", "50ms"); err != nil {
 		t.Fatal(err)

@@ -1,16 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
-	"os/exec"
+	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -21,7 +19,7 @@ import (
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/client"
 	"github.com/shardfence/shardfence/internal/demo"
-	"github.com/shardfence/shardfence/internal/syncbuf"
+	"github.com/shardfence/shardfence/internal/launcher"
 )
 
 // A fleet of real processes: one master and sidecars registered with it,
@@ -43,10 +41,7 @@ func storeOrTemp(url, prefix string) (string, func(), error) {
 }
 
 // fleetCmd is how to run the shardfence command.
-type fleetCmd struct {
-	path string
-	env  []string
-}
+type fleetCmd = launcher.Command
 
 // selfCmd runs this binary.
 func selfCmd() (fleetCmd, error) {
@@ -54,82 +49,36 @@ func selfCmd() (fleetCmd, error) {
 	if err != nil {
 		return fleetCmd{}, fmt.Errorf("find this program: %w", err)
 	}
-	return fleetCmd{path: exe}, nil
+	return fleetCmd{Path: exe}, nil
 }
 
-// fleetProc is one process of the fleet.
+// fleetProc is one process of the fleet: a launcher.Proc (Log, Pause,
+// Kill, ...) under its fleet name; addr, kill and signal are the
+// launcher's, named as the fleet's callers use them.
 type fleetProc struct {
-	name   string
-	cmd    *exec.Cmd
-	addr   string
-	log    *syncbuf.Buffer
-	done   chan struct{}
-	err    error
-	killed atomic.Bool
+	*launcher.Proc
+	name string
+	addr string
 }
+
+// fleetStartTimeout is how long a fleet process may take to report its
+// address.
+const fleetStartTimeout = 90 * time.Second
 
 // startFleetProc starts `shardfence args...` with env added and waits for
 // the line that starts with prefix (the rest is the address).
 func startFleetProc(c fleetCmd, name, prefix string, env []string, args ...string) (*fleetProc, error) {
-	cmd := exec.Command(c.path, args...)
-	cmd.Env = append(append(os.Environ(), c.env...), env...)
-	p := &fleetProc{name: name, cmd: cmd, log: &syncbuf.Buffer{}, done: make(chan struct{})}
-	cmd.Stderr = p.log
-	out, err := cmd.StdoutPipe()
+	p, err := launcher.Start(c, launcher.Spec{Label: name, Args: args, Env: env, Ready: prefix, Timeout: fleetStartTimeout})
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	addrc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), prefix); ok {
-				select {
-				case addrc <- a:
-				default:
-				}
-			}
-		}
-	}()
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	select {
-	case p.addr = <-addrc:
-		return p, nil
-	case <-p.done:
-		return nil, fmt.Errorf("%s exited before serving: %v\n%s", name, p.err, p.log.String())
-	case <-time.After(90 * time.Second):
-		p.kill()
-		return nil, fmt.Errorf("%s did not report its address in 90s\n%s", name, p.log.String())
-	}
+	return &fleetProc{Proc: p, name: name, addr: p.Addr}, nil
 }
 
 // kill SIGKILLs the process (resumed first if stopped) and waits for it.
-func (p *fleetProc) kill() {
-	if p.exited() {
-		return
-	}
-	p.killed.Store(true)
-	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
+func (p *fleetProc) kill() { p.Kill() }
 
-func (p *fleetProc) signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
-
-func (p *fleetProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *fleetProc) signal(sig os.Signal) error { return p.Signal(sig) }
 
 // procFleet is a master (and its standbys) and their sidecars.
 type procFleet struct {
@@ -260,25 +209,15 @@ func (f *procFleet) sidecar(name string) *fleetProc {
 	return f.sidecars[name]
 }
 
-// stop kills every process.
+// stop kills every process: the sidecars, then the masters.
 func (f *procFleet) stop() {
-	f.mu.Lock()
-	procs := make([]*fleetProc, 0, len(f.sidecars))
-	for _, p := range f.sidecars {
-		procs = append(procs, p)
-	}
-	f.mu.Unlock()
-	for _, p := range procs {
-		p.kill()
-	}
-	f.mu.Lock()
-	masters := make([]*fleetProc, 0, len(f.masters))
-	for _, p := range f.masters {
-		masters = append(masters, p)
-	}
-	f.mu.Unlock()
-	for _, p := range masters {
-		p.kill()
+	for _, set := range []map[string]*fleetProc{f.sidecars, f.masters} {
+		f.mu.Lock()
+		procs := slices.Collect(maps.Values(set))
+		f.mu.Unlock()
+		for _, p := range procs {
+			p.kill()
+		}
 	}
 }
 

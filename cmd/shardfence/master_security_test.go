@@ -41,7 +41,7 @@ func TestMasterSecurityForSidecars(t *testing.T) {
 	if err := os.WriteFile(wrong, []byte("not-the-token-987654"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}
+	c := thisBinary()
 	m, err := startFleetProc(c, "master", "master listening on ", nil, "master", "--listen", "127.0.0.1:0", "--store", "file://"+filepath.Join(dir, "m"),
 		"--cluster", "sec", "--auth-token-file", tok, "--tls-cert", srvCert, "--tls-key", srvKey, "--tls-client-ca", caCert)
 	if err != nil {
@@ -73,13 +73,13 @@ func TestMasterSecurityForSidecars(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("nodes: %v %v\nmaster log:\n%s", res, err, tail(m.log.String(), 20))
+			t.Fatalf("nodes: %v %v\nmaster log:\n%s", res, err, tail(m.Log(), 20))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	for !strings.Contains(bad.log.String(), "unauthenticated") || !strings.Contains(bad.log.String(), "refused this sidecar's credentials") || !strings.Contains(nocert.log.String(), "TLS handshake with the master failed") {
+	for !strings.Contains(bad.Log(), "unauthenticated") || !strings.Contains(bad.Log(), "refused this sidecar's credentials") || !strings.Contains(nocert.Log(), "TLS handshake with the master failed") {
 		if time.Now().After(deadline) {
-			t.Fatalf("the refused sidecars do not say why:\n%s\n%s", tail(bad.log.String(), 5), tail(nocert.log.String(), 5))
+			t.Fatalf("the refused sidecars do not say why:\n%s\n%s", tail(bad.Log(), 5), tail(nocert.Log(), 5))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

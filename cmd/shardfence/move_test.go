@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +16,7 @@ func TestMasterMoveAndRebalanceCommands(t *testing.T) {
 		t.Skip("starts a master and sidecar processes")
 	}
 	url := "file://" + t.TempDir()
-	f := newProcFleet(fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}, url, url)
+	f := newProcFleet(thisBinary(), url, url)
 	t.Cleanup(f.stop)
 	if err := f.startMaster(); err != nil {
 		t.Fatal(err)

@@ -62,14 +62,14 @@ func TestDuplicateNodeNameMultiProcess(t *testing.T) {
 	if after := len(ws["s1"].ackedOps()); after <= before {
 		t.Fatalf("the first process stopped acknowledging (%d acks before the second started, %d after)", before, after)
 	}
-	if log := dup.log.String(); !strings.Contains(log, "another live process holds it") || !strings.Contains(log, "held by a live process") {
+	if log := dup.Log(); !strings.Contains(log, "another live process holds it") || !strings.Contains(log, "held by a live process") {
 		t.Fatalf("the second process does not say why it is refused:\n%s", tail(log, 20))
 	}
-	if n := strings.Count(dup.log.String(), "another live process holds it"); n != 1 {
+	if n := strings.Count(dup.Log(), "another live process holds it"); n != 1 {
 		t.Errorf("the refusal logged %d times in 3 s, want once (then every half minute)", n)
 	}
-	if n := strings.Count(f.master.log.String(), "refused a second process"); n != 1 {
-		t.Errorf("the master logged the refusal %d times in 3 s, want once (then every half minute):\n%s", n, tail(f.master.log.String(), 20))
+	if n := strings.Count(f.master.Log(), "refused a second process"); n != 1 {
+		t.Errorf("the master logged the refusal %d times in 3 s, want once (then every half minute):\n%s", n, tail(f.master.Log(), 20))
 	}
 
 	// The first process dies: the second takes the name and the shard.

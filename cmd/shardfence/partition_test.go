@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -240,7 +239,7 @@ func TestPartitionSidecarFromStore(t *testing.T) {
 // log tails shown if it failed.
 func newPartitionFleet(t *testing.T, shardURL, masterURL string, stores map[string]string) *procFleet {
 	t.Helper()
-	f := newProcFleet(fleetCmd{path: os.Args[0], env: []string{asBinaryEnv + "=1"}}, shardURL, masterURL)
+	f := newProcFleet(thisBinary(), shardURL, masterURL)
 	f.masterStores = stores
 	t.Cleanup(func() {
 		f.stop()
@@ -248,10 +247,10 @@ func newPartitionFleet(t *testing.T, shardURL, masterURL string, stores map[stri
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			for name, p := range f.masters {
-				t.Logf("master %s log:\n%s", name, tail(p.log.String(), 50))
+				t.Logf("master %s log:\n%s", name, tail(p.Log(), 50))
 			}
 			for name, p := range f.sidecars {
-				t.Logf("sidecar %s log:\n%s", name, tail(p.log.String(), 30))
+				t.Logf("sidecar %s log:\n%s", name, tail(p.Log(), 30))
 			}
 		}
 	})

@@ -20,6 +20,8 @@ import (
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/internal/rpcerr"
+	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/sidecar"
 )
 
@@ -83,7 +85,14 @@ func (t *Timeline) Say(format string, args ...any) {
 // reading the open stream to its end: the opened event and how many ops
 // were replayed.
 func OpenShard(ctx context.Context, c sidecarv1connect.SidecarServiceClient, shard string, term int64, alloc string) (*sidecarv1.Opened, int, error) {
-	st, err := c.Open(ctx, connect.NewRequest(&sidecarv1.OpenRequest{Shard: shard, Term: term, AllocationId: alloc}))
+	return Open(ctx, c, &sidecarv1.OpenRequest{Shard: shard, Term: term, AllocationId: alloc})
+}
+
+// Open runs the Open req asks for (with settings, warm, ...) and reads
+// the stream to its end: the opened event and how many ops were replayed.
+// A stream that ends without the opened event is an error.
+func Open(ctx context.Context, c sidecarv1connect.SidecarServiceClient, req *sidecarv1.OpenRequest) (*sidecarv1.Opened, int, error) {
+	st, err := c.Open(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -132,21 +141,7 @@ func (w *writer) run(ctx context.Context, c sidecarv1connect.SidecarServiceClien
 				op := fmt.Sprintf("%s-%d-%d", w.name, g, i)
 				_, err := c.Append(ctx, connect.NewRequest(&sidecarv1.AppendRequest{Shard: shard, Ops: [][]byte{[]byte(op)}}))
 				if err != nil {
-					var ce *connect.Error
-					if errors.As(err, &ce) {
-						for _, d := range ce.Details() {
-							if v, derr := d.Value(); derr == nil {
-								if ed, ok := v.(*sidecarv1.ErrorDetail); ok && ed.GetReason() == "fenced" {
-									w.fenced.Store(max(ed.GetSuccessorTerm(), 1))
-									return
-								} else if ok && (ed.GetReason() == "handed_off" || ed.GetReason() == "handing_off") {
-									w.moved.Store(true)
-									return
-								}
-							}
-						}
-					}
-					w.firstErr.CompareAndSwap(nil, err)
+					w.refused(err)
 					return
 				}
 				w.acked.Store(op, true)
@@ -158,45 +153,97 @@ func (w *writer) run(ctx context.Context, c sidecarv1connect.SidecarServiceClien
 	return &wg
 }
 
+// refused records why an append was refused: fenced (with the successor
+// term), moved, or the first other error.
+func (w *writer) refused(err error) {
+	switch d := ErrorDetail(err); d.GetReason() {
+	case "fenced":
+		w.fenced.Store(max(d.GetSuccessorTerm(), 1))
+	case "handed_off", "handing_off":
+		w.moved.Store(true)
+	default:
+		w.firstErr.CompareAndSwap(nil, err)
+	}
+}
+
+// ErrorDetail is the detail a sidecar attached to err (its reason, term,
+// successor term), nil if there is none.
+func ErrorDetail(err error) *sidecarv1.ErrorDetail {
+	d, _ := rpcerr.Detail[*sidecarv1.ErrorDetail](err)
+	return d
+}
+
+// demo is one run: the store, the sidecars and the writers of each phase.
+type demo struct {
+	cfg     Config
+	tl      *Timeline
+	a, b, c *sidecarProc
+	wa, wb  *writer
+	wc      *writer
+}
+
+// shard is the demo's shard.
+const shard = "demo"
+
 // Run runs the demo and narrates it to out. It fails if any acknowledged
 // op is missing from the lineage at the end.
 func Run(ctx context.Context, cfg Config, out io.Writer) error {
-	store := cfg.Store
-	tl := &Timeline{w: out, start: time.Now()}
-	tl.Say("store %s; starting sidecars A and B on loopback", cfg.Where)
-	a, err := startSidecar(ctx, "A", store)
-	if err != nil {
-		return err
+	d := &demo{cfg: cfg, tl: &Timeline{w: out, start: time.Now()}}
+	defer d.stop()
+	for _, phase := range []func(context.Context) error{d.termOne, d.fence, d.handOff, d.lastPhase, d.verify} {
+		if err := phase(ctx); err != nil {
+			return err
+		}
 	}
-	defer a.stop()
-	b, err := startSidecar(ctx, "B", store)
-	if err != nil {
-		return err
-	}
-	defer b.stop()
-	const shard = "demo"
+	return nil
+}
 
-	if _, _, err := OpenShard(ctx, a.client, shard, 1, "alloc-a"); err != nil {
+// stop stops the sidecars started.
+func (d *demo) stop() {
+	for _, p := range []*sidecarProc{d.c, d.b, d.a} {
+		if p != nil {
+			p.stop()
+		}
+	}
+}
+
+// termOne starts A and B, opens the shard on A at term 1, and lets A's
+// clients append for a phase.
+func (d *demo) termOne(ctx context.Context) (err error) {
+	d.tl.Say("store %s; starting sidecars A and B on loopback", d.cfg.Where)
+	if d.a, err = startSidecar(ctx, "A", d.cfg.Store); err != nil {
+		return err
+	}
+	if d.b, err = startSidecar(ctx, "B", d.cfg.Store); err != nil {
+		return err
+	}
+	if _, _, err := OpenShard(ctx, d.a.client, shard, 1, "alloc-a"); err != nil {
 		return fmt.Errorf("open term 1 on A: %w", err)
 	}
-	tl.Say("A opened shard %q at term 1 (a new shard: empty restore point)", shard)
-	wa := &writer{name: "a"}
+	d.tl.Say("A opened shard %q at term 1 (a new shard: empty restore point)", shard)
+	return nil
+}
+
+// fence opens term 2 on B while A's clients append: A must be fenced, and
+// its clients told so, within 30 s.
+func (d *demo) fence(ctx context.Context) error {
+	d.wa = &writer{name: "a"}
 	stopA := make(chan struct{})
-	wgA := wa.run(ctx, a.client, shard, cfg.Clients, stopA)
-	tl.Say("A: %d clients appending", cfg.Clients)
-	if err := Sleep(ctx, cfg.Phase); err != nil {
+	wgA := d.wa.run(ctx, d.a.client, shard, d.cfg.Clients, stopA)
+	d.tl.Say("A: %d clients appending", d.cfg.Clients)
+	if err := Sleep(ctx, d.cfg.Phase); err != nil {
 		return err
 	}
-	tl.Say("A acknowledged %d ops so far; opening term 2 on B while A keeps appending", wa.ackedN.Load())
+	d.tl.Say("A acknowledged %d ops so far; opening term 2 on B while A keeps appending", d.wa.ackedN.Load())
 	claimAt := time.Now()
-	opened, replayed, err := OpenShard(ctx, b.client, shard, 2, "alloc-b")
+	opened, replayed, err := OpenShard(ctx, d.b.client, shard, 2, "alloc-b")
 	if err != nil {
 		close(stopA)
 		wgA.Wait()
 		return fmt.Errorf("open term 2 on B: %w", err)
 	}
 	rp := opened.GetRestorePoint()
-	tl.Say("B opened term 2 in %v: restore point term %d gen %d, %d ops replayed", time.Since(claimAt).Round(time.Millisecond), rp.GetTerm(), rp.GetGen(), replayed)
+	d.tl.Say("B opened term 2 in %v: restore point term %d gen %d, %d ops replayed", time.Since(claimAt).Round(time.Millisecond), rp.GetTerm(), rp.GetGen(), replayed)
 	done := make(chan struct{})
 	go func() { wgA.Wait(); close(done) }()
 	select {
@@ -206,62 +253,74 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 		<-done
 		return errors.New("sidecar A was not fenced within 30s of the open on B")
 	}
-	if e := wa.firstErr.Load(); e != nil {
+	if e := d.wa.firstErr.Load(); e != nil {
 		return fmt.Errorf("the clients of sidecar A failed with something other than fencing: %v", e)
 	}
-	tl.Say("A fenced: its clients were told \"primary fenced, successor term %d\"; A acknowledged %d ops in all", wa.fenced.Load(), wa.ackedN.Load())
-	if last := time.Unix(0, wa.lastAck.Load()); !last.IsZero() {
-		tl.Say("A's last acknowledgement reached its client at %+v relative to the start of B's open", last.Sub(claimAt).Round(time.Millisecond))
+	d.tl.Say("A fenced: its clients were told \"primary fenced, successor term %d\"; A acknowledged %d ops in all", d.wa.fenced.Load(), d.wa.ackedN.Load())
+	if last := time.Unix(0, d.wa.lastAck.Load()); !last.IsZero() {
+		d.tl.Say("A's last acknowledgement reached its client at %+v relative to the start of B's open", last.Sub(claimAt).Round(time.Millisecond))
 	}
+	return nil
+}
 
-	wb := &writer{name: "b"}
+// handOff lets B's clients append for a phase, then starts C and hands the
+// shard off B -> C (same term, no seal) while they append.
+func (d *demo) handOff(ctx context.Context) (err error) {
+	d.wb = &writer{name: "b"}
 	stopB := make(chan struct{})
-	wgB := wb.run(ctx, b.client, shard, cfg.Clients, stopB)
-	if err := Sleep(ctx, cfg.Phase); err != nil {
-		return err
-	}
-	tl.Say("B acknowledged %d ops at term 2; starting sidecar C and handing the shard off B -> C (same term, no seal) while B's clients append", wb.ackedN.Load())
-	c, err := startSidecar(ctx, "C", store)
-	if err != nil {
+	wgB := d.wb.run(ctx, d.b.client, shard, d.cfg.Clients, stopB)
+	stopClients := func() {
 		close(stopB)
 		wgB.Wait()
+	}
+	if err := Sleep(ctx, d.cfg.Phase); err != nil {
 		return err
 	}
-	defer c.stop()
+	d.tl.Say("B acknowledged %d ops at term 2; starting sidecar C and handing the shard off B -> C (same term, no seal) while B's clients append", d.wb.ackedN.Load())
+	if d.c, err = startSidecar(ctx, "C", d.cfg.Store); err != nil {
+		stopClients()
+		return err
+	}
 	hoAt := time.Now()
-	hc, err := b.client.StartHandoff(ctx, connect.NewRequest(&sidecarv1.StartHandoffRequest{Shard: shard, TargetAllocationId: "alloc-c", TargetNode: "C"}))
+	hc, err := d.b.client.StartHandoff(ctx, connect.NewRequest(&sidecarv1.StartHandoffRequest{Shard: shard, TargetAllocationId: "alloc-c", TargetNode: "C"}))
 	if err != nil {
-		close(stopB)
-		wgB.Wait()
+		stopClients()
 		return fmt.Errorf("handoff on B: %w", err)
 	}
-	ad, err := c.client.AdoptHandoff(ctx, connect.NewRequest(&sidecarv1.AdoptHandoffRequest{HandoffContext: hc.Msg.GetHandoffContext()}))
-	close(stopB)
-	wgB.Wait()
+	ad, err := d.c.client.AdoptHandoff(ctx, connect.NewRequest(&sidecarv1.AdoptHandoffRequest{HandoffContext: hc.Msg.GetHandoffContext()}))
+	stopClients()
 	if err != nil {
 		return fmt.Errorf("adopt on C: %w", err)
 	}
-	if e := wb.firstErr.Load(); e != nil {
+	if e := d.wb.firstErr.Load(); e != nil {
 		return fmt.Errorf("the clients of sidecar B failed: %v", e)
 	}
-	tl.Say("C adopted term %d at seq %d in %v; B's clients were told the shard moved (%v); B acknowledged %d ops in all",
-		ad.Msg.GetStatus().GetTerm(), ad.Msg.GetStatus().GetNextSeqNo(), time.Since(hoAt).Round(time.Millisecond), wb.moved.Load(), wb.ackedN.Load())
+	d.tl.Say("C adopted term %d at seq %d in %v; B's clients were told the shard moved (%v); B acknowledged %d ops in all",
+		ad.Msg.GetStatus().GetTerm(), ad.Msg.GetStatus().GetNextSeqNo(), time.Since(hoAt).Round(time.Millisecond), d.wb.moved.Load(), d.wb.ackedN.Load())
+	return nil
+}
 
-	wc := &writer{name: "c"}
+// lastPhase lets C's clients append for a phase.
+func (d *demo) lastPhase(ctx context.Context) error {
+	d.wc = &writer{name: "c"}
 	stopC := make(chan struct{})
-	wgC := wc.run(ctx, c.client, shard, cfg.Clients, stopC)
-	if err := Sleep(ctx, cfg.Phase); err != nil {
+	wgC := d.wc.run(ctx, d.c.client, shard, d.cfg.Clients, stopC)
+	if err := Sleep(ctx, d.cfg.Phase); err != nil {
 		return err
 	}
 	close(stopC)
 	wgC.Wait()
-	if e := wc.firstErr.Load(); e != nil {
+	if e := d.wc.firstErr.Load(); e != nil {
 		return fmt.Errorf("the clients of sidecar C failed: %v", e)
 	}
-	tl.Say("C acknowledged %d ops at term 2", wc.ackedN.Load())
+	d.tl.Say("C acknowledged %d ops at term 2", d.wc.ackedN.Load())
+	return nil
+}
 
-	// Every acknowledged op of every sidecar must be in C's lineage.
-	st, err := c.client.Read(ctx, connect.NewRequest(&sidecarv1.ReadRequest{Shard: shard}))
+// verify reads C's lineage: every acknowledged op of every sidecar must be
+// in it.
+func (d *demo) verify(ctx context.Context) error {
+	st, err := d.c.client.Read(ctx, connect.NewRequest(&sidecarv1.ReadRequest{Shard: shard}))
 	if err != nil {
 		return fmt.Errorf("read on C: %w", err)
 	}
@@ -274,8 +333,21 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	if err := st.Err(); err != nil {
 		return fmt.Errorf("read on C: %w", err)
 	}
+	writers := []*writer{d.wa, d.wb, d.wc}
+	lost := missing(read, writers)
+	total := d.wa.ackedN.Load() + d.wb.ackedN.Load() + d.wc.ackedN.Load()
+	d.tl.Say("C's lineage holds %d ops; acknowledged %d (A %d + B %d + C %d); lost %d", len(read), total, d.wa.ackedN.Load(), d.wb.ackedN.Load(), d.wc.ackedN.Load(), lost)
+	if lost > 0 {
+		return fmt.Errorf("%d acknowledged ops are missing from the lineage", lost)
+	}
+	d.tl.Say("ok: every acknowledged op is readable (ops in flight when A was fenced or B handed off were never acknowledged; a client retries them on the new primary)")
+	return nil
+}
+
+// missing counts the ops the writers had acknowledged that read lacks.
+func missing(read map[string]bool, writers []*writer) int {
 	lost := 0
-	for _, w := range []*writer{wa, wb, wc} {
+	for _, w := range writers {
 		w.acked.Range(func(k, _ any) bool {
 			if !read[k.(string)] {
 				lost++
@@ -283,21 +355,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 			return true
 		})
 	}
-	total := wa.ackedN.Load() + wb.ackedN.Load() + wc.ackedN.Load()
-	tl.Say("C's lineage holds %d ops; acknowledged %d (A %d + B %d + C %d); lost %d", len(read), total, wa.ackedN.Load(), wb.ackedN.Load(), wc.ackedN.Load(), lost)
-	if lost > 0 {
-		return fmt.Errorf("%d acknowledged ops are missing from the lineage", lost)
-	}
-	tl.Say("ok: every acknowledged op is readable (ops in flight when A was fenced or B handed off were never acknowledged; a client retries them on the new primary)")
-	return nil
+	return lost
 }
 
 // Sleep waits d, or until ctx ends (returning its error).
-func Sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
-}
+func Sleep(ctx context.Context, d time.Duration) error { return steady.Sleep(ctx, steady.System(), d) }

@@ -34,6 +34,7 @@ import (
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/client"
+	"github.com/shardfence/shardfence/internal/demo"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/sidecar"
 )
@@ -245,85 +246,135 @@ func newAPI(transport string, proc Sidecar) *api {
 // Run measures every path and writes the table to out; progress goes to
 // log.
 func Run(ctx context.Context, cfg Config, out, log io.Writer) error {
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	prefix := "shardfence-bench-e2e/" + hex.EncodeToString(rnd[:])
-	store, err := blobstore.Sub(cfg.Store, prefix)
+	store, procURL, cleanup, err := benchStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer func() {
+	defer cleanup()
+	apis, stop, err := startSidecars(ctx, cfg, procURL)
+	defer stop()
+	if err != nil {
+		return err
+	}
+	rows, inproc, err := measure(ctx, cfg, store, apis, log)
+	if err != nil {
+		return err
+	}
+	printTable(out, cfg, rows, inproc)
+	return printTargets(out, rows, inproc, slices.Max(cfg.Callers))
+}
+
+// benchStore is where the run writes: a random shardfence-bench-e2e/
+// prefix of the store, for this process and (procURL) for the sidecars;
+// cleanup deletes what was written there.
+func benchStore(ctx context.Context, cfg Config) (store *blobstore.Container, procURL string, cleanup func(), err error) {
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	prefix := "shardfence-bench-e2e/" + hex.EncodeToString(rnd[:])
+	store, err = blobstore.Sub(cfg.Store, prefix)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	cleanup = func() {
 		items, err := blobstore.ListAll(context.WithoutCancel(ctx), store, "")
 		if err == nil {
 			for _, it := range items {
 				_ = store.Delete(context.WithoutCancel(ctx), it.Key)
 			}
 		}
-	}()
-	procURL, err := withPrefix(cfg.StoreURL, prefix)
-	if err != nil {
-		return err
 	}
+	procURL, err = withPrefix(cfg.StoreURL, prefix)
+	if err != nil {
+		cleanup()
+		return nil, "", nil, err
+	}
+	return store, procURL, cleanup, nil
+}
 
-	// One sidecar process per transport.
-	var apis []*api
+// startSidecars starts one sidecar process per transport over procURL;
+// stop stops those started (also after an error).
+func startSidecars(ctx context.Context, cfg Config, procURL string) (apis []*api, stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
 	sockDir, err := os.MkdirTemp("", "shardfence-bench-e2e-")
 	if err != nil {
-		return err
+		return nil, stop, err
 	}
-	defer os.RemoveAll(sockDir)
+	stops = append(stops, func() { _ = os.RemoveAll(sockDir) })
 	for _, tp := range cfg.Transports {
-		listen := "127.0.0.1:0"
-		if tp == "unix" {
-			listen = "unix://" + filepath.Join(sockDir, "sidecar.sock")
-		}
-		args := []string{"serve", "--listen", listen, "--log-level", "warn"}
-		if cfg.ProfileDir != "" {
-			args = append(args, "--pprof")
-		}
-		p, err := cfg.Serve(ctx, []string{"SHARDFENCE_STORE=" + procURL}, args...)
+		p, err := cfg.Serve(ctx, []string{"SHARDFENCE_STORE=" + procURL}, serveArgs(tp, sockDir, cfg.ProfileDir != "")...)
 		if err != nil {
-			return fmt.Errorf("bench e2e: start the sidecar (%s): %w", tp, err)
+			return nil, stop, fmt.Errorf("bench e2e: start the sidecar (%s): %w", tp, err)
 		}
-		defer p.Stop()
+		stops = append(stops, p.Stop)
 		apis = append(apis, newAPI(tp, p))
 	}
+	return apis, stop, nil
+}
 
-	var rows []result
-	inproc := map[int]result{}
+// serveArgs are the `shardfence serve` arguments for transport tp (a unix
+// socket in sockDir, or a free TCP port).
+func serveArgs(tp, sockDir string, pprof bool) []string {
+	listen := "127.0.0.1:0"
+	if tp == "unix" {
+		listen = "unix://" + filepath.Join(sockDir, "sidecar.sock")
+	}
+	args := []string{"serve", "--listen", listen, "--log-level", "warn"}
+	if pprof {
+		args = append(args, "--pprof")
+	}
+	return args
+}
+
+// apiPaths are the paths through the sidecar process, in table order.
+var apiPaths = []string{"unary API", "stream API", "client package"}
+
+// measure runs every row: at each number of callers the in-process
+// writer, then every path over every transport. inproc is the in-process
+// row by callers.
+func measure(ctx context.Context, cfg Config, store *blobstore.Container, apis []*api, log io.Writer) (rows []result, inproc map[int]result, err error) {
+	inproc = map[int]result{}
 	for _, n := range cfg.Callers {
 		fmt.Fprintf(log, "%d callers: in-process translog...\n", n)
 		r, err := runInProcess(ctx, store, n, cfg)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		inproc[n] = r
 		rows = append(rows, r)
 		for i, a := range apis {
 			profile := cfg.ProfileDir != "" && i == 0 && n == slices.Max(cfg.Callers)
-			for _, path := range []string{"unary API", "stream API", "client package"} {
+			for _, path := range apiPaths {
 				fmt.Fprintf(log, "%d callers: %s over %s...\n", n, path, a.transport)
 				r, err := runAPI(ctx, a, path, n, cfg, profile && path == "client package")
 				if err != nil {
-					return err
+					return nil, nil, err
 				}
 				rows = append(rows, r)
 			}
 		}
 	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
+	return rows, inproc, ctx.Err()
+}
 
+// per1k is seconds of d per 1,000 ops, "-" when unknown.
+func per1k(d time.Duration, ops int) string {
+	if d < 0 || ops == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", d.Seconds()*1000/float64(ops))
+}
+
+// printTable writes the rows, and the first error of each row that had
+// one.
+func printTable(out io.Writer, cfg Config, rows []result, inproc map[int]result) {
 	fmt.Fprintf(out, "store %s, %d-byte ops, one op per call, %v per row; the sidecar is a `shardfence serve` process (CPU: seconds per 1,000 acknowledged ops)\n\n", cfg.Where, cfg.OpSize, cfg.Duration)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "path\ttransport\tcallers\tops/s\tx in-process\tack p50\tack p99\tops/sync\tclient CPU\tsidecar CPU\tCPU x in-process\terrors\t")
-	per1k := func(d time.Duration, ops int) string {
-		if d < 0 || ops == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.3f", d.Seconds()*1000/float64(ops))
-	}
 	for _, r := range rows {
 		tp, srv := r.transport, per1k(r.serverCPU, r.ops)
 		if tp == "" {
@@ -340,24 +391,42 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) error {
 			fmt.Fprintf(out, "%s (%s, %d callers): first error of %d: %v\n", r.path, r.transport, r.callers, r.errors, r.firstErr)
 		}
 	}
-	top := slices.Max(cfg.Callers)
+}
+
+// printTargets writes the verdict of every row the target speaks of: the
+// stream API and the client package at the most callers.
+func printTargets(out io.Writer, rows []result, inproc map[int]result, top int) error {
 	base := inproc[top]
 	if base.ops == 0 {
 		return errors.New("bench e2e: the in-process writer acknowledged no op")
 	}
 	fmt.Fprintf(out, "\ntarget at %d callers: stream API and client package >= 0.85x in-process ops/s, ack p50 within one store round trip (~ in-process p50 %v) of in-process\n", top, base.p50.Round(10*time.Microsecond))
 	for _, r := range rows {
-		if r.callers != top || (r.path != "stream API" && r.path != "client package") {
+		if !targeted(r, top) {
 			continue
 		}
-		x := r.opsPerSec() / base.opsPerSec()
+		x, met := target(r, base)
 		verdict := "met"
-		if x < 0.85 || r.p50-base.p50 > base.p50 {
+		if !met {
 			verdict = "MISSED"
 		}
 		fmt.Fprintf(out, "  %s over %s: %.2fx, p50 +%v (%s)\n", r.path, r.transport, x, (r.p50 - base.p50).Round(10*time.Microsecond), verdict)
 	}
 	return nil
+}
+
+// targeted reports whether the target speaks of row r: the stream API or
+// the client package at top callers.
+func targeted(r result, top int) bool {
+	return r.callers == top && (r.path == "stream API" || r.path == "client package")
+}
+
+// target is r's throughput over the in-process base at the same callers,
+// and whether it meets the target: at least 0.85x, and an ack p50 no more
+// than one store round trip (~ the base's p50) above the base's.
+func target(r, base result) (x float64, met bool) {
+	x = r.opsPerSec() / base.opsPerSec()
+	return x, x >= 0.85 && r.p50-base.p50 <= base.p50
 }
 
 // runInProcess is the baseline: the writer recovery opens, called
@@ -538,22 +607,6 @@ func shardStatus(ctx context.Context, svc sidecarv1connect.SidecarServiceClient,
 
 // openShard opens shard at term 1 and waits for the stream to end.
 func openShard(ctx context.Context, svc sidecarv1connect.SidecarServiceClient, shard string) (*sidecarv1.Opened, error) {
-	st, err := svc.Open(ctx, connect.NewRequest(&sidecarv1.OpenRequest{Shard: shard, Term: 1, AllocationId: "bench"}))
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	var opened *sidecarv1.Opened
-	for st.Receive() {
-		if o := st.Msg().GetOpened(); o != nil {
-			opened = o
-		}
-	}
-	if err := st.Err(); err != nil {
-		return nil, err
-	}
-	if opened == nil {
-		return nil, errors.New("the open stream ended without Opened")
-	}
-	return opened, nil
+	opened, _, err := demo.OpenShard(ctx, svc, shard, 1, "bench")
+	return opened, err
 }

@@ -17,6 +17,7 @@ import (
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	"github.com/shardfence/shardfence/client"
+	"github.com/shardfence/shardfence/internal/rpcerr"
 )
 
 // simNode is a sidecar node without a sidecar: it speaks to the master as
@@ -296,19 +297,10 @@ func isNotPrimary(err error) bool {
 	if connect.CodeOf(err) != connect.CodeUnavailable {
 		return false
 	}
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return false
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if ed, ok := v.(*masterv1.ErrorDetail); ok {
-				switch ed.GetReason() {
-				case "NOT_PRIMARY", "FENCED", "LOG_FAILED":
-					return true
-				}
-			}
-		}
+	d, _ := rpcerr.Detail[*masterv1.ErrorDetail](err)
+	switch d.GetReason() {
+	case "NOT_PRIMARY", "FENCED", "LOG_FAILED":
+		return true
 	}
 	return false
 }

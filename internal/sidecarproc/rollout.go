@@ -2,105 +2,46 @@ package sidecarproc
 
 import (
 	"bytes"
-	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/internal/demo"
+	"github.com/shardfence/shardfence/internal/launcher"
 	"github.com/shardfence/shardfence/internal/syncbuf"
 )
 
 // rolloutPhase is how long each phase of the rollout appends at least.
 const rolloutPhase = 300 * time.Millisecond
 
-// rolloutAck is one acknowledged op: who acknowledged it, the epoch the
-// client read before it sent the append (so an ack of epoch >= e was sent
-// after the test stepped to e), and the ack's fencing_observed.
-type rolloutAck struct {
-	who      string
-	epoch    int64
-	observed string
-}
+// The fencing of each step of the rollout.
+var (
+	unfenced   = &sidecarv1.ShardSettings{FencingDisabled: true}
+	observe    = &sidecarv1.ShardSettings{Mode: sidecarv1.FencingMode_FENCING_MODE_OBSERVE}
+	perSync    = &sidecarv1.ShardSettings{Mode: sidecarv1.FencingMode_FENCING_MODE_PER_SYNC}
+	createOnly = &sidecarv1.ShardSettings{Mode: sidecarv1.FencingMode_FENCING_MODE_CREATE_ONLY}
+)
 
-// rolloutRun is the clients' view of the rollout: the current primary,
-// the scenario's epoch, and every op id acknowledged.
-type rolloutRun struct {
-	current atomic.Pointer[Proc]
-	epoch   atomic.Int64
-	mu      sync.Mutex
-	acked   map[string]rolloutAck
-	refused atomic.Int64
-}
-
-func (r *rolloutRun) client(ctx context.Context, g int) {
-	for i := 0; ctx.Err() == nil; i++ {
-		// The epoch is read before the primary: an ack recorded with
-		// epoch e was sent after the step that set e.
-		e := r.epoch.Load()
-		p := r.current.Load()
-		op := fmt.Sprintf("r%d-%d", g, i)
-		res, err := p.Client.Append(ctx, connect.NewRequest(&sidecarv1.AppendRequest{Shard: "z", Ops: [][]byte{[]byte(op)}}))
-		if err != nil {
-			// Not acknowledged: the op may or may not be durable;
-			// the client moves on with a new id.
-			r.refused.Add(1)
-			time.Sleep(2 * time.Millisecond)
-			continue
-		}
-		r.mu.Lock()
-		r.acked[op] = rolloutAck{who: p.Name, epoch: e, observed: res.Msg.GetFencingObserved()}
-		r.mu.Unlock()
-	}
-}
-
-// step starts a new epoch and returns it: every append a client sends from
-// now on is recorded with it or a later one.
-func (r *rolloutRun) step() int64 { return r.epoch.Add(1) }
-
-// acks returns the acks by who sent in epoch since or later.
-func (r *rolloutRun) acks(who string, since int64) []rolloutAck {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []rolloutAck
-	for _, a := range r.acked {
-		if a.who == who && a.epoch >= since {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// await lets the clients append for the phase, and longer, up to a bound,
-// until who acknowledged a few ops sent in epoch since or later, so a
-// loaded machine does not flake.
-func (r *rolloutRun) await(t *testing.T, who string, since int64, what string) {
-	t.Helper()
-	time.Sleep(rolloutPhase)
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if len(r.acks(who, since)) >= 20 {
-			return
-		}
-	}
-	t.Fatalf("sidecar %s acknowledged fewer than 20 ops in 30s %s", who, what)
-}
-
-// noAcks fails the test if who acknowledged an op sent in epoch since or
-// later: it was fenced before that epoch began.
-func (r *rolloutRun) noAcks(t *testing.T, who string, since int64, what string) {
-	t.Helper()
-	if n := len(r.acks(who, since)); n > 0 {
-		t.Errorf("sidecar %s acknowledged %d ops sent after %s", who, n, what)
-	}
+// rollout is one run of the mode rollout: its sidecars, clients, the
+// epochs at which each writer was fenced, and what every process printed
+// (checked for the secret at the end).
+type rollout struct {
+	t          *testing.T
+	cmd        Command
+	storeURL   string
+	run        *clientRun
+	a, b, c, d *Proc
+	outputs    []string
+	// The epochs that began when B opened, when term 4's claim took B's
+	// fence key, when C opened, and when term 6's claim took C's.
+	afterB, afterClaim, afterC, afterRewrite6 int64
 }
 
 // RunModeRollout is the rollout of fencing on a live shard, across
@@ -124,70 +65,82 @@ func (r *rolloutRun) noAcks(t *testing.T, who string, since int64, what string) 
 // After each open and rewrite the stored mode (Inspect) and the running
 // mode (Status) are checked. No process may print secret.
 func RunModeRollout(t *testing.T, cmd Command, storeURL, secret string) {
-	r := &rolloutRun{acked: map[string]rolloutAck{}}
+	r := &rollout{t: t, cmd: cmd, storeURL: storeURL, run: newClientRun("r", rolloutPhase)}
 	serve := []string{"--allow-unfenced"}
-	a := Start(t, cmd, "A", storeURL, serve...)
-	b := Start(t, cmd, "B", storeURL, serve...)
-	c := Start(t, cmd, "C", storeURL, serve...)
-	d := Start(t, cmd, "D", storeURL, serve...)
-	var (
-		unfenced   = &sidecarv1.ShardSettings{FencingDisabled: true}
-		observe    = &sidecarv1.ShardSettings{Mode: sidecarv1.FencingMode_FENCING_MODE_OBSERVE}
-		perSync    = &sidecarv1.ShardSettings{Mode: sidecarv1.FencingMode_FENCING_MODE_PER_SYNC}
-		createOnly = &sidecarv1.ShardSettings{Mode: sidecarv1.FencingMode_FENCING_MODE_CREATE_ONLY}
-	)
-	var outputs []string // the settings and status processes' output
-
-	a.openWith(t, "z", 1, "alloc-a", unfenced)
-	a.expectFencing(t, "z", unfenced, true)
-	r.current.Store(a)
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() { r.client(ctx, g) })
+	r.a = Start(t, cmd, "A", storeURL, serve...)
+	r.b = Start(t, cmd, "B", storeURL, serve...)
+	r.c = Start(t, cmd, "C", storeURL, serve...)
+	r.d = Start(t, cmd, "D", storeURL, serve...)
+	r.a.openWith(t, "z", 1, "alloc-a", unfenced)
+	r.a.expectFencing(t, "z", unfenced, true)
+	r.run.start(t.Context(), r.a, 8)
+	defer r.run.stop()
+	r.run.await(t, "A", 0, "unfenced at term 1")
+	r.toObserve()
+	r.toPerSync()
+	r.toCreateOnly()
+	r.run.stop()
+	// The fenced writers acknowledged nothing sent after they were fenced.
+	r.run.noAcks(t, "A", r.afterB, "B opened term 3")
+	r.run.noAcks(t, "B", r.afterC, "C opened term 5")
+	r.run.noAcks(t, "C", r.afterRewrite6, "the rewrite claimed term 6")
+	r.finalRead()
+	for _, p := range []*Proc{r.a, r.b, r.c, r.d} {
+		p.Terminate(t)
+		r.outputs = append(r.outputs, p.Log())
 	}
-	defer func() { cancel(); wg.Wait() }()
-	r.await(t, "A", 0, "unfenced at term 1")
+	for _, out := range r.outputs {
+		if secret != "" && strings.Contains(out, secret) {
+			t.Errorf("a process printed the store's secret:\n%s", out)
+		}
+	}
+}
 
-	// unfenced -> observe at term 2, while A acknowledges: A sends no CAS
-	// and reads no fence key, so it goes on.
-	outputs = append(outputs, runSettings(t, cmd, storeURL, 2, "observe"))
-	a.expectStored(t, "z", observe)
-	r.await(t, "A", r.step(), "after the rewrite to observe")
+// toObserve rewrites unfenced -> observe at term 2 while A acknowledges
+// (A sends no CAS and reads no fence key, so it goes on), then opens term
+// 3 on B in observe mode: B's seal (its poison) is stored before its Open
+// returns, and A's next md create meets it, unfenced as A is.
+func (r *rollout) toObserve() {
+	t := r.t
+	r.outputs = append(r.outputs, runSettings(t, r.cmd, r.storeURL, 2, "observe"))
+	r.a.expectStored(t, "z", observe)
+	r.run.await(t, "A", r.run.step(), "after the rewrite to observe")
 
-	b.openWith(t, "z", 3, "alloc-b", observe)
-	afterB := r.step()
-	b.expectFencing(t, "z", observe, true)
-	// B's seal (its poison) is stored before its Open returns: A's next
-	// md create meets it, unfenced as A is.
-	if err := a.Append(t.Context(), "z", []byte("late-a")); ReasonOf(err) != "fenced" || !strings.Contains(err.Error(), "poisoned by successor term 3") {
+	r.b.openWith(t, "z", 3, "alloc-b", observe)
+	r.afterB = r.run.step()
+	r.b.expectFencing(t, "z", observe, true)
+	if err := r.a.Append(t.Context(), "z", []byte("late-a")); ReasonOf(err) != "fenced" || !strings.Contains(err.Error(), "poisoned by successor term 3") {
 		t.Fatalf("A after B's open: %v, want fenced by term 3's poison", err)
 	}
-	r.current.Store(b)
-	r.await(t, "B", afterB, "in observe mode at term 3")
-	for _, ack := range r.acks("B", 0) {
+	r.run.current.Store(r.b)
+	r.run.await(t, "B", r.afterB, "in observe mode at term 3")
+	for _, ack := range r.run.acks("B", 0) {
 		if ack.observed != "" {
 			t.Fatalf("B observed a refused CAS before anyone claimed above term 3: %s", ack.observed)
 		}
 	}
+}
 
-	// observe -> per_sync at term 4, while B acknowledges: the claim
-	// takes B's fence key, so each CAS of B's is refused, which observe
-	// mode reports on the ack instead of failing it.
-	outputs = append(outputs, runSettings(t, cmd, storeURL, 4, "per_sync"))
-	afterClaim := r.step()
-	b.expectStored(t, "z", perSync)
-	r.await(t, "B", afterClaim, "after the rewrite to per_sync claimed term 4")
+// toPerSync rewrites observe -> per_sync at term 4 while B acknowledges:
+// the claim takes B's fence key, so each CAS of B's is refused, which
+// observe mode reports on the ack (and in its status, the `status` row,
+// the metric and the log) instead of failing it.
+func (r *rollout) toPerSync() {
+	t := r.t
+	r.outputs = append(r.outputs, runSettings(t, r.cmd, r.storeURL, 4, "per_sync"))
+	r.afterClaim = r.run.step()
+	r.b.expectStored(t, "z", perSync)
+	r.run.await(t, "B", r.afterClaim, "after the rewrite to per_sync claimed term 4")
 	var observed string
-	for _, ack := range r.acks("B", afterClaim) {
+	for _, ack := range r.run.acks("B", r.afterClaim) {
 		if ack.observed == "" {
 			t.Errorf("B acknowledged an op sent after term 4 was claimed without fencing_observed")
 			break
 		}
 		observed = ack.observed
 	}
-	t.Logf("B's acks after the claim of term 4: %d, fencing_observed %q", len(r.acks("B", afterClaim)), observed)
-	st, err := b.Client.Status(t.Context(), connect.NewRequest(&sidecarv1.StatusRequest{Shard: "z"}))
+	t.Logf("B's acks after the claim of term 4: %d, fencing_observed %q", len(r.run.acks("B", r.afterClaim)), observed)
+	st, err := r.b.Client.Status(t.Context(), connect.NewRequest(&sidecarv1.StatusRequest{Shard: "z"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,113 +148,70 @@ func RunModeRollout(t *testing.T, cmd Command, storeURL, secret string) {
 		t.Errorf("B's status after the claim of term 4: fencing_observed %q, %d syncs, fenced %v; want observed syncs and not fenced",
 			s.GetFencingObserved(), s.GetFencingObservedSyncs(), s.GetFenced())
 	}
-	statusOut := runCommand(t, cmd, "status", "--addr", b.Addr, "--shard", "z")
-	outputs = append(outputs, statusOut)
+	statusOut := runCommand(t, r.cmd, "status", "--addr", r.b.Addr, "--shard", "z")
+	r.outputs = append(r.outputs, statusOut)
 	if !strings.Contains(statusOut, "fencing observed") {
 		t.Errorf("`shardfence status` on B lacks the fencing observed row:\n%s", statusOut)
 	}
-	if m := metric(t, b, `shardfence_sidecar_fencing_observed_total{shard="z"}`); m == "" || m == "0" {
+	if m := metric(t, r.b, `shardfence_sidecar_fencing_observed_total{shard="z"}`); m == "" || m == "0" {
 		t.Errorf("B's %s is %q, want above 0", "shardfence_sidecar_fencing_observed_total", m)
 	}
-	if !strings.Contains(b.Log(), "fencing observed") {
+	if !strings.Contains(r.b.Log(), "fencing observed") {
 		t.Errorf("B did not log the observed fencing")
 	}
+}
 
-	c.openWith(t, "z", 5, "alloc-c", perSync)
-	afterC := r.step()
-	c.expectFencing(t, "z", perSync, true)
-	// B's next md create meets C's poison, and its error says so (not
-	// the refused CAS of term 4's claim, which observe mode only
-	// reported).
-	if err := b.Append(t.Context(), "z", []byte("late-b")); ReasonOf(err) != "fenced" || !strings.Contains(err.Error(), "poison") {
+// toCreateOnly opens term 5 on C per_sync (B's next md create meets C's
+// poison, and its error says so, not the refused CAS of term 4's claim,
+// which observe mode only reported); rewrites per_sync -> create_only at
+// term 6, whose claim takes C's fence key so C's next CAS fails; and opens
+// term 7 on D create_only.
+func (r *rollout) toCreateOnly() {
+	t := r.t
+	r.c.openWith(t, "z", 5, "alloc-c", perSync)
+	r.afterC = r.run.step()
+	r.c.expectFencing(t, "z", perSync, true)
+	if err := r.b.Append(t.Context(), "z", []byte("late-b")); ReasonOf(err) != "fenced" || !strings.Contains(err.Error(), "poison") {
 		t.Fatalf("B after C's open: %v, want fenced by C's poison", err)
 	}
-	r.current.Store(c)
-	r.await(t, "C", afterC, "per_sync at term 5")
+	r.run.current.Store(r.c)
+	r.run.await(t, "C", r.afterC, "per_sync at term 5")
 
-	// per_sync -> create_only at term 6: the claim takes C's fence key,
-	// and C's next CAS fails.
-	outputs = append(outputs, runSettings(t, cmd, storeURL, 6, "create_only"))
-	afterRewrite6 := r.step()
-	c.expectStored(t, "z", createOnly)
-	if err := c.Append(t.Context(), "z", []byte("late-c")); ReasonOf(err) != "fenced" {
+	r.outputs = append(r.outputs, runSettings(t, r.cmd, r.storeURL, 6, "create_only"))
+	r.afterRewrite6 = r.run.step()
+	r.c.expectStored(t, "z", createOnly)
+	if err := r.c.Append(t.Context(), "z", []byte("late-c")); ReasonOf(err) != "fenced" {
 		t.Errorf("C after the rewrite claimed term 6: %v, want fenced", err)
 	}
 
-	d.openWith(t, "z", 7, "alloc-d", createOnly)
-	afterD := r.step()
-	d.expectFencing(t, "z", createOnly, true)
-	r.current.Store(d)
-	r.await(t, "D", afterD, "create_only at term 7")
-	cancel()
-	wg.Wait()
+	r.d.openWith(t, "z", 7, "alloc-d", createOnly)
+	afterD := r.run.step()
+	r.d.expectFencing(t, "z", createOnly, true)
+	r.run.current.Store(r.d)
+	r.run.await(t, "D", afterD, "create_only at term 7")
+}
 
-	// The fenced writers acknowledged nothing sent after they were fenced.
-	r.noAcks(t, "A", afterB, "B opened term 3")
-	r.noAcks(t, "B", afterC, "C opened term 5")
-	r.noAcks(t, "C", afterRewrite6, "the rewrite claimed term 6")
-
-	// The final reader: term 8 on A, the first, long-fenced writer.
-	a.openWith(t, "z", 8, "alloc-a8", createOnly)
-	a.expectFencing(t, "z", createOnly, true)
-	read, err := a.ReadAll(t.Context(), "z")
+// finalRead opens term 8 on A, the first, long-fenced writer, and checks
+// the lineage against what was acknowledged.
+func (r *rollout) finalRead() {
+	t := r.t
+	r.a.openWith(t, "z", 8, "alloc-a8", createOnly)
+	r.a.expectFencing(t, "z", createOnly, true)
+	read, err := r.a.ReadAll(t.Context(), "z")
 	if err != nil {
 		t.Fatal(err)
 	}
-	by := map[string]int{}
-	for op, ack := range r.acked {
-		by[ack.who]++
-		if read[op] != 1 {
-			t.Errorf("op %s acknowledged by %s (epoch %d) is in the final lineage %d times, want once", op, ack.who, ack.epoch, read[op])
-		}
-	}
-	for op, n := range read {
-		if n > 1 {
-			t.Errorf("op %s appears %d times in the lineage", op, n)
-		}
-	}
-	for _, late := range []string{"late-a", "late-b", "late-c"} {
-		if read[late] > 0 {
-			t.Errorf("the refused append %s made it into the lineage", late)
-		}
-	}
-	for _, who := range []string{"A", "B", "C", "D"} {
-		if by[who] == 0 {
-			t.Errorf("no op was acknowledged by %s: the run did not exercise its phase", who)
-		}
-	}
+	by := r.run.checkLineage(t, read, []string{"late-a", "late-b", "late-c"}, []string{"A", "B", "C", "D"})
 	t.Logf("acknowledged: A %d, B %d (%d observed), C %d, D %d; lineage %d ops; refused answers %d",
-		by["A"], by["B"], len(r.acks("B", afterClaim)), by["C"], by["D"], len(read), r.refused.Load())
-
-	for _, p := range []*Proc{a, b, c, d} {
-		p.Terminate(t)
-		outputs = append(outputs, p.Log())
-	}
-	for _, out := range outputs {
-		if secret != "" && strings.Contains(out, secret) {
-			t.Errorf("a process printed the store's secret:\n%s", out)
-		}
-	}
+		by["A"], by["B"], len(r.run.acks("B", r.afterClaim)), by["C"], by["D"], len(read), r.run.refused.Load())
 }
 
 // openWith opens shard at term for alloc on this sidecar with settings,
 // failing the test if the open stream ends without its opened event.
 func (p *Proc) openWith(t *testing.T, shard string, term int64, alloc string, settings *sidecarv1.ShardSettings) {
 	t.Helper()
-	st, err := p.Client.Open(t.Context(), connect.NewRequest(&sidecarv1.OpenRequest{Shard: shard, Term: term, AllocationId: alloc, Settings: settings}))
-	if err != nil {
+	if _, _, err := demo.Open(t.Context(), p.Client, &sidecarv1.OpenRequest{Shard: shard, Term: term, AllocationId: alloc, Settings: settings}); err != nil {
 		t.Fatalf("open %s term %d on %s: %v", shard, term, p.Name, err)
-	}
-	defer st.Close()
-	opened := false
-	for st.Receive() {
-		opened = opened || st.Msg().GetOpened() != nil
-	}
-	if err := st.Err(); err != nil {
-		t.Fatalf("open %s term %d on %s: %v", shard, term, p.Name, err)
-	}
-	if !opened {
-		t.Fatalf("open %s term %d on %s: the stream ended without the opened event", shard, term, p.Name)
 	}
 }
 
@@ -367,13 +277,17 @@ func runSettings(t *testing.T, cmd Command, storeURL string, term int64, mode st
 // failing the test if it does not exit 0 within a minute.
 func runCommand(t *testing.T, cmd Command, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	c := exec.CommandContext(ctx, cmd.Path, args...)
-	c.Env = append(os.Environ(), cmd.Env...)
 	var out syncbuf.Buffer
-	c.Stdout, c.Stderr = &out, &out
-	if err := c.Run(); err != nil {
+	p, err := launcher.Start(cmd, launcher.Spec{Label: "shardfence " + args[0], Args: args, Output: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err, ok := p.WaitExit(time.Minute)
+	if !ok {
+		p.Kill()
+		err = errors.New("still running after a minute")
+	}
+	if err != nil {
 		t.Fatalf("shardfence %s: %v\n%s", args[0], err, out.String())
 	}
 	return out.String()

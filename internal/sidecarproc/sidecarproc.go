@@ -6,14 +6,9 @@
 package sidecarproc
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -22,7 +17,8 @@ import (
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
-	"github.com/shardfence/shardfence/internal/syncbuf"
+	"github.com/shardfence/shardfence/internal/demo"
+	"github.com/shardfence/shardfence/internal/launcher"
 )
 
 // StoreEnv is the environment variable `shardfence serve` reads its store
@@ -31,21 +27,20 @@ const StoreEnv = "SHARDFENCE_STORE"
 
 // Command is how to run the shardfence command: an executable and the
 // environment it needs besides the test's own.
-type Command struct {
-	Path string
-	Env  []string
-}
+type Command = launcher.Command
 
-// Proc is one `shardfence serve` (or `shardfence master`) process, killed
-// when its test ends.
+// startTimeout is how long a test waits for a process to report its
+// address.
+const startTimeout = 60 * time.Second
+
+// Proc is one `shardfence serve` (or `shardfence master`, or another
+// program's) process, killed when its test ends: a launcher.Proc (Addr,
+// Log, Signal, Pause, Kill, WaitExit, ...) with its name and, for a
+// sidecar, an API client.
 type Proc struct {
+	*launcher.Proc
 	Name   string
-	Cmd    *exec.Cmd
-	Addr   string
 	Client sidecarv1connect.SidecarServiceClient
-	stderr *syncbuf.Buffer
-	done   chan struct{}
-	err    error // Wait's error; read after done is closed
 }
 
 // Start runs `shardfence serve` named name on a free port of 127.0.0.1 with
@@ -86,95 +81,26 @@ func StartProgram(t testing.TB, cmd Command, label, ready, env string, args ...s
 	return p
 }
 
-// Kill sends SIGKILL (resuming the process first if it was stopped) and
-// waits for it to end.
-func (p *Proc) Kill() {
-	if p.Exited() {
-		return
-	}
-	_ = p.Cmd.Process.Signal(syscall.SIGCONT)
-	_ = p.Cmd.Process.Kill()
-	<-p.done
-}
-
-// start runs the command with args and env added, and waits for the line
-// that starts with ready (the rest is the address).
+// start launches the command with args and env added, waits for the line
+// that starts with ready (the rest is the address), and kills the process
+// when the test ends, showing its log if the test failed.
 func start(t testing.TB, cmd Command, label, ready, env string, args []string) *Proc {
 	t.Helper()
-	c := exec.Command(cmd.Path, args...)
-	c.Env = append(os.Environ(), cmd.Env...)
+	spec := launcher.Spec{Label: label, Args: args, Ready: ready, Timeout: startTimeout}
 	if env != "" {
-		c.Env = append(c.Env, env)
+		spec.Env = []string{env}
 	}
-	p := &Proc{Cmd: c, stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
-	c.Stderr = p.stderr
-	out, err := c.StdoutPipe()
+	lp, err := launcher.Start(cmd, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
-		t.Fatalf("start %s: %v", label, err)
-	}
-	addrc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), ready); ok {
-				addrc <- a
-			}
-		}
-	}()
-	go func() {
-		p.err = c.Wait()
-		close(p.done)
-	}()
 	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = c.Process.Signal(syscall.SIGCONT)
-			_ = c.Process.Kill()
-			<-p.done
-		}
+		lp.Kill()
 		if t.Failed() {
-			t.Logf("%s log:\n%s", label, p.Log())
+			t.Logf("%s log:\n%s", label, lp.Log())
 		}
 	})
-	select {
-	case p.Addr = <-addrc:
-	case <-p.done:
-		t.Fatalf("%s exited before serving: %v\n%s", label, p.err, p.Log())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s did not report its address in 60s\n%s", label, p.Log())
-	}
-	return p
-}
-
-// Log is what the process wrote to stderr so far.
-func (p *Proc) Log() string { return p.stderr.String() }
-
-// Signal sends sig to the process.
-func (p *Proc) Signal(sig os.Signal) error { return p.Cmd.Process.Signal(sig) }
-
-// Exited reports whether the process has ended.
-func (p *Proc) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// WaitExit waits up to timeout for the process to end and returns its exit
-// error; ok is false if it is still running.
-func (p *Proc) WaitExit(timeout time.Duration) (err error, ok bool) {
-	select {
-	case <-p.done:
-		return p.err, true
-	case <-time.After(timeout):
-		return nil, false
-	}
+	return &Proc{Proc: lp}
 }
 
 // Terminate sends SIGTERM and fails the test unless the process drains and
@@ -205,22 +131,8 @@ func (p *Proc) Open(t testing.TB, shard string, term int64, alloc string) {
 // OpenShard runs an Open and drains its stream (the replayed ops), which
 // ends with the opened event once the shard accepts appends.
 func OpenShard(ctx context.Context, c sidecarv1connect.SidecarServiceClient, shard string, term int64, alloc string) error {
-	st, err := c.Open(ctx, connect.NewRequest(&sidecarv1.OpenRequest{Shard: shard, Term: term, AllocationId: alloc}))
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	opened := false
-	for st.Receive() {
-		opened = opened || st.Msg().GetOpened() != nil
-	}
-	if err := st.Err(); err != nil {
-		return err
-	}
-	if !opened {
-		return errors.New("open stream ended without the opened event")
-	}
-	return nil
+	_, _, err := demo.OpenShard(ctx, c, shard, term, alloc)
+	return err
 }
 
 // Append appends ops to shard and returns the error, if any.
@@ -250,17 +162,4 @@ func (p *Proc) ReadAll(ctx context.Context, shard string) (map[string]int, error
 
 // ReasonOf is the machine-readable reason a sidecar attached to err
 // ("fenced", "handed_off", ...), or "" if there is none.
-func ReasonOf(err error) string {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return ""
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if ed, ok := v.(*sidecarv1.ErrorDetail); ok {
-				return ed.GetReason()
-			}
-		}
-	}
-	return ""
-}
+func ReasonOf(err error) string { return demo.ErrorDetail(err).GetReason() }

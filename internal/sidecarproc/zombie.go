@@ -1,11 +1,7 @@
 package sidecarproc
 
 import (
-	"context"
-	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -15,56 +11,12 @@ import (
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 )
 
-// zombieRun is the clients' view: which sidecar is primary, and every op
-// id acknowledged, by whom.
-type zombieRun struct {
-	phase   time.Duration
-	current atomic.Pointer[Proc]
-	mu      sync.Mutex
-	acked   map[string]string // op id -> sidecar that acknowledged it
-	fenced  atomic.Int64
-}
-
-func (z *zombieRun) client(ctx context.Context, g int) {
-	for i := 0; ctx.Err() == nil; i++ {
-		p := z.current.Load()
-		op := fmt.Sprintf("c%d-%d", g, i)
-		if err := p.Append(ctx, "z", []byte(op)); err != nil {
-			// Not acknowledged: the op may or may not be durable, and
-			// the client moves on with a new id, as a primary would
-			// after failing over.
-			if ReasonOf(err) == "fenced" {
-				z.fenced.Add(1)
-			}
-			time.Sleep(2 * time.Millisecond)
-			continue
-		}
-		z.mu.Lock()
-		z.acked[op] = p.Name
-		z.mu.Unlock()
-	}
-}
-
-// await lets the clients append to who for the phase, and longer, up to a
-// bound, until who acknowledged a few ops: on a loaded machine an open can
-// eat a short phase.
-func (z *zombieRun) await(t *testing.T, who string) {
-	t.Helper()
-	time.Sleep(z.phase)
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		z.mu.Lock()
-		n := 0
-		for _, w := range z.acked {
-			if w == who {
-				n++
-			}
-		}
-		z.mu.Unlock()
-		if n >= 20 {
-			return
-		}
-	}
-	t.Fatalf("sidecar %s acknowledged fewer than 20 ops in 30s", who)
+// zombie is one run of the zombie scenario: its sidecars and clients.
+type zombie struct {
+	t          *testing.T
+	run        *clientRun
+	mode       sidecarv1.FencingMode
+	a, b, c, d *Proc
 }
 
 // RunZombie is the multi-process zombie scenario on storeURL, each phase
@@ -79,95 +31,91 @@ func (z *zombieRun) await(t *testing.T, who string) {
 // scenario checks that the store holds it and that every term runs it, so
 // a run meant for one mode cannot silently run another (default per_sync).
 func RunZombie(t *testing.T, cmd Command, storeURL, secret string, phase time.Duration, serveArgs ...string) {
-	z := &zombieRun{phase: phase, acked: map[string]string{}}
-	mode := wantMode(t, serveArgs)
-	a := Start(t, cmd, "A", storeURL, serveArgs...)
-	b := Start(t, cmd, "B", storeURL, serveArgs...)
-	c := Start(t, cmd, "C", storeURL, serveArgs...)
-	d := Start(t, cmd, "D", storeURL, serveArgs...)
-	a.Open(t, "z", 1, "alloc-a")
-	a.expectMode(t, "z", mode)
-	z.current.Store(a)
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() { z.client(ctx, g) })
-	}
-	defer func() { cancel(); wg.Wait() }()
+	z := &zombie{t: t, run: newClientRun("c", phase), mode: wantMode(t, serveArgs)}
+	z.a = Start(t, cmd, "A", storeURL, serveArgs...)
+	z.b = Start(t, cmd, "B", storeURL, serveArgs...)
+	z.c = Start(t, cmd, "C", storeURL, serveArgs...)
+	z.d = Start(t, cmd, "D", storeURL, serveArgs...)
+	z.a.Open(t, "z", 1, "alloc-a")
+	z.a.expectMode(t, "z", z.mode)
+	z.run.start(t.Context(), z.a, 8)
+	defer z.run.stop()
+	z.run.await(t, "A", 0, "")
+	z.fenceA()
+	z.run.await(t, "B", 0, "")
+	z.handOff()
+	z.run.await(t, "C", 0, "")
+	z.killC()
+	z.run.await(t, "D", 0, "")
+	// SIGTERM D while its clients append: it drains, answers every
+	// pending append and exits 0; what it acknowledged survives.
+	z.d.Terminate(t)
+	z.run.stop()
+	z.finalRead()
+	z.checkLogs(secret)
+}
 
-	z.await(t, "A")
-	b.Open(t, "z", 2, "alloc-b")
-	b.expectMode(t, "z", mode)
-	// B's seal is stored before its Open returns: from here on A must
-	// not acknowledge anything, while it is still alive.
-	err := a.Append(t.Context(), "z", []byte("late-a"))
-	if ReasonOf(err) != "fenced" {
+// fenceA opens term 2 on B while A lives: B's seal is stored before its
+// Open returns, so from here on A must not acknowledge anything.
+func (z *zombie) fenceA() {
+	t := z.t
+	z.b.Open(t, "z", 2, "alloc-b")
+	z.b.expectMode(t, "z", z.mode)
+	if err := z.a.Append(t.Context(), "z", []byte("late-a")); ReasonOf(err) != "fenced" {
 		t.Fatalf("A after B's open: %v, want fenced", err)
 	}
-	z.current.Store(b)
+	z.run.current.Store(z.b)
+}
 
-	z.await(t, "B")
-	hc, err := b.Client.StartHandoff(t.Context(), connect.NewRequest(&sidecarv1.StartHandoffRequest{Shard: "z", TargetAllocationId: "alloc-c", TargetNode: "C"}))
+// handOff hands the shard off from B to C at the same term; B refuses
+// from then on.
+func (z *zombie) handOff() {
+	t := z.t
+	hc, err := z.b.Client.StartHandoff(t.Context(), connect.NewRequest(&sidecarv1.StartHandoffRequest{Shard: "z", TargetAllocationId: "alloc-c", TargetNode: "C"}))
 	if err != nil {
 		t.Fatalf("handoff on B: %v", err)
 	}
-	if _, err := c.Client.AdoptHandoff(t.Context(), connect.NewRequest(&sidecarv1.AdoptHandoffRequest{HandoffContext: hc.Msg.GetHandoffContext()})); err != nil {
+	if _, err := z.c.Client.AdoptHandoff(t.Context(), connect.NewRequest(&sidecarv1.AdoptHandoffRequest{HandoffContext: hc.Msg.GetHandoffContext()})); err != nil {
 		t.Fatalf("adopt on C: %v", err)
 	}
-	c.expectMode(t, "z", mode)
-	err = b.Append(t.Context(), "z", []byte("late-b"))
-	if ReasonOf(err) != "handed_off" {
+	z.c.expectMode(t, "z", z.mode)
+	if err := z.b.Append(t.Context(), "z", []byte("late-b")); ReasonOf(err) != "handed_off" {
 		t.Fatalf("B after the handoff: %v, want handed_off", err)
 	}
-	z.current.Store(c)
+	z.run.current.Store(z.c)
+}
 
-	z.await(t, "C")
-	if err := c.Signal(syscall.SIGKILL); err != nil {
+// killC SIGKILLs C and opens term 3 on D.
+func (z *zombie) killC() {
+	t := z.t
+	if err := z.c.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	c.WaitExit(time.Minute)
-	d.Open(t, "z", 3, "alloc-d")
-	d.expectMode(t, "z", mode)
-	z.current.Store(d)
-	z.await(t, "D")
+	z.c.WaitExit(time.Minute)
+	z.d.Open(t, "z", 3, "alloc-d")
+	z.d.expectMode(t, "z", z.mode)
+	z.run.current.Store(z.d)
+}
 
-	// SIGTERM D while its clients append: it drains, answers every
-	// pending append and exits 0; what it acknowledged survives.
-	d.Terminate(t)
-	cancel()
-	wg.Wait()
-
-	// The final reader: term 4 on A, the long-fenced zombie's sidecar.
-	a.Open(t, "z", 4, "alloc-a4")
-	read, err := a.ReadAll(t.Context(), "z")
+// finalRead opens term 4 on A, the long-fenced zombie's sidecar, and
+// checks the lineage against what was acknowledged.
+func (z *zombie) finalRead() {
+	t := z.t
+	z.a.Open(t, "z", 4, "alloc-a4")
+	read, err := z.a.ReadAll(t.Context(), "z")
 	if err != nil {
 		t.Fatal(err)
 	}
-	by := map[string]int{}
-	for op, who := range z.acked {
-		by[who]++
-		if read[op] == 0 {
-			t.Errorf("op %s acknowledged by %s is missing from the final lineage", op, who)
-		}
-	}
-	for op, n := range read {
-		if n > 1 {
-			t.Errorf("op %s appears %d times in the lineage", op, n)
-		}
-	}
-	if read["late-a"] > 0 || read["late-b"] > 0 {
-		t.Errorf("an append refused by A or B made it into the lineage")
-	}
-	for _, who := range []string{"A", "B", "C", "D"} {
-		if by[who] == 0 {
-			t.Errorf("no op was acknowledged by %s: the run did not exercise its phase", who)
-		}
-	}
-	t.Logf("acknowledged: A %d, B %d, C %d, D %d; lineage %d ops; fenced answers %d", by["A"], by["B"], by["C"], by["D"], len(read), z.fenced.Load())
+	by := z.run.checkLineage(t, read, []string{"late-a", "late-b"}, []string{"A", "B", "C", "D"})
+	t.Logf("acknowledged: A %d, B %d, C %d, D %d; lineage %d ops; fenced answers %d", by["A"], by["B"], by["C"], by["D"], len(read), z.run.fenced.Load())
+}
 
-	// SIGTERM drains: the survivors exit 0.
-	for _, p := range []*Proc{a, b, d} {
-		if p != d {
+// checkLogs terminates the survivors (SIGTERM drains: they exit 0) and
+// checks their logs: the shard-open event, and never the secret.
+func (z *zombie) checkLogs(secret string) {
+	t := z.t
+	for _, p := range []*Proc{z.a, z.b, z.d} {
+		if p != z.d {
 			p.Terminate(t)
 		}
 		logs := p.Log()

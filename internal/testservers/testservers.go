@@ -16,11 +16,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/internal/launcher"
 )
 
 // InCI reports whether tests run under CI, where a missing server fails.
@@ -96,23 +96,12 @@ func FreePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// Process is a server started for a test.
+// Process is a server started for a test: a launcher.Proc (Cmd, Exited,
+// Signal, ...) in its own process group, logging to LogPath.
 type Process struct {
+	*launcher.Proc
 	Name    string
-	Cmd     *exec.Cmd
 	LogPath string
-	done    chan struct{}
-	waitErr error
-}
-
-// Exited reports whether the process has ended.
-func (p *Process) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // LogTail returns the last n bytes of the process log.
@@ -171,21 +160,16 @@ func launch(name, bin string, args, env []string, logDir string) (*Process, erro
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	lp, err := launcher.Start(launcher.Command{Path: bin}, launcher.Spec{Label: name, Args: args, Env: env, Output: logf, Group: true})
+	if err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
+		return nil, err
 	}
-	p := &Process{Name: name, Cmd: cmd, LogPath: logPath, done: make(chan struct{})}
 	go func() {
-		p.waitErr = cmd.Wait()
+		<-lp.Done()
 		logf.Close()
-		close(p.done)
 	}()
-	return p, nil
+	return &Process{Proc: lp, Name: name, LogPath: logPath}, nil
 }
 
 // awaitReady polls ready until it succeeds, the process exits, or timeout
@@ -195,7 +179,7 @@ func (p *Process) awaitReady(ready func(context.Context) error, timeout time.Dur
 	defer cancel()
 	for {
 		if p.Exited() {
-			return fmt.Errorf("%s exited before it was ready (%v); log tail:\n%s", p.Name, p.waitErr, p.LogTail(2000))
+			return fmt.Errorf("%s exited before it was ready (%v); log tail:\n%s", p.Name, p.Err(), p.LogTail(2000))
 		}
 		// Generous per attempt: a server still warming up under a loaded
 		// test run (Node.js for Azurite) may take seconds for its first
@@ -215,20 +199,8 @@ func (p *Process) awaitReady(ready func(context.Context) error, timeout time.Dur
 	}
 }
 
-// Stop kills the process group and waits for the process to end.
-func (p *Process) Stop() {
-	if p.Exited() {
-		return
-	}
-	_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return
-	case <-time.After(5 * time.Second):
-	}
-	_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
-	<-p.done
-}
+// Stop ends the process group: SIGTERM, and SIGKILL after 5 s.
+func (p *Process) Stop() { p.Proc.Stop(5 * time.Second) }
 
 // HTTPReady returns a readiness check that succeeds once url answers with
 // a status below 500 (any answer at all means the server is listening and
