@@ -15,6 +15,7 @@ import (
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/httpauth"
+	"github.com/shardfence/shardfence/internal/steady"
 )
 
 // Route is where a shard is served, as the master's routing feed says.
@@ -345,35 +346,30 @@ func (r *Router) Client(addr string) (*Client, error) {
 func (r *Router) Append(ctx context.Context, shard string, ops ...[]byte) (Ack, error) {
 	var pace retryPace
 	for {
-		rt, err := r.await(ctx, shard, &pace)
-		if err != nil {
-			return Ack{}, &Error{Op: "Append", Shard: shard, Code: connect.CodeOf(err), Err: err}
-		}
-		c, err := r.Client(rt.Addr)
-		if err != nil {
-			return Ack{}, err
-		}
-		actx, stop := r.WhileRouted(ctx, shard, rt)
-		ack, err := c.ShardAt(shard, rt.Term).Append(actx, ops...)
-		moved := context.Cause(actx) == ErrMoved
-		stop()
+		var ack Ack
+		call, err := r.atOwner(ctx, "Append", shard, &pace, func(ctx context.Context, c *Client, rt Route) (err error) {
+			ack, err = c.ShardAt(shard, rt.Term).Append(ctx, ops...)
+			return err
+		})
 		switch {
-		case err == nil:
+		case err != nil:
+			return Ack{}, err
+		case call.err == nil:
 			return ack, nil
-		case moved && !IsOutcomeUnknown(err):
+		case call.moved && !IsOutcomeUnknown(call.err):
 			// The feed named another owner while the call could not
 			// reach this one: nothing was sent, send it there.
-			pace.failed(rt)
+			pace.failed(call.rt)
 			continue
-		case !movedOn(err) || ctx.Err() != nil:
-			return ack, err
-		case Reason(err) == ReasonReplaying:
+		case !movedOn(call.err) || ctx.Err() != nil:
+			return ack, call.err
+		case Reason(call.err) == ReasonReplaying:
 			// Same owner, still replaying: a moment.
-			if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			if err := steady.Sleep(ctx, steady.System(), 20*time.Millisecond); err != nil {
 				return Ack{}, &Error{Op: "Append", Shard: shard, Code: connect.CodeOf(err), Err: err}
 			}
 		default:
-			pace.failed(rt)
+			pace.failed(call.rt)
 		}
 	}
 }
@@ -385,23 +381,47 @@ func (r *Router) Append(ctx context.Context, shard string, ops ...[]byte) (Ack, 
 func (r *Router) Barrier(ctx context.Context, shard string) (BarrierResult, Route, error) {
 	var pace retryPace
 	for {
-		rt, err := r.await(ctx, shard, &pace)
+		var res BarrierResult
+		call, err := r.atOwner(ctx, "Barrier", shard, &pace, func(ctx context.Context, c *Client, rt Route) (err error) {
+			res, err = c.Barrier(ctx, shard, rt.Term)
+			return err
+		})
 		if err != nil {
-			return BarrierResult{}, Route{}, &Error{Op: "Barrier", Shard: shard, Code: connect.CodeOf(err), Err: err}
+			return BarrierResult{}, call.rt, err
 		}
-		c, err := r.Client(rt.Addr)
-		if err != nil {
-			return BarrierResult{}, rt, err
+		if call.err == nil || (!call.moved && !movedOn(call.err)) || ctx.Err() != nil {
+			return res, call.rt, call.err
 		}
-		actx, stop := r.WhileRouted(ctx, shard, rt)
-		res, err := c.Barrier(actx, shard, rt.Term)
-		moved := context.Cause(actx) == ErrMoved
-		stop()
-		if err == nil || (!moved && !movedOn(err)) || ctx.Err() != nil {
-			return res, rt, err
-		}
-		pace.failed(rt)
+		pace.failed(call.rt)
 	}
+}
+
+// ownerCall is what came of a call atOwner made on a shard's owner.
+type ownerCall struct {
+	rt  Route // the owner called
+	err error // the call's
+	// moved: the feed named another owner while the call ran (its
+	// context ended with ErrMoved).
+	moved bool
+}
+
+// atOwner waits for the owner the feed names for shard (await, paced by
+// pace) and makes call on it, under WhileRouted. An error of its own is
+// final for the caller: no owner was named before ctx ended (an *Error of
+// op), or the owner's address takes no client.
+func (r *Router) atOwner(ctx context.Context, op, shard string, pace *retryPace, call func(ctx context.Context, c *Client, rt Route) error) (ownerCall, error) {
+	rt, err := r.await(ctx, shard, pace)
+	if err != nil {
+		return ownerCall{}, &Error{Op: op, Shard: shard, Code: connect.CodeOf(err), Err: err}
+	}
+	c, err := r.Client(rt.Addr)
+	if err != nil {
+		return ownerCall{rt: rt}, err
+	}
+	actx, stop := r.WhileRouted(ctx, shard, rt)
+	defer stop()
+	err = call(actx, c, rt)
+	return ownerCall{rt: rt, err: err, moved: context.Cause(actx) == ErrMoved}, nil
 }
 
 // Read calls fn with the ops of shard's lineage from fromSeq on, from its
@@ -485,13 +505,4 @@ func movedOn(err error) bool {
 		return notSent(e.Err) || e.Code == connect.CodeUnavailable
 	}
 	return false
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
 }

@@ -182,20 +182,7 @@ func (s *Server) checkpointTick(now time.Time) {
 }
 
 // runCheckpointPolicy ticks the policy until the server stops.
-func (s *Server) runCheckpointPolicy(ctx context.Context) {
-	t := time.NewTicker(checkpointTickEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.stopped:
-			return
-		case now := <-t.C:
-			s.checkpointTick(now)
-		}
-	}
-}
+func (s *Server) runCheckpointPolicy() { s.every(checkpointTickEvery, s.checkpointTick) }
 
 // checkpointTickEvery is how often the policy looks at the shards.
 const checkpointTickEvery = time.Second

@@ -83,22 +83,13 @@ func fillHealth(st *ShardStatus, h translog.StoreHealth, stallAfter time.Duratio
 // watchHealth logs each shard's store trouble: a WARN when its syncs start
 // retrying store errors, an ERROR when they stall, an INFO when they
 // recover, and the WARN or ERROR again at most every healthLogEvery while
-// it lasts. It returns when ctx ends or the server shuts down.
-func (s *Server) watchHealth(ctx context.Context) {
-	t := time.NewTicker(min(time.Second, s.opts.StallAfter/4))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.stopped:
-			return
-		case now := <-t.C:
-			for _, sh := range s.reg.all() {
-				s.logHealth(sh, now)
-			}
+// it lasts, until the server shuts down.
+func (s *Server) watchHealth() {
+	s.every(min(time.Second, s.opts.StallAfter/4), func(now time.Time) {
+		for _, sh := range s.reg.all() {
+			s.logHealth(sh, now)
 		}
-	}
+	})
 }
 
 func (s *Server) logHealth(sh *shard, now time.Time) {

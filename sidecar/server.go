@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/metered"
@@ -97,9 +98,24 @@ func newServer(ctx context.Context, store *blobstore.Container, opts Options, op
 		s.log.Warn("store does not enforce preconditions: serving unfenced shards only", "store", store.String(), "error", err.Error())
 	}
 	s.metrics = newMetrics(opts.Registerer, s)
-	go s.watchHealth(context.WithoutCancel(ctx))
-	go s.runCheckpointPolicy(context.WithoutCancel(ctx))
+	go s.watchHealth()
+	go s.runCheckpointPolicy()
 	return s, nil
+}
+
+// every calls tick with the time every period until the server shuts
+// down.
+func (s *Server) every(period time.Duration, tick func(now time.Time)) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopped:
+			return
+		case now := <-t.C:
+			tick(now)
+		}
+	}
 }
 
 // Store is the container the server writes to (metered when a Registerer

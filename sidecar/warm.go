@@ -337,7 +337,7 @@ func (w *warmShard) fetchShared(ctx context.Context, f *warmFile, key blockKey) 
 // pinned to the file's version, retrying store trouble (a stream cut
 // short included) with backoff; a block is returned whole or not at all.
 // A block that differs from its first fetch, a file of another size,
-// missing or replaced is ErrCorruptCheckpoint.
+// missing or replaced is ErrCorruptCheckpoint, and marks the file bad.
 func (w *warmShard) fetch(ctx context.Context, f *warmFile, key blockKey) ([]byte, error) {
 	select {
 	case w.fetchSem <- struct{}{}:
@@ -347,49 +347,13 @@ func (w *warmShard) fetch(ctx context.Context, f *warmFile, key blockKey) ([]byt
 	}
 	start := time.Now()
 	off := key.index * w.blockSize
-	n := min(w.blockSize, f.info.Size-off)
-	buf := make([]byte, n)
-	corrupt := func(format string, args ...any) error {
-		err := fmt.Errorf("%w: %q (%s): %s", ErrCorruptCheckpoint, f.info.Name, f.key, fmt.Sprintf(format, args...))
-		return err
-	}
+	buf := make([]byte, min(w.blockSize, f.info.Size-off))
 	err := backoff.Do(ctx, w.clock, w.backoff, blobstore.IsRetryable, func(ctx context.Context) error {
-		f.mu.Lock()
-		pin := f.token
-		f.mu.Unlock()
-		rc, attrs, err := w.store.NewRangeReader(ctx, f.key, off, n, pin)
-		switch {
-		case errors.Is(err, blobstore.ErrNotFound):
-			return corrupt("missing in the store")
-		case errors.Is(err, blobstore.ErrPreconditionFailed):
-			return corrupt("replaced in the store since its first read (version %s)", pin)
-		case errors.Is(err, blobstore.ErrInvalidRange):
-			return corrupt("shorter in the store than the manifest's %d bytes", f.info.Size)
-		case err != nil:
-			return err
-		}
-		defer rc.Close()
-		if attrs.Size != f.info.Size {
-			return corrupt("%d bytes in the store, the manifest says %d", attrs.Size, f.info.Size)
-		}
-		if pin == "" && attrs.Token != "" {
-			f.mu.Lock()
-			if f.token == "" {
-				f.token = attrs.Token
-			} else if f.token != attrs.Token {
-				f.mu.Unlock()
-				return corrupt("two versions read (%s and %s)", f.token, attrs.Token)
-			}
-			f.mu.Unlock()
-		}
-		if _, err := io.ReadFull(rc, buf); err != nil {
-			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-				return blobstore.Unavailable(fmt.Errorf("block %d of %q: the stream ended early: %w", key.index, f.info.Name, err))
-			}
-			return err
-		}
-		return nil
+		return w.readRange(ctx, f, key.index, off, buf)
 	})
+	if err == nil {
+		err = f.check(key.index, buf)
+	}
 	if err != nil {
 		if errors.Is(err, ErrCorruptCheckpoint) {
 			f.mu.Lock()
@@ -398,23 +362,84 @@ func (w *warmShard) fetch(ctx context.Context, f *warmFile, key blockKey) ([]byt
 		}
 		return nil, err
 	}
-	sum := blockSum(buf)
+	w.noteFetch(time.Since(start))
+	w.keep(key, buf)
+	return buf, nil
+}
+
+// readRange is one try of fetch: it fills buf with the bytes of f at off
+// (block idx), from the version of f first read.
+func (w *warmShard) readRange(ctx context.Context, f *warmFile, idx, off int64, buf []byte) error {
 	f.mu.Lock()
+	pin := f.token
+	f.mu.Unlock()
+	rc, attrs, err := w.store.NewRangeReader(ctx, f.key, off, int64(len(buf)), pin)
 	switch {
-	case f.known[key.index] && f.sums[key.index] != sum:
-		err = corrupt("block %d reads %08x now, %08x when first fetched", key.index, sum, f.sums[key.index])
+	case errors.Is(err, blobstore.ErrNotFound):
+		return f.corrupt("missing in the store")
+	case errors.Is(err, blobstore.ErrPreconditionFailed):
+		return f.corrupt("replaced in the store since its first read (version %s)", pin)
+	case errors.Is(err, blobstore.ErrInvalidRange):
+		return f.corrupt("shorter in the store than the manifest's %d bytes", f.info.Size)
+	case err != nil:
+		return err
+	}
+	defer rc.Close()
+	if attrs.Size != f.info.Size {
+		return f.corrupt("%d bytes in the store, the manifest says %d", attrs.Size, f.info.Size)
+	}
+	if pin == "" && attrs.Token != "" {
+		if err := f.pin(attrs.Token); err != nil {
+			return err
+		}
+	}
+	if _, err := io.ReadFull(rc, buf); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return blobstore.Unavailable(fmt.Errorf("block %d of %q: the stream ended early: %w", idx, f.info.Name, err))
+		}
+		return err
+	}
+	return nil
+}
+
+// corrupt is ErrCorruptCheckpoint about f.
+func (f *warmFile) corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w: %q (%s): %s", ErrCorruptCheckpoint, f.info.Name, f.key, fmt.Sprintf(format, args...))
+}
+
+// pin records the version of f a read without a pin got: the first one
+// read is the file's, and another is corruption (the file was replaced).
+func (f *warmFile) pin(token blobstore.Token) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.token == "":
+		f.token = token
+	case f.token != token:
+		return f.corrupt("two versions read (%s and %s)", f.token, token)
+	}
+	return nil
+}
+
+// check verifies block idx as fetched, b, against its first fetch (and a
+// one-block file against the manifest), and records its checksum.
+func (f *warmFile) check(idx int64, b []byte) error {
+	sum := blockSum(b)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.known[idx] && f.sums[idx] != sum:
+		return f.corrupt("block %d reads %08x now, %08x when first fetched", idx, sum, f.sums[idx])
 	case int64(len(f.sums)) == 1 && sum != f.info.CRC32C:
 		// A one-block file is verified against the manifest right away.
-		err = corrupt("checksum %08x, the manifest says %08x", sum, f.info.CRC32C)
+		return f.corrupt("checksum %08x, the manifest says %08x", sum, f.info.CRC32C)
 	}
-	if err != nil {
-		f.bad = err
-		f.mu.Unlock()
-		return nil, err
-	}
-	f.sums[key.index], f.known[key.index] = sum, true
-	f.mu.Unlock()
-	took := time.Since(start)
+	f.sums[idx], f.known[idx] = sum, true
+	return nil
+}
+
+// noteFetch counts a block fetched from the store in took.
+func (w *warmShard) noteFetch(took time.Duration) {
 	w.mu.Lock()
 	w.misses++
 	w.fetches++
@@ -425,20 +450,25 @@ func (w *warmShard) fetch(ctx context.Context, f *warmFile, key blockKey) ([]byt
 		w.metrics.cacheMisses.Inc()
 		w.metrics.fetchLatency.Observe(took.Seconds())
 	}
-	if w.cache != nil {
-		if err := w.cache.put(key, buf); err != nil {
-			// Served anyway: the shard stays readable from the store.
-			w.noteErr(err)
-			if w.metrics != nil {
-				w.metrics.cacheWriteErrors.Inc()
-			}
-		} else if w.stats().Locality == LocalityFull || w.isStopped() {
-			// The hydration finished (or the shard closed) while this
-			// block was fetched, and dropped the shard's blocks before it.
-			w.cache.remove(key)
-		}
+}
+
+// keep puts a fetched block in the cache, unless the shard no longer
+// needs it there.
+func (w *warmShard) keep(key blockKey, b []byte) {
+	if w.cache == nil {
+		return
 	}
-	return buf, nil
+	if err := w.cache.put(key, b); err != nil {
+		// Served anyway: the shard stays readable from the store.
+		w.noteErr(err)
+		if w.metrics != nil {
+			w.metrics.cacheWriteErrors.Inc()
+		}
+	} else if w.stats().Locality == LocalityFull || w.isStopped() {
+		// The hydration finished (or the shard closed) while this block
+		// was fetched, and dropped the shard's blocks before it.
+		w.cache.remove(key)
+	}
 }
 
 // hydrateGrace is how long the background hydration waits for the first

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -22,6 +23,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/seal"
 )
 
 const warmBlock = 64 << 10
@@ -520,4 +522,46 @@ func TestWarmHydrationWaitsForTheFirstRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "full locality", func() bool { return status(t, b).GetLocality() == "full" })
+}
+
+// A fetched block is checked against its first fetch (and a one-block
+// file against the manifest), and a file's version is the first one read.
+func TestWarmFileChecksBlocksAndVersions(t *testing.T) {
+	a, b := []byte("block a"), []byte("block b")
+	newFile := func(blocks int, crc uint32) *warmFile {
+		return &warmFile{info: seal.ManifestFile{Name: "f", Size: int64(blocks) * 7, CRC32C: crc}, key: "k/f",
+			sums: make([]uint32, blocks), known: make([]bool, blocks)}
+	}
+	for _, c := range []struct {
+		name    string
+		f       *warmFile
+		fetches [][]byte // block 0, fetched in turn; the last is checked
+		corrupt bool
+	}{
+		{"one block matching the manifest", newFile(1, blockSum(a)), [][]byte{a}, false},
+		{"one block not matching the manifest", newFile(1, blockSum(a)), [][]byte{b}, true},
+		{"first fetch of a block", newFile(3, 0), [][]byte{a}, false},
+		{"the same block again", newFile(3, 0), [][]byte{a, a}, false},
+		{"another block the second time", newFile(3, 0), [][]byte{a, b}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var err error
+			for _, data := range c.fetches {
+				err = c.f.check(0, data)
+			}
+			if errors.Is(err, ErrCorruptCheckpoint) != c.corrupt {
+				t.Fatalf("check: %v, corrupt %v", err, c.corrupt)
+			}
+		})
+	}
+	f := newFile(2, 0)
+	if err := f.pin("v1"); err != nil || f.token != "v1" {
+		t.Fatalf("first version: %v, token %q", err, f.token)
+	}
+	if err := f.pin("v1"); err != nil {
+		t.Fatalf("the same version again: %v", err)
+	}
+	if err := f.pin("v2"); !errors.Is(err, ErrCorruptCheckpoint) || f.token != "v1" {
+		t.Fatalf("another version: %v, token %q", err, f.token)
+	}
 }

@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -215,61 +214,29 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.status.Registered = false
 		pace := a.interval
 		a.mu.Unlock()
-		var wait time.Duration
-		switch code := connect.CodeOf(err); {
-		case code == connect.CodeUnauthenticated, code == connect.CodePermissionDenied:
-			// A configuration error, not a lost master: it goes on trying
-			// (the master's token may be the one that changes) but says so,
-			// backing off.
-			a.log.Error("the master refused this sidecar's credentials (check --master-token-file and the client certificate); trying again", "master", url, "err", err)
-			refusals++
-			wait = retry.Delay(refusals)
-		case tlsRefused(err):
-			a.log.Error("the TLS handshake with the master failed (check --master-ca-cert and --master-client-cert/--master-client-key); trying again", "master", url, "err", err)
-			refusals++
-			wait = retry.Delay(refusals)
-		case reasonOf(err) == "NODE_HELD":
-			// Another live process registered this --node name: a
-			// configuration error (two sidecars with one name) or the
-			// previous process of this one, not yet silent for the
-			// master's hold. Ask again every ping interval; the first
-			// refusal and then one every half minute are logged.
-			if now := time.Now(); now.Sub(a.heldLogged) >= 30*time.Second {
-				a.heldLogged = now
-				a.log.Error("the master refused this sidecar's --node name: another live process holds it (a second sidecar with the same --node, or this one's previous process that has not been silent long enough); trying again", "master", url, "err", err)
+		e := afterSession(err, registered)
+		if e.Msg != "" && (!e.Throttle || time.Since(a.heldLogged) >= 30*time.Second) {
+			if e.Throttle {
+				a.heldLogged = time.Now()
 			}
-			wait = pace
-		case registered && errors.Is(err, errReregister):
-			// The master forgot this incarnation (it went offline while
-			// paused or cut off, or the master is new): not a lost master.
-			a.log.Info("the master asks this node to register again", "master", url, "err", err)
-			refusals = 0
-		case registered:
-			// It was registered: look for the primary at once.
-			a.log.Warn("lost the master; looking for the primary", "master", url, "err", err)
-			refusals = 0
-		case errors.Is(err, errReregister):
-			// Still being offboarded after it went offline: a moment.
-			wait = a.opts.RetryBase
-		case isNotPrimary(err):
-			a.log.Info("that master is not the primary; looking for the primary", "master", url, "err", err)
+			a.log.Log(ctx, e.Level, e.Msg, "master", url, "err", err)
+		}
+		if e.Avoid {
 			a.mu.Lock()
 			a.avoid = url
 			a.mu.Unlock()
+		}
+		var wait time.Duration
+		switch e.Wait {
+		case waitBackoff:
+			refusals++
+			wait = retry.Delay(refusals)
+		case waitPace:
 			wait = pace
-		default:
-			a.log.Warn("the master did not answer; looking for the primary", "master", url, "err", err)
-			if connect.CodeOf(err) == connect.CodeDeadlineExceeded {
-				// Not that one next time unless the masters name it: a
-				// paused or cut-off master costs a whole call timeout
-				// per try, and a new primary gives this node only its
-				// TTLs to come back. (A refused connection costs
-				// nothing to try again.)
-				a.mu.Lock()
-				a.avoid = url
-				a.mu.Unlock()
-			}
-			wait = pace
+		case waitRetryBase:
+			wait = a.opts.RetryBase
+		case waitNone:
+			refusals = 0
 		}
 		if testhooks.NoBackoffReset.Load() {
 			// The bug before e0ab631 (test-only): every session's end
@@ -286,6 +253,77 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// sessionWait is how long Run waits before the next session.
+type sessionWait int
+
+const (
+	// waitNone: the node was registered; look for the primary at once,
+	// and the refusals start over.
+	waitNone sessionWait = iota
+	// waitBackoff: a refusal (a configuration error); it counts, and the
+	// wait is the back-off of the refusals in a row.
+	waitBackoff
+	// waitPace: one ping interval.
+	waitPace
+	// waitRetryBase: a moment (Options.RetryBase).
+	waitRetryBase
+)
+
+// sessionEnd is what Run does once a session with a master ended.
+type sessionEnd struct {
+	Wait sessionWait
+	// Avoid: do not take the masters' word for this address at the next
+	// pick.
+	Avoid bool
+	// Msg, at Level, is logged ("" : nothing); Throttle logs it at most
+	// every half minute.
+	Msg      string
+	Level    slog.Level
+	Throttle bool
+}
+
+// afterSession decides what follows the end of a session with a master,
+// on err; registered says whether the session got as far as registering.
+func afterSession(err error, registered bool) sessionEnd {
+	switch code := connect.CodeOf(err); {
+	case code == connect.CodeUnauthenticated, code == connect.CodePermissionDenied:
+		// A configuration error, not a lost master: it goes on trying
+		// (the master's token may be the one that changes) but says so,
+		// backing off.
+		return sessionEnd{Wait: waitBackoff, Level: slog.LevelError,
+			Msg: "the master refused this sidecar's credentials (check --master-token-file and the client certificate); trying again"}
+	case tlsRefused(err):
+		return sessionEnd{Wait: waitBackoff, Level: slog.LevelError,
+			Msg: "the TLS handshake with the master failed (check --master-ca-cert and --master-client-cert/--master-client-key); trying again"}
+	case reasonOf(err) == "NODE_HELD":
+		// Another live process registered this --node name: a
+		// configuration error (two sidecars with one name) or the
+		// previous process of this one, not yet silent for the master's
+		// hold. Ask again every ping interval; the first refusal and then
+		// one every half minute are logged.
+		return sessionEnd{Wait: waitPace, Level: slog.LevelError, Throttle: true,
+			Msg: "the master refused this sidecar's --node name: another live process holds it (a second sidecar with the same --node, or this one's previous process that has not been silent long enough); trying again"}
+	case registered && errors.Is(err, errReregister):
+		// The master forgot this incarnation (it went offline while
+		// paused or cut off, or the master is new): not a lost master.
+		return sessionEnd{Wait: waitNone, Level: slog.LevelInfo, Msg: "the master asks this node to register again"}
+	case registered:
+		// It was registered: look for the primary at once.
+		return sessionEnd{Wait: waitNone, Level: slog.LevelWarn, Msg: "lost the master; looking for the primary"}
+	case errors.Is(err, errReregister):
+		// Still being offboarded after it went offline: a moment.
+		return sessionEnd{Wait: waitRetryBase}
+	case isNotPrimary(err):
+		return sessionEnd{Wait: waitPace, Avoid: true, Level: slog.LevelInfo, Msg: "that master is not the primary; looking for the primary"}
+	}
+	// Not that one next time unless the masters name it when it timed
+	// out: a paused or cut-off master costs a whole call timeout per try,
+	// and a new primary gives this node only its TTLs to come back. (A
+	// refused connection costs nothing to try again.)
+	return sessionEnd{Wait: waitPace, Avoid: connect.CodeOf(err) == connect.CodeDeadlineExceeded,
+		Level: slog.LevelWarn, Msg: "the master did not answer; looking for the primary"}
 }
 
 // tlsRefused: the TLS handshake failed (a certificate the master wants,
@@ -505,12 +543,9 @@ func (a *Agent) reconcileLoop(ctx context.Context) {
 	}
 }
 
-// action is one step the agent takes on a shard.
-type action func(ctx context.Context) error
-
-// reconcile compares the desired set with the sidecar's shards and starts
-// one action per shard that needs one (none on a shard whose last action
-// is still running).
+// reconcile compares the desired set with the sidecar's shards (plan) and
+// starts each action it returns, at most one per shard (none on a shard
+// whose last action is still running).
 func (a *Agent) reconcile(ctx context.Context) {
 	local := map[string]sidecar.ShardStatus{}
 	for _, st := range a.opts.Server.Shards() {
@@ -521,37 +556,27 @@ func (a *Agent) reconcile(ctx context.Context) {
 	if !a.status.Registered {
 		return
 	}
-	names := make([]string, 0, len(a.desired)+len(a.managed))
 	for name := range a.desired {
-		names = append(names, name)
-	}
-	for name := range a.managed {
-		if a.desired[name] == nil {
-			names = append(names, name)
+		if a.managed[name] == nil {
+			a.managed[name] = &managedShard{}
 		}
 	}
-	sort.Strings(names)
-	now := time.Now()
-	for _, name := range names {
-		m := a.managed[name]
-		if m == nil {
-			m = &managedShard{}
-			a.managed[name] = m
-		}
-		if m.busy || now.Before(m.notBefore) {
+	views := make(map[string]shardView, len(a.managed))
+	for name, m := range a.managed {
+		st, here := local[name]
+		views[name] = shardView{Desired: a.desired[name], Here: here, Local: st,
+			Reported: m.reported, Handoff: m.handoff, Busy: m.busy, NotBefore: m.notBefore}
+	}
+	for _, x := range plan(time.Now(), views) {
+		m := a.managed[x.Shard]
+		if x.Kind == actForget {
+			delete(a.managed, x.Shard)
 			continue
 		}
-		st, ok := local[name]
-		do := a.plan(name, a.desired[name], st, ok, m)
-		if do == nil {
-			if a.desired[name] == nil && !ok {
-				delete(a.managed, name)
-			}
-			continue
-		}
+		a.log.Debug("shard action", "shard", x.Shard, "action", x.Kind.String(), "term", x.Term, "why", x.Why)
 		m.busy = true
 		go func() {
-			err := do(ctx)
+			err := a.do(ctx, x, m)
 			a.mu.Lock()
 			m.busy = false
 			if err != nil {
@@ -566,144 +591,85 @@ func (a *Agent) reconcile(ctx context.Context) {
 	}
 }
 
-// plan decides what to do about one shard (nil: nothing). The caller
-// holds a.mu.
-func (a *Agent) plan(name string, d *masterv1.NodeAssignment, st sidecar.ShardStatus, here bool, m *managedShard) action {
-	srv := a.opts.Server
-	state := fmt.Sprint(st.State)
-	if d == nil {
-		// Not ours (any more): close it. Until now the store fenced it if
-		// a successor took it.
-		if !here {
-			return nil
-		}
-		return func(ctx context.Context) error {
-			cctx, cancel := context.WithTimeout(ctx, a.opts.CloseTimeout)
-			_, err := srv.Close(cctx, name)
-			cancel()
-			if err != nil && !errors.Is(err, sidecar.ErrShardNotOpen) && !hosts(srv, name) {
-				// Closed, its last syncs abandoned at the bound.
-				a.log.Warn("closing a shard the master moved elsewhere abandoned its syncs in progress; none of their appends was acknowledged", "shard", name, "term", st.Term, "err", err)
-				err = nil
-			}
-			if err == nil || errors.Is(err, sidecar.ErrShardNotOpen) {
-				a.log.Info("closed a shard the master moved elsewhere", "shard", name, "term", st.Term, "state", state)
-				a.report(ctx, st.Term, name, st.Allocation, masterv1.ShardReport_SHARD_REPORT_CLOSED, nil, nil)
-				return nil
-			}
-			return err
-		}
-	}
-	term, alloc := d.GetTerm(), d.GetAllocation()
-	mine := here && st.Term == term && st.Allocation == alloc
-	settings, serr := sidecar.SettingsFromProto(d.GetSettings())
-	if serr != nil {
-		return a.failAction(name, term, alloc, serr)
-	}
-	if d.GetAdoptAllocation() != "" {
-		// The target of a drain: adopt once the source handed off.
-		switch {
-		case mine && state == "open":
-			return a.reportOnce(m, name, term, alloc, masterv1.ShardReport_SHARD_REPORT_OPEN)
-		case len(d.GetAdoptContext()) == 0:
-			return nil
-		}
-		raw := d.GetAdoptContext()
-		return func(ctx context.Context) error {
-			st, err := srv.AdoptHandoff(ctx, raw, settings)
-			if err != nil {
-				a.report(ctx, term, name, alloc, masterv1.ShardReport_SHARD_REPORT_FAILED, err, nil)
-				return err
-			}
-			a.log.Info("adopted a shard a drain or a move sent here", "shard", name, "term", st.Term)
-			return a.report(ctx, term, name, alloc, masterv1.ShardReport_SHARD_REPORT_OPEN, nil, nil)
-		}
-	}
-	switch {
-	case mine && d.GetHandoffNode() != "" && (state == "open" || state == "handed_off"):
-		// A drain (or a move) takes the shard off this node: hand it
-		// off (or say again that it was).
-		target, targetNode := d.GetHandoffAllocation(), d.GetHandoffNode()
-		if state == "handed_off" && m.handoff != nil {
-			return a.reportOnce(m, name, term, alloc, masterv1.ShardReport_SHARD_REPORT_HANDED_OFF, m.handoff...)
-		}
-		return func(ctx context.Context) error {
-			raw, err := srv.StartHandoff(ctx, name, target, targetNode)
-			if err != nil {
-				return err
-			}
-			a.mu.Lock()
-			m.handoff = raw
-			a.mu.Unlock()
-			a.log.Info("handed a shard off for a drain or a move", "shard", name, "term", term, "target_node", targetNode)
-			return a.report(ctx, term, name, alloc, masterv1.ShardReport_SHARD_REPORT_HANDED_OFF, nil, raw)
-		}
-	case mine && (state == "handed_off" || state == "handing_off") && d.GetHandoffNode() == "" && m.handoff != nil:
-		// The master cancelled the handoff: take the shard back.
-		raw := m.handoff
-		return func(ctx context.Context) error {
-			resumed, err := srv.AbortHandoff(ctx, raw)
-			if err != nil {
-				return err
-			}
-			a.mu.Lock()
-			m.handoff = nil
-			a.mu.Unlock()
-			kind := masterv1.ShardReport_SHARD_REPORT_RESUMED
-			if !resumed {
-				kind = masterv1.ShardReport_SHARD_REPORT_STOOD_DOWN
-			}
-			return a.report(ctx, term, name, alloc, kind, nil, nil)
-		}
-	case mine && state == "open":
-		return a.reportOnce(m, name, term, alloc, masterv1.ShardReport_SHARD_REPORT_OPEN)
-	case mine && st.Fenced:
-		return a.reportOnce(m, name, term, alloc, masterv1.ShardReport_SHARD_REPORT_FENCED)
-	case mine && (state == "opening" || state == "closing" || state == "handing_off"):
-		return nil
-	case here && st.Term > term:
-		// Open here above the master's term (an operator's open): leave
-		// it, and say so.
-		return a.reportOnce(m, name, term, alloc, masterv1.ShardReport_SHARD_REPORT_FENCED)
-	}
-	// Gained (or to reopen at the assigned term): open it with the
-	// protocol's recovery. A term that already wrote here, or a stale
-	// grant, is reported; the master raises the term.
-	return func(ctx context.Context) error {
-		start := time.Now()
-		_, err := srv.OpenWith(ctx, name, term, alloc, settings, sidecar.OpenOptions{Warm: d.GetWarm()}, nil)
-		if err != nil {
-			a.log.Warn("open of an assigned shard failed", "shard", name, "term", term, "err", err)
-			a.report(ctx, term, name, alloc, masterv1.ShardReport_SHARD_REPORT_FAILED, err, nil)
-			return err
-		}
-		a.log.Info("opened an assigned shard", "shard", name, "term", term, "allocation", alloc, "duration_ms", time.Since(start).Milliseconds())
-		return a.report(ctx, term, name, alloc, masterv1.ShardReport_SHARD_REPORT_OPEN, nil, nil)
-	}
-}
-
-func (a *Agent) failAction(name string, term int64, alloc string, err error) action {
-	return func(ctx context.Context) error {
-		a.report(ctx, term, name, alloc, masterv1.ShardReport_SHARD_REPORT_FAILED, err, nil)
-		return err
-	}
-}
-
-// reportOnce sends a report unless the same one was sent already.
-func (a *Agent) reportOnce(m *managedShard, name string, term int64, alloc string, kind masterv1.ShardReport, handoff ...byte) action {
-	key := fmt.Sprintf("%d/%s/%d", term, alloc, kind)
-	if m.reported == key {
-		return nil
-	}
-	return func(ctx context.Context) error {
-		if err := a.report(ctx, term, name, alloc, kind, nil, handoff); err != nil {
+// do carries out one action of plan; m is the shard's bookkeeping, which
+// it updates under a.mu.
+func (a *Agent) do(ctx context.Context, x action, m *managedShard) error {
+	switch x.Kind {
+	case actClose:
+		return a.closeMoved(ctx, x)
+	case actReport:
+		if err := a.report(ctx, x.Term, x.Shard, x.Alloc, x.Report, nil, x.Context); err != nil {
 			return err
 		}
 		a.mu.Lock()
-		m.reported = key
+		m.reported = reportKey(x.Term, x.Alloc, x.Report)
 		a.mu.Unlock()
 		return nil
+	case actFail:
+		a.report(ctx, x.Term, x.Shard, x.Alloc, masterv1.ShardReport_SHARD_REPORT_FAILED, x.Err, nil)
+		return x.Err
+	case actAdopt:
+		st, err := a.opts.Server.AdoptHandoff(ctx, x.Context, x.Settings)
+		if err != nil {
+			a.report(ctx, x.Term, x.Shard, x.Alloc, masterv1.ShardReport_SHARD_REPORT_FAILED, err, nil)
+			return err
+		}
+		a.log.Info("adopted a shard a drain or a move sent here", "shard", x.Shard, "term", st.Term)
+		return a.report(ctx, x.Term, x.Shard, x.Alloc, masterv1.ShardReport_SHARD_REPORT_OPEN, nil, nil)
+	case actHandOff:
+		raw, err := a.opts.Server.StartHandoff(ctx, x.Shard, x.Target, x.TargetNode)
+		if err != nil {
+			return err
+		}
+		a.mu.Lock()
+		m.handoff = raw
+		a.mu.Unlock()
+		a.log.Info("handed a shard off for a drain or a move", "shard", x.Shard, "term", x.Term, "target_node", x.TargetNode)
+		return a.report(ctx, x.Term, x.Shard, x.Alloc, masterv1.ShardReport_SHARD_REPORT_HANDED_OFF, nil, raw)
+	case actAbort:
+		resumed, err := a.opts.Server.AbortHandoff(ctx, x.Context)
+		if err != nil {
+			return err
+		}
+		a.mu.Lock()
+		m.handoff = nil
+		a.mu.Unlock()
+		kind := masterv1.ShardReport_SHARD_REPORT_RESUMED
+		if !resumed {
+			kind = masterv1.ShardReport_SHARD_REPORT_STOOD_DOWN
+		}
+		return a.report(ctx, x.Term, x.Shard, x.Alloc, kind, nil, nil)
+	case actOpen:
+		start := time.Now()
+		if _, err := a.opts.Server.OpenWith(ctx, x.Shard, x.Term, x.Alloc, x.Settings, sidecar.OpenOptions{Warm: x.Warm}, nil); err != nil {
+			a.log.Warn("open of an assigned shard failed", "shard", x.Shard, "term", x.Term, "err", err)
+			a.report(ctx, x.Term, x.Shard, x.Alloc, masterv1.ShardReport_SHARD_REPORT_FAILED, err, nil)
+			return err
+		}
+		a.log.Info("opened an assigned shard", "shard", x.Shard, "term", x.Term, "allocation", x.Alloc, "duration_ms", time.Since(start).Milliseconds())
+		return a.report(ctx, x.Term, x.Shard, x.Alloc, masterv1.ShardReport_SHARD_REPORT_OPEN, nil, nil)
 	}
+	return fmt.Errorf("agent: unknown action %v", x.Kind)
+}
+
+// closeMoved closes a shard the master moved elsewhere and reports it
+// closed. Until now the store fenced it if a successor took it.
+func (a *Agent) closeMoved(ctx context.Context, x action) error {
+	srv := a.opts.Server
+	cctx, cancel := context.WithTimeout(ctx, a.opts.CloseTimeout)
+	_, err := srv.Close(cctx, x.Shard)
+	cancel()
+	if err != nil && !errors.Is(err, sidecar.ErrShardNotOpen) && !hosts(srv, x.Shard) {
+		// Closed, its last syncs abandoned at the bound.
+		a.log.Warn("closing a shard the master moved elsewhere abandoned its syncs in progress; none of their appends was acknowledged", "shard", x.Shard, "term", x.Term, "err", err)
+		err = nil
+	}
+	if err == nil || errors.Is(err, sidecar.ErrShardNotOpen) {
+		a.log.Info("closed a shard the master moved elsewhere", "shard", x.Shard, "term", x.Term, "state", x.State)
+		a.report(ctx, x.Term, x.Shard, x.Alloc, masterv1.ShardReport_SHARD_REPORT_CLOSED, nil, nil)
+		return nil
+	}
+	return err
 }
 
 // report tells the master what the node did with a shard.

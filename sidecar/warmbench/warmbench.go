@@ -218,27 +218,11 @@ func measure(ctx context.Context, store *blobstore.Container, work string, term 
 		return
 	}
 	defer os.RemoveAll(cacheDir)
-	srv, err := sidecar.New(ctx, store, sidecar.Options{Cache: sidecar.CacheOptions{Dir: cacheDir, BlockBytes: cfg.BlockBytes, HydrateParallelism: cfg.HydrateParallelism}})
+	c, stop, err := startSidecar(ctx, store, cacheDir, cfg)
 	if err != nil {
 		return
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return
-	}
-	hs := &http.Server{Handler: srv.Handler(sidecar.HandlerOptions{}), ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
-	hs.Protocols.SetHTTP1(true)
-	hs.Protocols.SetUnencryptedHTTP2(true)
-	go func() { _ = hs.Serve(ln) }()
-	defer func() {
-		_ = srv.Shutdown(context.WithoutCancel(ctx))
-		_ = hs.Close()
-	}()
-	c, err := client.New(ln.Addr().String())
-	if err != nil {
-		return
-	}
-	defer c.Close()
+	defer stop()
 	// A connection up before the clock starts, as a primary's would be.
 	if _, err = c.Status(ctx, shard); client.Reason(err) != client.ReasonNotOpen {
 		err = fmt.Errorf("status before open: %w", err)
@@ -267,64 +251,115 @@ func measure(ctx context.Context, store *blobstore.Container, work string, term 
 	if !workload || cfg.HydrateParallelism < 0 {
 		return
 	}
-	type at struct {
-		f   *client.CheckpointFile
-		off int64
-	}
-	rng := rand.New(rand.NewPCG(uint64(term), 1))
-	offs := make([]at, cfg.Reads)
-	for i := range offs {
-		fi := m.GetFiles()[rng.IntN(len(m.GetFiles()))]
-		offs[i] = at{files[fi.GetName()], rng.Int64N(max(1, fi.GetSize()-int64(cfg.ReadBytes)))}
-	}
-	run := func() ([]time.Duration, int, error) {
-		var out []time.Duration
-		partialN, isFull := 0, false
-		for i, a := range offs {
-			if !isFull && i%25 == 0 {
-				st, err := c.Status(ctx, shard)
-				if err != nil {
-					return nil, 0, err
-				}
-				isFull = st.GetLocality() == "full"
-			}
-			t := time.Now()
-			if _, err := a.f.ReadAt(p, a.off); err != nil {
-				return nil, 0, err
-			}
-			out = append(out, time.Since(t))
-			if !isFull {
-				partialN = i + 1
-			}
-		}
-		return out, partialN, nil
-	}
-	if partial, partialReads, err = run(); err != nil {
+	r := randomReads{c: c, offs: readOffsets(m, files, term, cfg), p: p}
+	if partial, partialReads, err = r.run(ctx); err != nil {
 		return
 	}
 	fmt.Fprintf(log, "term %d: %d random reads while partial; waiting for full...\n", term, len(partial))
+	if err = waitFull(ctx, c, term, start, log); err != nil {
+		return
+	}
+	full, _, err = r.run(ctx)
+	return
+}
+
+// startSidecar runs a sidecar over store, caching in cacheDir, behind its
+// HTTP handler on a local port, and returns a client of it; stop ends
+// both.
+func startSidecar(ctx context.Context, store *blobstore.Container, cacheDir string, cfg Config) (c *client.Client, stop func(), err error) {
+	srv, err := sidecar.New(ctx, store, sidecar.Options{Cache: sidecar.CacheOptions{Dir: cacheDir, BlockBytes: cfg.BlockBytes, HydrateParallelism: cfg.HydrateParallelism}})
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = srv.Shutdown(context.WithoutCancel(ctx))
+		return nil, nil, err
+	}
+	hs := &http.Server{Handler: srv.Handler(sidecar.HandlerOptions{}), ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
+	hs.Protocols.SetHTTP1(true)
+	hs.Protocols.SetUnencryptedHTTP2(true)
+	go func() { _ = hs.Serve(ln) }()
+	stopServer := func() {
+		_ = srv.Shutdown(context.WithoutCancel(ctx))
+		_ = hs.Close()
+	}
+	if c, err = client.New(ln.Addr().String()); err != nil {
+		stopServer()
+		return nil, nil, err
+	}
+	return c, func() { c.Close(); stopServer() }, nil
+}
+
+// readAt is one random read: ReadBytes of a checkpoint file at off.
+type readAt struct {
+	f   *client.CheckpointFile
+	off int64
+}
+
+// readOffsets draws cfg.Reads random reads over the checkpoint's files,
+// seeded by term.
+func readOffsets(m *sidecarv1.CheckpointManifest, files map[string]*client.CheckpointFile, term int64, cfg Config) []readAt {
+	rng := rand.New(rand.NewPCG(uint64(term), 1))
+	offs := make([]readAt, cfg.Reads)
+	for i := range offs {
+		fi := m.GetFiles()[rng.IntN(len(m.GetFiles()))]
+		offs[i] = readAt{files[fi.GetName()], rng.Int64N(max(1, fi.GetSize()-int64(cfg.ReadBytes)))}
+	}
+	return offs
+}
+
+// randomReads times a list of reads through c.
+type randomReads struct {
+	c    *client.Client
+	offs []readAt
+	p    []byte
+}
+
+// run times each read; partialN is how many ran before the shard was seen
+// full (its locality is asked every 25 reads).
+func (r randomReads) run(ctx context.Context) (took []time.Duration, partialN int, err error) {
+	isFull := false
+	for i, a := range r.offs {
+		if !isFull && i%25 == 0 {
+			st, err := r.c.Status(ctx, shard)
+			if err != nil {
+				return nil, 0, err
+			}
+			isFull = st.GetLocality() == "full"
+		}
+		t := time.Now()
+		if _, err := a.f.ReadAt(r.p, a.off); err != nil {
+			return nil, 0, err
+		}
+		took = append(took, time.Since(t))
+		if !isFull {
+			partialN = i + 1
+		}
+	}
+	return took, partialN, nil
+}
+
+// waitFull waits until the shard is full, logging its warm errors.
+func waitFull(ctx context.Context, c *client.Client, term int64, start time.Time, log io.Writer) error {
 	for {
-		st, serr := c.Status(ctx, shard)
-		if serr != nil {
-			err = serr
-			return
+		st, err := c.Status(ctx, shard)
+		if err != nil {
+			return err
 		}
 		if st.GetLocality() == "full" {
 			fmt.Fprintf(log, "term %d: full after %s (%d MiB local)\n", term, ms(time.Since(start)), st.GetCheckpointBytesLocal()>>20)
-			break
+			return nil
 		}
 		if st.GetWarmError() != "" {
 			fmt.Fprintf(log, "warm error: %s\n", st.GetWarmError())
 		}
 		select {
 		case <-ctx.Done():
-			err = ctx.Err()
-			return
+			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	full, _, err = run()
-	return
 }
 
 func cleanup(ctx context.Context, store *blobstore.Container) {
