@@ -991,70 +991,8 @@ func (m *Master) buildStripes(dec []decodedChunk) (*builtStripes, error) {
 	for wi := range workers {
 		lo, hi := uint32(wi*n/workers), uint32((wi+1)*n/workers)
 		wg.Go(func() {
-			mine := &builtStripes{used: map[*tenant]tenantSum{}, replicas: map[*segment]int64{}}
-			sums[wi] = mine
-			for s := lo; s < hi; s++ {
-				b.maps[s] = make(map[objectKey]*object, counts[s])
-			}
-			var goneSets map[uint32]map[objectKey]struct{}
-			dup := func(c int, k objectKey, s uint32) bool {
-				if _, ok := goneSets[s][k]; ok {
-					errs[wi] = &dupError{key: k, chunk: c}
-					return true
-				}
-				return false
-			}
-			for c := range dec {
-				d := &dec[c]
-				for j, s := range d.stripe {
-					if s < lo || s >= hi {
-						continue
-					}
-					o := d.objs[j]
-					k := objectKey{o.tenant.name, o.key}
-					if dup(c, k, s) {
-						return
-					}
-					// One hash per object: a key already there does not
-					// grow the map (what it overwrote no longer matters:
-					// the snapshot is refused).
-					mp := b.maps[s]
-					before := len(mp)
-					mp[k] = o
-					if len(mp) == before {
-						errs[wi] = &dupError{key: k, chunk: c}
-						return
-					}
-					t := mine.used[o.tenant]
-					t.bytes += o.memoryBytes()
-					t.objects++
-					mine.used[o.tenant] = t
-					for i := range o.replicas {
-						if rp := &o.replicas[i]; rp.kind == MemoryReplica && rp.seg != nil {
-							mine.replicas[rp.seg]++
-						}
-					}
-				}
-				if !gone {
-					continue
-				}
-				for _, g := range d.gone {
-					if g.stripe < lo || g.stripe >= hi {
-						continue
-					}
-					if _, ok := b.maps[g.stripe][g.key]; ok || dup(c, g.key, g.stripe) {
-						errs[wi] = &dupError{key: g.key, chunk: c}
-						return
-					}
-					if goneSets == nil {
-						goneSets = map[uint32]map[objectKey]struct{}{}
-					}
-					if goneSets[g.stripe] == nil {
-						goneSets[g.stripe] = map[objectKey]struct{}{}
-					}
-					goneSets[g.stripe][g.key] = struct{}{}
-				}
-			}
+			sums[wi] = &builtStripes{used: map[*tenant]tenantSum{}, replicas: map[*segment]int64{}}
+			errs[wi] = b.fill(dec, lo, hi, counts, gone, sums[wi])
 		})
 	}
 	wg.Wait()
@@ -1068,18 +1006,92 @@ func (m *Master) buildStripes(dec []decodedChunk) (*builtStripes, error) {
 		return nil, first
 	}
 	for _, s := range sums {
-		for t, v := range s.used {
-			x := b.used[t]
-			x.bytes += v.bytes
-			x.objects += v.objects
-			b.used[t] = x
-			b.objects += int(v.objects)
-		}
-		for sg, v := range s.replicas {
-			b.replicas[sg] += v
-		}
+		b.add(s)
 	}
 	return b, nil
+}
+
+// add adds a worker's per-tenant and per-segment sums to b's.
+func (b *builtStripes) add(s *builtStripes) {
+	for t, v := range s.used {
+		x := b.used[t]
+		x.bytes += v.bytes
+		x.objects += v.objects
+		b.used[t] = x
+		b.objects += int(v.objects)
+	}
+	for sg, v := range s.replicas {
+		b.replicas[sg] += v
+	}
+}
+
+// fill is one buildStripes worker: it makes the maps of stripes lo..hi-1
+// (sized by counts) and fills them from every chunk, in file order, adding
+// the tenant and segment sums to mine. It stops at the first key met twice
+// (gone: some chunk dropped objects, whose keys count too).
+func (b *builtStripes) fill(dec []decodedChunk, lo, hi uint32, counts []int, gone bool, mine *builtStripes) *dupError {
+	for s := lo; s < hi; s++ {
+		b.maps[s] = make(map[objectKey]*object, counts[s])
+	}
+	var goneSets map[uint32]map[objectKey]struct{}
+	for c := range dec {
+		d := &dec[c]
+		for j, s := range d.stripe {
+			if s < lo || s >= hi {
+				continue
+			}
+			o := d.objs[j]
+			k := objectKey{o.tenant.name, o.key}
+			if _, ok := goneSets[s][k]; ok {
+				return &dupError{key: k, chunk: c}
+			}
+			// One hash per object: a key already there does not grow
+			// the map (what it overwrote no longer matters: the
+			// snapshot is refused).
+			mp := b.maps[s]
+			before := len(mp)
+			mp[k] = o
+			if len(mp) == before {
+				return &dupError{key: k, chunk: c}
+			}
+			mine.count(o)
+		}
+		if !gone {
+			continue
+		}
+		for _, g := range d.gone {
+			if g.stripe < lo || g.stripe >= hi {
+				continue
+			}
+			_, kept := b.maps[g.stripe][g.key]
+			_, dropped := goneSets[g.stripe][g.key]
+			if kept || dropped {
+				return &dupError{key: g.key, chunk: c}
+			}
+			if goneSets == nil {
+				goneSets = map[uint32]map[objectKey]struct{}{}
+			}
+			if goneSets[g.stripe] == nil {
+				goneSets[g.stripe] = map[objectKey]struct{}{}
+			}
+			goneSets[g.stripe][g.key] = struct{}{}
+		}
+	}
+	return nil
+}
+
+// count adds o to its tenant's sums and its memory replicas to their
+// segments'.
+func (b *builtStripes) count(o *object) {
+	t := b.used[o.tenant]
+	t.bytes += o.memoryBytes()
+	t.objects++
+	b.used[o.tenant] = t
+	for i := range o.replicas {
+		if rp := &o.replicas[i]; rp.kind == MemoryReplica && rp.seg != nil {
+			b.replicas[rp.seg]++
+		}
+	}
 }
 
 // checkRanges refuses replicas that leave their segment or overlap: the
