@@ -135,6 +135,12 @@ type Error struct {
 // Error names the tenant, key, shard and client as a client sent them,
 // each cut to echo.Len bytes: a name of any size may be refused, and
 // its error stays small.
+// with is e with the cause err and the hint.
+func (e Error) with(err error, hint string) *Error {
+	e.Err, e.Hint = err, hint
+	return &e
+}
+
 func (e *Error) Error() string {
 	msg := "master " + e.Op
 	if e.Key != "" {

@@ -270,24 +270,14 @@ func (m *Master) PutEnd(ctx context.Context, clientID, tenant, key string) error
 }
 
 func (m *Master) putEnd(ctx context.Context, clientID, tenant, key string) (Ticket, error) {
-	if err := validateObjectRef("PutEnd", tenant, key); err != nil {
+	ref := Error{Op: "PutEnd", Tenant: tenant, Key: key, Client: clientID}
+	fail := func(err error, hint string) (Ticket, error) { return nil, ref.with(err, hint) }
+	sp, o, err := m.beginChange(ctx, ref)
+	if err != nil {
 		return nil, err
 	}
-	fail := func(err error, hint string) (Ticket, error) {
-		return nil, &Error{Op: "PutEnd", Tenant: tenant, Key: key, Client: clientID, Err: err, Hint: hint}
-	}
-	if err := ctx.Err(); err != nil {
-		return fail(err, "")
-	}
-	// Shared topology lock: a complete snapshot freezes every logged
-	// change by taking it exclusively.
-	m.topo.RLock()
 	defer m.topo.RUnlock()
-	sp := m.stripeFor(tenant, key)
-	sp.mu.Lock()
-	m.preserve(sp)
 	defer sp.mu.Unlock()
-	o := sp.objects[objectKey{tenant, key}]
 	if o == nil {
 		return fail(ErrObjectNotFound, "call PutStart first; the put may have been revoked or removed")
 	}
@@ -320,21 +310,13 @@ func (m *Master) PutRevoke(ctx context.Context, clientID, tenant, key string) er
 }
 
 func (m *Master) putRevoke(ctx context.Context, clientID, tenant, key string) (Ticket, error) {
-	if err := validateObjectRef("PutRevoke", tenant, key); err != nil {
+	ref := Error{Op: "PutRevoke", Tenant: tenant, Key: key, Client: clientID}
+	fail := func(err error, hint string) (Ticket, error) { return nil, ref.with(err, hint) }
+	sp, o, err := m.beginChange(ctx, ref)
+	if err != nil {
 		return nil, err
 	}
-	fail := func(err error, hint string) (Ticket, error) {
-		return nil, &Error{Op: "PutRevoke", Tenant: tenant, Key: key, Client: clientID, Err: err, Hint: hint}
-	}
-	if err := ctx.Err(); err != nil {
-		return fail(err, "")
-	}
-	m.topo.RLock()
 	defer m.topo.RUnlock()
-	sp := m.stripeFor(tenant, key)
-	sp.mu.Lock()
-	m.preserve(sp)
-	o := sp.objects[objectKey{tenant, key}]
 	switch {
 	case o == nil:
 		sp.mu.Unlock()
@@ -373,6 +355,26 @@ func (m *Master) putRevoke(ctx context.Context, clientID, tenant, key string) (T
 		m.leave(o)
 	}
 	return t, nil
+}
+
+// beginChange starts a logged change to the object ref names: it checks
+// the name and ctx, takes topo shared (a complete snapshot freezes every
+// logged change by taking it exclusively) and the object's stripe
+// exclusively, and copies the stripe first if a snapshot being copied
+// still owes it (preserve). It returns the stripe and the object (nil if
+// there is none) with both locks held, or an error with neither held.
+func (m *Master) beginChange(ctx context.Context, ref Error) (*stripe, *object, error) {
+	if err := validateObjectRef(ref.Op, ref.Tenant, ref.Key); err != nil {
+		return nil, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, ref.with(err, "")
+	}
+	m.topo.RLock()
+	sp := m.stripeFor(ref.Tenant, ref.Key)
+	sp.mu.Lock()
+	m.preserve(sp)
+	return sp, sp.objects[objectKey{ref.Tenant, ref.Key}], nil
 }
 
 // deleteLocked drops o from its stripe and its tenant's count. The caller

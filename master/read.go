@@ -119,21 +119,13 @@ func (m *Master) Remove(ctx context.Context, tenant, key string, force bool) err
 }
 
 func (m *Master) remove(ctx context.Context, tenant, key string, force bool) (Ticket, error) {
-	if err := validateObjectRef("Remove", tenant, key); err != nil {
+	ref := Error{Op: "Remove", Tenant: tenant, Key: key}
+	fail := func(err error, hint string) (Ticket, error) { return nil, ref.with(err, hint) }
+	sp, o, err := m.beginChange(ctx, ref)
+	if err != nil {
 		return nil, err
 	}
-	fail := func(err error, hint string) (Ticket, error) {
-		return nil, &Error{Op: "Remove", Tenant: tenant, Key: key, Err: err, Hint: hint}
-	}
-	if err := ctx.Err(); err != nil {
-		return fail(err, "")
-	}
-	m.topo.RLock()
 	defer m.topo.RUnlock()
-	sp := m.stripeFor(tenant, key)
-	sp.mu.Lock()
-	m.preserve(sp)
-	o := sp.objects[objectKey{tenant, key}]
 	if o == nil {
 		sp.mu.Unlock()
 		return fail(ErrObjectNotFound, "nothing to remove")

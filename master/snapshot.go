@@ -518,91 +518,32 @@ func (m *Master) restoreSnapshotAt(ctx context.Context, files map[string]string,
 		return bad("", ErrInvalidArgument, "restore into a master that already holds objects or segments")
 	}
 	st := &restoreState{tenants: map[string]*tenant{}, clients: map[string]*client{}, groups: map[groupKey]*group{}, quotas: m.cfg.TenantQuotas}
-	// Segments.
 	b, err := readPayload(files, snapshotSegmentsFile, nil)
 	if err != nil {
 		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%v", err)
 	}
-	r := snapcodec.NewDecoder(b)
-	nsegs := decodeHeader(&r, man, snapshotSegmentsFile)
-	chunks, total := r.Uint(), r.Uint()
-	segs := map[uint64]*segment{}
-	for i := 0; i < nsegs && r.Err == nil; i++ {
-		r.Arr(7)
-		sg := &segment{id: r.Uint(), name: r.Str(), client: st.client(r.Str()), base: r.Uint(), size: r.Uint(), state: segmentAwaitingRemount}
-		_ = r.StrBytes() // the endpoint: a remount proves a new one
-		_ = r.Bool()
+	segs, chunks, total, err := decodeSegments(b, man, st)
+	if err != nil {
+		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%v", err)
+	}
+	// Objects: every chunk decoded and checked before any is installed.
+	dec := m.decodeChunks(ctx, files, chunks, man, segs, now, st)
+	sum, err := sumChunks(dec, total)
+	if err != nil {
+		var ce *chunkError
 		switch {
-		case r.Err != nil:
-		case sg.id == 0 || sg.size == 0 || sg.client.id == "" || sg.base+sg.size < sg.base:
-			r.Fail("segment %d: needs an id, a size and a client", sg.id)
-		case segs[sg.id] != nil:
-			r.Fail("segment %d listed twice", sg.id)
+		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+			return bad("", err, "restore interrupted")
+		case errors.As(err, &ce) && ce.conv:
+			return bad(chunkName(ce.chunk), ErrClockConversion, "%v", ce.err)
+		case errors.As(err, &ce) && ce.chunk >= 0:
+			return bad(chunkName(ce.chunk), ErrSnapshotPayload, "%v", ce.err)
+		case errors.As(err, &ce):
+			return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%v", ce.err)
 		}
-		segs[sg.id] = sg
+		return bad("", ErrSnapshotPayload, "%v", err)
 	}
-	r.End()
-	if r.Err != nil {
-		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%v", r.Err)
-	}
-	if chunks > math.MaxInt32 || total > uint64(chunks)*ObjectsPerChunk {
-		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "%d objects in %d files", total, chunks)
-	}
-	// Objects: every chunk decoded and checked before any is installed,
-	// GOMAXPROCS chunks at a time.
-	dec := make([]decodedChunk, chunks)
-	for c := range dec {
-		dec[c].done = -1
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), int(chunks)) {
-		wg.Go(func() {
-			w := restoreWorker{st: st, tenants: map[string]*tenant{}, clients: map[string]*client{}, groups: map[groupKey]*group{}}
-			for {
-				c := int(next.Add(1) - 1)
-				if c >= int(chunks) {
-					return
-				}
-				if err := ctx.Err(); err != nil {
-					dec[c].err = err
-					return
-				}
-				dec[c] = m.decodeChunk(&w, files, c, int(chunks), man, segs, now)
-				if dec[c].err != nil {
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	decoded := uint64(0)
-	var maxReplica uint64
-	for c := range dec {
-		d := &dec[c]
-		if d.err != nil {
-			switch {
-			case errors.Is(d.err, context.Canceled) || errors.Is(d.err, context.DeadlineExceeded):
-				return bad("", d.err, "restore interrupted")
-			case d.conv:
-				return bad(chunkName(c), ErrClockConversion, "%v", d.err)
-			}
-			return bad(chunkName(c), ErrSnapshotPayload, "%v", d.err)
-		}
-		if d.done < 0 {
-			// A worker stopped at an earlier chunk's error or the
-			// context; that chunk reported it above.
-			return bad("", ErrSnapshotPayload, "chunk %d not decoded", c)
-		}
-		decoded += uint64(d.done)
-		res.Dropped += d.dropped
-		res.Cleaned += d.cleaned
-		res.Expired += d.expired
-		maxReplica = max(maxReplica, d.maxReplica)
-	}
-	if decoded != total {
-		return bad(snapshotSegmentsFile, ErrSnapshotPayload, "the segments file counts %d objects, the chunks hold %d", total, decoded)
-	}
+	res.Dropped, res.Cleaned, res.Expired = sum.dropped, sum.cleaned, sum.expired
 	if extra := fmt.Sprintf("%s%06d", snapshotObjectsFile, chunks); files[extra] != "" {
 		return bad(extra, ErrSnapshotPayload, "a chunk past the %d the segments file counts", chunks)
 	}
@@ -621,10 +562,125 @@ func (m *Master) restoreSnapshotAt(ctx context.Context, files map[string]string,
 	if err != nil {
 		return bad(snapshotFleetFile, ErrSnapshotPayload, "%v", err)
 	}
-	m.install(st, segs, dec, built, maxReplica)
+	m.install(st, segs, dec, built, sum.maxReplica)
 	m.fleet.install(nodes, assigns)
 	res.Segments, res.Objects = len(segs), built.objects
 	return res, nil
+}
+
+// decodeSegments reads the segments file: the segments (awaiting their
+// remount), and the number of object chunks and objects the snapshot
+// holds. It refuses a malformed file, a segment listed twice and counts
+// that cannot be.
+func decodeSegments(b []byte, man SnapshotManifest, st *restoreState) (segs map[uint64]*segment, chunks int, total uint64, err error) {
+	r := snapcodec.NewDecoder(b)
+	nsegs := decodeHeader(&r, man, snapshotSegmentsFile)
+	nchunks, total := r.Uint(), r.Uint()
+	segs = map[uint64]*segment{}
+	for i := 0; i < nsegs && r.Err == nil; i++ {
+		r.Arr(7)
+		sg := &segment{id: r.Uint(), name: r.Str(), client: st.client(r.Str()), base: r.Uint(), size: r.Uint(), state: segmentAwaitingRemount}
+		_ = r.StrBytes() // the endpoint: a remount proves a new one
+		_ = r.Bool()
+		switch {
+		case r.Err != nil:
+		case sg.id == 0 || sg.size == 0 || sg.client.id == "" || sg.base+sg.size < sg.base:
+			r.Fail("segment %d: needs an id, a size and a client", sg.id)
+		case segs[sg.id] != nil:
+			r.Fail("segment %d listed twice", sg.id)
+		}
+		segs[sg.id] = sg
+	}
+	r.End()
+	if r.Err != nil {
+		return nil, 0, 0, r.Err
+	}
+	if nchunks > math.MaxInt32 || total > nchunks*ObjectsPerChunk {
+		return nil, 0, 0, fmt.Errorf("%d objects in %d files", total, nchunks)
+	}
+	return segs, int(nchunks), total, nil
+}
+
+// decodeChunks decodes every objects chunk, GOMAXPROCS at a time; a
+// worker stops at its first error or when ctx ends, leaving the chunks it
+// did not reach undecoded (done < 0).
+func (m *Master) decodeChunks(ctx context.Context, files map[string]string, chunks int, man SnapshotManifest, segs map[uint64]*segment, now ClockPair, st *restoreState) []decodedChunk {
+	dec := make([]decodedChunk, chunks)
+	for c := range dec {
+		dec[c].done = -1
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), chunks) {
+		wg.Go(func() {
+			w := restoreWorker{st: st, tenants: map[string]*tenant{}, clients: map[string]*client{}, groups: map[groupKey]*group{}}
+			for {
+				c := int(next.Add(1) - 1)
+				if c >= chunks {
+					return
+				}
+				if err := ctx.Err(); err != nil {
+					dec[c].err = err
+					return
+				}
+				dec[c] = m.decodeChunk(&w, files, c, chunks, man, segs, now)
+				if dec[c].err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return dec
+}
+
+// chunkSum is what the decoded chunks add up to.
+type chunkSum struct {
+	dropped, cleaned, expired int
+	maxReplica                uint64
+}
+
+// chunkError is a chunk's refusal (chunk -1: the chunks disagree with the
+// segments file's count); conv marks a deadline that did not convert.
+type chunkError struct {
+	chunk int
+	conv  bool
+	err   error
+}
+
+func (e *chunkError) Error() string { return e.err.Error() }
+
+func (e *chunkError) Unwrap() error { return e.err }
+
+// sumChunks adds the decoded chunks up, a pure step: the first chunk's
+// error in file order (the context's as it is), a chunk no worker reached,
+// or a total other than the segments file's is refused.
+func sumChunks(dec []decodedChunk, total uint64) (chunkSum, error) {
+	var sum chunkSum
+	decoded := uint64(0)
+	for c := range dec {
+		d := &dec[c]
+		if d.err != nil {
+			if errors.Is(d.err, context.Canceled) || errors.Is(d.err, context.DeadlineExceeded) {
+				return sum, d.err
+			}
+			return sum, &chunkError{chunk: c, conv: d.conv, err: d.err}
+		}
+		if d.done < 0 {
+			// A worker stopped at an earlier chunk's error or the
+			// context; that chunk reported it above.
+			return sum, fmt.Errorf("chunk %d not decoded", c)
+		}
+		decoded += uint64(d.done)
+		sum.dropped += d.dropped
+		sum.cleaned += d.cleaned
+		sum.expired += d.expired
+		sum.maxReplica = max(sum.maxReplica, d.maxReplica)
+	}
+	if decoded != total {
+		return sum, &chunkError{chunk: -1, err: fmt.Errorf("the segments file counts %d objects, the chunks hold %d", total, decoded)}
+	}
+	return sum, nil
 }
 
 // decodedChunk is one objects chunk decoded: the objects it keeps, in
@@ -935,70 +991,8 @@ func (m *Master) buildStripes(dec []decodedChunk) (*builtStripes, error) {
 	for wi := range workers {
 		lo, hi := uint32(wi*n/workers), uint32((wi+1)*n/workers)
 		wg.Go(func() {
-			mine := &builtStripes{used: map[*tenant]tenantSum{}, replicas: map[*segment]int64{}}
-			sums[wi] = mine
-			for s := lo; s < hi; s++ {
-				b.maps[s] = make(map[objectKey]*object, counts[s])
-			}
-			var goneSets map[uint32]map[objectKey]struct{}
-			dup := func(c int, k objectKey, s uint32) bool {
-				if _, ok := goneSets[s][k]; ok {
-					errs[wi] = &dupError{key: k, chunk: c}
-					return true
-				}
-				return false
-			}
-			for c := range dec {
-				d := &dec[c]
-				for j, s := range d.stripe {
-					if s < lo || s >= hi {
-						continue
-					}
-					o := d.objs[j]
-					k := objectKey{o.tenant.name, o.key}
-					if dup(c, k, s) {
-						return
-					}
-					// One hash per object: a key already there does not
-					// grow the map (what it overwrote no longer matters:
-					// the snapshot is refused).
-					mp := b.maps[s]
-					before := len(mp)
-					mp[k] = o
-					if len(mp) == before {
-						errs[wi] = &dupError{key: k, chunk: c}
-						return
-					}
-					t := mine.used[o.tenant]
-					t.bytes += o.memoryBytes()
-					t.objects++
-					mine.used[o.tenant] = t
-					for i := range o.replicas {
-						if rp := &o.replicas[i]; rp.kind == MemoryReplica && rp.seg != nil {
-							mine.replicas[rp.seg]++
-						}
-					}
-				}
-				if !gone {
-					continue
-				}
-				for _, g := range d.gone {
-					if g.stripe < lo || g.stripe >= hi {
-						continue
-					}
-					if _, ok := b.maps[g.stripe][g.key]; ok || dup(c, g.key, g.stripe) {
-						errs[wi] = &dupError{key: g.key, chunk: c}
-						return
-					}
-					if goneSets == nil {
-						goneSets = map[uint32]map[objectKey]struct{}{}
-					}
-					if goneSets[g.stripe] == nil {
-						goneSets[g.stripe] = map[objectKey]struct{}{}
-					}
-					goneSets[g.stripe][g.key] = struct{}{}
-				}
-			}
+			sums[wi] = &builtStripes{used: map[*tenant]tenantSum{}, replicas: map[*segment]int64{}}
+			errs[wi] = b.fill(dec, lo, hi, counts, gone, sums[wi])
 		})
 	}
 	wg.Wait()
@@ -1012,18 +1006,92 @@ func (m *Master) buildStripes(dec []decodedChunk) (*builtStripes, error) {
 		return nil, first
 	}
 	for _, s := range sums {
-		for t, v := range s.used {
-			x := b.used[t]
-			x.bytes += v.bytes
-			x.objects += v.objects
-			b.used[t] = x
-			b.objects += int(v.objects)
-		}
-		for sg, v := range s.replicas {
-			b.replicas[sg] += v
-		}
+		b.add(s)
 	}
 	return b, nil
+}
+
+// add adds a worker's per-tenant and per-segment sums to b's.
+func (b *builtStripes) add(s *builtStripes) {
+	for t, v := range s.used {
+		x := b.used[t]
+		x.bytes += v.bytes
+		x.objects += v.objects
+		b.used[t] = x
+		b.objects += int(v.objects)
+	}
+	for sg, v := range s.replicas {
+		b.replicas[sg] += v
+	}
+}
+
+// fill is one buildStripes worker: it makes the maps of stripes lo..hi-1
+// (sized by counts) and fills them from every chunk, in file order, adding
+// the tenant and segment sums to mine. It stops at the first key met twice
+// (gone: some chunk dropped objects, whose keys count too).
+func (b *builtStripes) fill(dec []decodedChunk, lo, hi uint32, counts []int, gone bool, mine *builtStripes) *dupError {
+	for s := lo; s < hi; s++ {
+		b.maps[s] = make(map[objectKey]*object, counts[s])
+	}
+	var goneSets map[uint32]map[objectKey]struct{}
+	for c := range dec {
+		d := &dec[c]
+		for j, s := range d.stripe {
+			if s < lo || s >= hi {
+				continue
+			}
+			o := d.objs[j]
+			k := objectKey{o.tenant.name, o.key}
+			if _, ok := goneSets[s][k]; ok {
+				return &dupError{key: k, chunk: c}
+			}
+			// One hash per object: a key already there does not grow
+			// the map (what it overwrote no longer matters: the
+			// snapshot is refused).
+			mp := b.maps[s]
+			before := len(mp)
+			mp[k] = o
+			if len(mp) == before {
+				return &dupError{key: k, chunk: c}
+			}
+			mine.count(o)
+		}
+		if !gone {
+			continue
+		}
+		for _, g := range d.gone {
+			if g.stripe < lo || g.stripe >= hi {
+				continue
+			}
+			_, kept := b.maps[g.stripe][g.key]
+			_, dropped := goneSets[g.stripe][g.key]
+			if kept || dropped {
+				return &dupError{key: g.key, chunk: c}
+			}
+			if goneSets == nil {
+				goneSets = map[uint32]map[objectKey]struct{}{}
+			}
+			if goneSets[g.stripe] == nil {
+				goneSets[g.stripe] = map[objectKey]struct{}{}
+			}
+			goneSets[g.stripe][g.key] = struct{}{}
+		}
+	}
+	return nil
+}
+
+// count adds o to its tenant's sums and its memory replicas to their
+// segments'.
+func (b *builtStripes) count(o *object) {
+	t := b.used[o.tenant]
+	t.bytes += o.memoryBytes()
+	t.objects++
+	b.used[o.tenant] = t
+	for i := range o.replicas {
+		if rp := &o.replicas[i]; rp.kind == MemoryReplica && rp.seg != nil {
+			b.replicas[rp.seg]++
+		}
+	}
 }
 
 // checkRanges refuses replicas that leave their segment or overlap: the

@@ -660,25 +660,12 @@ func (n *Node) topTerm(ctx context.Context) (int64, error) {
 // and the log after it.
 func (n *Node) openPrimary(ctx context.Context, resume bool, term int64) error {
 	claimed := n.opts.Clock.Now() // the claim is sent after this: the leadership lease starts here
-	n.mu.Lock()
-	if term == 0 {
-		term = n.claim
+	term, err := n.primaryTerm(ctx, term)
+	if err != nil {
+		return err
 	}
-	n.mu.Unlock()
-	if term == 0 {
-		var err error
-		if term, err = n.nextTerm(ctx); err != nil {
-			return err
-		}
-		n.mu.Lock()
-		n.claim = term
-		n.mu.Unlock()
-	}
-	ro := recovery.Options{Node: n.opts.Node, Clock: n.opts.Clock, Backoff: n.opts.Backoff, Parallelism: 8, Writer: n.writerOptions()}
-	var cur *master.Master
-	ro.Apply = func(_ context.Context, b translog.Batch) error { _, err := applyBatch(cur, b); return err }
-	var sh *recovery.Shard
-	var err error
+	p := &primaryOpen{ro: recovery.Options{Node: n.opts.Node, Clock: n.opts.Clock, Backoff: n.opts.Backoff, Parallelism: 8, Writer: n.writerOptions()}}
+	p.ro.Apply = p.apply
 	// observed is the last generation this standby had read when it
 	// claimed (-1: it claimed without tailing), life when it last saw a
 	// sign of the primary's life.
@@ -686,40 +673,10 @@ func (n *Node) openPrimary(ctx context.Context, resume bool, term int64) error {
 	n.mu.Lock()
 	life := n.elect.life
 	n.mu.Unlock()
+	var sh *recovery.Shard
 	if resume {
-		n.mu.Lock()
-		tl := n.tail
-		n.mu.Unlock()
-		if tl != nil && tl.bootstrapped {
-			cur = tl.m
-			pos := tl.position()
-			ro.Resume = &pos
-			observed = pos.Gen
-			// The standby's position moves with what is replayed, so a
-			// retry after a failure part-way resumes where this one got.
-			ro.Apply = func(_ context.Context, b translog.Batch) error {
-				if _, err := applyBatch(cur, b); err != nil {
-					return err
-				}
-				tl.mu.Lock()
-				tl.pos = recovery.Position{Term: b.Term, Gen: b.Gen, NextSeqNo: b.FirstSeqNo + int64(len(b.Ops))}
-				tl.mu.Unlock()
-				return nil
-			}
-			sh, err = recovery.Open(ctx, n.store, n.shard, term, n.alloc, ro)
-			// A generation missing after the standby's position was
-			// collected below a newer snapshot (the old primary's GC can
-			// land while the promotion reads): the snapshot holds it, and
-			// the rebuild fails on its own if a generation it needs is
-			// missing for any other reason.
-			if errors.Is(err, recovery.ErrResumeOffLineage) || errors.Is(err, seal.ErrLineageTruncated) || errors.Is(err, translog.ErrMissingGen) {
-				n.log.Warn("the standby's position is not on the sealed lineage; rebuilding from the newest snapshot", "term", pos.Term, "gen", pos.Gen, "err", err)
-				sh, err = nil, nil
-			} else if err != nil {
-				return err
-			}
-			ro.Resume = nil
-			ro.Apply = func(_ context.Context, b translog.Batch) error { _, err := applyBatch(cur, b); return err }
+		if sh, observed, err = n.resumePrimary(ctx, term, p); err != nil {
+			return err
 		}
 	}
 	if sh == nil {
@@ -728,25 +685,121 @@ func (n *Node) openPrimary(ctx context.Context, resume bool, term int64) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		if cur, err = n.newMaster(); err != nil {
+		if sh, err = n.rebuildPrimary(ctx, term, dir, p); err != nil {
 			return err
 		}
-		ro.Dir = dir
-		ro.AcceptCheckpoint = func(m seal.Manifest, paths []string) error {
-			cand, err := n.restoreCandidate(ctx, m, paths)
-			if err != nil {
-				n.log.Warn("complete snapshot refused; trying an older one", "checkpoint", m.Key(), "err", err)
-				return err
-			}
-			cur = cand
-			return nil
-		}
-		sh, err = recovery.Open(ctx, n.store, n.shard, term, n.alloc, ro)
-		if err != nil {
-			return err
-		}
-		n.opts.Metrics.candidateFallbacks.Add(float64(len(sh.Refused)))
 	}
+	n.becomePrimary(p.cur, sh, term, claimed, observed, life)
+	return nil
+}
+
+// primaryOpen is one attempt of openPrimary: the recovery options, and
+// the master the log is replayed into (Apply is apply unless the standby
+// resumes).
+type primaryOpen struct {
+	ro  recovery.Options
+	cur *master.Master
+}
+
+func (p *primaryOpen) apply(_ context.Context, b translog.Batch) error {
+	_, err := applyBatch(p.cur, b)
+	return err
+}
+
+// primaryTerm is the term openPrimary claims: term if set, else the one an
+// earlier attempt of this promotion claimed, else the next one (recorded
+// for the attempts after this one).
+func (n *Node) primaryTerm(ctx context.Context, term int64) (int64, error) {
+	n.mu.Lock()
+	if term == 0 {
+		term = n.claim
+	}
+	n.mu.Unlock()
+	if term != 0 {
+		return term, nil
+	}
+	term, err := n.nextTerm(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n.mu.Lock()
+	n.claim = term
+	n.mu.Unlock()
+	return term, nil
+}
+
+// resumePrimary opens the log with the standby's master continuing from
+// its position, replaying only what it had not applied. It returns a nil
+// shard (and no error) when there is nothing to resume or the position is
+// no longer on the lineage: the caller rebuilds then. observed is the
+// generation the standby had read (-1: none).
+func (n *Node) resumePrimary(ctx context.Context, term int64, p *primaryOpen) (sh *recovery.Shard, observed int64, err error) {
+	n.mu.Lock()
+	tl := n.tail
+	n.mu.Unlock()
+	if tl == nil || !tl.bootstrapped {
+		return nil, -1, nil
+	}
+	p.cur = tl.m
+	pos := tl.position()
+	p.ro.Resume = &pos
+	// The standby's position moves with what is replayed, so a retry
+	// after a failure part-way resumes where this one got.
+	p.ro.Apply = func(ctx context.Context, b translog.Batch) error {
+		if err := p.apply(ctx, b); err != nil {
+			return err
+		}
+		tl.mu.Lock()
+		tl.pos = recovery.Position{Term: b.Term, Gen: b.Gen, NextSeqNo: b.FirstSeqNo + int64(len(b.Ops))}
+		tl.mu.Unlock()
+		return nil
+	}
+	sh, err = recovery.Open(ctx, n.store, n.shard, term, n.alloc, p.ro)
+	// A generation missing after the standby's position was collected
+	// below a newer snapshot (the old primary's GC can land while the
+	// promotion reads): the snapshot holds it, and the rebuild fails on
+	// its own if a generation it needs is missing for any other reason.
+	if errors.Is(err, recovery.ErrResumeOffLineage) || errors.Is(err, seal.ErrLineageTruncated) || errors.Is(err, translog.ErrMissingGen) {
+		n.log.Warn("the standby's position is not on the sealed lineage; rebuilding from the newest snapshot", "term", pos.Term, "gen", pos.Gen, "err", err)
+		sh, err = nil, nil
+	} else if err != nil {
+		return nil, pos.Gen, err
+	}
+	p.ro.Resume = nil
+	p.ro.Apply = p.apply
+	return sh, pos.Gen, nil
+}
+
+// rebuildPrimary opens the log with a fresh master built from the newest
+// snapshot that restores (downloaded into dir) and the log after it.
+func (n *Node) rebuildPrimary(ctx context.Context, term int64, dir string, p *primaryOpen) (*recovery.Shard, error) {
+	var err error
+	if p.cur, err = n.newMaster(); err != nil {
+		return nil, err
+	}
+	p.ro.Dir = dir
+	p.ro.AcceptCheckpoint = func(m seal.Manifest, paths []string) error {
+		cand, err := n.restoreCandidate(ctx, m, paths)
+		if err != nil {
+			n.log.Warn("complete snapshot refused; trying an older one", "checkpoint", m.Key(), "err", err)
+			return err
+		}
+		p.cur = cand
+		return nil
+	}
+	sh, err := recovery.Open(ctx, n.store, n.shard, term, n.alloc, p.ro)
+	if err != nil {
+		return nil, err
+	}
+	n.opts.Metrics.candidateFallbacks.Add(float64(len(sh.Refused)))
+	return sh, nil
+}
+
+// becomePrimary makes cur, opened as sh at term, this node's primary
+// master: its journal the log from the restore point on, every client it
+// names a fresh liveness window, and the node's role, leader record and
+// last snapshot published.
+func (n *Node) becomePrimary(cur *master.Master, sh *recovery.Shard, term, claimed, observed, life int64) {
 	restore := sh.Restore()
 	pos := recovery.Position{Term: restore.Term, Gen: restore.Gen, NextSeqNo: sh.NextSeqNo}
 	lg := newOplog(sh.Writer, sh.Chain, n.opts.Clock, oplogOptions{
@@ -773,7 +826,6 @@ func (n *Node) openPrimary(ctx context.Context, resume bool, term int64) error {
 	n.log.Info("master is primary", "term", term, "allocation", n.alloc, "restore_term", restore.Term, "restore_gen", restore.Gen,
 		"replayed_gens", max(0, sh.Replay.To-sh.Replay.From+1), "objects", st.Objects, "segments_awaiting_remount", st.SegmentsAwaitingRemount,
 		"restored_clients", restoredClients)
-	return nil
 }
 
 // quietUntil is when a new primary may start answering, so that two
