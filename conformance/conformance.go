@@ -105,7 +105,7 @@ func (s Suite) Version() int {
 }
 
 // BlobVersion is the blob suite's version.
-const BlobVersion = 2
+const BlobVersion = 3
 
 // Checks returns every check of the blob suite, in the order they run.
 func Checks() []Check {
