@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"sync"
 	"time"
@@ -288,11 +289,14 @@ func checkRangeEdges(t T, c *blobstore.Container) {
 	cases := []rangeCase{
 		{off: 0, n: 1, to: 1},                                  // the first byte alone
 		{off: size - 5, n: 5, from: size - 5, to: size},        // up to the last byte exactly
+		{off: 3, n: math.MaxInt64, from: 3, to: size},          // a length whose end overflows
+		{off: 0, n: math.MaxInt64, to: size},                   // the same from the start
 		{off: size, n: -1, pin: cur, from: size, to: size},     // at the end, pinned
 		{off: size, n: 0, from: size, to: size},                // nothing, at the end
 		{off: 3, n: 0, pin: cur, from: 3, to: 3},               // nothing, pinned
 		{off: size + 1, n: 0, want: blobstore.ErrInvalidRange}, // nothing, past the end
 		{off: size + 1, n: -1, pin: cur, want: blobstore.ErrInvalidRange},
+		{off: size + 1, n: math.MaxInt64, want: blobstore.ErrInvalidRange},
 		{off: size, n: -1, pin: old, want: blobstore.ErrPreconditionFailed},
 		{off: 3, n: 0, pin: old, want: blobstore.ErrPreconditionFailed},
 		{off: size + 2, n: 5, pin: old, want: blobstore.ErrPreconditionFailed}, // inside v1, past v2's end
@@ -316,6 +320,7 @@ func checkRangeEdges(t T, c *blobstore.Container) {
 	for _, r := range []rangeCase{
 		{n: -1},
 		{n: 1},
+		{n: math.MaxInt64},
 		{n: 0, pin: etok},
 		{off: 1, n: 0, want: blobstore.ErrInvalidRange},
 		{off: 1, n: 1, pin: etok, want: blobstore.ErrInvalidRange},

@@ -19,10 +19,10 @@
 // the key. Reads, listings and unconditional deletes keep the pipeline's
 // retries (up to four attempts, backing off from 100ms).
 //
-// Streaming reads (NewRangeReader) are one Get Blob with a range and, when
-// pinned, If-Match on the token; a broken download resumes pinned to the
-// ETag of its first answer. A zero length, a 416 and a pinned 412 cost one
-// GetProperties more each, to give the contract's answers (range.go).
+// Streaming reads (GetRange, range.go) are one Get Blob with a range and,
+// when pinned, If-Match on the token; a broken download resumes pinned to
+// the ETag of its first answer. A zero length, a 416 and a pinned 412 cost
+// one GetProperties more each, which the portable layer decides.
 //
 // Azure lists names in UTF-16 code-unit order, which differs from the
 // contract's byte order where a character above U+FFFF meets one in

@@ -75,7 +75,8 @@ func mapStatus(op driver.Op, code int, err error) error {
 	case code == http.StatusConflict:
 		return fmt.Errorf("%w: %w", blobstore.ErrConflict, err)
 	case code == http.StatusRequestedRangeNotSatisfiable:
-		// NewRangeReader settles the 416s it gets; this is for any other.
+		// A ranged read that starts at or past the end; the portable
+		// layer tells the empty stream at the end from a start past it.
 		return fmt.Errorf("%w: %w", blobstore.ErrInvalidRange, err)
 	case code == http.StatusTooManyRequests:
 		// Rate limiting refuses a request before it is processed.
