@@ -500,8 +500,8 @@ func checkKeysUnicode(t T, c *blobstore.Container) {
 	}
 }
 
-// invalidKeys break ValidateKey; every driver must refuse them before
-// sending anything.
+// invalidKeys break ValidateKey; the container must refuse them on every
+// store before anything is sent.
 var invalidKeys = map[string]string{
 	"empty":            "",
 	"dot":              ".",
