@@ -70,6 +70,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/driver"
+	"github.com/shardfence/shardfence/blobstore/internal/wire"
 )
 
 // Scheme is the URL scheme this driver registers.
@@ -148,10 +149,9 @@ func open(_ context.Context, u *url.URL) (*blobstore.Container, error) {
 		v := vs[len(vs)-1]
 		switch k {
 		case "endpoint":
-			ep, err := url.Parse(v)
-			if err != nil || (ep.Scheme != "http" && ep.Scheme != "https") || ep.Host == "" || ep.User != nil {
-				// The value is not repeated: it may carry credentials.
-				return nil, bad("endpoint is not an http(s) URL without user info")
+			ep, err := wire.Endpoint(v)
+			if err != nil {
+				return nil, bad("%v", err)
 			}
 			if strings.Trim(ep.Path, "/") == "" && isLocal(ep.Hostname()) {
 				ep.Path = "/" + account

@@ -56,6 +56,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/driver"
+	"github.com/shardfence/shardfence/blobstore/internal/wire"
 )
 
 // Scheme is the URL scheme this driver registers.
@@ -154,10 +155,8 @@ func open(ctx context.Context, u *url.URL) (*blobstore.Container, error) {
 		v := vs[len(vs)-1]
 		switch k {
 		case "endpoint":
-			ep, err := url.Parse(v)
-			if err != nil || (ep.Scheme != "http" && ep.Scheme != "https") || ep.Host == "" || ep.User != nil {
-				// The value is not repeated: it may carry credentials.
-				return nil, bad("endpoint is not an http(s) URL without user info")
+			if _, err := wire.Endpoint(v); err != nil {
+				return nil, bad("%v", err)
 			}
 			clientOpts = append(clientOpts,
 				option.WithEndpoint(strings.TrimRight(v, "/")+"/storage/v1/"),
