@@ -85,7 +85,7 @@ func Suites() []Suite { return []Suite{BlobSuite, FencingSuite} }
 func (s Suite) Checks() []Check {
 	switch s {
 	case BlobSuite:
-		return slices.Concat(allChecks, rangeChecks)
+		return allChecks
 	case FencingSuite:
 		return fencingChecks()
 	}

@@ -15,16 +15,6 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 )
 
-// The streaming and ranged reads of the contract (Container.NewReader and
-// NewRangeReader).
-var rangeChecks = []Check{
-	{Name: "range-reads", Description: "whole and ranged streams, short reads at the end, empty objects, a range past the end, a missing key", run: checkRangeReads},
-	{Name: "range-edges", Description: "the ranges HTTP cannot say as asked: zero bytes, a start at or past the end, a length past the int64 range, each pinned to the current version, to a replaced one and to a missing key", run: checkRangeEdges},
-	{Name: "range-pinned", Description: "a range pinned to a version fails once the object is replaced, and a pinned stream never mixes two versions", run: checkRangePinned},
-	{Name: "range-cancel", Description: "cancelling the context mid-body fails the stream's next reads", run: checkRangeCancel},
-	{Name: "range-stream-128mib", Description: "a 128 MiB object streams byte-exact without being held in memory", run: checkRangeLarge},
-}
-
 // pattern is n bytes that differ at every offset modulo 251, filled from
 // seed, so a range read at the wrong offset or of another version shows.
 func pattern(n int, seed byte) []byte {
