@@ -11,8 +11,10 @@
 //   - Container, the portable type every caller holds as *Container, owns
 //     what is the same for every store: key rules (ValidateKey), the
 //     context check before a request leaves, capability gates, body limits,
-//     the empty-token refusal, list limits, prefixes (Sub is a view over the
-//     same driver) and OpError with its typed Op;
+//     the empty-token refusal, list limits, the range policy of the stores
+//     that read over HTTP (ranges.go: which ranges to ask for and what the
+//     answers mean), prefixes (Sub is a view over the same driver) and
+//     OpError with its typed Op;
 //   - middleware (With) sees every call as a typed Call and Result on its
 //     way to the driver: blobstore/metered counts them, blobstore/faulty
 //     injects faults, and the protocol checker's store (verify) schedules
@@ -273,15 +275,7 @@ func (c *Container) refusal(ctx context.Context, call Call) error {
 		return err
 	}
 	if call.Op == OpGetRange {
-		if call.Offset < 0 || call.Length < -1 {
-			return fmt.Errorf("%w: offset %d, length %d (offset 0 or more, length 0 or more, or -1 for the rest)", ErrInvalidRange, call.Offset, call.Length)
-		}
-		if _, ok := c.drv.(driver.RangeReader); !ok {
-			return fmt.Errorf("%w: %s offers no streaming reads", ErrUnsupported, c.drv)
-		}
-		if t := strings.Trim(string(call.Expected), `" `); call.Expected != "" && (t == "" || t == "*") {
-			return fmt.Errorf("%w: pinned token %q names no version", ErrPreconditionFailed, string(call.Expected))
-		}
+		return c.rangeRefusal(call)
 	}
 	if !call.Op.Mutates() {
 		return nil
@@ -369,26 +363,34 @@ func dispatch(d driver.Bucket) Handler {
 		case OpList:
 			res.Page, err = d.List(ctx, call.Key, call.After, call.Limit)
 		case OpGetRange:
-			rr, ok := d.(driver.RangeReader)
-			if !ok {
-				return Result{}, fmt.Errorf("%w: %s offers no streaming reads", ErrUnsupported, d)
-			}
-			res.Reader, res.Attrs, err = rr.NewRangeReader(ctx, call.Key, call.Offset, call.Length, driver.Precondition{IfMatch: call.Expected})
+			// The range policy decides on classified errors, so it
+			// classifies them itself, once.
+			res.Reader, res.Attrs, err = getRange(ctx, d, call)
 			res.Attrs.Key = call.Key
+			if err != nil {
+				return Result{}, err
+			}
 		default:
 			return Result{}, fmt.Errorf("%w: operation %v", ErrUnsupported, call.Op)
 		}
 		if err == nil {
 			return res, nil
 		}
-		if !hasKind(err) {
-			err = d.Classify(call.Op, err)
-		}
+		err = classified(d, call.Op, err)
 		if call.Op == OpDelete && errors.Is(err, ErrNotFound) {
 			return Result{}, nil
 		}
 		return Result{}, err
 	}
+}
+
+// classified is err in the blobstore kinds, through the driver's Classify
+// unless it is in them already.
+func classified(d driver.Bucket, op Op, err error) error {
+	if err == nil || hasKind(err) {
+		return err
+	}
+	return d.Classify(op, err)
 }
 
 // ListAll pages through every key under prefix. It is for small listings

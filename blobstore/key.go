@@ -9,8 +9,10 @@ import (
 // MaxKeyLen is the longest key, in bytes, any driver accepts.
 const MaxKeyLen = 1024
 
-// ValidateKey is the one place key rules live; every driver calls it before
-// sending anything. A key is a '/'-separated path relative to the container:
+// ValidateKey is the one place key rules live. The portable Container
+// applies it to every call's key before the call reaches middleware or a
+// driver (then the driver's own limits, driver.KeyChecker), and Sub and
+// NewAt to a prefix, so no driver sees a key that breaks it. A key is a '/'-separated path relative to the container:
 // not empty, at most MaxKeyLen bytes, valid UTF-8 without NUL or other control
 // characters, no leading or trailing '/', no empty, "." or ".." segment. The
 // rules keep a key from escaping its container on any store, the filesystem

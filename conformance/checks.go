@@ -37,6 +37,13 @@ var allChecks = []Check{
 	{Name: "keys-object-and-prefix", Description: "a key and a longer key under it ('a', 'a/b') coexist and both list (advisory)", Advisory: true, run: checkObjectAndPrefix},
 	{Name: "linearizable", Description: "concurrent Get/CreateIfAbsent/CAS/Delete(IfMatch) histories are linearizable", run: checkLinearizable},
 	{Name: "probe-preconditions", Description: "blobstore.ProbePreconditions accepts the store", run: checkProbe},
+	// The streaming and ranged reads (Container.NewReader and
+	// NewRangeReader, ranges.go).
+	{Name: "range-reads", Description: "whole and ranged streams, short reads at the end, empty objects, a range past the end, a missing key", run: checkRangeReads},
+	{Name: "range-edges", Description: "the ranges HTTP cannot say as asked: zero bytes, a start at or past the end, a length past the int64 range, each pinned to the current version, to a replaced one and to a missing key", run: checkRangeEdges},
+	{Name: "range-pinned", Description: "a range pinned to a version fails once the object is replaced, and a pinned stream never mixes two versions", run: checkRangePinned},
+	{Name: "range-cancel", Description: "cancelling the context mid-body fails the stream's next reads", run: checkRangeCancel},
+	{Name: "range-stream-128mib", Description: "a 128 MiB object streams byte-exact without being held in memory", run: checkRangeLarge},
 }
 
 func checkCRUD(t T, c *blobstore.Container) {
@@ -500,8 +507,8 @@ func checkKeysUnicode(t T, c *blobstore.Container) {
 	}
 }
 
-// invalidKeys break ValidateKey; every driver must refuse them before
-// sending anything.
+// invalidKeys break ValidateKey; the container must refuse them on every
+// store before anything is sent.
 var invalidKeys = map[string]string{
 	"empty":            "",
 	"dot":              ".",

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -156,12 +157,7 @@ func (e *fencingEnv) checkFenceBodies() {
 	e.t.Helper()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	keys := make([]string, 0, len(e.fenceBodies))
-	for k := range e.fenceBodies {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(e.fenceBodies)) {
 		for body, n := range e.fenceBodies[k] {
 			if n > 1 {
 				violated(e.t, SingleAcker, "the body %q was stored %d times at %s: on a store whose token hashes the body (S3 ETags are MD5s) a repeated body brings back a token a stale writer may hold (ABA), so every fence write must carry a new seq or nonce", body, n, k)

@@ -376,11 +376,7 @@ func checkFenceABA(t T, c *blobstore.Container) {
 	// so the token from before the handoff never matches again.
 	e.mustAppend(sh2.Writer, "term 2", "s-1")
 	before := sh2.Chain.State()
-	src := relocation.NewSource(s.store, sh2.Chain, sh2.Writer, e.writerOptions())
-	hc, err := src.Handoff(e.ctx, "dst", "")
-	if err != nil {
-		unstaged(t, "handoff to dst: %v", err)
-	}
+	src, hc := e.handoff(s, sh2)
 	d := e.actor("the relocation target")
 	_, wd, err := relocation.Adopt(e.ctx, d.store, "dst", hc, relocation.AdoptOptions{Backoff: fencingBackoff(), Clock: e.clock, Writer: e.writerOptions()})
 	if err != nil {
@@ -484,14 +480,7 @@ func checkHandoffRevert(t T, c *blobstore.Container) {
 	d2 := e.actor("the second target")
 	wd2 := adopt(d2, "dst2", hc2)
 	e.mustAppend(wd2, "the second target", "c")
-	out, err = src.Abort(e.ctx)
-	e.track(src.Writer())
-	switch {
-	case err != nil:
-		t.Errorf("the revert after the target wrote failed: %v; want a stand-down", err)
-	case out != relocation.StoodDown:
-		violated(t, SingleAcker, "the revert after the target wrote ended %v, not stood down: the store accepted a CAS expecting the transfer's token after the target's CAS had replaced it (If-Match not enforced)", out)
-	}
+	e.revertStandsDown(src, "after the target wrote", "the store accepted a CAS expecting the transfer's token after the target's CAS had replaced it (If-Match not enforced)")
 	e.expectFenced(src.Writer(), "the source", "b-late", SingleAcker, "the target had written after the second handoff")
 	e.mustAppend(wd2, "the second target", "d")
 	e.verifyLineage(staleWriterHint)
@@ -502,11 +491,7 @@ func checkHandoffRacingTarget(t T, c *blobstore.Container) {
 	sa := e.actor("the source")
 	sh := e.mustOpen(sa, 1, "src", nil)
 	e.mustAppend(sh.Writer, "the source", "a")
-	src := relocation.NewSource(sa.store, sh.Chain, sh.Writer, e.writerOptions())
-	hc, err := src.Handoff(e.ctx, "dst", "")
-	if err != nil {
-		unstaged(t, "handoff: %v", err)
-	}
+	src, hc := e.handoff(sa, sh)
 	d := e.actor("the target")
 	_, wd, err := relocation.Adopt(e.ctx, d.store, "dst", hc, relocation.AdoptOptions{Backoff: fencingBackoff(), Clock: e.clock, Writer: e.writerOptions()})
 	if err != nil {
@@ -528,12 +513,7 @@ func checkHandoffRacingTarget(t T, c *blobstore.Container) {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
-	out, err := src.Abort(e.ctx)
-	e.track(src.Writer())
-	if err != nil || out != relocation.Resumed {
-		unstaged(t, "the revert while the target's CAS is on the wire: %v %v, want resumed", out, err)
-	}
-	h.release()
+	e.revertResumes(src, h, "the target's CAS")
 	rd := receive(e, pd, "the target's append")
 	rs, serr := e.appendOp(src.Writer(), "the source", "b")
 	if rd.err == nil && serr == nil {
@@ -663,4 +643,45 @@ func checkCheckpointGate(t T, c *blobstore.Container) {
 	case cp.Term != 1 || cp.Gen != b.Gen:
 		t.Errorf("the final reader used checkpoint term %d gen %d, want term 1 gen %d", cp.Term, cp.Gen, b.Gen)
 	}
+}
+
+// handoff hands the shard a's sh holds off to the allocation "dst": the
+// source and the handoff a target adopts.
+func (e *fencingEnv) handoff(a *actor, sh *recovery.Shard) (*relocation.Source, relocation.HandoffContext) {
+	e.t.Helper()
+	src := relocation.NewSource(a.store, sh.Chain, sh.Writer, e.writerOptions())
+	hc, err := src.Handoff(e.ctx, "dst", "")
+	if err != nil {
+		unstaged(e.t, "handoff to dst: %v", err)
+	}
+	return src, hc
+}
+
+// revertStandsDown aborts a handoff's source after the target took the
+// shard over (when says how): the revert must stand down, since a source
+// that resumes beside its target means the store accepted a CAS expecting
+// the transfer's token after the target's CAS had replaced it; because is
+// the rest of that violation's message.
+func (e *fencingEnv) revertStandsDown(src *relocation.Source, when, because string) {
+	e.t.Helper()
+	out, err := src.Abort(e.ctx)
+	e.track(src.Writer())
+	switch {
+	case err != nil:
+		e.t.Errorf("the revert %s failed: %v; want a stand-down", when, err)
+	case out != relocation.StoodDown:
+		violated(e.t, SingleAcker, "the revert %s ended %v, not stood down: %s", when, out, because)
+	}
+}
+
+// revertResumes aborts a handoff's source while h holds the target's CAS
+// (what) on the wire, so the source must resume, and then lets the CAS go.
+func (e *fencingEnv) revertResumes(src *relocation.Source, h *hold, what string) {
+	e.t.Helper()
+	out, err := src.Abort(e.ctx)
+	e.track(src.Writer())
+	if err != nil || out != relocation.Resumed {
+		unstaged(e.t, "the revert while %s is on the wire: %v %v, want resumed", what, out, err)
+	}
+	h.release()
 }

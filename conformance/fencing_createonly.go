@@ -300,11 +300,7 @@ func createOnlyHandoffRound(t T, c *blobstore.Container, adoptFirst bool) {
 	sh := e.mustOpen(sa, 1, "src", nil)
 	e.expectCreateOnly()
 	e.mustAppend(sh.Writer, "the source", "a")
-	src := relocation.NewSource(sa.store, sh.Chain, sh.Writer, e.writerOptions())
-	hc, err := src.Handoff(e.ctx, "dst", "")
-	if err != nil {
-		unstaged(t, "handoff: %v", err)
-	}
+	src, hc := e.handoff(sa, sh)
 	d := e.actor("the target")
 	type adopted struct {
 		w   *translog.Writer
@@ -327,14 +323,7 @@ func createOnlyHandoffRound(t T, c *blobstore.Container, adoptFirst bool) {
 			violated(t, NoSpuriousFencing, "the target could not adopt the handoff it was given: %v", ra.err)
 			return
 		}
-		out, err := src.Abort(e.ctx)
-		e.track(src.Writer())
-		switch {
-		case err != nil:
-			t.Errorf("the revert after the adopt failed: %v; want a stand-down", err)
-		case out != relocation.StoodDown:
-			violated(t, SingleAcker, "the revert after the target adopted ended %v, not stood down: in create_only mode the adopt's CAS must move the key off the transfer's token (or the store accepted a stale If-Match), else the source resumes beside a target whose syncs send no CAS", out)
-		}
+		e.revertStandsDown(src, "after the target adopted", "in create_only mode the adopt's CAS must move the key off the transfer's token (or the store accepted a stale If-Match), else the source resumes beside a target whose syncs send no CAS")
 		e.mustAppend(ra.w, "the target", "t-1")
 		e.expectFenced(src.Writer(), "the source", "b-late", SingleAcker, "the target had adopted the handoff")
 		e.mustAppend(ra.w, "the target", "t-2")
@@ -349,12 +338,7 @@ func createOnlyHandoffRound(t T, c *blobstore.Container, adoptFirst bool) {
 		case <-e.ctx.Done():
 			unstaged(t, "the adopt's fence CAS was never sent (%v)", context.Cause(e.ctx))
 		}
-		out, err := src.Abort(e.ctx)
-		e.track(src.Writer())
-		if err != nil || out != relocation.Resumed {
-			unstaged(t, "the revert while the adopt's CAS is on the wire: %v %v, want resumed", out, err)
-		}
-		h.release()
+		e.revertResumes(src, h, "the adopt's CAS")
 		ra := receive(e, pa, "the adopt")
 		rs, serr := e.appendOp(src.Writer(), "the source", "b")
 		switch {

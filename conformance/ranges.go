@@ -7,21 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"sync"
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
 )
-
-// The streaming and ranged reads of the contract (Container.NewReader and
-// NewRangeReader).
-var rangeChecks = []Check{
-	{Name: "range-reads", Description: "whole and ranged streams, short reads at the end, empty objects, a range past the end, a missing key", run: checkRangeReads},
-	{Name: "range-pinned", Description: "a range pinned to a version fails once the object is replaced, and a pinned stream never mixes two versions", run: checkRangePinned},
-	{Name: "range-cancel", Description: "cancelling the context mid-body fails the stream's next reads", run: checkRangeCancel},
-	{Name: "range-stream-128mib", Description: "a 128 MiB object streams byte-exact without being held in memory", run: checkRangeLarge},
-}
 
 // pattern is n bytes that differ at every offset modulo 251, filled from
 // seed, so a range read at the wrong offset or of another version shows.
@@ -258,5 +250,95 @@ func checkRangeLarge(t T, c *blobstore.Container) {
 		t.Errorf("the heap grew by %d MiB while streaming a %d MiB object: the stream holds the body", grew>>20, size>>20)
 	} else {
 		t.Logf("heap grew by at most %d MiB while streaming %d MiB", max(grew, 0)>>20, size>>20)
+	}
+}
+
+// rangeCase is one ranged read and what it must give: the bytes from..to
+// of the current version, or an error of the kind want.
+type rangeCase struct {
+	off, n   int64
+	pin      blobstore.Token
+	from, to int64
+	want     error
+}
+
+// checkRangeEdges reads the corners of the range contract, the ones a
+// driver cannot send to its store as asked (no HTTP Range names zero bytes
+// or starts at the end), against an object replaced once: every answer must
+// be the current version's, or the kind of error the contract names, with
+// the pin weighed before the range.
+func checkRangeEdges(t T, c *blobstore.Container) {
+	ctx := t.Context()
+	key := "range/edges"
+	old, err := c.Put(ctx, key, pattern(1200, 4))
+	mustOK(t, err, "Put v1")
+	body := pattern(1000, 5)
+	cur, err := c.Put(ctx, key, body)
+	mustOK(t, err, "Put v2")
+	size := int64(len(body))
+	cases := []rangeCase{
+		{off: 0, n: 1, to: 1},                                  // the first byte alone
+		{off: size - 5, n: 5, from: size - 5, to: size},        // up to the last byte exactly
+		{off: 3, n: math.MaxInt64, from: 3, to: size},          // a length whose end overflows
+		{off: 0, n: math.MaxInt64, to: size},                   // the same from the start
+		{off: size, n: -1, pin: cur, from: size, to: size},     // at the end, pinned
+		{off: size, n: 0, from: size, to: size},                // nothing, at the end
+		{off: 3, n: 0, pin: cur, from: 3, to: 3},               // nothing, pinned
+		{off: size + 1, n: 0, want: blobstore.ErrInvalidRange}, // nothing, past the end
+		{off: size + 1, n: -1, pin: cur, want: blobstore.ErrInvalidRange},
+		{off: size + 1, n: math.MaxInt64, want: blobstore.ErrInvalidRange},
+		{off: size, n: -1, pin: old, want: blobstore.ErrPreconditionFailed},
+		{off: 3, n: 0, pin: old, want: blobstore.ErrPreconditionFailed},
+		{off: size + 2, n: 5, pin: old, want: blobstore.ErrPreconditionFailed}, // inside v1, past v2's end
+		{off: size + 1, n: 0, pin: old, want: blobstore.ErrPreconditionFailed},
+	}
+	for _, r := range cases {
+		checkRangeCase(t, c, key, r, body, cur)
+	}
+	for _, r := range []rangeCase{
+		{n: 0, want: blobstore.ErrNotFound},
+		{n: 0, pin: cur, want: blobstore.ErrNotFound},
+		{off: 5, n: -1, pin: cur, want: blobstore.ErrNotFound},
+		{off: 5, n: 1, want: blobstore.ErrNotFound},
+	} {
+		checkRangeCase(t, c, "range/edges-missing", r, nil, "")
+	}
+
+	empty := "range/edges-empty"
+	etok, err := c.Put(ctx, empty, nil)
+	mustOK(t, err, "Put of an empty object")
+	for _, r := range []rangeCase{
+		{n: -1},
+		{n: 1},
+		{n: math.MaxInt64},
+		{n: 0, pin: etok},
+		{off: 1, n: 0, want: blobstore.ErrInvalidRange},
+		{off: 1, n: 1, pin: etok, want: blobstore.ErrInvalidRange},
+		{n: -1, pin: cur, want: blobstore.ErrPreconditionFailed},
+		{n: 0, pin: cur, want: blobstore.ErrPreconditionFailed},
+	} {
+		checkRangeCase(t, c, empty, r, nil, etok)
+	}
+}
+
+// checkRangeCase reads one range of key, whose current version is body
+// with token tok, and checks the answer against r.
+func checkRangeCase(t T, c *blobstore.Container, key string, r rangeCase, body []byte, tok blobstore.Token) {
+	t.Helper()
+	what := fmt.Sprintf("range offset %d length %d of %s pinned to %q", r.off, r.n, key, r.pin)
+	got, attrs, err := readRange(t.Context(), c, key, r.off, r.n, r.pin)
+	if r.want != nil {
+		expectErr(t, err, r.want, "GetRange", key, what)
+		return
+	}
+	if err != nil {
+		t.Errorf("%s: %v", what, err)
+		return
+	}
+	if want := body[r.from:r.to]; !bytes.Equal(got, want) {
+		t.Errorf("%s: %s, want bytes %d..%d (%s)", what, describeBody(got), r.from, r.to, describeBody(want))
+	}
+	if attrs.Size != int64(len(body)) || attrs.Token != tok {
+		t.Errorf("%s: attrs size %d token %q, want the current version's %d and %q", what, attrs.Size, attrs.Token, len(body), tok)
 	}
 }

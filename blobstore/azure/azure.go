@@ -19,10 +19,10 @@
 // the key. Reads, listings and unconditional deletes keep the pipeline's
 // retries (up to four attempts, backing off from 100ms).
 //
-// Streaming reads (NewRangeReader) are one Get Blob with a range and, when
-// pinned, If-Match on the token; a broken download resumes pinned to the
-// ETag of its first answer. A zero length, a 416 and a pinned 412 cost one
-// GetProperties more each, to give the contract's answers (range.go).
+// Streaming reads (GetRange, range.go) are one Get Blob with a range and,
+// when pinned, If-Match on the token; a broken download resumes pinned to
+// the ETag of its first answer. A zero length, a 416 and a pinned 412 cost
+// one GetProperties more each, which the portable layer decides.
 //
 // Azure lists names in UTF-16 code-unit order, which differs from the
 // contract's byte order where a character above U+FFFF meets one in
@@ -70,6 +70,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/driver"
+	"github.com/shardfence/shardfence/blobstore/internal/wire"
 )
 
 // Scheme is the URL scheme this driver registers.
@@ -148,10 +149,9 @@ func open(_ context.Context, u *url.URL) (*blobstore.Container, error) {
 		v := vs[len(vs)-1]
 		switch k {
 		case "endpoint":
-			ep, err := url.Parse(v)
-			if err != nil || (ep.Scheme != "http" && ep.Scheme != "https") || ep.Host == "" || ep.User != nil {
-				// The value is not repeated: it may carry credentials.
-				return nil, bad("endpoint is not an http(s) URL without user info")
+			ep, err := wire.Endpoint(v)
+			if err != nil {
+				return nil, bad("%v", err)
 			}
 			if strings.Trim(ep.Path, "/") == "" && isLocal(ep.Hostname()) {
 				ep.Path = "/" + account

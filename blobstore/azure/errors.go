@@ -1,17 +1,15 @@
 package azure
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/driver"
+	"github.com/shardfence/shardfence/blobstore/internal/wire"
 )
 
 // serviceError is a one-line form of the service's answer. The SDK's own
@@ -42,31 +40,13 @@ func mapError(op driver.Op, err error) error {
 	if errors.As(err, &re) {
 		return mapStatus(op, re.StatusCode, re.ErrorCode, &serviceError{status: re.StatusCode, code: re.ErrorCode, err: re})
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		if op.Mutates() {
-			// The request may have reached the store before the caller
-			// gave up on it.
-			return blobstore.Ambiguous(err)
-		}
-		return err
-	}
-	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Op == "dial" {
-		return blobstore.Unavailable(err)
-	}
-	if op.Mutates() {
-		// A reset connection, a truncated response, or an error this
-		// driver does not recognise leaves the write's outcome open.
-		return blobstore.Ambiguous(err)
-	}
-	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return blobstore.Unavailable(err)
-	}
-	return err
+	return wire.NoAnswer(op, err)
 }
 
 func mapStatus(op driver.Op, status int, code string, err error) error {
+	if e := wire.Overloaded(op, status, err); e != nil {
+		return e
+	}
 	switch {
 	case code == "ContainerNotFound":
 		return fmt.Errorf("container does not exist; create it or fix the store URL: %w", err)
@@ -105,16 +85,6 @@ func mapStatus(op driver.Op, status int, code string, err error) error {
 		return fmt.Errorf("%w: the store refused the blob name: %w", blobstore.ErrInvalidKey, err)
 	case status == http.StatusForbidden || status == http.StatusUnauthorized:
 		return fmt.Errorf("access denied; check the account key, connection string or SAS token and its permissions: %w", err)
-	case status == http.StatusTooManyRequests:
-		return blobstore.Unavailable(err)
-	case status == http.StatusRequestTimeout || status >= 500:
-		// 503 ServerBusy is documented as "not processed", but a write
-		// treats every 5xx as possibly applied: the cost of being wrong
-		// the other way is a lost acknowledged write.
-		if op.Mutates() {
-			return blobstore.Ambiguous(err)
-		}
-		return blobstore.Unavailable(err)
 	}
 	return err
 }

@@ -24,10 +24,16 @@
 // A new driver is a file of SDK calls implementing Bucket plus a test that
 // runs the conformance suite (package conformance) against the real store.
 //
-// Streaming reads. A driver that implements RangeReader serves
-// OpGetRange: a stream over a range of one version of an object, natively
-// (no whole body in memory). The portable type gates it like
-// ConditionalDelete: ErrUnsupported where a driver lacks it.
+// Streaming reads. A driver serves OpGetRange, a stream over a range of one
+// version of an object with no whole body in memory, in one of two ways. A
+// store that reads over HTTP implements RangeGetter: one GET of a range the
+// portable type chose, answered as the SDK reports it; the range contract's
+// corners (zero bytes, a start at or past the end, a pin on a replaced or
+// missing object, an answer that ignored the range) are decided once, in
+// the portable type, for every such store. A store that can read any range
+// of one version itself (fs, mem) implements RangeReader and answers the
+// whole contract. The portable type gates OpGetRange like ConditionalDelete:
+// ErrUnsupported where a driver has neither.
 package driver
 
 import (
@@ -199,11 +205,11 @@ type KeyChecker interface {
 	CheckKey(key string) error
 }
 
-// RangeReader is implemented by a driver that reads objects as streams,
-// natively (S3 and MinIO Range with If-Match, GCS NewRangeReader with a
-// generation condition, Azure a ranged download with If-Match, fs pread).
-// The portable type refuses OpGetRange with ErrUnsupported on a driver
-// without it.
+// RangeReader is implemented by a driver that serves the whole range
+// contract itself, natively (fs pread from one open single-version file, mem
+// a slice of the stored body): it knows the size before it reads, so no
+// corner of the contract costs it a request. Drivers of stores that read
+// over HTTP implement RangeGetter instead.
 type RangeReader interface {
 	// NewRangeReader opens a stream over length bytes of the object at key
 	// from offset; length -1 reads to the end, and a range that runs past
@@ -219,6 +225,85 @@ type RangeReader interface {
 	NewRangeReader(ctx context.Context, key string, offset, length int64, pre Precondition) (io.ReadCloser, Attrs, error)
 }
 
+// RangeGetter is implemented by a driver whose store reads ranges over
+// HTTP (S3 and MinIO a GET with Range and If-Match, GCS NewRangeReader with
+// a generation condition, Azure a ranged download with If-Match). It
+// answers only what its SDK does: the portable type decides which ranges
+// to ask for, when a Stat must answer instead, and what each answer means,
+// the same way for every such store.
+type RangeGetter interface {
+	// GetRange sends one GET of r of the object at key, with pre.IfMatch
+	// (when set) as the store's own version condition, and returns the
+	// answer as the SDK reports it; Body is the response's, read as the
+	// caller reads, never held whole. An SDK that resumes a broken body
+	// must pin the resumed request to the first answer's version. Errors
+	// are the SDK's, for Classify with OpGetRange: a 416 (a range starting
+	// at or past the end) must classify as ErrInvalidRange, a refused
+	// version condition as ErrPreconditionFailed, a missing key as
+	// ErrNotFound. ctx governs the whole body.
+	GetRange(ctx context.Context, key string, r ByteRange, pre Precondition) (RangeAnswer, error)
+}
+
+// ByteRange is the range a RangeGetter asks its store for: Length bytes
+// from Offset, or to the end for Length -1. It is never empty (Length is
+// -1 or positive) and its end fits an int64, so every SDK can say it.
+type ByteRange struct {
+	Offset, Length int64
+}
+
+// Whole reports whether the range is the whole object, which is asked
+// with no Range header at all (S3 answers 416 to any range of an empty
+// object).
+func (r ByteRange) Whole() bool { return r.Offset == 0 && r.Length < 0 }
+
+// Header is the HTTP Range header of r: "bytes=FIRST-LAST", "bytes=FIRST-"
+// to the end, and "" for the whole object.
+func (r ByteRange) Header() string {
+	switch {
+	case r.Whole():
+		return ""
+	case r.Length < 0:
+		return "bytes=" + strconv.FormatInt(r.Offset, 10) + "-"
+	}
+	return "bytes=" + strconv.FormatInt(r.Offset, 10) + "-" + strconv.FormatInt(r.Offset+r.Length-1, 10)
+}
+
+// RangeAnswer is a store's answer to a GetRange, as its SDK reports it.
+type RangeAnswer struct {
+	// Body is the answer's bytes; the portable type closes it.
+	Body io.ReadCloser
+	// Token is the version served (an ETag, a generation).
+	Token Token
+	// Start is the offset in the object of Body's first byte: the first
+	// byte of a partial answer (206), 0 for the whole object (200).
+	Start int64
+	// Size is the whole object's size, -1 when the answer does not say (a
+	// whole-object answer without a Content-Length).
+	Size int64
+	// Length is Body's length, -1 when the answer does not say.
+	Length int64
+}
+
+// HTTPAnswer reads an HTTP answer's Content-Range (empty for an answer with
+// the whole object) and Content-Length (nil when absent) into a
+// RangeAnswer, for a driver whose SDK hands over the headers.
+func HTTPAnswer(body io.ReadCloser, token Token, contentRange string, contentLength *int64) (RangeAnswer, error) {
+	a := RangeAnswer{Body: body, Token: token, Size: -1, Length: -1}
+	if contentLength != nil && *contentLength >= 0 {
+		a.Length = *contentLength
+	}
+	if contentRange == "" {
+		a.Size = a.Length
+		return a, nil
+	}
+	start, size, ok := ParseContentRange(contentRange)
+	if !ok {
+		return RangeAnswer{}, fmt.Errorf("the store answered a ranged GET with Content-Range %q, not bytes FIRST-LAST/SIZE", contentRange)
+	}
+	a.Start, a.Size = start, size
+	return a, nil
+}
+
 // Explainer is implemented by a driver that can say why it does not offer a
 // conditional call its store lacks (DeleteIfMatch without
 // ConditionalDelete) and what an operator can do about it; the portable
@@ -229,7 +314,9 @@ type Explainer interface {
 
 // Range resolves a ranged read of an object of size bytes: the end of the
 // bytes to read, or an error wrapping invalidRange when offset is past the
-// end. Drivers that learn the size before they read share it.
+// end. It is the one rule for every ranged read: the RangeReader drivers
+// apply it to the size they know, the portable layer to the size a
+// RangeGetter's store answered.
 func Range(size, offset, length int64, invalidRange error) (end int64, err error) {
 	if offset > size {
 		return 0, fmt.Errorf("%w: offset %d is past the end of the %d-byte object", invalidRange, offset, size)

@@ -1,11 +1,8 @@
 package gcs
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 
 	"cloud.google.com/go/storage"
@@ -13,6 +10,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/driver"
+	"github.com/shardfence/shardfence/blobstore/internal/wire"
 )
 
 // mapError turns an error of the GCS client for op into the blobstore
@@ -32,30 +30,14 @@ func mapError(op driver.Op, err error) error {
 	if errors.Is(err, storage.ErrObjectNotExist) {
 		return mapStatus(op, http.StatusNotFound, err)
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		if op.Mutates() {
-			// The request may have reached the store before the caller
-			// gave up on it.
-			return blobstore.Ambiguous(err)
-		}
-		return err
-	}
-	if isDial(err) {
-		return blobstore.Unavailable(err)
-	}
-	if op.Mutates() {
-		// Anything else (a reset connection, a truncated response, an error
-		// this driver does not recognise) leaves the write's outcome open.
-		return blobstore.Ambiguous(err)
-	}
-	if isTransport(err) {
-		return blobstore.Unavailable(err)
-	}
-	return err
+	return wire.NoAnswer(op, err)
 }
 
 // mapStatus maps an HTTP status the store answered with.
 func mapStatus(op driver.Op, code int, err error) error {
+	if e := wire.Overloaded(op, code, err); e != nil {
+		return e
+	}
 	switch {
 	case code == http.StatusPreconditionFailed:
 		if op == driver.OpCreateIfAbsent {
@@ -75,31 +57,13 @@ func mapStatus(op driver.Op, code int, err error) error {
 	case code == http.StatusConflict:
 		return fmt.Errorf("%w: %w", blobstore.ErrConflict, err)
 	case code == http.StatusRequestedRangeNotSatisfiable:
-		// NewRangeReader settles the 416s it gets; this is for any other.
+		// A ranged read that starts at or past the end; the portable
+		// layer tells the empty stream at the end from a start past it.
 		return fmt.Errorf("%w: %w", blobstore.ErrInvalidRange, err)
-	case code == http.StatusTooManyRequests:
-		// Rate limiting refuses a request before it is processed.
-		return blobstore.Unavailable(err)
 	case code == http.StatusRequestEntityTooLarge:
 		return fmt.Errorf("%w: %w", blobstore.ErrTooLarge, err)
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		return fmt.Errorf("access denied; check the credentials (GOOGLE_APPLICATION_CREDENTIALS, application-default login) and the bucket's IAM permissions: %w", err)
-	case code == http.StatusRequestTimeout || code >= 500:
-		if op.Mutates() {
-			return blobstore.Ambiguous(err)
-		}
-		return blobstore.Unavailable(err)
 	}
 	return err
-}
-
-// isDial reports a failure to connect: nothing was sent.
-func isDial(err error) bool {
-	var oe *net.OpError
-	return errors.As(err, &oe) && oe.Op == "dial"
-}
-
-func isTransport(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }

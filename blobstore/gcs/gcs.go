@@ -15,10 +15,11 @@
 // four attempts, backing off from 100ms), since repeating them cannot change
 // what they report.
 //
-// Ranged reads (NewRangeReader, range.go) stream one GET with a Range header,
-// pinned with ifGenerationMatch; the driver also checks the generation it was
-// served, since fake-gcs-server ignores read preconditions. A zero length, or
-// an offset at or past the end (a 416), costs one metadata request.
+// Ranged reads (GetRange, range.go) stream one GET with a Range header,
+// pinned with ifGenerationMatch. The ranges HTTP cannot say (a zero length,
+// an offset at or past the end: a 416) are the portable layer's to settle,
+// and so is the check of the generation served against the pin, which
+// fake-gcs-server's answers need: it ignores read preconditions.
 //
 // Conditional delete (DeleteIfMatch) is off unless the URL says
 // conditional_delete=true. Real GCS enforces ifGenerationMatch on delete;
@@ -55,6 +56,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/driver"
+	"github.com/shardfence/shardfence/blobstore/internal/wire"
 )
 
 // Scheme is the URL scheme this driver registers.
@@ -153,10 +155,8 @@ func open(ctx context.Context, u *url.URL) (*blobstore.Container, error) {
 		v := vs[len(vs)-1]
 		switch k {
 		case "endpoint":
-			ep, err := url.Parse(v)
-			if err != nil || (ep.Scheme != "http" && ep.Scheme != "https") || ep.Host == "" || ep.User != nil {
-				// The value is not repeated: it may carry credentials.
-				return nil, bad("endpoint is not an http(s) URL without user info")
+			if _, err := wire.Endpoint(v); err != nil {
+				return nil, bad("%v", err)
 			}
 			clientOpts = append(clientOpts,
 				option.WithEndpoint(strings.TrimRight(v, "/")+"/storage/v1/"),

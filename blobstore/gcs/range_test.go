@@ -18,7 +18,7 @@ import (
 // TestConformance reads through the XML API; the range checks run again on a
 // store opened by URL, which reads through the JSON API.
 func TestRangeChecksJSONReads(t *testing.T) {
-	only := []string{"range-reads", "range-pinned", "range-cancel", "range-stream-128mib"}
+	only := []string{"range-reads", "range-edges", "range-pinned", "range-cancel", "range-stream-128mib"}
 	rep := conformance.Run(t.Context(), openURL(t, ""), conformance.Options{Only: only})
 	for _, res := range rep.Results {
 		if res.Status == conformance.Fail {

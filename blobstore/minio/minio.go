@@ -22,7 +22,8 @@
 // reading. Reads and unconditional writes keep the client's retries.
 //
 // Streaming reads are one ranged GET (If-Match when pinned), streamed from
-// the response body; see NewRangeReader for the ranges HTTP cannot express.
+// the response body (GetRange); the ranges HTTP cannot say are the portable
+// layer's to settle.
 //
 // MinIO accepts If-Match on DELETE and deletes anyway, so this driver does
 // not offer ConditionalDelete; DeleteIfMatch returns ErrUnsupported.
@@ -35,7 +36,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -134,7 +134,7 @@ var (
 	_ driver.Bucket      = (*bucket)(nil)
 	_ driver.KeyChecker  = (*bucket)(nil)
 	_ driver.Explainer   = (*bucket)(nil)
-	_ driver.RangeReader = (*bucket)(nil)
+	_ driver.RangeGetter = (*bucket)(nil)
 )
 
 // New opens a container. It sends no request: a wrong bucket or credentials
@@ -203,18 +203,13 @@ func (b *bucket) Unsupported(driver.Op) string {
 	return "MinIO ignores If-Match on DELETE, so the minio driver offers no conditional delete"
 }
 
-// Classify reads the store's answer out of a client error. A ranged
-// read's 416 is ErrInvalidRange; every other answer to it means what it
-// means for a Get (412 with If-Match is ErrPreconditionFailed, 404
-// ErrNotFound, a 5xx or a transport error ErrUnavailable).
+// Classify reads the store's answer out of a client error, as the s3
+// driver does (s3compat.Map).
 func (b *bucket) Classify(op driver.Op, err error) error {
 	var a s3compat.Answer
 	var er minio.ErrorResponse
 	if errors.As(err, &er) {
 		a = s3compat.Answer{Status: er.StatusCode, Code: er.Code, Message: er.Message}
-	}
-	if op == driver.OpGetRange && isInvalidRange(err) {
-		return fmt.Errorf("%w (S3 answered %d %s)", blobstore.ErrInvalidRange, a.Status, a.Code)
 	}
 	mapped := s3compat.Map(op, b.bucket, credentialHint, a, err)
 	if b.secure && plainHTTPServer(err) {
@@ -241,13 +236,6 @@ func plainHTTPServer(err error) bool {
 	return strings.Contains(msg, "server gave HTTP response to HTTPS client") || strings.Contains(msg, "first record does not look like a TLS handshake")
 }
 
-// isInvalidRange tells whether the store answered 416 (InvalidRange): the
-// range starts at or past the object's end.
-func isInvalidRange(err error) bool {
-	var er minio.ErrorResponse
-	return errors.As(err, &er) && (er.StatusCode == http.StatusRequestedRangeNotSatisfiable || er.Code == "InvalidRange")
-}
-
 func (b *bucket) Get(ctx context.Context, key string) (driver.Object, error) {
 	rc, info, _, err := b.retrying.GetObject(ctx, b.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
@@ -264,93 +252,31 @@ func (b *bucket) Get(ctx context.Context, key string) (driver.Object, error) {
 	return driver.Object{Body: buf.Bytes(), Token: s3compat.Token(info.ETag)}, nil
 }
 
-// NewRangeReader is one GET, sent before it returns (Core.GetObject is not
-// lazy), so a missing key (404), a replaced pinned version (412, If-Match)
-// or a range past the end (416) fails here; the stream is the response
-// body itself. The whole object (offset 0, length -1) is asked without a
-// Range header, which an empty object needs: S3 answers 416 to any range
-// of it.
-//
-// HTTP cannot express the rest of the contract, which costs a HEAD:
-//   - length 0: a HEAD (If-Match when pinned) instead of the GET, for the
-//     version's size and token and to tell offset == size from beyond it.
-//   - a 416: the range starts at or past the end, and the answer does not
-//     say which; a HEAD (If-Match when pinned) reads the size: offset ==
-//     size is an empty stream, offset > size ErrInvalidRange. An unpinned
-//     object replaced between the GET and the HEAD by a longer one is read
-//     again (a few times at most).
-func (b *bucket) NewRangeReader(ctx context.Context, key string, offset, length int64, pre driver.Precondition) (io.ReadCloser, driver.Attrs, error) {
-	if length == 0 {
-		return b.emptyRange(ctx, key, offset, pre)
-	}
+// GetRange is one GET, sent before it returns (Core.GetObject is not
+// lazy), with the range as its Range header (none for the whole object)
+// and If-Match when pinned; the stream is the response body itself. What a
+// range HTTP cannot say costs is decided by the portable layer
+// (blobstore/ranges.go).
+func (b *bucket) GetRange(ctx context.Context, key string, r driver.ByteRange, pre driver.Precondition) (driver.RangeAnswer, error) {
 	var opts minio.GetObjectOptions
 	if pre.IfMatch != "" {
 		if err := opts.SetMatchETag(strings.Trim(string(pre.IfMatch), `"`)); err != nil {
-			return nil, driver.Attrs{}, err
+			return driver.RangeAnswer{}, err
 		}
 	}
-	ranged := offset > 0 || length > 0
-	if ranged {
-		end := int64(0) // with offset > 0: "bytes=offset-", to the end
-		if length > 0 {
-			end = offset + length - 1
-		}
-		if err := opts.SetRange(offset, end); err != nil {
-			return nil, driver.Attrs{}, err
-		}
+	if h := r.Header(); h != "" {
+		opts.Set("Range", h)
 	}
-	const attempts = 3
-	for attempt := 1; ; attempt++ {
-		rc, info, h, err := b.retrying.GetObject(ctx, b.bucket, key, opts)
-		if err == nil {
-			attrs := driver.Attrs{Size: info.Size, Token: s3compat.Token(info.ETag)}
-			if ranged {
-				var ok bool
-				if _, attrs.Size, ok = driver.ParseContentRange(h.Get("Content-Range")); !ok {
-					err = fmt.Errorf("store answered a ranged GET with Content-Range %q, not bytes first-last/size", h.Get("Content-Range"))
-				}
-			}
-			if err == nil && attrs.Size < 0 {
-				err = errors.New("store answered the GET without a Content-Length")
-			}
-			if err != nil {
-				rc.Close()
-				return nil, driver.Attrs{}, err
-			}
-			return driver.ContextReader(ctx, rc, rc.Close), attrs, nil
-		}
-		if !isInvalidRange(err) {
-			return nil, driver.Attrs{}, err
-		}
-		rc, attrs, serr := b.emptyRange(ctx, key, offset, pre)
-		if serr != nil || offset >= attrs.Size || pre.IfMatch != "" {
-			return rc, attrs, serr
-		}
-		// The object was replaced by a longer one since the GET.
-		rc.Close()
-		if attempt == attempts {
-			return nil, driver.Attrs{}, blobstore.Unavailable(fmt.Errorf("object changed under %d ranged reads from offset %d: %w", attempts, offset, err))
-		}
-	}
-}
-
-// emptyRange is a HEAD (If-Match when pinned) for an empty stream at
-// offset: the version's size and token, or ErrInvalidRange past the end.
-func (b *bucket) emptyRange(ctx context.Context, key string, offset int64, pre driver.Precondition) (io.ReadCloser, driver.Attrs, error) {
-	var opts minio.StatObjectOptions
-	if pre.IfMatch != "" {
-		if err := opts.SetMatchETag(strings.Trim(string(pre.IfMatch), `"`)); err != nil {
-			return nil, driver.Attrs{}, err
-		}
-	}
-	info, err := b.retrying.StatObject(ctx, b.bucket, key, opts)
+	rc, info, h, err := b.retrying.GetObject(ctx, b.bucket, key, opts)
 	if err != nil {
-		return nil, driver.Attrs{}, err
+		return driver.RangeAnswer{}, err
 	}
-	if _, err := driver.Range(info.Size, offset, 0, blobstore.ErrInvalidRange); err != nil {
-		return nil, driver.Attrs{}, err
+	// info.Size is the Content-Length, -1 when absent.
+	a, err := driver.HTTPAnswer(rc, s3compat.Token(info.ETag), h.Get("Content-Range"), &info.Size)
+	if err != nil {
+		rc.Close()
 	}
-	return io.NopCloser(bytes.NewReader(nil)), driver.Attrs{Size: info.Size, Token: s3compat.Token(info.ETag)}, nil
+	return a, err
 }
 
 func (b *bucket) Stat(ctx context.Context, key string) (driver.Attrs, error) {

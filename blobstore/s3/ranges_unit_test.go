@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -36,22 +35,6 @@ func TestClassifyGetRange(t *testing.T) {
 	}
 }
 
-func TestRangeHeaders(t *testing.T) {
-	for _, tc := range []struct {
-		off, n int64
-		want   string
-	}{
-		{0, 10, "bytes=0-9"},
-		{5, 1, "bytes=5-5"},
-		{7, -1, "bytes=7-"},
-		{7, math.MaxInt64, "bytes=7-"},
-	} {
-		if got := httpRange(tc.off, tc.n); got != tc.want {
-			t.Errorf("httpRange(%d, %d) = %q, want %q", tc.off, tc.n, got, tc.want)
-		}
-	}
-}
-
 // A store that ignores the Range header answers 200 with the whole body:
 // the stream must still hold exactly the range, and Attrs the whole size.
 func TestRangeFromStoreIgnoringRange(t *testing.T) {
@@ -68,6 +51,7 @@ func TestRangeFromStoreIgnoringRange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := blobstore.New(b)
 	for _, tc := range []struct {
 		off, n int64
 		want   string
@@ -79,7 +63,7 @@ func TestRangeFromStoreIgnoringRange(t *testing.T) {
 		{10, 0, ""},
 		{4, 0, ""},
 	} {
-		rc, attrs, err := b.NewRangeReader(t.Context(), "k", tc.off, tc.n, driver.Precondition{})
+		rc, attrs, err := c.NewRangeReader(t.Context(), "k", tc.off, tc.n, "")
 		if err != nil {
 			t.Errorf("range %d/%d: %v", tc.off, tc.n, err)
 			continue
@@ -90,7 +74,7 @@ func TestRangeFromStoreIgnoringRange(t *testing.T) {
 			t.Errorf("range %d/%d: %q, %+v, %v; want %q, size 10, token \"v1\"", tc.off, tc.n, got, attrs, err, tc.want)
 		}
 	}
-	if _, _, err := b.NewRangeReader(t.Context(), "k", 11, 1, driver.Precondition{}); !errors.Is(err, blobstore.ErrInvalidRange) {
+	if _, _, err := c.NewRangeReader(t.Context(), "k", 11, 1, ""); !errors.Is(err, blobstore.ErrInvalidRange) {
 		t.Errorf("range past the end: %v; want ErrInvalidRange", err)
 	}
 }
@@ -124,7 +108,7 @@ func TestRangeRetriesWhenTheObjectGrew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, attrs, err := b.NewRangeReader(t.Context(), "k", 10, 2, driver.Precondition{})
+	rc, attrs, err := blobstore.New(b).NewRangeReader(t.Context(), "k", 10, 2, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,9 +17,9 @@
 // CompareAndSwap sends If-Match with the expected ETag. A token is the ETag
 // exactly as the store returns it, quotes included.
 //
-// Streaming reads (NewRangeReader) are one GET with a Range header, and
-// If-Match with the token when pinned; an empty range costs a HEAD (see
-// ranges.go).
+// Streaming reads (GetRange, ranges.go) are one GET with a Range header,
+// and If-Match with the token when pinned; the ranges HTTP cannot say (zero
+// bytes, a start at the end) are the portable layer's to settle.
 //
 // Retries. An SDK retry of a conditional PUT whose response was lost can
 // meet the driver's own earlier write and come back 412, which would turn a
