@@ -78,8 +78,12 @@ func TakeSurvey(ctx context.Context, store *blobstore.Container, shard string, t
 }
 
 // LowerMarkers reports whether the survey listed a seal marker of a term
-// below its own (seal.LowerMarkers, from the survey's LIST).
+// below its own (seal.LowerMarkers, from the survey's LIST); false for a
+// nil survey.
 func (sv *Survey) LowerMarkers() bool {
+	if sv == nil {
+		return false
+	}
 	for _, a := range sv.items {
 		if t, ok := ParseMarkerKey(a.Key); ok && t < sv.term {
 			return true
