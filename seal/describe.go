@@ -54,7 +54,7 @@ type TermLog struct {
 // progress): the newest md of each term is read unless Inspect already
 // did.
 func Describe(ctx context.Context, store *blobstore.Container, shard string, opts Options) (*Description, error) {
-	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	s := storeIO{store: store, shard: shard, opts: opts.withDefaults()}
 	d := &Description{}
 	f, rw, found, err := ReadFencing(ctx, store, shard, opts)
 	d.Settings = StoredSettings{Found: found, Fencing: f, Rewrite: rw, Err: err}
@@ -91,7 +91,7 @@ func Describe(ctx context.Context, store *blobstore.Container, shard string, opt
 
 // markPoisons fills TermLog.Poisoned from the report, reading the newest
 // md of each term the report did not read.
-func (s io) markPoisons(ctx context.Context, d *Description) error {
+func (s storeIO) markPoisons(ctx context.Context, d *Description) error {
 	read := map[string]bool{}
 	poisons := map[int64][]int64{}
 	for _, p := range d.Poisons {

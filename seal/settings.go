@@ -320,7 +320,7 @@ const (
 var errNoSettings = errors.New("no fencing settings stored")
 
 func shardFencing(ctx context.Context, store *blobstore.Container, shard string, want Fencing, opts Options, how int) (Fencing, error) {
-	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	s := storeIO{store: store, shard: shard, opts: opts.withDefaults()}
 	want = want.normalized()
 	fail := func(err error) (Fencing, error) { return Fencing{}, wrapErr("Settings", shard, FencingKey, 0, err) }
 	var (
@@ -398,7 +398,7 @@ type storedFencing struct {
 // in progress if any (then f is what writers may still run); found is
 // false when no open created them yet.
 func ReadFencing(ctx context.Context, store *blobstore.Container, shard string, opts Options) (f Fencing, rw *FencingRewrite, found bool, err error) {
-	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	s := storeIO{store: store, shard: shard, opts: opts.withDefaults()}
 	obj, found, err := s.get(ctx, FencingKey)
 	if err != nil || !found {
 		return Fencing{}, nil, false, wrapErr("Settings", shard, FencingKey, 0, err)
@@ -424,7 +424,7 @@ func BeginFencingRewrite(ctx context.Context, store *blobstore.Container, shard 
 	if err := to.checkRange(); err != nil {
 		return fail(fmt.Errorf("%w: %v", fence.ErrInvalidArgument, err))
 	}
-	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	s := storeIO{store: store, shard: shard, opts: opts.withDefaults()}
 	err = s.retry(ctx, func(ctx context.Context) error {
 		obj, found, err := s.get(ctx, FencingKey)
 		if err != nil {
@@ -473,7 +473,7 @@ func AbortFencingRewrite(ctx context.Context, store *blobstore.Container, shard 
 }
 
 func endRewrite(ctx context.Context, store *blobstore.Container, shard string, rw FencingRewrite, install Fencing, opts Options) error {
-	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	s := storeIO{store: store, shard: shard, opts: opts.withDefaults()}
 	body := encodeFencing(shard, install)
 	err := s.retry(ctx, func(ctx context.Context) error {
 		obj, found, err := s.get(ctx, FencingKey)
@@ -499,7 +499,7 @@ func endRewrite(ctx context.Context, store *blobstore.Container, shard string, r
 // stored: a term that ever opened a writer stored one first, and GC keeps
 // the newest.
 func LowerMarkers(ctx context.Context, store *blobstore.Container, shard string, term int64, opts Options) (bool, error) {
-	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	s := storeIO{store: store, shard: shard, opts: opts.withDefaults()}
 	items, err := s.list(ctx, MarkerPrefix)
 	if err != nil {
 		return false, wrapErr("Markers", shard, MarkerPrefix, term, err)
