@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/internal/settle"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // Instance is one allocation of one shard: the identity that claims terms
@@ -86,11 +87,11 @@ func NewInstance(store *blobstore.Container, shard, allocation string, opts ...O
 	}
 	for _, chk := range []error{ValidateID("shard", shard, false), ValidateID("allocation", allocation, false), ValidateID("node", in.node, true)} {
 		if chk != nil {
-			return nil, &Error{Op: "NewInstance", Shard: shard, Key: Dir, Err: chk}
+			return nil, &Error{Op: "NewInstance", Shard: shard, Key: layout.FenceDir, Err: chk}
 		}
 	}
 	if store == nil {
-		return nil, &Error{Op: "NewInstance", Shard: shard, Key: Dir, Err: fmt.Errorf("%w: nil store", ErrInvalidArgument)}
+		return nil, &Error{Op: "NewInstance", Shard: shard, Key: layout.FenceDir, Err: fmt.Errorf("%w: nil store", ErrInvalidArgument)}
 	}
 	if in.sweepAttempts < 1 {
 		in.sweepAttempts = 1
@@ -181,7 +182,7 @@ func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 // starts the seal's reads beside the verifying LIST, which keeps a
 // takeover within a few round trips.
 func (in *Instance) ClaimWith(ctx context.Context, term int64, h Hooks) (*Chain, error) {
-	c := &claim{in: in, term: term, key: Key(max(term, 1)), hooks: h}
+	c := &claim{in: in, term: term, key: layout.FenceKey(max(term, 1)), hooks: h}
 	in.mu.Lock()
 	fenced, held := in.fenced, in.held
 	in.mu.Unlock()
@@ -394,7 +395,7 @@ func (c *claim) chain() (*Chain, error) {
 // Accept continues a chain handed over by a relocation source (section 6
 // step 3): the key of term must name this allocation as owner at token.
 func (in *Instance) Accept(ctx context.Context, term int64, token blobstore.Token) (*Chain, error) {
-	key := Key(max(term, 1))
+	key := layout.FenceKey(max(term, 1))
 	if term < 1 {
 		return nil, &Error{Op: "Accept", Shard: in.shard, Key: key, Term: term, Err: fmt.Errorf("%w: term %d", ErrInvalidArgument, term)}
 	}
@@ -431,7 +432,7 @@ func (in *Instance) fence(term int64, key string, successor int64, reason string
 // successor is the highest term above term, from one LIST; 0 when the
 // LIST fails or shows none. It only enriches a fencing error.
 func (in *Instance) successor(ctx context.Context, term int64) int64 {
-	items, err := blobstore.ListAll(ctx, in.store, KeyPrefix)
+	items, err := blobstore.ListAll(ctx, in.store, layout.FencePrefix)
 	if err != nil {
 		return 0
 	}
@@ -442,7 +443,7 @@ func (in *Instance) list(ctx context.Context) (Listing, error) {
 	var items []blobstore.Attrs
 	err := Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error {
 		var err error
-		items, err = blobstore.ListAll(ctx, in.store, KeyPrefix)
+		items, err = blobstore.ListAll(ctx, in.store, layout.FencePrefix)
 		return err
 	})
 	return ParseListing(items), err
@@ -481,7 +482,7 @@ func (in *Instance) deleteAll(ctx context.Context, terms []int64) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lk := Key(t)
+			lk := layout.FenceKey(t)
 			errs[i] = Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error { return in.store.Delete(ctx, lk) })
 		}()
 	}

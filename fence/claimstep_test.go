@@ -7,6 +7,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/internal/settle"
+	"github.com/shardfence/shardfence/layout"
 )
 
 func TestCheckClaim(t *testing.T) {
@@ -45,7 +46,7 @@ func TestCheckClaim(t *testing.T) {
 func listing(tokens map[int64]blobstore.Token, terms ...int64) Listing {
 	var items []blobstore.Attrs
 	for _, term := range terms {
-		items = append(items, blobstore.Attrs{Key: Key(term), Token: tokens[term]})
+		items = append(items, blobstore.Attrs{Key: layout.FenceKey(term), Token: tokens[term]})
 	}
 	return ParseListing(items)
 }
@@ -111,7 +112,7 @@ func TestJudgeSweep(t *testing.T) {
 		{"survivors, rounds left", listing(tok, 5, 3, 1), 1, sweepAgain, 0, []int64{3, 1}},
 		{"survivors, last round", listing(tok, 5, 3), 5, sweepGiveUp, 0, []int64{3}},
 		{"survivors past the last round", listing(tok, 5, 3), 6, sweepGiveUp, 0, []int64{3}},
-		{"stray keys do not count", ParseListing([]blobstore.Attrs{{Key: Key(5), Token: "ours"}, {Key: KeyPrefix + "junk"}}), 1, sweepDone, 0, nil},
+		{"stray keys do not count", ParseListing([]blobstore.Attrs{{Key: layout.FenceKey(5), Token: "ours"}, {Key: layout.FencePrefix + "junk"}}), 1, sweepDone, 0, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := judgeSweep(tc.l, term, "ours", tc.round, 5)

@@ -13,7 +13,7 @@
 //
 // The fencing mode (enabled or not, per-sync or lease, and the lease
 // interval) is the shard's, not the caller's: the first Open stores
-// Writer's as seal.FencingKey, and every later Open runs the stored mode
+// Writer's as layout.FencingKey, and every later Open runs the stored mode
 // and interval whatever it asked for (Shard.Fencing reports them), as read
 // after its sweep. A successor therefore waits out a lease whenever the
 // shard is in lease mode, with the lease its predecessors ran, unless the

@@ -56,7 +56,7 @@ const (
 )
 
 // Key is the manifest's key.
-func (m Manifest) Key() string { return ManifestKey(m.Term, m.Gen) }
+func (m Manifest) Key() string { return layout.ManifestKey(m.Term, m.Gen) }
 
 func (m Manifest) validate() error {
 	if err := ident.Validate("shard", m.Shard, false); err != nil {
@@ -67,7 +67,7 @@ func (m Manifest) validate() error {
 	}
 	seen := map[string]bool{}
 	for _, f := range m.Files {
-		if !filepath.IsLocal(f.Name) || filepath.ToSlash(filepath.Clean(f.Name)) != f.Name || blobstore.ValidateKey(FilePrefix(m.Term, m.Gen)+f.Name) != nil {
+		if !filepath.IsLocal(f.Name) || filepath.ToSlash(filepath.Clean(f.Name)) != f.Name || blobstore.ValidateKey(layout.FilePrefix(m.Term, m.Gen)+f.Name) != nil {
 			return fmt.Errorf("%w: checkpoint file name %q (a relative path without . or .. segments)", fence.ErrInvalidArgument, f.Name)
 		}
 		if seen[f.Name] || f.Size < 0 {
@@ -148,7 +148,7 @@ func publish(ctx context.Context, store *blobstore.Container, chain *fence.Chain
 	}
 	s := storeIO{store: store, shard: chain.Shard(), opts: o}
 	term := chain.Term()
-	key := ManifestKey(term, max(gen, 0))
+	key := layout.ManifestKey(term, max(gen, 0))
 	fail := func(k string, err error) (Manifest, error) {
 		return Manifest{}, wrapErr("Publish", s.shard, k, term, err)
 	}
@@ -197,14 +197,14 @@ func publish(ctx context.Context, store *blobstore.Container, chain *fence.Chain
 			return fmt.Errorf("checkpoint file %q: %w", names[i], err)
 		}
 		m.Files[i].Size, m.Files[i].CRC32C = int64(len(body)), translog.Checksum(body)
-		fk := FilePrefix(term, gen) + m.Files[i].Name
+		fk := layout.FilePrefix(term, gen) + m.Files[i].Name
 		return s.retry(ctx, func(ctx context.Context) error {
 			_, err := store.Put(ctx, fk, body)
 			return err
 		})
 	})
 	if err != nil {
-		return fail(FilePrefix(term, gen), err)
+		return fail(layout.FilePrefix(term, gen), err)
 	}
 	body, err := EncodeManifest(m)
 	if err != nil {
@@ -269,9 +269,9 @@ func Candidates(ctx context.Context, store *blobstore.Container, shard string, l
 // sweep is done, and picks the candidates with CandidatesOf.
 func ListCheckpoints(ctx context.Context, store *blobstore.Container, shard string, opts Options) ([]blobstore.Attrs, error) {
 	s := storeIO{store: store, shard: shard, opts: opts.withDefaults()}
-	items, err := s.list(ctx, ManifestPrefix)
+	items, err := s.list(ctx, layout.ManifestPrefix)
 	if err != nil {
-		return nil, wrapErr("Hydrate", shard, ManifestPrefix, 0, err)
+		return nil, wrapErr("Hydrate", shard, layout.ManifestPrefix, 0, err)
 	}
 	return items, nil
 }
@@ -383,7 +383,7 @@ func Hydrate(ctx context.Context, store *blobstore.Container, shard string, lin 
 	}
 	out := &Hydrated{}
 	for i, c := range cands {
-		key := ManifestKey(c.Term, c.Gen)
+		key := layout.ManifestKey(c.Term, c.Gen)
 		var m Manifest
 		var paths []string
 		var reason string
@@ -783,7 +783,7 @@ func (s storeIO) download(ctx context.Context, m Manifest, sink FileSink, progre
 	chunked, _ := sink.(ChunkSink)
 	err := parallel(ctx, s.opts.Parallelism, len(m.Files), func(ctx context.Context, i int) error {
 		f := m.Files[i]
-		key := FilePrefix(m.Term, m.Gen) + f.Name
+		key := layout.FilePrefix(m.Term, m.Gen) + f.Name
 		bad := func(format string, args ...any) error {
 			mu.Lock()
 			if reason == "" {

@@ -55,10 +55,10 @@ func TestAddTranslogAndOffLineage(t *testing.T) {
 	st := newShardState()
 	st.top, st.lin = 2, lin12
 	st.addTranslog(attrs(
-		layout.MDKey(1, 9),   // on the lineage
-		layout.MDKey(1, 11),  // term 1 past its cut: off the lineage
-		layout.MDKey(2, 12),  // the top term: never read
-		layout.MDKey(3, 1),   // above the top: never read
+		layout.MDKey(1, 9),  // on the lineage
+		layout.MDKey(1, 11), // term 1 past its cut: off the lineage
+		layout.MDKey(2, 12), // the top term: never read
+		layout.MDKey(3, 1),  // above the top: never read
 		layout.DataKey(1, 11),
 		layout.TranslogDir+"junk",
 	))

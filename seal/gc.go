@@ -284,9 +284,9 @@ func GC(ctx context.Context, store *blobstore.Container, chain *fence.Chain, opt
 	}
 	if st.top != term {
 		if st.top > term {
-			return fail(MarkerKey(st.top), fmt.Errorf("%w: term %d sealed the shard", ErrSuperseded, st.top))
+			return fail(layout.MarkerKey(st.top), fmt.Errorf("%w: term %d sealed the shard", ErrSuperseded, st.top))
 		}
-		return fail(MarkerKey(term), fmt.Errorf("%w: this term has no seal marker; seal before collecting", fence.ErrInvalidArgument))
+		return fail(layout.MarkerKey(term), fmt.Errorf("%w: this term has no seal marker; seal before collecting", fence.ErrInvalidArgument))
 	}
 	res := &GCResult{Planned: PlanGC(st.planInput(term, opts.Policy.withDefaults()))}
 	if opts.DryRun {

@@ -334,7 +334,7 @@ func (st *shardState) report() *Report {
 	for _, m := range st.markers {
 		rep.Markers = append(rep.Markers, m)
 		if m.Term < st.top && !st.lin.OnChain(m.Term) {
-			rep.OffChain = append(rep.OffChain, MarkerKey(m.Term))
+			rep.OffChain = append(rep.OffChain, layout.MarkerKey(m.Term))
 		}
 	}
 	sort.Slice(rep.Markers, func(i, j int) bool { return rep.Markers[i].Term > rep.Markers[j].Term })

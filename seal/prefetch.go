@@ -66,7 +66,7 @@ func PrefetchCheckpoint(ctx context.Context, store *blobstore.Container, shard s
 	ctx, p.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(p.done)
-		key := ManifestKey(ref.Term, ref.Gen)
+		key := layout.ManifestKey(ref.Term, ref.Gen)
 		obj, found, err := s.get(ctx, key)
 		switch {
 		case err != nil:

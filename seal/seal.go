@@ -72,7 +72,7 @@ func TakeSurvey(ctx context.Context, store *blobstore.Container, shard string, t
 		return err
 	})
 	if err != nil {
-		return nil, wrapErr("Seal", shard, Dir, term, err)
+		return nil, wrapErr("Seal", shard, layout.SealDir, term, err)
 	}
 	return sv, nil
 }
@@ -85,7 +85,7 @@ func (sv *Survey) LowerMarkers() bool {
 		return false
 	}
 	for _, a := range sv.items {
-		if t, ok := ParseMarkerKey(a.Key); ok && t < sv.term {
+		if t, ok := layout.ParseMarkerKey(a.Key); ok && t < sv.term {
 			return true
 		}
 	}
@@ -132,7 +132,7 @@ func SealWith(ctx context.Context, store *blobstore.Container, chain *fence.Chai
 	}
 	r, err := s.readLineage(ctx, &plan, sv)
 	if err != nil {
-		return nil, wrapErr("Seal", s.shard, Dir, term, err)
+		return nil, wrapErr("Seal", s.shard, layout.SealDir, term, err)
 	}
 	if m, ok := r.markers[term]; ok {
 		return s.reopen(ctx, chain, m, r.markers)
@@ -226,12 +226,12 @@ func (s storeIO) walkLineage(ctx context.Context, plan *sealPlan, r *lineageRead
 	}
 	var ok bool
 	if wk.prev, ok = r.markers[top]; !ok {
-		return wk, wrapErr("Seal", s.shard, MarkerKey(top), term, blobstore.Unavailable(errors.New("the newest seal marker vanished between LIST and GET")))
+		return wk, wrapErr("Seal", s.shard, layout.MarkerKey(top), term, blobstore.Unavailable(errors.New("the newest seal marker vanished between LIST and GET")))
 	}
 	wk.w = newWalk(top, plan.walkFrom(wk.prev, r.ckpts), term, r.gens)
 	wk.w.lead = int64(s.opts.BarrierLead)
 	if err := s.walk(ctx, wk.w, r.also); err != nil {
-		return wk, wrapErr("Seal", s.shard, translog.MDTermPrefix(top), term, err)
+		return wk, wrapErr("Seal", s.shard, layout.MDTermPrefix(top), term, err)
 	}
 	for t, m := range r.older {
 		r.markers[t] = m
@@ -239,7 +239,7 @@ func (s storeIO) walkLineage(ctx context.Context, plan *sealPlan, r *lineageRead
 	chainMs, complete := ChainFrom(r.markers, top)
 	var err error
 	if wk.lin, err = LineageOf(s.shard, chainMs, complete, wk.w.cut); err != nil {
-		return wk, wrapErr("Seal", s.shard, MarkerKey(top), term, err)
+		return wk, wrapErr("Seal", s.shard, layout.MarkerKey(top), term, err)
 	}
 	return wk, nil
 }
@@ -259,7 +259,7 @@ func (s storeIO) markerBeside(ctx context.Context, chain *fence.Chain, want Mark
 
 // readMarker GETs the marker of term; nil when there is none.
 func (s storeIO) readMarker(ctx context.Context, term int64) (*Marker, error) {
-	key := MarkerKey(term)
+	key := layout.MarkerKey(term)
 	obj, found, err := s.get(ctx, key)
 	if err != nil || !found {
 		return nil, err
@@ -367,7 +367,7 @@ func (s storeIO) walk(ctx context.Context, w *walk, also func(ctx context.Contex
 // readMDMaybe reads and decodes one md, retrying store trouble; found is
 // false when there is none.
 func (s storeIO) readMDMaybe(ctx context.Context, term, gen int64) (translog.MD, bool, error) {
-	key := translog.MDKey(term, gen)
+	key := layout.MDKey(term, gen)
 	obj, found, err := s.get(ctx, key)
 	if err != nil || !found {
 		return translog.MD{}, false, err
@@ -404,7 +404,7 @@ func (s storeIO) poison(ctx context.Context, tl, gen, term int64) (settle.Verdic
 
 // readMD reads and decodes one md, retrying store trouble.
 func (s storeIO) readMD(ctx context.Context, term, gen int64) (translog.MD, error) {
-	key := translog.MDKey(term, gen)
+	key := layout.MDKey(term, gen)
 	obj, found, err := s.get(ctx, key)
 	if err != nil {
 		return translog.MD{}, err
@@ -419,7 +419,7 @@ func (s storeIO) readMD(ctx context.Context, term, gen int64) (translog.MD, erro
 // or an earlier attempt of the same allocation. Another allocation's
 // marker for the term fences the chain.
 func (s storeIO) writeMarker(ctx context.Context, chain *fence.Chain, want Marker) (Marker, error) {
-	key := MarkerKey(want.Term)
+	key := layout.MarkerKey(want.Term)
 	body, err := want.Encode()
 	if err != nil {
 		return Marker{}, wrapErr("Seal", s.shard, key, want.Term, err)
@@ -460,7 +460,7 @@ func (s storeIO) writeMarker(ctx context.Context, chain *fence.Chain, want Marke
 // and a term cannot poison its own lineage.
 func (s storeIO) reopen(ctx context.Context, chain *fence.Chain, own Marker, markers map[int64]Marker) (*Result, error) {
 	term := chain.Term()
-	key := MarkerKey(term)
+	key := layout.MarkerKey(term)
 	if own.Allocation != chain.Allocation() {
 		return nil, chain.Fence(0, fmt.Sprintf("term %d was sealed by allocation %q", term, own.Allocation))
 	}
@@ -469,10 +469,10 @@ func (s storeIO) reopen(ctx context.Context, chain *fence.Chain, own Marker, mar
 	}
 	gens, err := s.gens(ctx, term)
 	if err != nil {
-		return nil, wrapErr("Seal", s.shard, translog.MDTermPrefix(term), term, err)
+		return nil, wrapErr("Seal", s.shard, layout.MDTermPrefix(term), term, err)
 	}
 	if len(gens) > 0 {
-		return nil, wrapErr("Seal", s.shard, translog.MDKey(term, gens[0]), term, fmt.Errorf("%w: generation %d of this term was written", ErrTermAlreadyOpen, gens[0]))
+		return nil, wrapErr("Seal", s.shard, layout.MDKey(term, gens[0]), term, fmt.Errorf("%w: generation %d of this term was written", ErrTermAlreadyOpen, gens[0]))
 	}
 	chainMs, complete := ChainFrom(markers, own.Restore.Term)
 	lin, err := LineageOf(s.shard, chainMs, complete, own.Restore.Gen)
