@@ -2,10 +2,11 @@ package fence
 
 import (
 	"fmt"
-	"github.com/shardfence/shardfence/internal/ident"
-	"github.com/shardfence/shardfence/layout"
 	"strconv"
 	"strings"
+
+	"github.com/shardfence/shardfence/internal/ident"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // Record is the content of a fence key. No body is ever written twice:
