@@ -19,6 +19,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -136,7 +137,7 @@ func (e *fencingEnv) stop() {
 // under every actor's fault injector, so it sees what reached the store.
 func (e *fencingEnv) recordFenceWrites(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
 	res, err := next(ctx, call)
-	if err == nil && call.Op.Mutates() && call.Op != blobstore.OpDelete && call.Op != blobstore.OpDeleteIfMatch && strings.HasPrefix(call.Key, fence.KeyPrefix) {
+	if err == nil && call.Op.Mutates() && call.Op != blobstore.OpDelete && call.Op != blobstore.OpDeleteIfMatch && strings.HasPrefix(call.Key, layout.FencePrefix) {
 		e.mu.Lock()
 		m := e.fenceBodies[call.Key]
 		if m == nil {
@@ -427,7 +428,7 @@ func (e *fencingEnv) expectRefused(r appended, who, inv string, successor int64,
 // landed, whatever happened to its md.
 func (e *fencingEnv) waitFenceGen(term, gen int64) {
 	e.t.Helper()
-	key := fence.Key(term)
+	key := layout.FenceKey(term)
 	for {
 		obj, err := e.store.Get(e.ctx, key)
 		if err == nil {

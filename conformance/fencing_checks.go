@@ -11,6 +11,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/relocation"
 	"github.com/shardfence/shardfence/seal"
@@ -125,7 +126,7 @@ func claimRaceRound(t T, c *blobstore.Container, order []int, gap time.Duration)
 		cl.a = e.actor(fmt.Sprintf("term %d (%s)", cl.term, cl.alloc))
 		// Each claim's create is held until all four are on the wire,
 		// then all go at once.
-		cl.h = cl.a.hold(fmt.Sprintf("the fence key create of %s's claim of term %d", cl.alloc, cl.term), request(blobstore.OpCreateIfAbsent, fence.Key(cl.term)))
+		cl.h = cl.a.hold(fmt.Sprintf("the fence key create of %s's claim of term %d", cl.alloc, cl.term), request(blobstore.OpCreateIfAbsent, layout.FenceKey(cl.term)))
 		cl.res = e.openAsync(cl.a, cl.term, cl.alloc, nil)
 	}
 	for _, cl := range cs {
@@ -193,7 +194,7 @@ func (e *fencingEnv) stageZombie() *zombie {
 	e.mustAppend(z.sh.Writer, "term 1", "z-1")
 	e.mustAppend(z.sh.Writer, "term 1", "z-2")
 	z.gen = z.sh.Writer.NextGen()
-	z.gap = translog.MDKey(1, z.gen)
+	z.gap = layout.MDKey(1, z.gen)
 	z.md = z.a.hold(fmt.Sprintf("term 1's md create for gen %d", z.gen), request(blobstore.OpCreateIfAbsent, z.gap))
 	z.pending = e.appendAsync(z.sh.Writer, "term 1", "z-3")
 	e.await(z.md)
@@ -251,7 +252,7 @@ func checkZombieMDBeforePoison(t T, c *blobstore.Container) {
 		if rp := sh2.Restore(); rp.Gen < gen || !col.has("z-3") {
 			violated(t, NoAckedWriteLoss, "term 1 acknowledged %q at gen %d (its CAS landed before term 2's sweep, its md before term 2's poison), but term 2 restored up to term %d gen %d without it: term 2's poison create did not find the md already stored there (a create that overwrites, If-None-Match: * not enforced, replaces it with the poison; a LIST that lags hides it)", "z-3", gen, rp.Term, rp.Gen)
 		}
-		if want := translog.MDKey(1, gen+1); sh2.Seal.Marker.Poisoned != want {
+		if want := layout.MDKey(1, gen+1); sh2.Seal.Marker.Poisoned != want {
 			t.Errorf("term 2 poisoned %q after including gen %d; want %s", sh2.Seal.Marker.Poisoned, gen, want)
 		}
 	case errors.Is(rz.err, fence.ErrFenced):
@@ -278,9 +279,9 @@ func checkLostResponses(t T, c *blobstore.Container) {
 		faults = append(faults, fault{a, a.rule(r), what})
 	}
 	create, cas := faulty.Ops(blobstore.OpCreateIfAbsent), faulty.Ops(blobstore.OpCompareAndSwap)
-	inject(p, "a lost response to the claim's fence create", faulty.Rule{Ops: create, Prefix: fence.Dir, Fault: faulty.LostResponse})
-	inject(p, "a lost response to the fencing settings create", faulty.Rule{Ops: create, Prefix: seal.FencingKey, Fault: faulty.LostResponse})
-	inject(p, "a lost response to the seal marker create", faulty.Rule{Ops: create, Prefix: seal.Dir, Fault: faulty.LostResponse})
+	inject(p, "a lost response to the claim's fence create", faulty.Rule{Ops: create, Prefix: layout.FenceDir, Fault: faulty.LostResponse})
+	inject(p, "a lost response to the fencing settings create", faulty.Rule{Ops: create, Prefix: layout.FencingKey, Fault: faulty.LostResponse})
+	inject(p, "a lost response to the seal marker create", faulty.Rule{Ops: create, Prefix: layout.SealDir, Fault: faulty.LostResponse})
 	sh1, err := e.open(p, 1, "a1", nil)
 	switch {
 	case errors.Is(err, fence.ErrFenced):
@@ -296,14 +297,14 @@ func checkLostResponses(t T, c *blobstore.Container) {
 		op    string
 		rules []faulty.Rule
 	}{
-		{"a lost md create response", "p-md", []faulty.Rule{{Ops: create, Prefix: translog.MDPrefix, Fault: faulty.LostResponse}}},
-		{"a lost fence CAS response", "p-cas", []faulty.Rule{{Ops: cas, Prefix: fence.Dir, Fault: faulty.LostResponse}}},
-		{"two 409 ConditionalRequestConflict answers to the fence CAS", "p-409", []faulty.Rule{{Ops: cas, Prefix: fence.Dir, Fault: faulty.Conflict, Times: 2}}},
-		{"a 409 ConditionalRequestConflict answer to the md create", "p-409md", []faulty.Rule{{Ops: create, Prefix: translog.MDPrefix, Fault: faulty.Conflict}}},
-		{"a refused (unavailable) fence CAS and md create", "p-503", []faulty.Rule{{Ops: cas, Prefix: fence.Dir, Fault: faulty.Unavailable}, {Ops: create, Prefix: translog.MDPrefix, Fault: faulty.Unavailable}}},
-		{"a fence CAS lost before it reached the store", "p-lostreq", []faulty.Rule{{Ops: cas, Prefix: fence.Dir, Fault: faulty.LostRequest}}},
-		{"lost responses to both the md create and the CAS of one sync", "p-both", []faulty.Rule{{Ops: create, Prefix: translog.MDPrefix, Fault: faulty.LostResponse}, {Ops: cas, Prefix: fence.Dir, Fault: faulty.LostResponse}}},
-		{"a lost response to a data object PUT", "p-data-" + big, []faulty.Rule{{Ops: faulty.Ops(blobstore.OpPut), Prefix: translog.DataDir, Fault: faulty.LostResponse}}},
+		{"a lost md create response", "p-md", []faulty.Rule{{Ops: create, Prefix: layout.MDPrefix, Fault: faulty.LostResponse}}},
+		{"a lost fence CAS response", "p-cas", []faulty.Rule{{Ops: cas, Prefix: layout.FenceDir, Fault: faulty.LostResponse}}},
+		{"two 409 ConditionalRequestConflict answers to the fence CAS", "p-409", []faulty.Rule{{Ops: cas, Prefix: layout.FenceDir, Fault: faulty.Conflict, Times: 2}}},
+		{"a 409 ConditionalRequestConflict answer to the md create", "p-409md", []faulty.Rule{{Ops: create, Prefix: layout.MDPrefix, Fault: faulty.Conflict}}},
+		{"a refused (unavailable) fence CAS and md create", "p-503", []faulty.Rule{{Ops: cas, Prefix: layout.FenceDir, Fault: faulty.Unavailable}, {Ops: create, Prefix: layout.MDPrefix, Fault: faulty.Unavailable}}},
+		{"a fence CAS lost before it reached the store", "p-lostreq", []faulty.Rule{{Ops: cas, Prefix: layout.FenceDir, Fault: faulty.LostRequest}}},
+		{"lost responses to both the md create and the CAS of one sync", "p-both", []faulty.Rule{{Ops: create, Prefix: layout.MDPrefix, Fault: faulty.LostResponse}, {Ops: cas, Prefix: layout.FenceDir, Fault: faulty.LostResponse}}},
+		{"a lost response to a data object PUT", "p-data-" + big, []faulty.Rule{{Ops: faulty.Ops(blobstore.OpPut), Prefix: layout.DataDir, Fault: faulty.LostResponse}}},
 	}
 	for _, st := range steps {
 		for _, r := range st.rules {
@@ -317,12 +318,12 @@ func checkLostResponses(t T, c *blobstore.Container) {
 	want := sh1.Writer.NextGen() - 1
 
 	s := e.actor("term 2")
-	inject(s, "a 409 answer to term 2's fence create", faulty.Rule{Ops: create, Prefix: fence.Dir, Fault: faulty.Conflict})
-	inject(s, "a lost response to term 2's fence create", faulty.Rule{Ops: create, Prefix: fence.Dir, Fault: faulty.LostResponse})
-	inject(s, "a sweep delete the store silently dropped", faulty.Rule{Ops: faulty.Ops(blobstore.OpDelete), Prefix: fence.Dir, Fault: faulty.DropDelete})
-	inject(s, "a lost response to a sweep delete", faulty.Rule{Ops: faulty.Ops(blobstore.OpDelete), Prefix: fence.Dir, Fault: faulty.LostResponse})
-	inject(s, "a lost response to term 2's poison create", faulty.Rule{Ops: create, Prefix: translog.MDPrefix, Fault: faulty.LostResponse})
-	inject(s, "a lost response to term 2's marker create", faulty.Rule{Ops: create, Prefix: seal.Dir, Fault: faulty.LostResponse})
+	inject(s, "a 409 answer to term 2's fence create", faulty.Rule{Ops: create, Prefix: layout.FenceDir, Fault: faulty.Conflict})
+	inject(s, "a lost response to term 2's fence create", faulty.Rule{Ops: create, Prefix: layout.FenceDir, Fault: faulty.LostResponse})
+	inject(s, "a sweep delete the store silently dropped", faulty.Rule{Ops: faulty.Ops(blobstore.OpDelete), Prefix: layout.FenceDir, Fault: faulty.DropDelete})
+	inject(s, "a lost response to a sweep delete", faulty.Rule{Ops: faulty.Ops(blobstore.OpDelete), Prefix: layout.FenceDir, Fault: faulty.LostResponse})
+	inject(s, "a lost response to term 2's poison create", faulty.Rule{Ops: create, Prefix: layout.MDPrefix, Fault: faulty.LostResponse})
+	inject(s, "a lost response to term 2's marker create", faulty.Rule{Ops: create, Prefix: layout.SealDir, Fault: faulty.LostResponse})
 	sh2, err := e.open(s, 2, "a2", nil)
 	if err != nil {
 		violated(t, HigherTermPrevails, "term 2 could not open through lost responses, a dropped delete and its predecessor's history: %v", err)
@@ -331,7 +332,7 @@ func checkLostResponses(t T, c *blobstore.Container) {
 	if rp := sh2.Restore(); rp.Term != 1 || rp.Gen != want {
 		violated(t, NoAckedWriteLoss, "term 2 restored up to term %d gen %d; term 1 acknowledged every generation up to %d", rp.Term, rp.Gen, want)
 	}
-	inject(s, "a lost response to term 2's fence CAS", faulty.Rule{Ops: cas, Prefix: fence.Dir, Fault: faulty.LostResponse})
+	inject(s, "a lost response to term 2's fence CAS", faulty.Rule{Ops: cas, Prefix: layout.FenceDir, Fault: faulty.LostResponse})
 	e.mustAppend(sh2.Writer, "term 2", "s-1")
 	e.expectFenced(sh1.Writer, "term 1", "p-late", SingleAcker, "term 2 had opened")
 	for _, f := range faults {
@@ -349,7 +350,7 @@ func checkFenceABA(t T, c *blobstore.Container) {
 	// reading, finds nothing, and creates again. The late create then
 	// brings the key back with the first attempt's body.
 	z := e.actor("term 1")
-	late := z.rule(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: fence.KeyPrefix, Fault: faulty.LandLater, Times: 1})
+	late := z.rule(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: layout.FencePrefix, Fault: faulty.LandLater, Times: 1})
 	sh1 := e.mustOpen(z, 1, "a1", nil)
 	e.expectFired(z, late, "a claim create that timed out and lands late")
 	held := sh1.Chain.State()
@@ -360,7 +361,7 @@ func checkFenceABA(t T, c *blobstore.Container) {
 			t.Logf("the late claim create of term 1 landed with %v", l.Err)
 		}
 	}
-	if obj, err := e.store.Get(e.ctx, fence.Key(1)); err == nil && obj.Token == held.Token {
+	if obj, err := e.store.Get(e.ctx, layout.FenceKey(1)); err == nil && obj.Token == held.Token {
 		violated(t, SingleAcker, "the late claim create of term 1 brought its fence key back with the token term 1 holds (%s), after term 2 deleted it: any stale CAS of term 1 passes again (ABA). The bodies of the two creates differ only in their nonce; the store gives equal tokens to different bodies, or reuses a token after delete and re-create", held.Token)
 	}
 	// The real fence code of the zombie tries to commit its next
@@ -394,7 +395,7 @@ func checkFenceABA(t T, c *blobstore.Container) {
 	if err != nil {
 		unstaged(t, "encode a probe record: %v", err)
 	}
-	if _, err := e.store.CompareAndSwap(e.ctx, fence.Key(2), before.Token, body); err == nil {
+	if _, err := e.store.CompareAndSwap(e.ctx, layout.FenceKey(2), before.Token, body); err == nil {
 		violated(t, SingleAcker, "a CAS with the token term 2's key had before the handoff (%s) passed after the revert: the revert brought back a body the key held before, or the store repeats tokens; a writer holding that token would commit beside the owner", before.Token)
 		return
 	} else if !errors.Is(err, blobstore.ErrPreconditionFailed) {
@@ -453,7 +454,7 @@ func checkHandoffRevert(t T, c *blobstore.Container) {
 		return w
 	}
 
-	lost := sa.rule(faulty.Rule{Ops: cas, Prefix: fence.Dir, Fault: faulty.LostResponse, Times: 1})
+	lost := sa.rule(faulty.Rule{Ops: cas, Prefix: layout.FenceDir, Fault: faulty.LostResponse, Times: 1})
 	hc, err := src.Handoff(e.ctx, "dst", "")
 	if err != nil {
 		violated(t, NoSpuriousFencing, "a lost response to the transfer CAS failed the handoff: %v", err)
@@ -462,7 +463,7 @@ func checkHandoffRevert(t T, c *blobstore.Container) {
 	e.expectFired(sa, lost, "a lost transfer response")
 	d := e.actor("the first target")
 	wd := adopt(d, "dst", hc)
-	lost = sa.rule(faulty.Rule{Ops: cas, Prefix: fence.Dir, Fault: faulty.LostResponse, Times: 1})
+	lost = sa.rule(faulty.Rule{Ops: cas, Prefix: layout.FenceDir, Fault: faulty.LostResponse, Times: 1})
 	out, err := src.Abort(e.ctx)
 	e.track(src.Writer())
 	if err != nil || out != relocation.Resumed {
@@ -499,12 +500,12 @@ func checkHandoffRacingTarget(t T, c *blobstore.Container) {
 	}
 	e.track(wd)
 	gen := hc.Gen + 1
-	h := d.hold("the target's first fence CAS", request(blobstore.OpCompareAndSwap, fence.Key(1)))
+	h := d.hold("the target's first fence CAS", request(blobstore.OpCompareAndSwap, layout.FenceKey(1)))
 	pd := e.appendAsync(wd, "the target", "t")
 	e.await(h)
 	// The target's md for gen goes out beside its CAS; wait for it to land.
 	for {
-		if _, err := e.store.Stat(e.ctx, translog.MDKey(1, gen)); err == nil {
+		if _, err := e.store.Stat(e.ctx, layout.MDKey(1, gen)); err == nil {
 			break
 		}
 		select {
@@ -622,7 +623,7 @@ func checkCheckpointGate(t T, c *blobstore.Container) {
 	case !errors.Is(err, seal.ErrSuperseded):
 		t.Errorf("superseded term 1's checkpoint publish failed with %v, want ErrSuperseded", err)
 	}
-	if _, err := e.store.Stat(e.ctx, seal.ManifestKey(1, first[0].gen)); err == nil {
+	if _, err := e.store.Stat(e.ctx, layout.ManifestKey(1, first[0].gen)); err == nil {
 		violated(t, HigherTermPrevails, "a manifest of superseded term 1 at gen %d is stored", first[0].gen)
 	}
 	// A checkpoint off the lineage (staged: its proof is forged fresh, so

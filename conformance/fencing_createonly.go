@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/relocation"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -153,7 +154,7 @@ func createOnlyMDRaceRound(t T, c *blobstore.Container, mdFirst bool) {
 	e.mustAppend(sh1.Writer, "term 1", "z-1")
 	e.mustAppend(sh1.Writer, "term 1", "z-2")
 	gen := sh1.Writer.NextGen()
-	gap := translog.MDKey(1, gen)
+	gap := layout.MDKey(1, gen)
 	hz := z.hold(fmt.Sprintf("term 1's md create for gen %d", gen), request(blobstore.OpCreateIfAbsent, gap))
 	pz := e.appendAsync(sh1.Writer, "term 1", "z-3")
 	e.await(hz)
@@ -176,7 +177,7 @@ func createOnlyMDRaceRound(t T, c *blobstore.Container, mdFirst bool) {
 		// Term 1's next fence check is held too: it would find term 1's
 		// key swept and fence it before its md lands, which is the other
 		// order (round 1).
-		hc := z.hold("term 1's next fence check", request(blobstore.OpGet, fence.Key(1)))
+		hc := z.hold("term 1's next fence check", request(blobstore.OpGet, layout.FenceKey(1)))
 		ps := e.openAsync(s, 2, "a2", col)
 		e.await(hs) // term 2 swept term 1's key and is about to poison gen
 		hz.release()
@@ -215,7 +216,7 @@ func createOnlyMDRaceRound(t T, c *blobstore.Container, mdFirst bool) {
 		default:
 			t.Errorf("term 1's append of z-3 ended with %v, neither acknowledged nor fenced", rz.err)
 		}
-		if want := translog.MDKey(1, gen+1); sh2.poisoned != want {
+		if want := layout.MDKey(1, gen+1); sh2.poisoned != want {
 			t.Errorf("term 2 poisoned %q after including gen %d; want %s", sh2.poisoned, gen, want)
 		}
 	}
@@ -328,7 +329,7 @@ func createOnlyHandoffRound(t T, c *blobstore.Container, adoptFirst bool) {
 		e.expectFenced(src.Writer(), "the source", "b-late", SingleAcker, "the target had adopted the handoff")
 		e.mustAppend(ra.w, "the target", "t-2")
 	} else {
-		h := d.hold("the adopt's fence CAS", request(blobstore.OpCompareAndSwap, fence.Key(1)))
+		h := d.hold("the adopt's fence CAS", request(blobstore.OpCompareAndSwap, layout.FenceKey(1)))
 		pa := adopt()
 		select {
 		case <-h.arrived:

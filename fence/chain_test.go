@@ -8,6 +8,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/layout"
 )
 
 func TestAdvanceSettlesLostResponsesWithoutFencing(t *testing.T) {
@@ -45,7 +46,7 @@ func TestAdvanceSettlesLostResponsesWithoutFencing(t *testing.T) {
 // on the client and reached the store late.
 func landLater(t *testing.T, fs *faulty.Container, expected blobstore.Token, r Record) {
 	t.Helper()
-	if _, err := fs.Inner().CompareAndSwap(context.Background(), Key(r.Term), expected, mustEncode(t, r)); err != nil {
+	if _, err := fs.Inner().CompareAndSwap(context.Background(), layout.FenceKey(r.Term), expected, mustEncode(t, r)); err != nil {
 		t.Errorf("late landing: %v", err)
 	}
 }
@@ -139,7 +140,7 @@ func TestAdvanceGivesUpRetryablyWhenStoreStaysDown(t *testing.T) {
 		t.Fatalf("error %v, want retryable and not fenced", err)
 	}
 	var fe *Error
-	if !errors.As(err, &fe) || fe.Shard != shard || fe.Key != Key(1) {
+	if !errors.As(err, &fe) || fe.Shard != shard || fe.Key != layout.FenceKey(1) {
 		t.Fatalf("error %v does not name the shard and key", err)
 	}
 	fs.Clear()
@@ -174,7 +175,7 @@ func TestEveryFenceWriteTakesAHigherSeq(t *testing.T) {
 				t.Fatalf("step %d: %v", i, err)
 			}
 		}
-		o, err := store.Get(ctx, Key(1))
+		o, err := store.Get(ctx, layout.FenceKey(1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +183,7 @@ func TestEveryFenceWriteTakesAHigherSeq(t *testing.T) {
 			t.Fatalf("step %d wrote body %q a second time (ABA)", i, o.Body)
 		}
 		seen[string(o.Body)] = true
-		r, err := DecodeRecord(shard, Key(1), o.Body)
+		r, err := DecodeRecord(shard, layout.FenceKey(1), o.Body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -297,7 +298,7 @@ func TestSuperseded(t *testing.T) {
 		t.Fatalf("Superseded = %d, %v", s, err)
 	}
 	// A missing own key is not supersession.
-	if err := store.Delete(ctx, Key(2)); err != nil {
+	if err := store.Delete(ctx, layout.FenceKey(2)); err != nil {
 		t.Fatal(err)
 	}
 	if s, err := c.Superseded(ctx); err != nil || s != 0 {

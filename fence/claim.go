@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/internal/settle"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // Instance is one allocation of one shard: the identity that claims terms
@@ -86,11 +87,11 @@ func NewInstance(store *blobstore.Container, shard, allocation string, opts ...O
 	}
 	for _, chk := range []error{ValidateID("shard", shard, false), ValidateID("allocation", allocation, false), ValidateID("node", in.node, true)} {
 		if chk != nil {
-			return nil, &Error{Op: "NewInstance", Shard: shard, Key: Dir, Err: chk}
+			return nil, &Error{Op: "NewInstance", Shard: shard, Key: layout.FenceDir, Err: chk}
 		}
 	}
 	if store == nil {
-		return nil, &Error{Op: "NewInstance", Shard: shard, Key: Dir, Err: fmt.Errorf("%w: nil store", ErrInvalidArgument)}
+		return nil, &Error{Op: "NewInstance", Shard: shard, Key: layout.FenceDir, Err: fmt.Errorf("%w: nil store", ErrInvalidArgument)}
 	}
 	if in.sweepAttempts < 1 {
 		in.sweepAttempts = 1
@@ -181,88 +182,108 @@ func (in *Instance) Claim(ctx context.Context, term int64) (*Chain, error) {
 // starts the seal's reads beside the verifying LIST, which keeps a
 // takeover within a few round trips.
 func (in *Instance) ClaimWith(ctx context.Context, term int64, h Hooks) (*Chain, error) {
-	key := Key(max(term, 1))
-	fail := func(err error) (*Chain, error) {
-		return nil, &Error{Op: "Claim", Shard: in.shard, Key: key, Term: term, Err: err}
-	}
-	if term < 1 {
-		return fail(fmt.Errorf("%w: term %d (terms start at 1)", ErrInvalidArgument, term))
-	}
+	c := &claim{in: in, term: term, key: layout.FenceKey(max(term, 1)), hooks: h}
 	in.mu.Lock()
 	fenced, held := in.fenced, in.held
 	in.mu.Unlock()
-	if fenced != nil {
-		return nil, fenced
+	if err, asIs := checkClaim(term, held, fenced); err != nil {
+		if asIs {
+			return nil, err
+		}
+		return nil, c.fail(err)
 	}
-	if term < held {
-		return fail(fmt.Errorf("%w: term %d is below term %d this instance already claimed (a stale grant)", ErrInvalidArgument, term, held))
-	}
-
 	// Step 1: a higher term means our grant is stale.
-	var l Listing
-	err, hookErr := beside(ctx, func(ctx context.Context) error {
-		var err error
-		l, err = in.list(ctx)
-		return err
-	}, h.Before)
+	err, hookErr := c.list(ctx, h.Before)
 	if err != nil {
-		return fail(err)
+		return nil, c.fail(err)
 	}
 	if hookErr != nil {
 		return nil, hookErr
 	}
-	if h := l.Above(term); h > 0 {
-		return nil, in.fence(term, key, h, fmt.Sprintf("stale grant: term %d already claimed the shard", h))
+	if higher, reason := staleGrant(c.l, term); higher > 0 {
+		return nil, in.fence(term, c.key, higher, reason)
 	}
+	if err := c.create(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.sweep(ctx); err != nil {
+		return nil, err
+	}
+	return c.chain()
+}
 
-	// Step 2: create our key, settling AlreadyExists and lost responses on
-	// content. Every attempt has its own nonce: a lost create may land
-	// after a successor deleted the key, and on a store whose token hashes
-	// the body it would otherwise bring back the very token this claim
-	// holds, and a stale CAS of ours would succeed on it.
-	var held2 State
-	created := false
+// claim is the driver's state through one ClaimWith.
+type claim struct {
+	in    *Instance
+	term  int64
+	key   string
+	hooks Hooks
+
+	l       Listing // the latest LIST of fence/
+	held    State   // our key, as created or adopted
+	created bool    // this claim created the key: ours to withdraw
+	swept   []int64 // the lower terms deleted so far
+	sweptAt int64
+}
+
+func (c *claim) fail(err error) error {
+	return &Error{Op: "Claim", Shard: c.in.shard, Key: c.key, Term: c.term, Err: err}
+}
+
+// list LISTs fence/ into c.l beside hook (when set).
+func (c *claim) list(ctx context.Context, hook func(context.Context) error) (err, hookErr error) {
+	return beside(ctx, func(ctx context.Context) error {
+		var err error
+		c.l, err = c.in.list(ctx)
+		return err
+	}, hook)
+}
+
+// create is step 2: create our key, settling AlreadyExists and lost
+// responses on content. Every attempt has its own nonce: a lost create may
+// land after a successor deleted the key, and on a store whose token
+// hashes the body it would otherwise bring back the very token this claim
+// holds, and a stale CAS of ours would succeed on it. Step 3's deletes go
+// beside the create (docs/PROTOCOL.md, section 4, "the claim's rounds"):
+// deleting a lower term's key is what any claimant above it does, whatever
+// becomes of our create, and nothing is read until both answered.
+func (c *claim) create(ctx context.Context) error {
+	in := c.in
 	var verdictErr error
 	var attempts []Record
 	step := settle.Step[Record]{
-		Key: key, Get: in.get,
-		Decode: func(body []byte) (Record, error) { return DecodeRecord(in.shard, key, body) },
+		Key: c.key, Get: in.get,
+		Decode: func(body []byte) (Record, error) { return DecodeRecord(in.shard, c.key, body) },
 		Ours: func(r Record) (bool, string) {
 			v := SettleCreate(Observation{Found: true, Record: r}, attempts...)
 			return v.Action == Adopt, v.Reason
 		},
 	}
-	// Step 3's deletes go beside the create (docs/PROTOCOL.md, section 4,
-	// "the claim's rounds"): deleting a lower term's key is what any
-	// claimant above it does, whatever becomes of our create, and nothing
-	// is read until both answered.
-	lower := l.Below(term)
+	lower := c.l.Below(c.term)
+	c.swept = addSwept(c.swept, lower)
 	delCtx, stopDeletes := context.WithCancel(ctx)
 	defer stopDeletes()
 	deleted := make(chan error, 1)
 	go func() { deleted <- in.deleteAll(delCtx, lower) }()
-	err = Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error {
+	err := Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error {
 		nonce, err := in.nonces()
 		if err != nil {
 			return err
 		}
-		attempted := Record{Shard: in.shard, Term: term, Allocation: in.allocation, Node: in.node, Nonce: nonce}
+		attempted := Record{Shard: in.shard, Term: c.term, Allocation: in.allocation, Node: in.node, Nonce: nonce}
 		if step.Body, err = attempted.Encode(); err != nil {
 			return err
 		}
 		attempts = append(attempts, attempted)
 		v, err := settle.Create(ctx, in.store, step)
+		if held, created, ok := createHeld(v, attempted, attempts); ok {
+			c.held, c.created = held, created
+		}
 		switch v.Action {
-		case settle.Created:
-			held2, created = State{Record: attempted, Token: v.Token}, true
-		case settle.Adopt:
-			// Any of this claim's attempts, or our allocation's earlier
-			// claim of the term (a restart): continue from it.
-			held2, created = State{Record: v.Held, Token: v.Token}, IsAttempt(v.Held, attempts)
 		case settle.Resend:
 			return errResend
 		case settle.Lost:
-			verdictErr = in.fence(term, key, 0, v.Reason)
+			verdictErr = in.fence(c.term, c.key, 0, v.Reason)
 			return verdictErr
 		}
 		return err
@@ -273,107 +294,108 @@ func (in *Instance) ClaimWith(ctx context.Context, term int64, h Hooks) (*Chain,
 		stopDeletes()
 	}
 	delErr := <-deleted
-	if verdictErr != nil {
-		return nil, verdictErr
+	switch {
+	case verdictErr != nil:
+		return verdictErr
+	case err != nil:
+		return c.fail(err)
+	case delErr != nil:
+		return c.fail(delErr)
 	}
-	if err != nil {
-		return fail(err)
-	}
-	if delErr != nil {
-		return fail(delErr)
-	}
+	return nil
+}
 
-	// Steps 3 and 4: every lower-term key listed in step 1 was deleted
-	// beside the create; one LIST verifies the sweep, that no higher term
-	// appeared and that our key is still the version we hold (its listed
-	// token; a store that lists no token costs a GET). A survivor (a key
-	// created after step 1's LIST, or a delete acknowledged but not
-	// applied) is deleted in the next round. Deletion is what fences the
-	// incumbent: its next CAS finds no key. The caller's Swept hook runs
-	// beside the LIST: every delete was acknowledged before it starts, and
-	// its work is kept only if the LIST shows no survivor.
-	withdraw := func(reason string, succ int64) (*Chain, error) {
-		if created {
-			// Only a key we created: the successor's path is never ours
-			// to touch, and a restart's key is ours to give up too.
-			_ = Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error { return in.store.Delete(ctx, key) })
-		}
-		return nil, in.fence(term, key, succ, reason)
-	}
-	var swept []int64
-	for _, t := range lower {
-		swept = appendUnique(swept, t)
-	}
-	var sweptAt int64
+// sweep is steps 3 and 4: every lower-term key listed in step 1 was
+// deleted beside the create; one LIST verifies the sweep, that no higher
+// term appeared and that our key is still the version we hold (its listed
+// token; a store that lists no token costs a GET). A survivor (a key
+// created after step 1's LIST, or a delete acknowledged but not applied)
+// is deleted in the next round. Deletion is what fences the incumbent: its
+// next CAS finds no key. The caller's Swept hook runs beside the LIST:
+// every delete was acknowledged before it starts, and its work is kept
+// only if the LIST shows no survivor.
+func (c *claim) sweep(ctx context.Context) error {
+	in := c.in
 	for round := 1; ; round++ {
 		if round > 1 {
-			if err := in.deleteAll(ctx, l.Below(term)); err != nil {
-				return fail(err)
+			lower := c.l.Below(c.term)
+			if err := in.deleteAll(ctx, lower); err != nil {
+				return c.fail(err)
 			}
-			for _, t := range l.Below(term) {
-				swept = appendUnique(swept, t)
-			}
+			c.swept = addSwept(c.swept, lower)
 		}
 		var hook func(context.Context) error
-		if h.Swept != nil {
-			sw := append([]int64(nil), swept...)
-			hook = func(ctx context.Context) error { return h.Swept(ctx, sw) }
+		if c.hooks.Swept != nil {
+			sw := append([]int64(nil), c.swept...)
+			hook = func(ctx context.Context) error { return c.hooks.Swept(ctx, sw) }
 		}
-		err, hookErr := beside(ctx, func(ctx context.Context) error {
-			var err error
-			l, err = in.list(ctx)
-			return err
-		}, hook)
+		err, hookErr := c.list(ctx, hook)
 		if err != nil {
-			return fail(err)
+			return c.fail(err)
 		}
-		st := CheckSweep(l, term)
-		if st.Higher > 0 {
-			return withdraw(fmt.Sprintf("term %d claimed the shard during this claim", st.Higher), st.Higher)
-		}
-		if st.OwnMissing {
-			return nil, in.fence(term, key, 0, "fence key deleted during the claim (by a term that is gone again)")
-		}
-		if len(st.Survivors) == 0 {
-			sweptAt = in.clock.Now()
-			// Our key must be exactly what we hold: the listed token says
-			// so; without one (or with another) the key is read.
-			if l.Token(term) != held2.Token {
-				obs, err := in.read(ctx, key)
-				if err != nil {
-					return fail(err)
-				}
-				if v := CheckOwn(obs, held2); v.Action == Fenced {
-					return nil, in.fence(term, key, in.successor(ctx, term), v.Reason)
+		v := judgeSweep(c.l, c.term, c.held.Token, round, in.sweepAttempts)
+		switch v.Next {
+		case sweepWithdraw:
+			return c.withdraw(ctx, v.Reason, v.Higher)
+		case sweepOwnMissing:
+			return in.fence(c.term, c.key, 0, v.Reason)
+		case sweepDone, sweepReadOwn:
+			c.sweptAt = in.clock.Now()
+			if v.Next == sweepReadOwn {
+				if err := c.checkOwn(ctx); err != nil {
+					return err
 				}
 			}
-			if hookErr != nil {
-				return nil, hookErr
-			}
-			break
-		}
-		if round >= in.sweepAttempts {
-			return fail(fmt.Errorf("%w: keys of terms %v remain after %d delete rounds (the store acknowledged deletes it did not apply): %w", ErrSweepIncomplete, st.Survivors, round, blobstore.ErrUnavailable))
+			return hookErr
+		case sweepGiveUp:
+			return c.fail(fmt.Errorf("%w: keys of terms %v remain after %d delete rounds (the store acknowledged deletes it did not apply): %w", ErrSweepIncomplete, v.Survivors, round, blobstore.ErrUnavailable))
 		}
 		if err := Sleep(ctx, in.clock, in.backoff.Delay(round)); err != nil {
-			return fail(err)
+			return c.fail(err)
 		}
 	}
+}
 
+// checkOwn reads our key when the verifying LIST did not show it at the
+// token we hold: it must be exactly what we hold.
+func (c *claim) checkOwn(ctx context.Context) error {
+	obs, err := c.in.read(ctx, c.key)
+	if err != nil {
+		return c.fail(err)
+	}
+	if v := CheckOwn(obs, c.held); v.Action == Fenced {
+		return c.in.fence(c.term, c.key, c.in.successor(ctx, c.term), v.Reason)
+	}
+	return nil
+}
+
+// withdraw stands down for a higher term. Only a key we created is
+// deleted: the successor's path is never ours to touch, and a restart's
+// key is ours to give up too.
+func (c *claim) withdraw(ctx context.Context, reason string, succ int64) error {
+	if c.created {
+		_ = Retry(ctx, c.in.clock, c.in.backoff, func(ctx context.Context) error { return c.in.store.Delete(ctx, c.key) })
+	}
+	return c.in.fence(c.term, c.key, succ, reason)
+}
+
+// chain records the claimed term and returns its chain, unless the
+// instance was fenced meanwhile.
+func (c *claim) chain() (*Chain, error) {
+	in := c.in
 	in.mu.Lock()
+	defer in.mu.Unlock()
 	if in.fenced != nil {
-		in.mu.Unlock()
 		return nil, in.fenced
 	}
-	in.held = max(in.held, term)
-	in.mu.Unlock()
-	return &Chain{in: in, term: term, key: key, created: created, sweptAt: sweptAt, predecessors: swept, state: held2}, nil
+	in.held = max(in.held, c.term)
+	return &Chain{in: in, term: c.term, key: c.key, created: c.created, sweptAt: c.sweptAt, predecessors: c.swept, state: c.held}, nil
 }
 
 // Accept continues a chain handed over by a relocation source (section 6
 // step 3): the key of term must name this allocation as owner at token.
 func (in *Instance) Accept(ctx context.Context, term int64, token blobstore.Token) (*Chain, error) {
-	key := Key(max(term, 1))
+	key := layout.FenceKey(max(term, 1))
 	if term < 1 {
 		return nil, &Error{Op: "Accept", Shard: in.shard, Key: key, Term: term, Err: fmt.Errorf("%w: term %d", ErrInvalidArgument, term)}
 	}
@@ -410,7 +432,7 @@ func (in *Instance) fence(term int64, key string, successor int64, reason string
 // successor is the highest term above term, from one LIST; 0 when the
 // LIST fails or shows none. It only enriches a fencing error.
 func (in *Instance) successor(ctx context.Context, term int64) int64 {
-	items, err := blobstore.ListAll(ctx, in.store, KeyPrefix)
+	items, err := blobstore.ListAll(ctx, in.store, layout.FencePrefix)
 	if err != nil {
 		return 0
 	}
@@ -421,7 +443,7 @@ func (in *Instance) list(ctx context.Context) (Listing, error) {
 	var items []blobstore.Attrs
 	err := Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error {
 		var err error
-		items, err = blobstore.ListAll(ctx, in.store, KeyPrefix)
+		items, err = blobstore.ListAll(ctx, in.store, layout.FencePrefix)
 		return err
 	})
 	return ParseListing(items), err
@@ -460,7 +482,7 @@ func (in *Instance) deleteAll(ctx context.Context, terms []int64) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lk := Key(t)
+			lk := layout.FenceKey(t)
 			errs[i] = Retry(ctx, in.clock, in.backoff, func(ctx context.Context) error { return in.store.Delete(ctx, lk) })
 		}()
 	}
@@ -471,13 +493,4 @@ func (in *Instance) deleteAll(ctx context.Context, terms []int64) error {
 		}
 	}
 	return nil
-}
-
-func appendUnique(s []int64, v int64) []int64 {
-	for _, x := range s {
-		if x == v {
-			return s
-		}
-	}
-	return append(s, v)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/layout"
 )
 
 const shard = "idx/0"
@@ -30,14 +31,14 @@ func mustClaim(t *testing.T, store *blobstore.Container, term int64, alloc strin
 
 func readRecord(t *testing.T, store *blobstore.Container, term int64) (Record, bool) {
 	t.Helper()
-	o, err := store.Get(context.Background(), Key(term))
+	o, err := store.Get(context.Background(), layout.FenceKey(term))
 	if errors.Is(err, blobstore.ErrNotFound) {
 		return Record{}, false
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := DecodeRecord(shard, Key(term), o.Body)
+	r, err := DecodeRecord(shard, layout.FenceKey(term), o.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +147,7 @@ func TestHigherTermAppearingDuringClaimWithdrawsOurKey(t *testing.T) {
 }
 
 func readRecordRaw(c *blobstore.Container, term int64) ([]byte, bool) {
-	o, err := c.Get(context.Background(), Key(term))
+	o, err := c.Get(context.Background(), layout.FenceKey(term))
 	return o.Body, err == nil
 }
 
@@ -206,7 +207,7 @@ func TestSweepLeavingLowerKeyIsRetryable(t *testing.T) {
 		t.Fatalf("error %v, want a retryable ErrSweepIncomplete that is not fencing", err)
 	}
 	var fe *Error
-	if !errors.As(err, &fe) || fe.Shard != shard || fe.Key != Key(2) {
+	if !errors.As(err, &fe) || fe.Shard != shard || fe.Key != layout.FenceKey(2) {
 		t.Fatalf("error %v does not name the shard and key", err)
 	}
 	// Once deletes work again, the same allocation's claim goes through.
@@ -228,7 +229,7 @@ func TestClaimSettlesLostCreateAndRetriesStoreTrouble(t *testing.T) {
 	for name, f := range map[string]faulty.Fault{"lost response": faulty.LostResponse, "lost request": faulty.LostRequest, "5xx": faulty.Unavailable, "409": faulty.Conflict} {
 		t.Run(name, func(t *testing.T) {
 			fs := faulty.New(mem.New(), 1)
-			id := fs.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: KeyPrefix, Fault: f, Times: 1})
+			id := fs.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: layout.FencePrefix, Fault: f, Times: 1})
 			c, err := Claim(ctx, fs.Container, shard, 1, "a", opts()...)
 			if err != nil {
 				t.Fatalf("claim: %v", err)
@@ -278,7 +279,7 @@ func TestClaimRejectsBadArguments(t *testing.T) {
 func TestForeignFenceBodyIsNotAFencingVerdict(t *testing.T) {
 	store := mem.New()
 	body, _ := Record{Shard: "other", Term: 1, Allocation: "x"}.Encode()
-	if _, err := store.Put(context.Background(), Key(1), body); err != nil {
+	if _, err := store.Put(context.Background(), layout.FenceKey(1), body); err != nil {
 		t.Fatal(err)
 	}
 	_, err := Claim(context.Background(), store, shard, 1, "a", opts()...)
@@ -425,10 +426,10 @@ func TestEveryClaimAttemptSendsItsOwnBody(t *testing.T) {
 	}
 	// The successor deletes the key; the held create lands. The chain
 	// must see a key that is not its own.
-	if err := store.Container.Delete(ctx, Key(1)); err != nil {
+	if err := store.Container.Delete(ctx, layout.FenceKey(1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Container.CreateIfAbsent(ctx, Key(1), store.held); err != nil {
+	if _, err := store.Container.CreateIfAbsent(ctx, layout.FenceKey(1), store.held); err != nil {
 		t.Fatal(err)
 	}
 	if r, _ := readRecord(t, store.Container, 1); r == c.State().Record {
@@ -457,7 +458,7 @@ func TestClaimAdoptsAnEarlierAttemptAsItsOwnCreate(t *testing.T) {
 	if !c.Created() {
 		t.Fatal("a claim whose first create landed reports that it did not create the key")
 	}
-	first, err := DecodeRecord(shard, Key(1), store.bodies[0])
+	first, err := DecodeRecord(shard, layout.FenceKey(1), store.bodies[0])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/shardfence/shardfence/layout"
 )
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -18,7 +20,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Encode(%+v): %v", r, err)
 		}
-		got, err := DecodeRecord(r.Shard, Key(r.Term), body)
+		got, err := DecodeRecord(r.Shard, layout.FenceKey(r.Term), body)
 		if err != nil {
 			t.Fatalf("DecodeRecord(%q): %v", body, err)
 		}
@@ -56,20 +58,20 @@ func TestDecodeRecordRejects(t *testing.T) {
 		name, shard, key, body string
 		want                   error
 	}{
-		{"empty", "s", Key(3), "", ErrCorruptBody},
-		{"garbage", "s", Key(3), "\x00\x01garbage", ErrCorruptBody},
-		{"other tag", "s", Key(3), "shardfence.seal|v1|s|3|a|n|4|2|k1", ErrCorruptBody},
-		{"future version", "s", Key(3), "shardfence.fence|v2|s|3|a|n|4|2|k1", ErrUnknownVersion},
-		{"missing field", "s", Key(3), "shardfence.fence|v1|s|3|a|n|4|2", ErrCorruptBody},
-		{"extra field", "s", Key(3), good + "|9", ErrCorruptBody},
-		{"not a number", "s", Key(3), "shardfence.fence|v1|s|3|a|n|x|2|k1", ErrCorruptBody},
-		{"plus sign", "s", Key(3), "shardfence.fence|v1|s|+3|a|n|4|2|k1", ErrCorruptBody},
-		{"leading zero", "s", Key(3), "shardfence.fence|v1|s|03|a|n|4|2|k1", ErrCorruptBody},
-		{"nonce too long", "s", Key(3), "shardfence.fence|v1|s|3|a|n|4|2|" + strings.Repeat("f", MaxNonceLen+1), ErrCorruptBody},
-		{"control in nonce", "s", Key(3), "shardfence.fence|v1|s|3|a|n|4|2|k\x001", ErrCorruptBody},
-		{"term zero", "s", Key(1), "shardfence.fence|v1|s|0|a|n|4|2|k1", ErrCorruptBody},
-		{"other shard", "t", Key(3), good, ErrForeignShard},
-		{"other term than key", "s", Key(4), good, ErrForeignShard},
+		{"empty", "s", layout.FenceKey(3), "", ErrCorruptBody},
+		{"garbage", "s", layout.FenceKey(3), "\x00\x01garbage", ErrCorruptBody},
+		{"other tag", "s", layout.FenceKey(3), "shardfence.seal|v1|s|3|a|n|4|2|k1", ErrCorruptBody},
+		{"future version", "s", layout.FenceKey(3), "shardfence.fence|v2|s|3|a|n|4|2|k1", ErrUnknownVersion},
+		{"missing field", "s", layout.FenceKey(3), "shardfence.fence|v1|s|3|a|n|4|2", ErrCorruptBody},
+		{"extra field", "s", layout.FenceKey(3), good + "|9", ErrCorruptBody},
+		{"not a number", "s", layout.FenceKey(3), "shardfence.fence|v1|s|3|a|n|x|2|k1", ErrCorruptBody},
+		{"plus sign", "s", layout.FenceKey(3), "shardfence.fence|v1|s|+3|a|n|4|2|k1", ErrCorruptBody},
+		{"leading zero", "s", layout.FenceKey(3), "shardfence.fence|v1|s|03|a|n|4|2|k1", ErrCorruptBody},
+		{"nonce too long", "s", layout.FenceKey(3), "shardfence.fence|v1|s|3|a|n|4|2|" + strings.Repeat("f", MaxNonceLen+1), ErrCorruptBody},
+		{"control in nonce", "s", layout.FenceKey(3), "shardfence.fence|v1|s|3|a|n|4|2|k\x001", ErrCorruptBody},
+		{"term zero", "s", layout.FenceKey(1), "shardfence.fence|v1|s|0|a|n|4|2|k1", ErrCorruptBody},
+		{"other shard", "t", layout.FenceKey(3), good, ErrForeignShard},
+		{"other term than key", "s", layout.FenceKey(4), good, ErrForeignShard},
 	}
 	for _, c := range cases {
 		_, err := DecodeRecord(c.shard, c.key, []byte(c.body))
@@ -85,7 +87,7 @@ func TestDecodeRecordRejects(t *testing.T) {
 			t.Errorf("%s: a bad body must not read as a fencing verdict", c.name)
 		}
 	}
-	if _, err := DecodeRecord("s", Key(3), []byte(good)); err != nil {
+	if _, err := DecodeRecord("s", layout.FenceKey(3), []byte(good)); err != nil {
 		t.Fatalf("good body rejected: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // Listing is what a LIST of fence/ says, reduced to what the protocol
@@ -23,7 +24,7 @@ type Listing struct {
 func ParseListing(items []blobstore.Attrs) Listing {
 	var l Listing
 	for _, it := range items {
-		if t, ok := ParseKey(it.Key); ok {
+		if t, ok := layout.ParseFenceKey(it.Key); ok {
 			l.Terms = append(l.Terms, t)
 			if it.Token != "" {
 				if l.Tokens == nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/layout"
 )
 
 func attrs(keys ...string) []blobstore.Attrs {
@@ -16,7 +17,7 @@ func attrs(keys ...string) []blobstore.Attrs {
 }
 
 func TestListing(t *testing.T) {
-	l := ParseListing(attrs(Key(2), "fence/notes.txt", Key(7), Key(5)))
+	l := ParseListing(attrs(layout.FenceKey(2), "fence/notes.txt", layout.FenceKey(7), layout.FenceKey(5)))
 	if !reflect.DeepEqual(l.Terms, []int64{7, 5, 2}) {
 		t.Fatalf("terms %v", l.Terms)
 	}
@@ -44,10 +45,10 @@ func TestCheckSweep(t *testing.T) {
 		term int64
 		want SweepStatus
 	}{
-		{"clean", []string{Key(4)}, 4, SweepStatus{}},
-		{"survivor", []string{Key(4), Key(3)}, 4, SweepStatus{Survivors: []int64{3}}},
-		{"higher appeared", []string{Key(5), Key(4)}, 4, SweepStatus{Higher: 5}},
-		{"own missing", []string{Key(2)}, 4, SweepStatus{Survivors: []int64{2}, OwnMissing: true}},
+		{"clean", []string{layout.FenceKey(4)}, 4, SweepStatus{}},
+		{"survivor", []string{layout.FenceKey(4), layout.FenceKey(3)}, 4, SweepStatus{Survivors: []int64{3}}},
+		{"higher appeared", []string{layout.FenceKey(5), layout.FenceKey(4)}, 4, SweepStatus{Higher: 5}},
+		{"own missing", []string{layout.FenceKey(2)}, 4, SweepStatus{Survivors: []int64{2}, OwnMissing: true}},
 	}
 	for _, c := range cases {
 		if got := CheckSweep(ParseListing(attrs(c.keys...)), c.term); !reflect.DeepEqual(got, c.want) {

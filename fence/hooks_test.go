@@ -11,6 +11,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // recordOps returns a faulty store that logs every request as "Op key".
@@ -46,7 +47,7 @@ func TestClaimVerifiesItsOwnKeyFromTheListing(t *testing.T) {
 		sent[1], sent[2] = sent[2], sent[1]
 	}
 	got := strings.Join(sent, "\n")
-	want := strings.Join([]string{"List " + KeyPrefix, "CreateIfAbsent " + Key(2), "Delete " + Key(1), "List " + KeyPrefix}, "\n")
+	want := strings.Join([]string{"List " + layout.FencePrefix, "CreateIfAbsent " + layout.FenceKey(2), "Delete " + layout.FenceKey(1), "List " + layout.FencePrefix}, "\n")
 	if got != want {
 		t.Fatalf("a takeover claim sent\n%s\nwant\n%s", got, want)
 	}
@@ -75,9 +76,9 @@ func TestClaimDeletesBesideItsCreate(t *testing.T) {
 	fs.SetHooks(faulty.Hooks{
 		Before: func(ctx context.Context, r faulty.Request) error {
 			switch {
-			case r.Op == blobstore.OpCreateIfAbsent && r.Key == Key(2):
+			case r.Op == blobstore.OpCreateIfAbsent && r.Key == layout.FenceKey(2):
 				return meet(created, deleting)
-			case r.Op == blobstore.OpDelete && r.Key == Key(1):
+			case r.Op == blobstore.OpDelete && r.Key == layout.FenceKey(1):
 				return meet(deleting, created)
 			}
 			return nil
@@ -96,7 +97,7 @@ func TestClaimDeletesBesideItsCreate(t *testing.T) {
 	c, err := in.ClaimWith(ctx, 2, Hooks{Swept: func(ctx context.Context, swept []int64) error {
 		mu.Lock()
 		defer mu.Unlock()
-		before = append(before, answered["CreateIfAbsent "+Key(2)], answered["Delete "+Key(1)])
+		before = append(before, answered["CreateIfAbsent "+layout.FenceKey(2)], answered["Delete "+layout.FenceKey(1)])
 		return nil
 	}})
 	if err != nil {
@@ -120,7 +121,7 @@ func TestClaimFencedAtItsCreateWaitsForItsDeletes(t *testing.T) {
 	mustClaim(t, fs.Container, 1, "old")
 	mustClaim(t, fs.Container, 2, "other")
 	body, _ := Record{Shard: shard, Term: 1, Allocation: "old", Nonce: "again"}.Encode()
-	if _, err := fs.Put(ctx, Key(1), body); err != nil {
+	if _, err := fs.Put(ctx, layout.FenceKey(1), body); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
@@ -162,10 +163,10 @@ func TestClaimFencedWhenItsKeyWasReplaced(t *testing.T) {
 	replaced := false
 	c := store.With("", func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
 		res, err := next(ctx, call)
-		if call.Op == blobstore.OpCreateIfAbsent && call.Key == Key(3) && err == nil && !replaced {
+		if call.Op == blobstore.OpCreateIfAbsent && call.Key == layout.FenceKey(3) && err == nil && !replaced {
 			replaced = true
 			body, _ := Record{Shard: shard, Term: 3, Allocation: "other", Nonce: "x"}.Encode()
-			if _, perr := store.Put(ctx, Key(3), body); perr != nil {
+			if _, perr := store.Put(ctx, layout.FenceKey(3), body); perr != nil {
 				t.Error(perr)
 			}
 		}
@@ -196,7 +197,7 @@ func TestClaimHooksRunBesideItsLists(t *testing.T) {
 		}
 	}
 	fs.SetHooks(faulty.Hooks{Before: func(ctx context.Context, r faulty.Request) error {
-		if r.Op == blobstore.OpList && r.Key == KeyPrefix {
+		if r.Op == blobstore.OpList && r.Key == layout.FencePrefix {
 			return meet(listed, started)
 		}
 		return nil
@@ -235,7 +236,7 @@ func TestClaimRunsSweptAgainWhenADeleteDidNotApply(t *testing.T) {
 	}
 	chain, err := c.ClaimWith(ctx, 2, Hooks{Swept: func(ctx context.Context, swept []int64) error {
 		rounds++
-		_, err := fs.Get(ctx, Key(1))
+		_, err := fs.Get(ctx, layout.FenceKey(1))
 		keyGone = append(keyGone, errors.Is(err, blobstore.ErrNotFound))
 		return nil
 	}})

@@ -2,9 +2,11 @@ package fence
 
 import (
 	"fmt"
-	"github.com/shardfence/shardfence/internal/ident"
 	"strconv"
 	"strings"
+
+	"github.com/shardfence/shardfence/internal/ident"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // Record is the content of a fence key. No body is ever written twice:
@@ -120,7 +122,7 @@ func DecodeRecord(shard, key string, body []byte) (Record, error) {
 	if r.Shard != shard {
 		return bad(ErrForeignShard, "fence body names shard %q", r.Shard)
 	}
-	if t, ok := ParseKey(key); ok && t != r.Term {
+	if t, ok := layout.ParseFenceKey(key); ok && t != r.Term {
 		return bad(ErrForeignShard, "fence body names term %d under the key of term %d", r.Term, t)
 	}
 	return r, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -41,7 +42,8 @@ func TestSealEndsAgainstAWriterThatAlwaysWinsTheRace(t *testing.T) {
 				if r.Op != blobstore.OpCreateIfAbsent {
 					return nil
 				}
-				term, gen, ok := translog.ParseMDKey(r.Key)
+				p, ok := layout.ParseMDKey(r.Key)
+				term, gen := p.Term, p.Gen
 				if !ok || term != 1 || gen != sh1.Writer.NextGen() {
 					return nil
 				}

@@ -11,6 +11,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -76,7 +77,7 @@ func mustWait(t *testing.T, store *blobstore.Container, clock *fence.FakeClock, 
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := store.Stat(context.Background(), seal.MarkerKey(term)); !errors.Is(err, blobstore.ErrNotFound) {
+	if _, err := store.Stat(context.Background(), layout.MarkerKey(term)); !errors.Is(err, blobstore.ErrNotFound) {
 		t.Fatalf("term %d sealed before its lease wait ended (stat %v)", term, err)
 	}
 	clock.Advance(lease + time.Second)
@@ -122,7 +123,7 @@ func TestLeaseOpenWaitsForALowerTermThatOpenedWithoutItsKey(t *testing.T) {
 	const lease = 5 * time.Second
 	sh1 := waitOpen(t, openBG(t, store, 1, "a1", leaseOptions(clock, lease, nil)), "term 1")
 	appendOps(t, sh1.Writer, "acked by term 1")
-	if err := store.Delete(ctx, fence.Key(1)); err != nil {
+	if err := store.Delete(ctx, layout.FenceKey(1)); err != nil {
 		t.Fatal(err)
 	}
 	var l log
@@ -172,7 +173,7 @@ func storeFencing(t *testing.T, store *blobstore.Container, lease time.Duration)
 	t.Helper()
 	s := fmt.Sprintf("shardfence.fencing|v1|%s|enabled|lease|%d", shard, lease.Milliseconds())
 	body := fmt.Sprintf("%s|%08x", s, translog.Checksum([]byte(s)))
-	if _, err := store.CreateIfAbsent(context.Background(), seal.FencingKey, []byte(body)); err != nil {
+	if _, err := store.CreateIfAbsent(context.Background(), layout.FencingKey, []byte(body)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -193,7 +194,7 @@ func TestRewriteRescuesAShardWhoseFirstOpenStoredAnAbsurdLease(t *testing.T) {
 	if !errors.Is(err, seal.ErrFencingOutOfRange) || !strings.Contains(err.Error(), "shardfence settings") {
 		t.Fatalf("open of the bricked shard: %v, want ErrFencingOutOfRange naming the rewrite", err)
 	}
-	if _, err := store.Stat(ctx, fence.Key(2)); !errors.Is(err, blobstore.ErrNotFound) {
+	if _, err := store.Stat(ctx, layout.FenceKey(2)); !errors.Is(err, blobstore.ErrNotFound) {
 		t.Fatalf("the refused open claimed term 2 (stat %v)", err)
 	}
 	to := seal.Fencing{Mode: translog.Lease, LeaseInterval: 2 * time.Second}
@@ -237,7 +238,7 @@ func TestRewriteShorteningTheLeaseWaitsOutTheRunningLease(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	// Term 1's key is gone, but its lease still runs: it may ack.
-	if _, err := store.Stat(ctx, fence.Key(1)); !errors.Is(err, blobstore.ErrNotFound) {
+	if _, err := store.Stat(ctx, layout.FenceKey(1)); !errors.Is(err, blobstore.ErrNotFound) {
 		t.Fatalf("term 1's key survived the rewrite's claim: %v", err)
 	}
 	if _, err := sh1.Writer.Append(ctx, [][]byte{[]byte("t1-1")}); err == nil {

@@ -13,7 +13,7 @@
 //
 // The fencing mode (enabled or not, per-sync or lease, and the lease
 // interval) is the shard's, not the caller's: the first Open stores
-// Writer's as seal.FencingKey, and every later Open runs the stored mode
+// Writer's as layout.FencingKey, and every later Open runs the stored mode
 // and interval whatever it asked for (Shard.Fencing reports them), as read
 // after its sweep. A successor therefore waits out a lease whenever the
 // shard is in lease mode, with the lease its predecessors ran, unless the
@@ -47,7 +47,9 @@ type Options struct {
 	Clock steady.Clock
 	// Backoff bounds retries of requests without a definite answer.
 	Backoff backoff.Policy
-	// Parallelism caps concurrent reads and downloads. Default 32.
+	// Parallelism caps concurrent reads and downloads of the seal and
+	// the hydration (seal.Options.Parallelism). Default 32. The replay
+	// reads ahead max(Parallelism, 64) generations.
 	Parallelism int
 	// BarrierLead is the seal's (seal.Options.BarrierLead). Default 16.
 	BarrierLead int
@@ -154,7 +156,10 @@ func (s *Shard) Restore() seal.RestorePoint { return s.Seal.Marker.Restore }
 
 // Error names the shard, term and step of a failed recovery.
 type Error struct {
-	Step  string // Settings, Claim, LeaseWait, Seal, Hydrate, Replay, OpenWriter
+	// Step is Open's Settings, Claim, LeaseWait, Seal, Resume, Hydrate,
+	// Replay or OpenWriter, or RewriteFencing's RewriteSettings, Claim or
+	// LeaseWait.
+	Step  string
 	Shard string
 	Term  int64
 	Err   error
@@ -169,6 +174,16 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// stepError is the error of a failed Open or RewriteFencing at step: an
+// *Error, or a *fence.FencedError as is.
+func stepError(step, shard string, term int64, err error) error {
+	var fe *fence.FencedError
+	if errors.As(err, &fe) {
+		return err
+	}
+	return &Error{Step: step, Shard: shard, Term: term, Err: err}
+}
 
 // defaults fills the steady clock, the backoff and the lease margin of
 // Open and RewriteFencing: the system's clock, the default backoff, 1s.
@@ -188,249 +203,44 @@ func defaults(c *steady.Clock, b *backoff.Policy, margin *time.Duration) {
 // store ready for a retry of the same call.
 func Open(ctx context.Context, store *blobstore.Container, shard string, term int64, allocation string, opts Options) (*Shard, error) {
 	defaults(&opts.Clock, &opts.Backoff, &opts.LeaseMargin)
-	fail := func(step string, err error) (*Shard, error) {
-		var fe *fence.FencedError
-		if errors.As(err, &fe) {
-			return nil, err
-		}
-		return nil, &Error{Step: step, Shard: shard, Term: term, Err: err}
-	}
-	so := seal.Options{Clock: opts.Clock, Backoff: opts.Backoff, Parallelism: opts.Parallelism, BarrierLead: opts.BarrierLead}
-	want := seal.FencingOf(opts.Writer)
-	// The claim's rounds carry our reads (docs/PROTOCOL.md, section 4, "As
-	// built: the claim's rounds"). Beside its first LIST, the settings
-	// are read, so a refused mode fences nobody. Beside the LIST that
-	// verifies the sweep: the read of the settings that counts (a shard's
-	// first open creates them there) and the seal's first round.
-	var (
-		found   bool
-		fencing seal.Fencing
-		survey  *seal.Survey
-		// The step each hook error belongs to: the claim returns a hook's
-		// error as is, and its own errors (a failed LIST) as its own.
-		hookErrs  []error
-		hookSteps []string
-		hookFail  = func(step string, err error) error {
-			if err != nil {
-				hookErrs, hookSteps = append(hookErrs, err), append(hookSteps, step)
-			}
-			return err
-		}
-	)
-	hooks := fence.Hooks{
-		Before: func(ctx context.Context) error {
-			var err error
-			_, found, err = seal.PeekFencing(ctx, store, shard, want, so)
-			return hookFail("Settings", err)
-		},
-		Swept: func(ctx context.Context, swept []int64) error {
-			var fErr, sErr error
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				// Read after the sweep: that read is what this term runs
-				// and waits for. Every predecessor that may still hold a
-				// lease read the settings before its last CAS, which came
-				// before our sweep, and a rewrite never lets a later read
-				// see a shorter lease than a writer may still hold
-				// (docs/PROTOCOL.md, "Rewriting the stored fencing").
-				if found {
-					fencing, fErr = seal.ShardFencing(ctx, store, shard, want, so)
-				} else {
-					fencing, fErr = seal.EnsureFencing(ctx, store, shard, want, so)
-				}
-			}()
-			survey, sErr = seal.TakeSurvey(ctx, store, shard, term, swept, so)
-			<-done
-			if fErr != nil {
-				return hookFail("Settings", fErr)
-			}
-			return hookFail("Seal", sErr)
-		},
-	}
-	in, err := fence.NewInstance(store, shard, allocation, fence.WithClock(opts.Clock), fence.WithBackoff(opts.Backoff), fence.WithNode(opts.Node))
+	o := &opener{store: store, shard: shard, term: term, opts: opts, mode: restoreModeOf(opts),
+		so:   seal.Options{Clock: opts.Clock, Backoff: opts.Backoff, Parallelism: opts.Parallelism, BarrierLead: opts.BarrierLead},
+		want: seal.FencingOf(opts.Writer)}
+	defer o.discardPrefetch()
+	chain, err := o.claim(ctx, allocation)
 	if err != nil {
-		return fail("Claim", err)
+		return nil, err
 	}
-	chain, err := in.ClaimWith(ctx, term, hooks)
+	if err := o.waitOutLease(ctx, chain); err != nil {
+		return nil, err
+	}
+	res, err := o.seal(ctx, chain)
 	if err != nil {
-		for i := len(hookErrs) - 1; i >= 0; i-- {
-			if errors.Is(err, hookErrs[i]) {
-				return fail(hookSteps[i], err)
-			}
-		}
-		return fail("Claim", err)
+		return nil, err
 	}
-	// Wait out the lease a predecessor may hold: the incumbent acks
-	// without a CAS only while its lease, started before our sweep, runs.
-	// A shard with no predecessor has nothing to wait for: no lower fence
-	// key was swept, and no lower term stored a seal marker, which every
-	// term stores before its writer opens (GC keeps the newest). A lower
-	// term that opens its writer after our sweep has no fence key left to
-	// renew its lease with, so it acknowledges nothing. The markers are
-	// listed after the sweep (the survey), so a concurrent first claimant
-	// either shows up or is fenced.
-	if !fencing.Disabled && fencing.Mode == translog.Lease {
-		if len(chain.Predecessors()) > 0 || survey.LowerMarkers() {
-			if err := chain.WaitOutLease(ctx, fencing.LeaseInterval+opts.LeaseMargin); err != nil {
-				return fail("LeaseWait", err)
-			}
-			// The survey was read before the wait: the seal reads again.
-			survey = nil
-		}
-	}
-	// The checkpoints are listed beside the seal's walk (reads after the
-	// sweep); the candidates are picked once the lineage is known.
-	hydrating := opts.Resume == nil && (opts.Dir != "" || opts.Files != nil)
-	var ckpts []blobstore.Attrs
-	var ckptErr error
-	ckptDone := make(chan struct{})
-	if hydrating || (opts.Resume == nil && opts.Lazy != nil) {
-		go func() {
-			defer close(ckptDone)
-			ckpts, ckptErr = seal.ListCheckpoints(ctx, store, shard, so)
-		}()
-	} else {
-		close(ckptDone)
-	}
-	// The checkpoint the survey expects to be the first candidate
-	// downloads beside the seal's walk and marker (its manifest GET beside
-	// the walk's first round, its files beside the marker's create):
-	// reads of immutable, checksummed objects, used only if it is the
-	// first candidate of the lineage the seal returns (seal.Hydrate
-	// decides, HydrateOptions.Prefetch), its files removed otherwise.
-	var pre *seal.Prefetch
-	if hydrating && opts.Lazy == nil {
-		if ref, ok := survey.Checkpoint(); ok {
-			po := seal.HydrateOptions{Options: so, Into: opts.Files, ChunkSize: opts.HydrateChunkSize}
-			if opts.Progress != nil {
-				po.Progress = func(p seal.Progress) { opts.Progress(Progress{Phase: "hydrate", Progress: p}) }
-			}
-			pre = seal.PrefetchCheckpoint(ctx, store, shard, ref, opts.Dir, po)
-		}
-	}
-	preTaken := false
-	defer func() {
-		if !preTaken {
-			pre.Discard()
-		}
-	}()
-	// Otherwise (no prefetch, or it fetches another checkpoint than the
-	// first candidate), beside the marker's create, the newest candidate's
-	// manifest is read (the restore point is known by then); used only if
-	// it is still the first candidate once the seal returns.
-	var manifests map[string]blobstore.Object
-	readManifest := func(ctx context.Context, lin seal.Lineage, restore seal.RestorePoint) {
-		<-ckptDone
-		if !hydrating || opts.Lazy != nil || ckptErr != nil || restore.Gen == 0 {
-			return
-		}
-		cands := seal.CandidatesOf(ckpts, lin, restore.Gen)
-		if len(cands) == 0 || (pre != nil && cands[0] == pre.Ref()) {
-			return
-		}
-		key := seal.ManifestKey(cands[0].Term, cands[0].Gen)
-		if obj, err := store.Get(ctx, key); err == nil {
-			manifests = map[string]blobstore.Object{key: obj}
-		}
-	}
-	res, err := seal.SealWith(ctx, store, chain, survey, so, readManifest)
-	<-ckptDone
+	sh := &Shard{Chain: chain, Seal: res, Fencing: o.fencing}
+	st, err := o.restore(ctx, sh)
 	if err != nil {
-		return fail("Seal", err)
+		return nil, err
 	}
-	sh := &Shard{Chain: chain, Seal: res, Fencing: fencing}
-	restore := res.Marker.Restore
-	lin := res.Lineage
-	base, next := int64(0), int64(0)
-	window := opts.Parallelism
-	if window <= 0 {
-		window = 32
+	restore, lin := res.Marker.Restore, res.Lineage
+	if err := checkReplayable(st.base, restore, lin, len(sh.Refused)); err != nil {
+		if st.pf != nil {
+			st.pf.stop()
+		}
+		return nil, o.fail("Replay", err)
 	}
-	window = max(window, 64)
-	prefetch := func(from int64) *prefetcher {
-		return startPrefetch(ctx, store, shard, lin, restore.Term, res.MDs, from, restore.Gen, window, opts)
+	if st.pf == nil {
+		st.pf = o.prefetch(ctx, res, st.base+1)
 	}
-	var pf *prefetcher
-	if r := opts.Resume; r != nil {
-		if r.Gen < 0 || r.Gen > restore.Gen || (r.Gen > 0 && !lin.Contains(r.Term, r.Gen)) {
-			return fail("Resume", fmt.Errorf("%w: generation %d of term %d, the restore point is generation %d of term %d", ErrResumeOffLineage, r.Gen, r.Term, restore.Gen, restore.Term))
-		}
-		base, next = r.Gen, r.NextSeqNo
-	} else if opts.Lazy != nil {
-		if ckptErr != nil {
-			return fail("Hydrate", ckptErr)
-		}
-		var cands []seal.CheckpointRef
-		if restore.Gen > 0 {
-			cands = seal.CandidatesOf(ckpts, lin, restore.Gen)
-		}
-		m, err := opts.Lazy(ctx, sh, cands)
-		if err != nil {
-			return fail("Hydrate", err)
-		}
-		if m != nil {
-			sh.Checkpoint = m
-			base, next = m.Gen, m.NextSeqNo
-		}
-	} else if hydrating && restore.Gen > 0 {
-		if ckptErr != nil {
-			return fail("Hydrate", ckptErr)
-		}
-		cands := seal.CandidatesOf(ckpts, lin, restore.Gen)
-		// Read the translog after the newest candidate while its files
-		// download; a refused candidate means replaying from further back.
-		expected := int64(0)
-		if len(cands) > 0 {
-			expected = cands[0].Gen
-		}
-		pf = prefetch(expected + 1)
-		ho := seal.HydrateOptions{Options: so, Candidates: cands, Accept: opts.AcceptCheckpoint, Into: opts.Files, Manifests: manifests, Prefetch: pre, ChunkSize: opts.HydrateChunkSize}
-		preTaken = true
-		if opts.Progress != nil {
-			ho.Progress = func(p seal.Progress) { opts.Progress(Progress{Phase: "hydrate", Progress: p}) }
-		}
-		h, err := seal.Hydrate(ctx, store, shard, lin, restore.Gen, opts.Dir, ho)
-		if err != nil {
-			pf.stop()
-			return fail("Hydrate", err)
-		}
-		sh.Refused = h.Refused
-		if h.Manifest != nil {
-			sh.Checkpoint, sh.Files = h.Manifest, h.Paths
-			base, next = h.Manifest.Gen, h.Manifest.NextSeqNo
-		}
-		if base != expected {
-			pf.stop()
-			pf = nil
-		}
-	}
-	if base < restore.Gen && base < lin.Base() {
-		if pf != nil {
-			pf.stop()
-		}
-		// Generations below the oldest marker still stored have no term
-		// to read them from, and no checkpoint covers them.
-		return fail("Replay", fmt.Errorf("%w: generations %d..%d lie below the oldest seal marker still stored and no lineage checkpoint covers them (%d refused)", seal.ErrLineageTruncated, base+1, lin.Base(), len(sh.Refused)))
-	}
-	if pf == nil {
-		pf = prefetch(base + 1)
-	}
-	sh.Replay, next, err = pf.replay(ctx, shard, next, opts)
+	sh.Replay, sh.NextSeqNo, err = st.pf.replay(ctx, shard, st.next, opts)
 	if err != nil {
-		return fail("Replay", err)
+		return nil, o.fail("Replay", err)
 	}
-	sh.NextSeqNo = next
-	wo := fencing.Apply(opts.Writer)
-	// From the chain: an unfenced writer takes its identity from here.
-	wo.Shard, wo.Term, wo.Allocation = chain.Shard(), chain.Term(), chain.Allocation()
-	wo.StartGen, wo.StartSeqNo = restore.Gen+1, next
-	if wo.Clock == nil {
-		wo.Clock = opts.Clock
-	}
+	wo := writerOptions(opts.Writer, o.fencing, chain.Shard(), chain.Term(), chain.Allocation(), restore, sh.NextSeqNo, opts.Clock)
 	w, err := translog.Open(ctx, store, chain, wo)
 	if err != nil {
-		return fail("OpenWriter", err)
+		return nil, o.fail("OpenWriter", err)
 	}
 	sh.Writer = w
 	return sh, nil

@@ -17,6 +17,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/fs"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -174,14 +175,14 @@ func scenarioFreshShardThenTakeoverRestoresEverything(t *testing.T, store *fault
 	var l log
 	sh2 := open(t, store.Container, 2, "a2", options(&l))
 	// The term opened: its marker is stored and names the restore point.
-	obj, err := store.Inner().Get(context.Background(), seal.MarkerKey(2))
+	obj, err := store.Inner().Get(context.Background(), layout.MarkerKey(2))
 	if err != nil {
 		t.Fatalf("term 2 opened without a readable marker: %v", err)
 	}
-	if m, err := seal.DecodeMarker(shard, seal.MarkerKey(2), obj.Body); err != nil || m != sh2.Seal.Marker {
+	if m, err := seal.DecodeMarker(shard, layout.MarkerKey(2), obj.Body); err != nil || m != sh2.Seal.Marker {
 		t.Fatalf("stored marker %+v (%v), Open reports %+v", m, err, sh2.Seal.Marker)
 	}
-	if got := sh2.Restore(); got.Term != 1 || got.Gen != 5 || got.MDKey != translog.MDKey(1, 5) {
+	if got := sh2.Restore(); got.Term != 1 || got.Gen != 5 || got.MDKey != layout.MDKey(1, 5) {
 		t.Fatalf("restore point %+v, want term 1 gen 5", got)
 	}
 	if fmt.Sprint(l.ops) != fmt.Sprint(want) {
@@ -239,7 +240,7 @@ func scenarioSuccessorPoisonsTheGapAndZombieMDCreateFails(t *testing.T, store *f
 	sh1 := open(t, store.Container, 1, "a1", options(nil))
 	appendOps(t, sh1.Writer, "g1")
 	appendOps(t, sh1.Writer, "g2")
-	gap := translog.MDKey(1, 3)
+	gap := layout.MDKey(1, 3)
 	held, release := holdRequests(store, func(r faulty.Request) bool { return r.Op == blobstore.OpCreateIfAbsent && r.Key == gap })
 	defer release()
 	type result struct {
@@ -282,9 +283,9 @@ func waitFenceGen(t *testing.T, store *faulty.Container, term, gen int64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		obj, err := store.Inner().Get(context.Background(), fence.Key(term))
+		obj, err := store.Inner().Get(context.Background(), layout.FenceKey(term))
 		if err == nil {
-			if rec, err := fence.DecodeRecord(shard, fence.Key(term), obj.Body); err == nil && rec.Gen >= gen {
+			if rec, err := fence.DecodeRecord(shard, layout.FenceKey(term), obj.Body); err == nil && rec.Gen >= gen {
 				return
 			}
 		}
@@ -299,7 +300,7 @@ func scenarioRacingSuccessorsLateMarkerOrphansTheLoser(t *testing.T, store *faul
 	for i := 1; i <= 3; i++ {
 		appendOps(t, sh4.Writer, fmt.Sprintf("t4-%d", i))
 	}
-	marker5 := seal.MarkerKey(5)
+	marker5 := layout.MarkerKey(5)
 	held, release := holdRequests(store, func(r faulty.Request) bool { return r.Op == blobstore.OpCreateIfAbsent && r.Key == marker5 })
 	defer release()
 	type result struct {
@@ -347,7 +348,7 @@ func scenarioRacingSuccessorsLateMarkerOrphansTheLoser(t *testing.T, store *faul
 		t.Fatalf("inspect: %v", err)
 	}
 	for _, o := range rep.Orphans {
-		if t5, _, ok := translog.ParseMDKey(o.Key); ok && t5 != 5 {
+		if p, ok := layout.ParseMDKey(o.Key); ok && p.Term != 5 {
 			t.Fatalf("orphan %q is not term 5's", o.Key)
 		}
 	}
@@ -396,10 +397,10 @@ func scenarioLeaseModeWaitsBeforeReadingTheLineage(t *testing.T, store *faulty.C
 	}
 	clock.Advance(5*time.Second + 900*time.Millisecond)
 	time.Sleep(20 * time.Millisecond)
-	if _, err := store.Inner().Stat(ctx, seal.MarkerKey(2)); !errors.Is(err, blobstore.ErrNotFound) {
+	if _, err := store.Inner().Stat(ctx, layout.MarkerKey(2)); !errors.Is(err, blobstore.ErrNotFound) {
 		t.Fatalf("marker of term 2 written %v before lease + margin elapsed (stat: %v)", time.Duration(clock.Now()), err)
 	}
-	if _, err := store.Inner().Stat(ctx, translog.MDKey(1, 2)); !errors.Is(err, blobstore.ErrNotFound) {
+	if _, err := store.Inner().Stat(ctx, layout.MDKey(1, 2)); !errors.Is(err, blobstore.ErrNotFound) {
 		t.Fatalf("the lineage was poisoned before the lease ran out (stat: %v)", err)
 	}
 	clock.Advance(200 * time.Millisecond)
@@ -427,10 +428,10 @@ func scenarioStaleTermFailsAtTheSeal(t *testing.T, store *faulty.Container) {
 	if succ, _ := fence.SuccessorTerm(err); succ != 6 {
 		t.Fatalf("fencing error names successor %d, want 6: %v", succ, err)
 	}
-	if _, err := store.Inner().Stat(ctx, seal.MarkerKey(5)); !errors.Is(err, blobstore.ErrNotFound) {
+	if _, err := store.Inner().Stat(ctx, layout.MarkerKey(5)); !errors.Is(err, blobstore.ErrNotFound) {
 		t.Fatalf("the stale term wrote a marker (stat: %v)", err)
 	}
-	if _, err := store.Inner().Stat(ctx, translog.MDKey(6, 2)); !errors.Is(err, blobstore.ErrNotFound) {
+	if _, err := store.Inner().Stat(ctx, layout.MDKey(6, 2)); !errors.Is(err, blobstore.ErrNotFound) {
 		t.Fatalf("the stale term poisoned the live term (stat: %v)", err)
 	}
 	appendOps(t, sh6.Writer, "still-open")
@@ -443,7 +444,7 @@ func scenarioCorruptMDStopsRecoveryNamingTheKey(t *testing.T, store *faulty.Cont
 		appendOps(t, sh1.Writer, fmt.Sprintf("op%d", i))
 	}
 	closeW(t, sh1.Writer)
-	bad := translog.MDKey(1, 2)
+	bad := layout.MDKey(1, 2)
 	if _, err := store.Inner().Put(ctx, bad, []byte("garbage")); err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +453,7 @@ func scenarioCorruptMDStopsRecoveryNamingTheKey(t *testing.T, store *faulty.Cont
 	if !errors.As(err, &be) || be.Key != bad || !strings.Contains(err.Error(), bad) {
 		t.Fatalf("open over a corrupt md: %v, want an error naming %q", err, bad)
 	}
-	if _, err := store.Inner().Stat(ctx, seal.MarkerKey(2)); !errors.Is(err, blobstore.ErrNotFound) {
+	if _, err := store.Inner().Stat(ctx, layout.MarkerKey(2)); !errors.Is(err, blobstore.ErrNotFound) {
 		t.Fatalf("a marker was written past a corrupt lineage (stat: %v)", err)
 	}
 }
@@ -463,7 +464,7 @@ func scenarioCorruptDataObjectStopsReplay(t *testing.T, store *faulty.Container)
 	appendOps(t, sh1.Writer, strings.Repeat("a", 200)) // over the inline limit
 	appendOps(t, sh1.Writer, "b")
 	closeW(t, sh1.Writer)
-	bad := translog.DataKey(1, 1)
+	bad := layout.DataKey(1, 1)
 	if _, err := store.Inner().Put(ctx, bad, []byte("garbage")); err != nil {
 		t.Fatal(err)
 	}
@@ -552,7 +553,7 @@ func scenarioCheckpointWithMissingFileFallsBackToThePreviousOne(t *testing.T, st
 	}
 	appendOps(t, sh1.Writer, "e")
 	closeW(t, sh1.Writer)
-	missing := seal.FilePrefix(1, 4) + "state"
+	missing := layout.FilePrefix(1, 4) + "state"
 	if err := store.Inner().Delete(ctx, missing); err != nil {
 		t.Fatal(err)
 	}
@@ -606,7 +607,7 @@ func scenarioCheckpointOffTheLineageIsNeverUsed(t *testing.T, store *faulty.Cont
 	// Even if it lands (the fence was unreadable), it is off the
 	// lineage: put it there by hand.
 	body, _ := seal.EncodeManifest(seal.Manifest{Shard: shard, Term: 1, Gen: 3, NextSeqNo: 9, Files: []seal.ManifestFile{}})
-	if _, err := store.Inner().CreateIfAbsent(ctx, seal.ManifestKey(1, 3), body); err != nil {
+	if _, err := store.Inner().CreateIfAbsent(ctx, layout.ManifestKey(1, 3), body); err != nil {
 		t.Fatal(err)
 	}
 	closeW(t, sh2.Writer)
@@ -624,7 +625,7 @@ func scenarioCheckpointOffTheLineageIsNeverUsed(t *testing.T, store *faulty.Cont
 // must be restored by the successor.
 func scenarioNoAckedWriteLossAcrossTakeovers(t *testing.T, store *faulty.Container) {
 	ctx := context.Background()
-	store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: translog.MDPrefix, Latency: faulty.Uniform(0, 2*time.Millisecond)})
+	store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: layout.MDPrefix, Latency: faulty.Uniform(0, 2*time.Millisecond)})
 	var acked []string
 	var mu sync.Mutex
 	prev := open(t, store.Container, 1, "a1", options(nil))

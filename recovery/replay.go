@@ -9,6 +9,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/backoff"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -78,7 +79,7 @@ func (p *prefetcher) replay(ctx context.Context, shard string, next int64, opts 
 			return rep, next, f.err
 		}
 		if f.b.FirstSeqNo != next {
-			return rep, next, &fence.BodyError{Shard: shard, Key: translog.MDKey(f.b.Term, f.b.Gen), Err: fence.ErrCorruptBody,
+			return rep, next, &fence.BodyError{Shard: shard, Key: layout.MDKey(f.b.Term, f.b.Gen), Err: fence.ErrCorruptBody,
 				Detail: fmt.Sprintf("first sequence number %d, the restored history ends before %d", f.b.FirstSeqNo, next)}
 		}
 		if opts.Apply != nil {
@@ -112,7 +113,7 @@ func fetch(ctx context.Context, r *translog.Reader, store *blobstore.Container, 
 		}
 		ops, err := translog.DecodeOps(payload, md.OpCount)
 		if err != nil {
-			return fetched{err: &fence.BodyError{Shard: shard, Key: translog.MDKey(term, gen), Err: fence.ErrCorruptBody, Detail: err.Error()}}
+			return fetched{err: &fence.BodyError{Shard: shard, Key: layout.MDKey(term, gen), Err: fence.ErrCorruptBody, Detail: err.Error()}}
 		}
 		b = translog.Batch{Term: term, Gen: gen, FirstSeqNo: md.FirstSeqNo, Ops: ops}
 	} else if err := backoff.Do(ctx, opts.Clock, opts.Backoff, blobstore.IsRetryable, func(ctx context.Context) error {
@@ -132,7 +133,7 @@ func fetch(ctx context.Context, r *translog.Reader, store *blobstore.Container, 
 // readData reads and verifies the data object of an md the seal already
 // read, the same checks Reader.ReadBatch makes.
 func readData(ctx context.Context, store *blobstore.Container, shard string, md translog.MD, opts Options) ([]byte, error) {
-	key, dkey := translog.MDKey(md.Term, md.Gen), translog.DataKey(md.Term, md.Gen)
+	key, dkey := layout.MDKey(md.Term, md.Gen), layout.DataKey(md.Term, md.Gen)
 	var obj blobstore.Object
 	err := backoff.Do(ctx, opts.Clock, opts.Backoff, blobstore.IsRetryable, func(ctx context.Context) error {
 		var err error

@@ -73,11 +73,7 @@ func RewriteFencing(ctx context.Context, store *blobstore.Container, shard strin
 		}
 	}
 	fail := func(s string, err error) (RewriteResult, error) {
-		var fe *fence.FencedError
-		if errors.As(err, &fe) {
-			return RewriteResult{}, err
-		}
-		return RewriteResult{}, &Error{Step: s, Shard: shard, Term: term, Err: err}
+		return RewriteResult{}, stepError(s, shard, term, err)
 	}
 	so := seal.Options{Clock: opts.Clock, Backoff: opts.Backoff}
 	step("freeze")

@@ -14,9 +14,9 @@ import (
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
-	"github.com/shardfence/shardfence/translog"
 )
 
 // TestNewShardOpensInSevenRequests: LIST fence/ and GET settings, the
@@ -43,9 +43,9 @@ func TestNewShardOpensInSevenRequests(t *testing.T) {
 		op, key, _ := strings.Cut(s, " ")
 		count[op]++
 		switch {
-		case op == "CreateIfAbsent" && key == fence.Key(1):
+		case op == "CreateIfAbsent" && key == layout.FenceKey(1):
 			fenceCreate = i
-		case op == "CreateIfAbsent" && key == seal.FencingKey:
+		case op == "CreateIfAbsent" && key == layout.FencingKey:
 			settingsCreate = i
 		}
 	}
@@ -92,7 +92,7 @@ func TestTakeoverReadsBesideTheClaimsLists(t *testing.T) {
 		var m *meeting
 		side := 0
 		switch {
-		case r.Op == blobstore.OpList && r.Key == fence.KeyPrefix:
+		case r.Op == blobstore.OpList && r.Key == layout.FencePrefix:
 			fenceLists++
 			switch fenceLists {
 			case 1:
@@ -100,12 +100,12 @@ func TestTakeoverReadsBesideTheClaimsLists(t *testing.T) {
 			case 2:
 				m = &second
 			}
-		case r.Op == blobstore.OpGet && r.Key == seal.FencingKey:
+		case r.Op == blobstore.OpGet && r.Key == layout.FencingKey:
 			settingsGets++
 			if settingsGets == 1 {
 				m, side = &first, 1
 			}
-		case r.Op == blobstore.OpList && r.Key == seal.MarkerPrefix:
+		case r.Op == blobstore.OpList && r.Key == layout.MarkerPrefix:
 			m, side = &second, 1
 		}
 		mu.Unlock()
@@ -195,13 +195,13 @@ func TestCheckpointTakeoverDownloadsBesideTheMarker(t *testing.T) {
 		var m *meeting
 		side := 0
 		switch {
-		case r.Op == blobstore.OpCreateIfAbsent && r.Key == translog.MDKey(1, 4):
+		case r.Op == blobstore.OpCreateIfAbsent && r.Key == layout.MDKey(1, 4):
 			m = &poisonRound
-		case r.Op == blobstore.OpGet && r.Key == seal.ManifestKey(1, 2):
+		case r.Op == blobstore.OpGet && r.Key == layout.ManifestKey(1, 2):
 			m, side = &poisonRound, 1
-		case r.Op == blobstore.OpCreateIfAbsent && r.Key == seal.MarkerKey(2):
+		case r.Op == blobstore.OpCreateIfAbsent && r.Key == layout.MarkerKey(2):
 			m = &markerRound
-		case (r.Op == blobstore.OpGetRange || r.Op == blobstore.OpGet) && r.Key == seal.FilePrefix(1, 2)+"state":
+		case (r.Op == blobstore.OpGetRange || r.Op == blobstore.OpGet) && r.Key == layout.FilePrefix(1, 2)+"state":
 			m, side = &markerRound, 1
 		}
 		if m != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -97,7 +98,7 @@ func TestSuccessorAskingPerSyncWaitsOutALeaseModeShard(t *testing.T) {
 	acked := []string{"t1-first"}
 	afterSweep := 0
 	swept := func() bool {
-		_, err := store.Stat(ctx, fence.Key(1))
+		_, err := store.Stat(ctx, layout.FenceKey(1))
 		return errors.Is(err, blobstore.ErrNotFound)
 	}
 	stop := make(chan struct{})
@@ -143,7 +144,7 @@ func TestSuccessorAskingPerSyncWaitsOutALeaseModeShard(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := store.Stat(ctx, seal.MarkerKey(2)); !errors.Is(err, blobstore.ErrNotFound) {
+	if _, err := store.Stat(ctx, layout.MarkerKey(2)); !errors.Is(err, blobstore.ErrNotFound) {
 		t.Fatalf("term 2 sealed (stat %v) while term 1's lease still ran", err)
 	}
 	mu.Lock()
@@ -188,7 +189,7 @@ func TestFencingOnAnUnfencedShardIsRefusedBeforeTheClaim(t *testing.T) {
 	if msg := err.Error(); !strings.Contains(msg, shard) || !strings.Contains(msg, "fencing disabled") {
 		t.Errorf("error %q does not name the shard and its stored setting", msg)
 	}
-	if _, err := store.Stat(ctx, fence.Key(2)); !errors.Is(err, blobstore.ErrNotFound) {
+	if _, err := store.Stat(ctx, layout.FenceKey(2)); !errors.Is(err, blobstore.ErrNotFound) {
 		t.Errorf("the refused open claimed term 2 (stat %v)", err)
 	}
 	appendOps(t, sh1.Writer, "y")

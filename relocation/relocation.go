@@ -18,8 +18,8 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
-	"github.com/shardfence/shardfence/internal/ident"
 	"github.com/shardfence/shardfence/internal/backoff"
+	"github.com/shardfence/shardfence/internal/ident"
 	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"

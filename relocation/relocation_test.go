@@ -13,6 +13,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/fs"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/relocation"
 	"github.com/shardfence/shardfence/translog"
@@ -347,7 +348,7 @@ func TestLostResponsesOnTransferAndRevertAreSettledByContent(t *testing.T) {
 			store := backends()[name](t)
 			src := source(t, store)
 			mustApp(t, src.Writer(), "a")
-			lost := store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Prefix: fence.Dir, Fault: faulty.LostResponse, Times: 1})
+			lost := store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Prefix: layout.FenceDir, Fault: faulty.LostResponse, Times: 1})
 			hc, err := src.Handoff(context.Background(), "dst", "")
 			if err != nil {
 				t.Fatalf("handoff with a lost response: %v", err)
@@ -355,7 +356,7 @@ func TestLostResponsesOnTransferAndRevertAreSettledByContent(t *testing.T) {
 			if store.Fired(lost) != 1 {
 				t.Fatal("the transfer's response was not lost: the test checked nothing")
 			}
-			lost = store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Prefix: fence.Dir, Fault: faulty.LostResponse, Times: 1})
+			lost = store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Prefix: layout.FenceDir, Fault: faulty.LostResponse, Times: 1})
 			if out, err := src.Abort(context.Background()); err != nil || out != relocation.Resumed {
 				t.Fatalf("abort with a lost revert response: %v %v", out, err)
 			}
@@ -368,7 +369,7 @@ func TestLostResponsesOnTransferAndRevertAreSettledByContent(t *testing.T) {
 			}
 			// A lost transfer response, then a target that already wrote:
 			// the revert stands down.
-			lost = store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Prefix: fence.Dir, Fault: faulty.LostResponse, Times: 1})
+			lost = store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Prefix: layout.FenceDir, Fault: faulty.LostResponse, Times: 1})
 			hc, err = src.Handoff(context.Background(), "dst", "")
 			if err != nil {
 				t.Fatalf("second handoff: %v", err)

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	goio "io"
+	"io"
 	"io/fs"
 	"path/filepath"
 	"sort"
@@ -56,7 +56,7 @@ const (
 )
 
 // Key is the manifest's key.
-func (m Manifest) Key() string { return ManifestKey(m.Term, m.Gen) }
+func (m Manifest) Key() string { return layout.ManifestKey(m.Term, m.Gen) }
 
 func (m Manifest) validate() error {
 	if err := ident.Validate("shard", m.Shard, false); err != nil {
@@ -67,7 +67,7 @@ func (m Manifest) validate() error {
 	}
 	seen := map[string]bool{}
 	for _, f := range m.Files {
-		if !filepath.IsLocal(f.Name) || filepath.ToSlash(filepath.Clean(f.Name)) != f.Name || blobstore.ValidateKey(FilePrefix(m.Term, m.Gen)+f.Name) != nil {
+		if !filepath.IsLocal(f.Name) || filepath.ToSlash(filepath.Clean(f.Name)) != f.Name || blobstore.ValidateKey(layout.FilePrefix(m.Term, m.Gen)+f.Name) != nil {
 			return fmt.Errorf("%w: checkpoint file name %q (a relative path without . or .. segments)", fence.ErrInvalidArgument, f.Name)
 		}
 		if seen[f.Name] || f.Size < 0 {
@@ -146,9 +146,9 @@ func publish(ctx context.Context, store *blobstore.Container, chain *fence.Chain
 	if opts.Freshness <= 0 {
 		opts.Freshness = 10 * time.Second
 	}
-	s := io{store: store, shard: chain.Shard(), opts: o}
+	s := storeIO{store: store, shard: chain.Shard(), opts: o}
 	term := chain.Term()
-	key := ManifestKey(term, max(gen, 0))
+	key := layout.ManifestKey(term, max(gen, 0))
 	fail := func(k string, err error) (Manifest, error) {
 		return Manifest{}, wrapErr("Publish", s.shard, k, term, err)
 	}
@@ -197,14 +197,14 @@ func publish(ctx context.Context, store *blobstore.Container, chain *fence.Chain
 			return fmt.Errorf("checkpoint file %q: %w", names[i], err)
 		}
 		m.Files[i].Size, m.Files[i].CRC32C = int64(len(body)), translog.Checksum(body)
-		fk := FilePrefix(term, gen) + m.Files[i].Name
+		fk := layout.FilePrefix(term, gen) + m.Files[i].Name
 		return s.retry(ctx, func(ctx context.Context) error {
 			_, err := store.Put(ctx, fk, body)
 			return err
 		})
 	})
 	if err != nil {
-		return fail(FilePrefix(term, gen), err)
+		return fail(layout.FilePrefix(term, gen), err)
 	}
 	body, err := EncodeManifest(m)
 	if err != nil {
@@ -268,10 +268,10 @@ func Candidates(ctx context.Context, store *blobstore.Container, shard string, l
 // (any term). recovery.Open sends it beside the seal's walk, once the
 // sweep is done, and picks the candidates with CandidatesOf.
 func ListCheckpoints(ctx context.Context, store *blobstore.Container, shard string, opts Options) ([]blobstore.Attrs, error) {
-	s := io{store: store, shard: shard, opts: opts.withDefaults()}
-	items, err := s.list(ctx, ManifestPrefix)
+	s := storeIO{store: store, shard: shard, opts: opts.withDefaults()}
+	items, err := s.list(ctx, layout.ManifestPrefix)
 	if err != nil {
-		return nil, wrapErr("Hydrate", shard, ManifestPrefix, 0, err)
+		return nil, wrapErr("Hydrate", shard, layout.ManifestPrefix, 0, err)
 	}
 	return items, nil
 }
@@ -363,7 +363,7 @@ type Hydrated struct {
 // an error, not a refusal: an older checkpoint would hide it and cost a
 // longer replay.
 func Hydrate(ctx context.Context, store *blobstore.Container, shard string, lin Lineage, gen int64, dir string, opts HydrateOptions) (*Hydrated, error) {
-	s := io{store: store, shard: shard, opts: opts.Options.withDefaults()}
+	s := storeIO{store: store, shard: shard, opts: opts.Options.withDefaults()}
 	sink := opts.Into
 	if sink == nil {
 		sink = dirSink(dir)
@@ -383,7 +383,7 @@ func Hydrate(ctx context.Context, store *blobstore.Container, shard string, lin 
 	}
 	out := &Hydrated{}
 	for i, c := range cands {
-		key := ManifestKey(c.Term, c.Gen)
+		key := layout.ManifestKey(c.Term, c.Gen)
 		var m Manifest
 		var paths []string
 		var reason string
@@ -469,7 +469,7 @@ func (sl slots) release() { <-sl }
 //
 // tick reports bytes as they are written (every progressTick, and a
 // negative count when a retry starts the file again).
-func (s io) streamFile(ctx context.Context, key string, f ManifestFile, sink StreamSink, sl slots, bad func(string, ...any) error, tick func(int64)) (string, error) {
+func (s storeIO) streamFile(ctx context.Context, key string, f ManifestFile, sink StreamSink, sl slots, bad func(string, ...any) error, tick func(int64)) (string, error) {
 	var path string
 	var counted int64 // bytes of this file reported to tick
 	err := s.retry(ctx, func(ctx context.Context) error {
@@ -494,7 +494,7 @@ func (s io) streamFile(ctx context.Context, key string, f ManifestFile, sink Str
 		}
 		// Checkpoint files are written once; the checksum proves the bytes.
 		h := crc32.New(castagnoli)
-		cr := &countingReader{r: goio.TeeReader(goio.LimitReader(rc, f.Size+1), h), tick: func(n int64) { counted += n; tick(n) }}
+		cr := &countingReader{r: io.TeeReader(io.LimitReader(rc, f.Size+1), h), tick: func(n int64) { counted += n; tick(n) }}
 		p, err := sink.WriteFrom(f.Name, cr)
 		cr.flush()
 		if p != "" {
@@ -533,7 +533,7 @@ const versionAttempts = 3
 // same bytes. Store trouble within a piece reads that piece again from its
 // start (the rest of the file stays); a version changed between pieces
 // starts the whole file again. bad and tick are streamFile's.
-func (s io) streamChunks(ctx context.Context, key string, f ManifestFile, sink ChunkSink, chunk int64, sl slots, bad func(string, ...any) error, tick func(int64)) (string, error) {
+func (s storeIO) streamChunks(ctx context.Context, key string, f ManifestFile, sink ChunkSink, chunk int64, sl slots, bad func(string, ...any) error, tick func(int64)) (string, error) {
 	var path string
 	var counted atomic.Int64 // bytes of this file reported to tick
 	count := func(n int64) { counted.Add(n); tick(n) }
@@ -555,12 +555,12 @@ func (s io) streamChunks(ctx context.Context, key string, f ManifestFile, sink C
 }
 
 // chunksOnce is one attempt of streamChunks.
-func (s io) chunksOnce(ctx context.Context, key string, f ManifestFile, sink ChunkSink, chunk int64, sl slots, bad func(string, ...any) error, count func(int64)) (string, error) {
+func (s storeIO) chunksOnce(ctx context.Context, key string, f ManifestFile, sink ChunkSink, chunk int64, sl slots, bad func(string, ...any) error, count func(int64)) (string, error) {
 	// Every piece's stream ends when one piece fails.
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The first piece: its answer says the size and the version.
-	var first goio.ReadCloser
+	var first io.ReadCloser
 	var attrs blobstore.Attrs
 	err := s.retry(pctx, func(ctx context.Context) error {
 		if err := sl.acquire(ctx); err != nil {
@@ -597,7 +597,7 @@ func (s io) chunksOnce(ctx context.Context, key string, f ManifestFile, sink Chu
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		var rc goio.ReadCloser
+		var rc io.ReadCloser
 		if i == 0 {
 			rc = first
 		}
@@ -652,7 +652,7 @@ func (s io) chunksOnce(ctx context.Context, key string, f ManifestFile, sink Chu
 // piece's open stream, with a slot held for it; otherwise the piece opens
 // its own, pinned to token. Store trouble reads the piece again from its
 // start (its bytes reported to count are taken back first).
-func (s io) streamPiece(ctx context.Context, key string, f ManifestFile, off, chunk int64, token blobstore.Token, rc goio.ReadCloser, out SizedFile, sl slots, bad func(string, ...any) error, count func(int64)) (uint32, error) {
+func (s storeIO) streamPiece(ctx context.Context, key string, f ManifestFile, off, chunk int64, token blobstore.Token, rc io.ReadCloser, out SizedFile, sl slots, bad func(string, ...any) error, count func(int64)) (uint32, error) {
 	length := min(chunk, f.Size-off)
 	var sum uint32
 	var counted int64 // bytes of this piece reported to count
@@ -691,8 +691,8 @@ func (s io) streamPiece(ctx context.Context, key string, f ManifestFile, off, ch
 			sl.release()
 		}()
 		h := crc32.New(castagnoli)
-		cr := &countingReader{r: goio.TeeReader(goio.LimitReader(rc, length+1), h), tick: func(n int64) { counted += n; count(n) }}
-		got, err := writeFull(cr, goio.NewOffsetWriter(out, off), length)
+		cr := &countingReader{r: io.TeeReader(io.LimitReader(rc, length+1), h), tick: func(n int64) { counted += n; count(n) }}
+		got, err := writeFull(cr, io.NewOffsetWriter(out, off), length)
 		cr.flush()
 		if err != nil {
 			return err
@@ -711,11 +711,11 @@ func (s io) streamPiece(ctx context.Context, key string, f ManifestFile, off, ch
 // give what its socket holds, often a few KiB, and a write system call per
 // Read costs more than the bytes. It stops after limit bytes were written
 // and one more was read, returning the count read.
-func writeFull(r goio.Reader, w goio.Writer, limit int64) (int64, error) {
+func writeFull(r io.Reader, w io.Writer, limit int64) (int64, error) {
 	buf := make([]byte, copyBuffer)
 	var n int64
 	for {
-		m, err := goio.ReadFull(r, buf)
+		m, err := io.ReadFull(r, buf)
 		if m > 0 {
 			n += int64(m)
 			if n > limit {
@@ -727,7 +727,7 @@ func writeFull(r goio.Reader, w goio.Writer, limit int64) (int64, error) {
 		}
 		switch err {
 		case nil:
-		case goio.EOF, goio.ErrUnexpectedEOF:
+		case io.EOF, io.ErrUnexpectedEOF:
 			return n, nil
 		default:
 			return n, err
@@ -742,7 +742,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 const progressTick = 4 << 20
 
 type countingReader struct {
-	r       goio.Reader
+	r       io.Reader
 	n       int64
 	pending int64
 	tick    func(int64)
@@ -772,7 +772,7 @@ func (c *countingReader) flush() {
 // Files larger than chunk (when positive) go in pieces into a ChunkSink
 // (streamChunks). Every request holds one of Parallelism slots while it
 // reads, so pieces and files share the same cap.
-func (s io) download(ctx context.Context, m Manifest, sink FileSink, progress func(Progress), chunk int64) ([]string, string, error) {
+func (s storeIO) download(ctx context.Context, m Manifest, sink FileSink, progress func(Progress), chunk int64) ([]string, string, error) {
 	paths := make([]string, len(m.Files))
 	sl := make(slots, max(1, s.opts.Parallelism))
 	var mu sync.Mutex
@@ -783,7 +783,7 @@ func (s io) download(ctx context.Context, m Manifest, sink FileSink, progress fu
 	chunked, _ := sink.(ChunkSink)
 	err := parallel(ctx, s.opts.Parallelism, len(m.Files), func(ctx context.Context, i int) error {
 		f := m.Files[i]
-		key := FilePrefix(m.Term, m.Gen) + f.Name
+		key := layout.FilePrefix(m.Term, m.Gen) + f.Name
 		bad := func(format string, args ...any) error {
 			mu.Lock()
 			if reason == "" {

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -54,7 +55,7 @@ type TermLog struct {
 // progress): the newest md of each term is read unless Inspect already
 // did.
 func Describe(ctx context.Context, store *blobstore.Container, shard string, opts Options) (*Description, error) {
-	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	s := storeIO{store: store, shard: shard, opts: opts.withDefaults()}
 	d := &Description{}
 	f, rw, found, err := ReadFencing(ctx, store, shard, opts)
 	d.Settings = StoredSettings{Found: found, Fencing: f, Rewrite: rw, Err: err}
@@ -64,14 +65,15 @@ func Describe(ctx context.Context, store *blobstore.Container, shard string, opt
 	if d.Report, err = Inspect(ctx, store, shard, opts); err != nil {
 		return nil, err
 	}
-	items, err := s.list(ctx, translog.MDPrefix)
+	items, err := s.list(ctx, layout.MDPrefix)
 	if err != nil {
-		return nil, wrapErr("Inspect", shard, translog.MDPrefix, 0, err)
+		return nil, wrapErr("Inspect", shard, layout.MDPrefix, 0, err)
 	}
 	// Inverted names list the newest term first, its newest generation
 	// first.
 	for _, it := range items {
-		term, gen, ok := translog.ParseMDKey(it.Key)
+		p, ok := layout.ParseMDKey(it.Key)
+		term, gen := p.Term, p.Gen
 		if !ok {
 			d.Unexpected = append(d.Unexpected, it.Key)
 			continue
@@ -84,14 +86,14 @@ func Describe(ctx context.Context, store *blobstore.Container, shard string, opt
 		tl.Count++
 	}
 	if err := s.markPoisons(ctx, d); err != nil {
-		return nil, wrapErr("Inspect", shard, translog.MDPrefix, 0, err)
+		return nil, wrapErr("Inspect", shard, layout.MDPrefix, 0, err)
 	}
 	return d, nil
 }
 
 // markPoisons fills TermLog.Poisoned from the report, reading the newest
 // md of each term the report did not read.
-func (s io) markPoisons(ctx context.Context, d *Description) error {
+func (s storeIO) markPoisons(ctx context.Context, d *Description) error {
 	read := map[string]bool{}
 	poisons := map[int64][]int64{}
 	for _, p := range d.Poisons {
@@ -105,7 +107,7 @@ func (s io) markPoisons(ctx context.Context, d *Description) error {
 		tl := &d.Translog[i]
 		tl.Poisoned = poisons[tl.Term]
 		defer sort.Slice(tl.Poisoned, func(a, b int) bool { return tl.Poisoned[a] < tl.Poisoned[b] })
-		key := translog.MDKey(tl.Term, tl.LastGen)
+		key := layout.MDKey(tl.Term, tl.LastGen)
 		if read[key] {
 			return nil
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/shardfence/shardfence/blobstore/faulty"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -39,7 +40,7 @@ func TestDescribeListsEveryTermsTranslogAndPoisons(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := store.Inner().CreateIfAbsent(ctx, translog.MDKey(2, 8), body); err != nil {
+		if _, err := store.Inner().CreateIfAbsent(ctx, layout.MDKey(2, 8), body); err != nil {
 			t.Fatal(err)
 		}
 		d, err = seal.Describe(ctx, store.Container, shard, seal.Options{Backoff: fastRetry})

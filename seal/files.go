@@ -3,7 +3,7 @@ package seal
 import (
 	"bytes"
 	"errors"
-	goio "io"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -35,7 +35,7 @@ type StreamSink interface {
 	// WriteFrom stores the file name from r and returns where it put it
 	// (also when it fails after creating it, so the caller can remove
 	// it). An error reading r is returned as it is.
-	WriteFrom(name string, r goio.Reader) (string, error)
+	WriteFrom(name string, r io.Reader) (string, error)
 }
 
 // A ChunkSink is a StreamSink that also takes a file in pieces written at
@@ -53,7 +53,7 @@ type ChunkSink interface {
 // SizedFile is a file a ChunkSink created: its pieces are written at their
 // offsets, concurrently.
 type SizedFile interface {
-	goio.WriterAt
+	io.WriterAt
 	Close() error
 }
 
@@ -71,7 +71,7 @@ func (d dirSink) WriteFile(name string, body []byte) (string, error) {
 
 // WriteFrom streams the file to disk. A failed copy leaves a partial file
 // the caller removes (a retry rewrites it from the start).
-func (d dirSink) WriteFrom(name string, r goio.Reader) (string, error) {
+func (d dirSink) WriteFrom(name string, r io.Reader) (string, error) {
 	p := filepath.Join(string(d), filepath.FromSlash(name))
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return "", err
@@ -290,7 +290,7 @@ func (f *memFile) ReadDir(n int) ([]fs.DirEntry, error) {
 		return out, nil
 	}
 	if len(f.entries) == 0 {
-		return nil, goio.EOF
+		return nil, io.EOF
 	}
 	n = min(n, len(f.entries))
 	out := f.entries[:n]

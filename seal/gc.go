@@ -57,109 +57,163 @@ type GCInput struct {
 // is not below the translog cut, a marker the kept history needs, or
 // anything at or above the newest complete checkpoint on the lineage.
 func PlanGC(in GCInput) []Object {
-	var out []Object
-	lin, owner := in.Lineage, in.Owner
-	// The base: the newest complete lineage checkpoint. Translog at or
-	// below base-RetainGens goes; checkpoints past the retention go.
-	var kept []CheckpointInfo
+	p := gcPlan{in: in, keptKey: map[string]bool{}}
+	p.kept, p.cut, p.oldest = gcBase(in)
+	for _, c := range p.kept {
+		p.keptKey[c.Key] = true
+	}
+	p.translog()
+	p.data()
+	p.checkpoints()
+	p.strayFiles()
+	p.markers()
+	return p.out
+}
+
+// gcPlan is PlanGC's state: the base it keeps and what it deletes so far,
+// in the order it decides (md, data, checkpoints, stray files, markers).
+type gcPlan struct {
+	in      GCInput
+	kept    []CheckpointInfo // the retained lineage checkpoints, newest first
+	keptKey map[string]bool
+	cut     int64 // md with gen <= cut on the lineage are deleted
+	oldest  int64 // the oldest kept checkpoint's generation
+	out     []Object
+}
+
+// gcBase picks the base: the newest complete lineage checkpoints, up to
+// the retention, newest first. Translog at or below the newest one's
+// generation minus RetainGens goes (cut); oldest is the oldest kept one's
+// generation. Both are 0 when none is kept.
+func gcBase(in GCInput) (kept []CheckpointInfo, cut, oldest int64) {
 	for _, c := range in.Checkpoints {
 		if c.Err == "" && c.OnLineage && in.Complete[c.Key] && len(kept) < in.Policy.RetainCheckpoints {
 			kept = append(kept, c)
 		}
 	}
-	cut := int64(0) // md with gen <= cut on the lineage are deleted
-	oldest := int64(0)
 	if len(kept) > 0 {
 		cut = kept[0].Gen - in.Policy.RetainGens
 		oldest = kept[len(kept)-1].Gen
 	}
-	keptKey := map[string]bool{}
-	for _, c := range kept {
-		keptKey[c.Key] = true
-	}
-	isOrphan := func(term, gen int64) bool { return term < owner && !lin.Contains(term, gen) }
-	for _, md := range in.MDs {
+	return kept, cut, oldest
+}
+
+func (p *gcPlan) isOrphan(term, gen int64) bool {
+	return term < p.in.Owner && !p.in.Lineage.Contains(term, gen)
+}
+
+// translog deletes orphan md and lineage md at or below the cut.
+func (p *gcPlan) translog() {
+	lin := p.in.Lineage
+	for _, md := range p.in.MDs {
 		switch {
 		case md.Err != "" || md.Poison:
 			// Never a poison: a zombie's retried md create could then
 			// land and complete an ack no restore point holds.
-		case isOrphan(md.Term, md.Gen):
-			out = append(out, Object{Key: md.Key, Reason: "orphan md (" + orphanReason(lin, md.Term) + ")"})
-		case lin.Contains(md.Term, md.Gen) && md.Gen <= cut:
-			out = append(out, Object{Key: md.Key, Reason: fmt.Sprintf("translog at or below generation %d, covered by a checkpoint", cut)})
+		case p.isOrphan(md.Term, md.Gen):
+			p.out = append(p.out, Object{Key: md.Key, Reason: "orphan md (" + orphanReason(lin, md.Term) + ")"})
+		case lin.Contains(md.Term, md.Gen) && md.Gen <= p.cut:
+			p.out = append(p.out, Object{Key: md.Key, Reason: fmt.Sprintf("translog at or below generation %d, covered by a checkpoint", p.cut)})
 		}
 	}
+}
+
+// data deletes the payloads of what translog deletes, and keeps those of
+// an unreadable md or a poison.
+func (p *gcPlan) data() {
 	mdKind := map[layout.TermGen]MDInfo{}
-	for _, md := range in.MDs {
+	for _, md := range p.in.MDs {
 		mdKind[layout.TermGen{Term: md.Term, Gen: md.Gen}] = md
 	}
-	for _, d := range in.Data {
+	for _, d := range p.in.Data {
 		md, hasMD := mdKind[d]
 		key := layout.DataKey(d.Term, d.Gen)
 		switch {
 		case hasMD && (md.Err != "" || md.Poison):
 			// Its md is unreadable, or a poison sits there: keep.
-		case isOrphan(d.Term, d.Gen):
-			out = append(out, Object{Key: key, Reason: "payload of an orphan generation"})
-		case lin.Contains(d.Term, d.Gen) && d.Gen <= cut:
-			out = append(out, Object{Key: key, Reason: fmt.Sprintf("translog payload at or below generation %d", cut)})
+		case p.isOrphan(d.Term, d.Gen):
+			p.out = append(p.out, Object{Key: key, Reason: "payload of an orphan generation"})
+		case p.in.Lineage.Contains(d.Term, d.Gen) && d.Gen <= p.cut:
+			p.out = append(p.out, Object{Key: key, Reason: fmt.Sprintf("translog payload at or below generation %d", p.cut)})
 		}
 	}
-	dropCkpt := func(c CheckpointInfo, reason string) {
-		out = append(out, Object{Key: c.Key, Reason: reason})
-		for _, f := range in.Files[layout.TermGen{Term: c.Term, Gen: c.Gen}] {
-			out = append(out, Object{Key: f, Reason: "file of " + c.Key})
-		}
-	}
-	hasManifest := map[layout.TermGen]bool{}
-	for _, c := range in.Checkpoints {
-		hasManifest[layout.TermGen{Term: c.Term, Gen: c.Gen}] = true
+}
+
+// checkpoints deletes orphan checkpoints and those older than the kept
+// ones, each with its files.
+func (p *gcPlan) checkpoints() {
+	for _, c := range p.in.Checkpoints {
 		switch {
-		case c.Err != "" || keptKey[c.Key] || c.Term >= owner && !c.OnLineage:
+		case c.Err != "" || p.keptKey[c.Key] || c.Term >= p.in.Owner && !c.OnLineage:
 		case !c.OnLineage:
-			dropCkpt(c, "orphan checkpoint ("+orphanReason(lin, c.Term)+")")
-		case len(kept) > 0 && c.Gen < kept[len(kept)-1].Gen:
-			dropCkpt(c, fmt.Sprintf("beyond the %d retained checkpoints", len(kept)))
+			p.dropCheckpoint(c, "orphan checkpoint ("+orphanReason(p.in.Lineage, c.Term)+")")
+		case len(p.kept) > 0 && c.Gen < p.kept[len(p.kept)-1].Gen:
+			p.dropCheckpoint(c, fmt.Sprintf("beyond the %d retained checkpoints", len(p.kept)))
 		}
+	}
+}
+
+func (p *gcPlan) dropCheckpoint(c CheckpointInfo, reason string) {
+	p.out = append(p.out, Object{Key: c.Key, Reason: reason})
+	for _, f := range p.in.Files[layout.TermGen{Term: c.Term, Gen: c.Gen}] {
+		p.out = append(p.out, Object{Key: f, Reason: "file of " + c.Key})
+	}
+}
+
+// strayFiles deletes the files of a lower term's checkpoint whose manifest
+// never landed. A lower term's publish can no longer complete usefully:
+// if its manifest lands after this, the missing files get it refused.
+func (p *gcPlan) strayFiles() {
+	hasManifest := map[layout.TermGen]bool{}
+	for _, c := range p.in.Checkpoints {
+		hasManifest[layout.TermGen{Term: c.Term, Gen: c.Gen}] = true
 	}
 	var strays []layout.TermGen
-	for k := range in.Files {
-		// A lower term's publish can no longer complete usefully: if its
-		// manifest lands after this, the missing files get it refused.
-		if !hasManifest[k] && k.Term < owner {
+	for k := range p.in.Files {
+		if !hasManifest[k] && k.Term < p.in.Owner {
 			strays = append(strays, k)
 		}
 	}
 	sort.Slice(strays, func(i, j int) bool { return strays[i].Less(strays[j]) })
 	for _, k := range strays {
-		for _, f := range in.Files[k] {
-			out = append(out, Object{Key: f, Reason: "file of a checkpoint whose manifest never landed"})
+		for _, f := range p.in.Files[k] {
+			p.out = append(p.out, Object{Key: f, Reason: "file of a checkpoint whose manifest never landed"})
 		}
 	}
-	// Markers: keep every chain marker whose term's history reaches the
-	// oldest kept checkpoint or the translog kept (all when no checkpoint
-	// is kept), plus RetainMarkers more.
-	need := 0
-	for i, m := range lin.Chain {
-		r := lin.Ranges[len(lin.Ranges)-1-i]
-		if len(kept) == 0 || r.To > cut || r.To >= oldest || m.Term >= owner {
-			need = i + 1
-		}
-	}
-	need += in.Policy.RetainMarkers
+}
+
+// markers deletes the chain markers past those the kept history needs
+// (markersNeeded) and the lower markers off the chain.
+func (p *gcPlan) markers() {
+	lin, owner := p.in.Lineage, p.in.Owner
+	need := markersNeeded(lin, len(p.kept) > 0, p.cut, p.oldest, owner) + p.in.Policy.RetainMarkers
 	onChain := map[int64]bool{}
 	for i, m := range lin.Chain {
 		onChain[m.Term] = true
 		if i >= need {
-			out = append(out, Object{Key: MarkerKey(m.Term), Reason: "seal marker older than every kept checkpoint"})
+			p.out = append(p.out, Object{Key: layout.MarkerKey(m.Term), Reason: "seal marker older than every kept checkpoint"})
 		}
 	}
-	for _, t := range in.Markers {
+	for _, t := range p.in.Markers {
 		if t < owner && !onChain[t] {
-			out = append(out, Object{Key: MarkerKey(t), Reason: "seal marker off the chain (a successor that lost the race)"})
+			p.out = append(p.out, Object{Key: layout.MarkerKey(t), Reason: "seal marker off the chain (a successor that lost the race)"})
 		}
 	}
-	return out
+}
+
+// markersNeeded is how many chain markers, newest first, the kept history
+// needs: every one whose term's history reaches the oldest kept checkpoint
+// or the translog kept, or is of the owner's term or above (all of them
+// when no checkpoint is kept).
+func markersNeeded(lin Lineage, kept bool, cut, oldest, owner int64) int {
+	need := 0
+	for i, m := range lin.Chain {
+		r := lin.Ranges[len(lin.Ranges)-1-i]
+		if !kept || r.To > cut || r.To >= oldest || m.Term >= owner {
+			need = i + 1
+		}
+	}
+	return need
 }
 
 func (st *shardState) planInput(owner int64, p GCPolicy) GCInput {
@@ -210,7 +264,7 @@ func GC(ctx context.Context, store *blobstore.Container, chain *fence.Chain, opt
 	if opts.Freshness <= 0 {
 		opts.Freshness = 10 * time.Second
 	}
-	s := io{store: store, shard: chain.Shard(), opts: o}
+	s := storeIO{store: store, shard: chain.Shard(), opts: o}
 	term := chain.Term()
 	fail := func(key string, err error) (*GCResult, error) { return nil, wrapErr("GC", s.shard, key, term, err) }
 	if err := chain.Err(); err != nil {
@@ -230,9 +284,9 @@ func GC(ctx context.Context, store *blobstore.Container, chain *fence.Chain, opt
 	}
 	if st.top != term {
 		if st.top > term {
-			return fail(MarkerKey(st.top), fmt.Errorf("%w: term %d sealed the shard", ErrSuperseded, st.top))
+			return fail(layout.MarkerKey(st.top), fmt.Errorf("%w: term %d sealed the shard", ErrSuperseded, st.top))
 		}
-		return fail(MarkerKey(term), fmt.Errorf("%w: this term has no seal marker; seal before collecting", fence.ErrInvalidArgument))
+		return fail(layout.MarkerKey(term), fmt.Errorf("%w: this term has no seal marker; seal before collecting", fence.ErrInvalidArgument))
 	}
 	res := &GCResult{Planned: PlanGC(st.planInput(term, opts.Policy.withDefaults()))}
 	if opts.DryRun {

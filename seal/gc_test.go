@@ -15,6 +15,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/fs"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -128,7 +129,7 @@ func build(t *testing.T, store *faulty.Container) (*recovery.Shard, string) {
 	// An orphan of term 1 beyond the cut: a zombie md the successor's
 	// poison at gen 5 left behind (placed directly, as a delayed create
 	// landing late would).
-	orphan := translog.MDKey(1, 6)
+	orphan := layout.MDKey(1, 6)
 	body, err := translog.EncodeMD(translog.MD{Kind: translog.KindSync, Shard: shard, Term: 1, Gen: 6, Allocation: "a1", PrevGen: 5, FirstSeqNo: 5, OpCount: 1, PayloadLen: 2, Checksum: translog.Checksum(translog.EncodeOps([][]byte{[]byte("z")})), Inline: true, Payload: translog.EncodeOps([][]byte{[]byte("z")})})
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +138,7 @@ func build(t *testing.T, store *faulty.Container) (*recovery.Shard, string) {
 		t.Fatal(err)
 	}
 	sh2 := openShard(t, store.Container, 2, nil, "")
-	if p := sh2.Seal.Marker.Poisoned; p != translog.MDKey(1, 5) {
+	if p := sh2.Seal.Marker.Poisoned; p != layout.MDKey(1, 5) {
 		t.Fatalf("poisoned %q", p)
 	}
 	write(t, sh2.Writer, "e")
@@ -151,7 +152,7 @@ func TestGCRemovesOrphansKeepsPoisonsAndRestorePoint(t *testing.T) {
 	forEach(t, func(t *testing.T, store *faulty.Container) {
 		ctx := context.Background()
 		sh2, orphan := build(t, store)
-		poison := translog.MDKey(1, 5)
+		poison := layout.MDKey(1, 5)
 
 		rep, err := seal.Inspect(ctx, store.Container, shard, seal.Options{Backoff: fastRetry})
 		if err != nil {
@@ -189,14 +190,14 @@ func TestGCRemovesOrphansKeepsPoisonsAndRestorePoint(t *testing.T) {
 			t.Fatal("GC deleted a poison")
 		}
 		for g := int64(1); g <= 4; g++ {
-			if exists(t, store, translog.MDKey(1, g)) {
+			if exists(t, store, layout.MDKey(1, g)) {
 				t.Fatalf("GC kept translog gen %d below the checkpoint at 6", g)
 			}
 		}
-		if !exists(t, store, translog.MDKey(2, 7)) || !exists(t, store, seal.ManifestKey(2, 6)) {
+		if !exists(t, store, layout.MDKey(2, 7)) || !exists(t, store, layout.ManifestKey(2, 6)) {
 			t.Fatal("GC deleted what the restore point needs")
 		}
-		if exists(t, store, seal.ManifestKey(1, 2)) {
+		if exists(t, store, layout.ManifestKey(1, 2)) {
 			t.Fatal("GC kept a checkpoint beyond retention")
 		}
 		if len(res.Deleted) != len(res.Planned) {
@@ -213,12 +214,12 @@ func TestGCFailsClosedOnAnUnreadableFence(t *testing.T) {
 	forEach(t, func(t *testing.T, store *faulty.Container) {
 		ctx := context.Background()
 		sh2, orphan := build(t, store)
-		store.MustAdd(faulty.Rule{Prefix: fence.Dir, Fault: faulty.Unavailable})
+		store.MustAdd(faulty.Rule{Prefix: layout.FenceDir, Fault: faulty.Unavailable})
 		_, err := seal.GC(ctx, store.Container, sh2.Chain, seal.GCOptions{Options: seal.Options{Backoff: fastRetry}})
 		if !errors.Is(err, seal.ErrNotFresh) {
 			t.Fatalf("gc with an unreadable fence: %v, want ErrNotFresh", err)
 		}
-		if !exists(t, store, orphan) || !exists(t, store, translog.MDKey(1, 1)) {
+		if !exists(t, store, orphan) || !exists(t, store, layout.MDKey(1, 1)) {
 			t.Fatal("GC deleted without proving ownership")
 		}
 	})
@@ -280,7 +281,7 @@ func TestPublishGate(t *testing.T) {
 	files := []seal.LocalFile{{Name: "state", Path: p}}
 	po := seal.PublishOptions{Options: seal.Options{Backoff: fastRetry}, NextSeqNo: 1}
 	// Unreadable fence: publish anyway (fail open).
-	id := store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpList), Prefix: fence.Dir, Fault: faulty.Unavailable})
+	id := store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpList), Prefix: layout.FenceDir, Fault: faulty.Unavailable})
 	if _, err := seal.PublishCheckpoint(ctx, store.Container, sh1.Chain, 1, files, po); err != nil {
 		t.Fatalf("publish with an unreadable fence: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/seal"
 )
 
@@ -72,9 +73,9 @@ type rangeCall struct {
 // recordRanges records every range GET of a checkpoint file.
 func recordRanges(mu *sync.Mutex, calls *[]rangeCall) blobstore.Middleware {
 	return func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
-		if call.Op == blobstore.OpGetRange && strings.HasPrefix(call.Key, seal.FilePrefix(1, 1)) {
+		if call.Op == blobstore.OpGetRange && strings.HasPrefix(call.Key, layout.FilePrefix(1, 1)) {
 			mu.Lock()
-			*calls = append(*calls, rangeCall{strings.TrimPrefix(call.Key, seal.FilePrefix(1, 1)), call.Offset, call.Length, call.Expected != ""})
+			*calls = append(*calls, rangeCall{strings.TrimPrefix(call.Key, layout.FilePrefix(1, 1)), call.Offset, call.Length, call.Expected != ""})
 			mu.Unlock()
 		}
 		return next(ctx, call)
@@ -146,7 +147,7 @@ func TestHydrateChunksRefuseACorruptPiece(t *testing.T) {
 	ct := newChunkTest(t, map[string]int{"state": 3*chunk + 10})
 	body := bytes.Clone(ct.content["state"])
 	body[len(body)-3] ^= 0x40
-	if _, err := ct.store.Inner().Put(context.Background(), seal.FilePrefix(1, 1)+"state", body); err != nil {
+	if _, err := ct.store.Inner().Put(context.Background(), layout.FilePrefix(1, 1)+"state", body); err != nil {
 		t.Fatal(err)
 	}
 	dir, h := ct.hydrate(t, ct.store.Container, chunk, 8)
@@ -163,7 +164,7 @@ func TestHydrateChunksRefuseACorruptPiece(t *testing.T) {
 func cutPieceOnce(offset int64, fired *atomic.Int32) blobstore.Middleware {
 	return func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
 		res, err := next(ctx, call)
-		if err == nil && call.Op == blobstore.OpGetRange && call.Offset == offset && strings.HasPrefix(call.Key, seal.FilePrefix(1, 1)) && fired.Add(1) == 1 {
+		if err == nil && call.Op == blobstore.OpGetRange && call.Offset == offset && strings.HasPrefix(call.Key, layout.FilePrefix(1, 1)) && fired.Add(1) == 1 {
 			res.Reader = &cutReader{rc: res.Reader}
 		}
 		return res, err
@@ -202,7 +203,7 @@ func TestHydrateChunksResumeACutPiece(t *testing.T) {
 func TestHydrateChunksRestartWhenTheVersionChanges(t *testing.T) {
 	const chunk = 1000
 	ct := newChunkTest(t, map[string]int{"state": 3 * chunk})
-	key := seal.FilePrefix(1, 1) + "state"
+	key := layout.FilePrefix(1, 1) + "state"
 	var replaced atomic.Bool
 	replace := func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
 		res, err := next(ctx, call)

@@ -17,8 +17,8 @@ import (
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
-	"github.com/shardfence/shardfence/seal"
 )
 
 // A checkpoint file of the right size whose bytes are corrupt is caught
@@ -33,7 +33,7 @@ func TestHydrateStreamRefusesACorruptFile(t *testing.T) {
 	write(t, sh1.Writer, "c")
 	write(t, sh1.Writer, "d")
 	checkpoint(t, store.Container, sh1, 4, "a,b,c,d", 4)
-	key := seal.FilePrefix(1, 4) + "state"
+	key := layout.FilePrefix(1, 4) + "state"
 	if _, err := store.Inner().Put(context.Background(), key, []byte("a,b,X,d")); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestHydrateStreamRefusesACorruptFile(t *testing.T) {
 func cutOnce(fired *atomic.Int32) blobstore.Middleware {
 	return func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
 		res, err := next(ctx, call)
-		if err == nil && call.Op == blobstore.OpGetRange && strings.Contains(call.Key, seal.FilePrefix(1, 2)) && fired.Add(1) == 1 {
+		if err == nil && call.Op == blobstore.OpGetRange && strings.Contains(call.Key, layout.FilePrefix(1, 2)) && fired.Add(1) == 1 {
 			res.Reader = &cutReader{rc: res.Reader}
 		}
 		return res, err

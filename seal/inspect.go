@@ -71,7 +71,7 @@ type Report struct {
 // Inspect reads a shard's fence keys, marker chain, lineage, checkpoints,
 // poisons and orphans, and what GC would delete. It only reads.
 func Inspect(ctx context.Context, store *blobstore.Container, shard string, opts Options) (*Report, error) {
-	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	s := storeIO{store: store, shard: shard, opts: opts.withDefaults()}
 	st, err := s.gather(ctx, true)
 	if err != nil {
 		return nil, wrapErr("Inspect", shard, "", 0, err)
@@ -97,9 +97,11 @@ type shardState struct {
 	files     map[layout.TermGen][]string // file keys by checkpoint
 }
 
-// gather reads the shard. md bodies are read only where it matters: off
-// the lineage (to keep poisons and unreadable bodies) when readOffLineage.
-func (s io) gather(ctx context.Context, readFence bool) (*shardState, error) {
+// gather reads the shard: the four LISTs side by side, then the bodies
+// that matter, each kind in parallel. md bodies are read only off the
+// lineage (to keep poisons and unreadable bodies); the fence keys only
+// when readFence.
+func (s storeIO) gather(ctx context.Context, readFence bool) (*shardState, error) {
 	st := &shardState{shard: s.shard, markers: map[int64]Marker{}, manifests: map[layout.TermGen]Manifest{}, files: map[layout.TermGen][]string{}}
 	var fenceItems, markerItems, tlItems, ckItems []blobstore.Attrs
 	prefixes := []string{layout.FenceDir, layout.SealDir, layout.TranslogDir, layout.CheckpointDir}
@@ -114,14 +116,49 @@ func (s io) gather(ctx context.Context, readFence bool) (*shardState, error) {
 	}); err != nil {
 		return nil, err
 	}
-	// Fence keys.
-	for _, it := range fenceItems {
+	st.fence = fenceKeysOf(fenceItems)
+	if err := s.readFenceKeys(ctx, st.fence); err != nil {
+		return nil, err
+	}
+	if err := s.readMarkersInto(ctx, st, markerTermsOf(markerItems)); err != nil {
+		return nil, err
+	}
+	if st.top > 0 {
+		chain, complete := ChainFrom(st.markers, st.top)
+		lin, err := LineageOf(s.shard, chain, complete, OpenTip)
+		if err != nil {
+			return nil, err
+		}
+		st.lin = lin
+	}
+	st.addTranslog(tlItems)
+	if err := s.readOffLineage(ctx, st); err != nil {
+		return nil, err
+	}
+	st.addCheckpoints(ckItems)
+	if err := s.readManifests(ctx, st.ckpts); err != nil {
+		return nil, err
+	}
+	st.indexCheckpoints()
+	return st, nil
+}
+
+// fenceKeysOf are the fence keys a LIST of fence/ shows, not yet read.
+func fenceKeysOf(items []blobstore.Attrs) []FenceKey {
+	var out []FenceKey
+	for _, it := range items {
 		if t, ok := layout.ParseFenceKey(it.Key); ok {
-			st.fence = append(st.fence, FenceKey{Key: it.Key, Term: t})
+			out = append(out, FenceKey{Key: it.Key, Term: t})
 		}
 	}
-	if err := parallel(ctx, s.opts.Parallelism, len(st.fence), func(ctx context.Context, i int) error {
-		fk := &st.fence[i]
+	return out
+}
+
+// readFenceKeys reads each fence key's record, then sorts them highest
+// term first. A key gone or unreadable is reported in its Err.
+func (s storeIO) readFenceKeys(ctx context.Context, fks []FenceKey) error {
+	if err := parallel(ctx, s.opts.Parallelism, len(fks), func(ctx context.Context, i int) error {
+		fk := &fks[i]
 		obj, found, err := s.get(ctx, fk.Key)
 		switch {
 		case err != nil:
@@ -137,20 +174,30 @@ func (s io) gather(ctx context.Context, readFence bool) (*shardState, error) {
 		}
 		return nil
 	}); err != nil {
-		return nil, err
+		return err
 	}
-	sort.Slice(st.fence, func(i, j int) bool { return st.fence[i].Term > st.fence[j].Term })
-	// Markers: a marker that does not decode is reported, never trusted.
+	sort.Slice(fks, func(i, j int) bool { return fks[i].Term > fks[j].Term })
+	return nil
+}
+
+// markerTermsOf are the terms of the markers a LIST of seal/ shows.
+func markerTermsOf(items []blobstore.Attrs) []int64 {
 	var terms []int64
-	for _, it := range markerItems {
-		if t, ok := ParseMarkerKey(it.Key); ok {
+	for _, it := range items {
+		if t, ok := layout.ParseMarkerKey(it.Key); ok {
 			terms = append(terms, t)
 		}
 	}
+	return terms
+}
+
+// readMarkersInto reads the markers of terms into st: a marker that does
+// not decode is reported, never trusted; one gone is left out.
+func (s storeIO) readMarkersInto(ctx context.Context, st *shardState, terms []int64) error {
 	ms := make([]*Marker, len(terms))
 	bad := make([]string, len(terms))
 	if err := parallel(ctx, s.opts.Parallelism, len(terms), func(ctx context.Context, i int) error {
-		key := MarkerKey(terms[i])
+		key := layout.MarkerKey(terms[i])
 		obj, found, err := s.get(ctx, key)
 		if err != nil || !found {
 			return err
@@ -163,26 +210,28 @@ func (s io) gather(ctx context.Context, readFence bool) (*shardState, error) {
 		ms[i] = &m
 		return nil
 	}); err != nil {
-		return nil, err
+		return err
 	}
+	st.addMarkers(terms, ms, bad)
+	return nil
+}
+
+// addMarkers takes the markers read for terms (nil: gone or unreadable,
+// bad the reason when unreadable); the newest is the top.
+func (st *shardState) addMarkers(terms []int64, ms []*Marker, bad []string) {
 	for i, m := range ms {
 		if m != nil {
 			st.markers[m.Term] = *m
 			st.top = max(st.top, m.Term)
 		} else if bad[i] != "" {
-			st.badMarker = append(st.badMarker, Object{Key: MarkerKey(terms[i]), Reason: bad[i]})
+			st.badMarker = append(st.badMarker, Object{Key: layout.MarkerKey(terms[i]), Reason: bad[i]})
 		}
 	}
-	if st.top > 0 {
-		chain, complete := ChainFrom(st.markers, st.top)
-		lin, err := LineageOf(s.shard, chain, complete, OpenTip)
-		if err != nil {
-			return nil, err
-		}
-		st.lin = lin
-	}
-	// Translog.
-	for _, it := range tlItems {
+}
+
+// addTranslog sorts a LIST of translog/ into md keys and data objects.
+func (st *shardState) addTranslog(items []blobstore.Attrs) {
+	for _, it := range items {
 		if p, ok := layout.ParseMDKey(it.Key); ok {
 			st.mds = append(st.mds, MDInfo{Key: it.Key, Term: p.Term, Gen: p.Gen})
 		} else if p, ok := layout.ParseDataKey(it.Key); ok {
@@ -190,13 +239,25 @@ func (s io) gather(ctx context.Context, readFence bool) (*shardState, error) {
 			st.dataKeys = append(st.dataKeys, it.Key)
 		}
 	}
-	var offIdx []int
+}
+
+// offLineage are the indexes of the md below the top term and off its
+// lineage: the ones whose bodies are read.
+func (st *shardState) offLineage() []int {
+	var out []int
 	for i, md := range st.mds {
 		if md.Term < st.top && !st.lin.Contains(md.Term, md.Gen) {
-			offIdx = append(offIdx, i)
+			out = append(out, i)
 		}
 	}
-	if err := parallel(ctx, s.opts.Parallelism, len(offIdx), func(ctx context.Context, j int) error {
+	return out
+}
+
+// readOffLineage reads the md off the lineage: a poison is marked, a body
+// gone or unreadable is reported in its Err.
+func (s storeIO) readOffLineage(ctx context.Context, st *shardState) error {
+	offIdx := st.offLineage()
+	return parallel(ctx, s.opts.Parallelism, len(offIdx), func(ctx context.Context, j int) error {
 		md := &st.mds[offIdx[j]]
 		obj, found, err := s.get(ctx, md.Key)
 		switch {
@@ -213,19 +274,26 @@ func (s io) gather(ctx context.Context, readFence bool) (*shardState, error) {
 		}
 		md.Poison, md.Sealed = m.Kind == translog.KindPoison, m.SealedBy
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	// Checkpoints.
-	for _, it := range ckItems {
+	})
+}
+
+// addCheckpoints sorts a LIST of checkpoint/ into manifests (on the
+// lineage or not) and file keys by checkpoint.
+func (st *shardState) addCheckpoints(items []blobstore.Attrs) {
+	for _, it := range items {
 		if p, ok := layout.ParseManifestKey(it.Key); ok {
 			st.ckpts = append(st.ckpts, CheckpointInfo{Key: it.Key, Term: p.Term, Gen: p.Gen, OnLineage: st.lin.HasCheckpoint(p.Term, p.Gen)})
 		} else if p, ok := layout.ParseFileKey(it.Key); ok {
 			st.files[p] = append(st.files[p], it.Key)
 		}
 	}
-	if err := parallel(ctx, s.opts.Parallelism, len(st.ckpts), func(ctx context.Context, i int) error {
-		c := &st.ckpts[i]
+}
+
+// readManifests reads each manifest's file count and size; a manifest
+// gone or unreadable is reported in its Err.
+func (s storeIO) readManifests(ctx context.Context, ckpts []CheckpointInfo) error {
+	return parallel(ctx, s.opts.Parallelism, len(ckpts), func(ctx context.Context, i int) error {
+		c := &ckpts[i]
 		obj, found, err := s.get(ctx, c.Key)
 		switch {
 		case err != nil:
@@ -241,10 +309,13 @@ func (s io) gather(ctx context.Context, readFence bool) (*shardState, error) {
 		}
 		c.Files, c.Bytes = len(m.Files), m.Bytes()
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	// Manifests are kept for the completeness check of GC's base.
+	})
+}
+
+// indexCheckpoints keeps the readable manifests for the completeness
+// check of GC's base, and sorts the checkpoints newest generation first
+// (the higher term first within one).
+func (st *shardState) indexCheckpoints() {
 	for _, c := range st.ckpts {
 		if c.Err == "" {
 			st.manifests[layout.TermGen{Term: c.Term, Gen: c.Gen}] = Manifest{Term: c.Term, Gen: c.Gen}
@@ -256,7 +327,6 @@ func (s io) gather(ctx context.Context, readFence bool) (*shardState, error) {
 		}
 		return st.ckpts[i].Term > st.ckpts[j].Term
 	})
-	return st, nil
 }
 
 func (st *shardState) report() *Report {
@@ -264,7 +334,7 @@ func (st *shardState) report() *Report {
 	for _, m := range st.markers {
 		rep.Markers = append(rep.Markers, m)
 		if m.Term < st.top && !st.lin.OnChain(m.Term) {
-			rep.OffChain = append(rep.OffChain, MarkerKey(m.Term))
+			rep.OffChain = append(rep.OffChain, layout.MarkerKey(m.Term))
 		}
 	}
 	sort.Slice(rep.Markers, func(i, j int) bool { return rep.Markers[i].Term > rep.Markers[j].Term })

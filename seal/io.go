@@ -43,18 +43,18 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// io is the store access shared by the package's calls.
-type io struct {
+// storeIO is the store access shared by the package's calls.
+type storeIO struct {
 	store *blobstore.Container
 	shard string
 	opts  Options
 }
 
-func (s io) retry(ctx context.Context, op func(ctx context.Context) error) error {
+func (s storeIO) retry(ctx context.Context, op func(ctx context.Context) error) error {
 	return backoff.Do(ctx, s.opts.Clock, s.opts.Backoff, blobstore.IsRetryable, op)
 }
 
-func (s io) list(ctx context.Context, prefix string) ([]blobstore.Attrs, error) {
+func (s storeIO) list(ctx context.Context, prefix string) ([]blobstore.Attrs, error) {
 	var items []blobstore.Attrs
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var err error
@@ -65,7 +65,7 @@ func (s io) list(ctx context.Context, prefix string) ([]blobstore.Attrs, error) 
 }
 
 // get reads key, retrying store trouble; found is false for a missing key.
-func (s io) get(ctx context.Context, key string) (obj blobstore.Object, found bool, err error) {
+func (s storeIO) get(ctx context.Context, key string) (obj blobstore.Object, found bool, err error) {
 	err = s.retry(ctx, func(ctx context.Context) error {
 		obj, found, err = settle.Once(ctx, s.store, key)
 		return err
@@ -75,7 +75,7 @@ func (s io) get(ctx context.Context, key string) (obj blobstore.Object, found bo
 
 // create runs one create-if-absent of step, settled by reading (with
 // retries) what the key holds; the caller's retry sends it again.
-func create[T any](ctx context.Context, s io, step settle.Step[T]) (settle.Verdict[T], error) {
+func create[T any](ctx context.Context, s storeIO, step settle.Step[T]) (settle.Verdict[T], error) {
 	step.Get = s.get
 	return settle.Create(ctx, s.store, step)
 }
@@ -86,7 +86,7 @@ func errResend(what string) error {
 	return blobstore.Unavailable(fmt.Errorf("%s create did not land; sending it again", what))
 }
 
-func (s io) delete(ctx context.Context, key string) error {
+func (s storeIO) delete(ctx context.Context, key string) error {
 	return s.retry(ctx, func(ctx context.Context) error { return s.store.Delete(ctx, key) })
 }
 

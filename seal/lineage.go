@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // Range is what one term contributes to a lineage: generations From..To
@@ -58,9 +59,9 @@ func LineageOf(shard string, chain []Marker, complete bool, tip int64) (Lineage,
 			to = chain[i-1].Restore.Gen
 		}
 		if to < m.Restore.Gen {
-			key := MarkerKey(m.Term)
+			key := layout.MarkerKey(m.Term)
 			if i > 0 {
-				key = MarkerKey(chain[i-1].Term)
+				key = layout.MarkerKey(chain[i-1].Term)
 			}
 			return Lineage{}, &fence.BodyError{Shard: shard, Key: key, Err: fence.ErrCorruptBody,
 				Detail: fmt.Sprintf("marker chain goes backwards: term %d begins after generation %d but is cut at %d", m.Term, m.Restore.Gen, to)}

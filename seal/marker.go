@@ -7,6 +7,7 @@ import (
 
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/ident"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -57,16 +58,16 @@ func (m Marker) validate() error {
 		return fmt.Errorf("%w: restore gen %d with md key %q", fence.ErrInvalidArgument, r.Gen, r.MDKey)
 	case (r.Term == 0) != (m.Prev == ""):
 		return fmt.Errorf("%w: restore term %d with previous marker %q", fence.ErrInvalidArgument, r.Term, m.Prev)
-	case r.Term > 0 && m.Prev != MarkerKey(r.Term):
+	case r.Term > 0 && m.Prev != layout.MarkerKey(r.Term):
 		return fmt.Errorf("%w: previous marker %q is not the marker of restore term %d", fence.ErrInvalidArgument, m.Prev, r.Term)
 	}
 	if r.MDKey != "" {
-		if _, g, ok := translog.ParseMDKey(r.MDKey); !ok || g != r.Gen {
+		if p, ok := layout.ParseMDKey(r.MDKey); !ok || p.Gen != r.Gen {
 			return fmt.Errorf("%w: restore md key %q does not name generation %d", fence.ErrInvalidArgument, r.MDKey, r.Gen)
 		}
 	}
 	if m.Poisoned != "" {
-		if t, _, ok := translog.ParseMDKey(m.Poisoned); !ok || t != r.Term {
+		if p, ok := layout.ParseMDKey(m.Poisoned); !ok || p.Term != r.Term {
 			return fmt.Errorf("%w: poisoned key %q is not an md of restore term %d", fence.ErrInvalidArgument, m.Poisoned, r.Term)
 		}
 	}
@@ -123,7 +124,7 @@ func DecodeMarker(shard, key string, body []byte) (Marker, error) {
 	if m.Shard != shard {
 		return bad(fence.ErrForeignShard, "seal marker names shard %q", m.Shard)
 	}
-	if t, ok := ParseMarkerKey(key); ok && t != m.Term {
+	if t, ok := layout.ParseMarkerKey(key); ok && t != m.Term {
 		return bad(fence.ErrForeignShard, "seal marker of term %d under the key of term %d", m.Term, t)
 	}
 	return m, nil

@@ -6,17 +6,17 @@ import (
 	"testing"
 
 	"github.com/shardfence/shardfence/fence"
-	"github.com/shardfence/shardfence/translog"
+	"github.com/shardfence/shardfence/layout"
 )
 
 func TestMarkerRoundTripAndRejects(t *testing.T) {
-	m := Marker{Shard: "s", Term: 5, Allocation: "a5", Restore: RestorePoint{Term: 4, Gen: 7, MDKey: translog.MDKey(4, 7)},
-		Poisoned: translog.MDKey(4, 8), Prev: MarkerKey(4)}
+	m := Marker{Shard: "s", Term: 5, Allocation: "a5", Restore: RestorePoint{Term: 4, Gen: 7, MDKey: layout.MDKey(4, 7)},
+		Poisoned: layout.MDKey(4, 8), Prev: layout.MarkerKey(4)}
 	body, err := m.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := DecodeMarker("s", MarkerKey(5), body)
+	got, err := DecodeMarker("s", layout.MarkerKey(5), body)
 	if err != nil || got != m {
 		t.Fatalf("round trip: %+v (%v)", got, err)
 	}
@@ -32,11 +32,11 @@ func TestMarkerRoundTripAndRejects(t *testing.T) {
 		body  []byte
 		want  error
 	}{
-		{"checksum", "s", MarkerKey(5), flipped, fence.ErrCorruptBody},
-		{"garbage", "s", MarkerKey(5), []byte("nope"), fence.ErrCorruptBody},
-		{"version", "s", MarkerKey(5), []byte("shardfence.seal|v9|x"), fence.ErrUnknownVersion},
-		{"other shard", "t", MarkerKey(5), body, fence.ErrForeignShard},
-		{"other term's key", "s", MarkerKey(6), body, fence.ErrForeignShard},
+		{"checksum", "s", layout.MarkerKey(5), flipped, fence.ErrCorruptBody},
+		{"garbage", "s", layout.MarkerKey(5), []byte("nope"), fence.ErrCorruptBody},
+		{"version", "s", layout.MarkerKey(5), []byte("shardfence.seal|v9|x"), fence.ErrUnknownVersion},
+		{"other shard", "t", layout.MarkerKey(5), body, fence.ErrForeignShard},
+		{"other term's key", "s", layout.MarkerKey(6), body, fence.ErrForeignShard},
 	}
 	for _, c := range cases {
 		_, err := DecodeMarker(c.shard, c.key, c.body)
@@ -46,10 +46,10 @@ func TestMarkerRoundTripAndRejects(t *testing.T) {
 		}
 	}
 	bad := []Marker{
-		{Shard: "s", Term: 5, Allocation: "a", Restore: RestorePoint{Term: 5}},                                    // restores from itself
-		{Shard: "s", Term: 5, Allocation: "a", Restore: RestorePoint{Term: 4, Gen: 3}, Prev: MarkerKey(4)},        // no md key
-		{Shard: "s", Term: 5, Allocation: "a", Restore: RestorePoint{Term: 4}, Prev: MarkerKey(3)},                // wrong prev
-		{Shard: "s", Term: 5, Allocation: "a", Restore: RestorePoint{Term: 4}, Prev: MarkerKey(4), Poisoned: "x"}, // bad poison key
+		{Shard: "s", Term: 5, Allocation: "a", Restore: RestorePoint{Term: 5}},                                           // restores from itself
+		{Shard: "s", Term: 5, Allocation: "a", Restore: RestorePoint{Term: 4, Gen: 3}, Prev: layout.MarkerKey(4)},        // no md key
+		{Shard: "s", Term: 5, Allocation: "a", Restore: RestorePoint{Term: 4}, Prev: layout.MarkerKey(3)},                // wrong prev
+		{Shard: "s", Term: 5, Allocation: "a", Restore: RestorePoint{Term: 4}, Prev: layout.MarkerKey(4), Poisoned: "x"}, // bad poison key
 	}
 	for i, m := range bad {
 		if _, err := m.Encode(); !errors.Is(err, fence.ErrInvalidArgument) {
@@ -62,7 +62,7 @@ func TestLineageFromChain(t *testing.T) {
 	mk := func(term, rterm, rgen int64) Marker {
 		m := Marker{Shard: "s", Term: term, Allocation: "a", Restore: RestorePoint{Term: rterm, Gen: rgen}}
 		if rterm > 0 {
-			m.Prev = MarkerKey(rterm)
+			m.Prev = layout.MarkerKey(rterm)
 		}
 		return m
 	}

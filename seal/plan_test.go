@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/shardfence/shardfence/layout"
-	"github.com/shardfence/shardfence/translog"
 )
 
 // GCSafety over the pure plan: poisons, unreadable bodies, the owner's
@@ -14,7 +13,7 @@ func TestPlanGCSafety(t *testing.T) {
 	mk := func(term, rterm, rgen int64) Marker {
 		m := Marker{Shard: "s", Term: term, Allocation: "a", Restore: RestorePoint{Term: rterm, Gen: rgen}}
 		if rterm > 0 {
-			m.Prev = MarkerKey(rterm)
+			m.Prev = layout.MarkerKey(rterm)
 		}
 		return m
 	}
@@ -26,7 +25,7 @@ func TestPlanGCSafety(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	md := func(term, gen int64) MDInfo { return MDInfo{Key: translog.MDKey(term, gen), Term: term, Gen: gen} }
+	md := func(term, gen int64) MDInfo { return MDInfo{Key: layout.MDKey(term, gen), Term: term, Gen: gen} }
 	poison := md(1, 5)
 	poison.Poison, poison.Sealed = true, 3
 	unreadable := md(2, 7)
@@ -35,9 +34,9 @@ func TestPlanGCSafety(t *testing.T) {
 	in := GCInput{
 		Owner: 3, Lineage: lin, MDs: mds,
 		Data:        []layout.TermGen{{Term: 1, Gen: 2}, {Term: 1, Gen: 6}, {Term: 3, Gen: 10}, {Term: 2, Gen: 9}},
-		Checkpoints: []CheckpointInfo{{Key: ManifestKey(3, 8), Term: 3, Gen: 8, OnLineage: true, Files: 1}, {Key: ManifestKey(2, 6), Term: 2, Gen: 6, Files: 1}},
-		Complete:    map[string]bool{ManifestKey(3, 8): true, ManifestKey(2, 6): true},
-		Files:       map[layout.TermGen][]string{{Term: 3, Gen: 8}: {FilePrefix(3, 8) + "f"}, {Term: 2, Gen: 6}: {FilePrefix(2, 6) + "f"}, {Term: 1, Gen: 3}: {FilePrefix(1, 3) + "x"}, {Term: 3, Gen: 12}: {FilePrefix(3, 12) + "y"}},
+		Checkpoints: []CheckpointInfo{{Key: layout.ManifestKey(3, 8), Term: 3, Gen: 8, OnLineage: true, Files: 1}, {Key: layout.ManifestKey(2, 6), Term: 2, Gen: 6, Files: 1}},
+		Complete:    map[string]bool{layout.ManifestKey(3, 8): true, layout.ManifestKey(2, 6): true},
+		Files:       map[layout.TermGen][]string{{Term: 3, Gen: 8}: {layout.FilePrefix(3, 8) + "f"}, {Term: 2, Gen: 6}: {layout.FilePrefix(2, 6) + "f"}, {Term: 1, Gen: 3}: {layout.FilePrefix(1, 3) + "x"}, {Term: 3, Gen: 12}: {layout.FilePrefix(3, 12) + "y"}},
 		Markers:     []int64{3, 2, 1},
 		Policy:      GCPolicy{}.withDefaults(),
 	}
@@ -46,20 +45,20 @@ func TestPlanGCSafety(t *testing.T) {
 		del[o.Key] = true
 	}
 	mustGo := []string{
-		translog.MDKey(1, 1), translog.MDKey(1, 4), translog.MDKey(3, 5), translog.MDKey(3, 8), // below the checkpoint at 8
-		translog.MDKey(1, 6), translog.MDKey(2, 5), // orphans: past the cut, off the chain
-		translog.DataKey(1, 2), translog.DataKey(1, 6), translog.DataKey(2, 9),
-		ManifestKey(2, 6), FilePrefix(2, 6) + "f", // orphan checkpoint
-		FilePrefix(1, 3) + "x", // files of a manifest that never landed
-		MarkerKey(2),           // off the chain
+		layout.MDKey(1, 1), layout.MDKey(1, 4), layout.MDKey(3, 5), layout.MDKey(3, 8), // below the checkpoint at 8
+		layout.MDKey(1, 6), layout.MDKey(2, 5), // orphans: past the cut, off the chain
+		layout.DataKey(1, 2), layout.DataKey(1, 6), layout.DataKey(2, 9),
+		layout.ManifestKey(2, 6), layout.FilePrefix(2, 6) + "f", // orphan checkpoint
+		layout.FilePrefix(1, 3) + "x", // files of a manifest that never landed
+		layout.MarkerKey(2),           // off the chain
 	}
 	mustStay := []string{
 		poison.Key, unreadable.Key, // never a poison, never what cannot be read
-		translog.MDKey(3, 9), translog.DataKey(3, 10), // the owner's history and in-flight payload
-		translog.MDKey(4, 10),                     // a newer term's
-		ManifestKey(3, 8), FilePrefix(3, 8) + "f", // the restore point's checkpoint
-		FilePrefix(3, 12) + "y", // the owner's publish in progress
-		MarkerKey(3),
+		layout.MDKey(3, 9), layout.DataKey(3, 10), // the owner's history and in-flight payload
+		layout.MDKey(4, 10),                                     // a newer term's
+		layout.ManifestKey(3, 8), layout.FilePrefix(3, 8) + "f", // the restore point's checkpoint
+		layout.FilePrefix(3, 12) + "y", // the owner's publish in progress
+		layout.MarkerKey(3),
 	}
 	for _, k := range mustGo {
 		if !del[k] {
@@ -74,7 +73,7 @@ func TestPlanGCSafety(t *testing.T) {
 	// No complete checkpoint: nothing on the lineage goes, only orphans.
 	in.Complete = map[string]bool{}
 	for _, o := range PlanGC(in) {
-		if t1, g, ok := translog.ParseMDKey(o.Key); ok && lin.Contains(t1, g) {
+		if p, ok := layout.ParseMDKey(o.Key); ok && lin.Contains(p.Term, p.Gen) {
 			t.Errorf("GC without a complete checkpoint deletes lineage md %q", o.Key)
 		}
 	}

@@ -58,7 +58,7 @@ type Prefetch struct {
 // Only opts.Options, Into and Progress are used. The caller hands the
 // result to Hydrate (HydrateOptions.Prefetch) or calls Discard.
 func PrefetchCheckpoint(ctx context.Context, store *blobstore.Container, shard string, ref CheckpointRef, dir string, opts HydrateOptions) *Prefetch {
-	s := io{store: store, shard: shard, opts: opts.Options.withDefaults()}
+	s := storeIO{store: store, shard: shard, opts: opts.Options.withDefaults()}
 	p := &Prefetch{ref: ref, sink: opts.Into, done: make(chan struct{})}
 	if p.sink == nil {
 		p.sink = dirSink(dir)
@@ -66,7 +66,7 @@ func PrefetchCheckpoint(ctx context.Context, store *blobstore.Container, shard s
 	ctx, p.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(p.done)
-		key := ManifestKey(ref.Term, ref.Gen)
+		key := layout.ManifestKey(ref.Term, ref.Gen)
 		obj, found, err := s.get(ctx, key)
 		switch {
 		case err != nil:

@@ -53,7 +53,7 @@ type Survey struct {
 // and it counts only if the sweep then proves complete: SealWith checks that
 // the survey matches the claimed chain.
 func TakeSurvey(ctx context.Context, store *blobstore.Container, shard string, term int64, predecessors []int64, opts Options) (*Survey, error) {
-	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	s := storeIO{store: store, shard: shard, opts: opts.withDefaults()}
 	plan := newSealPlan(shard, "", term, predecessors)
 	sv := &Survey{term: term, guess: plan.guess}
 	err := parallel(ctx, 4, 4, func(ctx context.Context, i int) error {
@@ -72,16 +72,20 @@ func TakeSurvey(ctx context.Context, store *blobstore.Container, shard string, t
 		return err
 	})
 	if err != nil {
-		return nil, wrapErr("Seal", shard, Dir, term, err)
+		return nil, wrapErr("Seal", shard, layout.SealDir, term, err)
 	}
 	return sv, nil
 }
 
 // LowerMarkers reports whether the survey listed a seal marker of a term
-// below its own (seal.LowerMarkers, from the survey's LIST).
+// below its own (seal.LowerMarkers, from the survey's LIST); false for a
+// nil survey.
 func (sv *Survey) LowerMarkers() bool {
+	if sv == nil {
+		return false
+	}
 	for _, a := range sv.items {
-		if t, ok := ParseMarkerKey(a.Key); ok && t < sv.term {
+		if t, ok := layout.ParseMarkerKey(a.Key); ok && t < sv.term {
 			return true
 		}
 	}
@@ -108,11 +112,8 @@ func Seal(ctx context.Context, store *blobstore.Container, chain *fence.Chain, o
 // marker may still be refused, or an earlier attempt's may win, so it must
 // only read.
 func SealWith(ctx context.Context, store *blobstore.Container, chain *fence.Chain, sv *Survey, opts Options, beside func(ctx context.Context, lin Lineage, restore RestorePoint)) (*Result, error) {
-	s := io{store: store, shard: chain.Shard(), opts: opts.withDefaults()}
+	s := storeIO{store: store, shard: chain.Shard(), opts: opts.withDefaults()}
 	term := chain.Term()
-	fail := func(key string, err error) (*Result, error) {
-		return nil, wrapErr("Seal", s.shard, key, term, err)
-	}
 	if err := chain.Err(); err != nil {
 		return nil, err
 	}
@@ -125,99 +126,140 @@ func SealWith(ctx context.Context, store *blobstore.Container, chain *fence.Chai
 			return nil, err
 		}
 	}
-	items, guessed, guessGens, guessCkpts := sv.items, sv.guessed, sv.guessGens, sv.guessCkpts
-	var err error
 	// Step 2: the lineage term.
-	if t, key := plan.listed(items); t > 0 {
+	if t, key := plan.listed(sv.items); t > 0 {
 		return nil, chain.Fence(t, fmt.Sprintf("stale term: term %d already sealed the shard (marker %q)", t, key))
 	}
-	top := plan.top
-	var markers map[int64]Marker
-	var gens []int64
-	var ckpts []blobstore.Attrs
-	var also func(ctx context.Context) error
-	var older map[int64]Marker
-	if plan.guessed(guessed) {
-		markers, gens, ckpts = map[int64]Marker{top: *guessed}, guessGens, guessCkpts
-		also = func(ctx context.Context) error {
-			var err error
-			older, err = s.readMarkers(ctx, plan.others())
-			return err
-		}
-	} else {
-		err = parallel(ctx, 3, 3, func(ctx context.Context, i int) error {
-			var err error
-			switch {
-			case i == 0:
-				markers, err = s.readMarkers(ctx, plan.terms)
-			case top == 0:
-			case i == 1:
-				gens, err = s.gens(ctx, top)
-			default:
-				ckpts, err = s.list(ctx, layout.ManifestTermPrefix(top))
-			}
-			return err
-		})
-		if err != nil {
-			return fail(Dir, err)
-		}
-		if m, ok := markers[term]; ok {
-			return s.reopen(ctx, chain, m, markers)
-		}
+	r, err := s.readLineage(ctx, &plan, sv)
+	if err != nil {
+		return nil, wrapErr("Seal", s.shard, layout.SealDir, term, err)
+	}
+	if m, ok := r.markers[term]; ok {
+		return s.reopen(ctx, chain, m, r.markers)
 	}
 	// Step 3: walk the lineage term.
-	res := &Result{}
-	lin := Lineage{Complete: true}
-	var prev Marker
-	var w *walk
-	if top > 0 {
-		var ok bool
-		if prev, ok = markers[top]; !ok {
-			return fail(MarkerKey(top), blobstore.Unavailable(errors.New("the newest seal marker vanished between LIST and GET")))
-		}
-		w = newWalk(top, plan.walkFrom(prev, ckpts), term, gens)
-		w.lead = int64(s.opts.BarrierLead)
-		if err := s.walk(ctx, w, also); err != nil {
-			return fail(translog.MDTermPrefix(top), err)
-		}
-		for t, m := range older {
-			markers[t] = m
-		}
-		res.Found, res.MDs = w.how, w.mds
-		chainMs, complete := ChainFrom(markers, top)
-		if lin, err = LineageOf(s.shard, chainMs, complete, w.cut); err != nil {
-			return fail(MarkerKey(top), err)
-		}
+	wk, err := s.walkLineage(ctx, &plan, r)
+	if err != nil {
+		return nil, err
 	}
-	// Step 4: the marker.
-	want := plan.marker(prev, w)
-	done := make(chan struct{})
-	if beside != nil {
-		go func() {
-			defer close(done)
-			beside(ctx, lin, want.Restore)
-		}()
-	} else {
-		close(done)
-	}
-	stored, err := s.writeMarker(ctx, chain, want)
-	<-done
+	// Step 4: the marker, with the caller's reads beside it.
+	want := plan.marker(wk.prev, wk.w)
+	stored, err := s.markerBeside(ctx, chain, want, func(ctx context.Context) {
+		if beside != nil {
+			beside(ctx, wk.lin, want.Restore)
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
 	if stored != want {
 		// An earlier attempt of this allocation wrote the marker first
 		// (it saw other markers then): its restore point holds.
-		markers[term] = stored
-		return s.reopen(ctx, chain, stored, markers)
+		r.markers[term] = stored
+		return s.reopen(ctx, chain, stored, r.markers)
 	}
-	res.Marker, res.Lineage = stored, lin
+	res := &Result{Marker: stored, Lineage: wk.lin}
+	if wk.w != nil {
+		res.Found, res.MDs = wk.w.how, wk.w.mds
+	}
 	return res, nil
 }
 
+// lineageReads are step 2's reads of the lineage term: every listed
+// marker (or, when the survey's read-ahead is the lineage term's, its
+// marker now and the older ones beside the walk's first round: also), the
+// lineage term's md listing and its checkpoints.
+type lineageReads struct {
+	markers map[int64]Marker
+	gens    []int64
+	ckpts   []blobstore.Attrs
+	also    func(ctx context.Context) error
+	older   map[int64]Marker // read by also
+}
+
+// readLineage carries out step 2 of plan: the survey's read-ahead is
+// used when it is the lineage term's (sealPlan.guessed), else the reads
+// are sent now.
+func (s storeIO) readLineage(ctx context.Context, plan *sealPlan, sv *Survey) (*lineageReads, error) {
+	r := &lineageReads{}
+	if plan.guessed(sv.guessed) {
+		r.markers, r.gens, r.ckpts = map[int64]Marker{plan.top: *sv.guessed}, sv.guessGens, sv.guessCkpts
+		r.also = func(ctx context.Context) error {
+			var err error
+			r.older, err = s.readMarkers(ctx, plan.others())
+			return err
+		}
+		return r, nil
+	}
+	top := plan.top
+	err := parallel(ctx, 3, 3, func(ctx context.Context, i int) error {
+		var err error
+		switch {
+		case i == 0:
+			r.markers, err = s.readMarkers(ctx, plan.terms)
+		case top == 0:
+		case i == 1:
+			r.gens, err = s.gens(ctx, top)
+		default:
+			r.ckpts, err = s.list(ctx, layout.ManifestTermPrefix(top))
+		}
+		return err
+	})
+	return r, err
+}
+
+// walked is what step 3 found: the lineage term's marker, the walk of its
+// md (nil for a new shard) and the lineage it cut.
+type walked struct {
+	prev Marker
+	w    *walk
+	lin  Lineage
+}
+
+// walkLineage carries out step 3 of plan: walk the lineage term from
+// where the plan starts it, then follow the marker chain down from it.
+func (s storeIO) walkLineage(ctx context.Context, plan *sealPlan, r *lineageReads) (walked, error) {
+	top, term := plan.top, plan.term
+	wk := walked{lin: Lineage{Complete: true}}
+	if top == 0 {
+		return wk, nil
+	}
+	var ok bool
+	if wk.prev, ok = r.markers[top]; !ok {
+		return wk, wrapErr("Seal", s.shard, layout.MarkerKey(top), term, blobstore.Unavailable(errors.New("the newest seal marker vanished between LIST and GET")))
+	}
+	wk.w = newWalk(top, plan.walkFrom(wk.prev, r.ckpts), term, r.gens)
+	wk.w.lead = int64(s.opts.BarrierLead)
+	if err := s.walk(ctx, wk.w, r.also); err != nil {
+		return wk, wrapErr("Seal", s.shard, layout.MDTermPrefix(top), term, err)
+	}
+	for t, m := range r.older {
+		r.markers[t] = m
+	}
+	chainMs, complete := ChainFrom(r.markers, top)
+	var err error
+	if wk.lin, err = LineageOf(s.shard, chainMs, complete, wk.w.cut); err != nil {
+		return wk, wrapErr("Seal", s.shard, layout.MarkerKey(top), term, err)
+	}
+	return wk, nil
+}
+
+// markerBeside creates want's marker (writeMarker) with beside running
+// next to it, and returns once both ended.
+func (s storeIO) markerBeside(ctx context.Context, chain *fence.Chain, want Marker, beside func(ctx context.Context)) (Marker, error) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		beside(ctx)
+	}()
+	stored, err := s.writeMarker(ctx, chain, want)
+	<-done
+	return stored, err
+}
+
 // readMarker GETs the marker of term; nil when there is none.
-func (s io) readMarker(ctx context.Context, term int64) (*Marker, error) {
-	key := MarkerKey(term)
+func (s storeIO) readMarker(ctx context.Context, term int64) (*Marker, error) {
+	key := layout.MarkerKey(term)
 	obj, found, err := s.get(ctx, key)
 	if err != nil || !found {
 		return nil, err
@@ -230,7 +272,7 @@ func (s io) readMarker(ctx context.Context, term int64) (*Marker, error) {
 }
 
 // gens lists the generations of term that have an md, ascending.
-func (s io) gens(ctx context.Context, term int64) ([]int64, error) {
+func (s storeIO) gens(ctx context.Context, term int64) ([]int64, error) {
 	var gens []int64
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var err error
@@ -242,7 +284,7 @@ func (s io) gens(ctx context.Context, term int64) ([]int64, error) {
 
 // readMarkers GETs the markers of terms in parallel. A marker listed but
 // gone when read was collected meanwhile and is left out.
-func (s io) readMarkers(ctx context.Context, terms []int64) (map[int64]Marker, error) {
+func (s storeIO) readMarkers(ctx context.Context, terms []int64) (map[int64]Marker, error) {
 	out := make([]*Marker, len(terms))
 	err := parallel(ctx, s.opts.Parallelism, len(terms), func(ctx context.Context, i int) error {
 		var err error
@@ -265,7 +307,7 @@ func (s io) readMarkers(ctx context.Context, terms []int64) (map[int64]Marker, e
 // together (the poison and also first, so they never wait for a slot
 // behind the reads), then one poison at a time until the walk ends. also,
 // when set, runs beside the first round (reads the caller needs later).
-func (s io) walk(ctx context.Context, w *walk, also func(ctx context.Context) error) error {
+func (s storeIO) walk(ctx context.Context, w *walk, also func(ctx context.Context) error) error {
 	lo, hi := w.prefix()
 	prefix := make([]translog.MD, max(0, hi-lo+1))
 	gen := w.next
@@ -324,8 +366,8 @@ func (s io) walk(ctx context.Context, w *walk, also func(ctx context.Context) er
 
 // readMDMaybe reads and decodes one md, retrying store trouble; found is
 // false when there is none.
-func (s io) readMDMaybe(ctx context.Context, term, gen int64) (translog.MD, bool, error) {
-	key := translog.MDKey(term, gen)
+func (s storeIO) readMDMaybe(ctx context.Context, term, gen int64) (translog.MD, bool, error) {
+	key := layout.MDKey(term, gen)
 	obj, found, err := s.get(ctx, key)
 	if err != nil || !found {
 		return translog.MD{}, false, err
@@ -338,7 +380,7 @@ func (s io) readMDMaybe(ctx context.Context, term, gen int64) (translog.MD, bool
 // landed now), Adopt (a poison is there: ours from a lost response, or
 // another successor's), Lost (the lineage term's md landed first: it is on
 // the lineage), or Resend (a create with an unknown outcome did not land).
-func (s io) poison(ctx context.Context, tl, gen, term int64) (settle.Verdict[translog.MD], error) {
+func (s storeIO) poison(ctx context.Context, tl, gen, term int64) (settle.Verdict[translog.MD], error) {
 	key := layout.MDKey(tl, gen)
 	body, err := translog.EncodePoison(s.shard, tl, gen, term)
 	if err != nil {
@@ -361,8 +403,8 @@ func (s io) poison(ctx context.Context, tl, gen, term int64) (settle.Verdict[tra
 }
 
 // readMD reads and decodes one md, retrying store trouble.
-func (s io) readMD(ctx context.Context, term, gen int64) (translog.MD, error) {
-	key := translog.MDKey(term, gen)
+func (s storeIO) readMD(ctx context.Context, term, gen int64) (translog.MD, error) {
+	key := layout.MDKey(term, gen)
 	obj, found, err := s.get(ctx, key)
 	if err != nil {
 		return translog.MD{}, err
@@ -376,8 +418,8 @@ func (s io) readMD(ctx context.Context, term, gen int64) (translog.MD, error) {
 // writeMarker creates want's marker and returns what the key holds: want,
 // or an earlier attempt of the same allocation. Another allocation's
 // marker for the term fences the chain.
-func (s io) writeMarker(ctx context.Context, chain *fence.Chain, want Marker) (Marker, error) {
-	key := MarkerKey(want.Term)
+func (s storeIO) writeMarker(ctx context.Context, chain *fence.Chain, want Marker) (Marker, error) {
+	key := layout.MarkerKey(want.Term)
 	body, err := want.Encode()
 	if err != nil {
 		return Marker{}, wrapErr("Seal", s.shard, key, want.Term, err)
@@ -416,9 +458,9 @@ func (s io) writeMarker(ctx context.Context, chain *fence.Chain, want Marker) (M
 // reopen continues a term this allocation sealed before. Safe only if the
 // term never opened for writes: a write of its own may still be in flight,
 // and a term cannot poison its own lineage.
-func (s io) reopen(ctx context.Context, chain *fence.Chain, own Marker, markers map[int64]Marker) (*Result, error) {
+func (s storeIO) reopen(ctx context.Context, chain *fence.Chain, own Marker, markers map[int64]Marker) (*Result, error) {
 	term := chain.Term()
-	key := MarkerKey(term)
+	key := layout.MarkerKey(term)
 	if own.Allocation != chain.Allocation() {
 		return nil, chain.Fence(0, fmt.Sprintf("term %d was sealed by allocation %q", term, own.Allocation))
 	}
@@ -427,10 +469,10 @@ func (s io) reopen(ctx context.Context, chain *fence.Chain, own Marker, markers 
 	}
 	gens, err := s.gens(ctx, term)
 	if err != nil {
-		return nil, wrapErr("Seal", s.shard, translog.MDTermPrefix(term), term, err)
+		return nil, wrapErr("Seal", s.shard, layout.MDTermPrefix(term), term, err)
 	}
 	if len(gens) > 0 {
-		return nil, wrapErr("Seal", s.shard, translog.MDKey(term, gens[0]), term, fmt.Errorf("%w: generation %d of this term was written", ErrTermAlreadyOpen, gens[0]))
+		return nil, wrapErr("Seal", s.shard, layout.MDKey(term, gens[0]), term, fmt.Errorf("%w: generation %d of this term was written", ErrTermAlreadyOpen, gens[0]))
 	}
 	chainMs, complete := ChainFrom(markers, own.Restore.Term)
 	lin, err := LineageOf(s.shard, chainMs, complete, own.Restore.Gen)

@@ -12,6 +12,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/settle"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -193,7 +194,7 @@ func DecodeFencing(shard string, body []byte) (Fencing, error) {
 // rewrite in progress if any (then the fencing is its From).
 func decodeStored(shard string, body []byte) (Fencing, *FencingRewrite, error) {
 	bad := func(err error, format string, args ...any) (Fencing, *FencingRewrite, error) {
-		return Fencing{}, nil, &fence.BodyError{Shard: shard, Key: FencingKey, Err: err, Detail: fmt.Sprintf(format, args...)}
+		return Fencing{}, nil, &fence.BodyError{Shard: shard, Key: layout.FencingKey, Err: err, Detail: fmt.Sprintf(format, args...)}
 	}
 	p := strings.Split(string(body), "|")
 	if len(p) < 2 || p[0] != fencingTag {
@@ -320,15 +321,17 @@ const (
 var errNoSettings = errors.New("no fencing settings stored")
 
 func shardFencing(ctx context.Context, store *blobstore.Container, shard string, want Fencing, opts Options, how int) (Fencing, error) {
-	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	s := storeIO{store: store, shard: shard, opts: opts.withDefaults()}
 	want = want.normalized()
-	fail := func(err error) (Fencing, error) { return Fencing{}, wrapErr("Settings", shard, FencingKey, 0, err) }
+	fail := func(err error) (Fencing, error) {
+		return Fencing{}, wrapErr("Settings", shard, layout.FencingKey, 0, err)
+	}
 	var (
 		got Fencing
 		rw  *FencingRewrite
 	)
 	step := settle.Step[storedFencing]{
-		Key: FencingKey, Body: encodeFencing(shard, want),
+		Key: layout.FencingKey, Body: encodeFencing(shard, want),
 		Decode: func(b []byte) (storedFencing, error) {
 			f, rw, err := decodeStored(shard, b)
 			return storedFencing{f, rw}, err
@@ -340,7 +343,7 @@ func shardFencing(ctx context.Context, store *blobstore.Container, shard string,
 	readFirst := how != createFirst
 	err := s.retry(ctx, func(ctx context.Context) error {
 		if readFirst {
-			obj, found, err := s.get(ctx, FencingKey)
+			obj, found, err := s.get(ctx, layout.FencingKey)
 			if err != nil {
 				return err
 			}
@@ -398,10 +401,10 @@ type storedFencing struct {
 // in progress if any (then f is what writers may still run); found is
 // false when no open created them yet.
 func ReadFencing(ctx context.Context, store *blobstore.Container, shard string, opts Options) (f Fencing, rw *FencingRewrite, found bool, err error) {
-	s := io{store: store, shard: shard, opts: opts.withDefaults()}
-	obj, found, err := s.get(ctx, FencingKey)
+	s := storeIO{store: store, shard: shard, opts: opts.withDefaults()}
+	obj, found, err := s.get(ctx, layout.FencingKey)
 	if err != nil || !found {
-		return Fencing{}, nil, false, wrapErr("Settings", shard, FencingKey, 0, err)
+		return Fencing{}, nil, false, wrapErr("Settings", shard, layout.FencingKey, 0, err)
 	}
 	f, rw, err = decodeStored(shard, obj.Body)
 	if err != nil {
@@ -418,15 +421,15 @@ func ReadFencing(ctx context.Context, store *blobstore.Container, shard string, 
 // caller claims term after this returns, never before (docs/PROTOCOL.md).
 func BeginFencingRewrite(ctx context.Context, store *blobstore.Container, shard string, to Fencing, term int64, opts Options) (rw FencingRewrite, done bool, err error) {
 	fail := func(err error) (FencingRewrite, bool, error) {
-		return FencingRewrite{}, false, wrapErr("RewriteSettings", shard, FencingKey, term, err)
+		return FencingRewrite{}, false, wrapErr("RewriteSettings", shard, layout.FencingKey, term, err)
 	}
 	to = to.normalized()
 	if err := to.checkRange(); err != nil {
 		return fail(fmt.Errorf("%w: %v", fence.ErrInvalidArgument, err))
 	}
-	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	s := storeIO{store: store, shard: shard, opts: opts.withDefaults()}
 	err = s.retry(ctx, func(ctx context.Context) error {
-		obj, found, err := s.get(ctx, FencingKey)
+		obj, found, err := s.get(ctx, layout.FencingKey)
 		if err != nil {
 			return err
 		}
@@ -446,7 +449,7 @@ func BeginFencingRewrite(ctx context.Context, store *blobstore.Container, shard 
 		if prev != nil && *prev == rw {
 			return nil // our own, from a lost response
 		}
-		_, err = store.CompareAndSwap(ctx, FencingKey, obj.Token, body)
+		_, err = store.CompareAndSwap(ctx, layout.FencingKey, obj.Token, body)
 		if errors.Is(err, blobstore.ErrPreconditionFailed) || blobstore.IsAmbiguous(err) {
 			// Read again: our CAS, or another rewrite's.
 			return blobstore.Unavailable(fmt.Errorf("settling the fencing rewrite: %w", err))
@@ -473,10 +476,10 @@ func AbortFencingRewrite(ctx context.Context, store *blobstore.Container, shard 
 }
 
 func endRewrite(ctx context.Context, store *blobstore.Container, shard string, rw FencingRewrite, install Fencing, opts Options) error {
-	s := io{store: store, shard: shard, opts: opts.withDefaults()}
+	s := storeIO{store: store, shard: shard, opts: opts.withDefaults()}
 	body := encodeFencing(shard, install)
 	err := s.retry(ctx, func(ctx context.Context) error {
-		obj, found, err := s.get(ctx, FencingKey)
+		obj, found, err := s.get(ctx, layout.FencingKey)
 		if err != nil {
 			return err
 		}
@@ -486,26 +489,26 @@ func endRewrite(ctx context.Context, store *blobstore.Container, shard string, r
 		if !found || string(obj.Body) != string(encodeRewrite(shard, rw)) {
 			return fmt.Errorf("%w: the shard no longer holds the rewrite %s (another rewrite took over)", ErrFencingRewrite, rw)
 		}
-		_, err = store.CompareAndSwap(ctx, FencingKey, obj.Token, body)
+		_, err = store.CompareAndSwap(ctx, layout.FencingKey, obj.Token, body)
 		if errors.Is(err, blobstore.ErrPreconditionFailed) || blobstore.IsAmbiguous(err) {
 			return blobstore.Unavailable(fmt.Errorf("settling the fencing rewrite: %w", err))
 		}
 		return err
 	})
-	return wrapErr("RewriteSettings", shard, FencingKey, rw.Term, err)
+	return wrapErr("RewriteSettings", shard, layout.FencingKey, rw.Term, err)
 }
 
 // LowerMarkers reports whether any seal marker of a term below term is
 // stored: a term that ever opened a writer stored one first, and GC keeps
 // the newest.
 func LowerMarkers(ctx context.Context, store *blobstore.Container, shard string, term int64, opts Options) (bool, error) {
-	s := io{store: store, shard: shard, opts: opts.withDefaults()}
-	items, err := s.list(ctx, MarkerPrefix)
+	s := storeIO{store: store, shard: shard, opts: opts.withDefaults()}
+	items, err := s.list(ctx, layout.MarkerPrefix)
 	if err != nil {
-		return false, wrapErr("Markers", shard, MarkerPrefix, term, err)
+		return false, wrapErr("Markers", shard, layout.MarkerPrefix, term, err)
 	}
 	for _, a := range items {
-		if t, ok := ParseMarkerKey(a.Key); ok && t < term {
+		if t, ok := layout.ParseMarkerKey(a.Key); ok && t < term {
 			return true, nil
 		}
 	}

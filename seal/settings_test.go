@@ -11,6 +11,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -135,7 +136,7 @@ func TestLeaseIntervalIsBounded(t *testing.T) {
 		}
 	}
 	store := mem.New()
-	if _, err := store.CreateIfAbsent(ctx, FencingKey, encodeFencing("s", Fencing{Mode: translog.Lease, LeaseInterval: 87600 * time.Hour})); err != nil {
+	if _, err := store.CreateIfAbsent(ctx, layout.FencingKey, encodeFencing("s", Fencing{Mode: translog.Lease, LeaseInterval: 87600 * time.Hour})); err != nil {
 		t.Fatal(err)
 	}
 	_, err := ShardFencing(ctx, store, "s", Fencing{}, opts)
@@ -170,7 +171,7 @@ func TestFencingRewriteLifecycle(t *testing.T) {
 	if _, err := ShardFencing(ctx, store.Container, "s", Fencing{}, opts); !errors.Is(err, ErrFencingRewrite) {
 		t.Fatalf("open during a rewrite: %v, want ErrFencingRewrite", err)
 	}
-	obj, err := store.Get(ctx, FencingKey)
+	obj, err := store.Get(ctx, layout.FencingKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +241,7 @@ func TestFencingRewriteBetweenFencedAndUnfenced(t *testing.T) {
 		if err != nil || done {
 			t.Fatalf("begin rewrite to %v: done %v, %v", to, done, err)
 		}
-		obj, err := store.Get(ctx, FencingKey)
+		obj, err := store.Get(ctx, layout.FencingKey)
 		if err != nil {
 			t.Fatal(err)
 		}

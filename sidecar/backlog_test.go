@@ -12,7 +12,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/mem"
-	"github.com/shardfence/shardfence/translog"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // The backlog's bookkeeping: a checkpoint drops what it covers, marks stay
@@ -112,7 +112,7 @@ func TestSidecarAsksForACheckpointAndCollectsAfterIt(t *testing.T) {
 	sub, _ := blobstore.Sub(store, "s")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		items, err := blobstore.ListAll(t.Context(), sub, translog.Dir)
+		items, err := blobstore.ListAll(t.Context(), sub, layout.TranslogDir)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,7 +16,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
-	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 )
 
 func barrier(ctx context.Context, c sidecarv1connect.SidecarServiceClient, shard string) (*sidecarv1.BarrierResponse, error) {
@@ -32,7 +32,7 @@ func barrier(ctx context.Context, c sidecarv1connect.SidecarServiceClient, shard
 func fenceReads(view *faulty.Container) *atomic.Int64 {
 	var n atomic.Int64
 	view.SetHooks(faulty.Hooks{Before: func(_ context.Context, r faulty.Request) error {
-		if r.Op == blobstore.OpGet && containsDir(r.Key, fence.Dir) {
+		if r.Op == blobstore.OpGet && containsDir(r.Key, layout.FenceDir) {
 			n.Add(1)
 		}
 		return nil
@@ -63,7 +63,7 @@ func TestBarrierReadsTheFenceKeyOnceForConcurrentCallers(t *testing.T) {
 	}
 	// A read takes a while, as on a real store: barriers called while one
 	// is on its way wait for the next, and share it.
-	view.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpGet), Prefix: "s/" + fence.Dir, Latency: faulty.Fixed(20 * time.Millisecond)})
+	view.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpGet), Prefix: "s/" + layout.FenceDir, Latency: faulty.Fixed(20 * time.Millisecond)})
 	reads := fenceReads(view)
 	var wg sync.WaitGroup
 	const n = 64
@@ -193,7 +193,7 @@ func TestBarrierInObserveModeDoesNotStopTheWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sub.Delete(t.Context(), fence.Key(1)); err != nil {
+	if err := sub.Delete(t.Context(), layout.FenceKey(1)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := barrier(t.Context(), a, "s"); err == nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
-	"github.com/shardfence/shardfence/translog"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // goroutinesIn counts the goroutines whose stack holds fn.
@@ -55,7 +55,7 @@ func TestShutdownWaitsForTheClosesOfReplacedWriters(t *testing.T) {
 	var once sync.Once
 	held := make(chan struct{})
 	f.SetHooks(faulty.Hooks{Before: func(ctx context.Context, r faulty.Request) error {
-		if r.Op != blobstore.OpCreateIfAbsent || !strings.Contains(r.Key, translog.MDTermPrefix(1)) {
+		if r.Op != blobstore.OpCreateIfAbsent || !strings.Contains(r.Key, layout.MDTermPrefix(1)) {
 			return nil
 		}
 		hold := false

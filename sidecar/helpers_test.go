@@ -14,6 +14,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/relocation"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -30,7 +31,7 @@ func (freshOpener) Open(ctx context.Context, store *blobstore.Container, p openP
 	if err := events(openEvent{Progress: &Progress{Step: "claim"}}); err != nil {
 		return nil, err
 	}
-	existing, err := blobstore.ListAll(ctx, store, translog.Dir)
+	existing, err := blobstore.ListAll(ctx, store, layout.TranslogDir)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -46,7 +47,7 @@ func Inspect(ctx context.Context, root *blobstore.Container, shard string) (*sid
 		out.FenceKeys = append(out.FenceKeys, p)
 	}
 	for _, key := range d.Unexpected {
-		out.Lines = append(out.Lines, fmt.Sprintf("unexpected key %q under %s", key, translog.MDPrefix))
+		out.Lines = append(out.Lines, fmt.Sprintf("unexpected key %q under %s", key, layout.MDPrefix))
 	}
 	for _, tl := range d.Translog {
 		out.Translog = append(out.Translog, &sidecarv1.TermGens{Term: tl.Term, FirstGen: tl.FirstGen, LastGen: tl.LastGen, Count: tl.Count, Poisoned: tl.Poisoned})
@@ -66,7 +67,7 @@ func settingsLines(st seal.StoredSettings) []string {
 	case !st.Found:
 		return []string{"settings: none stored (no open created them yet)"}
 	}
-	l := []string{"settings: fencing " + st.Fencing.String() + " (" + seal.FencingKey + ")"}
+	l := []string{"settings: fencing " + st.Fencing.String() + " (" + layout.FencingKey + ")"}
 	if st.OutOfRange != nil {
 		l = append(l, fmt.Sprintf("settings: the stored lease %v is outside %v..%v: no term opens until `shardfence settings` rewrites it", st.Fencing.LeaseInterval, seal.MinLeaseInterval, seal.MaxLeaseInterval))
 	}

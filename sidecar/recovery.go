@@ -14,6 +14,7 @@ import (
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/steady"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/relocation"
 	"github.com/shardfence/shardfence/seal"
@@ -280,7 +281,7 @@ func openWarm(ctx context.Context, store *blobstore.Container, p openParams, eve
 func pickCheckpoint(ctx context.Context, store *blobstore.Container, shard string, cands []seal.CheckpointRef) (*seal.Manifest, error) {
 	clock, bo := steady.System(), backoff.Store()
 	for _, c := range cands {
-		key := seal.ManifestKey(c.Term, c.Gen)
+		key := layout.ManifestKey(c.Term, c.Gen)
 		var obj blobstore.Object
 		err := backoff.Do(ctx, clock, bo, blobstore.IsRetryable, func(ctx context.Context) (err error) {
 			obj, err = store.Get(ctx, key)
@@ -296,7 +297,7 @@ func pickCheckpoint(ctx context.Context, store *blobstore.Container, shard strin
 		if err != nil {
 			continue
 		}
-		prefix := seal.FilePrefix(c.Term, c.Gen)
+		prefix := layout.FilePrefix(c.Term, c.Gen)
 		var items []blobstore.Attrs
 		if err := backoff.Do(ctx, clock, bo, blobstore.IsRetryable, func(ctx context.Context) (err error) {
 			items, err = blobstore.ListAll(ctx, store, prefix)

@@ -15,6 +15,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/steady"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/seal"
 )
 
@@ -113,7 +114,7 @@ func newWarmShard(shard string, term int64, store *blobstore.Container, m *seal.
 	}
 	for _, f := range m.Files {
 		n := w.blocks(f.Size)
-		w.files[f.Name] = &warmFile{info: f, key: seal.FilePrefix(m.Term, m.Gen) + f.Name, sums: make([]uint32, n), known: make([]bool, n)}
+		w.files[f.Name] = &warmFile{info: f, key: layout.FilePrefix(m.Term, m.Gen) + f.Name, sums: make([]uint32, n), known: make([]bool, n)}
 	}
 	if len(m.Files) == 0 {
 		w.locality = LocalityFull

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/ident"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // Kind tells a sync record from a poison.
@@ -45,7 +46,7 @@ type MD struct {
 	OpCount    int64
 	PayloadLen int64
 	Checksum   uint32 // CRC-32C of the payload
-	Inline     bool   // payload inline, else in DataKey(Term, Gen)
+	Inline     bool   // payload inline, else in layout.DataKey(Term, Gen)
 	Payload    []byte // when Inline
 
 	// Poison field.
@@ -298,8 +299,8 @@ func DecodeMD(shard, key string, body []byte) (MD, error) {
 	if m.Shard != shard {
 		return MD{}, bodyErr(shard, key, fence.ErrForeignShard, "md body names shard %q", m.Shard)
 	}
-	if t, g, ok := ParseMDKey(key); ok && (t != m.Term || g != m.Gen) {
-		return MD{}, bodyErr(shard, key, fence.ErrForeignShard, "md body names term %d gen %d under the key of term %d gen %d", m.Term, m.Gen, t, g)
+	if p, ok := layout.ParseMDKey(key); ok && (p.Term != m.Term || p.Gen != m.Gen) {
+		return MD{}, bodyErr(shard, key, fence.ErrForeignShard, "md body names term %d gen %d under the key of term %d gen %d", m.Term, m.Gen, p.Term, p.Gen)
 	}
 	if m.Inline && Checksum(m.Payload) != m.Checksum {
 		return MD{}, bodyErr(shard, key, fence.ErrCorruptBody, "inline payload checksum %08x, md says %08x", Checksum(m.Payload), m.Checksum)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 )
 
 const shard = "idx/0"
@@ -57,7 +58,7 @@ func TestMDRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := DecodeMD(shard, MDKey(3, 7), body)
+		got, err := DecodeMD(shard, layout.MDKey(3, 7), body)
 		if err != nil {
 			t.Fatalf("%v: %v", m.Kind, err)
 		}
@@ -91,7 +92,7 @@ func TestDecodeMDRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := MDKey(3, 7)
+	key := layout.MDKey(3, 7)
 	// Every single flipped byte must be caught.
 	for i := range good {
 		b := bytes.Clone(good)
@@ -114,7 +115,7 @@ func TestDecodeMDRejects(t *testing.T) {
 		{"fence body", key, []byte("shardfence.fence|v1|s|3|a|n|4|2|n1"), fence.ErrCorruptBody},
 		{"future version", key, future, fence.ErrUnknownVersion},
 		{"other shard", key, other, fence.ErrForeignShard},
-		{"other generation's key", MDKey(3, 8), good, fence.ErrForeignShard},
+		{"other generation's key", layout.MDKey(3, 8), good, fence.ErrForeignShard},
 		{"data body", key, EncodeData(shard, 3, 7, payload), fence.ErrCorruptBody},
 	}
 	for _, c := range cases {
@@ -132,7 +133,7 @@ func TestDecodeMDRejects(t *testing.T) {
 
 func TestDataRoundTripAndRejects(t *testing.T) {
 	payload := EncodeOps([][]byte{bytes.Repeat([]byte("z"), 1000)})
-	key := DataKey(3, 7)
+	key := layout.DataKey(3, 7)
 	body := EncodeData(shard, 3, 7, payload)
 	got, err := DecodeData(shard, key, 3, 7, body)
 	if err != nil || !bytes.Equal(got, payload) {

@@ -11,6 +11,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // Create-only mode writes one object per sync: the md create. No CAS is
@@ -73,7 +74,7 @@ func TestCreateOnlyStopsAtTheCheckWindowWhileChecksStall(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	r.store.SetHooks(faulty.Hooks{Before: func(ctx context.Context, q faulty.Request) error {
-		if q.Op == blobstore.OpGet && q.Key == fence.Key(1) {
+		if q.Op == blobstore.OpGet && q.Key == layout.FenceKey(1) {
 			select {
 			case <-release:
 			case <-ctx.Done():
@@ -129,7 +130,7 @@ func TestCreateOnlyPoisonFencesTheNextCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.inner.CreateIfAbsent(context.Background(), MDKey(1, a.Gen+1), body); err != nil {
+	if _, err := r.inner.CreateIfAbsent(context.Background(), layout.MDKey(1, a.Gen+1), body); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.append("y"); !errors.Is(err, ErrFenced) {

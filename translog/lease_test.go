@@ -9,6 +9,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 )
 
 func TestLeaseModeCASesOncePerLeaseAndAcksOnlyInsideIt(t *testing.T) {
@@ -118,7 +119,7 @@ func TestSuccessorLeaseWaitOutlastsZombieAcks(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.inner.Stat(context.Background(), MDKey(1, a.Gen)); err != nil {
+	if _, err := r.inner.Stat(context.Background(), layout.MDKey(1, a.Gen)); err != nil {
 		t.Fatalf("the zombie's lease-covered ack has no md when the claim returns: %v", err)
 	}
 	if _, err := r.append("after the wait"); !errors.Is(err, ErrFenced) {

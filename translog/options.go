@@ -6,9 +6,10 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
-	"github.com/shardfence/shardfence/internal/ident"
 	"github.com/shardfence/shardfence/internal/backoff"
+	"github.com/shardfence/shardfence/internal/ident"
 	"github.com/shardfence/shardfence/internal/steady"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // AckOrder is how one sync orders its md create and its fence CAS. The
@@ -256,7 +257,7 @@ func (o Options) withDefaults() Options {
 // limit capped below the store's conditional-body limit.
 func (opts Options) check(store *blobstore.Container, chain *fence.Chain) (Options, int, error) {
 	fail := func(err error) (Options, int, error) {
-		return Options{}, 0, &Error{Op: "Open", Shard: opts.Shard, Key: Dir, Err: err}
+		return Options{}, 0, &Error{Op: "Open", Shard: opts.Shard, Key: layout.TranslogDir, Err: err}
 	}
 	if store == nil {
 		return fail(fmt.Errorf("%w: nil store", fence.ErrInvalidArgument))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // Batch is the ops of one generation.
@@ -33,7 +34,7 @@ func NewReader(store *blobstore.Container, shard string) *Reader {
 // Gens lists the generations of term that have an md (sync or poison),
 // ascending.
 func (r *Reader) Gens(ctx context.Context, term int64) ([]int64, error) {
-	prefix := MDTermPrefix(term)
+	prefix := layout.MDTermPrefix(term)
 	items, err := blobstore.ListAll(ctx, r.store, prefix)
 	if err != nil {
 		return nil, r.err(prefix, 0, err)
@@ -41,9 +42,9 @@ func (r *Reader) Gens(ctx context.Context, term int64) ([]int64, error) {
 	gens := make([]int64, 0, len(items))
 	// Inverted names list the newest first; walk backwards for ascending.
 	for i := len(items) - 1; i >= 0; i-- {
-		t, g, ok := ParseMDKey(items[i].Key)
-		if ok && t == term {
-			gens = append(gens, g)
+		p, ok := layout.ParseMDKey(items[i].Key)
+		if ok && p.Term == term {
+			gens = append(gens, p.Gen)
 		}
 	}
 	return gens, nil
@@ -52,7 +53,7 @@ func (r *Reader) Gens(ctx context.Context, term int64) ([]int64, error) {
 // ReadMD reads and verifies the md of (term, gen). A missing md is
 // ErrMissingGen.
 func (r *Reader) ReadMD(ctx context.Context, term, gen int64) (MD, error) {
-	key := MDKey(term, gen)
+	key := layout.MDKey(term, gen)
 	obj, err := r.store.Get(ctx, key)
 	if errors.Is(err, blobstore.ErrNotFound) {
 		return MD{}, r.err(key, gen, fmt.Errorf("%w: no md for generation %d of term %d", ErrMissingGen, gen, term))
@@ -70,13 +71,13 @@ func (r *Reader) ReadBatch(ctx context.Context, term, gen int64) (Batch, error) 
 	if err != nil {
 		return Batch{}, err
 	}
-	key := MDKey(term, gen)
+	key := layout.MDKey(term, gen)
 	if md.Kind == KindPoison {
 		return Batch{}, r.err(key, gen, fmt.Errorf("%w: generation %d of term %d sealed by term %d", ErrPoisoned, gen, term, md.SealedBy))
 	}
 	payload := md.Payload
 	if !md.Inline {
-		dkey := DataKey(term, gen)
+		dkey := layout.DataKey(term, gen)
 		obj, err := r.store.Get(ctx, dkey)
 		if errors.Is(err, blobstore.ErrNotFound) {
 			return Batch{}, r.err(dkey, gen, fmt.Errorf("%w: md %q refers to a data object that does not exist", fence.ErrCorruptBody, key))
@@ -104,7 +105,7 @@ func (r *Reader) ReadBatch(ctx context.Context, term, gen int64) (Batch, error) 
 // bad body stops the walk with an error naming its key.
 func (r *Reader) Iterate(ctx context.Context, term, from, to int64, fn func(Batch) error) error {
 	if from < 1 || to < from-1 {
-		return r.err(MDTermPrefix(term), 0, fmt.Errorf("%w: generations %d..%d", fence.ErrInvalidArgument, from, to))
+		return r.err(layout.MDTermPrefix(term), 0, fmt.Errorf("%w: generations %d..%d", fence.ErrInvalidArgument, from, to))
 	}
 	next := int64(-1)
 	for g := from; g <= to; g++ {
@@ -115,7 +116,7 @@ func (r *Reader) Iterate(ctx context.Context, term, from, to int64, fn func(Batc
 		// Sequence numbers run on without gaps or overlaps from one
 		// generation to the next; a break means a foreign writer's md.
 		if next >= 0 && b.FirstSeqNo != next {
-			return &fence.BodyError{Shard: r.shard, Key: MDKey(term, g), Err: fence.ErrCorruptBody,
+			return &fence.BodyError{Shard: r.shard, Key: layout.MDKey(term, g), Err: fence.ErrCorruptBody,
 				Detail: fmt.Sprintf("first sequence number %d, the previous generation ends before %d", b.FirstSeqNo, next)}
 		}
 		next = b.FirstSeqNo + int64(len(b.Ops))

@@ -9,6 +9,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/fs"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 )
 
 func TestReaderReportsBadGenerationsByKey(t *testing.T) {
@@ -35,20 +36,20 @@ func TestReaderReportsBadGenerationsByKey(t *testing.T) {
 		key     string
 		want    error
 	}{
-		{"missing md", func(t *testing.T, r *rig) { _ = r.inner.Delete(ctx, MDKey(1, 2)) }, MDKey(1, 2), ErrMissingGen},
-		{"garbage md", func(t *testing.T, r *rig) { put(t, r, MDKey(1, 2), []byte("garbage")) }, MDKey(1, 2), fence.ErrCorruptBody},
-		{"md of another shard", func(t *testing.T, r *rig) { put(t, r, MDKey(1, 2), otherShardMD()) }, MDKey(1, 2), fence.ErrForeignShard},
+		{"missing md", func(t *testing.T, r *rig) { _ = r.inner.Delete(ctx, layout.MDKey(1, 2)) }, layout.MDKey(1, 2), ErrMissingGen},
+		{"garbage md", func(t *testing.T, r *rig) { put(t, r, layout.MDKey(1, 2), []byte("garbage")) }, layout.MDKey(1, 2), fence.ErrCorruptBody},
+		{"md of another shard", func(t *testing.T, r *rig) { put(t, r, layout.MDKey(1, 2), otherShardMD()) }, layout.MDKey(1, 2), fence.ErrForeignShard},
 		{"poison", func(t *testing.T, r *rig) {
 			b, _ := EncodePoison(shard, 1, 2, 5)
-			put(t, r, MDKey(1, 2), b)
-		}, MDKey(1, 2), ErrPoisoned},
-		{"missing data object", func(t *testing.T, r *rig) { _ = r.inner.Delete(ctx, DataKey(1, 3)) }, DataKey(1, 3), fence.ErrCorruptBody},
+			put(t, r, layout.MDKey(1, 2), b)
+		}, layout.MDKey(1, 2), ErrPoisoned},
+		{"missing data object", func(t *testing.T, r *rig) { _ = r.inner.Delete(ctx, layout.DataKey(1, 3)) }, layout.DataKey(1, 3), fence.ErrCorruptBody},
 		{"data object of another generation", func(t *testing.T, r *rig) {
-			put(t, r, DataKey(1, 3), EncodeData(shard, 1, 4, make([]byte, 210)))
-		}, DataKey(1, 3), fence.ErrForeignShard},
+			put(t, r, layout.DataKey(1, 3), EncodeData(shard, 1, 4, make([]byte, 210)))
+		}, layout.DataKey(1, 3), fence.ErrForeignShard},
 		{"data object with other ops", func(t *testing.T, r *rig) {
-			put(t, r, DataKey(1, 3), EncodeData(shard, 1, 3, EncodeOps([][]byte{make([]byte, 200)})[1:]))
-		}, DataKey(1, 3), fence.ErrCorruptBody},
+			put(t, r, layout.DataKey(1, 3), EncodeData(shard, 1, 3, EncodeOps([][]byte{make([]byte, 200)})[1:]))
+		}, layout.DataKey(1, 3), fence.ErrCorruptBody},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/settle"
 	"github.com/shardfence/shardfence/internal/steady"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // The store requests of a sync. Each is idempotent and retried with capped
@@ -128,7 +129,7 @@ func (w *Writer) retry(step func() (again bool, err error)) error {
 // PUT: the name is this generation's alone, and a resend writes the same
 // bytes.
 func (w *Writer) putData(gen int64, payload []byte) error {
-	key := DataKey(w.opts.Term, gen)
+	key := layout.DataKey(w.opts.Term, gen)
 	body := EncodeData(w.opts.Shard, w.opts.Term, gen, payload)
 	return w.retry(func() (bool, error) {
 		_, err := w.store.Put(w.ctx, key, body)
@@ -146,7 +147,7 @@ func (w *Writer) putData(gen int64, payload []byte) error {
 // responses by reading what the key holds: our own record is success, a
 // poison or another writer's md is fenced, an empty key is sent again.
 func (w *Writer) createMD(md MD, body []byte) error {
-	key := MDKey(md.Term, md.Gen)
+	key := layout.MDKey(md.Term, md.Gen)
 	step := settle.Step[MD]{
 		Key: key, Body: body,
 		Get: func(ctx context.Context, key string) (blobstore.Object, bool, error) {

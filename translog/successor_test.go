@@ -11,6 +11,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // sealForTest is the successor's side of protocol section 5, reduced to one
@@ -36,7 +37,7 @@ func sealForTest(ctx context.Context, t *testing.T, store *blobstore.Container, 
 		} else if !errors.Is(err, ErrMissingGen) {
 			t.Fatalf("lineage read: %v", err)
 		}
-		_, err := store.CreateIfAbsent(ctx, MDKey(1, m+1), poison(m+1))
+		_, err := store.CreateIfAbsent(ctx, layout.MDKey(1, m+1), poison(m+1))
 		if err == nil {
 			break
 		}
@@ -82,7 +83,7 @@ func TestAckedWritesSurviveSuccessorSeal(t *testing.T) {
 				// before the successor's delete while its md lands after
 				// the successor's lineage read: the race the poison closes.
 				r.store.MustAdd(faulty.Rule{Ops: faulty.Writes, Latency: faulty.Uniform(0, time.Millisecond)})
-				r.store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: MDPrefix, Latency: faulty.Uniform(0, 4*time.Millisecond)})
+				r.store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: layout.MDPrefix, Latency: faulty.Uniform(0, 4*time.Millisecond)})
 				var mu sync.Mutex
 				var acked []string
 				var wg sync.WaitGroup

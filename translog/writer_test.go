@@ -15,6 +15,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 )
 
 var fastRetry = fence.Backoff{Initial: 100 * time.Microsecond, Max: time.Millisecond, Attempts: 4}
@@ -84,11 +85,11 @@ func (r *rig) mustAppend(ops ...string) Ack {
 // fenceGen reads the generation the term's fence key commits.
 func (r *rig) fenceGen(term int64) int64 {
 	r.t.Helper()
-	o, err := r.inner.Get(context.Background(), fence.Key(term))
+	o, err := r.inner.Get(context.Background(), layout.FenceKey(term))
 	if err != nil {
 		r.t.Fatalf("read fence key: %v", err)
 	}
-	rec, err := fence.DecodeRecord(shard, fence.Key(term), o.Body)
+	rec, err := fence.DecodeRecord(shard, layout.FenceKey(term), o.Body)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestLargePayloadGoesToDataObjectFirst(t *testing.T) {
 	if s := r.w.Stats(); s.DataObjects != 1 {
 		t.Fatalf("stats %+v", s)
 	}
-	if _, err := r.inner.Stat(context.Background(), DataKey(1, 1)); err != nil {
+	if _, err := r.inner.Stat(context.Background(), layout.DataKey(1, 1)); err != nil {
 		t.Fatalf("data object: %v", err)
 	}
 }
@@ -212,7 +213,7 @@ func TestAcksStayInOrderUnderLatencyJitter(t *testing.T) {
 						// AckOrder: an acked gen implies every lower gen
 						// is durable and the fence commits at least it.
 						for g := int64(1); g <= a.Gen; g++ {
-							if _, err := r.inner.Stat(context.Background(), MDKey(1, g)); err != nil {
+							if _, err := r.inner.Stat(context.Background(), layout.MDKey(1, g)); err != nil {
 								t.Errorf("gen %d acked but gen %d has no md: %v", a.Gen, g, err)
 							}
 						}
@@ -240,8 +241,8 @@ func TestLostResponsesAndStoreTroubleDoNotFence(t *testing.T) {
 	cases := map[string]faulty.Rule{
 		"lost response on the ack CAS":   {Ops: faulty.Ops(blobstore.OpCompareAndSwap), Fault: faulty.LostResponse, Times: 3},
 		"lost request on the ack CAS":    {Ops: faulty.Ops(blobstore.OpCompareAndSwap), Fault: faulty.LostRequest, Times: 3},
-		"lost response on md create":     {Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: MDPrefix, Fault: faulty.LostResponse, Times: 3},
-		"lost request on md create":      {Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: MDPrefix, Fault: faulty.LostRequest, Times: 3},
+		"lost response on md create":     {Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: layout.MDPrefix, Fault: faulty.LostResponse, Times: 3},
+		"lost request on md create":      {Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Prefix: layout.MDPrefix, Fault: faulty.LostRequest, Times: 3},
 		"409 conflicts":                  {Ops: faulty.Conditional, Fault: faulty.Conflict, Probability: 0.3},
 		"5xx before the store saw it":    {Ops: faulty.Writes, Fault: faulty.Unavailable, Probability: 0.3},
 		"timeouts on every request kind": {Fault: faulty.LostRequest, Probability: 0.2},
@@ -310,7 +311,7 @@ func TestPoisonAtNextGenFencesEvenIfCASSucceeded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.inner.CreateIfAbsent(context.Background(), MDKey(1, 2), poison); err != nil {
+	if _, err := r.inner.CreateIfAbsent(context.Background(), layout.MDKey(1, 2), poison); err != nil {
 		t.Fatal(err)
 	}
 	_, err = r.append("g2")
@@ -528,7 +529,7 @@ func TestCloseWithExpiredContextAbandonsStuckSync(t *testing.T) {
 func holdMD(r *rig, gen int64) (release func()) {
 	ch := make(chan struct{})
 	r.store.SetHooks(faulty.Hooks{Before: func(ctx context.Context, q faulty.Request) error {
-		if q.Op == blobstore.OpCreateIfAbsent && q.Key == MDKey(1, gen) {
+		if q.Op == blobstore.OpCreateIfAbsent && q.Key == layout.MDKey(1, gen) {
 			select {
 			case <-ch:
 			case <-ctx.Done():

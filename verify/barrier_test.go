@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -57,7 +58,8 @@ func barrierProbe(r *Run, actor string, count *barrierCount) func(*blobstore.Con
 	var sent, refused, landed, below bool
 	return func(c *blobstore.Container) *blobstore.Container {
 		return c.With("", func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
-			t, g, ok := translog.ParseMDKey(call.Key)
+			p, ok := layout.ParseMDKey(call.Key)
+			t, g := p.Term, p.Gen
 			if !ok || t != 1 || call.Op != blobstore.OpCreateIfAbsent {
 				return next(ctx, call)
 			}
@@ -201,7 +203,7 @@ func barrierSealDirect(ctx context.Context, store *blobstore.Container, sealedBy
 		}
 		for {
 			err = fence.Retry(ctx, clock, backoff, func(ctx context.Context) error {
-				_, err := store.CreateIfAbsent(ctx, translog.MDKey(1, gen), body)
+				_, err := store.CreateIfAbsent(ctx, layout.MDKey(1, gen), body)
 				return err
 			})
 			if err == nil {

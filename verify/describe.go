@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -37,7 +38,7 @@ func DescribeBody(key string, body []byte) string {
 			return fmt.Sprintf("{T%s owner=%s seq=%s gen=%s nonce=%s}", f[2], f[3], f[5], f[6], f[7])
 		}
 	}
-	if strings.HasPrefix(key, translog.MDPrefix) {
+	if strings.HasPrefix(key, layout.MDPrefix) {
 		if md, err := translog.DecodeMD(Shard, key, body); err == nil {
 			if md.Kind == translog.KindPoison {
 				return fmt.Sprintf("{poison sealed_by=T%d}", md.SealedBy)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/master/ha"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
@@ -495,13 +496,13 @@ func (s *standby) step(ctx context.Context) (bool, error) {
 // (a sign of life). Following it, the standby reads the new term from the
 // cut on.
 func (s *standby) poisoned(ctx context.Context, g int64) error {
-	items, err := blobstore.ListAll(ctx, s.store, seal.MarkerPrefix)
+	items, err := blobstore.ListAll(ctx, s.store, layout.MarkerPrefix)
 	if err != nil {
 		return err
 	}
 	var top int64
 	for _, it := range items {
-		if t, ok := seal.ParseMarkerKey(it.Key); ok {
+		if t, ok := layout.ParseMarkerKey(it.Key); ok {
 			top = max(top, t)
 		}
 	}
@@ -512,11 +513,11 @@ func (s *standby) poisoned(ctx context.Context, g int64) error {
 	if !s.c.follow {
 		return nil
 	}
-	obj, err := s.store.Get(ctx, seal.MarkerKey(top))
+	obj, err := s.store.Get(ctx, layout.MarkerKey(top))
 	if err != nil {
 		return err
 	}
-	mk, err := seal.DecodeMarker(Shard, seal.MarkerKey(top), obj.Body)
+	mk, err := seal.DecodeMarker(Shard, layout.MarkerKey(top), obj.Body)
 	if err != nil {
 		return err
 	}
@@ -589,7 +590,7 @@ func retried(err error) error {
 // markers name.
 func (s *standby) topTerm(ctx context.Context) (int64, error) {
 	var top int64
-	for _, prefix := range []string{fence.Dir, seal.MarkerPrefix} {
+	for _, prefix := range []string{layout.FenceDir, layout.MarkerPrefix} {
 		var items []blobstore.Attrs
 		err := fence.Retry(ctx, s.clock, backoff, func(ctx context.Context) error {
 			var err error
@@ -600,10 +601,10 @@ func (s *standby) topTerm(ctx context.Context) (int64, error) {
 			return 0, err
 		}
 		for _, it := range items {
-			if t, ok := fence.ParseKey(it.Key); ok {
+			if t, ok := layout.ParseFenceKey(it.Key); ok {
 				top = max(top, t)
 			}
-			if t, ok := seal.ParseMarkerKey(it.Key); ok {
+			if t, ok := layout.ParseMarkerKey(it.Key); ok {
 				top = max(top, t)
 			}
 		}

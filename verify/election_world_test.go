@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // electionWorld is the world of an election scenario: the world's
@@ -210,7 +210,7 @@ func (e *electionWorld) Check(r *Run) error {
 			continue
 		}
 		seen, claiming := e.seen[a.Req.Actor]
-		t, ok := fence.ParseKey(a.Req.Key)
+		t, ok := layout.ParseFenceKey(a.Req.Key)
 		if !claiming || !ok || t >= e.claimAt[a.Req.Actor] {
 			continue
 		}

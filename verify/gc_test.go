@@ -6,6 +6,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -29,7 +30,7 @@ func (w gcWorld) Check(r *Run) error {
 			return fmt.Errorf("GCSafety: the poison at %s was deleted", DescribeKey(key))
 		}
 	}
-	for _, key := range r.Store.Keys(translog.MDPrefix) {
+	for _, key := range r.Store.Keys(layout.MDPrefix) {
 		body, _ := r.Store.Get(key)
 		if md, err := translog.DecodeMD(Shard, key, body); err == nil && md.Kind == translog.KindPoison {
 			w.poisons[key] = true

@@ -11,6 +11,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/wrongdesign"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -236,7 +237,7 @@ func earlySurveyRecovery(r *Run, w *world, actor string, term int64, n int, atDe
 			// a lower fence key; the Swept hook takes it as it is.
 			var surveyed chan struct{}
 			store = store.With("", func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
-				if t, ok := fence.ParseKey(call.Key); ok && call.Op == blobstore.OpDelete && t < term && surveyed == nil {
+				if t, ok := layout.ParseFenceKey(call.Key); ok && call.Op == blobstore.OpDelete && t < term && surveyed == nil {
 					surveyed = make(chan struct{})
 					go func() {
 						defer close(surveyed)
@@ -365,7 +366,7 @@ func firstOpenKeyed(r *Run, w *world, wo translog.Options, wrong ...wrongdesign.
 	wrap := func(c *blobstore.Container) *blobstore.Container {
 		return c.With("", func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
 			res, err := next(ctx, call)
-			if call.Op == blobstore.OpCreateIfAbsent && call.Key == fence.Key(1) && err == nil && !once {
+			if call.Op == blobstore.OpCreateIfAbsent && call.Key == layout.FenceKey(1) && err == nil && !once {
 				once = true
 				close(keyed)
 			}
@@ -413,9 +414,9 @@ func markerBesidePoison(r *Run, w *world, actor string, term int64) {
 		}
 		want := seal.Marker{Shard: Shard, Term: term, Allocation: chain.Allocation(),
 			Restore:  seal.RestorePoint{Term: 1, Gen: m},
-			Poisoned: translog.MDKey(1, m+1), Prev: seal.MarkerKey(1)}
+			Poisoned: layout.MDKey(1, m+1), Prev: layout.MarkerKey(1)}
 		if m > 0 {
-			want.Restore.MDKey = translog.MDKey(1, m)
+			want.Restore.MDKey = layout.MDKey(1, m)
 		}
 		marker, err := want.Encode()
 		if err != nil {
@@ -433,14 +434,14 @@ func markerBesidePoison(r *Run, w *world, actor string, term int64) {
 		go func() {
 			defer wg.Done()
 			poisonErr = fence.Retry(ctx, clock, backoff, func(ctx context.Context) error {
-				_, err := store.CreateIfAbsent(ctx, translog.MDKey(1, m+1), poison)
+				_, err := store.CreateIfAbsent(ctx, layout.MDKey(1, m+1), poison)
 				return err
 			})
 		}()
 		go func() {
 			defer wg.Done()
 			markerErr = fence.Retry(ctx, clock, backoff, func(ctx context.Context) error {
-				_, err := store.CreateIfAbsent(ctx, seal.MarkerKey(term), marker)
+				_, err := store.CreateIfAbsent(ctx, layout.MarkerKey(term), marker)
 				return err
 			})
 		}()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 )
 
 // handoffWorld holds the relocation invariants of the handoff: after
@@ -168,7 +169,7 @@ func blindRevert(ctx context.Context, r *Run, w *handoffWorld, store *blobstore.
 		w.fail(r, "src: %v", err)
 		return
 	}
-	tok, err := store.Put(ctx, fence.Key(1), body)
+	tok, err := store.Put(ctx, layout.FenceKey(1), body)
 	if err != nil {
 		w.fail(r, "src: blind revert: %v", err)
 		return

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -55,7 +56,7 @@ func sealDirectWith(ctx context.Context, store *blobstore.Container, sealedBy in
 			return 0, nil, err
 		}
 		err = fence.Retry(ctx, clock, backoff, func(ctx context.Context) error {
-			_, err := store.CreateIfAbsent(ctx, translog.MDKey(1, m+1), body)
+			_, err := store.CreateIfAbsent(ctx, layout.MDKey(1, m+1), body)
 			return err
 		})
 		if err == nil {
@@ -102,7 +103,7 @@ func successorDirect(r *Run, w *world, actor string, term int64, n int, poison, 
 		w.restored(r, actor, term, ops)
 		if gcPoison {
 			err := fence.Retry(ctx, fence.NewAutoClock(), backoff, func(ctx context.Context) error {
-				return store.Delete(ctx, translog.MDKey(1, m+1))
+				return store.Delete(ctx, layout.MDKey(1, m+1))
 			})
 			if err != nil {
 				w.fail(r, "%s: gc: %v", actor, err)
@@ -131,7 +132,7 @@ func successorDirect(r *Run, w *world, actor string, term int64, n int, poison, 
 // plain overwriting PUT.
 func plainMDStore(c *blobstore.Container) *blobstore.Container {
 	return c.With("", func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
-		if call.Op == blobstore.OpCreateIfAbsent && strings.HasPrefix(call.Key, translog.MDPrefix) {
+		if call.Op == blobstore.OpCreateIfAbsent && strings.HasPrefix(call.Key, layout.MDPrefix) {
 			call.Op = blobstore.OpPut
 		}
 		return next(ctx, call)

@@ -261,7 +261,7 @@ func (w *world) Check(r *Run) error {
 			}
 		}
 		for g := w.startGen[a.actor]; g <= a.gen; g++ {
-			key := translog.MDKey(a.term, g)
+			key := layout.MDKey(a.term, g)
 			body, ok := r.Store.Get(key)
 			if !ok && g <= covered {
 				continue
@@ -341,10 +341,10 @@ func (w *world) Final(r *Run) error {
 // genOf is the generation a write is for: the fence record's for a CAS,
 // the key's for an md create; 0 for any other write.
 func genOf(q *Request) int64 {
-	if _, g, ok := translog.ParseMDKey(q.Key); ok && q.Op == blobstore.OpCreateIfAbsent {
-		return g
+	if p, ok := layout.ParseMDKey(q.Key); ok && q.Op == blobstore.OpCreateIfAbsent {
+		return p.Gen
 	}
-	if _, ok := fence.ParseKey(q.Key); ok && q.Op == blobstore.OpCompareAndSwap {
+	if _, ok := layout.ParseFenceKey(q.Key); ok && q.Op == blobstore.OpCompareAndSwap {
 		if rec, err := fence.DecodeRecord(Shard, q.Key, q.Body); err == nil {
 			return rec.Gen
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -511,7 +512,7 @@ func responseGate(r *Run, actor string) func(*blobstore.Container) *blobstore.Co
 		return c.With("", func(ctx context.Context, call blobstore.Call, next blobstore.Handler) (blobstore.Result, error) {
 			res, err := next(ctx, call)
 			n, ok := ctx.Value(fenceReadRound{}).(int)
-			if _, isFence := fence.ParseKey(call.Key); ok && isFence && call.Op == blobstore.OpGet {
+			if _, isFence := layout.ParseFenceKey(call.Key); ok && isFence && call.Op == blobstore.OpGet {
 				if !r.Gate(actor, fmt.Sprintf("response of fence read %d", n)) {
 					return blobstore.Result{}, ErrScheduleEnded
 				}

@@ -13,7 +13,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
-	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/sidecar"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -80,7 +80,7 @@ func barrierOnce(ctx context.Context, mode translog.FencingMode, readers int, la
 	var gets atomic.Int64
 	counting := atomic.Bool{}
 	store.SetHooks(faulty.Hooks{Before: func(_ context.Context, req faulty.Request) error {
-		if counting.Load() && req.Op == blobstore.OpGet && strings.Contains(req.Key, fence.Dir) {
+		if counting.Load() && req.Op == blobstore.OpGet && strings.Contains(req.Key, layout.FenceDir) {
 			gets.Add(1)
 		}
 		return nil

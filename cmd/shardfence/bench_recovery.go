@@ -27,7 +27,7 @@ func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writ
 	par := flags.Int("parallelism", 16, "concurrent requests of both the recovery and the plain GET (and files of the disk write)")
 	chunkKiB := flags.Int("chunk-kib", 0, "hydration reads a file larger than this in pieces of this size, concurrently (0: the default, 16 MiB; -1: one stream per file)")
 	runs := flags.Int("runs", 2, "rounds of plain GET, disk write and recovery, interleaved; the ratios use their medians")
-	profile := flags.String("cpuprofile", "", "write a CPU profile of the whole run (setup, GETs and recoveries) to this file; read the hydration with go tool pprof -focus 'seal.io.download'")
+	profile := flags.String("cpuprofile", "", "write a CPU profile of the whole run (setup, GETs and recoveries) to this file; read the hydration with go tool pprof -focus 'seal.storeIO.download'")
 	blockProfile := flags.String("blockprofile", "", "write a blocking profile of the whole run to this file")
 	mutexProfile := flags.String("mutexprofile", "", "write a mutex contention profile of the whole run to this file")
 	if err := parseArgs(flags, args); err != nil {

@@ -16,9 +16,9 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/master/client"
-	"github.com/shardfence/shardfence/seal"
 )
 
 // masterProc is one `shardfence master` process.
@@ -228,15 +228,15 @@ func TestMasterFailoverMultiProcess(t *testing.T) {
 	defer root.Close()
 	shard, _ := blobstore.Sub(root, "master-ha")
 	midSnapshot := func() bool {
-		files, err1 := blobstore.ListAll(ctx, shard, seal.FilesDir)
-		mans, err2 := blobstore.ListAll(ctx, shard, seal.ManifestPrefix)
+		files, err1 := blobstore.ListAll(ctx, shard, layout.FilesDir)
+		mans, err2 := blobstore.ListAll(ctx, shard, layout.ManifestPrefix)
 		if err1 != nil || err2 != nil {
 			return false
 		}
 		published := map[string]bool{}
 		for _, m := range mans {
-			if term, gen, ok := seal.ParseManifestKey(m.Key); ok {
-				published[seal.FilePrefix(term, gen)] = true
+			if p, ok := layout.ParseManifestKey(m.Key); ok {
+				published[layout.FilePrefix(p.Term, p.Gen)] = true
 			}
 		}
 		for _, f := range files {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/sidecar"
@@ -127,7 +128,7 @@ func showFencing(ctx context.Context, store *blobstore.Container, shard string, 
 	case !found:
 		fmt.Fprintf(stdout, "shard %s has no stored fencing: its first open stores what it asks for\n", shard)
 	default:
-		fmt.Fprintf(stdout, "shard %s: fencing %s (%s)\n", shard, f, seal.FencingKey)
+		fmt.Fprintf(stdout, "shard %s: fencing %s (%s)\n", shard, f, layout.FencingKey)
 		if rw != nil {
 			fmt.Fprintf(stdout, "rewrite in progress %s: no term opens until it finishes (run the rewrite again)\n", rw)
 		}

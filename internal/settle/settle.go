@@ -15,11 +15,13 @@
 // after a round of reads.
 //
 // A context that is done before a request leaves is a definite failure:
-// the portable blobstore.Container refuses the request, and every driver
-// checks the context before it publishes a write, so a bare context error
-// from a write means it was not sent. A context that ends while a write is
-// in flight is an unknown outcome (the drivers classify it as
-// blobstore.ErrAmbiguous), settled like any other.
+// the portable blobstore.Container checks the context before the call
+// enters its middleware and again right before it hands the call to the
+// driver (blobstore/blobstore.go: refusal, dispatch), so a bare context
+// error from a write means it was not sent; no driver checks it on its
+// own. A context that ends while a write is in flight is an unknown outcome
+// (the drivers' Classify reports it as blobstore.ErrAmbiguous), settled
+// like any other.
 package settle
 
 import (

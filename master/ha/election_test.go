@@ -12,6 +12,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/recovery"
 )
@@ -263,7 +264,7 @@ func TestAnAppendPastTheLeaseIsNotAcknowledged(t *testing.T) {
 	p := electing(t, store.Container, false, "m1", et, 1)
 	m := primary(t, p)
 	mountSeg(t, m, 1)
-	slow := store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Prefix: p.Shard() + "/" + fence.Dir, Latency: faulty.Fixed(et)})
+	slow := store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCompareAndSwap), Prefix: p.Shard() + "/" + layout.FenceDir, Latency: faulty.Fixed(et)})
 	ctx := context.Background()
 	_, err := m.PutStart(ctx, master.PutRequest{Client: "c1", Tenant: "t", Key: "slow", Size: 4096})
 	if err == nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
@@ -155,7 +156,7 @@ func (n *Node) standbyStep(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	if b.FirstSeqNo != pos.NextSeqNo {
-		return false, &fence.BodyError{Shard: n.shard, Key: translog.MDKey(term, g), Err: fence.ErrCorruptBody,
+		return false, &fence.BodyError{Shard: n.shard, Key: layout.MDKey(term, g), Err: fence.ErrCorruptBody,
 			Detail: fmt.Sprintf("first sequence number %d, the standby's history ends before %d", b.FirstSeqNo, pos.NextSeqNo)}
 	}
 	leader, err := applyBatch(t.m, b)
@@ -243,10 +244,10 @@ func (n *Node) lookAtTip(ctx context.Context, t *tailer, force bool) {
 		n.publishLag(t)
 		return
 	}
-	page, err := n.store.List(ctx, translog.MDTermPrefix(t.top), "", 1)
+	page, err := n.store.List(ctx, layout.MDTermPrefix(t.top), "", 1)
 	if err == nil && len(page.Items) == 1 {
-		if tt, g, ok := translog.ParseMDKey(page.Items[0].Key); ok {
-			if md, err := translog.NewReader(n.store, n.shard).ReadMD(ctx, tt, g); err == nil && md.Kind == translog.KindSync {
+		if p, ok := layout.ParseMDKey(page.Items[0].Key); ok {
+			if md, err := translog.NewReader(n.store, n.shard).ReadMD(ctx, p.Term, p.Gen); err == nil && md.Kind == translog.KindSync {
 				t.mu.Lock()
 				t.tipSeq = max(t.tipSeq, md.FirstSeqNo+md.OpCount)
 				t.mu.Unlock()
@@ -264,13 +265,13 @@ func (n *Node) publishLag(t *tailer) {
 
 // topMarker is the newest seal marker's term.
 func (n *Node) topMarker(ctx context.Context) (int64, error) {
-	items, err := blobstore.ListAll(ctx, n.store, seal.MarkerPrefix)
+	items, err := blobstore.ListAll(ctx, n.store, layout.MarkerPrefix)
 	if err != nil {
 		return 0, err
 	}
 	var top int64
 	for _, it := range items {
-		if t, ok := seal.ParseMarkerKey(it.Key); ok {
+		if t, ok := layout.ParseMarkerKey(it.Key); ok {
 			top = max(top, t)
 		}
 	}
@@ -318,12 +319,12 @@ func (n *Node) sealOptions() seal.Options {
 // hasCheckpointAtOrAbove reports whether a lineage checkpoint at or above
 // gen exists.
 func (n *Node) hasCheckpointAtOrAbove(ctx context.Context, t *tailer, gen int64) (bool, error) {
-	items, err := blobstore.ListAll(ctx, n.store, seal.ManifestPrefix)
+	items, err := blobstore.ListAll(ctx, n.store, layout.ManifestPrefix)
 	if err != nil {
 		return false, err
 	}
 	for _, it := range items {
-		if tt, g, ok := seal.ParseManifestKey(it.Key); ok && g >= gen && t.lin.HasCheckpoint(tt, g) {
+		if p, ok := layout.ParseManifestKey(it.Key); ok && p.Gen >= gen && t.lin.HasCheckpoint(p.Term, p.Gen) {
 			return true, nil
 		}
 	}

@@ -630,7 +630,7 @@ func (n *Node) nextTerm(ctx context.Context) (int64, error) {
 // name (0 for a log no master opened).
 func (n *Node) topTerm(ctx context.Context) (int64, error) {
 	var top int64
-	for _, prefix := range []string{fence.Dir, seal.MarkerPrefix} {
+	for _, prefix := range []string{layout.FenceDir, layout.MarkerPrefix} {
 		var items []blobstore.Attrs
 		err := fence.Retry(ctx, n.opts.Clock, n.opts.Backoff, func(ctx context.Context) error {
 			var err error
@@ -641,10 +641,10 @@ func (n *Node) topTerm(ctx context.Context) (int64, error) {
 			return 0, fmt.Errorf("list %s of %s: %w", prefix, n.shard, err)
 		}
 		for _, it := range items {
-			if t, ok := fence.ParseKey(it.Key); ok {
+			if t, ok := layout.ParseFenceKey(it.Key); ok {
 				top = max(top, t)
 			}
-			if t, ok := seal.ParseMarkerKey(it.Key); ok {
+			if t, ok := layout.ParseMarkerKey(it.Key); ok {
 				top = max(top, t)
 			}
 		}

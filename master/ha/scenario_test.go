@@ -22,9 +22,9 @@ import (
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/seal"
-	"github.com/shardfence/shardfence/translog"
 )
 
 // A master restarted on a store that holds its log resumes from it: every
@@ -186,7 +186,7 @@ func TestAnswerWaitsForTheLog(t *testing.T) {
 	var held sync.Once
 	heldc := make(chan struct{})
 	store.SetHooks(faulty.Hooks{Before: func(ctx context.Context, r faulty.Request) error {
-		if r.Op == blobstore.OpCreateIfAbsent && strings.Contains(r.Key, translog.MDPrefix) {
+		if r.Op == blobstore.OpCreateIfAbsent && strings.Contains(r.Key, layout.MDPrefix) {
 			held.Do(func() { close(heldc) })
 			<-release
 		}
@@ -206,7 +206,7 @@ func TestAnswerWaitsForTheLog(t *testing.T) {
 	}
 	// A failure that is not fencing: the log cannot be written.
 	store.SetHooks(faulty.Hooks{Before: func(ctx context.Context, r faulty.Request) error {
-		if r.Op == blobstore.OpCreateIfAbsent && strings.Contains(r.Key, translog.MDPrefix) {
+		if r.Op == blobstore.OpCreateIfAbsent && strings.Contains(r.Key, layout.MDPrefix) {
 			return errors.New("access denied")
 		}
 		return nil
@@ -250,7 +250,7 @@ func TestSnapshotsRestoreAndFallBack(t *testing.T) {
 		}
 		// The log at and below the snapshot is collected.
 		sub, _ := blobstore.Sub(store, p.Shard())
-		if _, err := sub.Get(ctx, translog.MDKey(1, 1)); !errors.Is(err, blobstore.ErrNotFound) {
+		if _, err := sub.Get(ctx, layout.MDKey(1, 1)); !errors.Is(err, blobstore.ErrNotFound) {
 			t.Fatalf("gen 1 below the snapshot: %v", err)
 		}
 		for i := range 5 {
@@ -318,7 +318,7 @@ func TestSnapshotManifestLastAndBackup(t *testing.T) {
 		var mu sync.Mutex
 		var writes []string
 		store.SetHooks(faulty.Hooks{After: func(ctx context.Context, r faulty.Request, err error) {
-			if err == nil && (r.Op == blobstore.OpPut || r.Op == blobstore.OpCreateIfAbsent) && strings.Contains(r.Key, seal.CheckpointDir) {
+			if err == nil && (r.Op == blobstore.OpPut || r.Op == blobstore.OpCreateIfAbsent) && strings.Contains(r.Key, layout.CheckpointDir) {
 				mu.Lock()
 				writes = append(writes, r.Key)
 				mu.Unlock()
@@ -358,7 +358,7 @@ func TestSnapshotManifestLastAndBackup(t *testing.T) {
 		if got := primary(t, n2).Stats().Objects; got != 5 {
 			t.Fatalf("restored %d objects from the backup", got)
 		}
-		key := seal.FilePrefix(1, snap.Gen) + master.SnapshotManifestFile
+		key := layout.FilePrefix(1, snap.Gen) + master.SnapshotManifestFile
 		a, err1 := sub.Get(ctx, key)
 		b, err2 := bsub.Get(ctx, key)
 		if err1 != nil || err2 != nil || string(a.Body) != string(b.Body) || !strings.HasPrefix(string(a.Body), "messagepack|2.0.0|") {
@@ -382,7 +382,7 @@ func TestStandbyTakesNoSnapshot(t *testing.T) {
 		t.Fatalf("standby snapshot: %v", err)
 	}
 	sub, _ := blobstore.Sub(store, p.Shard())
-	if items, err := blobstore.ListAll(context.Background(), sub, seal.CheckpointDir); err != nil || len(items) != 0 {
+	if items, err := blobstore.ListAll(context.Background(), sub, layout.CheckpointDir); err != nil || len(items) != 0 {
 		t.Fatalf("checkpoints after a standby ran: %v %v", items, err)
 	}
 	if st := s.Status(); st.LastSnapshot != "" {
@@ -408,7 +408,7 @@ func TestSnapshotFormatV1RoundTrip(t *testing.T) {
 		t.Fatalf("restored %d objects from a v1 snapshot", got)
 	}
 	sub, _ := blobstore.Sub(store, p.Shard())
-	obj, err := sub.Get(context.Background(), seal.FilePrefix(1, snap.Gen)+master.SnapshotManifestFile)
+	obj, err := sub.Get(context.Background(), layout.FilePrefix(1, snap.Gen)+master.SnapshotManifestFile)
 	if err != nil || !strings.HasPrefix(string(obj.Body), "messagepack|1.0.0|") {
 		t.Fatalf("v1 manifest %q %v", obj.Body, err)
 	}
@@ -588,7 +588,7 @@ func TestStandbyReloadsAfterCollection(t *testing.T) {
 	waitFor(t, "the standby to catch up", func() bool { return s.Status().Position == p.Status().Position })
 	release := make(chan struct{})
 	slow.SetHooks(faulty.Hooks{Before: func(ctx context.Context, r faulty.Request) error {
-		if r.Op == blobstore.OpGet && strings.Contains(r.Key, translog.MDPrefix) {
+		if r.Op == blobstore.OpGet && strings.Contains(r.Key, layout.MDPrefix) {
 			select {
 			case <-release:
 			case <-ctx.Done():

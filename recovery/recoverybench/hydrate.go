@@ -76,161 +76,232 @@ func RunHydrate(ctx context.Context, cfg HydrateConfig, out, log io.Writer) erro
 	} else if base, err = blobstore.Sub(cfg.Store, fmt.Sprintf("bench-recovery-%d", time.Now().UnixNano())); err != nil {
 		return err
 	}
-	store := metered.New(base, "bench")
+	b := &hydrateBench{cfg: cfg, work: work, store: metered.New(base, "bench"), log: log, term: 2}
 	defer cleanup(context.WithoutCancel(ctx), base)
 
 	fmt.Fprintf(log, "writing a %d MiB checkpoint and %d MiB of translog to %s...\n", cfg.CheckpointMiB, cfg.TranslogMiB, where)
-	ckptBytes, tlogBytes, err := fillShard(ctx, store.Container, work, int64(cfg.CheckpointMiB)<<20, int64(cfg.TranslogMiB)<<20, int64(cfg.FileMiB)<<20, cfg.SyncKiB<<10)
+	b.ckptBytes, b.tlogBytes, err = fillShard(ctx, b.store.Container, work, int64(cfg.CheckpointMiB)<<20, int64(cfg.TranslogMiB)<<20, int64(cfg.FileMiB)<<20, cfg.SyncKiB<<10)
 	if err != nil {
 		return fmt.Errorf("bench recovery: setup: %w", err)
 	}
-	total := ckptBytes + tlogBytes
-	type measured struct {
-		name         string
-		bytes        int64
-		elapsed, cpu time.Duration
-		reqs         uint64
-	}
-	cpuNow := func() time.Duration {
-		c := processCPU()
-		if cfg.StoreCPU != nil {
-			c += cfg.StoreCPU()
-		}
-		return c
-	}
-	var rows []measured
-	measure := func(name string, fn func() (int64, error)) error {
-		// Write back what the previous step left dirty (the setup's
-		// writes, the store's own), and collect and return to the system
-		// the heap it left (a plain GET's whole bodies), so no step pays
-		// for another's.
-		runtime.GC()
-		debug.FreeOSMemory()
-		flush.Dirty()
-		before := store.Snapshot()
-		cpu := cpuNow()
-		start := time.Now()
-		n, err := fn()
-		if err != nil {
-			return fmt.Errorf("bench recovery %s: %w", name, err)
-		}
-		rows = append(rows, measured{name, n, time.Since(start), cpuNow() - cpu, store.Snapshot().Sub(before).Requests()})
-		return nil
-	}
-	get := func() (int64, error) { return plainGet(ctx, store.Container, cfg.Parallelism, "") }
-	getWrite := func() (int64, error) {
-		dir, err := os.MkdirTemp(work, "written-")
-		if err != nil {
-			return 0, err
-		}
-		defer os.RemoveAll(dir)
-		return plainGet(ctx, store.Container, cfg.Parallelism, dir)
-	}
-	disk := func() (int64, error) {
-		dir, err := os.MkdirTemp(work, "disk-")
-		if err != nil {
-			return 0, err
-		}
-		defer os.RemoveAll(dir)
-		return diskWrite(dir, ckptBytes, int64(cfg.FileMiB)<<20, cfg.Parallelism)
-	}
-	term := int64(2)
-	rec := func() (int64, error) {
-		dir, err := os.MkdirTemp(work, "hydrated-")
-		if err != nil {
-			return 0, err
-		}
-		defer os.RemoveAll(dir)
-		var replayed atomic.Int64
-		start := time.Now()
-		var mu sync.Mutex
-		phases := map[string][2]time.Duration{}
-		o := recovery.Options{Dir: dir, Parallelism: cfg.Parallelism, HydrateChunkSize: cfg.ChunkSize, Progress: func(p recovery.Progress) {
-			mu.Lock()
-			defer mu.Unlock()
-			t := time.Since(start)
-			ph, ok := phases[p.Phase]
-			if !ok {
-				ph[0] = t
-			}
-			ph[1] = t
-			phases[p.Phase] = ph
-		}, Apply: func(_ context.Context, b translog.Batch) error {
-			for _, op := range b.Ops {
-				replayed.Add(int64(len(op)))
-			}
-			return nil
-		}}
-		sh, err := recovery.Open(ctx, store.Container, shard, term, fmt.Sprintf("a%d", term), o)
-		if err != nil {
-			return 0, err
-		}
-		term++
-		_ = sh.Writer.Close(ctx)
-		mu.Lock()
-		for _, name := range []string{"hydrate", "replay"} {
-			ph := phases[name]
-			fmt.Fprintf(log, "  %s: first progress at %.2fs, last at %.2fs\n", name, ph[0].Seconds(), ph[1].Seconds())
-		}
-		mu.Unlock()
-		fmt.Fprintf(log, "  open returned at %.2fs\n", time.Since(start).Seconds())
-		if sh.Checkpoint == nil {
-			return 0, fmt.Errorf("no checkpoint hydrated (refused: %+v)", sh.Refused)
-		}
-		return sh.Checkpoint.Bytes() + replayed.Load(), nil
-	}
-	const (
-		rowGet  = "plain parallel GET"
-		rowDisk = "local disk write (checkpoint bytes, no fsync, as hydration)"
-		rowRec  = "recovery (hydrate + replay)"
-	)
 	for range cfg.Runs {
 		for _, step := range []struct {
 			name string
-			fn   func() (int64, error)
-		}{{rowGet, get}, {rowDisk, disk}, {rowRec, rec}} {
-			if err := measure(step.name, step.fn); err != nil {
+			fn   func(context.Context) (int64, error)
+		}{{rowGet, b.get}, {rowDisk, b.disk}, {rowRec, b.recover}} {
+			if err := b.measure(ctx, step.name, step.fn); err != nil {
 				return err
 			}
 		}
 	}
-	if err := measure("reference: GET + write checkpoint files locally", getWrite); err != nil {
+	if err := b.measure(ctx, rowGetWrite, b.getWrite); err != nil {
 		return err
 	}
-	chunk := "default"
-	switch {
-	case cfg.ChunkSize < 0:
-		chunk = "off"
-	case cfg.ChunkSize > 0:
-		chunk = fmt.Sprintf("%d KiB", cfg.ChunkSize>>10)
-	}
 	fmt.Fprintf(out, "store %s; checkpoint %d MiB in %d MiB files, translog %d MiB in %d KiB generations; parallelism %d; hydration pieces %s; %d runs\n\n",
-		where, ckptBytes>>20, cfg.FileMiB, tlogBytes>>20, cfg.SyncKiB, cfg.Parallelism, chunk, cfg.Runs)
+		where, b.ckptBytes>>20, cfg.FileMiB, b.tlogBytes>>20, cfg.SyncKiB, cfg.Parallelism, chunkLabel(cfg.ChunkSize), cfg.Runs)
+	return writeHydrateTable(out, b.rows, b.ckptBytes+b.tlogBytes, b.ckptBytes, cfg.StoreCPU != nil)
+}
+
+// The rows of the hydrate table.
+const (
+	rowGet      = "plain parallel GET"
+	rowDisk     = "local disk write (checkpoint bytes, no fsync, as hydration)"
+	rowRec      = "recovery (hydrate + replay)"
+	rowGetWrite = "reference: GET + write checkpoint files locally"
+)
+
+// hydrateBench is one RunHydrate: the shard it wrote and the steps
+// measured so far.
+type hydrateBench struct {
+	cfg                  HydrateConfig
+	work                 string
+	store                *metered.Container
+	log                  io.Writer
+	ckptBytes, tlogBytes int64
+	term                 int64 // the next recovery's
+	rows                 []measured
+}
+
+// measured is one measured step: the bytes it moved, its wall time, the
+// CPU time it used and its store requests.
+type measured struct {
+	name         string
+	bytes        int64
+	elapsed, cpu time.Duration
+	reqs         uint64
+}
+
+func (b *hydrateBench) cpuNow() time.Duration {
+	c := processCPU()
+	if b.cfg.StoreCPU != nil {
+		c += b.cfg.StoreCPU()
+	}
+	return c
+}
+
+// measure runs fn as the step name and records it. It first writes back
+// what the previous step left dirty (the setup's writes, the store's own),
+// and collects and returns to the system the heap it left (a plain GET's
+// whole bodies), so no step pays for another's.
+func (b *hydrateBench) measure(ctx context.Context, name string, fn func(context.Context) (int64, error)) error {
+	runtime.GC()
+	debug.FreeOSMemory()
+	flush.Dirty()
+	before := b.store.Snapshot()
+	cpu := b.cpuNow()
+	start := time.Now()
+	n, err := fn(ctx)
+	if err != nil {
+		return fmt.Errorf("bench recovery %s: %w", name, err)
+	}
+	b.rows = append(b.rows, measured{name, n, time.Since(start), b.cpuNow() - cpu, b.store.Snapshot().Sub(before).Requests()})
+	return nil
+}
+
+func (b *hydrateBench) get(ctx context.Context) (int64, error) {
+	return plainGet(ctx, b.store.Container, b.cfg.Parallelism, "")
+}
+
+func (b *hydrateBench) getWrite(ctx context.Context) (int64, error) {
+	dir, err := os.MkdirTemp(b.work, "written-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	return plainGet(ctx, b.store.Container, b.cfg.Parallelism, dir)
+}
+
+func (b *hydrateBench) disk(context.Context) (int64, error) {
+	dir, err := os.MkdirTemp(b.work, "disk-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	return diskWrite(dir, b.ckptBytes, int64(b.cfg.FileMiB)<<20, b.cfg.Parallelism)
+}
+
+// recover opens the shard under the next term, hydrating into a new
+// directory, and returns the bytes restored: the checkpoint's and the
+// replayed ops'.
+func (b *hydrateBench) recover(ctx context.Context) (int64, error) {
+	dir, err := os.MkdirTemp(b.work, "hydrated-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	var replayed atomic.Int64
+	start := time.Now()
+	var ph phases
+	o := recovery.Options{Dir: dir, Parallelism: b.cfg.Parallelism, HydrateChunkSize: b.cfg.ChunkSize,
+		Progress: func(p recovery.Progress) { ph.seen(p.Phase, time.Since(start)) },
+		Apply: func(_ context.Context, bt translog.Batch) error {
+			for _, op := range bt.Ops {
+				replayed.Add(int64(len(op)))
+			}
+			return nil
+		}}
+	sh, err := recovery.Open(ctx, b.store.Container, shard, b.term, fmt.Sprintf("a%d", b.term), o)
+	if err != nil {
+		return 0, err
+	}
+	b.term++
+	_ = sh.Writer.Close(ctx)
+	ph.report(b.log, "hydrate", "replay")
+	fmt.Fprintf(b.log, "  open returned at %.2fs\n", time.Since(start).Seconds())
+	if sh.Checkpoint == nil {
+		return 0, fmt.Errorf("no checkpoint hydrated (refused: %+v)", sh.Refused)
+	}
+	return sh.Checkpoint.Bytes() + replayed.Load(), nil
+}
+
+// phases records when each phase of a recovery first and last reported
+// progress.
+type phases struct {
+	mu sync.Mutex
+	at map[string][2]time.Duration
+}
+
+func (p *phases) seen(phase string, t time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.at == nil {
+		p.at = map[string][2]time.Duration{}
+	}
+	ph, ok := p.at[phase]
+	if !ok {
+		ph[0] = t
+	}
+	ph[1] = t
+	p.at[phase] = ph
+}
+
+func (p *phases) report(log io.Writer, names ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, name := range names {
+		ph := p.at[name]
+		fmt.Fprintf(log, "  %s: first progress at %.2fs, last at %.2fs\n", name, ph[0].Seconds(), ph[1].Seconds())
+	}
+}
+
+// chunkLabel names the hydration's piece size in the table's header.
+func chunkLabel(size int64) string {
+	switch {
+	case size < 0:
+		return "off"
+	case size > 0:
+		return fmt.Sprintf("%d KiB", size>>10)
+	}
+	return "default"
+}
+
+// hydrateSummary is the medians of the measured runs by step, wall time
+// and CPU time in seconds.
+type hydrateSummary struct {
+	getSec, diskSec, recSec, getCPU, diskCPU, recCPU []float64
+}
+
+// summarizeHydrate sorts the rows' times by step; a recovery that
+// restored other than total bytes is an error.
+func summarizeHydrate(rows []measured, total int64) (hydrateSummary, error) {
+	var s hydrateSummary
+	for _, r := range rows {
+		switch r.name {
+		case rowGet:
+			s.getSec, s.getCPU = append(s.getSec, r.elapsed.Seconds()), append(s.getCPU, r.cpu.Seconds())
+		case rowDisk:
+			s.diskSec, s.diskCPU = append(s.diskSec, r.elapsed.Seconds()), append(s.diskCPU, r.cpu.Seconds())
+		case rowRec:
+			s.recSec, s.recCPU = append(s.recSec, r.elapsed.Seconds()), append(s.recCPU, r.cpu.Seconds())
+			if r.bytes != total {
+				return s, fmt.Errorf("bench recovery: restored %d bytes, wrote %d", r.bytes, total)
+			}
+		}
+	}
+	return s, nil
+}
+
+// writeHydrateTable writes the measured rows, then the ratios of the
+// medians (writeHydrateRatios) and the CPU medians. storeCPU says the CPU
+// column counts the store's server too.
+func writeHydrateTable(out io.Writer, rows []measured, total, ckpt int64, storeCPU bool) error {
 	cpuWho := "this process"
-	if cfg.StoreCPU != nil {
+	if storeCPU {
 		cpuWho += " and the store's server"
 	}
 	fmt.Fprintf(out, "CPU s: CPU time (user and system) of %s during the step\n\n", cpuWho)
 	fmt.Fprintln(out, "| run | MiB | requests | seconds | MB/s | CPU s |")
 	fmt.Fprintln(out, "| --- | ---: | ---: | ---: | ---: | ---: |")
-	var getSec, diskSec, recSec, getCPU, diskCPU, recCPU []float64
 	for _, r := range rows {
 		rate := float64(r.bytes) / 1e6 / r.elapsed.Seconds()
 		fmt.Fprintf(out, "| %s | %d | %d | %.2f | %.0f | %.2f |\n", r.name, r.bytes>>20, r.reqs, r.elapsed.Seconds(), rate, r.cpu.Seconds())
-		switch r.name {
-		case rowGet:
-			getSec, getCPU = append(getSec, r.elapsed.Seconds()), append(getCPU, r.cpu.Seconds())
-		case rowDisk:
-			diskSec, diskCPU = append(diskSec, r.elapsed.Seconds()), append(diskCPU, r.cpu.Seconds())
-		case rowRec:
-			recSec, recCPU = append(recSec, r.elapsed.Seconds()), append(recCPU, r.cpu.Seconds())
-			if r.bytes != total {
-				return fmt.Errorf("bench recovery: restored %d bytes, wrote %d", r.bytes, total)
-			}
-		}
 	}
-	writeHydrateRatios(out, total, ckptBytes, medianOf(getSec), medianOf(diskSec), medianOf(recSec), getSec, recSec)
-	if g, d, r := medianOf(getCPU), medianOf(diskCPU), medianOf(recCPU); r > 0 {
+	s, err := summarizeHydrate(rows, total)
+	if err != nil {
+		return err
+	}
+	writeHydrateRatios(out, total, ckpt, medianOf(s.getSec), medianOf(s.diskSec), medianOf(s.recSec), s.getSec, s.recSec)
+	if g, d, r := medianOf(s.getCPU), medianOf(s.diskCPU), medianOf(s.recCPU); r > 0 {
 		fmt.Fprintf(out, "CPU (medians): plain GET %.2f s, disk write %.2f s, recovery %.2f s; GET CPU / recovery CPU %.2fx: where the CPU is what runs out, the most the recovery can reach of the GET's rate\n", g, d, r, g/r)
 	}
 	return nil

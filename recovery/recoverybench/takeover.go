@@ -21,6 +21,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/blobstore/metered"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -189,7 +190,7 @@ func publishTiny(ctx context.Context, store *blobstore.Container, dir string, ge
 	if err != nil {
 		return err
 	}
-	obj, err := store.Get(ctx, fence.Key(1))
+	obj, err := store.Get(ctx, layout.FenceKey(1))
 	if err != nil {
 		return err
 	}
