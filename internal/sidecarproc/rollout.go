@@ -13,8 +13,8 @@ import (
 	"connectrpc.com/connect"
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
-	"github.com/shardfence/shardfence/internal/demo"
 	"github.com/shardfence/shardfence/internal/launcher"
+	"github.com/shardfence/shardfence/internal/sidecarapi"
 	"github.com/shardfence/shardfence/internal/syncbuf"
 )
 
@@ -210,7 +210,7 @@ func (r *rollout) finalRead() {
 // failing the test if the open stream ends without its opened event.
 func (p *Proc) openWith(t *testing.T, shard string, term int64, alloc string, settings *sidecarv1.ShardSettings) {
 	t.Helper()
-	if _, _, err := demo.Open(t.Context(), p.Client, &sidecarv1.OpenRequest{Shard: shard, Term: term, AllocationId: alloc, Settings: settings}); err != nil {
+	if _, _, err := sidecarapi.Open(t.Context(), p.Client, &sidecarv1.OpenRequest{Shard: shard, Term: term, AllocationId: alloc, Settings: settings}); err != nil {
 		t.Fatalf("open %s term %d on %s: %v", shard, term, p.Name, err)
 	}
 }

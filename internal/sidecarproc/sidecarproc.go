@@ -17,8 +17,8 @@ import (
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
-	"github.com/shardfence/shardfence/internal/demo"
 	"github.com/shardfence/shardfence/internal/launcher"
+	"github.com/shardfence/shardfence/internal/sidecarapi"
 )
 
 // StoreEnv is the environment variable `shardfence serve` reads its store
@@ -131,7 +131,7 @@ func (p *Proc) Open(t testing.TB, shard string, term int64, alloc string) {
 // OpenShard runs an Open and drains its stream (the replayed ops), which
 // ends with the opened event once the shard accepts appends.
 func OpenShard(ctx context.Context, c sidecarv1connect.SidecarServiceClient, shard string, term int64, alloc string) error {
-	_, _, err := demo.OpenShard(ctx, c, shard, term, alloc)
+	_, _, err := sidecarapi.OpenShard(ctx, c, shard, term, alloc)
 	return err
 }
 
@@ -162,4 +162,4 @@ func (p *Proc) ReadAll(ctx context.Context, shard string) (map[string]int, error
 
 // ReasonOf is the machine-readable reason a sidecar attached to err
 // ("fenced", "handed_off", ...), or "" if there is none.
-func ReasonOf(err error) string { return demo.ErrorDetail(err).GetReason() }
+func ReasonOf(err error) string { return sidecarapi.Reason(err) }
