@@ -29,10 +29,6 @@ const StoreEnv = "SHARDFENCE_STORE"
 // environment it needs besides the test's own.
 type Command = launcher.Command
 
-// startTimeout is how long a test waits for a process to report its
-// address.
-const startTimeout = 60 * time.Second
-
 // Proc is one `shardfence serve` (or `shardfence master`, or another
 // program's) process, killed when its test ends: a launcher.Proc (Addr,
 // Log, Signal, Pause, Kill, WaitExit, ...) with its name and, for a
@@ -86,7 +82,7 @@ func StartProgram(t testing.TB, cmd Command, label, ready, env string, args ...s
 // when the test ends, showing its log if the test failed.
 func start(t testing.TB, cmd Command, label, ready, env string, args []string) *Proc {
 	t.Helper()
-	spec := launcher.Spec{Label: label, Args: args, Ready: ready, Timeout: startTimeout}
+	spec := launcher.Spec{Label: label, Args: args, Ready: ready} // waits launcher.DefaultTimeout
 	if env != "" {
 		spec.Env = []string{env}
 	}
