@@ -52,12 +52,11 @@ func selfCmd() (fleetCmd, error) {
 	return fleetCmd{Path: exe}, nil
 }
 
-// fleetProc is one process of the fleet: a launcher.Proc (Log, Pause,
-// Kill, ...) under its fleet name; addr, kill and signal are the
-// launcher's, named as the fleet's callers use them.
+// fleetProc is one process of the fleet: a launcher.Proc (Label, Log,
+// Pause, Kill, ...); addr, kill and signal are the launcher's Addr, Kill
+// and Signal, named as the fleet's callers use them.
 type fleetProc struct {
 	*launcher.Proc
-	name string
 	addr string
 }
 
@@ -72,7 +71,7 @@ func startFleetProc(c fleetCmd, name, prefix string, env []string, args ...strin
 	if err != nil {
 		return nil, err
 	}
-	return &fleetProc{Proc: p, name: name, addr: p.Addr}, nil
+	return &fleetProc{Proc: p, addr: p.Addr}, nil
 }
 
 // kill SIGKILLs the process (resumed first if stopped) and waits for it.
@@ -147,7 +146,7 @@ func (f *procFleet) startMasterNamed(name string, extra ...string) (*fleetProc, 
 		f.bases = append(f.bases, "http://"+p.addr)
 		f.finder = client.NewMasters(f.http, f.bases)
 	}
-	if f.master == nil || f.master.name == p.name {
+	if f.master == nil || f.master.Label == p.Label {
 		f.master, f.base = p, "http://"+p.addr
 	}
 	return p, nil

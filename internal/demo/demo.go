@@ -20,7 +20,7 @@ import (
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/internal/rpcerr"
+	"github.com/shardfence/shardfence/internal/sidecarapi"
 	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/sidecar"
 )
@@ -85,33 +85,7 @@ func (t *Timeline) Say(format string, args ...any) {
 // reading the open stream to its end: the opened event and how many ops
 // were replayed.
 func OpenShard(ctx context.Context, c sidecarv1connect.SidecarServiceClient, shard string, term int64, alloc string) (*sidecarv1.Opened, int, error) {
-	return Open(ctx, c, &sidecarv1.OpenRequest{Shard: shard, Term: term, AllocationId: alloc})
-}
-
-// Open runs the Open req asks for (with settings, warm, ...) and reads
-// the stream to its end: the opened event and how many ops were replayed.
-// A stream that ends without the opened event is an error.
-func Open(ctx context.Context, c sidecarv1connect.SidecarServiceClient, req *sidecarv1.OpenRequest) (*sidecarv1.Opened, int, error) {
-	st, err := c.Open(ctx, connect.NewRequest(req))
-	if err != nil {
-		return nil, 0, err
-	}
-	defer st.Close()
-	var opened *sidecarv1.Opened
-	replayed := 0
-	for st.Receive() {
-		if o := st.Msg().GetOpened(); o != nil {
-			opened = o
-		}
-		replayed += len(st.Msg().GetOps().GetOps())
-	}
-	if err := st.Err(); err != nil {
-		return nil, 0, err
-	}
-	if opened == nil {
-		return nil, 0, errors.New("open stream ended without the opened event")
-	}
-	return opened, replayed, nil
+	return sidecarapi.OpenShard(ctx, c, shard, term, alloc)
 }
 
 // writer appends unique ops to one sidecar from several clients until
@@ -156,7 +130,7 @@ func (w *writer) run(ctx context.Context, c sidecarv1connect.SidecarServiceClien
 // refused records why an append was refused: fenced (with the successor
 // term), moved, or the first other error.
 func (w *writer) refused(err error) {
-	switch d := ErrorDetail(err); d.GetReason() {
+	switch d := sidecarapi.ErrorDetail(err); d.GetReason() {
 	case "fenced":
 		w.fenced.Store(max(d.GetSuccessorTerm(), 1))
 	case "handed_off", "handing_off":
@@ -164,13 +138,6 @@ func (w *writer) refused(err error) {
 	default:
 		w.firstErr.CompareAndSwap(nil, err)
 	}
-}
-
-// ErrorDetail is the detail a sidecar attached to err (its reason, term,
-// successor term), nil if there is none.
-func ErrorDetail(err error) *sidecarv1.ErrorDetail {
-	d, _ := rpcerr.Detail[*sidecarv1.ErrorDetail](err)
-	return d
 }
 
 // demo is one run: the store, the sidecars and the writers of each phase.

@@ -45,17 +45,6 @@ func TestWriterRefused(t *testing.T) {
 	}
 }
 
-func TestErrorDetailReadsWrappedErrors(t *testing.T) {
-	err := refusal(t, &sidecarv1.ErrorDetail{Reason: "fenced", Term: 2, SuccessorTerm: 5})
-	d := ErrorDetail(errors.Join(errors.New("append"), err))
-	if d.GetReason() != "fenced" || d.GetTerm() != 2 || d.GetSuccessorTerm() != 5 {
-		t.Errorf("detail %v", d)
-	}
-	if ErrorDetail(nil) != nil || ErrorDetail(errors.New("x")).GetReason() != "" {
-		t.Error("a detail from an error without one")
-	}
-}
-
 func TestMissing(t *testing.T) {
 	a, b := &writer{}, &writer{}
 	for _, op := range []string{"a-0-0", "a-0-1"} {

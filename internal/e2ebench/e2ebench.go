@@ -34,7 +34,7 @@ import (
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/client"
-	"github.com/shardfence/shardfence/internal/demo"
+	"github.com/shardfence/shardfence/internal/sidecarapi"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/sidecar"
 )
@@ -607,6 +607,6 @@ func shardStatus(ctx context.Context, svc sidecarv1connect.SidecarServiceClient,
 
 // openShard opens shard at term 1 and waits for the stream to end.
 func openShard(ctx context.Context, svc sidecarv1connect.SidecarServiceClient, shard string) (*sidecarv1.Opened, error) {
-	opened, _, err := demo.OpenShard(ctx, svc, shard, 1, "bench")
+	opened, _, err := sidecarapi.OpenShard(ctx, svc, shard, 1, "bench")
 	return opened, err
 }

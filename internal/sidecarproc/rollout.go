@@ -13,8 +13,8 @@ import (
 	"connectrpc.com/connect"
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
-	"github.com/shardfence/shardfence/internal/demo"
 	"github.com/shardfence/shardfence/internal/launcher"
+	"github.com/shardfence/shardfence/internal/sidecarapi"
 	"github.com/shardfence/shardfence/internal/syncbuf"
 )
 
@@ -106,14 +106,7 @@ func (r *rollout) toObserve() {
 	r.a.expectStored(t, "z", observe)
 	r.run.await(t, "A", r.run.step(), "after the rewrite to observe")
 
-	r.b.openWith(t, "z", 3, "alloc-b", observe)
-	r.afterB = r.run.step()
-	r.b.expectFencing(t, "z", observe, true)
-	if err := r.a.Append(t.Context(), "z", []byte("late-a")); ReasonOf(err) != "fenced" || !strings.Contains(err.Error(), "poisoned by successor term 3") {
-		t.Fatalf("A after B's open: %v, want fenced by term 3's poison", err)
-	}
-	r.run.current.Store(r.b)
-	r.run.await(t, "B", r.afterB, "in observe mode at term 3")
+	r.afterB = r.takeOver(r.a, r.b, 3, "alloc-b", observe, "late-a", "poisoned by successor term 3", "in observe mode at term 3")
 	for _, ack := range r.run.acks("B", 0) {
 		if ack.observed != "" {
 			t.Fatalf("B observed a refused CAS before anyone claimed above term 3: %s", ack.observed)
@@ -168,14 +161,7 @@ func (r *rollout) toPerSync() {
 // term 7 on D create_only.
 func (r *rollout) toCreateOnly() {
 	t := r.t
-	r.c.openWith(t, "z", 5, "alloc-c", perSync)
-	r.afterC = r.run.step()
-	r.c.expectFencing(t, "z", perSync, true)
-	if err := r.b.Append(t.Context(), "z", []byte("late-b")); ReasonOf(err) != "fenced" || !strings.Contains(err.Error(), "poison") {
-		t.Fatalf("B after C's open: %v, want fenced by C's poison", err)
-	}
-	r.run.current.Store(r.c)
-	r.run.await(t, "C", r.afterC, "per_sync at term 5")
+	r.afterC = r.takeOver(r.b, r.c, 5, "alloc-c", perSync, "late-b", "poison", "per_sync at term 5")
 
 	r.outputs = append(r.outputs, runSettings(t, r.cmd, r.storeURL, 6, "create_only"))
 	r.afterRewrite6 = r.run.step()
@@ -189,6 +175,25 @@ func (r *rollout) toCreateOnly() {
 	r.d.expectFencing(t, "z", createOnly, true)
 	r.run.current.Store(r.d)
 	r.run.await(t, "D", afterD, "create_only at term 7")
+}
+
+// takeOver opens term on to with settings (its seal, the poison, is
+// stored before its Open returns), checks that from's next append, late,
+// is fenced with an error that says poison, and moves the clients to to
+// until it acknowledged a few; it returns the epoch that began with to's
+// open.
+func (r *rollout) takeOver(from, to *Proc, term int64, alloc string, settings *sidecarv1.ShardSettings, late, poison, what string) int64 {
+	t := r.t
+	t.Helper()
+	to.openWith(t, "z", term, alloc, settings)
+	epoch := r.run.step()
+	to.expectFencing(t, "z", settings, true)
+	if err := from.Append(t.Context(), "z", []byte(late)); ReasonOf(err) != "fenced" || !strings.Contains(err.Error(), poison) {
+		t.Fatalf("%s after %s's open: %v, want fenced by the poison (%q)", from.Name, to.Name, err, poison)
+	}
+	r.run.current.Store(to)
+	r.run.await(t, to.Name, epoch, what)
+	return epoch
 }
 
 // finalRead opens term 8 on A, the first, long-fenced writer, and checks
@@ -210,7 +215,7 @@ func (r *rollout) finalRead() {
 // failing the test if the open stream ends without its opened event.
 func (p *Proc) openWith(t *testing.T, shard string, term int64, alloc string, settings *sidecarv1.ShardSettings) {
 	t.Helper()
-	if _, _, err := demo.Open(t.Context(), p.Client, &sidecarv1.OpenRequest{Shard: shard, Term: term, AllocationId: alloc, Settings: settings}); err != nil {
+	if _, _, err := sidecarapi.Open(t.Context(), p.Client, &sidecarv1.OpenRequest{Shard: shard, Term: term, AllocationId: alloc, Settings: settings}); err != nil {
 		t.Fatalf("open %s term %d on %s: %v", shard, term, p.Name, err)
 	}
 }

@@ -17,8 +17,8 @@ import (
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
-	"github.com/shardfence/shardfence/internal/demo"
 	"github.com/shardfence/shardfence/internal/launcher"
+	"github.com/shardfence/shardfence/internal/sidecarapi"
 )
 
 // StoreEnv is the environment variable `shardfence serve` reads its store
@@ -28,10 +28,6 @@ const StoreEnv = "SHARDFENCE_STORE"
 // Command is how to run the shardfence command: an executable and the
 // environment it needs besides the test's own.
 type Command = launcher.Command
-
-// startTimeout is how long a test waits for a process to report its
-// address.
-const startTimeout = 60 * time.Second
 
 // Proc is one `shardfence serve` (or `shardfence master`, or another
 // program's) process, killed when its test ends: a launcher.Proc (Addr,
@@ -86,7 +82,7 @@ func StartProgram(t testing.TB, cmd Command, label, ready, env string, args ...s
 // when the test ends, showing its log if the test failed.
 func start(t testing.TB, cmd Command, label, ready, env string, args []string) *Proc {
 	t.Helper()
-	spec := launcher.Spec{Label: label, Args: args, Ready: ready, Timeout: startTimeout}
+	spec := launcher.Spec{Label: label, Args: args, Ready: ready} // waits launcher.DefaultTimeout
 	if env != "" {
 		spec.Env = []string{env}
 	}
@@ -131,7 +127,7 @@ func (p *Proc) Open(t testing.TB, shard string, term int64, alloc string) {
 // OpenShard runs an Open and drains its stream (the replayed ops), which
 // ends with the opened event once the shard accepts appends.
 func OpenShard(ctx context.Context, c sidecarv1connect.SidecarServiceClient, shard string, term int64, alloc string) error {
-	_, _, err := demo.OpenShard(ctx, c, shard, term, alloc)
+	_, _, err := sidecarapi.OpenShard(ctx, c, shard, term, alloc)
 	return err
 }
 
@@ -162,4 +158,4 @@ func (p *Proc) ReadAll(ctx context.Context, shard string) (map[string]int, error
 
 // ReasonOf is the machine-readable reason a sidecar attached to err
 // ("fenced", "handed_off", ...), or "" if there is none.
-func ReasonOf(err error) string { return demo.ErrorDetail(err).GetReason() }
+func ReasonOf(err error) string { return sidecarapi.Reason(err) }
