@@ -28,13 +28,13 @@ type streamWindow struct {
 
 	mu     sync.Mutex
 	held   int64
-	sizes  []int64       // the messages held, in the order they arrived
-	freed  chan struct{} // closed and replaced when a message is answered
+	sizes  []int64         // the messages held, in the order they arrived
+	freed  reqlimit.Signal // a message was answered, or the call returned
 	closed bool
 }
 
 func newStreamWindow(gate *reqlimit.Gate, window int64) *streamWindow {
-	return &streamWindow{gate: gate, window: window, freed: make(chan struct{})}
+	return &streamWindow{gate: gate, window: window}
 }
 
 // admit takes n bytes for the next message: it waits until the stream
@@ -44,23 +44,15 @@ func newStreamWindow(gate *reqlimit.Gate, window int64) *streamWindow {
 // message of its own that is still arriving: what it waits for is freed by
 // answers, whatever other streams do.
 func (sw *streamWindow) admit(ctx context.Context, n int64) error {
-	for {
-		sw.mu.Lock()
-		if sw.closed {
-			sw.mu.Unlock()
-			return errStreamDone
-		}
-		if sw.held == 0 || sw.held+n <= sw.window {
-			sw.mu.Unlock()
-			break
-		}
-		freed := sw.freed
-		sw.mu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	sw.mu.Lock()
+	err := sw.freed.Wait(ctx, &sw.mu, func() bool { return sw.closed || sw.held == 0 || sw.held+n <= sw.window })
+	closed := sw.closed
+	sw.mu.Unlock()
+	switch {
+	case closed:
+		return errStreamDone
+	case err != nil:
+		return err
 	}
 	if err := sw.gate.Acquire(ctx, n); err != nil {
 		return err
@@ -90,8 +82,7 @@ func (sw *streamWindow) answered() {
 	n := sw.sizes[0]
 	sw.sizes = sw.sizes[1:]
 	sw.held -= n
-	close(sw.freed)
-	sw.freed = make(chan struct{})
+	sw.freed.Broadcast()
 	sw.mu.Unlock()
 	sw.gate.Release(n)
 }
@@ -101,7 +92,7 @@ func (sw *streamWindow) close() {
 	sw.mu.Lock()
 	n := sw.held
 	sw.held, sw.sizes, sw.closed = 0, nil, true
-	close(sw.freed)
+	sw.freed.Broadcast()
 	sw.mu.Unlock()
 	sw.gate.Release(n)
 }

@@ -64,36 +64,62 @@ func (l Limits) Validate() error {
 	return nil
 }
 
+// Signal wakes the goroutines waiting for a condition a mutex guards: a
+// sync.Cond whose Wait also ends with a context. The zero value is ready;
+// its methods are called with the mutex held.
+type Signal struct{ ch chan struct{} }
+
+// Wait returns once ready() holds (it is evaluated with mu held: at once,
+// then after each Broadcast) or ctx ends (ctx's error). It is called with
+// mu held, and returns with mu held.
+func (s *Signal) Wait(ctx context.Context, mu *sync.Mutex, ready func() bool) error {
+	for !ready() {
+		if s.ch == nil {
+			s.ch = make(chan struct{})
+		}
+		ch := s.ch
+		mu.Unlock()
+		select {
+		case <-ch:
+			mu.Lock()
+		case <-ctx.Done():
+			mu.Lock()
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Broadcast wakes every Wait, to look at its condition again.
+func (s *Signal) Broadcast() {
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+}
+
 // Gate bounds the request bytes all API calls hold at once: each call
 // holds its body's bytes from before it is read until it returns.
 type Gate struct {
 	mu    sync.Mutex
 	avail int64
-	freed chan struct{} // closed and replaced when bytes are released
+	freed Signal // bytes were released
 }
 
 // NewGate is a gate of capacity bytes.
 func NewGate(capacity int64) *Gate {
-	return &Gate{avail: capacity, freed: make(chan struct{})}
+	return &Gate{avail: capacity}
 }
 
 // Acquire takes n bytes, waiting until ctx ends for others to release.
 func (g *Gate) Acquire(ctx context.Context, n int64) error {
-	for {
-		g.mu.Lock()
-		if g.avail >= n {
-			g.avail -= n
-			g.mu.Unlock()
-			return nil
-		}
-		freed := g.freed
-		g.mu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.freed.Wait(ctx, &g.mu, func() bool { return g.avail >= n }); err != nil {
+		return err
 	}
+	g.avail -= n
+	return nil
 }
 
 // TryAcquire takes n bytes if they are free now.
@@ -114,8 +140,7 @@ func (g *Gate) Release(n int64) {
 	}
 	g.mu.Lock()
 	g.avail += n
-	close(g.freed)
-	g.freed = make(chan struct{})
+	g.freed.Broadcast()
 	g.mu.Unlock()
 }
 
