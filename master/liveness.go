@@ -205,6 +205,12 @@ type Liveness struct {
 	nextInc  uint64
 	lastPass SteadyTime // the last monitor pass; 0 before the first
 	stalls   uint64
+	// unheard: the records were restored (a promotion or restart) and no
+	// client has signalled since. Until one does, restored windows do
+	// not run: a master that hears from nobody cannot tell dead clients
+	// from its own isolation (elected while cut off from the nodes, it
+	// would otherwise move every shard the moment the cut heals).
+	unheard bool
 }
 
 func newLiveness(cfg LivenessConfig, clock Clock) *Liveness {
@@ -251,6 +257,7 @@ func (l *Liveness) signal(client string, mount bool) (r *ClientLivenessRecord, r
 	now := l.clock.Steady()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.heardLocked(now)
 	r = l.records[client]
 	switch {
 	case r == nil && mount:
@@ -269,6 +276,22 @@ func (l *Liveness) signal(client string, mount bool) (r *ClientLivenessRecord, r
 	}
 	r.lastSignal = max(r.lastSignal, now)
 	return r, rc, nil
+}
+
+// heardLocked notes a signal at now. The first after a restore starts
+// every restored window that has not run yet: each restored client gets a
+// whole active TTL from the first moment the master is known to be
+// reachable. The caller holds l.mu.
+func (l *Liveness) heardLocked(now SteadyTime) {
+	if !l.unheard {
+		return
+	}
+	l.unheard = false
+	for _, r := range l.records {
+		if r.restored && r.State() == ClientActive {
+			r.lastSignal = max(r.lastSignal, now)
+		}
+	}
 }
 
 // noteRecovery counts and logs a recovery a signal committed (nothing for
@@ -361,6 +384,12 @@ func (l *Liveness) pass(now SteadyTime) LivenessPass {
 	for _, r := range l.records {
 		switch r.State() {
 		case ClientActive:
+			if l.unheard && r.restored {
+				// Nobody reached this master since it restored its
+				// records: a window runs only once one did.
+				r.lastSignal = now
+				continue
+			}
 			if toDuration(now-r.lastSignal) >= l.cfg.ActiveTTL {
 				l.setLocked(r, ClientSuspected, now)
 				p.Suspected = append(p.Suspected, r)
@@ -406,6 +435,9 @@ func (l *Liveness) restore(ids []string) int {
 			l.newRecordLocked(id, now, true)
 			n++
 		}
+	}
+	if n > 0 {
+		l.unheard = true
 	}
 	return n
 }

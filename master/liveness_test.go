@@ -465,6 +465,38 @@ func TestRestoredClientsStartActive(t *testing.T) {
 	}
 }
 
+// A promoted master that hears from nobody cannot tell dead clients from
+// its own isolation (elected while cut off from the nodes): restored
+// windows run only from the first signal any client sends it, and then
+// each restored client gets a whole active TTL from that signal.
+// (Simulation seed 87382: a standby elected while partitioned moved every
+// shard 0.8 s after the partition healed.)
+func TestRestoredWindowsRunFromTheFirstSignal(t *testing.T) {
+	m, clk := newTestMaster(t, liveCfg(true), Options{})
+	c2 := sseg(2, 1000)
+	c2.ClientId = "c2"
+	restore(t, m, []*masterv1.StandbySegment{sseg(1, 1000), c2})
+	if n := m.RestoreLiveness(); n != 2 {
+		t.Fatalf("restored %d clients", n)
+	}
+	m.CheckLiveness(context.Background())
+	tick(m, clk, 40*time.Second) // past both TTLs, nobody heard from
+	for _, c := range []string{"c1", "c2"} {
+		if s := state(m, c); s != ClientActive {
+			t.Fatalf("%s after 40 s in which no client reached the master: %v, want active", c, s)
+		}
+	}
+	ping(t, m, "c1") // the first signal: the master is reachable
+	tick(m, clk, 9*time.Second)
+	if s := state(m, "c2"); s != ClientActive {
+		t.Fatalf("c2 9 s after the first signal: %v, want active", s)
+	}
+	tick(m, clk, time.Second)
+	if s := state(m, "c2"); s != ClientSuspected {
+		t.Fatalf("c2 10 s after the first signal: %v, want suspected", s)
+	}
+}
+
 func TestResolveLivenessTTLs(t *testing.T) {
 	d := func(s int) *time.Duration { v := time.Duration(s) * time.Second; return &v }
 	for _, c := range []struct {

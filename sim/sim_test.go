@@ -111,8 +111,11 @@ func TestSeed(t *testing.T) {
 // and the new primary moved its shard at 1 s + 1 s TTLs (fixed: an agent
 // avoids a master whose call timed out on its next pick); 12848 and 17866,
 // the same with a dropped message to the new primary, which must not make
-// the agent avoid that one (only a timeout does).
-var regressionSeeds = []uint64{4874, 11251, 12848, 17866}
+// the agent avoid that one (only a timeout does); 87382, a standby
+// elected while partitioned from every node, which moved every shard
+// 0.8 s after the partition healed (fixed: restored liveness windows run
+// from the first signal a promoted master hears).
+var regressionSeeds = []uint64{4874, 11251, 12848, 17866, 87382}
 
 func TestRegressionSeeds(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
