@@ -45,4 +45,50 @@
 // state, and a node is told of a change only once the log holds it. When
 // a node goes Offline (or Suspected, per shard) its auto-restore shards
 // move to a live node at term+1 with a new allocation.
+//
+// # Words
+//
+// A "shard" is always a sidecar shard (a fenced translog the fleet
+// assigns). The object table is split into lock "stripes" (type stripe,
+// Config.Shards of them, a name older than the fleet): an object lives in
+// the stripe its (tenant, key) hashes to.
+//
+// # Where things are
+//
+// Start at master.go (the Master, its Options, the Journal it logs to and
+// the lock order), then model.go (objects, replicas, segments, stripes).
+// The rest, by what it is about:
+//
+//   - objects and leases: put.go (PutStart, PutEnd, PutRevoke, and
+//     beginChange, the start of every logged change to one object),
+//     read.go (reads, Remove), evict.go (eviction and its ticker,
+//     RunEviction);
+//   - segments: segment.go (mount, unmount, and ReMountSegment as a driver
+//     over checkRemount, collectRemount, rebuildAllocators, installHandles
+//     and publishRemount); the byte ranges of one segment are package
+//     master/internal/alloc;
+//   - liveness and offboarding: liveness.go (client records, Ping, the
+//     monitor), eligibility.go (the one ServingEligibility seam),
+//     offboard.go (offboarding jobs);
+//   - the fleet: fleet.go (nodes, shard assignment, drains, moves),
+//     rebalance.go (PlanRebalance, pure), fleetserver.go (its RPCs),
+//     routes.go (the routing feed clients send shard calls by); shard
+//     settings are checked with package internal/shardsettings, the same
+//     conversion the sidecar opens shards with, so the master imports no
+//     sidecar package;
+//   - durability: logentry.go (an Op as a log entry: EncodeEntry,
+//     DecodeEntry and the per-kind checks), replay.go (a standby's
+//     RestoreStandby and ReplayStandby), snapshot.go (Freeze, WriteFiles,
+//     RestoreSnapshot as a driver over decodeSegments, decodeChunks,
+//     sumChunks and buildStripes), snapclock.go (the snapshot manifest and
+//     clock conversion); the payloads' MessagePack is package
+//     master/internal/snapcodec;
+//   - serving: server.go (the object API), health.go,
+//     errors.go (Error, the sentinels and their wire reasons), metrics.go
+//     (declared with package master/internal/metricdef, as package ha's
+//     are).
+//
+// Package ha runs a Master with a fenced log in the store: election,
+// promotion (node.go), the Journal (journal.go), a standby following the
+// log (follow.go) and checkpoints (checkpoint.go).
 package master
