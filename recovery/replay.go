@@ -104,18 +104,17 @@ func fetch(ctx context.Context, r *translog.Reader, store *blobstore.Container, 
 	}
 	var b translog.Batch
 	if md, ok := cached[gen]; ok && term == cachedTerm && md.Kind == translog.KindSync {
-		payload := md.Payload
+		var data []byte
 		if !md.Inline {
 			var err error
-			if payload, err = readData(ctx, store, shard, md, opts); err != nil {
+			if data, err = readData(ctx, store, shard, md, opts); err != nil {
 				return fetched{err: err}
 			}
 		}
-		ops, err := translog.DecodeOps(payload, md.OpCount)
-		if err != nil {
-			return fetched{err: &fence.BodyError{Shard: shard, Key: layout.MDKey(term, gen), Err: fence.ErrCorruptBody, Detail: err.Error()}}
+		var err error
+		if b, err = translog.BatchOf(shard, md, data); err != nil {
+			return fetched{err: err}
 		}
-		b = translog.Batch{Term: term, Gen: gen, FirstSeqNo: md.FirstSeqNo, Ops: ops}
 	} else if err := backoff.Do(ctx, opts.Clock, opts.Backoff, blobstore.IsRetryable, func(ctx context.Context) error {
 		var err error
 		b, err = r.ReadBatch(ctx, term, gen)
@@ -130,8 +129,9 @@ func fetch(ctx context.Context, r *translog.Reader, store *blobstore.Container, 
 	return fetched{b: b, bytes: size}
 }
 
-// readData reads and verifies the data object of an md the seal already
-// read, the same checks Reader.ReadBatch makes.
+// readData reads the data object of an md the seal already read, retrying
+// store trouble; translog.BatchOf verifies it, the same checks
+// Reader.ReadBatch makes.
 func readData(ctx context.Context, store *blobstore.Container, shard string, md translog.MD, opts Options) ([]byte, error) {
 	key, dkey := layout.MDKey(md.Term, md.Gen), layout.DataKey(md.Term, md.Gen)
 	var obj blobstore.Object
@@ -146,13 +146,5 @@ func readData(ctx context.Context, store *blobstore.Container, shard string, md 
 	if err != nil {
 		return nil, &translog.Error{Op: "Read", Shard: shard, Key: dkey, Gen: md.Gen, Err: err}
 	}
-	payload, err := translog.DecodeData(shard, dkey, md.Term, md.Gen, obj.Body)
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(payload)) != md.PayloadLen || translog.Checksum(payload) != md.Checksum {
-		return nil, &fence.BodyError{Shard: shard, Key: dkey, Err: fence.ErrCorruptBody,
-			Detail: fmt.Sprintf("payload of %d bytes with checksum %08x, md %q says %d bytes with %08x", len(payload), translog.Checksum(payload), key, md.PayloadLen, md.Checksum)}
-	}
-	return payload, nil
+	return obj.Body, nil
 }

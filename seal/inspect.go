@@ -159,20 +159,13 @@ func fenceKeysOf(items []blobstore.Attrs) []FenceKey {
 func (s storeIO) readFenceKeys(ctx context.Context, fks []FenceKey) error {
 	if err := parallel(ctx, s.opts.Parallelism, len(fks), func(ctx context.Context, i int) error {
 		fk := &fks[i]
-		obj, found, err := s.get(ctx, fk.Key)
-		switch {
-		case err != nil:
-			return err
-		case !found:
-			fk.Err = "deleted while inspecting"
-		default:
+		var err error
+		fk.Err, err = s.inspectRead(ctx, fk.Key, func(obj blobstore.Object) error {
 			rec, err := fence.DecodeRecord(s.shard, fk.Key, obj.Body)
-			if err != nil {
-				fk.Err = err.Error()
-			}
 			fk.Record, fk.Token = rec, obj.Token
-		}
-		return nil
+			return err
+		})
+		return err
 	}); err != nil {
 		return err
 	}
@@ -259,21 +252,15 @@ func (s storeIO) readOffLineage(ctx context.Context, st *shardState) error {
 	offIdx := st.offLineage()
 	return parallel(ctx, s.opts.Parallelism, len(offIdx), func(ctx context.Context, j int) error {
 		md := &st.mds[offIdx[j]]
-		obj, found, err := s.get(ctx, md.Key)
-		switch {
-		case err != nil:
+		var err error
+		md.Err, err = s.inspectRead(ctx, md.Key, func(obj blobstore.Object) error {
+			m, err := translog.DecodeMD(s.shard, md.Key, obj.Body)
+			if err == nil {
+				md.Poison, md.Sealed = m.Kind == translog.KindPoison, m.SealedBy
+			}
 			return err
-		case !found:
-			md.Err = "deleted while inspecting"
-			return nil
-		}
-		m, err := translog.DecodeMD(s.shard, md.Key, obj.Body)
-		if err != nil {
-			md.Err = err.Error()
-			return nil
-		}
-		md.Poison, md.Sealed = m.Kind == translog.KindPoison, m.SealedBy
-		return nil
+		})
+		return err
 	})
 }
 
@@ -294,22 +281,33 @@ func (st *shardState) addCheckpoints(items []blobstore.Attrs) {
 func (s storeIO) readManifests(ctx context.Context, ckpts []CheckpointInfo) error {
 	return parallel(ctx, s.opts.Parallelism, len(ckpts), func(ctx context.Context, i int) error {
 		c := &ckpts[i]
-		obj, found, err := s.get(ctx, c.Key)
-		switch {
-		case err != nil:
+		var err error
+		c.Err, err = s.inspectRead(ctx, c.Key, func(obj blobstore.Object) error {
+			m, err := DecodeManifest(s.shard, c.Key, obj.Body)
+			if err == nil {
+				c.Files, c.Bytes = len(m.Files), m.Bytes()
+			}
 			return err
-		case !found:
-			c.Err = "deleted while inspecting"
-			return nil
-		}
-		m, err := DecodeManifest(s.shard, c.Key, obj.Body)
-		if err != nil {
-			c.Err = err.Error()
-			return nil
-		}
-		c.Files, c.Bytes = len(m.Files), m.Bytes()
-		return nil
+		})
+		return err
 	})
+}
+
+// inspectRead GETs key (retrying store trouble) and hands the object to
+// use. A key deleted meanwhile, or an object use refuses, is reported in
+// the reason returned, not as an error: Inspect and GC go on without it.
+func (s storeIO) inspectRead(ctx context.Context, key string, use func(obj blobstore.Object) error) (reason string, err error) {
+	obj, found, err := s.get(ctx, key)
+	switch {
+	case err != nil:
+		return "", err
+	case !found:
+		return "deleted while inspecting", nil
+	}
+	if err := use(obj); err != nil {
+		return err.Error(), nil
+	}
+	return "", nil
 }
 
 // indexCheckpoints keeps the readable manifests for the completeness

@@ -215,3 +215,41 @@ func FuzzDecodeOps(f *testing.F) {
 		}
 	})
 }
+
+func TestBatchOf(t *testing.T) {
+	ops := [][]byte{[]byte("a"), []byte("bc")}
+	payload := EncodeOps(ops)
+	want := Batch{Term: 3, Gen: 7, FirstSeqNo: 100, Ops: ops}
+	other := EncodeOps([][]byte{[]byte("x"), []byte("yz")})
+	short := syncMD(payload, false)
+	short.OpCount = 3
+	for _, tc := range []struct {
+		name string
+		md   MD
+		data []byte
+		key  string // the key a refusal names; "" for success
+	}{
+		{"inline", syncMD(payload, true), nil, ""},
+		{"inline, the data ignored", syncMD(payload, true), []byte("junk"), ""},
+		{"data object", syncMD(payload, false), EncodeData(shard, 3, 7, payload), ""},
+		{"data object of another generation", syncMD(payload, false), EncodeData(shard, 3, 8, payload), layout.DataKey(3, 7)},
+		{"data object of another shard", syncMD(payload, false), EncodeData("other", 3, 7, payload), layout.DataKey(3, 7)},
+		{"data object with other bytes", syncMD(payload, false), EncodeData(shard, 3, 7, other), layout.DataKey(3, 7)},
+		{"no data object body", syncMD(payload, false), nil, layout.DataKey(3, 7)},
+		{"ops that do not match the count", short, EncodeData(shard, 3, 7, payload), layout.MDKey(3, 7)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := BatchOf(shard, tc.md, tc.data)
+			if tc.key == "" {
+				if err != nil || !reflect.DeepEqual(b, want) {
+					t.Fatalf("BatchOf = %+v, %v; want %+v", b, err, want)
+				}
+				return
+			}
+			var be *fence.BodyError
+			if !errors.As(err, &be) || be.Key != tc.key {
+				t.Fatalf("BatchOf = %v, want a body error naming %q", err, tc.key)
+			}
+		})
+	}
+}

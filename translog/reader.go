@@ -75,7 +75,7 @@ func (r *Reader) ReadBatch(ctx context.Context, term, gen int64) (Batch, error) 
 	if md.Kind == KindPoison {
 		return Batch{}, r.err(key, gen, fmt.Errorf("%w: generation %d of term %d sealed by term %d", ErrPoisoned, gen, term, md.SealedBy))
 	}
-	payload := md.Payload
+	var data []byte
 	if !md.Inline {
 		dkey := layout.DataKey(term, gen)
 		obj, err := r.store.Get(ctx, dkey)
@@ -85,19 +85,34 @@ func (r *Reader) ReadBatch(ctx context.Context, term, gen int64) (Batch, error) 
 		if err != nil {
 			return Batch{}, r.err(dkey, gen, err)
 		}
-		if payload, err = DecodeData(r.shard, dkey, term, gen, obj.Body); err != nil {
+		data = obj.Body
+	}
+	return BatchOf(r.shard, md, data)
+}
+
+// BatchOf decodes the ops of sync md: from its inline payload, or from
+// data, the body of its data object (layout.DataKey), which must decode
+// and match the md's payload length and checksum. Every error is a
+// *fence.BodyError (a body that cannot be trusted).
+func BatchOf(shard string, md MD, data []byte) (Batch, error) {
+	key := layout.MDKey(md.Term, md.Gen)
+	payload := md.Payload
+	if !md.Inline {
+		dkey := layout.DataKey(md.Term, md.Gen)
+		var err error
+		if payload, err = DecodeData(shard, dkey, md.Term, md.Gen, data); err != nil {
 			return Batch{}, err
 		}
 		if int64(len(payload)) != md.PayloadLen || Checksum(payload) != md.Checksum {
-			return Batch{}, &fence.BodyError{Shard: r.shard, Key: dkey, Err: fence.ErrCorruptBody,
+			return Batch{}, &fence.BodyError{Shard: shard, Key: dkey, Err: fence.ErrCorruptBody,
 				Detail: fmt.Sprintf("payload of %d bytes with checksum %08x, md %q says %d bytes with %08x", len(payload), Checksum(payload), key, md.PayloadLen, md.Checksum)}
 		}
 	}
 	ops, err := DecodeOps(payload, md.OpCount)
 	if err != nil {
-		return Batch{}, &fence.BodyError{Shard: r.shard, Key: key, Err: fence.ErrCorruptBody, Detail: err.Error()}
+		return Batch{}, &fence.BodyError{Shard: shard, Key: key, Err: fence.ErrCorruptBody, Detail: err.Error()}
 	}
-	return Batch{Term: term, Gen: gen, FirstSeqNo: md.FirstSeqNo, Ops: ops}, nil
+	return Batch{Term: md.Term, Gen: md.Gen, FirstSeqNo: md.FirstSeqNo, Ops: ops}, nil
 }
 
 // Iterate calls fn with the batches of generations from..to of term, in
