@@ -3,6 +3,7 @@ package reqlimit
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 )
@@ -30,9 +31,11 @@ func TestSignalWait(t *testing.T) {
 		mu.Unlock()
 		done <- err
 	}()
+	waiting(t, &mu, &sig, done)
 	mu.Lock()
 	sig.Broadcast() // nothing changed: the waiter looks again and waits on
 	mu.Unlock()
+	waiting(t, &mu, &sig, done)
 	mu.Lock()
 	ready = true
 	sig.Broadcast()
@@ -57,10 +60,14 @@ func TestSignalWait(t *testing.T) {
 // An Acquire the gate cannot hold waits for a Release, or ends with its
 // context.
 func TestGateAcquireWaitsForRelease(t *testing.T) {
-	g := NewGate(10)
-	if err := g.Acquire(t.Context(), 10); err != nil {
-		t.Fatal(err)
+	full := func() *Gate {
+		g := NewGate(10)
+		if err := g.Acquire(t.Context(), 10); err != nil {
+			t.Fatal(err)
+		}
+		return g
 	}
+	g := full()
 	if g.TryAcquire(1) {
 		t.Fatal("TryAcquire took a byte of a full gate")
 	}
@@ -69,14 +76,37 @@ func TestGateAcquireWaitsForRelease(t *testing.T) {
 	if err := g.Acquire(ctx, 1); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Acquire on a full gate with an ended context: %v", err)
 	}
+	g = full()
 	done := make(chan error, 1)
 	go func() { done <- g.Acquire(t.Context(), 6) }()
+	waiting(t, &g.mu, &g.freed, done)
 	g.Release(5) // not enough yet
+	waiting(t, &g.mu, &g.freed, done)
 	g.Release(5)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	if !g.TryAcquire(4) || g.TryAcquire(1) {
 		t.Fatal("the gate does not hold 4 bytes after 6 of 10 were taken")
+	}
+}
+
+// waiting returns once a Wait on sig is waiting (it made the channel a
+// Broadcast closes); the waiter must not return before.
+func waiting(t *testing.T, mu *sync.Mutex, sig *Signal, done <-chan error) {
+	t.Helper()
+	for {
+		mu.Lock()
+		w := sig.ch != nil
+		mu.Unlock()
+		if w {
+			return
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the waiter returned early: %v", err)
+		default:
+		}
+		runtime.Gosched()
 	}
 }
