@@ -40,7 +40,7 @@ IMAGE         ?= shardfence:$(VERSION)
 export SHARDFENCE_TOOLS_DIR := $(TOOLS_DIR)
 export PATH := $(BIN_DIR):$(TOOLS_DIR)/node_modules/.bin:$(PATH)
 
-.PHONY: all run build image cluster test test-go fuzz fuzz-brief lint tools docker-engine test-images bench verify jepsen sim sim-brief clean generate
+.PHONY: all run build image cluster test test-go test-race test-side fuzz fuzz-brief lint tools docker-engine test-images bench verify jepsen sim sim-brief clean generate
 
 all: build
 
@@ -83,23 +83,33 @@ cluster: $(BIN_DIR)/minio
 test: tools lint
 	scripts/with-docker $(MAKE) --no-print-directory test-images test-go
 
-# test-go runs both modules' tests, with a brief run of the fuzz targets
-# (fuzz-brief) after the shardfence module's; the e2e module's need a Docker
-# engine and the images of test-images (without an engine they skip, or
-# fail under CI).
-# Both run even when the first fails, so one run reports on both.
+# test-go runs the three modules' tests in two lanes side by side: the
+# race run of the shardfence module (its multi-process tests run in
+# parallel, -parallel $(TEST_PARALLEL)), and beside it test-side: the
+# simulation (sim-brief, one core), a brief run of the fuzz targets
+# (fuzz-brief), the deploy module's and the e2e module's tests; the e2e
+# module's need a Docker engine and the images of test-images (without an
+# engine they skip, or fail under CI). Each lane's output is printed
+# whole when it ends (make -O). Every part runs even when another fails,
+# so one run reports on all, and test-go fails when any part does.
+TEST_PARALLEL ?= 4
+
 test-go:
+	@$(MAKE) --no-print-directory -k -j2 -Otarget test-race test-side
+
+test-race:
+	$(GO) test -race -count=1 -timeout 40m -parallel $(TEST_PARALLEL) ./...
+
+test-side:
 	@rc=0; \
-	echo "$(GO) test -race -count=1 -timeout 40m ./..."; \
-	$(GO) test -race -count=1 -timeout 40m ./... || rc=1; \
 	echo "$(MAKE) sim-brief"; \
 	$(MAKE) --no-print-directory sim-brief || rc=1; \
 	echo "$(MAKE) fuzz-brief"; \
 	$(MAKE) --no-print-directory fuzz-brief || rc=1; \
-	echo "cd e2e && $(GO) test -race -count=1 -timeout 30m ./..."; \
-	(cd e2e && $(GO) test -race -count=1 -timeout 30m ./...) || rc=1; \
 	echo "cd deploy && $(GO) test -count=1 -timeout 15m ./..."; \
 	(cd deploy && $(GO) test -count=1 -timeout 15m ./...) || rc=1; \
+	echo "cd e2e && $(GO) test -race -count=1 -timeout 30m ./..."; \
+	(cd e2e && $(GO) test -race -count=1 -timeout 30m ./...) || rc=1; \
 	exit $$rc
 
 # The fuzz targets (docs/VERIFICATION.md, "Fuzzing"), as package:Target.

@@ -187,13 +187,7 @@ func init() {
 // TestCheckpoints: published checkpoints and GC beside a deposed primary
 // that keeps writing, checkpointing and collecting.
 func TestCheckpoints(t *testing.T) {
-	// Its schedules are long (about 50 steps): under the race detector
-	// the bounded search stops at 2,000 states.
-	b := Bounds{}
-	if raceEnabled && !deep() {
-		b.MaxStates = 2000
-	}
-	runExpectations(t, []expectation{{scenario: "checkpoint-gc", bounds: b}})
+	runExpectations(t, []expectation{{scenario: "checkpoint-gc"}})
 	if deep() {
 		// The successor starts as soon as the primary opened, racing its
 		// checkpoint and GC too.

@@ -295,16 +295,10 @@ func init() {
 // TestRelocation: the relocation package's Handoff, Adopt and Abort racing
 // each other, and a cluster that hands the target the wrong generation.
 func TestRelocation(t *testing.T) {
-	// Under the race detector the search with a fault stops at 2,500
-	// states.
-	b := Bounds{}
-	if raceEnabled && !deep() {
-		b.MaxStates = 2500
-	}
 	runExpectations(t, []expectation{
 		{scenario: "relocation"},
-		{scenario: "relocation-faults", bounds: b},
-		{scenario: "relocation-gap-refused", bounds: b},
+		{scenario: "relocation-faults"},
+		{scenario: "relocation-gap-refused"},
 		{scenario: "wrong-handoff-gap", refuted: true, invariant: "NoAckedWriteLoss"},
 	})
 }

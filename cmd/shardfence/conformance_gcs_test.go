@@ -29,6 +29,7 @@ func allChecksBut(skip ...string) string {
 // other check of both suites must pass, the command must exit 0 and record
 // a certificate that serve accepts.
 func TestConformanceGCSOnFakeGCS(t *testing.T) {
+	t.Parallel() // its own store and server
 	srv := testservers.NewFakeGCS(t)
 	code, out, errOut := runCmd(t, "conformance", "--store", srv.StoreURL("cmd"), "--only", allChecksBut("list-pagination"))
 	if code != 0 {

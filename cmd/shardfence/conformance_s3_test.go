@@ -16,6 +16,7 @@ import (
 // (blobstore/s3's tests pin that down), which the advisory
 // keys-object-and-prefix check reports as a warning, not a failure.
 func TestConformanceS3OnMinIO(t *testing.T) {
+	t.Parallel() // its own store and server
 	srv, err := testservers.StartMinIO(t)
 	if err != nil {
 		testservers.Unavailable(t, "MinIO", err)

@@ -52,6 +52,7 @@ func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestConformanceOnMem(t *testing.T) {
+	t.Parallel() // its own store and server
 	code, out, errOut := runCmd(t, "conformance", "--store", "mem://cmd-conformance")
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)

@@ -97,6 +97,7 @@ func waitAcked(t *testing.T, w *shardWriter, n int, by string) {
 // new owner's lineage, and the killed node, started again, gets none of
 // them back.
 func TestAutoFailoverMultiProcess(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	f := testFleet(t, "fo", time.Second, time.Second, 3)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -165,6 +166,7 @@ func TestAutoFailoverMultiProcess(t *testing.T) {
 // shard moves, and once resumed it is fenced in the store and closes the
 // shard when the master tells it.
 func TestSidecarPauseMultiProcess(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	f := testFleet(t, "pause", 3*time.Second, 2*time.Second, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -241,6 +243,7 @@ func TestSidecarPauseMultiProcess(t *testing.T) {
 // not observe: the sidecars keep pinging, and none goes offline or loses a
 // shard.
 func TestMasterPauseMultiProcess(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	f := testFleet(t, "mpause", time.Second, time.Second, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()

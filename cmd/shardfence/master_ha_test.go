@@ -100,6 +100,7 @@ func (l *ledger) set(k string, s keyState) {
 // acknowledged is in the last master; the resumed one acknowledges
 // nothing, and says so in its errors and /readyz.
 func TestMasterFailoverMultiProcess(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("starts MinIO and three master processes")
 	}

@@ -14,6 +14,7 @@ import (
 // first is killed the second gets the name within the hold and serves
 // the shard with every acknowledged op.
 func TestDuplicateNodeNameMultiProcess(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	f := testFleet(t, "dup", 2*time.Second, 2*time.Second, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

@@ -126,6 +126,7 @@ func sidecarReadyz(addr string) (int, string) {
 // acknowledged (a zombie ack), and a reader at term 3 finds every
 // acknowledged op, A's included, exactly once.
 func TestPartitionSidecarFromStore(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	direct, cut, proxy := startMinIOBehindProxy(t)
 	const stallAfter = 2 * time.Second
 	a := sidecarproc.Start(t, thisBinary(), "A", cut.MinioURL("part"), "--stall-after", stallAfter.String())
@@ -345,6 +346,9 @@ func masterReadyz(p *fleetProc) (int, string) {
 // shard moves, every acknowledged append and master change survives, and
 // the change m1 refused is not in the table.
 func TestPartitionMasterFromStore(t *testing.T) {
+	// Not parallel: it cuts the primary master (1 s election timeout)
+	// and needs it to hold its leadership until then, which CPU taken
+	// by parallel process fleets can cost it.
 	direct, cut, proxy := startMinIOBehindProxy(t)
 	f := newPartitionFleet(t, direct.MinioURL("pm-shards"), direct.MinioURL("pm-master"), map[string]string{"m1": cut.MinioURL("pm-master")})
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -485,6 +489,9 @@ func (m *restartableMinIO) start() error {
 // again, both shards acknowledge appends again, and every append and
 // master change acknowledged before, during or after the restart is kept.
 func TestStoreRestartUnderMaster(t *testing.T) {
+	// Not parallel: the masters must elect a primary within a few
+	// election timeouts (1 s) of the restart, and MinIO comes back on
+	// its old port.
 	m := startRestartableMinIO(t)
 	srv := m.launch.Server
 	f := newPartitionFleet(t, srv.MinioURL("rs-shards"), srv.MinioURL("rs-master"), nil)
@@ -594,6 +601,7 @@ func nodeState(ctx context.Context, f *procFleet, node string) string {
 // after the move was seen in the table is acknowledged, and every
 // acknowledged op, n1's and n2's, is in n2's lineage.
 func TestPartitionSidecarFromMaster(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("starts MinIO and shardfence processes")
 	}
@@ -725,6 +733,9 @@ func TestPartitionSidecarFromMaster(t *testing.T) {
 // acknowledged op, before, during and after the cut, in its owner's
 // lineage.
 func TestPartitionMasterAndSidecarFromStore(t *testing.T) {
+	// Not parallel: it cuts the primary master (1 s election timeout)
+	// and needs it to hold its leadership until then, which CPU taken
+	// by parallel process fleets can cost it.
 	direct, cut, proxy := startMinIOBehindProxy(t)
 	f := newPartitionFleet(t, direct.MinioURL("pms-shards"), direct.MinioURL("pms-master"), map[string]string{"m1": cut.MinioURL("pms-master")})
 	f.sidecarStores = map[string]string{"n1": cut.MinioURL("pms-shards")}

@@ -13,6 +13,7 @@ import (
 // followed by a new open, clients appending all along; every acknowledged
 // op ends up in the lineage once.
 func TestModeRolloutAcrossProcessesOnFS(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("starts sidecar processes")
 	}
@@ -20,6 +21,7 @@ func TestModeRolloutAcrossProcessesOnFS(t *testing.T) {
 }
 
 func TestModeRolloutAcrossProcessesOnMinIO(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("starts sidecar processes")
 	}

@@ -22,6 +22,7 @@ import (
 // shards on MinIO through two automatic failovers and a drain, with no
 // polling loop of its own, and reads every acknowledged op back once.
 func TestRouterThroughFailoversAndADrainMultiProcess(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	f := testFleet(t, "router", time.Second, time.Second, 3)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
@@ -144,6 +145,7 @@ func TestRouterThroughFailoversAndADrainMultiProcess(t *testing.T) {
 // for); its barrier fails fenced, so a primary that barriers first serves
 // no stale read.
 func TestZombieReadNeedsTheBarrierMultiProcess(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	f := testFleet(t, "zread", time.Second, time.Second, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()

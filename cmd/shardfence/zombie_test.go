@@ -36,10 +36,12 @@ func thisBinary() sidecarproc.Command {
 // Azurite, fake-gcs-server); the e2e module runs it against MinIO in a
 // container as well.
 func TestZombieProcessesOnFS(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	sidecarproc.RunZombie(t, thisBinary(), "file://"+t.TempDir(), "", zombiePhase)
 }
 
 func TestZombieProcessesOnMinIO(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	srv, err := testservers.StartMinIO(t)
 	if err != nil {
 		testservers.Unavailable(t, "MinIO", err)
@@ -48,6 +50,7 @@ func TestZombieProcessesOnMinIO(t *testing.T) {
 }
 
 func TestZombieProcessesOnVersityGW(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	srv, err := testservers.StartVersityGW(t)
 	if err != nil {
 		testservers.Unavailable(t, "versitygw", err)
@@ -62,6 +65,7 @@ func TestZombieProcessesOnAzurite(t *testing.T) {
 }
 
 func TestZombieProcessesOnFakeGCS(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	srv := testservers.NewFakeGCS(t)
 	sidecarproc.RunZombie(t, thisBinary(), srv.StoreURL("zombie"), "", zombiePhase)
 }
@@ -71,10 +75,12 @@ func TestZombieProcessesOnFakeGCS(t *testing.T) {
 // stored mode), so no sync sends a CAS and the successors' seals, poisoning
 // until they win, and the writers' fence checks are the only fence.
 func TestZombieProcessesCreateOnlyOnFS(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	sidecarproc.RunZombie(t, thisBinary(), "file://"+t.TempDir(), "", zombiePhase, "--fencing-mode", "create_only")
 }
 
 func TestZombieProcessesCreateOnlyOnMinIO(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	srv, err := testservers.StartMinIO(t)
 	if err != nil {
 		testservers.Unavailable(t, "MinIO", err)
@@ -85,10 +91,12 @@ func TestZombieProcessesCreateOnlyOnMinIO(t *testing.T) {
 // Three first opens of a new shard racing across processes, on the
 // filesystem and on MinIO (sidecarproc.RunFirstOpenRace).
 func TestFirstOpenRaceOnFS(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	sidecarproc.RunFirstOpenRace(t, thisBinary(), "file://"+t.TempDir(), 3, zombiePhase)
 }
 
 func TestFirstOpenRaceOnMinIO(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	srv, err := testservers.StartMinIO(t)
 	if err != nil {
 		testservers.Unavailable(t, "MinIO", err)
