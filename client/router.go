@@ -13,9 +13,9 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/httpauth"
-	"github.com/shardfence/shardfence/internal/steady"
 )
 
 // Route is where a shard is served, as the master's routing feed says.
@@ -365,7 +365,7 @@ func (r *Router) Append(ctx context.Context, shard string, ops ...[]byte) (Ack, 
 			return ack, call.err
 		case Reason(call.err) == ReasonReplaying:
 			// Same owner, still replaying: a moment.
-			if err := steady.Sleep(ctx, steady.System(), 20*time.Millisecond); err != nil {
+			if err := clock.Sleep(ctx, clock.System(), 20*time.Millisecond); err != nil {
 				return Ack{}, &Error{Op: "Append", Shard: shard, Code: connect.CodeOf(err), Err: err}
 			}
 		default:

@@ -18,6 +18,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
@@ -77,7 +78,7 @@ type fencingEnv struct {
 	t     T
 	ctx   context.Context
 	store *blobstore.Container // the truth: no faults, no holds
-	clock fence.Clock
+	clock clock.Clock
 
 	mu      sync.Mutex
 	actors  []*actor
@@ -104,7 +105,7 @@ type ackRecord struct {
 // newFencingEnv sets up a check over c (its scratch prefix, empty). Every
 // writer is closed and every held request released when the check ends.
 func newFencingEnv(t T, c *blobstore.Container) *fencingEnv {
-	e := &fencingEnv{t: t, ctx: t.Context(), clock: fence.SystemClock(), fenceBodies: map[string]map[string]int{}}
+	e := &fencingEnv{t: t, ctx: t.Context(), clock: clock.System(), fenceBodies: map[string]map[string]int{}}
 	e.store = c.With("", e.recordFenceWrites)
 	t.Cleanup(e.stop)
 	return e

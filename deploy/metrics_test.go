@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardfence/shardfence/internal/sidecarproc"
+	"github.com/shardfence/shardfence/internal/harness/sidecarproc"
 )
 
 // Every metric a rule of prometheus/rules.yml or a panel of

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/e2e/internal/containers"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 // The local cluster of `make cluster` (scripts/cluster: MinIO, a master

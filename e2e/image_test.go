@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/e2e/internal/containers"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 // The image `make image` builds (scripts/build-image), built here in the

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/e2e/internal/containers"
-	"github.com/shardfence/shardfence/internal/sidecarproc"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/sidecarproc"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 // shardfence is the command the sidecar tests run, built by TestMain from

@@ -11,7 +11,7 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	sfclient "github.com/shardfence/shardfence/client"
-	"github.com/shardfence/shardfence/internal/sidecarproc"
+	"github.com/shardfence/shardfence/internal/harness/sidecarproc"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/master/client"
 )

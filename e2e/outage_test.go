@@ -12,7 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/shardfence/shardfence/e2e/internal/containers"
-	"github.com/shardfence/shardfence/internal/sidecarproc"
+	"github.com/shardfence/shardfence/internal/harness/sidecarproc"
 )
 
 // An outage takes the store away from a running sidecar and gives it back.

@@ -15,7 +15,7 @@ import (
 	_ "github.com/shardfence/shardfence/blobstore/minio"
 	_ "github.com/shardfence/shardfence/blobstore/s3"
 	"github.com/shardfence/shardfence/conformance"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 // The blob contract on MinIO in a container, through both drivers that

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardfence/shardfence/internal/sidecarproc"
+	"github.com/shardfence/shardfence/internal/harness/sidecarproc"
 )
 
 // The multi-process zombie scenario of cmd/shardfence, on MinIO in a

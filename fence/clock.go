@@ -5,33 +5,44 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/internal/backoff"
-	"github.com/shardfence/shardfence/internal/steady"
 )
 
 // Clock is a steady (monotonic) clock. Leases and backoff are measured on
 // it, never on wall time, which can jump. Tests and the protocol checker
-// inject a FakeClock. (The clock lives in an internal package shared by
-// the protocol packages; these names are its public face.)
-type Clock = steady.Clock
+// inject a FakeClock.
+//
+// Deprecated: use clock.Clock (package clock is the clock's home).
+type Clock = clock.Clock
 
 // FakeClock is a Clock moved only by Advance, or, in auto-advance mode, by
 // every After call (so retries and backoff finish instantly and
 // deterministically in tests). It also hands out nonces (NonceSource).
-type FakeClock = steady.Fake
+//
+// Deprecated: use clock.Fake.
+type FakeClock = clock.Fake
 
 // NewFakeClock returns a clock at 0 that moves only when told to.
-func NewFakeClock() *FakeClock { return steady.NewFake() }
+//
+// Deprecated: use clock.NewFake.
+func NewFakeClock() *FakeClock { return clock.NewFake() }
 
 // NewAutoClock returns a clock at 0 whose After advances time by the
 // requested duration and fires at once.
-func NewAutoClock() *FakeClock { return steady.NewAuto() }
+//
+// Deprecated: use clock.NewAuto.
+func NewAutoClock() *FakeClock { return clock.NewAuto() }
 
 // SystemClock returns the process's monotonic clock.
-func SystemClock() Clock { return steady.System() }
+//
+// Deprecated: use clock.System.
+func SystemClock() Clock { return clock.System() }
 
 // Sleep waits d on c, or until ctx ends (returning its error).
-func Sleep(ctx context.Context, c Clock, d time.Duration) error { return steady.Sleep(ctx, c, d) }
+//
+// Deprecated: use clock.Sleep.
+func Sleep(ctx context.Context, c Clock, d time.Duration) error { return clock.Sleep(ctx, c, d) }
 
 // Backoff bounds retries of requests that failed without a definite
 // answer (timeouts, 5xx, 409 conflicts, unavailable): delays double from

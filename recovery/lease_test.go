@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
@@ -19,7 +20,7 @@ import (
 
 // leaseOptions open lease-mode terms on a fake clock that only the test
 // advances.
-func leaseOptions(clock *fence.FakeClock, lease time.Duration, l *log) recovery.Options {
+func leaseOptions(clock *clock.Fake, lease time.Duration, l *log) recovery.Options {
 	o := options(l)
 	o.Clock, o.LeaseMargin = clock, time.Second
 	o.Writer.FencingMode, o.Writer.LeaseInterval = translog.Lease, lease
@@ -63,7 +64,7 @@ func waitOpen(t *testing.T, ch chan openResult, what string) *recovery.Shard {
 
 // mustWait checks that an Open blocks on the fake clock without sealing,
 // then advances the clock past lease + margin and returns the shard.
-func mustWait(t *testing.T, store *blobstore.Container, clock *fence.FakeClock, ch chan openResult, term int64, lease time.Duration) *recovery.Shard {
+func mustWait(t *testing.T, store *blobstore.Container, clock *clock.Fake, ch chan openResult, term int64, lease time.Duration) *recovery.Shard {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for clock.Waiters() == 0 {
@@ -89,7 +90,7 @@ func mustWait(t *testing.T, store *blobstore.Container, clock *fence.FakeClock, 
 // not wait a lease.
 func TestFirstOpenOfALeaseShardDoesNotWait(t *testing.T) {
 	store := mem.New()
-	clock := fence.NewFakeClock()
+	clock := clock.NewFake()
 	sh := waitOpen(t, openBG(t, store, 1, "a1", leaseOptions(clock, 5*time.Second, nil)), "first open of a lease shard")
 	appendOps(t, sh.Writer, "x")
 	if sh.Fencing.Mode != translog.Lease {
@@ -101,7 +102,7 @@ func TestFirstOpenOfALeaseShardDoesNotWait(t *testing.T) {
 // it may be about to open its writer, so the open waits the lease.
 func TestLeaseOpenWaitsForASweptFirstClaimant(t *testing.T) {
 	store := mem.New()
-	clock := fence.NewFakeClock()
+	clock := clock.NewFake()
 	const lease = 5 * time.Second
 	if _, err := seal.ShardFencing(context.Background(), store, shard, seal.Fencing{Mode: translog.Lease, LeaseInterval: lease}, seal.Options{}); err != nil {
 		t.Fatal(err)
@@ -119,7 +120,7 @@ func TestLeaseOpenWaitsForASweptFirstClaimant(t *testing.T) {
 func TestLeaseOpenWaitsForALowerTermThatOpenedWithoutItsKey(t *testing.T) {
 	ctx := context.Background()
 	store := mem.New()
-	clock := fence.NewFakeClock()
+	clock := clock.NewFake()
 	const lease = 5 * time.Second
 	sh1 := waitOpen(t, openBG(t, store, 1, "a1", leaseOptions(clock, lease, nil)), "term 1")
 	appendOps(t, sh1.Writer, "acked by term 1")
@@ -185,7 +186,7 @@ func storeFencing(t *testing.T, store *blobstore.Container, lease time.Duration)
 func TestRewriteRescuesAShardWhoseFirstOpenStoredAnAbsurdLease(t *testing.T) {
 	ctx := context.Background()
 	store := mem.New()
-	clock := fence.NewFakeClock()
+	clock := clock.NewFake()
 	storeFencing(t, store, 87600*time.Hour)
 	if _, err := fence.Claim(ctx, store, shard, 1, "a1"); err != nil { // the open that never returned
 		t.Fatal(err)
@@ -217,7 +218,7 @@ func TestRewriteRescuesAShardWhoseFirstOpenStoredAnAbsurdLease(t *testing.T) {
 func TestRewriteShorteningTheLeaseWaitsOutTheRunningLease(t *testing.T) {
 	ctx := context.Background()
 	store := mem.New()
-	clock := fence.NewFakeClock()
+	clock := clock.NewFake()
 	const lease = 5 * time.Second
 	sh1 := waitOpen(t, openBG(t, store, 1, "a1", leaseOptions(clock, lease, nil)), "term 1")
 	acked := []string{"t1-0"}
@@ -270,7 +271,7 @@ func TestRewriteShorteningTheLeaseWaitsOutTheRunningLease(t *testing.T) {
 func TestRewriteThatCannotWeakenDoesNotWaitAndAnUnsafeOneRollsBack(t *testing.T) {
 	ctx := context.Background()
 	store := mem.New()
-	clock := fence.NewFakeClock()
+	clock := clock.NewFake()
 	sh1 := waitOpen(t, openBG(t, store, 1, "a1", leaseOptions(clock, time.Second, nil)), "term 1")
 	appendOps(t, sh1.Writer, "x")
 	longer := seal.Fencing{Mode: translog.Lease, LeaseInterval: 4 * time.Second}

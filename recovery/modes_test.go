@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/shardfence/shardfence/blobstore/mem"
-	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -48,7 +48,7 @@ func TestFencingModeChangesAtTermBoundaries(t *testing.T) {
 		if i > 0 {
 			// The rewrite claims its own term; the zombie of the previous
 			// mode appends after it too.
-			res, err := recovery.RewriteFencing(ctx, store, shard, term, "admin", m.f, recovery.RewriteOptions{Clock: fence.NewAutoClock(), Backoff: fastRetry})
+			res, err := recovery.RewriteFencing(ctx, store, shard, term, "admin", m.f, recovery.RewriteOptions{Clock: clock.NewAuto(), Backoff: fastRetry})
 			if err != nil {
 				t.Fatalf("rewrite to %s: %v", m.name, err)
 			}

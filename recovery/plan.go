@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/internal/steady"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -139,7 +139,7 @@ func replayWindow(parallelism int) int { return max(parallelism, 64) }
 // caller's, run under the shard's stored fencing, with the chain's
 // identity (an unfenced writer takes it from there) and starting after the
 // restore point at sequence number next.
-func writerOptions(o translog.Options, f seal.Fencing, shard string, term int64, allocation string, restore seal.RestorePoint, next int64, clock steady.Clock) translog.Options {
+func writerOptions(o translog.Options, f seal.Fencing, shard string, term int64, allocation string, restore seal.RestorePoint, next int64, clock clock.Clock) translog.Options {
 	wo := f.Apply(o)
 	wo.Shard, wo.Term, wo.Allocation = shard, term, allocation
 	wo.StartGen, wo.StartSeqNo = restore.Gen+1, next

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/internal/steady"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -191,10 +191,10 @@ func TestReplayWindow(t *testing.T) {
 }
 
 func TestWriterOptions(t *testing.T) {
-	clock := steady.NewFake()
+	clk := clock.NewFake()
 	caller := translog.Options{Shard: "ignored", Term: 9, MaxPipeline: 3, FencingMode: translog.PerSync}
 	lease := seal.Fencing{Mode: translog.Lease, LeaseInterval: 2 * time.Second}
-	wo := writerOptions(caller, lease, "s", 4, "a4", seal.RestorePoint{Term: 3, Gen: 20}, 77, clock)
+	wo := writerOptions(caller, lease, "s", 4, "a4", seal.RestorePoint{Term: 3, Gen: 20}, 77, clk)
 	if wo.Shard != "s" || wo.Term != 4 || wo.Allocation != "a4" {
 		t.Fatalf("identity %q %d %q, want the chain's", wo.Shard, wo.Term, wo.Allocation)
 	}
@@ -204,13 +204,13 @@ func TestWriterOptions(t *testing.T) {
 	if wo.FencingMode != translog.Lease || wo.LeaseInterval != 2*time.Second || wo.MaxPipeline != 3 {
 		t.Fatalf("mode %v lease %v pipeline %d: want the stored fencing over the caller's other options", wo.FencingMode, wo.LeaseInterval, wo.MaxPipeline)
 	}
-	if wo.Clock != clock {
-		t.Fatal("an unset writer clock takes Open's")
+	if wo.Clock != clk {
+		t.Fatal("an unset writer clk takes Open's")
 	}
-	own := steady.NewAuto()
+	own := clock.NewAuto()
 	caller.Clock = own
-	if wo := writerOptions(caller, lease, "s", 4, "a4", seal.RestorePoint{}, 0, clock); wo.Clock != own || wo.StartGen != 1 {
-		t.Fatalf("clock kept %v, start gen %d: want the caller's clock and generation 1", wo.Clock == own, wo.StartGen)
+	if wo := writerOptions(caller, lease, "s", 4, "a4", seal.RestorePoint{}, 0, clk); wo.Clock != own || wo.StartGen != 1 {
+		t.Fatalf("clk kept %v, start gen %d: want the caller's clk and generation 1", wo.Clock == own, wo.StartGen)
 	}
 }
 

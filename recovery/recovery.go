@@ -31,9 +31,9 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/backoff"
-	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -44,7 +44,7 @@ type Options struct {
 	Node string
 	// Clock is the steady clock for the lease wait and backoff. Default:
 	// the system's.
-	Clock steady.Clock
+	Clock clock.Clock
 	// Backoff bounds retries of requests without a definite answer.
 	Backoff backoff.Policy
 	// Parallelism caps concurrent reads and downloads of the seal and
@@ -187,9 +187,9 @@ func stepError(step, shard string, term int64, err error) error {
 
 // defaults fills the steady clock, the backoff and the lease margin of
 // Open and RewriteFencing: the system's clock, the default backoff, 1s.
-func defaults(c *steady.Clock, b *backoff.Policy, margin *time.Duration) {
+func defaults(c *clock.Clock, b *backoff.Policy, margin *time.Duration) {
 	if *c == nil {
-		*c = steady.System()
+		*c = clock.System()
 	}
 	*b = b.Or(backoff.Store())
 	if *margin <= 0 {

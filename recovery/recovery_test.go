@@ -16,6 +16,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/fs"
 	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
@@ -120,7 +121,7 @@ func (l *log) set() map[string]bool {
 }
 
 func options(l *log) recovery.Options {
-	o := recovery.Options{Clock: fence.NewAutoClock(), Backoff: fastRetry, Parallelism: 4}
+	o := recovery.Options{Clock: clock.NewAuto(), Backoff: fastRetry, Parallelism: 4}
 	o.Writer.Backoff = fastRetry
 	o.Writer.InlineLimit = 64 // small, so data objects are exercised too
 	if l != nil {
@@ -373,7 +374,7 @@ func scenarioLeaseModeWaitsBeforeReadingTheLineage(t *testing.T, store *faulty.C
 	o1.Writer.FencingMode, o1.Writer.LeaseInterval = translog.Lease, 5*time.Second
 	sh1 := open(t, store.Container, 1, "a1", o1)
 	appendOps(t, sh1.Writer, "x")
-	clock := fence.NewFakeClock()
+	clock := clock.NewFake()
 	o := options(nil)
 	o.Clock = clock
 	o.Backoff = fence.Backoff{Attempts: 1}

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/backoff"
-	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/seal"
 )
 
@@ -17,7 +17,7 @@ import (
 type RewriteOptions struct {
 	// Node is recorded in the fence key the rewrite claims.
 	Node    string
-	Clock   steady.Clock
+	Clock   clock.Clock
 	Backoff backoff.Policy
 	// LeaseMargin is added to the lease the rewrite waits out. Default 1s.
 	LeaseMargin time.Duration

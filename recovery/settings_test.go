@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
@@ -59,7 +60,7 @@ func TestUnfencedShardOpensAppendsAndReplays(t *testing.T) {
 func TestSuccessorAskingPerSyncWaitsOutALeaseModeShard(t *testing.T) {
 	ctx := context.Background()
 	store := mem.New()
-	clock := fence.NewFakeClock()
+	clock := clock.NewFake()
 	const lease, margin = 5 * time.Second, time.Second
 	o1 := options(nil)
 	o1.Clock, o1.LeaseMargin = clock, margin

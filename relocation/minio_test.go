@@ -8,7 +8,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	_ "github.com/shardfence/shardfence/blobstore/minio"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 // TestScenariosMinIO runs the relocation scenarios against a real MinIO

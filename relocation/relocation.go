@@ -17,10 +17,10 @@ import (
 	"sync"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/ident"
-	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
 )
@@ -265,7 +265,7 @@ func (s *Source) Abort(ctx context.Context) (Outcome, error) {
 // AdoptOptions configure Adopt.
 type AdoptOptions struct {
 	Node    string
-	Clock   steady.Clock
+	Clock   clock.Clock
 	Backoff backoff.Policy
 	// Writer configures the target's writer; StartGen and StartSeqNo come
 	// from the context, the fencing fields from the shard's stored
@@ -353,12 +353,12 @@ func checkNextSeq(ctx context.Context, store *blobstore.Container, hc HandoffCon
 	if hc.Gen == 0 {
 		return nil
 	}
-	clock := opts.Clock
-	if clock == nil {
-		clock = steady.System()
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.System()
 	}
 	var md translog.MD
-	err := backoff.Do(ctx, clock, opts.Backoff.Or(backoff.Store()), blobstore.IsRetryable, func(ctx context.Context) error {
+	err := backoff.Do(ctx, clk, opts.Backoff.Or(backoff.Store()), blobstore.IsRetryable, func(ctx context.Context) error {
 		var err error
 		md, err = translog.NewReader(store, hc.Shard).ReadMD(ctx, hc.Term, hc.Gen)
 		return err

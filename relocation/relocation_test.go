@@ -12,6 +12,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/fs"
 	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
@@ -148,7 +149,7 @@ func scenarioCreateOnlyRevertBeforeAdoptFencesTheTarget(t *testing.T, store *fau
 // source opens term 1 for allocation "src" through recovery and wraps it.
 func source(t *testing.T, store *faulty.Container) *relocation.Source {
 	t.Helper()
-	o := recovery.Options{Clock: fence.NewAutoClock(), Backoff: fastRetry, Writer: writerOpts()}
+	o := recovery.Options{Clock: clock.NewAuto(), Backoff: fastRetry, Writer: writerOpts()}
 	sh, err := recovery.Open(context.Background(), store.Container, shard, 1, "src", o)
 	if err != nil {
 		t.Fatalf("open source: %v", err)
@@ -196,7 +197,7 @@ func adoptWith(t *testing.T, store *faulty.Container, hc relocation.HandoffConte
 func restored(t *testing.T, store *faulty.Container, term int64) []string {
 	t.Helper()
 	var ops []string
-	o := recovery.Options{Clock: fence.NewAutoClock(), Backoff: fastRetry, Writer: writerOpts(),
+	o := recovery.Options{Clock: clock.NewAuto(), Backoff: fastRetry, Writer: writerOpts(),
 		Apply: func(_ context.Context, b translog.Batch) error {
 			for _, op := range b.Ops {
 				ops = append(ops, string(op))
@@ -463,7 +464,7 @@ func refuseThenAdopt(t *testing.T, edit func(*relocation.HandoffContext), want s
 // records where the log ends, so the context matches.
 func TestAdoptAfterALeaseModeSource(t *testing.T) {
 	store := faulty.New(mem.New(), 1)
-	o := recovery.Options{Clock: fence.NewAutoClock(), Backoff: fastRetry, Writer: writerOpts()}
+	o := recovery.Options{Clock: clock.NewAuto(), Backoff: fastRetry, Writer: writerOpts()}
 	o.Writer.FencingMode, o.Writer.LeaseInterval = translog.Lease, time.Minute
 	sh, err := recovery.Open(context.Background(), store.Container, shard, 1, "src", o)
 	if err != nil {

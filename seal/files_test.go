@@ -9,7 +9,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
-	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -82,7 +82,7 @@ func TestCheckpointFromMemoryRestoresIntoMemoryOrADirectory(t *testing.T) {
 }
 
 func recoveryOptions() recovery.Options {
-	o := recovery.Options{Clock: fence.NewAutoClock(), Backoff: fastRetry}
+	o := recovery.Options{Clock: clock.NewAuto(), Backoff: fastRetry}
 	o.Writer.Backoff = fastRetry
 	o.Apply = func(context.Context, translog.Batch) error { return nil }
 	return o

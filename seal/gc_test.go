@@ -14,6 +14,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/fs"
 	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
@@ -45,7 +46,7 @@ func forEach(t *testing.T, fn func(t *testing.T, store *faulty.Container)) {
 
 func openShard(t *testing.T, store *blobstore.Container, term int64, apply func(translog.Batch), dir string) *recovery.Shard {
 	t.Helper()
-	o := recovery.Options{Clock: fence.NewAutoClock(), Backoff: fastRetry, Dir: dir}
+	o := recovery.Options{Clock: clock.NewAuto(), Backoff: fastRetry, Dir: dir}
 	o.Writer.Backoff = fastRetry
 	o.Writer.InlineLimit = 64
 	if apply != nil {
@@ -229,7 +230,7 @@ func TestGCStopsWhenFreshnessRunsOut(t *testing.T) {
 	ctx := context.Background()
 	store := faulty.New(mem.New(), 1)
 	sh2, _ := build(t, store)
-	clock := fence.NewFakeClock()
+	clock := clock.NewFake()
 	clock.Advance(time.Hour)
 	// The first deletion takes longer than the freshness interval: GC
 	// must not go on deleting on an expired proof.

@@ -16,7 +16,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
-	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 )
@@ -154,7 +154,7 @@ func TestHydrateStreamReportsProgressWithinAFile(t *testing.T) {
 	checkpoint(t, store.Container, sh1, 1, strings.Repeat("x", size), 1)
 	var mu sync.Mutex
 	var seen []recovery.Progress
-	o := recovery.Options{Clock: fence.NewAutoClock(), Backoff: fastRetry, Dir: t.TempDir(),
+	o := recovery.Options{Clock: clock.NewAuto(), Backoff: fastRetry, Dir: t.TempDir(),
 		Progress: func(p recovery.Progress) { mu.Lock(); seen = append(seen, p); mu.Unlock() }}
 	o.Writer.Backoff = fastRetry
 	sh2, err := recovery.Open(context.Background(), store.Container, shard, 2, "a2", o)

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/settle"
-	"github.com/shardfence/shardfence/internal/steady"
 )
 
 // Options configure the store access of seal, checkpoint, inspect and GC
@@ -17,7 +17,7 @@ import (
 type Options struct {
 	// Clock measures backoff and freshness. Default: the system's steady
 	// clock.
-	Clock steady.Clock
+	Clock clock.Clock
 	// Backoff bounds retries of requests without a definite answer.
 	Backoff backoff.Policy
 	// Parallelism caps concurrent requests of one call. Default 32.
@@ -31,7 +31,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.Clock == nil {
-		o.Clock = steady.System()
+		o.Clock = clock.System()
 	}
 	o.Backoff = o.Backoff.Or(backoff.Store())
 	if o.Parallelism <= 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
@@ -47,7 +48,7 @@ func TestShardFencingIsFixedAtTheFirstOpen(t *testing.T) {
 	ctx := context.Background()
 	store := faulty.New(mem.New(), 1)
 	store.MustAdd(faulty.Rule{Ops: faulty.Ops(blobstore.OpCreateIfAbsent), Fault: faulty.LostResponse, Times: 1})
-	opts := Options{Clock: fence.NewAutoClock()}
+	opts := Options{Clock: clock.NewAuto()}
 	lease := Fencing{Mode: translog.Lease, LeaseInterval: 2 * time.Second}
 	got, err := ShardFencing(ctx, store.Container, "s", lease, opts)
 	if err != nil || got != lease {
@@ -104,7 +105,7 @@ func TestFencingOfNormalizes(t *testing.T) {
 func TestShardFencingReadsBeforeItWrites(t *testing.T) {
 	ctx := context.Background()
 	store := faulty.New(mem.New(), 1)
-	opts := Options{Clock: fence.NewAutoClock(), Backoff: fence.Backoff{Attempts: 2}}
+	opts := Options{Clock: clock.NewAuto(), Backoff: fence.Backoff{Attempts: 2}}
 	lease := Fencing{Mode: translog.Lease, LeaseInterval: 2 * time.Second}
 	if _, err := ShardFencing(ctx, store.Container, "s", lease, opts); err != nil {
 		t.Fatal(err)
@@ -124,7 +125,7 @@ func TestShardFencingReadsBeforeItWrites(t *testing.T) {
 // instead of waiting it out.
 func TestLeaseIntervalIsBounded(t *testing.T) {
 	ctx := context.Background()
-	opts := Options{Clock: fence.NewAutoClock()}
+	opts := Options{Clock: clock.NewAuto()}
 	for _, d := range []time.Duration{time.Millisecond, MaxLeaseInterval + time.Millisecond, 87600 * time.Hour} {
 		store := mem.New()
 		_, err := ShardFencing(ctx, store, "s", Fencing{Mode: translog.Lease, LeaseInterval: d}, opts)
@@ -155,7 +156,7 @@ func TestLeaseIntervalIsBounded(t *testing.T) {
 func TestFencingRewriteLifecycle(t *testing.T) {
 	ctx := context.Background()
 	store := faulty.New(mem.New(), 1)
-	opts := Options{Clock: fence.NewAutoClock()}
+	opts := Options{Clock: clock.NewAuto()}
 	lease := Fencing{Mode: translog.Lease, LeaseInterval: 5 * time.Second}
 	if _, err := ShardFencing(ctx, store.Container, "s", lease, opts); err != nil {
 		t.Fatal(err)
@@ -231,7 +232,7 @@ func TestWeakens(t *testing.T) {
 func TestFencingRewriteBetweenFencedAndUnfenced(t *testing.T) {
 	ctx := context.Background()
 	store := mem.New()
-	opts := Options{Clock: fence.NewAutoClock()}
+	opts := Options{Clock: clock.NewAuto()}
 	off, obs := Fencing{Disabled: true}, Fencing{Mode: translog.Observe}
 	if _, err := ShardFencing(ctx, store, "s", off, opts); err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/internal/echo"
-	"github.com/shardfence/shardfence/internal/rpcfuzz"
+	"github.com/shardfence/shardfence/internal/harness/rpcfuzz"
 )
 
 var sidecarServices = []protoreflect.ServiceDescriptor{

@@ -26,8 +26,8 @@ import (
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 	"github.com/shardfence/shardfence/internal/reqlimit"
-	"github.com/shardfence/shardfence/internal/testservers"
 )
 
 // logBuffer collects log lines for a test.

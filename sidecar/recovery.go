@@ -11,9 +11,9 @@ import (
 	"sync"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/backoff"
-	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/relocation"
@@ -279,7 +279,7 @@ func openWarm(ctx context.Context, store *blobstore.Container, p openParams, eve
 // checked as the files are read. Store trouble is an error, not a reason
 // to take an older checkpoint.
 func pickCheckpoint(ctx context.Context, store *blobstore.Container, shard string, cands []seal.CheckpointRef) (*seal.Manifest, error) {
-	clock, bo := steady.System(), backoff.Store()
+	clock, bo := clock.System(), backoff.Store()
 	for _, c := range cands {
 		key := layout.ManifestKey(c.Term, c.Gen)
 		var obj blobstore.Object

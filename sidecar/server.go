@@ -11,7 +11,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/metered"
-	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/clock"
 )
 
 // Server holds the shards open on one sidecar. Its methods are the API;
@@ -41,7 +41,7 @@ type Server struct {
 	probeErr error
 	// clock stamps ownership proofs; GC and checkpoints read it too, so
 	// their freshness checks compare times of one steady clock.
-	clock fence.Clock
+	clock clock.Clock
 
 	// stopped is closed by Shutdown; the health watcher ends with it.
 	stopped  chan struct{}
@@ -79,7 +79,7 @@ func newServer(ctx context.Context, store *blobstore.Container, opts Options, op
 	if opts.StoreLabel == "" {
 		opts.StoreLabel = "shards"
 	}
-	s := &Server{opts: opts, opener: op, log: opts.Logger, reg: newRegistry(), clock: fence.SystemClock(), stopped: make(chan struct{})}
+	s := &Server{opts: opts, opener: op, log: opts.Logger, reg: newRegistry(), clock: clock.System(), stopped: make(chan struct{})}
 	s.watch = newWatchHub(s)
 	if opts.Registerer != nil {
 		m := metered.New(store, opts.StoreLabel)

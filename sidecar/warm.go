@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/internal/backoff"
-	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/seal"
 )
@@ -37,7 +37,7 @@ type warmShard struct {
 	cache     *blockCache // nil: no cache
 	fetchSem  chan struct{}
 	backoff   backoff.Policy
-	clock     steady.Clock
+	clock     clock.Clock
 	metrics   *metrics
 	log       func(msg string, args ...any)
 
@@ -104,7 +104,7 @@ func newWarmShard(shard string, term int64, store *blobstore.Container, m *seal.
 		shard: shard, term: term, store: store, manifest: m, files: map[string]*warmFile{},
 		dir: cfg.dir, blockSize: cfg.blockSize, cache: cfg.cache, fetchSem: cfg.fetchSem,
 		backoff: backoff.Policy{Initial: 20 * time.Millisecond, Max: 2 * time.Second, Attempts: 8},
-		clock:   steady.System(), metrics: cfg.metrics, log: cfg.log,
+		clock:   clock.System(), metrics: cfg.metrics, log: cfg.log,
 		ctx: ctx, cancel: cancel, locality: LocalityPartial, inflight: map[blockKey]*fetchCall{},
 		firstRead: make(chan struct{}),
 	}
@@ -557,7 +557,7 @@ func (w *warmShard) hydrateFile(f *warmFile) error {
 		}
 		w.log("hydrating a checkpoint file failed, retrying", "shard", w.shard, "file", f.info.Name, "attempt", attempt, "error", err.Error())
 		d := (backoff.Policy{Initial: 100 * time.Millisecond, Max: 30 * time.Second}).Delay(attempt)
-		if steady.Sleep(w.ctx, w.clock, d) != nil {
+		if clock.Sleep(w.ctx, w.clock, d) != nil {
 			return w.ctx.Err()
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 )
@@ -45,7 +46,7 @@ func TestCreateOnlyWritesOneObjectPerSync(t *testing.T) {
 func TestCreateOnlyFenceCheckStopsTheWriterAfterAClaim(t *testing.T) {
 	r := newRig(t, 1, Options{FencingMode: CreateOnly})
 	r.mustAppend("before")
-	if _, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor", fence.WithClock(fence.NewAutoClock())); err != nil {
+	if _, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor", fence.WithClock(clock.NewAuto())); err != nil {
 		t.Fatal(err)
 	}
 	after := 0

@@ -9,7 +9,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
-	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/clock"
 )
 
 // appendOrError is mustAppend for goroutines other than the test's own.
@@ -30,7 +30,7 @@ func (w *Writer) pendingCount() int {
 // The committer waits, on the injected clock and at most MaxGatherDelay, for
 // a batch as large as the previous one, and no longer.
 func TestGatherWaitsBoundedOnTheClock(t *testing.T) {
-	clk := fence.NewFakeClock()
+	clk := clock.NewFake()
 	r := newRig(t, 1, Options{Clock: clk, MaxGatherDelay: 2 * time.Millisecond, AckOrder: Sequenced})
 	// Every md create takes 16ms of fake time; the first one also waits
 	// until four more appends queue behind it, so the second sync carries
@@ -90,7 +90,7 @@ func TestGatherWaitsBoundedOnTheClock(t *testing.T) {
 }
 
 func TestGatherDelayCanBeDisabled(t *testing.T) {
-	clk := fence.NewFakeClock()
+	clk := clock.NewFake()
 	r := newRig(t, 1, Options{Clock: clk, MaxGatherDelay: -1})
 	r.store.SetHooks(faulty.Hooks{Before: func(_ context.Context, q faulty.Request) error {
 		if q.Op == blobstore.OpCreateIfAbsent {

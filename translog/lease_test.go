@@ -8,12 +8,13 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 )
 
 func TestLeaseModeCASesOncePerLeaseAndAcksOnlyInsideIt(t *testing.T) {
-	clk := fence.NewFakeClock()
+	clk := clock.NewFake()
 	r := newRig(t, 1, Options{FencingMode: Lease, LeaseInterval: 10 * time.Second, Clock: clk})
 	cas := func() int64 { return r.store.Requests(blobstore.OpCompareAndSwap) }
 	step := func(what string, advance time.Duration, wantCAS int64) {
@@ -73,7 +74,7 @@ func TestLeaseModeCASesOncePerLeaseAndAcksOnlyInsideIt(t *testing.T) {
 }
 
 func TestPerSyncModeFencesOnTheFirstSyncAfterTheClaim(t *testing.T) {
-	clk := fence.NewFakeClock()
+	clk := clock.NewFake()
 	r := newRig(t, 1, Options{Clock: clk})
 	for range 3 {
 		clk.Advance(time.Second)
@@ -95,7 +96,7 @@ func TestPerSyncModeFencesOnTheFirstSyncAfterTheClaim(t *testing.T) {
 // makes without a CAS: such acks happen before the claim returns (so the
 // lineage read after it sees their md), and none after.
 func TestSuccessorLeaseWaitOutlastsZombieAcks(t *testing.T) {
-	clk := fence.NewFakeClock()
+	clk := clock.NewFake()
 	lease := 10 * time.Second
 	r := newRig(t, 1, Options{FencingMode: Lease, LeaseInterval: lease, Clock: clk})
 	r.mustAppend("with CAS") // lease from t=0

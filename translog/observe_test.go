@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 )
 
@@ -22,7 +23,7 @@ func TestObserveModeReportsWhatPerSyncWouldHaveFailed(t *testing.T) {
 	if n := r.store.Requests(blobstore.OpCompareAndSwap); n != 1 {
 		t.Fatalf("%d CAS requests for one observe-mode sync, want 1 (it CASes as per_sync does)", n)
 	}
-	if _, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor", fence.WithClock(fence.NewAutoClock())); err != nil {
+	if _, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor", fence.WithClock(clock.NewAuto())); err != nil {
 		t.Fatal(err)
 	}
 	for _, op := range []string{"after1", "after2", "after3"} {
@@ -54,7 +55,7 @@ func TestObserveModeReportsWhatPerSyncWouldHaveFailed(t *testing.T) {
 func TestObserveModeStopsAtAPoison(t *testing.T) {
 	r := newRig(t, 1, Options{FencingMode: Observe})
 	r.mustAppend("a")
-	if _, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor", fence.WithClock(fence.NewAutoClock())); err != nil {
+	if _, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor", fence.WithClock(clock.NewAuto())); err != nil {
 		t.Fatal(err)
 	}
 	r.mustAppend("b") // observed, acknowledged

@@ -5,10 +5,10 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/ident"
-	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/layout"
 )
 
@@ -132,7 +132,7 @@ type Options struct {
 	// into a tiny and a large one. Default 2ms; negative disables.
 	MaxGatherDelay time.Duration
 
-	Clock   steady.Clock
+	Clock   clock.Clock
 	Backoff backoff.Policy
 }
 
@@ -202,7 +202,7 @@ func DefaultOptions() Options {
 		AckOrder: Concurrent, FencingMode: PerSync, LeaseInterval: DefaultLeaseInterval,
 		InlineLimit: 1 << 20, MaxSyncBytes: 16 << 20, MaxInFlightBytes: 64 << 20,
 		MaxPipeline: 4, MaxGatherDelay: 2 * time.Millisecond,
-		Clock: steady.System(), Backoff: backoff.Store(),
+		Clock: clock.System(), Backoff: backoff.Store(),
 	}
 }
 

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/settle"
-	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/layout"
 )
 
@@ -119,7 +119,7 @@ func (w *Writer) retry(step func() (again bool, err error)) error {
 			w.noteStoreError(err, !failing)
 			failing = true
 		}
-		if steady.Sleep(w.ctx, w.clock, w.opts.Backoff.Delay(attempt)) != nil {
+		if clock.Sleep(w.ctx, w.clock, w.opts.Backoff.Delay(attempt)) != nil {
 			return ErrClosed
 		}
 	}
@@ -229,7 +229,7 @@ func (w *Writer) startCheck(force bool) {
 			// wait for this check, so it is sent again.
 			w.noteStoreError(err, !failing)
 			failing = true
-			if steady.Sleep(w.ctx, w.clock, w.opts.Backoff.Delay(attempt)) != nil {
+			if clock.Sleep(w.ctx, w.clock, w.opts.Backoff.Delay(attempt)) != nil {
 				w.locked(func(p *pipeline) { p.checked(gen, ErrClosed, w.clock.Now(), w.instanceErr()) })
 				break
 			}
@@ -265,7 +265,7 @@ func (w *Writer) awaitWindow() {
 		if open {
 			return
 		}
-		if attempt > 1 && steady.Sleep(w.ctx, w.clock, w.opts.Backoff.Delay(attempt)) != nil {
+		if attempt > 1 && clock.Sleep(w.ctx, w.clock, w.opts.Backoff.Delay(attempt)) != nil {
 			return
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 )
@@ -105,7 +106,7 @@ func TestAckedWritesSurviveSuccessorSeal(t *testing.T) {
 					})
 				}
 				time.Sleep(time.Duration(1+round%4) * time.Millisecond)
-				if _, err := fence.Claim(ctx, r.store.Container, shard, 2, "successor", fence.WithClock(fence.NewAutoClock())); err != nil {
+				if _, err := fence.Claim(ctx, r.store.Container, shard, 2, "successor", fence.WithClock(clock.NewAuto())); err != nil {
 					t.Fatalf("successor claim: %v", err)
 				}
 				restored := sealForTest(ctx, t, r.store.Container, 2)

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
-	"github.com/shardfence/shardfence/internal/steady"
-	"github.com/shardfence/shardfence/internal/wrongdesign"
+	"github.com/shardfence/shardfence/internal/testhooks"
 )
 
 // Writer appends ops to one term of a shard's translog. Append is safe for
@@ -25,7 +25,7 @@ type Writer struct {
 	store    *blobstore.Container
 	chain    *fence.Chain // nil when fencing is disabled
 	opts     Options
-	clock    steady.Clock
+	clock    clock.Clock
 	inline   int
 	ctx      context.Context // the syncs' requests; cancelled when Close gives up
 	cancel   context.CancelFunc
@@ -63,7 +63,7 @@ func Open(ctx context.Context, store *blobstore.Container, chain *fence.Chain, o
 		arrived: make(chan struct{}, 1), closeCh: make(chan struct{}), loopDone: make(chan struct{}),
 		pipe: make(chan struct{}, opts.MaxPipeline), checked: make(chan struct{}, 1), space: make(chan struct{}), p: newPipeline(opts),
 	}
-	if wrongdesign.On(ctx, wrongdesign.ClaimIsFirstCheck) {
+	if testhooks.On(ctx, testhooks.ClaimIsFirstCheck) {
 		w.p.confirmed = true // the checker's wrong design: acks before any check
 	}
 	go w.loop()

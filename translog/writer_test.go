@@ -14,6 +14,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 )
@@ -46,7 +47,7 @@ func newSeededRig(t *testing.T, term int64, o Options, seed uint64) *rig {
 func (r *rig) open(term int64, alloc string, o Options) {
 	r.t.Helper()
 	if o.Clock == nil {
-		o.Clock = fence.NewAutoClock()
+		o.Clock = clock.NewAuto()
 	}
 	if o.Backoff == (fence.Backoff{}) {
 		o.Backoff = fastRetry
@@ -284,7 +285,7 @@ func TestHigherTermFencesActiveWriter(t *testing.T) {
 		t.Run(order.String(), func(t *testing.T) {
 			r := newRig(t, 1, Options{AckOrder: order})
 			r.mustAppend("before")
-			if _, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor", fence.WithClock(fence.NewAutoClock())); err != nil {
+			if _, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor", fence.WithClock(clock.NewAuto())); err != nil {
 				t.Fatal(err)
 			}
 			_, err := r.append("after")
@@ -557,7 +558,7 @@ func TestNoAckOnceTheWriterLearnedItIsFenced(t *testing.T) {
 	g1 := make(chan result, 1)
 	go func() { a, err := r.append("g1"); g1 <- result{a, err} }()
 	waitFor(t, func() bool { return r.fenceGen(1) == 1 })
-	if _, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor", fence.WithClock(fence.NewAutoClock())); err != nil {
+	if _, err := fence.Claim(context.Background(), r.inner, shard, 2, "successor", fence.WithClock(clock.NewAuto())); err != nil {
 		t.Fatal(err)
 	}
 	g2 := make(chan result, 1)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
@@ -178,7 +179,7 @@ func (w modeLineageWorld) Final(r *Run) error {
 // restore point. It returns the cut and the restore point's ops.
 func barrierSealDirect(ctx context.Context, store *blobstore.Container, sealedBy int64, lead int64, fill bool) (int64, []string, error) {
 	rd := translog.NewReader(store, Shard)
-	clock := fence.NewAutoClock()
+	clock := clock.NewAuto()
 	mds := map[int64]translog.MD{}
 	// read returns the md at gen; found false when there is none.
 	read := func(gen int64) (md translog.MD, found bool, err error) {

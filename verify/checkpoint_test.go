@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
@@ -56,7 +57,7 @@ func publishAndCollect(ctx context.Context, r *Run, w *world, actor string, stor
 		w.fail(r, "%s: %v", actor, err)
 		return
 	}
-	so := seal.Options{Clock: fence.NewAutoClock(), Backoff: backoff}
+	so := seal.Options{Clock: clock.NewAuto(), Backoff: backoff}
 	_, err := seal.PublishCheckpointFS(ctx, store, chain, gen, files, seal.PublishOptions{Options: so, NextSeqNo: int64(len(ops))})
 	if !gcOutcome(r, w, actor, "checkpoint at gen", gen, err) {
 		return

@@ -30,7 +30,7 @@ import (
 //     it heard it, so state pruning never merges runs whose actors read
 //     different times.
 
-// Clock is an actor's view of a run's scheduled time: a fence.Clock (and a
+// Clock is an actor's view of a run's scheduled time: a clock.Clock (and a
 // fence.NonceSource, counting per actor so runs write the same bytes).
 type Clock struct {
 	r      *Run
@@ -45,7 +45,7 @@ type timer struct {
 }
 
 // Clock returns actor's clock. Without a scheduled time (Scenario.Tick 0)
-// it panics: such scenarios use fence.NewAutoClock.
+// it panics: such scenarios use clock.NewAuto.
 func (r *Run) Clock(actor string) *Clock {
 	if r.sc.Tick <= 0 {
 		panic(fmt.Sprintf("scenario %s: Run.Clock without a Tick", r.sc.Name))

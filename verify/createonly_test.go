@@ -8,7 +8,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/fence"
-	"github.com/shardfence/shardfence/internal/wrongdesign"
+	"github.com/shardfence/shardfence/internal/testhooks"
 	"github.com/shardfence/shardfence/translog"
 )
 
@@ -204,9 +204,9 @@ func TestCreateOnly(t *testing.T) {
 // go test ./verify -run TestReplay -v -scenario wrong-createonly-first-open-claim-check -seed 11
 func init() {
 	for _, wrong := range []bool{false, true} {
-		name, switches := "createonly-first-open", []wrongdesign.Switch(nil)
+		name, switches := "createonly-first-open", []testhooks.Switch(nil)
 		if wrong {
-			name, switches = "wrong-createonly-first-open-claim-check", []wrongdesign.Switch{wrongdesign.ClaimIsFirstCheck}
+			name, switches = "wrong-createonly-first-open-claim-check", []testhooks.Switch{testhooks.ClaimIsFirstCheck}
 		}
 		register(Scenario{
 			Name: name,

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
@@ -50,7 +50,7 @@ func collector(r *Run, w *world, actor string, term int64, n int) {
 			return
 		}
 		appender(ctx, r, w, actor, term, sh.Writer, n)
-		res, err := seal.GC(ctx, store, sh.Chain, seal.GCOptions{Options: seal.Options{Clock: fence.NewAutoClock(), Backoff: backoff}})
+		res, err := seal.GC(ctx, store, sh.Chain, seal.GCOptions{Options: seal.Options{Clock: clock.NewAuto(), Backoff: backoff}})
 		if err != nil {
 			w.fail(r, "%s: GC at term %d: %v", actor, term, err)
 			return

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/relocation"
@@ -255,7 +256,7 @@ func relocationScenarioWith(name string, faults int, gap, trust bool, wo translo
 					wr, err = trustingAdopt(ctx, store, hc, wo)
 				} else {
 					_, wr, err = relocation.Adopt(ctx, store, "tgt", hc, relocation.AdoptOptions{
-						Clock: fence.NewAutoClock(), Backoff: backoff, Writer: wo})
+						Clock: clock.NewAuto(), Backoff: backoff, Writer: wo})
 				}
 				if gap && !trust {
 					if err == nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/translog"
@@ -68,15 +69,15 @@ func leaseSuccessor(r *Run, w *world, actor string, term int64, lw leaseWait, po
 	w.terms[actor] = term
 	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
 		<-w.opened
-		clock := r.Clock(actor)
-		start := clock.Now()
+		clk := r.Clock(actor)
+		start := clk.Now()
 		chain, err := fence.Claim(ctx, store, Shard, term, actor, leaseClaimOpts(r, actor)...)
 		w.claimResult(r, actor, term, err)
 		if err != nil {
 			return
 		}
 		if lw.fromClaim {
-			err = fence.Sleep(ctx, clock, time.Duration(start+int64(lw.wait)-clock.Now()))
+			err = clock.Sleep(ctx, clk, time.Duration(start+int64(lw.wait)-clk.Now()))
 		} else {
 			err = chain.WaitOutLease(ctx, lw.wait)
 		}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"
@@ -102,7 +102,7 @@ func modeChangeRecovery(name string, from, to seal.Fencing, syncs, writes, fault
 			w.terms["c3"] = 3
 			r.Go("c3", func(ctx context.Context, store *blobstore.Container) {
 				<-w.opened
-				res, err := recovery.RewriteFencing(ctx, store, Shard, 2, "c3", to, recovery.RewriteOptions{Clock: fence.NewAutoClock(), Backoff: backoff})
+				res, err := recovery.RewriteFencing(ctx, store, Shard, 2, "c3", to, recovery.RewriteOptions{Clock: clock.NewAuto(), Backoff: backoff})
 				if err != nil {
 					if !r.Ended() {
 						w.fail(r, "c3: rewrite to %s at term 2: %v", to, err)

@@ -9,8 +9,9 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/mem"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
-	"github.com/shardfence/shardfence/internal/wrongdesign"
+	"github.com/shardfence/shardfence/internal/testhooks"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
@@ -19,7 +20,7 @@ import (
 
 func recoveryOpts(ops *[]string) recovery.Options {
 	return recovery.Options{
-		Clock:   fence.NewAutoClock(),
+		Clock:   clock.NewAuto(),
 		Backoff: backoff,
 		Apply: func(_ context.Context, b translog.Batch) error {
 			for _, op := range b.Ops {
@@ -56,12 +57,12 @@ func recoverWrapped(r *Run, w *world, actor string, term int64, n int, gate bool
 }
 
 // recoverWrong is recoverWrapped with the wrong designs wrong turned on in
-// the production code it runs (internal/wrongdesign).
-func recoverWrong(r *Run, w *world, actor string, term int64, n int, gate bool, wo translog.Options, wrap func(*blobstore.Container) *blobstore.Container, after <-chan struct{}, wrong ...wrongdesign.Switch) {
+// the production code it runs (internal/testhooks).
+func recoverWrong(r *Run, w *world, actor string, term int64, n int, gate bool, wo translog.Options, wrap func(*blobstore.Container) *blobstore.Container, after <-chan struct{}, wrong ...testhooks.Switch) {
 	w.terms[actor] = term
 	r.Go(actor, func(ctx context.Context, store *blobstore.Container) {
 		for _, s := range wrong {
-			ctx = wrongdesign.With(ctx, s)
+			ctx = testhooks.With(ctx, s)
 		}
 		if gate {
 			<-w.opened
@@ -223,7 +224,7 @@ func earlySurveyRecovery(r *Run, w *world, actor string, term int64, n int, atDe
 		if after != nil {
 			<-after
 		}
-		so := seal.Options{Clock: fence.NewAutoClock(), Backoff: backoff}
+		so := seal.Options{Clock: clock.NewAuto(), Backoff: backoff}
 		var sv *seal.Survey
 		var svErr error
 		var hooks fence.Hooks
@@ -280,7 +281,7 @@ func earlySurveyRecovery(r *Run, w *world, actor string, term int64, n int, atDe
 			if to < rg.From {
 				continue
 			}
-			err := fence.Retry(ctx, fence.NewAutoClock(), backoff, func(ctx context.Context) error {
+			err := fence.Retry(ctx, clock.NewAuto(), backoff, func(ctx context.Context) error {
 				return rd.Iterate(ctx, rg.Term, rg.From, to, func(b translog.Batch) error {
 					for _, op := range b.Ops {
 						ops = append(ops, string(op))
@@ -360,7 +361,7 @@ func init() {
 // firstOpenKeyed starts w1's first open at term 1 (one append, writer
 // options wo, the wrong designs wrong) and returns a channel closed once
 // w1's create of its fence key was answered ok.
-func firstOpenKeyed(r *Run, w *world, wo translog.Options, wrong ...wrongdesign.Switch) <-chan struct{} {
+func firstOpenKeyed(r *Run, w *world, wo translog.Options, wrong ...testhooks.Switch) <-chan struct{} {
 	keyed := make(chan struct{})
 	var once bool
 	wrap := func(c *blobstore.Container) *blobstore.Container {
@@ -396,7 +397,7 @@ func markerBesidePoison(r *Run, w *world, actor string, term int64) {
 		if err != nil {
 			return
 		}
-		clock := fence.NewAutoClock()
+		clock := clock.NewAuto()
 		var gens []int64
 		if err := fence.Retry(ctx, clock, backoff, func(ctx context.Context) error {
 			var err error

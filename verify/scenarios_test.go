@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
@@ -27,7 +28,7 @@ func sealDirect(ctx context.Context, store *blobstore.Container, sealedBy int64,
 // without poisoning the next generation.
 func sealDirectWith(ctx context.Context, store *blobstore.Container, sealedBy int64, poison, onePoison bool) (int64, []string, error) {
 	rd := translog.NewReader(store, Shard)
-	clock := fence.NewAutoClock()
+	clock := clock.NewAuto()
 	m := int64(0)
 	for {
 		var md translog.MD
@@ -102,7 +103,7 @@ func successorDirect(r *Run, w *world, actor string, term int64, n int, poison, 
 		}
 		w.restored(r, actor, term, ops)
 		if gcPoison {
-			err := fence.Retry(ctx, fence.NewAutoClock(), backoff, func(ctx context.Context) error {
+			err := fence.Retry(ctx, clock.NewAuto(), backoff, func(ctx context.Context) error {
 				return store.Delete(ctx, layout.MDKey(1, m+1))
 			})
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/translog"
@@ -20,13 +21,13 @@ import (
 var backoff = fence.Backoff{Initial: time.Millisecond, Max: time.Millisecond, Attempts: 10}
 
 func claimOpts() []fence.Option {
-	return []fence.Option{fence.WithClock(fence.NewAutoClock()), fence.WithBackoff(backoff)}
+	return []fence.Option{fence.WithClock(clock.NewAuto()), fence.WithBackoff(backoff)}
 }
 
 func writerOpts(order translog.AckOrder) translog.Options {
 	// Gathering waits on the clock; off, a batch is exactly what the gates
 	// let in.
-	return translog.Options{AckOrder: order, Clock: fence.NewAutoClock(), Backoff: backoff, MaxGatherDelay: -1}
+	return translog.Options{AckOrder: order, Clock: clock.NewAuto(), Backoff: backoff, MaxGatherDelay: -1}
 }
 
 type ack struct {

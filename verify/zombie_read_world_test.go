@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
@@ -263,7 +264,7 @@ func (z *readWorld) appendOps(ctx context.Context, r *Run, actor string, term in
 // goroutine, so a read can be called while another waits for its barrier.
 func (z *readWorld) serveReads(ctx context.Context, r *Run, c readCase, actor string, sh *recovery.Shard) {
 	g := &readGroup{joinSent: c.joinSent}
-	var clock fence.Clock
+	var clock clock.Clock
 	if c.lease {
 		clock = r.Clock(actor)
 	}
@@ -316,7 +317,7 @@ func (z *readWorld) called(r *Run, name string) *zread {
 // barrier is sidecar.Server.Barrier for w1: none in the wrong design (a);
 // in lease mode, none while the writer's lease covers now; else one fence
 // key read through the group.
-func (z *readWorld) barrier(ctx context.Context, r *Run, c readCase, sh *recovery.Shard, clock fence.Clock, g *readGroup) (string, error) {
+func (z *readWorld) barrier(ctx context.Context, r *Run, c readCase, sh *recovery.Shard, clock clock.Clock, g *readGroup) (string, error) {
 	if c.noBarrier {
 		return "none", nil
 	}

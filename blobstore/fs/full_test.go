@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 // On a full device every write fails before any effect, as a retryable

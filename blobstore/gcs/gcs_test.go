@@ -20,7 +20,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/gcs"
 	"github.com/shardfence/shardfence/conformance"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 // One server serves the whole package; every container gets its own prefix.

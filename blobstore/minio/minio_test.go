@@ -16,7 +16,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/minio"
 	_ "github.com/shardfence/shardfence/blobstore/s3"
 	"github.com/shardfence/shardfence/conformance"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 func TestMinIO(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardfence/shardfence/internal/e2ebench"
+	"github.com/shardfence/shardfence/internal/harness/e2ebench"
 )
 
 const benchE2ESummary = "appends through a sidecar process (unary, stream, client package; TCP and unix socket) vs the in-process translog, same store, same run"

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/internal/cost"
-	"github.com/shardfence/shardfence/internal/fleetbench"
+	"github.com/shardfence/shardfence/internal/harness/cost"
+	"github.com/shardfence/shardfence/internal/harness/fleetbench"
 	"github.com/shardfence/shardfence/master"
 )
 

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 // A small fleet on MinIO: 50 simulated nodes and 500 auto-restore shards

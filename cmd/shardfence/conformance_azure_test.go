@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/shardfence/shardfence/conformance"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 // TestConformanceAzureOnAzurite runs `shardfence conformance --store

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/shardfence/shardfence/conformance"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 // allChecksBut is every check of both suites except those named.

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/shardfence/shardfence/conformance"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 // TestConformanceS3OnMinIO runs the whole `shardfence conformance --store

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/shardfence/shardfence/blobstore/metered"
-	"github.com/shardfence/shardfence/internal/cost"
+	"github.com/shardfence/shardfence/internal/harness/cost"
 	"github.com/shardfence/shardfence/sidecar"
 )
 

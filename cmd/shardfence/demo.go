@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/internal/demo"
+	"github.com/shardfence/shardfence/internal/harness/demo"
 )
 
 const demoSummary = "a guided failover: term 2 fences a live term 1, a handoff moves it on, no acknowledged op lost"

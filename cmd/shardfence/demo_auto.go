@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardfence/shardfence/internal/demo"
+	"github.com/shardfence/shardfence/internal/harness/demo"
 )
 
 // runDemoAuto shows automatic failover with real processes: a master, three

@@ -11,7 +11,7 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
-	"github.com/shardfence/shardfence/internal/demo"
+	"github.com/shardfence/shardfence/internal/harness/demo"
 )
 
 // runDemoMasterFailover shows a master failover with real processes: a

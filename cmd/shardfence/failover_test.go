@@ -13,8 +13,8 @@ import (
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
-	"github.com/shardfence/shardfence/internal/sidecarproc"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/sidecarproc"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 // Automatic failover across real processes on MinIO: a master and

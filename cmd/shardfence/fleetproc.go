@@ -18,7 +18,7 @@ import (
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/client"
-	"github.com/shardfence/shardfence/internal/demo"
+	"github.com/shardfence/shardfence/internal/harness/demo"
 	"github.com/shardfence/shardfence/internal/launcher"
 )
 

@@ -17,8 +17,8 @@ import (
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
-	"github.com/shardfence/shardfence/internal/sidecarproc"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/sidecarproc"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 	"github.com/shardfence/shardfence/master"
 )
 

@@ -3,8 +3,8 @@ package main
 import (
 	"testing"
 
-	"github.com/shardfence/shardfence/internal/sidecarproc"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/sidecarproc"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 // The rollout of fencing on a live shard across processes

@@ -15,7 +15,7 @@ import (
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/client"
-	"github.com/shardfence/shardfence/internal/sidecarproc"
+	"github.com/shardfence/shardfence/internal/harness/sidecarproc"
 )
 
 // A client that knows only the master (client.Router) appends to three

@@ -22,8 +22,8 @@ import (
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
-	"github.com/shardfence/shardfence/internal/demo"
-	"github.com/shardfence/shardfence/internal/sidecarproc"
+	"github.com/shardfence/shardfence/internal/harness/demo"
+	"github.com/shardfence/shardfence/internal/harness/sidecarproc"
 )
 
 // writeCert writes a certificate for 127.0.0.1 signed by ca (self-signed

@@ -15,8 +15,8 @@ import (
 	"connectrpc.com/connect"
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
-	"github.com/shardfence/shardfence/internal/demo"
-	"github.com/shardfence/shardfence/internal/sidecarproc"
+	"github.com/shardfence/shardfence/internal/harness/demo"
+	"github.com/shardfence/shardfence/internal/harness/sidecarproc"
 )
 
 // The fencing rewrite across processes, on a real store: sidecar A runs

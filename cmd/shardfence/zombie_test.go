@@ -7,8 +7,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/shardfence/shardfence/internal/sidecarproc"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/sidecarproc"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 // asBinaryEnv makes the test binary run as the shardfence command, so the

@@ -11,7 +11,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/shardfence/shardfence/internal/steady"
+	"github.com/shardfence/shardfence/clock"
 )
 
 // Policy bounds retries: delays double from Initial up to Max; Attempts
@@ -57,13 +57,13 @@ func (p Policy) attempts() int {
 // Do runs op until it succeeds, fails with an error retryable does not
 // accept, or the attempts run out. Callers that must settle an unknown
 // outcome first do so inside op.
-func Do(ctx context.Context, c steady.Clock, p Policy, retryable func(error) bool, op func(ctx context.Context) error) error {
+func Do(ctx context.Context, c clock.Clock, p Policy, retryable func(error) bool, op func(ctx context.Context) error) error {
 	for attempt := 1; ; attempt++ {
 		err := op(ctx)
 		if err == nil || !retryable(err) || attempt >= p.attempts() {
 			return err
 		}
-		if serr := steady.Sleep(ctx, c, p.Delay(attempt)); serr != nil {
+		if serr := clock.Sleep(ctx, c, p.Delay(attempt)); serr != nil {
 			return errors.Join(err, serr)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
-	"github.com/shardfence/shardfence/internal/steady"
+	"github.com/shardfence/shardfence/clock"
 )
 
 func TestBackoff(t *testing.T) {
@@ -22,7 +22,7 @@ func TestBackoff(t *testing.T) {
 			t.Fatalf("delays %v", got)
 		}
 	}
-	clk := steady.NewAuto()
+	clk := clock.NewAuto()
 	calls := 0
 	err := Do(context.Background(), clk, b, blobstore.IsRetryable, func(context.Context) error {
 		calls++

@@ -1,8 +1,10 @@
-// Package testhooks holds switches that re-create known bugs, for the
-// whole-system simulation (package sim) to prove it finds them. They are
-// test-only: production code never sets them, and each is false unless a
-// test sets it. Each names the code it changes and the commit that fixed
-// the bug it re-creates.
+// Package testhooks holds the test-only switches that re-create known
+// bugs or wrong designs, so the tools that must find them can show they
+// do: global switches for the whole-system simulation (package sim, this
+// file) and per-context switches for the protocol checker (package
+// verify, context.go). Production code never sets one, and each is off
+// unless a test turns it on. Each names the code it changes and the fix
+// or finding it re-creates.
 package testhooks
 
 import "sync/atomic"

@@ -11,7 +11,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
-	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/recovery"
@@ -327,7 +327,7 @@ func TestQuietAfterAClaimOverUnseenGenerations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, err := recovery.Open(context.Background(), sub, n.Shard(), 5, "test-claim", recovery.Options{Clock: fence.SystemClock()})
+	sh, err := recovery.Open(context.Background(), sub, n.Shard(), 5, "test-claim", recovery.Options{Clock: clock.System()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/master"
@@ -47,7 +48,7 @@ type tailer struct {
 	markersLooked int64
 }
 
-func (t *tailer) status(clock fence.Clock) (pos recovery.Position, boot bool, entries int64, lag time.Duration) {
+func (t *tailer) status(clock clock.Clock) (pos recovery.Position, boot bool, entries int64, lag time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.tipSeq > t.pos.NextSeqNo {

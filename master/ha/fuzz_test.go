@@ -13,8 +13,8 @@ import (
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/internal/echo"
 	"github.com/shardfence/shardfence/internal/grpcprobe"
+	"github.com/shardfence/shardfence/internal/harness/rpcfuzz"
 	"github.com/shardfence/shardfence/internal/reqlimit"
-	"github.com/shardfence/shardfence/internal/rpcfuzz"
 	"github.com/shardfence/shardfence/master"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )

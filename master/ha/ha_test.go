@@ -11,7 +11,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/mem"
 	_ "github.com/shardfence/shardfence/blobstore/minio"
 	"github.com/shardfence/shardfence/fence"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/seal"
 	"github.com/shardfence/shardfence/translog"

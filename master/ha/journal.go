@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/recovery"
@@ -32,7 +33,7 @@ import (
 type oplog struct {
 	w        *translog.Writer
 	chain    *fence.Chain
-	clock    fence.Clock
+	clock    clock.Clock
 	maxBytes int
 	onFail   func(error)
 	metrics  *Metrics
@@ -98,7 +99,7 @@ type oplogOptions struct {
 	onFail     func(error)
 }
 
-func newOplog(w *translog.Writer, chain *fence.Chain, clock fence.Clock, o oplogOptions) *oplog {
+func newOplog(w *translog.Writer, chain *fence.Chain, clock clock.Clock, o oplogOptions) *oplog {
 	l := &oplog{w: w, chain: chain, clock: clock, maxBytes: o.maxBytes, onFail: o.onFail, metrics: o.metrics, acked: o.from,
 		lease: o.lease, notBefore: o.notBefore, leadership: o.leadership, quietUntil: o.quietUntil, opened: clock.Now(), kick: make(chan struct{}, 1), done: make(chan struct{})}
 	l.leaseUntil.Store(o.claimed + int64(o.leadership))
@@ -254,7 +255,7 @@ func (t ownedTicket) Wait(ctx context.Context) error {
 // term fences it. A new term first waits out its predecessor's lease.
 func (l *oplog) owned(ctx context.Context) error {
 	if d := time.Duration(l.notBefore - l.clock.Now()); d > 0 {
-		if err := fence.Sleep(ctx, l.clock, d); err != nil {
+		if err := clock.Sleep(ctx, l.clock, d); err != nil {
 			return err
 		}
 	}

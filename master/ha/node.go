@@ -15,6 +15,7 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/master"
@@ -105,7 +106,7 @@ type Options struct {
 
 	// Clock is the steady clock of the store protocol (backoff,
 	// freshness). Default: the system's.
-	Clock   fence.Clock
+	Clock   clock.Clock
 	Backoff fence.Backoff
 	// Dir receives snapshot files while they are encoded or hydrated.
 	// Default: the system's temporary directory.
@@ -217,7 +218,7 @@ func New(opts Options) (*Node, error) {
 		return nil, err
 	}
 	if opts.Clock == nil {
-		opts.Clock = fence.SystemClock()
+		opts.Clock = clock.System()
 	}
 	if opts.Backoff == (fence.Backoff{}) {
 		opts.Backoff = fence.DefaultBackoff()
@@ -552,7 +553,7 @@ func (n *Node) openPrimaryRetrying(ctx context.Context) error {
 			return err
 		}
 		n.log.Warn("opening the operation log failed; retrying", "err", err)
-		if fence.Sleep(ctx, n.opts.Clock, time.Second) != nil {
+		if clock.Sleep(ctx, n.opts.Clock, time.Second) != nil {
 			return ctx.Err()
 		}
 	}
@@ -567,7 +568,7 @@ func (n *Node) topTermRetrying(ctx context.Context) (int64, error) {
 			return top, err
 		}
 		n.log.Warn("listing the operation log's terms failed; retrying", "err", err)
-		if err := fence.Sleep(ctx, n.opts.Clock, time.Second); err != nil {
+		if err := clock.Sleep(ctx, n.opts.Clock, time.Second); err != nil {
 			return 0, err
 		}
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/fs"
 	"github.com/shardfence/shardfence/blobstore/metered"
-	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/internal/flush"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
@@ -395,7 +395,7 @@ func medianOf(v []float64) float64 {
 
 // fillShard writes term 1: a checkpoint at gen 0 and translog after it.
 func fillShard(ctx context.Context, store *blobstore.Container, work string, ckpt, tlog, fileSize int64, syncSize int) (int64, int64, error) {
-	sh, err := recovery.Open(ctx, store, shard, 1, "a1", recovery.Options{Clock: fence.SystemClock()})
+	sh, err := recovery.Open(ctx, store, shard, 1, "a1", recovery.Options{Clock: clock.System()})
 	if err != nil {
 		return 0, 0, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore/faulty"
 	"github.com/shardfence/shardfence/blobstore/mem"
 	"github.com/shardfence/shardfence/blobstore/metered"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/recovery"
@@ -152,7 +153,7 @@ const shard = "bench"
 // sealPredecessor opens term 1 and writes gens generations; with live, it
 // keeps appending until stop is called (it is fenced by then).
 func sealPredecessor(ctx context.Context, store *blobstore.Container, gens, opSize int, live bool) (func(), error) {
-	o := recovery.Options{Clock: fence.SystemClock()}
+	o := recovery.Options{Clock: clock.System()}
 	sh, err := recovery.Open(ctx, store, shard, 1, "a1", o)
 	if err != nil {
 		return nil, err

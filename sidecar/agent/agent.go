@@ -30,6 +30,7 @@ import (
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	"github.com/shardfence/shardfence/client"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/testhooks"
@@ -248,7 +249,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				refusals = 0
 			}
 		}
-		if fence.Sleep(ctx, fence.SystemClock(), wait) != nil {
+		if clock.Sleep(ctx, clock.System(), wait) != nil {
 			return nil
 		}
 	}

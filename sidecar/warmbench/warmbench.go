@@ -24,7 +24,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/blobstore/fs"
 	"github.com/shardfence/shardfence/client"
-	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/internal/flush"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
@@ -166,7 +166,7 @@ func Fill(ctx context.Context, root *blobstore.Container, name, work string, siz
 	if err != nil {
 		return err
 	}
-	sh, err := recovery.Open(ctx, store, name, 1, "a1", recovery.Options{Clock: fence.SystemClock()})
+	sh, err := recovery.Open(ctx, store, name, 1, "a1", recovery.Options{Clock: clock.System()})
 	if err != nil {
 		return err
 	}

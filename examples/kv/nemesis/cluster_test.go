@@ -19,8 +19,8 @@ import (
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	"github.com/shardfence/shardfence/client"
-	"github.com/shardfence/shardfence/internal/sidecarproc"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/sidecarproc"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 // The programs the cluster runs, built once by TestMain.

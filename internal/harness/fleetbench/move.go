@@ -10,7 +10,7 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
-	"github.com/shardfence/shardfence/internal/steady"
+	"github.com/shardfence/shardfence/clock"
 )
 
 // moveLimit bounds the wait for the lost node's shards to open elsewhere.
@@ -72,7 +72,7 @@ func (r *run) loseNode(ctx context.Context) error {
 // master does not answer, the node's own last answered ping: a later one
 // may have reached the master, so the figure is an upper bound then.
 func (r *run) lastHeard(ctx context.Context, lost *simNode) (time.Time, error) {
-	if err := steady.Sleep(ctx, clock, 200*time.Millisecond); err != nil {
+	if err := clock.Sleep(ctx, benchClock, 200*time.Millisecond); err != nil {
 		return time.Time{}, err
 	}
 	lastPing := lost.lastPingAt()
@@ -127,7 +127,7 @@ func (f *shardFeed) next() (timedOut bool, err error) {
 			return true, ferr
 		}
 		f.restarts++
-		_ = steady.Sleep(f.ctx, clock, 100*time.Millisecond)
+		_ = clock.Sleep(f.ctx, benchClock, 100*time.Millisecond)
 		st, err := f.fc.WatchShards(f.ctx, connect.NewRequest(&masterv1.WatchShardsRequest{Shards: f.names}))
 		if err != nil {
 			return false, err

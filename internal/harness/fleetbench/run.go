@@ -18,11 +18,11 @@ import (
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	"github.com/shardfence/shardfence/client"
-	"github.com/shardfence/shardfence/internal/steady"
+	"github.com/shardfence/shardfence/clock"
 )
 
-// clock paces the bench's waits.
-var clock = steady.System()
+// benchClock paces the bench's waits.
+var benchClock = clock.System()
 
 // run is one bench run: the processes and simulated nodes it started, and
 // what it measured so far. Its phases run in order, each reading what the
@@ -228,7 +228,7 @@ func (r *run) sample(ctx context.Context) (sample, error) {
 // measureSteady lets the fleet settle, then measures the steady window
 // (pings only), with the primary's CPU profile over it if asked.
 func (r *run) measureSteady(ctx context.Context) error {
-	if err := steady.Sleep(ctx, clock, min(r.cfg.Steady, 5*time.Second)); err != nil {
+	if err := clock.Sleep(ctx, benchClock, min(r.cfg.Steady, 5*time.Second)); err != nil {
 		return err
 	}
 	r.say("measuring steady state for %v", r.cfg.Steady)
@@ -237,7 +237,7 @@ func (r *run) measureSteady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := steady.Sleep(ctx, clock, r.cfg.Steady); err != nil {
+	if err := clock.Sleep(ctx, benchClock, r.cfg.Steady); err != nil {
 		return err
 	}
 	s1, err := r.sample(ctx)
@@ -278,7 +278,7 @@ func (r *run) profile(ctx context.Context, base string, d time.Duration, file st
 // standby taking over: elected, serving the whole table, and every live
 // node back with every shard open.
 func (r *run) promote(ctx context.Context) error {
-	if err := steady.Sleep(ctx, clock, time.Second); err != nil {
+	if err := clock.Sleep(ctx, benchClock, time.Second); err != nil {
 		return err
 	}
 	// (Asked again on an error: at full scale the primary sometimes

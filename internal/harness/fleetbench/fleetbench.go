@@ -31,8 +31,8 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
-	"github.com/shardfence/shardfence/internal/cost"
-	"github.com/shardfence/shardfence/internal/steady"
+	"github.com/shardfence/shardfence/clock"
+	"github.com/shardfence/shardfence/internal/harness/cost"
 )
 
 // Proc is a master process the bench started.
@@ -127,7 +127,7 @@ func assign(ctx context.Context, fc masterv1connect.MasterFleetServiceClient, re
 			return nil
 		case connect.CodeOf(err) == connect.CodeUnavailable && time.Now().Before(deadline):
 			retries.Add(1)
-			if err := steady.Sleep(ctx, clock, 200*time.Millisecond); err != nil {
+			if err := clock.Sleep(ctx, benchClock, 200*time.Millisecond); err != nil {
 				return err
 			}
 		default:
@@ -186,7 +186,7 @@ func poll(ctx context.Context, limit, every time.Duration, what string, cond fun
 		if time.Now().After(deadline) {
 			return fmt.Errorf("fleetbench: waited %v for %s", limit, what)
 		}
-		if err := steady.Sleep(ctx, clock, every); err != nil {
+		if err := clock.Sleep(ctx, benchClock, every); err != nil {
 			return err
 		}
 	}

@@ -20,8 +20,8 @@ import (
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/blobstore"
+	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/internal/sidecarapi"
-	"github.com/shardfence/shardfence/internal/steady"
 	"github.com/shardfence/shardfence/sidecar"
 )
 
@@ -326,4 +326,4 @@ func missing(read map[string]bool, writers []*writer) int {
 }
 
 // Sleep waits d, or until ctx ends (returning its error).
-func Sleep(ctx context.Context, d time.Duration) error { return steady.Sleep(ctx, steady.System(), d) }
+func Sleep(ctx context.Context, d time.Duration) error { return clock.Sleep(ctx, clock.System(), d) }

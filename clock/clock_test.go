@@ -1,4 +1,4 @@
-package steady
+package clock
 
 import (
 	"context"

@@ -163,6 +163,26 @@ func imports(t *testing.T, root string) map[string][]string {
 	return out
 }
 
+// moduleRoot is the folder of the go.mod that declares modulePath, found
+// by walking up from the test's folder.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module "+modulePath+"\n") {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatalf("no go.mod of %s above the test's folder", modulePath)
+		}
+		dir = parent
+	}
+}
+
 // check returns what breaks the map: a package on no row, or an import of
 // a layer the importer's layer may not use.
 func check(layers []layer, pkgs map[string][]string) []string {
@@ -197,7 +217,7 @@ func check(layers []layer, pkgs map[string][]string) []string {
 // docs/ARCHITECTURE.md's package map, or imports a package of a layer its
 // own layer may not use: every arrow of the code must be one the map draws.
 func TestImportsFollowTheMap(t *testing.T) {
-	root := filepath.Join("..", "..")
+	root := moduleRoot(t)
 	layers := readMap(t, filepath.Join(root, "docs", "ARCHITECTURE.md"))
 	pkgs := imports(t, root)
 	if len(pkgs) < 40 {

@@ -1,9 +1,11 @@
-// Package wrongdesign holds the switches with which the protocol checker
-// (package verify) runs a deliberately wrong design of the production
-// code, to show that the checker refutes it with a trace. A switch rides
-// on the context a component is opened with; nothing outside this module
-// can set one, and production code never does.
-package wrongdesign
+package testhooks
+
+// The checker's switches: with them the protocol checker (package verify)
+// runs a deliberately wrong design of the production code, to show that
+// it refutes it with a trace. A switch rides on the context a component is
+// opened with (the checker runs many worlds at once, so a global would
+// not do); nothing outside this module can set one, and production code
+// never does.
 
 import "context"
 

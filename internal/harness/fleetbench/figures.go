@@ -8,7 +8,7 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/blobstore/metered"
-	"github.com/shardfence/shardfence/internal/cost"
+	"github.com/shardfence/shardfence/internal/harness/cost"
 )
 
 // The bench's decisions, apart from the processes and calls: what to

@@ -6,7 +6,7 @@ import (
 
 	"github.com/shardfence/shardfence/blobstore"
 	_ "github.com/shardfence/shardfence/blobstore/drivers"
-	"github.com/shardfence/shardfence/internal/testservers"
+	"github.com/shardfence/shardfence/internal/harness/testservers"
 )
 
 // A MinIO started without a test serves its bucket through a minio:// URL,

@@ -1,9 +1,9 @@
 // Package steady is the steady (monotonic) clock the protocol measures
 // leases, backoff and freshness on, and the fake clocks tests and the
 // protocol checker drive it with. Outside this module the same names are
-// fence.Clock, fence.FakeClock, fence.NewFakeClock, fence.NewAutoClock,
-// fence.SystemClock and fence.Sleep.
-package steady
+// clock.Clock, clock.Fake, clock.NewFake, clock.NewAuto,
+// clock.System and clock.Sleep.
+package clock
 
 import (
 	"context"
