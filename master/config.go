@@ -75,7 +75,7 @@ func (c Config) withDefaults() Config {
 	if c.Shards == 0 {
 		c.Shards = 1024
 	}
-	c.Liveness = c.Liveness.withDefaults()
+	c.Liveness = c.Liveness.WithDefaults()
 	c.Offboarding = c.Offboarding.withDefaults()
 	return c
 }
@@ -111,5 +111,5 @@ func (c Config) validate() error {
 			return fmt.Errorf("%w: tenant quota %.64q=%d: a tenant is 1 to %d bytes and its quota at least 1 byte", ErrInvalidArgument, t, q, maxKeyLen)
 		}
 	}
-	return c.Liveness.validate()
+	return c.Liveness.Validate()
 }

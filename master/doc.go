@@ -27,10 +27,11 @@
 // deadlines, in msgpack, v2 with one (wall, steady) clock pair or v1 with
 // wall-clock milliseconds; see snapclock.go for the conversion.
 //
-// Client liveness (liveness.go): every client incarnation has a
-// ClientLivenessRecord that goes Active -> Suspected -> Offline on two
-// steady-clock TTLs; Ping and successful mounts (and a sidecar node's
-// registration) are the only liveness signals. The one ServingEligibility
+// Client liveness (liveness.go over package master/internal/liveness):
+// every client incarnation has a ClientLivenessRecord that goes Active ->
+// Suspected -> Offline on two steady-clock TTLs; Ping and successful
+// mounts (and a sidecar node's registration) are the only liveness
+// signals. The one ServingEligibility
 // seam decides whether a client-owned resource may take new work, and
 // every path that hands out a resource asks it (placement, read
 // descriptors, shard placement, drain targets). An Offline incarnation is
@@ -57,6 +58,8 @@
 //
 // Start at master.go (the Master, its Options, the Journal it logs to and
 // the lock order), then model.go (objects, replicas, segments, stripes).
+// The master's clock (SteadyTime, Clock, clock.go) is package
+// master/internal/steadytime, shared with the liveness package.
 // The rest, by what it is about:
 //
 //   - objects and leases: put.go (PutStart, PutEnd, PutRevoke, and
@@ -67,9 +70,13 @@
 //     over checkRemount, collectRemount, rebuildAllocators, installHandles
 //     and publishRemount); the byte ranges of one segment are package
 //     master/internal/alloc;
-//   - liveness and offboarding: liveness.go (client records, Ping, the
-//     monitor), eligibility.go (the one ServingEligibility seam),
-//     offboard.go (offboarding jobs);
+//   - liveness and offboarding: the state machine (records, signals,
+//     monitor passes, restore, the TTL configuration and its resolution)
+//     is package master/internal/liveness, pure and table-tested;
+//     liveness.go re-exports its names and drives it (Ping, RunLiveness
+//     and CheckLiveness with their logs and metrics, RestoreLiveness),
+//     eligibility.go (the one ServingEligibility seam), offboard.go
+//     (offboarding jobs);
 //   - the fleet: fleet.go (nodes, shard assignment, drains, moves),
 //     rebalance.go (PlanRebalance, pure), fleetserver.go (its RPCs),
 //     routes.go (the routing feed clients send shard calls by); shard

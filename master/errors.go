@@ -6,6 +6,7 @@ import (
 
 	"github.com/shardfence/shardfence/internal/echo"
 	"github.com/shardfence/shardfence/internal/ident"
+	"github.com/shardfence/shardfence/master/internal/liveness"
 )
 
 // Errors the master returns, each wrapped in an *Error that names the
@@ -44,7 +45,7 @@ var (
 	// offboarded (a barrier to its mounts and registration until that
 	// completes), or the master does not know it: it must register or
 	// mount again.
-	ErrClientOffline = errors.New("client offline")
+	ErrClientOffline = liveness.ErrClientOffline
 	// ErrShardAssigned: the shard is already in the assignment table.
 	ErrShardAssigned = errors.New("shard already assigned")
 	// ErrShardNotAssigned: the shard is not in the assignment table.

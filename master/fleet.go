@@ -410,9 +410,6 @@ func (m *Master) RegisterNode(ctx context.Context, reg NodeRegistration) (NodeRe
 		// the node reports it).
 		rec = m.live.replace(rec)
 	}
-	m.live.mu.Lock()
-	rec.session = reg.Session
-	m.live.mu.Unlock()
 	n.session = reg.Session
 	n.owner.Store(rec)
 	want := &masterv1.NodeRecord{Name: reg.Name, Addr: reg.Addr, AppAddr: reg.AppAddr, Store: reg.Store, Fencing: reg.Fencing, Draining: n.rec.GetDraining()}
@@ -429,7 +426,7 @@ func (m *Master) RegisterNode(ctx context.Context, reg NodeRegistration) (NodeRe
 		return NodeRegistered{}, err
 	}
 	cfg := m.live.cfg
-	return NodeRegistered{ClientID: id, Incarnation: rec.incarnation, ActiveTTL: cfg.ActiveTTL, SuspicionTTL: cfg.SuspicionTTL,
+	return NodeRegistered{ClientID: id, Incarnation: rec.Incarnation(), ActiveTTL: cfg.ActiveTTL, SuspicionTTL: cfg.SuspicionTTL,
 		PingInterval: nodePingInterval(cfg)}, nil
 }
 
@@ -773,7 +770,7 @@ func (f *fleet) takeoverLocked(e *shardEntry, exclude, why string) []change {
 // ownerSuspected moves the shards of a node that just went Suspected and
 // asked for an early takeover, and cancels handoffs that targeted it.
 func (f *fleet) ownerSuspected(ctx context.Context, r *ClientLivenessRecord) {
-	name, ok := strings.CutPrefix(r.client, NodeClientPrefix)
+	name, ok := strings.CutPrefix(r.ClientID(), NodeClientPrefix)
 	if !ok {
 		return
 	}
@@ -798,7 +795,7 @@ func (f *fleet) ownerSuspected(ctx context.Context, r *ClientLivenessRecord) {
 // left unassigned with the reason, and handoffs to it are cancelled, all
 // durably before the job goes on.
 func (f *fleet) offboardNode(ctx context.Context, r *ClientLivenessRecord) error {
-	name, ok := strings.CutPrefix(r.client, NodeClientPrefix)
+	name, ok := strings.CutPrefix(r.ClientID(), NodeClientPrefix)
 	if !ok {
 		return nil
 	}
@@ -1261,7 +1258,7 @@ func (m *Master) Nodes() []NodeInfo {
 		}
 		ni := NodeInfo{Name: name, Addr: n.rec.GetAddr(), Store: n.rec.GetStore(), Fencing: n.rec.GetFencing(), Draining: n.rec.GetDraining(),
 			SinceSignal: -1, Shards: load[name]}
-		if c, ok := live[NodeClientID(name)]; ok && n.owner.Load() != nil && n.owner.Load().incarnation == c.Incarnation {
+		if c, ok := live[NodeClientID(name)]; ok && n.owner.Load() != nil && n.owner.Load().Incarnation() == c.Incarnation {
 			ni.State, ni.SinceSignal, ni.Incarnation, ni.Offboarding = c.State, c.SinceSignal, c.Incarnation, c.Offboarding
 		}
 		out = append(out, ni)

@@ -533,7 +533,7 @@ func TestNodeNameHeldByLiveProcess(t *testing.T) {
 		clk.Advance(hold - time.Millisecond)
 		ping(t, m, NodeClientID("a"))
 	}
-	if inc := m.live.records[NodeClientID("a")].incarnation; inc != first.Incarnation {
+	if inc := m.live.Record(NodeClientID("a")).Incarnation(); inc != first.Incarnation {
 		t.Fatalf("the refusals changed the incarnation: %d, was %d", inc, first.Incarnation)
 	}
 	if n := m.fleet.nodes["a"]; n.session != "a-1" || n.rec.GetAddr() != "http://a" {

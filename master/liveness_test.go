@@ -288,6 +288,12 @@ func TestOfflineIsARemountBarrier(t *testing.T) {
 	if n := m.OffboardingPending(); n != 1 {
 		t.Fatalf("pending jobs %d", n)
 	}
+	m.offboarding.mu.Lock()
+	job := m.offboarding.queue[0]
+	m.offboarding.mu.Unlock()
+	if job.Record != old {
+		t.Fatalf("the pending job retires incarnation %d, want %d", job.Record.Incarnation(), old.Incarnation())
+	}
 	unmounts := 0
 	for _, op := range j.ops {
 		if op.Kind == OpUnmountSegment && op.Client == "c1" {
@@ -299,13 +305,13 @@ func TestOfflineIsARemountBarrier(t *testing.T) {
 	}
 	// The next passes retry; once the cleanup succeeds the record goes.
 	tick(m, clk, time.Second)
-	if n, lastErr := old.job.Attempts(); n < 2 || lastErr == nil {
+	if n, lastErr := job.Attempts(); n < 2 || lastErr == nil {
 		t.Fatalf("attempts %d, %v", n, lastErr)
 	}
 	fail.Store(false)
 	tick(m, clk, time.Second)
-	if !old.job.Done() || state(m, "c1") != 0 {
-		t.Fatalf("job done %v, state %v", old.job.Done(), state(m, "c1"))
+	if !job.Done() || state(m, "c1") != 0 {
+		t.Fatalf("job done %v, state %v", job.Done(), state(m, "c1"))
 	}
 	mount(t, m, "c1", 5, 1000)
 	r := m.live.Record("c1")
@@ -494,29 +500,6 @@ func TestRestoredWindowsRunFromTheFirstSignal(t *testing.T) {
 	tick(m, clk, time.Second)
 	if s := state(m, "c2"); s != ClientSuspected {
 		t.Fatalf("c2 10 s after the first signal: %v, want suspected", s)
-	}
-}
-
-func TestResolveLivenessTTLs(t *testing.T) {
-	d := func(s int) *time.Duration { v := time.Duration(s) * time.Second; return &v }
-	for _, c := range []struct {
-		name              string
-		f                 LivenessTTLFlags
-		active, suspicion int
-		warnings          int
-	}{
-		{"defaults", LivenessTTLFlags{}, 10, 20, 0},
-		{"active only: suspicion inherits", LivenessTTLFlags{Active: d(4)}, 4, 4, 0},
-		{"legacy only: alias, suspicion inherits", LivenessTTLFlags{Legacy: d(7)}, 7, 7, 1},
-		{"legacy and suspicion", LivenessTTLFlags{Legacy: d(7), Suspicion: d(30)}, 7, 30, 1},
-		{"active wins over legacy", LivenessTTLFlags{Active: d(5), Legacy: d(9)}, 5, 5, 1},
-		{"both explicit", LivenessTTLFlags{Active: d(3), Suspicion: d(6)}, 3, 6, 0},
-		{"suspicion only", LivenessTTLFlags{Suspicion: d(40)}, 10, 40, 0},
-	} {
-		a, s, w := ResolveLivenessTTLs(c.f)
-		if a != time.Duration(c.active)*time.Second || s != time.Duration(c.suspicion)*time.Second || len(w) != c.warnings {
-			t.Errorf("%s: active %v suspicion %v warnings %q", c.name, a, s, w)
-		}
 	}
 }
 

@@ -82,16 +82,11 @@ func (j *ClientOffboardingJob) describe() string {
 // the job completes.
 func (m *Master) PrepareClientOffboarding(r *ClientLivenessRecord) *ClientOffboardingJob {
 	now := m.clock.Steady()
-	l := m.live
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.records[r.client] != r || r.State() != ClientSuspected {
-		return nil
-	}
-	j := &ClientOffboardingJob{Record: r, Prepared: now,
-		sinceSignal: toDuration(now - r.lastSignal), suspectedFor: toDuration(now - r.suspectedAt)}
-	l.setLocked(r, ClientOffline, now)
-	r.job = j
+	var j *ClientOffboardingJob
+	m.live.t.GoOffline(r, now, func(sinceSignal, suspectedFor time.Duration) func() string {
+		j = &ClientOffboardingJob{Record: r, Prepared: now, sinceSignal: sinceSignal, suspectedFor: suspectedFor}
+		return j.describe
+	})
 	return j
 }
 
@@ -124,10 +119,10 @@ func (m *Master) completeOffboarding(ctx context.Context, jobs []*ClientOffboard
 			continue
 		}
 		fail := func(step string, err error) {
-			errs[i] = &Error{Op: "CompleteClientOffboarding", Client: j.Record.client, Err: fmt.Errorf("%s: %w", step, err),
+			errs[i] = &Error{Op: "CompleteClientOffboarding", Client: j.Record.ClientID(), Err: fmt.Errorf("%s: %w", step, err),
 				Hint: "the job is retried; the client stays offline and cannot remount until it completes"}
 		}
-		if err := durable(ctx, &Error{Op: "CompleteClientOffboarding", Client: j.Record.client}, tickets[j.Record]...); err != nil {
+		if err := durable(ctx, &Error{Op: "CompleteClientOffboarding", Client: j.Record.ClientID()}, tickets[j.Record]...); err != nil {
 			errs[i] = err
 			continue
 		}
@@ -141,7 +136,7 @@ func (m *Master) completeOffboarding(ctx context.Context, jobs []*ClientOffboard
 				continue
 			}
 		}
-		m.live.forget(j.Record)
+		m.live.t.Forget(j.Record)
 	}
 	for i, j := range jobs {
 		j.mu.Lock()
@@ -297,13 +292,13 @@ func (o *offboarder) complete(ctx context.Context, jobs []*ClientOffboardingJob)
 	for i, j := range jobs {
 		if errs[i] == nil {
 			o.m.metrics.offboardingJobs.WithLabelValues("completed").Inc()
-			o.log.Info("client offboarded: its resources are released and it may mount or register again", "client", j.Record.client, "incarnation", j.Record.incarnation,
+			o.log.Info("client offboarded: its resources are released and it may mount or register again", "client", j.Record.ClientID(), "incarnation", j.Record.Incarnation(),
 				"offline_for", toDuration(o.m.clock.Steady()-j.Prepared).Round(time.Millisecond))
 			continue
 		}
 		o.m.metrics.offboardingJobs.WithLabelValues("failed").Inc()
 		n, _ := j.Attempts()
-		o.log.Warn("client offboarding failed; it will be retried", "client", j.Record.client, "incarnation", j.Record.incarnation, "attempt", n, "err", errs[i])
+		o.log.Warn("client offboarding failed; it will be retried", "client", j.Record.ClientID(), "incarnation", j.Record.Incarnation(), "attempt", n, "err", errs[i])
 	}
 	return errs
 }
