@@ -878,40 +878,12 @@ func (m *Master) AssignShard(ctx context.Context, req AssignRequest) (ShardInfo,
 	f := m.fleet
 	m.topo.RLock()
 	f.mu.Lock()
-	if e := f.shards[req.Shard]; e != nil && !e.cur.GetRemoved() {
-		c := e.cur
+	e := &shardEntry{cur: &masterv1.ShardAssignment{Shard: req.Shard, Settings: settings, AutoRestore: req.AutoRestore, TakeoverAtSuspected: req.TakeoverAtSuspected, Warm: req.Warm}}
+	n, refused := f.assignTargetLocked(e, req.Node, fenced)
+	if refused != nil {
 		f.mu.Unlock()
 		m.topo.RUnlock()
-		if c.GetNode() == "" {
-			return fail(fmt.Errorf("%w: shard is in the table, unassigned at term %d", ErrShardAssigned, c.GetTerm()), "unassign it first to assign it afresh")
-		}
-		return fail(fmt.Errorf("%w: owned by node %q at term %d", ErrShardAssigned, c.GetNode(), c.GetTerm()), "move it to another node with shardfence master move, or unassign it first to assign it afresh")
-	}
-	e := &shardEntry{cur: &masterv1.ShardAssignment{Shard: req.Shard, Settings: settings, AutoRestore: req.AutoRestore, TakeoverAtSuspected: req.TakeoverAtSuspected, Warm: req.Warm}}
-	var n *node
-	if req.Node != "" {
-		n = f.nodes[req.Node]
-		switch {
-		case n == nil || n.rec == nil:
-			f.mu.Unlock()
-			m.topo.RUnlock()
-			return fail(fmt.Errorf("%w: node %q is not registered", ErrNodeNotEligible, req.Node), "start its sidecar with --master, or let the master choose")
-		case !m.eligibility.CanServe(n):
-			f.mu.Unlock()
-			m.topo.RUnlock()
-			return fail(fmt.Errorf("%w: node %q %s", ErrNodeNotEligible, req.Node, nodeState(n)), "choose an active node")
-		case fenced && !n.rec.GetFencing():
-			f.mu.Unlock()
-			m.topo.RUnlock()
-			return fail(fmt.Errorf("%w: node %q's store did not pass the precondition probe: a fenced shard cannot run there", ErrNodeNotEligible, req.Node), "choose a node whose store enforces conditional writes")
-		}
-	} else {
-		var reason string
-		if n, reason = f.pickLocked(e, ""); n == nil {
-			f.mu.Unlock()
-			m.topo.RUnlock()
-			return fail(fmt.Errorf("%w: %s", ErrNodeNotEligible, reason), "start a sidecar with --master, or wait for one to register")
-		}
+		return ShardInfo{}, fleetRefusal("AssignShard", req.Shard, refused)
 	}
 	a := e.cur
 	a.Node = n.rec.GetName()
@@ -930,6 +902,28 @@ func (m *Master) AssignShard(ctx context.Context, req AssignRequest) (ShardInfo,
 		return ShardInfo{}, err
 	}
 	return m.ShardInfo(req.Shard)
+}
+
+// assignTargetLocked is the node a new row e goes to: the node named,
+// or the one pickLocked chooses; refused when the table holds the shard
+// or no node can take it.
+func (f *fleet) assignTargetLocked(e *shardEntry, name string, fenced bool) (*node, *fleetplan.Refusal) {
+	if old := f.shards[e.cur.GetShard()]; old != nil {
+		if r := fleetplan.Occupied(old.cur); r != nil {
+			return nil, r
+		}
+	}
+	if name != "" {
+		if r := fleetplan.CheckAssignTarget(name, f.targetLocked(name), fenced); r != nil {
+			return nil, r
+		}
+		return f.nodes[name], nil
+	}
+	n, reason := f.pickLocked(e, "")
+	if n == nil {
+		return nil, &fleetplan.Refusal{Kind: fleetplan.NotEligible, Detail: reason, Hint: "start a sidecar with --master, or wait for one to register"}
+	}
+	return n, nil
 }
 
 // UnassignShard takes a shard out of the table, durably; its owner then
@@ -1035,57 +1029,54 @@ func (m *Master) MoveShard(ctx context.Context, shard, node string) (ShardInfo, 
 	return m.ShardInfo(shard)
 }
 
-// moveLocked checks a move and records its handoff.
+// moveLocked checks a move (fleetplan.CheckMove) and records its
+// handoff.
 func (f *fleet) moveLocked(shard, node string) (change, error) {
-	fail := func(err error, hint string) (change, error) {
-		return change{}, &Error{Op: "MoveShard", Shard: shard, Err: err, Hint: hint}
-	}
 	e := f.shards[shard]
-	if e == nil || e.cur.GetRemoved() {
-		return fail(ErrShardNotAssigned, "list the shards with shardfence master shards")
+	mv := fleetplan.Move{To: node, Target: f.targetLocked(node)}
+	if e != nil && !e.cur.GetRemoved() {
+		mv.Row, mv.State = e.cur, e.state
+		if owner := f.nodes[e.cur.GetNode()]; owner == nil {
+			mv.OwnerState = "is not registered"
+		} else if st := owner.owner.Load().State(); st != ClientActive {
+			mv.OwnerState = "is " + st.String()
+		}
+	}
+	if r := fleetplan.CheckMove(mv); r != nil {
+		return change{}, fleetRefusal("MoveShard", shard, r)
 	}
 	c := e.cur
-	switch {
-	case c.GetHandoffNode() != "":
-		return fail(fmt.Errorf("%w: it is moving from node %q to node %q at term %d", ErrShardMoving, c.GetNode(), c.GetHandoffNode(), c.GetTerm()),
-			"wait for that handoff to end (shardfence master shards), then move it again")
-	case c.GetNode() == "":
-		return fail(fmt.Errorf("%w: it is unassigned at term %d", ErrShardNotOpen, c.GetTerm()), "assign it (or let auto-restore place it), then move it once it is open")
-	case c.GetNode() == node:
-		return fail(fmt.Errorf("%w: node %q already owns it at term %d", ErrShardAssigned, node, c.GetTerm()), "choose another node")
-	case c.GetSettings().GetFencingDisabled():
-		return fail(fmt.Errorf("%w: an unfenced shard cannot be handed off (the handoff moves its fence key)", ErrInvalidArgument),
-			"unassign it and assign it on the node at a new term")
-	case e.state != ShardOpen:
-		state := e.state
-		if state == "" {
-			state = ShardAssigned
-		}
-		return fail(fmt.Errorf("%w: it is %s on node %q at term %d (its owner has not reported it open)", ErrShardNotOpen, state, c.GetNode(), c.GetTerm()),
-			"move it once shardfence master shards shows it open")
-	}
-	if owner := f.nodes[c.GetNode()]; owner == nil || owner.owner.Load().State() != ClientActive {
-		// The owner performs the handoff: a suspected one would only
-		// leave the shard moving until it is taken over.
-		state := "is not registered"
-		if owner != nil {
-			state = "is " + owner.owner.Load().State().String()
-		}
-		return fail(fmt.Errorf("%w: its owner node %q %s", ErrShardNotOpen, c.GetNode(), state), "move it once its owner is active")
-	}
-	n := f.nodes[node]
-	switch {
-	case n == nil || n.rec == nil:
-		return fail(fmt.Errorf("%w: node %q is not registered", ErrNodeNotEligible, node), "list the nodes with shardfence master nodes")
-	case !f.m.eligibility.CanServe(n):
-		return fail(fmt.Errorf("%w: node %q %s", ErrNodeNotEligible, node, nodeState(n)), "choose an active node that is not draining")
-	case c.GetStore() != "" && n.rec.GetStore() != c.GetStore():
-		return fail(fmt.Errorf("%w: node %q serves store %q, the shard is in %q", ErrNodeNotEligible, node, n.rec.GetStore(), c.GetStore()), "choose a node of the shard's store")
-	case !n.rec.GetFencing():
-		return fail(fmt.Errorf("%w: node %q's store did not pass the precondition probe: a fenced shard cannot run there", ErrNodeNotEligible, node), "choose a node whose store enforces conditional writes")
-	}
 	f.m.log.Info("moving shard", "shard", shard, "term", c.GetTerm(), "from", c.GetNode(), "to", node)
-	return f.handoffLocked(e, n, fmt.Sprintf("moving to %s (master move)", node)), nil
+	return f.handoffLocked(e, f.nodes[node], fmt.Sprintf("moving to %s (master move)", node)), nil
+}
+
+// targetLocked describes node name as a named target, nil when it is not
+// registered.
+func (f *fleet) targetLocked(name string) *fleetplan.Candidate {
+	if n := f.nodes[name]; n == nil || n.rec == nil {
+		return nil
+	}
+	c := f.candidateLocked(name)
+	return &c
+}
+
+// refusalSentinel is the sentinel of each kind of refusal.
+var refusalSentinel = map[fleetplan.Kind]error{
+	fleetplan.NotAssigned: ErrShardNotAssigned,
+	fleetplan.Moving:      ErrShardMoving,
+	fleetplan.NotOpen:     ErrShardNotOpen,
+	fleetplan.Assigned:    ErrShardAssigned,
+	fleetplan.Invalid:     ErrInvalidArgument,
+	fleetplan.NotEligible: ErrNodeNotEligible,
+}
+
+// fleetRefusal is the master's error for a refused request on shard.
+func fleetRefusal(op, shard string, r *fleetplan.Refusal) error {
+	err := refusalSentinel[r.Kind]
+	if r.Detail != "" {
+		err = fmt.Errorf("%w: %s", err, r.Detail)
+	}
+	return &Error{Op: op, Shard: shard, Err: err, Hint: r.Hint}
 }
 
 // NodeInfo is one node, for status.
