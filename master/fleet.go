@@ -662,24 +662,9 @@ func (f *fleet) takeoverLocked(e *shardEntry, exclude, why string) []change {
 // ownerSuspected moves the shards of a node that just went Suspected and
 // asked for an early takeover, and cancels handoffs that targeted it.
 func (f *fleet) ownerSuspected(ctx context.Context, r *ClientLivenessRecord) {
-	name, ok := strings.CutPrefix(r.client, NodeClientPrefix)
-	if !ok {
-		return
+	if changes, ok := f.nodeLost(r, false); ok {
+		f.monitorWait(ctx, "TakeOver", f.publish(changes))
 	}
-	f.m.topo.RLock()
-	f.mu.Lock()
-	var changes []change
-	for _, e := range f.sortedOfLocked(name) {
-		switch fleetplan.OnSuspected(e.cur, name) {
-		case fleetplan.LostTakeOver:
-			changes = append(changes, f.takeoverLocked(e, name, fmt.Sprintf("node %s went suspected (takeover at suspected)", name))...)
-		case fleetplan.LostCancelHandoff:
-			changes = append(changes, f.cancelHandoffLocked(e, fmt.Sprintf("handoff target %s went suspected", name))...)
-		}
-	}
-	f.mu.Unlock()
-	f.m.topo.RUnlock()
-	f.monitorWait(ctx, "TakeOver", f.publish(changes))
 }
 
 // offboardNode is the fleet's step of an offboarding: every shard the
@@ -687,17 +672,32 @@ func (f *fleet) ownerSuspected(ctx context.Context, r *ClientLivenessRecord) {
 // left unassigned with the reason, and handoffs to it are cancelled, all
 // durably before the job goes on.
 func (f *fleet) offboardNode(ctx context.Context, r *ClientLivenessRecord) error {
+	if changes, ok := f.nodeLost(r, true); ok {
+		return wait(ctx, "OffboardNode", f.publish(changes))
+	}
+	return nil
+}
+
+// nodeLost records what the node of r going Suspected (or Offline) does
+// to the shard rows that name it (fleetplan.OnSuspected, OnOffline); not
+// ok when r is not a node's.
+func (f *fleet) nodeLost(r *ClientLivenessRecord, offline bool) (changes []change, ok bool) {
 	name, ok := strings.CutPrefix(r.client, NodeClientPrefix)
 	if !ok {
-		return nil
+		return nil, false
+	}
+	decide, went, takeover := fleetplan.OnSuspected, "suspected", "suspected (takeover at suspected)"
+	if offline {
+		decide, went, takeover = fleetplan.OnOffline, "offline", "offline"
 	}
 	f.m.topo.RLock()
+	defer f.m.topo.RUnlock()
 	f.mu.Lock()
-	var changes []change
+	defer f.mu.Unlock()
 	for _, e := range f.sortedOfLocked(name) {
-		switch fleetplan.OnOffline(e.cur, name) {
+		switch decide(e.cur, name) {
 		case fleetplan.LostTakeOver:
-			changes = append(changes, f.takeoverLocked(e, name, fmt.Sprintf("node %s went offline", name))...)
+			changes = append(changes, f.takeoverLocked(e, name, fmt.Sprintf("node %s went %s", name, takeover))...)
 		case fleetplan.LostUnassign:
 			a := clone(e.cur)
 			a.Node, a.HandoffNode, a.HandoffAllocation = "", "", ""
@@ -705,12 +705,10 @@ func (f *fleet) offboardNode(ctx context.Context, r *ClientLivenessRecord) error
 			e.state, e.reason, e.adoptCtx = ShardUnassigned, a.Reason, nil
 			changes = append(changes, f.setLocked(e, a))
 		case fleetplan.LostCancelHandoff:
-			changes = append(changes, f.cancelHandoffLocked(e, fmt.Sprintf("handoff target %s went offline", name))...)
+			changes = append(changes, f.cancelHandoffLocked(e, fmt.Sprintf("handoff target %s went %s", name, went))...)
 		}
 	}
-	f.mu.Unlock()
-	f.m.topo.RUnlock()
-	return wait(ctx, "OffboardNode", f.publish(changes))
+	return changes, true
 }
 
 // placePending is the fleet's part of every monitor pass: unassigned
