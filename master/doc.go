@@ -77,8 +77,9 @@
 //     shard calls by); its pure decisions are package
 //     master/internal/fleetplan: placement (Pick), what a report does to
 //     a row (OnReport), what a lost node's shards do (OnSuspected,
-//     OnOffline), the monitor's pass (PendingStep), the feed's diff,
-//     PlanRebalance and the request checks; shard settings are checked
+//     OnOffline), the monitor's pass (PendingStep), a drain (DrainStep),
+//     what a node is told (ForNode), the feed's diff, PlanRebalance and
+//     the request checks (CheckAssign, CheckMove); shard settings are checked
 //     with package internal/shardsettings, the same conversion the
 //     sidecar opens shards with, so the master imports no sidecar
 //     package;

@@ -454,17 +454,8 @@ func (m *Master) WatchAssignments(ctx context.Context, name, session string, sen
 func (f *fleet) assignmentsLocked(name string) []*NodeAssignment {
 	var out []*NodeAssignment
 	for e := range f.byNode[name] {
-		p := e.pub
-		if p == nil || p.GetRemoved() {
-			continue
-		}
-		switch name {
-		case p.GetNode():
-			out = append(out, &NodeAssignment{Shard: p.GetShard(), Term: p.GetTerm(), Allocation: p.GetAllocation(), Settings: p.GetSettings(),
-				HandoffAllocation: p.GetHandoffAllocation(), HandoffNode: p.GetHandoffNode(), Warm: p.GetWarm()})
-		case p.GetHandoffNode():
-			out = append(out, &NodeAssignment{Shard: p.GetShard(), Term: p.GetTerm(), Allocation: p.GetHandoffAllocation(), Settings: p.GetSettings(),
-				AdoptAllocation: p.GetHandoffAllocation(), AdoptContext: e.adoptCtx})
+		if a := fleetplan.ForNode(e.pub, name, e.adoptCtx); a != nil {
+			out = append(out, a)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Shard < out[j].Shard })
@@ -971,10 +962,10 @@ func (m *Master) DrainNode(ctx context.Context, name string, undo bool) (moving,
 	var changes []change
 	if !undo {
 		for _, e := range f.sortedLocked() {
-			if e.cur.GetNode() != name || e.cur.GetRemoved() {
+			switch fleetplan.DrainStep(e.cur, name) {
+			case fleetplan.DrainNothing:
 				continue
-			}
-			if e.cur.GetHandoffNode() != "" {
+			case fleetplan.DrainUnderWay:
 				moving++
 				continue
 			}

@@ -181,3 +181,41 @@ func HandoffBlocked(a *masterv1.ShardAssignment) string {
 	}
 	return ""
 }
+
+// Drain is what a drain of a node does with one shard row.
+type Drain int
+
+const (
+	DrainNothing  Drain = iota // not the node's shard (or removed)
+	DrainUnderWay              // its handoff is already under way: moving
+	DrainStart                 // start its handoff (or wait for a target)
+)
+
+// DrainStep decides what a drain of node does with row a.
+func DrainStep(a *masterv1.ShardAssignment, node string) Drain {
+	switch {
+	case a.GetNode() != node || a.GetRemoved():
+		return DrainNothing
+	case a.GetHandoffNode() != "":
+		return DrainUnderWay
+	}
+	return DrainStart
+}
+
+// ForNode is what published row p asks of node: to hold the shard (its
+// owner, handing off if p names a target) or to adopt it (the handoff's
+// target, with the source's context adoptCtx); nil when p does not name
+// node or is removed.
+func ForNode(p *masterv1.ShardAssignment, node string, adoptCtx []byte) *masterv1.NodeAssignment {
+	switch {
+	case p == nil || p.GetRemoved():
+		return nil
+	case node == p.GetNode():
+		return &masterv1.NodeAssignment{Shard: p.GetShard(), Term: p.GetTerm(), Allocation: p.GetAllocation(), Settings: p.GetSettings(),
+			HandoffAllocation: p.GetHandoffAllocation(), HandoffNode: p.GetHandoffNode(), Warm: p.GetWarm()}
+	case node == p.GetHandoffNode():
+		return &masterv1.NodeAssignment{Shard: p.GetShard(), Term: p.GetTerm(), Allocation: p.GetHandoffAllocation(), Settings: p.GetSettings(),
+			AdoptAllocation: p.GetHandoffAllocation(), AdoptContext: adoptCtx}
+	}
+	return nil
+}

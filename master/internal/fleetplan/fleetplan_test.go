@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 )
@@ -127,5 +129,47 @@ func TestHandoffBlocked(t *testing.T) {
 	}
 	if why := HandoffBlocked(&masterv1.ShardAssignment{Settings: &sidecarv1.ShardSettings{FencingDisabled: true}}); why == "" {
 		t.Fatal("an unfenced shard is handed off")
+	}
+}
+
+func TestDrainStep(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a    *masterv1.ShardAssignment
+		want Drain
+	}{
+		{"the node's shard", &masterv1.ShardAssignment{Node: "n"}, DrainStart},
+		{"already moving", &masterv1.ShardAssignment{Node: "n", HandoffNode: "m"}, DrainUnderWay},
+		{"removed", &masterv1.ShardAssignment{Node: "n", Removed: true}, DrainNothing},
+		{"another node's", &masterv1.ShardAssignment{Node: "m"}, DrainNothing},
+		{"coming to the node", &masterv1.ShardAssignment{Node: "m", HandoffNode: "n"}, DrainNothing},
+	} {
+		if got := DrainStep(tc.a, "n"); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestForNode(t *testing.T) {
+	settings := &sidecarv1.ShardSettings{Mode: sidecarv1.FencingMode_FENCING_MODE_PER_SYNC}
+	p := &masterv1.ShardAssignment{Shard: "s", Term: 3, Node: "a", Allocation: "a1", HandoffNode: "b", HandoffAllocation: "b1", Settings: settings, Warm: true}
+	ctx := []byte("ctx")
+	for _, tc := range []struct {
+		name, node string
+		p          *masterv1.ShardAssignment
+		want       *masterv1.NodeAssignment
+	}{
+		{"owner holds and hands off", "a", p, &masterv1.NodeAssignment{Shard: "s", Term: 3, Allocation: "a1", Settings: settings, HandoffAllocation: "b1", HandoffNode: "b", Warm: true}},
+		{"target adopts", "b", p, &masterv1.NodeAssignment{Shard: "s", Term: 3, Allocation: "b1", Settings: settings, AdoptAllocation: "b1", AdoptContext: ctx}},
+		{"another node", "c", p, nil},
+		{"nothing published", "a", nil, nil},
+		{"removed", "a", &masterv1.ShardAssignment{Shard: "s", Node: "a", Removed: true}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ForNode(tc.p, tc.node, ctx)
+			if (got == nil) != (tc.want == nil) || got != nil && !proto.Equal(got, tc.want) {
+				t.Fatalf("%v, want %v", got, tc.want)
+			}
+		})
 	}
 }
