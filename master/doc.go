@@ -79,9 +79,9 @@
 //     a row (OnReport), what a lost node's shards do (OnSuspected,
 //     OnOffline), the monitor's pass (PendingStep), a drain (DrainStep),
 //     what a node is told (ForNode), the feed's diff, PlanRebalance and
-//     the request checks (CheckAssign, CheckMove); shard settings are checked
-//     with package internal/shardsettings, the same conversion the
-//     sidecar opens shards with, so the master imports no sidecar
+//     the request checks (CheckAssign, CheckMove); shard settings are
+//     checked with package internal/shardsettings, the same conversion
+//     the sidecar opens shards with, so the master imports no sidecar
 //     package;
 //   - durability: logentry.go (an Op as a log entry: EncodeEntry,
 //     DecodeEntry and the per-kind checks), replay.go (a standby's
