@@ -77,12 +77,19 @@
 //     and CheckLiveness with their logs and metrics, RestoreLiveness),
 //     eligibility.go (the one ServingEligibility seam), offboard.go
 //     (offboarding jobs);
-//   - the fleet: fleet.go (nodes, shard assignment, drains, moves),
-//     rebalance.go (PlanRebalance, pure), fleetserver.go (its RPCs),
-//     routes.go (the routing feed clients send shard calls by); shard
-//     settings are checked with package internal/shardsettings, the same
-//     conversion the sidecar opens shards with, so the master imports no
-//     sidecar package;
+//   - the fleet: fleet.go (nodes, shard assignment, drains, moves: the
+//     locks, the log records, and publication once the log holds a
+//     change), rebalance.go (the master's view for PlanRebalance),
+//     fleetserver.go (its RPCs), routes.go (the routing feed clients send
+//     shard calls by); its pure decisions are package
+//     master/internal/fleetplan: placement (Pick), what a report does to
+//     a row (OnReport), what a lost node's shards do (OnSuspected,
+//     OnOffline), the monitor's pass (PendingStep), a drain (DrainStep),
+//     what a node is told (ForNode), the feed's diff, PlanRebalance and
+//     the request checks (CheckAssign, CheckMove); shard settings are
+//     checked with package internal/shardsettings, the same conversion
+//     the sidecar opens shards with, so the master imports no sidecar
+//     package;
 //   - durability: logentry.go (an Op as a log entry: EncodeEntry,
 //     DecodeEntry and the per-kind checks), replay.go (a standby's
 //     RestoreStandby and ReplayStandby), snapshot.go (Freeze, WriteFiles,

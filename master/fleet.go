@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -19,8 +17,8 @@ import (
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/internal/echo"
-	"github.com/shardfence/shardfence/internal/shardsettings"
 	"github.com/shardfence/shardfence/internal/testhooks"
+	"github.com/shardfence/shardfence/master/internal/fleetplan"
 )
 
 // Sidecar nodes are clients of the master like the memory clients: a node
@@ -42,46 +40,21 @@ func NodeClientID(name string) string { return NodeClientPrefix + name }
 
 // Shard states, as ListShards reports them.
 const (
-	ShardAssigned   = "assigned"   // told (or about to be), not confirmed open
-	ShardOpen       = "open"       // the owner reported it open at the term
-	ShardFailed     = "failed"     // the owner could not open it (reason)
-	ShardFenced     = "fenced"     // a term the master did not grant took it
-	ShardMoving     = "moving"     // a drain's or a move's handoff is under way
-	ShardUnassigned = "unassigned" // no owner (reason)
+	ShardAssigned   = fleetplan.StateAssigned   // told (or about to be), not confirmed open
+	ShardOpen       = fleetplan.StateOpen       // the owner reported it open at the term
+	ShardFailed     = fleetplan.StateFailed     // the owner could not open it (reason)
+	ShardFenced     = fleetplan.StateFenced     // a term the master did not grant took it
+	ShardMoving     = fleetplan.StateMoving     // a drain's or a move's handoff is under way
+	ShardUnassigned = fleetplan.StateUnassigned // no owner (reason)
 )
-
-// maxStaleGrants bounds how often in a row the master raises a shard's
-// term because the owner found a higher one in the store.
-const maxStaleGrants = 5
 
 // ValidateNodeName checks a sidecar node name: 1 to 128 characters of
 // A-Z a-z 0-9 . _ -, not starting with '.' or '-'.
-func ValidateNodeName(name string) error { return validName("node name", name) }
+func ValidateNodeName(name string) error { return fleetplan.ValidateName("node name", name) }
 
 // ValidateShardName checks a shard id with the sidecar's rule (1 to 128
 // characters of A-Z a-z 0-9 . _ -, not starting with '.' or '-').
-func ValidateShardName(name string) error { return validName("shard id", name) }
-
-func validName(what, s string) error {
-	bad := func(why string) error {
-		return fmt.Errorf("%w: %s %.64q %s (use 1-128 characters of A-Z a-z 0-9 . _ -, not starting with '.' or '-')", ErrInvalidArgument, what, s, why)
-	}
-	switch {
-	case s == "":
-		return bad("is empty")
-	case len(s) > 128:
-		return bad("is too long")
-	case s[0] == '.' || s[0] == '-':
-		return bad("starts with '.' or '-'")
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return bad(fmt.Sprintf("holds byte 0x%02X at %d", c, i))
-		}
-	}
-	return nil
-}
+func ValidateShardName(name string) error { return fleetplan.ValidateName("shard id", name) }
 
 // node is one sidecar node. rec is its durable description (replaced
 // whole, never changed in place); the rest is process-local.
@@ -353,18 +326,9 @@ func (m *Master) RegisterNode(ctx context.Context, reg NodeRegistration) (NodeRe
 	fail := func(err error, hint string) (NodeRegistered, error) {
 		return NodeRegistered{}, &Error{Op: "RegisterNode", Client: NodeClientID(reg.Name), Err: err, Hint: hint}
 	}
-	if err := ValidateNodeName(reg.Name); err != nil {
-		return fail(err, "start the sidecar with a --node name the master accepts")
-	}
-	switch {
-	case validNodeAddr(reg.Addr) != nil:
-		return fail(validNodeAddr(reg.Addr), "give the sidecar's URL, as clients reach it (serve --advertise)")
-	case reg.AppAddr != "" && validNodeAddr(reg.AppAddr) != nil:
-		return fail(validNodeAddr(reg.AppAddr), "give the application's URL, as its clients reach it (serve --app-advertise)")
-	case reg.Session == "" || len(reg.Session) > 128:
-		return fail(fmt.Errorf("%w: the session must be 1 to 128 bytes", ErrInvalidArgument), "")
-	case len(reg.Store) > 1024:
-		return fail(fmt.Errorf("%w: store URL of %d bytes", ErrInvalidArgument, len(reg.Store)), "")
+	if hint, err := fleetplan.CheckRegistration(fleetplan.Registration{Name: reg.Name, Addr: reg.Addr, AppAddr: reg.AppAddr,
+		Store: reg.Store, Session: reg.Session}); err != nil {
+		return fail(err, hint)
 	}
 	if err := ctx.Err(); err != nil {
 		return fail(err, "")
@@ -443,32 +407,6 @@ func nodePingInterval(cfg LivenessConfig) time.Duration {
 // each other in turn; a restarted process waits at most this long.
 func nodeHold(cfg LivenessConfig) time.Duration { return 3 * nodePingInterval(cfg) }
 
-// validNodeAddr checks a node's API address: the routing feed publishes it
-// to clients, so it must be an http(s) URL of a host, without credentials,
-// path, query or fragment.
-func validNodeAddr(addr string) error {
-	bad := func(why string) error {
-		return fmt.Errorf("%w: the node's API address %.64q %s", ErrInvalidArgument, addr, why)
-	}
-	if addr == "" || len(addr) > 1024 {
-		return bad("must be 1 to 1024 bytes")
-	}
-	u, err := url.Parse(addr)
-	switch {
-	case err != nil:
-		return bad("is not a URL")
-	case u.Scheme != "http" && u.Scheme != "https":
-		return bad("is not an http(s) URL")
-	case u.Host == "" || u.Hostname() == "":
-		return bad("names no host")
-	case u.User != nil:
-		return bad("carries credentials")
-	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
-		return bad("has a path, query or fragment")
-	}
-	return nil
-}
-
 // NodeAssignment is one shard a node must hold, hand off or adopt.
 type NodeAssignment = masterv1.NodeAssignment
 
@@ -513,17 +451,8 @@ func (m *Master) WatchAssignments(ctx context.Context, name, session string, sen
 func (f *fleet) assignmentsLocked(name string) []*NodeAssignment {
 	var out []*NodeAssignment
 	for e := range f.byNode[name] {
-		p := e.pub
-		if p == nil || p.GetRemoved() {
-			continue
-		}
-		switch name {
-		case p.GetNode():
-			out = append(out, &NodeAssignment{Shard: p.GetShard(), Term: p.GetTerm(), Allocation: p.GetAllocation(), Settings: p.GetSettings(),
-				HandoffAllocation: p.GetHandoffAllocation(), HandoffNode: p.GetHandoffNode(), Warm: p.GetWarm()})
-		case p.GetHandoffNode():
-			out = append(out, &NodeAssignment{Shard: p.GetShard(), Term: p.GetTerm(), Allocation: p.GetHandoffAllocation(), Settings: p.GetSettings(),
-				AdoptAllocation: p.GetHandoffAllocation(), AdoptContext: e.adoptCtx})
+		if a := fleetplan.ForNode(e.pub, name, e.adoptCtx); a != nil {
+			out = append(out, a)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Shard < out[j].Shard })
@@ -558,8 +487,8 @@ func (m *Master) ReportShard(ctx context.Context, r ShardReport) error {
 	if err := ValidateShardName(r.Shard); err != nil {
 		return fail(err, "")
 	}
-	if len(r.HandoffContext) > 64<<10 || len(r.Err) > 4096 || len(r.Reason) > 128 || len(r.Allocation) > 512 {
-		return fail(fmt.Errorf("%w: report fields too long", ErrInvalidArgument), "")
+	if err := fleetplan.CheckReportFields(len(r.HandoffContext), len(r.Err), len(r.Reason), len(r.Allocation)); err != nil {
+		return fail(err, "")
 	}
 	f := m.fleet
 	m.topo.RLock()
@@ -583,76 +512,51 @@ func (m *Master) ReportShard(ctx context.Context, r ShardReport) error {
 	return wait(ctx, "ReportShard", f.publish(changes))
 }
 
-// reportLocked applies a report to its row.
+// reportLocked applies a report to its row (fleetplan.OnReport decides).
 func (f *fleet) reportLocked(e *shardEntry, r ShardReport) []change {
 	c := e.cur
-	owner := r.Node == c.GetNode() && r.Allocation == c.GetAllocation() && r.Term == c.GetTerm()
-	target := c.GetHandoffNode() != "" && r.Node == c.GetHandoffNode() && r.Allocation == c.GetHandoffAllocation() && r.Term == c.GetTerm()
-	switch r.Kind {
-	case masterv1.ShardReport_SHARD_REPORT_OPEN:
-		switch {
-		case target:
-			// The target adopted: it owns the shard now.
-			a := clone(c)
-			a.Node, a.Allocation, a.HandoffNode, a.HandoffAllocation, a.Reason = c.GetHandoffNode(), c.GetHandoffAllocation(), "", "", ""
-			e.state, e.reason, e.adoptCtx, e.staleGrants = ShardOpen, "", nil, 0
-			f.m.log.Info("shard handed off", "shard", c.GetShard(), "term", c.GetTerm(), "from", c.GetNode(), "to", a.GetNode())
-			return []change{f.setLocked(e, a)}
-		case owner:
-			e.state, e.reason, e.staleGrants = ShardOpen, "", 0
-			if c.GetHandoffNode() != "" {
-				e.state = ShardMoving
-			}
-		}
-	case masterv1.ShardReport_SHARD_REPORT_RESUMED:
-		if owner {
-			e.state, e.reason = ShardOpen, ""
-		}
-	case masterv1.ShardReport_SHARD_REPORT_FAILED:
-		switch {
-		case target:
-			// The target could not adopt: cancel the handoff, the source
-			// takes the shard back.
-			return f.cancelHandoffLocked(e, fmt.Sprintf("handoff to %s failed: %s", r.Node, clip(r.Err)))
-		case owner && (r.Reason == "fenced" || r.Reason == "term_already_open"):
-			// A stale grant: the store holds a higher term (or another
-			// allocation holds this one), or this allocation already
-			// wrote at this term (its process restarted). Raise the
-			// term above it, durably, and retry.
-			e.staleGrants++
-			if e.staleGrants > maxStaleGrants {
-				e.state, e.reason = ShardFailed, fmt.Sprintf("gave up after %d raised terms: %s", maxStaleGrants, clip(r.Err))
-				return nil
-			}
-			a := clone(c)
-			a.Term = max(c.GetTerm(), r.SuccessorTerm) + 1
-			a.Allocation = newAllocation(c.GetNode(), a.Term)
-			e.state, e.reason = ShardAssigned, fmt.Sprintf("raised to term %d: %s", a.Term, r.Reason)
-			return []change{f.setLocked(e, a)}
-		case owner:
-			e.state, e.reason = ShardFailed, clip(r.Err)
-		}
-	case masterv1.ShardReport_SHARD_REPORT_FENCED:
-		if owner {
-			e.state, e.reason = ShardFenced, fmt.Sprintf("fenced by term %d, which this master did not grant: %s", r.SuccessorTerm, clip(r.Err))
-		}
-	case masterv1.ShardReport_SHARD_REPORT_HANDED_OFF:
-		if owner && c.GetHandoffNode() != "" && len(r.HandoffContext) > 0 {
-			e.adoptCtx = append([]byte(nil), r.HandoffContext...)
+	step := fleetplan.OnReport(c, e.staleGrants, fleetplan.Report{Node: r.Node, Allocation: r.Allocation, Term: r.Term, Kind: r.Kind,
+		Reason: r.Reason, SuccessorTerm: r.SuccessorTerm, HasContext: len(r.HandoffContext) > 0})
+	switch step {
+	case fleetplan.StepAdopted:
+		a := clone(c)
+		a.Node, a.Allocation, a.HandoffNode, a.HandoffAllocation, a.Reason = c.GetHandoffNode(), c.GetHandoffAllocation(), "", "", ""
+		e.state, e.reason, e.adoptCtx, e.staleGrants = ShardOpen, "", nil, 0
+		f.m.log.Info("shard handed off", "shard", c.GetShard(), "term", c.GetTerm(), "from", c.GetNode(), "to", a.GetNode())
+		return []change{f.setLocked(e, a)}
+	case fleetplan.StepOpen:
+		e.state, e.reason, e.staleGrants = ShardOpen, "", 0
+		if c.GetHandoffNode() != "" {
 			e.state = ShardMoving
-			f.notifyLocked(c.GetHandoffNode())
 		}
-	case masterv1.ShardReport_SHARD_REPORT_STOOD_DOWN:
-		if owner {
-			// The source stood down after an aborted handoff: the target
-			// wrote. The term can no longer be continued by either: move
-			// on at a higher term.
-			return f.takeoverLocked(e, "", "the source stood down after an aborted handoff")
-		}
-	case masterv1.ShardReport_SHARD_REPORT_CLOSED:
-		if owner {
-			e.state = ShardAssigned
-		}
+	case fleetplan.StepResumed:
+		e.state, e.reason = ShardOpen, ""
+	case fleetplan.StepCancelHandoff:
+		return f.cancelHandoffLocked(e, fmt.Sprintf("handoff to %s failed: %s", r.Node, clip(r.Err)))
+	case fleetplan.StepGiveUp:
+		e.staleGrants++
+		e.state, e.reason = ShardFailed, fmt.Sprintf("gave up after %d raised terms: %s", fleetplan.MaxStaleGrants, clip(r.Err))
+	case fleetplan.StepRaiseTerm:
+		e.staleGrants++
+		a := clone(c)
+		a.Term = fleetplan.RaisedTerm(c, r.SuccessorTerm)
+		a.Allocation = newAllocation(c.GetNode(), a.Term)
+		e.state, e.reason = ShardAssigned, fmt.Sprintf("raised to term %d: %s", a.Term, r.Reason)
+		return []change{f.setLocked(e, a)}
+	case fleetplan.StepFailed:
+		e.state, e.reason = ShardFailed, clip(r.Err)
+	case fleetplan.StepFenced:
+		e.state, e.reason = ShardFenced, fmt.Sprintf("fenced by term %d, which this master did not grant: %s", r.SuccessorTerm, clip(r.Err))
+	case fleetplan.StepHandedOff:
+		e.adoptCtx = append([]byte(nil), r.HandoffContext...)
+		e.state = ShardMoving
+		f.notifyLocked(c.GetHandoffNode())
+	case fleetplan.StepStoodDown:
+		// The target wrote: the term can no longer be continued by
+		// either; move on at a higher term.
+		return f.takeoverLocked(e, "", "the source stood down after an aborted handoff")
+	case fleetplan.StepClosed:
+		e.state = ShardAssigned
 	}
 	return nil
 }
@@ -677,50 +581,26 @@ func (f *fleet) cancelHandoffLocked(e *shardEntry, why string) []change {
 // The map is the fleet's own (indexLocked keeps it): read it only.
 func (f *fleet) loadLocked() map[string]int { return f.load }
 
-// pickLocked chooses the node a shard goes to: one that eligibility
-// serves, of the shard's store, able to run its fencing, other than
-// exclude, least loaded; the node that last lost the shard only if no
-// other fits. nil and the reason when none does.
+// pickLocked chooses the node a shard goes to (fleetplan.Pick): one
+// that eligibility serves, of the shard's store, able to run its
+// fencing, other than exclude, least loaded; the node that last lost the
+// shard only if no other fits. nil and the reason when none does.
 func (f *fleet) pickLocked(e *shardEntry, exclude string) (*node, string) {
-	a := e.cur
-	fenced := !a.GetSettings().GetFencingDisabled()
-	load := f.loadLocked()
-	var best, fallback *node
-	var why []string
-	for _, name := range f.sortedNamesLocked() {
-		n := f.nodes[name]
-		switch {
-		case name == exclude:
-			continue
-		case !f.m.eligibility.CanServe(n):
-			why = append(why, fmt.Sprintf("%s %s", name, nodeState(n)))
-			continue
-		case a.GetStore() != "" && n.rec.GetStore() != a.GetStore():
-			why = append(why, name+" serves another store")
-			continue
-		case fenced && !n.rec.GetFencing():
-			why = append(why, name+"'s store did not pass the precondition probe")
-			continue
-		}
-		if name == e.avoid {
-			fallback = n
-			continue
-		}
-		if best == nil || load[name] < load[best.rec.GetName()] {
-			best = n
-		}
+	name, why := fleetplan.Pick(f.sortedNamesLocked(), f.candidateLocked, f.loadLocked(), fleetplan.WantOf(e.cur, exclude, e.avoid))
+	if name == "" {
+		return nil, why
 	}
-	if best == nil {
-		best = fallback
+	return f.nodes[name], ""
+}
+
+// candidateLocked describes node name for a placement.
+func (f *fleet) candidateLocked(name string) fleetplan.Candidate {
+	n := f.nodes[name]
+	c := fleetplan.Candidate{Name: name, Store: n.rec.GetStore(), Fencing: n.rec.GetFencing()}
+	if !f.m.eligibility.CanServe(n) {
+		c.NotServing = nodeState(n)
 	}
-	if best == nil {
-		reason := "no node is registered"
-		if len(why) > 0 {
-			reason = "no eligible node: " + strings.Join(why, ", ")
-		}
-		return nil, reason
-	}
-	return best, ""
+	return c
 }
 
 func nodeState(n *node) string {
@@ -770,24 +650,9 @@ func (f *fleet) takeoverLocked(e *shardEntry, exclude, why string) []change {
 // ownerSuspected moves the shards of a node that just went Suspected and
 // asked for an early takeover, and cancels handoffs that targeted it.
 func (f *fleet) ownerSuspected(ctx context.Context, r *ClientLivenessRecord) {
-	name, ok := strings.CutPrefix(r.ClientID(), NodeClientPrefix)
-	if !ok {
-		return
+	if changes, ok := f.nodeLost(r, false); ok {
+		f.monitorWait(ctx, "TakeOver", f.publish(changes))
 	}
-	f.m.topo.RLock()
-	f.mu.Lock()
-	var changes []change
-	for _, e := range f.sortedOfLocked(name) {
-		switch {
-		case e.cur.GetNode() == name && e.cur.GetAutoRestore() && e.cur.GetTakeoverAtSuspected():
-			changes = append(changes, f.takeoverLocked(e, name, fmt.Sprintf("node %s went suspected (takeover at suspected)", name))...)
-		case e.cur.GetHandoffNode() == name:
-			changes = append(changes, f.cancelHandoffLocked(e, fmt.Sprintf("handoff target %s went suspected", name))...)
-		}
-	}
-	f.mu.Unlock()
-	f.m.topo.RUnlock()
-	f.monitorWait(ctx, "TakeOver", f.publish(changes))
 }
 
 // offboardNode is the fleet's step of an offboarding: every shard the
@@ -795,31 +660,43 @@ func (f *fleet) ownerSuspected(ctx context.Context, r *ClientLivenessRecord) {
 // left unassigned with the reason, and handoffs to it are cancelled, all
 // durably before the job goes on.
 func (f *fleet) offboardNode(ctx context.Context, r *ClientLivenessRecord) error {
+	if changes, ok := f.nodeLost(r, true); ok {
+		return wait(ctx, "OffboardNode", f.publish(changes))
+	}
+	return nil
+}
+
+// nodeLost records what the node of r going Suspected (or Offline) does
+// to the shard rows that name it (fleetplan.OnSuspected, OnOffline); not
+// ok when r is not a node's.
+func (f *fleet) nodeLost(r *ClientLivenessRecord, offline bool) (changes []change, ok bool) {
 	name, ok := strings.CutPrefix(r.ClientID(), NodeClientPrefix)
 	if !ok {
-		return nil
+		return nil, false
+	}
+	decide, went, takeover := fleetplan.OnSuspected, "suspected", "suspected (takeover at suspected)"
+	if offline {
+		decide, went, takeover = fleetplan.OnOffline, "offline", "offline"
 	}
 	f.m.topo.RLock()
+	defer f.m.topo.RUnlock()
 	f.mu.Lock()
-	var changes []change
+	defer f.mu.Unlock()
 	for _, e := range f.sortedOfLocked(name) {
-		c := e.cur
-		switch {
-		case c.GetNode() == name && c.GetAutoRestore():
-			changes = append(changes, f.takeoverLocked(e, name, fmt.Sprintf("node %s went offline", name))...)
-		case c.GetNode() == name:
-			a := clone(c)
+		switch decide(e.cur, name) {
+		case fleetplan.LostTakeOver:
+			changes = append(changes, f.takeoverLocked(e, name, fmt.Sprintf("node %s went %s", name, takeover))...)
+		case fleetplan.LostUnassign:
+			a := clone(e.cur)
 			a.Node, a.HandoffNode, a.HandoffAllocation = "", "", ""
-			a.Reason = fmt.Sprintf("node %s went offline and auto_restore is off: assign the shard again (shardfence master assign)", name)
+			a.Reason = fleetplan.OfflineReason(name)
 			e.state, e.reason, e.adoptCtx = ShardUnassigned, a.Reason, nil
 			changes = append(changes, f.setLocked(e, a))
-		case c.GetHandoffNode() == name:
-			changes = append(changes, f.cancelHandoffLocked(e, fmt.Sprintf("handoff target %s went offline", name))...)
+		case fleetplan.LostCancelHandoff:
+			changes = append(changes, f.cancelHandoffLocked(e, fmt.Sprintf("handoff target %s went %s", name, went))...)
 		}
 	}
-	f.mu.Unlock()
-	f.m.topo.RUnlock()
-	return wait(ctx, "OffboardNode", f.publish(changes))
+	return changes, true
 }
 
 // placePending is the fleet's part of every monitor pass: unassigned
@@ -833,19 +710,14 @@ func (f *fleet) placePending(ctx context.Context) {
 	var changes []change
 	for _, e := range f.sortedWhereLocked(f.pendingLocked) {
 		c := e.cur
-		if c.GetRemoved() {
-			continue
-		}
-		owner := f.nodes[c.GetNode()]
-		switch {
-		case c.GetNode() == "" && c.GetAutoRestore():
+		switch f.pendingStepLocked(e) {
+		case fleetplan.PendingPlace:
 			if n, _ := f.pickLocked(e, ""); n != nil {
 				changes = append(changes, f.takeoverLocked(e, "", "placing an unassigned shard")...)
 			}
-		case owner == nil:
-		case owner.rec.GetDraining() && c.GetHandoffNode() == "":
+		case fleetplan.PendingStartHandoff:
 			changes = append(changes, f.startHandoffLocked(e)...)
-		case owner.owner.Load().State() == ClientSuspected && c.GetAutoRestore() && c.GetTakeoverAtSuspected():
+		case fleetplan.PendingTakeOver:
 			changes = append(changes, f.takeoverLocked(e, c.GetNode(), fmt.Sprintf("node %s is suspected (takeover at suspected)", c.GetNode()))...)
 		}
 	}
@@ -889,19 +761,17 @@ func (f *fleet) monitorWait(ctx context.Context, op string, done <-chan error) {
 // auto-restore shard, or one whose owner is draining or suspected. The
 // pass sorts only these, not the table.
 func (f *fleet) pendingLocked(e *shardEntry) bool {
-	c := e.cur
-	if c.GetRemoved() {
-		return false
+	return f.pendingStepLocked(e) != fleetplan.PendingNothing
+}
+
+// pendingStepLocked is what the monitor's pass does with e
+// (fleetplan.PendingStep).
+func (f *fleet) pendingStepLocked(e *shardEntry) fleetplan.Pending {
+	var o fleetplan.Owner
+	if n := f.nodes[e.cur.GetNode()]; n != nil && e.cur.GetNode() != "" {
+		o = fleetplan.Owner{Known: true, Draining: n.rec.GetDraining(), Suspected: n.owner.Load().State() == ClientSuspected}
 	}
-	if c.GetNode() == "" {
-		return c.GetAutoRestore()
-	}
-	owner := f.nodes[c.GetNode()]
-	if owner == nil {
-		return false
-	}
-	return (owner.rec.GetDraining() && c.GetHandoffNode() == "") ||
-		(owner.owner.Load().State() == ClientSuspected && c.GetAutoRestore() && c.GetTakeoverAtSuspected())
+	return fleetplan.PendingStep(e.cur, o)
 }
 
 // sortedOfLocked lists the entries whose recorded assignment names node
@@ -937,8 +807,8 @@ func (f *fleet) sortedLocked() []*shardEntry {
 // that can take it (same term, new allocation there).
 func (f *fleet) startHandoffLocked(e *shardEntry) []change {
 	c := e.cur
-	if c.GetSettings().GetFencingDisabled() {
-		e.reason = "an unfenced shard cannot be handed off (the handoff moves its fence key): unassign it, or assign it elsewhere at a new term"
+	if why := fleetplan.HandoffBlocked(c); why != "" {
+		e.reason = why
 		return nil
 	}
 	n, reason := f.pickLocked(e, c.GetNode())
@@ -985,75 +855,21 @@ func (m *Master) AssignShard(ctx context.Context, req AssignRequest) (ShardInfo,
 	fail := func(err error, hint string) (ShardInfo, error) {
 		return ShardInfo{}, &Error{Op: "AssignShard", Shard: req.Shard, Err: err, Hint: hint}
 	}
-	if err := ValidateShardName(req.Shard); err != nil {
-		return fail(err, "")
-	}
-	if req.Node != "" {
-		if err := ValidateNodeName(req.Node); err != nil {
-			return fail(err, "")
-		}
-	}
-	if req.Term < 0 || req.Term > 1<<53-1 {
-		return fail(fmt.Errorf("%w: term %d is outside 1..2^53-1", ErrInvalidArgument, req.Term), "")
+	if hint, err := fleetplan.CheckAssign(fleetplan.Assign{Shard: req.Shard, Node: req.Node, Term: req.Term, Settings: req.Settings,
+		AutoRestore: req.AutoRestore, TakeoverAtSuspected: req.TakeoverAtSuspected}); err != nil {
+		return fail(err, hint)
 	}
 	settings := req.Settings
-	// The owner opens the shard with these: refuse what it would refuse
-	// (an unknown mode or ack order, a bound out of range) now, not at
-	// every open attempt on every node.
-	if _, err := shardsettings.FromProto(settings); err != nil {
-		var se *shardsettings.Error
-		if !errors.As(err, &se) {
-			return fail(err, "")
-		}
-		return fail(fmt.Errorf("%w: settings: %s", ErrInvalidArgument, se.Detail), "")
-	}
 	fenced := !settings.GetFencingDisabled()
-	if req.AutoRestore && !fenced {
-		return fail(fmt.Errorf("%w: auto_restore needs a fenced shard: an unfenced shard is never auto-restored (a zombie could lose acknowledged writes)", ErrInvalidArgument), "assign it without auto_restore, or fenced")
-	}
-	if req.AutoRestore && settings.GetMode() == sidecarv1.FencingMode_FENCING_MODE_OBSERVE {
-		return fail(fmt.Errorf("%w: auto_restore needs a fenced shard: observe mode only reports what fencing would refuse (a zombie keeps acknowledging)", ErrInvalidArgument), "enforce fencing first (per_sync, create_only or lease), or assign it without auto_restore")
-	}
-	if req.TakeoverAtSuspected && !req.AutoRestore {
-		return fail(fmt.Errorf("%w: takeover at suspected needs auto_restore", ErrInvalidArgument), "")
-	}
 	f := m.fleet
 	m.topo.RLock()
 	f.mu.Lock()
-	if e := f.shards[req.Shard]; e != nil && !e.cur.GetRemoved() {
-		c := e.cur
+	e := &shardEntry{cur: &masterv1.ShardAssignment{Shard: req.Shard, Settings: settings, AutoRestore: req.AutoRestore, TakeoverAtSuspected: req.TakeoverAtSuspected, Warm: req.Warm}}
+	n, refused := f.assignTargetLocked(e, req.Node, fenced)
+	if refused != nil {
 		f.mu.Unlock()
 		m.topo.RUnlock()
-		if c.GetNode() == "" {
-			return fail(fmt.Errorf("%w: shard is in the table, unassigned at term %d", ErrShardAssigned, c.GetTerm()), "unassign it first to assign it afresh")
-		}
-		return fail(fmt.Errorf("%w: owned by node %q at term %d", ErrShardAssigned, c.GetNode(), c.GetTerm()), "move it to another node with shardfence master move, or unassign it first to assign it afresh")
-	}
-	e := &shardEntry{cur: &masterv1.ShardAssignment{Shard: req.Shard, Settings: settings, AutoRestore: req.AutoRestore, TakeoverAtSuspected: req.TakeoverAtSuspected, Warm: req.Warm}}
-	var n *node
-	if req.Node != "" {
-		n = f.nodes[req.Node]
-		switch {
-		case n == nil || n.rec == nil:
-			f.mu.Unlock()
-			m.topo.RUnlock()
-			return fail(fmt.Errorf("%w: node %q is not registered", ErrNodeNotEligible, req.Node), "start its sidecar with --master, or let the master choose")
-		case !m.eligibility.CanServe(n):
-			f.mu.Unlock()
-			m.topo.RUnlock()
-			return fail(fmt.Errorf("%w: node %q %s", ErrNodeNotEligible, req.Node, nodeState(n)), "choose an active node")
-		case fenced && !n.rec.GetFencing():
-			f.mu.Unlock()
-			m.topo.RUnlock()
-			return fail(fmt.Errorf("%w: node %q's store did not pass the precondition probe: a fenced shard cannot run there", ErrNodeNotEligible, req.Node), "choose a node whose store enforces conditional writes")
-		}
-	} else {
-		var reason string
-		if n, reason = f.pickLocked(e, ""); n == nil {
-			f.mu.Unlock()
-			m.topo.RUnlock()
-			return fail(fmt.Errorf("%w: %s", ErrNodeNotEligible, reason), "start a sidecar with --master, or wait for one to register")
-		}
+		return ShardInfo{}, fleetRefusal("AssignShard", req.Shard, refused)
 	}
 	a := e.cur
 	a.Node = n.rec.GetName()
@@ -1072,6 +888,28 @@ func (m *Master) AssignShard(ctx context.Context, req AssignRequest) (ShardInfo,
 		return ShardInfo{}, err
 	}
 	return m.ShardInfo(req.Shard)
+}
+
+// assignTargetLocked is the node a new row e goes to: the node named,
+// or the one pickLocked chooses; refused when the table holds the shard
+// or no node can take it.
+func (f *fleet) assignTargetLocked(e *shardEntry, name string, fenced bool) (*node, *fleetplan.Refusal) {
+	if old := f.shards[e.cur.GetShard()]; old != nil {
+		if r := fleetplan.Occupied(old.cur); r != nil {
+			return nil, r
+		}
+	}
+	if name != "" {
+		if r := fleetplan.CheckAssignTarget(name, f.targetLocked(name), fenced); r != nil {
+			return nil, r
+		}
+		return f.nodes[name], nil
+	}
+	n, reason := f.pickLocked(e, "")
+	if n == nil {
+		return nil, &fleetplan.Refusal{Kind: fleetplan.NotEligible, Detail: reason, Hint: "start a sidecar with --master, or wait for one to register"}
+	}
+	return n, nil
 }
 
 // UnassignShard takes a shard out of the table, durably; its owner then
@@ -1121,10 +959,10 @@ func (m *Master) DrainNode(ctx context.Context, name string, undo bool) (moving,
 	var changes []change
 	if !undo {
 		for _, e := range f.sortedLocked() {
-			if e.cur.GetNode() != name || e.cur.GetRemoved() {
+			switch fleetplan.DrainStep(e.cur, name) {
+			case fleetplan.DrainNothing:
 				continue
-			}
-			if e.cur.GetHandoffNode() != "" {
+			case fleetplan.DrainUnderWay:
 				moving++
 				continue
 			}
@@ -1177,57 +1015,54 @@ func (m *Master) MoveShard(ctx context.Context, shard, node string) (ShardInfo, 
 	return m.ShardInfo(shard)
 }
 
-// moveLocked checks a move and records its handoff.
+// moveLocked checks a move (fleetplan.CheckMove) and records its
+// handoff.
 func (f *fleet) moveLocked(shard, node string) (change, error) {
-	fail := func(err error, hint string) (change, error) {
-		return change{}, &Error{Op: "MoveShard", Shard: shard, Err: err, Hint: hint}
-	}
 	e := f.shards[shard]
-	if e == nil || e.cur.GetRemoved() {
-		return fail(ErrShardNotAssigned, "list the shards with shardfence master shards")
+	mv := fleetplan.Move{To: node, Target: f.targetLocked(node)}
+	if e != nil && !e.cur.GetRemoved() {
+		mv.Row, mv.State = e.cur, e.state
+		if owner := f.nodes[e.cur.GetNode()]; owner == nil {
+			mv.OwnerState = "is not registered"
+		} else if st := owner.owner.Load().State(); st != ClientActive {
+			mv.OwnerState = "is " + st.String()
+		}
+	}
+	if r := fleetplan.CheckMove(mv); r != nil {
+		return change{}, fleetRefusal("MoveShard", shard, r)
 	}
 	c := e.cur
-	switch {
-	case c.GetHandoffNode() != "":
-		return fail(fmt.Errorf("%w: it is moving from node %q to node %q at term %d", ErrShardMoving, c.GetNode(), c.GetHandoffNode(), c.GetTerm()),
-			"wait for that handoff to end (shardfence master shards), then move it again")
-	case c.GetNode() == "":
-		return fail(fmt.Errorf("%w: it is unassigned at term %d", ErrShardNotOpen, c.GetTerm()), "assign it (or let auto-restore place it), then move it once it is open")
-	case c.GetNode() == node:
-		return fail(fmt.Errorf("%w: node %q already owns it at term %d", ErrShardAssigned, node, c.GetTerm()), "choose another node")
-	case c.GetSettings().GetFencingDisabled():
-		return fail(fmt.Errorf("%w: an unfenced shard cannot be handed off (the handoff moves its fence key)", ErrInvalidArgument),
-			"unassign it and assign it on the node at a new term")
-	case e.state != ShardOpen:
-		state := e.state
-		if state == "" {
-			state = ShardAssigned
-		}
-		return fail(fmt.Errorf("%w: it is %s on node %q at term %d (its owner has not reported it open)", ErrShardNotOpen, state, c.GetNode(), c.GetTerm()),
-			"move it once shardfence master shards shows it open")
-	}
-	if owner := f.nodes[c.GetNode()]; owner == nil || owner.owner.Load().State() != ClientActive {
-		// The owner performs the handoff: a suspected one would only
-		// leave the shard moving until it is taken over.
-		state := "is not registered"
-		if owner != nil {
-			state = "is " + owner.owner.Load().State().String()
-		}
-		return fail(fmt.Errorf("%w: its owner node %q %s", ErrShardNotOpen, c.GetNode(), state), "move it once its owner is active")
-	}
-	n := f.nodes[node]
-	switch {
-	case n == nil || n.rec == nil:
-		return fail(fmt.Errorf("%w: node %q is not registered", ErrNodeNotEligible, node), "list the nodes with shardfence master nodes")
-	case !f.m.eligibility.CanServe(n):
-		return fail(fmt.Errorf("%w: node %q %s", ErrNodeNotEligible, node, nodeState(n)), "choose an active node that is not draining")
-	case c.GetStore() != "" && n.rec.GetStore() != c.GetStore():
-		return fail(fmt.Errorf("%w: node %q serves store %q, the shard is in %q", ErrNodeNotEligible, node, n.rec.GetStore(), c.GetStore()), "choose a node of the shard's store")
-	case !n.rec.GetFencing():
-		return fail(fmt.Errorf("%w: node %q's store did not pass the precondition probe: a fenced shard cannot run there", ErrNodeNotEligible, node), "choose a node whose store enforces conditional writes")
-	}
 	f.m.log.Info("moving shard", "shard", shard, "term", c.GetTerm(), "from", c.GetNode(), "to", node)
-	return f.handoffLocked(e, n, fmt.Sprintf("moving to %s (master move)", node)), nil
+	return f.handoffLocked(e, f.nodes[node], fmt.Sprintf("moving to %s (master move)", node)), nil
+}
+
+// targetLocked describes node name as a named target, nil when it is not
+// registered.
+func (f *fleet) targetLocked(name string) *fleetplan.Candidate {
+	if n := f.nodes[name]; n == nil || n.rec == nil {
+		return nil
+	}
+	c := f.candidateLocked(name)
+	return &c
+}
+
+// refusalSentinel is the sentinel of each kind of refusal.
+var refusalSentinel = map[fleetplan.Kind]error{
+	fleetplan.NotAssigned: ErrShardNotAssigned,
+	fleetplan.Moving:      ErrShardMoving,
+	fleetplan.NotOpen:     ErrShardNotOpen,
+	fleetplan.Assigned:    ErrShardAssigned,
+	fleetplan.Invalid:     ErrInvalidArgument,
+	fleetplan.NotEligible: ErrNodeNotEligible,
+}
+
+// fleetRefusal is the master's error for a refused request on shard.
+func fleetRefusal(op, shard string, r *fleetplan.Refusal) error {
+	err := refusalSentinel[r.Kind]
+	if r.Detail != "" {
+		err = fmt.Errorf("%w: %s", err, r.Detail)
+	}
+	return &Error{Op: op, Shard: shard, Err: err, Hint: r.Hint}
 }
 
 // NodeInfo is one node, for status.

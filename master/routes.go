@@ -2,12 +2,10 @@ package master
 
 import (
 	"context"
-	"sort"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+	"github.com/shardfence/shardfence/master/internal/fleetplan"
 )
 
 // The routing feed: where each shard's owner serves, for clients that send
@@ -48,10 +46,10 @@ func (m *Master) WatchShards(ctx context.Context, shards []string, send func(rou
 		wake := f.routesWake
 		f.mu.Unlock()
 		if last == nil {
-			if err := send(sortedRoutes(cur), true); err != nil {
+			if err := send(fleetplan.SortedRoutes(cur), true); err != nil {
 				return err
 			}
-		} else if changed := diffRoutes(last, cur); len(changed) > 0 {
+		} else if changed := fleetplan.DiffRoutes(last, cur); len(changed) > 0 {
 			if err := send(changed, false); err != nil {
 				return err
 			}
@@ -75,15 +73,8 @@ func (f *fleet) routesLocked(want map[string]bool) map[string]*Route {
 		if p == nil || p.GetRemoved() || (want != nil && !want[name]) {
 			continue
 		}
-		r := &Route{Shard: name, Term: p.GetTerm(), Node: p.GetNode(), State: e.state, HandoffNode: p.GetHandoffNode()}
-		switch {
-		case r.Node == "":
-			r.State = ShardUnassigned
-		case r.State == "" || e.pubVer != e.curVer && r.State == ShardOpen:
-			// Not confirmed open at the published row, or a newer row
-			// is on its way to the log.
-			r.State = ShardAssigned
-		}
+		r := &Route{Shard: name, Term: p.GetTerm(), Node: p.GetNode(), HandoffNode: p.GetHandoffNode(),
+			State: fleetplan.RouteState(p.GetNode(), e.state, e.pubVer == e.curVer)}
 		if n := f.nodes[r.Node]; n != nil {
 			r.Addr, r.AppAddr = n.rec.GetAddr(), n.rec.GetAppAddr()
 		}
@@ -99,31 +90,4 @@ func (f *fleet) routesLocked(want map[string]bool) map[string]*Route {
 func (f *fleet) routesChangedLocked() {
 	close(f.routesWake)
 	f.routesWake = make(chan struct{})
-}
-
-// diffRoutes lists the routes of cur that differ from last, and those of
-// last cur no longer has (removed).
-func diffRoutes(last, cur map[string]*Route) []*Route {
-	var out []*Route
-	for name, r := range cur {
-		if old := last[name]; old == nil || !proto.Equal(old, r) {
-			out = append(out, r)
-		}
-	}
-	for name := range last {
-		if cur[name] == nil {
-			out = append(out, &Route{Shard: name, Removed: true})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Shard < out[j].Shard })
-	return out
-}
-
-func sortedRoutes(m map[string]*Route) []*Route {
-	out := make([]*Route, 0, len(m))
-	for _, r := range m {
-		out = append(out, r)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Shard < out[j].Shard })
-	return out
 }
