@@ -190,7 +190,7 @@ func TestSimFindsForgottenReports(t *testing.T) {
 
 // A master failover moves shards of nodes that kept running.
 func TestSimFindsBackoffNeverReset(t *testing.T) {
-	res, n := findBug(t, &testhooks.NoBackoffReset, "with no fault of", 200)
+	res, n := findBug(t, &testhooks.NoBackoffReset, "with no fault of", 400)
 	t.Logf("found at seed %d: %v\n%s", n, res.Violation, report(res))
 }
 
