@@ -442,6 +442,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		TLS:         tlsCfg,
 		IdleTimeout: f.idleTimeout,
 		Log:         log,
+		BufferReads: true,
 	})
 	log.Info("sidecar serving", "listen", ln.Addr().String(), "store", blobstore.Redact(f.store), "tls", tlsCfg != nil,
 		"auth", token != "", "fencing_mode", f.defaults.Mode.String(), "ack_order", f.defaults.AckOrder.String())

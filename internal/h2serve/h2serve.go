@@ -37,12 +37,20 @@ type Options struct {
 	// Log receives the server's own errors (TLS handshakes, bad
 	// requests) at warn level; nil discards them.
 	Log *slog.Logger
+	// BufferReads gives every connection a read buffer (bufconn, 32 KiB
+	// for its life): the HTTP/2 server otherwise reads each frame with
+	// two system calls. Worth it for a few busy connections (the
+	// sidecar's clients: CPU per op through the API); not for thousands
+	// of mostly idle ones (the master's nodes: the buffers cost 80 MiB at
+	// 1,000 nodes, docs/BENCHMARKS.md).
+	BufferReads bool
 }
 
 // Server serves one handler on one listener.
 type Server struct {
-	hs  *http.Server
-	tls bool
+	hs       *http.Server
+	tls      bool
+	buffered bool
 }
 
 // New returns a server for o; Serve starts it.
@@ -62,19 +70,20 @@ func New(o Options) *Server {
 	hs.Protocols.SetHTTP1(true)
 	hs.Protocols.SetHTTP2(true)
 	hs.Protocols.SetUnencryptedHTTP2(true)
-	return &Server{hs: hs, tls: o.TLS != nil}
+	return &Server{hs: hs, tls: o.TLS != nil, buffered: o.BufferReads}
 }
 
 // Serve accepts connections on ln until Shutdown (then it returns
-// http.ErrServerClosed) or ln fails. Each connection's reads are buffered
-// (bufconn): the HTTP/2 server reads each frame with two system calls
-// otherwise.
+// http.ErrServerClosed) or ln fails, its connections' reads buffered if
+// Options.BufferReads.
 func (s *Server) Serve(ln net.Listener) error {
-	bln := bufconn.Listen(ln)
-	if s.tls {
-		return s.hs.ServeTLS(bln, "", "")
+	if s.buffered {
+		ln = bufconn.Listen(ln)
 	}
-	return s.hs.Serve(bln)
+	if s.tls {
+		return s.hs.ServeTLS(ln, "", "")
+	}
+	return s.hs.Serve(ln)
 }
 
 // Start runs Serve in a goroutine; the channel gets what it returned.

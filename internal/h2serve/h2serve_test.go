@@ -13,8 +13,17 @@ import (
 
 // TestServesHTTP1AndH2C: one plain listener answers an HTTP/1.1 client and
 // an HTTP/2 client with prior knowledge (what a gRPC client does without
-// TLS), and Shutdown ends Serve with no error of its own.
+// TLS), and Shutdown ends Serve with no error of its own; with and
+// without buffered reads.
 func TestServesHTTP1AndH2C(t *testing.T) {
+	for _, buffered := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unbuffered", true: "buffered"}[buffered], func(t *testing.T) {
+			testServes(t, buffered)
+		})
+	}
+}
+
+func testServes(t *testing.T, buffered bool) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -25,6 +34,7 @@ func TestServesHTTP1AndH2C(t *testing.T) {
 			_, _ = w.Write([]byte(r.Proto + " " + string(body)))
 		}),
 		IdleTimeout: time.Minute,
+		BufferReads: buffered,
 	})
 	errc := s.Start(ln)
 	url := "http://" + ln.Addr().String() + "/"
