@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
+	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/client"
 	"github.com/shardfence/shardfence/sidecar/warmbench"
@@ -23,6 +24,9 @@ type sizedTakeover struct {
 	warm      bool
 	takeover  time.Duration // takeover recorded to the first read on the new owner
 	detection time.Duration
+	// after is the new owner's status of the shard once the first read
+	// was served: its locality, what it holds locally and what it fetched.
+	after *sidecarv1.ShardStatus
 }
 
 // takeoverOfSize fills shard with a checkpoint of mib MiB (term 1, written
@@ -93,6 +97,9 @@ func takeoverOfSize(ctx context.Context, f *procFleet, shard string, mib int, wa
 		time.Sleep(5 * time.Millisecond)
 	}
 	r.takeover, r.detection = time.Since(assigned), assigned.Sub(killed)
+	if r.after, err = c.Status(ctx, shard); err != nil {
+		return r, fmt.Errorf("status of %s on the new owner: %w", shard, err)
+	}
 	return r, nil
 }
 

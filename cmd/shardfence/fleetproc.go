@@ -92,10 +92,12 @@ type procFleet struct {
 	// a proxy), by name.
 	sidecarStores  map[string]string
 	sidecarMasters map[string]string
-	cluster        string     // the master's cluster name (default "fleet")
-	master         *fleetProc // the first master started
-	base           string     // its API URL
-	http           *http.Client
+	// sidecarArgs are flags every sidecar start gets, restarts included.
+	sidecarArgs []string
+	cluster     string     // the master's cluster name (default "fleet")
+	master      *fleetProc // the first master started
+	base        string     // its API URL
+	http        *http.Client
 
 	mu       sync.Mutex
 	sidecars map[string]*fleetProc
@@ -191,7 +193,8 @@ func (f *procFleet) startSidecar(name string, extra ...string) (*fleetProc, erro
 	if u, ok := f.sidecarStores[name]; ok {
 		store = u
 	}
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--node", name, "--master", masters, "--log-level", "info"}, extra...)
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--node", name, "--master", masters, "--log-level", "info"}, f.sidecarArgs...)
+	args = append(args, extra...)
 	p, err := startFleetProc(f.cmd, "sidecar "+name, "sidecar listening on ", []string{envPrefix + "STORE=" + store}, args...)
 	if err != nil {
 		return nil, err
