@@ -44,7 +44,8 @@ func serveMasters(t *testing.T, store *blobstore.Container, et time.Duration, li
 }
 
 // A sidecar that knows every master follows an elected primary by itself:
-// it registers with the new one within its ping interval, reports its
+// it registers with the new one before it could be called offline (within
+// its ping interval on a quiet machine), reports its
 // shards again (the new master shows them open, not assigned), and a
 // master failover moves no shard of a node that keeps running, at the
 // shortest client TTLs (1 s active + 1 s suspected).
@@ -97,8 +98,14 @@ func TestSidecarsFollowAnElectedMasterAndKeepTheirShards(t *testing.T) {
 	})
 	elected := time.Now()
 	waitFor(t, "the sidecar to register with the elected master", func() bool { st := ag.Status(); return st.Registered && st.Master == np.srv.URL })
-	if took := time.Since(elected); took > time.Second {
-		t.Errorf("the sidecar reached the elected master %v after its election, more than a 1 s ping interval", took)
+	// Its ping interval is 1 s; what must hold is that it is back before
+	// the elected master could call it offline (active + suspected TTLs),
+	// which would move its shard. The time itself is logged, not judged:
+	// on a loaded machine a poll can miss a ping.
+	took := time.Since(elected)
+	t.Logf("the sidecar reached the elected master %v after its election", took)
+	if limit := live.ActiveTTL + live.SuspicionTTL; took > limit {
+		t.Errorf("the sidecar reached the elected master %v after its election, past the %v after which it would be offline", took, limit)
 	}
 	m2 := primary(t, np.node)
 	waitFor(t, "s1 shown open on the elected master (the node reported again)", func() bool { return openOn(m2) })
