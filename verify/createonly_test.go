@@ -231,7 +231,7 @@ func TestCreateOnlyFirstOpen(t *testing.T) {
 	switch {
 	case deep():
 		seeds = 50000
-	case raceEnabled:
+	case brief():
 		seeds = 1000
 	}
 	const name, wrong = "createonly-first-open", "wrong-createonly-first-open-claim-check"

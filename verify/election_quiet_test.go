@@ -54,7 +54,7 @@ func TestElectionQuiet(t *testing.T) {
 	switch {
 	case deep():
 		b.MaxStates = stateBound()
-	case raceEnabled:
+	case brief():
 		b.MaxStates = 500
 	}
 	for _, e := range []expectation{

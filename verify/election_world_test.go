@@ -389,7 +389,7 @@ func (c *electionCount) String() string {
 // election bookkeeping on scheduled time, exhaustively in small scopes and
 // by random walks in larger ones; and the wrong designs: a standby that
 // promotes itself without claiming, a standby whose wait is shorter than
-// the primary's lease, and (by random walks; not under the race detector
+// the primary's lease, and (by random walks; not in a brief run
 // outside make verify) a primary whose lease counts from the
 // acknowledgement instead of the send. NoOverlap is checked in every scope;
 // the new primary's quiet period, which it needs, is reached only in the
@@ -401,13 +401,13 @@ func TestElection(t *testing.T) {
 	// long before they reach the middle, where a primary's appends are
 	// held across ticks or two standbys race for a term: the walks cover
 	// those. So the bounded searches stop early, at 5,000 states (500
-	// under the race detector, with 150 walks instead of 1,000).
+	// in a brief run, with 150 walks instead of 1,000).
 	b := Bounds{MaxStates: 5000}
 	walks := 1000
 	switch {
 	case deep():
 		b, walks = Bounds{}, 10000
-	case raceEnabled:
+	case brief():
 		b.MaxStates, walks = 500, 150
 	}
 	es := []expectation{
@@ -454,8 +454,8 @@ func TestElection(t *testing.T) {
 			}
 		})
 	}
-	if raceEnabled && !deep() {
-		// Under the race detector, the schedule of the walk that refutes
+	if brief() && !deep() {
+		// In a brief run, the schedule of the walk that refutes
 		// it (seed 1898), replayed.
 		replayRefutation(t, "wrong-election-lease-from-ack", wrongElectionLeaseFromAckPath, "QuietBeforeClaim")
 	} else if *flagScenario == "" || *flagScenario == "wrong-election-lease-from-ack" {

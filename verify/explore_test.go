@@ -14,24 +14,29 @@ var (
 )
 
 // stateBound caps one exhaustive search: far above every bounded scope
-// without the race detector; under it (make test's run, where every step
-// costs about eight times as much) each scope's first 2,000 states; and
-// higher for the deep scopes of make verify.
+// by default; in a brief run (make test's, and any run under the race
+// detector, where every step costs about eight times as much) each scope's
+// first 2,000 states; and higher for the deep scopes of make verify.
 func stateBound() int {
 	switch {
 	case deep():
 		return 150000
-	case raceEnabled:
+	case brief():
 		return raceStateBound
 	}
 	return 20000
 }
 
-// raceStateBound is the bounded searches' cap under the race detector.
+// raceStateBound is the bounded searches' cap in a brief run.
 const raceStateBound = 2000
 
 // deep reports whether make verify asked for the larger scopes.
 func deep() bool { return os.Getenv("SHARDFENCE_VERIFY") == "deep" }
+
+// brief reports whether this run takes the brief bounds: make test's
+// (SHARDFENCE_VERIFY=brief, without the race detector, which make verify
+// runs) or any run under the race detector.
+func brief() bool { return raceEnabled || os.Getenv("SHARDFENCE_VERIFY") == "brief" }
 
 // expectation is what the checker must find in a scenario: nothing, or a
 // counterexample for a deliberately wrong design.

@@ -216,16 +216,16 @@ func TestLease(t *testing.T) {
 		{scenario: "wrong-lease-short-wait", refuted: true, invariant: "NoAckedWriteLoss"},
 		// Its counterexample needs two ticks before the primary's first
 		// CAS, which the depth-first search reaches after about 32,000
-		// states: too many for the race detector's budget.
+		// states: too many for a brief run's budget.
 		{scenario: "wrong-lease-wait-from-claim", refuted: true, invariant: "NoAckedWriteLoss", bounds: Bounds{MaxStates: 60000}},
 		{scenario: "lease-no-wait-poison"},
 		{scenario: "lease-recovery"},
 	}
-	if raceEnabled && !deep() {
+	if brief() && !deep() {
 		es = slices.DeleteFunc(es, func(e expectation) bool { return e.scenario == "wrong-lease-wait-from-claim" })
 	}
 	runExpectations(t, es)
-	if raceEnabled && !deep() {
+	if brief() && !deep() {
 		replayRefutation(t, "wrong-lease-wait-from-claim", wrongLeaseWaitFromClaimPath, "NoAckedWriteLoss")
 	}
 }

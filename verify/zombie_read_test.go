@@ -50,7 +50,7 @@ func TestZombieRead(t *testing.T) {
 	switch {
 	case deep():
 		walks = 10000
-	case raceEnabled:
+	case brief():
 		b.MaxStates, walks = 500, 150
 	}
 	es := []expectation{
