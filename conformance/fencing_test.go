@@ -38,12 +38,19 @@ func TestFencingSuiteHasTeeth(t *testing.T) {
 		probeOK  bool
 		inv      string
 		mustFail []string
+		// or: another invariant a check may name first, by check, where
+		// the defect breaks both and timing picks which shows first.
+		or map[string]string
 	}{
 		{
 			name:     "CAS sent without If-Match",
 			breakIt:  func(f *faulty.Container) { f.IgnorePreconditionsOf(faulty.Ops(blobstore.OpCompareAndSwap)) },
 			inv:      conformance.SingleAcker,
 			mustFail: []string{"fence-aba", "handoff-revert", "handoff-racing-target", "create-only-handoff-race"},
+			// A CAS of the first target landing late, its If-Match
+			// ignored, can take the key back before the second target
+			// adopts: seen on a loaded machine (the adopt is refused).
+			or: map[string]string{"handoff-revert": conformance.NoSpuriousFencing},
 		},
 		{
 			name:     "create sent without If-None-Match",
@@ -79,7 +86,11 @@ func TestFencingSuiteHasTeeth(t *testing.T) {
 					t.Errorf("%s: %s, want FAIL", name, r.Status)
 					continue
 				}
-				if !strings.HasPrefix(r.Details[0], tc.inv+" violated: ") {
+				named := strings.HasPrefix(r.Details[0], tc.inv+" violated: ")
+				if alt, ok := tc.or[name]; ok && strings.HasPrefix(r.Details[0], alt+" violated: ") {
+					named = true
+				}
+				if !named {
 					t.Errorf("%s fails without naming %s first: %q", name, tc.inv, r.Details)
 				}
 				t.Logf("%s: %s", name, r.Details[0])

@@ -338,7 +338,9 @@ func (c *claim) sweep(ctx context.Context) error {
 		case sweepWithdraw:
 			return c.withdraw(ctx, v.Reason, v.Higher)
 		case sweepOwnMissing:
-			return in.fence(c.term, c.key, 0, v.Reason)
+			// Only a higher term deletes our key; a fresh LIST, started
+			// after the deletion, shows it unless it is gone again.
+			return in.fence(c.term, c.key, in.successor(ctx, c.term), v.Reason)
 		case sweepDone, sweepReadOwn:
 			c.sweptAt = in.clock.Now()
 			if v.Next == sweepReadOwn {

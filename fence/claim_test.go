@@ -315,11 +315,19 @@ func TestHigherTermPrevailsOverRacingLowerClaim(t *testing.T) {
 		if err3 != nil {
 			t.Fatalf("round %d: term 3 lost to a lower term: %v", round, err3)
 		}
-		if err2 == nil {
+		var fe *FencedError
+		switch {
+		case err2 == nil:
 			if _, err := c2.Advance(ctx, 1); !errors.Is(err, ErrFenced) {
 				t.Fatalf("round %d: term 2 still advances beside term 3: %v", round, err)
 			}
-		} else {
+		case errors.As(err2, &fe) && fe.Successor == 0 && fe.Reason == "fence key deleted during the claim":
+			// Term 3 deletes lower keys beside its create (PROTOCOL.md,
+			// section 4): term 2 can find its key gone before term 3's
+			// exists, even on the LIST that looks for the successor.
+			// Fenced all the same; the successor is unknown.
+			t.Logf("round %d: term 2 fenced before term 3's key was listed: %v", round, err2)
+		default:
 			wantFenced(t, err2, 3)
 		}
 		if _, err := c3.Advance(ctx, 1); err != nil {

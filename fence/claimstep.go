@@ -58,8 +58,9 @@ const (
 	// sweepWithdraw: a higher term claimed the shard meanwhile; withdraw
 	// our key (if this claim created it) and stand down.
 	sweepWithdraw sweepNext = iota + 1
-	// sweepOwnMissing: our key was deleted (by a term that is gone
-	// again); stand down.
+	// sweepOwnMissing: our key was deleted, and the LIST showed no higher
+	// term (a LIST of several pages can miss one created between them, or
+	// the term that deleted it is gone again); stand down.
 	sweepOwnMissing
 	// sweepDone: the sweep is complete and the LIST shows our key at the
 	// token we hold.
@@ -91,7 +92,7 @@ func judgeSweep(l Listing, term int64, held blobstore.Token, round, rounds int) 
 	case st.Higher > 0:
 		return sweepVerdict{Next: sweepWithdraw, Higher: st.Higher, Reason: fmt.Sprintf("term %d claimed the shard during this claim", st.Higher)}
 	case st.OwnMissing:
-		return sweepVerdict{Next: sweepOwnMissing, Reason: "fence key deleted during the claim (by a term that is gone again)"}
+		return sweepVerdict{Next: sweepOwnMissing, Reason: "fence key deleted during the claim"}
 	case len(st.Survivors) == 0 && l.Token(term) == held:
 		return sweepVerdict{Next: sweepDone}
 	case len(st.Survivors) == 0:
