@@ -315,7 +315,30 @@ func TestPoisonAtNextGenFencesEvenIfCASSucceeded(t *testing.T) {
 	if _, err := r.inner.CreateIfAbsent(context.Background(), layout.MDKey(1, 2), poison); err != nil {
 		t.Fatal(err)
 	}
+	// The md create and the CAS go out side by side; hold the md create
+	// until the CAS answered, so the CAS succeeds first whatever the
+	// machine's load (else the writer stops before sending it).
+	casDone := make(chan struct{})
+	var once sync.Once
+	r.store.SetHooks(faulty.Hooks{
+		Before: func(ctx context.Context, q faulty.Request) error {
+			if q.Op == blobstore.OpCreateIfAbsent && q.Key == layout.MDKey(1, 2) {
+				select {
+				case <-casDone:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		},
+		After: func(_ context.Context, q faulty.Request, _ error) {
+			if q.Op == blobstore.OpCompareAndSwap && q.Key == layout.FenceKey(1) {
+				once.Do(func() { close(casDone) })
+			}
+		},
+	})
 	_, err = r.append("g2")
+	r.store.SetHooks(faulty.Hooks{})
 	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("append into a poisoned generation: %v", err)
 	}
