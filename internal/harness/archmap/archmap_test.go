@@ -116,14 +116,11 @@ func layerOf(layers []layer, pkg string) (string, bool) {
 	return best, bestLen >= 0
 }
 
-// imports returns each package of the repository (by its path below the
-// module, "." for none) and the repository packages its non-test files
-// import. Generated code is included; testdata and hidden folders are not.
-func imports(t *testing.T, root string) map[string][]string {
-	t.Helper()
-	fset := token.NewFileSet()
-	out := map[string][]string{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+// sourceFiles calls fn with the path of every non-test Go file of the
+// repository below root; testdata, node_modules, hidden and _ folders are
+// skipped. Generated code is included.
+func sourceFiles(root string, fn func(path string) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -137,6 +134,18 @@ func imports(t *testing.T, root string) map[string][]string {
 		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
 			return nil
 		}
+		return fn(path)
+	})
+}
+
+// imports returns each package of the repository (by its path below the
+// module, "." for none) and the repository packages its non-test files
+// import. Generated code is included; testdata and hidden folders are not.
+func imports(t *testing.T, root string) map[string][]string {
+	t.Helper()
+	fset := token.NewFileSet()
+	out := map[string][]string{}
+	err := sourceFiles(root, func(path string) error {
 		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
 		if err != nil {
 			return err
