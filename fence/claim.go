@@ -338,8 +338,8 @@ func (c *claim) sweep(ctx context.Context) error {
 		case sweepWithdraw:
 			return c.withdraw(ctx, v.Reason, v.Higher)
 		case sweepOwnMissing:
-			// Only a higher term deletes our key; a fresh LIST, started
-			// after the deletion, shows it unless it is gone again.
+			// Only a higher term deletes our key; a fresh LIST shows it
+			// once its create (sent beside its deletes) landed.
 			return in.fence(c.term, c.key, in.successor(ctx, c.term), v.Reason)
 		case sweepDone, sweepReadOwn:
 			c.sweptAt = in.clock.Now()

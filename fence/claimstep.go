@@ -59,8 +59,8 @@ const (
 	// our key (if this claim created it) and stand down.
 	sweepWithdraw sweepNext = iota + 1
 	// sweepOwnMissing: our key was deleted, and the LIST showed no higher
-	// term (a LIST of several pages can miss one created between them, or
-	// the term that deleted it is gone again); stand down.
+	// term (a higher term deletes lower keys beside its own create, so its
+	// key may not exist yet, or it is gone again); stand down.
 	sweepOwnMissing
 	// sweepDone: the sweep is complete and the LIST shows our key at the
 	// token we hold.
