@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
+	"github.com/shardfence/shardfence/internal/tick"
 )
 
 // Ack says where the ops of one Append landed: sequence numbers
@@ -134,10 +135,7 @@ func (sh *Shard) Append(ctx context.Context, ops ...[]byte) (Ack, error) {
 }
 
 func (sh *Shard) signal() {
-	select {
-	case sh.wake <- struct{}{}:
-	default:
-	}
+	tick.Kick(sh.wake)
 }
 
 func (sh *Shard) removeLocked(cl *call) {

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sort"
 	"time"
+
+	"github.com/shardfence/shardfence/internal/tick"
 )
 
 // EvictResult reports one eviction pass.
@@ -38,20 +40,13 @@ func (m *Master) RunEviction(ctx context.Context, every time.Duration) {
 // returns, and on none while it returns an error. Only a primary may
 // evict: a standby's state is the log's, and an eviction is a change.
 func RunEviction(ctx context.Context, every time.Duration, serving func() (*Master, error), log *slog.Logger) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if m, err := serving(); err == nil {
-				if r := m.Evict(); r.Objects > 0 {
-					log.Info("evicted", "objects", r.Objects, "bytes", r.Freed)
-				}
+	tick.Every(ctx, every, nil, func() {
+		if m, err := serving(); err == nil {
+			if r := m.Evict(); r.Objects > 0 {
+				log.Info("evicted", "objects", r.Objects, "bytes", r.Freed)
 			}
 		}
-	}
+	})
 }
 
 type candidate struct {

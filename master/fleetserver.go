@@ -13,6 +13,7 @@ import (
 
 	masterv1 "github.com/shardfence/shardfence/api/master/v1"
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
+	"github.com/shardfence/shardfence/internal/tick"
 )
 
 // NewFleetHandlerFunc serves the fleet API (sidecar nodes and the shard
@@ -71,19 +72,11 @@ func (s *fleetService) WatchShards(ctx context.Context, req *connect.Request[mas
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if _, err := s.serving(); err != nil {
-					cancel(err)
-					return
-				}
+		tick.Every(ctx, 250*time.Millisecond, nil, func() {
+			if _, err := s.serving(); err != nil {
+				cancel(err) // ends the loop too
 			}
-		}
+		})
 	}()
 	err = m.WatchShards(ctx, req.Msg.GetShards(), func(routes []*Route, snapshot bool) error {
 		return sendRoutes(routes, snapshot, maxFeedMessage, st.Send)

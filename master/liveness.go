@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/shardfence/shardfence/internal/tick"
 	"github.com/shardfence/shardfence/master/internal/liveness"
 )
 
@@ -143,8 +144,6 @@ func (m *Master) noteRecovery(rc *livenessRecovery) {
 // Suspected. The asynchronous executor drains when ctx ends. Only a
 // primary runs it: a standby judges nobody.
 func (m *Master) RunLiveness(ctx context.Context) {
-	t := time.NewTicker(m.live.cfg.MonitorInterval)
-	defer t.Stop()
 	exec := m.offboarding
 	stopped := make(chan struct{})
 	if exec.async {
@@ -155,15 +154,8 @@ func (m *Master) RunLiveness(ctx context.Context) {
 	} else {
 		close(stopped)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			<-stopped
-			return
-		case <-t.C:
-			m.CheckLiveness(ctx)
-		}
-	}
+	tick.Every(ctx, m.live.cfg.MonitorInterval, nil, func() { m.CheckLiveness(ctx) })
+	<-stopped
 }
 
 // CheckLiveness is one monitor pass at the clock's current steady time:

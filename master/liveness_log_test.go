@@ -79,13 +79,13 @@ func TestLivenessTransitionsAreLogged(t *testing.T) {
 	}
 	node := NodeClientID("n1")
 	m.CheckLiveness(ctx)
-	tick(m, clk, 9*time.Second)
+	advance(m, clk, 9*time.Second)
 	if lines := buf.take(t); len(lines) != 0 {
 		t.Fatalf("lines while every client is active: %v", lines)
 	}
 
 	// Both go silent past the active TTL: one WARN line each.
-	tick(m, clk, time.Second)
+	advance(m, clk, time.Second)
 	lines := buf.take(t)
 	for _, id := range []string{"c1", node} {
 		l := findLine(t, lines, "client suspected", id)
@@ -96,7 +96,7 @@ func TestLivenessTransitionsAreLogged(t *testing.T) {
 	}
 
 	// The node registers again within its suspicion window: active again.
-	tick(m, clk, 5*time.Second)
+	advance(m, clk, 5*time.Second)
 	if _, err := m.RegisterNode(ctx, reg); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestLivenessTransitionsAreLogged(t *testing.T) {
 	// c1 never pings: offline once its suspicion TTL ran out, then
 	// offboarded (synchronously here). The node pings on.
 	for range 3 {
-		tick(m, clk, 5*time.Second)
+		advance(m, clk, 5*time.Second)
 		ping(t, m, node)
 	}
 	lines = buf.take(t)

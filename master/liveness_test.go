@@ -24,9 +24,9 @@ func liveCfg(sync bool) Config {
 	}
 }
 
-// tick advances the clock by d in monitor-interval steps, running a pass
+// advance advances the clock by d in monitor-interval steps, running a pass
 // after each, as a monitor that never stalls does.
-func tick(m *Master, clk *FakeClock, d time.Duration) {
+func advance(m *Master, clk *FakeClock, d time.Duration) {
 	step := m.live.cfg.MonitorInterval
 	for d > 0 {
 		s := min(step, d)
@@ -51,19 +51,19 @@ func TestActiveSuspectedOfflineOnTheTTLs(t *testing.T) {
 	m, clk := newTestMaster(t, liveCfg(true), Options{})
 	mount(t, m, "c1", 1, 1000)
 	m.CheckLiveness(context.Background())
-	tick(m, clk, 9*time.Second)
+	advance(m, clk, 9*time.Second)
 	if s := state(m, "c1"); s != ClientActive {
 		t.Fatalf("9 s after the mount: %v, want active", s)
 	}
-	tick(m, clk, time.Second)
+	advance(m, clk, time.Second)
 	if s := state(m, "c1"); s != ClientSuspected {
 		t.Fatalf("10 s after the mount: %v, want suspected", s)
 	}
-	tick(m, clk, 19*time.Second)
+	advance(m, clk, 19*time.Second)
 	if s := state(m, "c1"); s != ClientSuspected {
 		t.Fatalf("19 s into the suspicion window: %v, want suspected", s)
 	}
-	tick(m, clk, time.Second)
+	advance(m, clk, time.Second)
 	// Offline, offboarded at once (synchronous), and forgotten.
 	if s := state(m, "c1"); s != 0 {
 		t.Fatalf("after both TTLs: %v, want offboarded (unknown)", s)
@@ -106,7 +106,7 @@ func TestStalledMonitorDoesNotMassOffline(t *testing.T) {
 	for i := range 5 {
 		mount(t, m, fmt.Sprintf("c%d", i), uint64(i+1), 1000)
 	}
-	tick(m, clk, 3*time.Second)
+	advance(m, clk, 3*time.Second)
 	clk.Advance(10 * time.Minute) // far past both TTLs
 	p := m.CheckLiveness(context.Background())
 	if !p.Stalled || len(p.Suspected)+len(p.Offline) != 0 {
@@ -116,7 +116,7 @@ func TestStalledMonitorDoesNotMassOffline(t *testing.T) {
 		t.Fatalf("unobserved %v", p.Unobserved)
 	}
 	// The clients' pings reach the resumed master within their window.
-	tick(m, clk, 5*time.Second)
+	advance(m, clk, 5*time.Second)
 	for i := range 5 {
 		c := fmt.Sprintf("c%d", i)
 		if s := state(m, c); s != ClientActive {
@@ -128,22 +128,22 @@ func TestStalledMonitorDoesNotMassOffline(t *testing.T) {
 	}
 	// A client that stays silent still goes suspected, on its remaining
 	// window only: 3 s of its 10 s were used before the stall.
-	tick(m, clk, 9*time.Second)
+	advance(m, clk, 9*time.Second)
 	if s := state(m, "c0"); s != ClientActive {
 		t.Fatalf("9 s after the pings: %v", s)
 	}
-	tick(m, clk, time.Second)
+	advance(m, clk, time.Second)
 	if s := state(m, "c0"); s != ClientSuspected {
 		t.Fatalf("10 s after the pings: %v, want suspected", s)
 	}
 	// A stall during the suspicion window extends it too.
-	tick(m, clk, 5*time.Second)
+	advance(m, clk, 5*time.Second)
 	clk.Advance(time.Hour)
 	m.CheckLiveness(context.Background())
 	if s := state(m, "c0"); s != ClientSuspected {
 		t.Fatalf("after a stall in the suspicion window: %v, want suspected", s)
 	}
-	tick(m, clk, 16*time.Second)
+	advance(m, clk, 16*time.Second)
 	if s := state(m, "c0"); s != 0 {
 		t.Fatalf("after the remaining 15 s of suspicion: %v, want offboarded", s)
 	}
@@ -157,9 +157,9 @@ func TestSuspectedRecoversOnPingWithNothingCleaned(t *testing.T) {
 	mount(t, m, "c2", 2, 1000)
 	put(t, m, "c1", "t", "k", 10, PutOptions{Replicas: 2})
 	m.CheckLiveness(context.Background())
-	tick(m, clk, 8*time.Second)
+	advance(m, clk, 8*time.Second)
 	ping(t, m, "c2")
-	tick(m, clk, 2*time.Second)
+	advance(m, clk, 2*time.Second)
 	if state(m, "c1") != ClientSuspected || state(m, "c2") != ClientActive {
 		t.Fatalf("states %v %v", state(m, "c1"), state(m, "c2"))
 	}
@@ -202,7 +202,7 @@ func TestOnlyPingAndMountAreSignals(t *testing.T) {
 	m.CheckLiveness(context.Background())
 	ctx := context.Background()
 	for i := range 10 {
-		tick(m, clk, time.Second)
+		advance(m, clk, time.Second)
 		ping(t, m, "c2")
 		put(t, m, "c1", "t", fmt.Sprint(i), 10, PutOptions{})
 		_, _ = m.GetReplicaList(ctx, "t", fmt.Sprint(i))
@@ -230,7 +230,7 @@ func TestCompletionCallbacksAcceptedWhileSuspected(t *testing.T) {
 		}
 	}
 	m.CheckLiveness(context.Background())
-	tick(m, clk, 10*time.Second)
+	advance(m, clk, 10*time.Second)
 	if state(m, "c1") != ClientSuspected {
 		t.Fatal("c1 not suspected")
 	}
@@ -264,7 +264,7 @@ func TestOfflineIsARemountBarrier(t *testing.T) {
 	put(t, m, "c2", "t", "on-c1", 10, PutOptions{Replicas: 2})
 	m.CheckLiveness(context.Background())
 	for range 30 {
-		tick(m, clk, time.Second)
+		advance(m, clk, time.Second)
 		ping(t, m, "c2")
 	}
 	if s := state(m, "c1"); s != ClientOffline {
@@ -304,12 +304,12 @@ func TestOfflineIsARemountBarrier(t *testing.T) {
 		t.Fatalf("logged unmounts of c1: %d", unmounts)
 	}
 	// The next passes retry; once the cleanup succeeds the record goes.
-	tick(m, clk, time.Second)
+	advance(m, clk, time.Second)
 	if n, lastErr := job.Attempts(); n < 2 || lastErr == nil {
 		t.Fatalf("attempts %d, %v", n, lastErr)
 	}
 	fail.Store(false)
-	tick(m, clk, time.Second)
+	advance(m, clk, time.Second)
 	if !job.Done() || state(m, "c1") != 0 {
 		t.Fatalf("job done %v, state %v", job.Done(), state(m, "c1"))
 	}
@@ -329,7 +329,7 @@ func TestLaterIncarnationDoesNotReviveOldResources(t *testing.T) {
 	seg := m.segments[1]
 	m.topo.RUnlock()
 	m.CheckLiveness(context.Background())
-	tick(m, clk, 30*time.Second)
+	advance(m, clk, 30*time.Second)
 	mount(t, m, "c1", 2, 1000)
 	if m.eligibility.CanServe(seg) || m.eligibility.ShouldRetain(seg) {
 		t.Fatal("the old incarnation's segment serves or is retained under the new incarnation")
@@ -353,7 +353,7 @@ func TestAsyncOffboardingSameSemantics(t *testing.T) {
 		done := make(chan struct{})
 		m.CheckLiveness(ctx)
 		for range 31 {
-			tick(m, clk, time.Second)
+			advance(m, clk, time.Second)
 			ping(t, m, "c7")
 		}
 		if !sync {
@@ -395,7 +395,7 @@ func TestAsyncOffboardingRetriesWithBackoffAndDrains(t *testing.T) {
 	m, clk := newTestMaster(t, liveCfg(false), Options{ExternalCleanup: cleanup})
 	mount(t, m, "c1", 1, 1000)
 	m.CheckLiveness(context.Background())
-	tick(m, clk, 30*time.Second)
+	advance(m, clk, 30*time.Second)
 	if m.OffboardingPending() != 1 {
 		t.Fatalf("queued %d", m.OffboardingPending())
 	}
@@ -428,7 +428,7 @@ func TestAsyncOffboardingRetriesWithBackoffAndDrains(t *testing.T) {
 	m2.offboarding.cfg.RetryBase, m2.offboarding.cfg.RetryMax = time.Hour, time.Hour
 	mount(t, m2, "c1", 1, 1000)
 	m2.CheckLiveness(context.Background())
-	tick(m2, clk2, 30*time.Second)
+	advance(m2, clk2, 30*time.Second)
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	done2 := make(chan struct{})
 	go func() { defer close(done2); m2.offboarding.run(ctx2) }()
@@ -458,7 +458,7 @@ func TestRestoredClientsStartActive(t *testing.T) {
 		t.Fatalf("ping before the remount: %v", st)
 	}
 	m.CheckLiveness(context.Background())
-	tick(m, clk, 9*time.Second)
+	advance(m, clk, 9*time.Second)
 	if s := state(m, "c1"); s != ClientActive {
 		t.Fatalf("9 s after the restore: %v", s)
 	}
@@ -486,18 +486,18 @@ func TestRestoredWindowsRunFromTheFirstSignal(t *testing.T) {
 		t.Fatalf("restored %d clients", n)
 	}
 	m.CheckLiveness(context.Background())
-	tick(m, clk, 40*time.Second) // past both TTLs, nobody heard from
+	advance(m, clk, 40*time.Second) // past both TTLs, nobody heard from
 	for _, c := range []string{"c1", "c2"} {
 		if s := state(m, c); s != ClientActive {
 			t.Fatalf("%s after 40 s in which no client reached the master: %v, want active", c, s)
 		}
 	}
 	ping(t, m, "c1") // the first signal: the master is reachable
-	tick(m, clk, 9*time.Second)
+	advance(m, clk, 9*time.Second)
 	if s := state(m, "c2"); s != ClientActive {
 		t.Fatalf("c2 9 s after the first signal: %v, want active", s)
 	}
-	tick(m, clk, time.Second)
+	advance(m, clk, time.Second)
 	if s := state(m, "c2"); s != ClientSuspected {
 		t.Fatalf("c2 10 s after the first signal: %v, want suspected", s)
 	}
@@ -528,7 +528,7 @@ func TestStallAfterALateSignal(t *testing.T) {
 	if p := m.CheckLiveness(context.Background()); !p.Stalled || len(p.Suspected) != 0 {
 		t.Fatalf("pass after the stall: %+v", p)
 	}
-	tick(m, clk, 8*time.Second)
+	advance(m, clk, 8*time.Second)
 	if s := state(m, "c1"); s != ClientActive {
 		t.Fatalf("8 s after the stall: %v, want active (the ping's window was not eaten)", s)
 	}

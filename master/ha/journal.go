@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/tick"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/recovery"
 	"github.com/shardfence/shardfence/seal"
@@ -194,10 +195,7 @@ func (l *oplog) Record(op *master.Op) master.Ticket {
 		b = &batch{done: make(chan struct{})}
 		l.open, l.last = b, b
 		l.queue = append(l.queue, b)
-		select {
-		case l.kick <- struct{}{}:
-		default:
-		}
+		tick.Kick(l.kick)
 	}
 	b.ops = append(b.ops, op)
 	b.bytes += n
@@ -496,10 +494,7 @@ func (l *oplog) Close(ctx context.Context) error {
 	l.mu.Lock()
 	l.closing = true
 	l.mu.Unlock()
-	select {
-	case l.kick <- struct{}{}:
-	default:
-	}
+	tick.Kick(l.kick)
 	select {
 	case <-l.done:
 	case <-ctx.Done():

@@ -18,6 +18,7 @@ import (
 	"github.com/shardfence/shardfence/api/master/v1/masterv1connect"
 	"github.com/shardfence/shardfence/client"
 	"github.com/shardfence/shardfence/internal/rpcerr"
+	"github.com/shardfence/shardfence/internal/tick"
 )
 
 // simNode is a sidecar node without a sidecar: it speaks to the master as
@@ -227,10 +228,7 @@ func (n *simNode) watch(ctx context.Context, fc masterv1connect.MasterFleetServi
 		n.mu.Lock()
 		n.desired = set
 		n.mu.Unlock()
-		select {
-		case n.kick <- struct{}{}:
-		default:
-		}
+		tick.Kick(n.kick)
 	}
 	if err := st.Err(); err != nil {
 		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
@@ -244,47 +242,43 @@ func (n *simNode) watch(ctx context.Context, fc masterv1connect.MasterFleetServi
 // reportLoop reports every assigned shard open once per (term,
 // allocation), as the agent does after an open, and retries what failed.
 func (n *simNode) reportLoop(ctx context.Context) {
-	t := time.NewTicker(200 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-n.kick:
-		case <-t.C:
+	tick.Every(ctx, 200*time.Millisecond, n.kick, func() { n.report(ctx) })
+}
+
+// report reports the assigned shards not reported yet at their (term,
+// allocation); what fails waits for the next tick.
+func (n *simNode) report(ctx context.Context) {
+	n.mu.Lock()
+	if !n.reg {
+		n.mu.Unlock()
+		return
+	}
+	url := n.master
+	var todo []*masterv1.NodeAssignment
+	for name, a := range n.desired {
+		if a.GetAdoptAllocation() != "" || a.GetHandoffNode() != "" {
+			continue // no drain or move runs in this bench
+		}
+		if n.reported[name] != key(a) {
+			todo = append(todo, a)
+		}
+	}
+	n.mu.Unlock()
+	sort.Slice(todo, func(i, j int) bool { return todo[i].GetShard() < todo[j].GetShard() })
+	fc := masterv1connect.NewMasterFleetServiceClient(n.hc, url)
+	for _, a := range todo {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := fc.ReportShard(cctx, connect.NewRequest(&masterv1.ReportShardRequest{Node: n.name, Session: n.session,
+			Shard: a.GetShard(), Term: a.GetTerm(), Allocation: a.GetAllocation(), Report: masterv1.ShardReport_SHARD_REPORT_OPEN}))
+		cancel()
+		if err != nil {
+			break // the ticker retries
 		}
 		n.mu.Lock()
-		if !n.reg {
-			n.mu.Unlock()
-			continue
-		}
-		url := n.master
-		var todo []*masterv1.NodeAssignment
-		for name, a := range n.desired {
-			if a.GetAdoptAllocation() != "" || a.GetHandoffNode() != "" {
-				continue // no drain or move runs in this bench
-			}
-			if n.reported[name] != key(a) {
-				todo = append(todo, a)
-			}
+		if n.master == url {
+			n.reported[a.GetShard()] = key(a)
 		}
 		n.mu.Unlock()
-		sort.Slice(todo, func(i, j int) bool { return todo[i].GetShard() < todo[j].GetShard() })
-		fc := masterv1connect.NewMasterFleetServiceClient(n.hc, url)
-		for _, a := range todo {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := fc.ReportShard(cctx, connect.NewRequest(&masterv1.ReportShardRequest{Node: n.name, Session: n.session,
-				Shard: a.GetShard(), Term: a.GetTerm(), Allocation: a.GetAllocation(), Report: masterv1.ShardReport_SHARD_REPORT_OPEN}))
-			cancel()
-			if err != nil {
-				break // the ticker retries
-			}
-			n.mu.Lock()
-			if n.master == url {
-				n.reported[a.GetShard()] = key(a)
-			}
-			n.mu.Unlock()
-		}
 	}
 }
 
