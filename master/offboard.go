@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/shardfence/shardfence/internal/backoff"
+	"github.com/shardfence/shardfence/internal/defaults"
+	"github.com/shardfence/shardfence/internal/tick"
 )
 
 // ClientOffboardingJob is the terminal retirement of one client
@@ -193,18 +195,10 @@ type OffboardingConfig struct {
 }
 
 func (c OffboardingConfig) withDefaults() OffboardingConfig {
-	if c.BatchSize <= 0 {
-		c.BatchSize = 64
-	}
-	if c.RetryBase <= 0 {
-		c.RetryBase = 100 * time.Millisecond
-	}
-	if c.RetryMax <= 0 {
-		c.RetryMax = 30 * time.Second
-	}
-	if c.DrainTimeout <= 0 {
-		c.DrainTimeout = 5 * time.Second
-	}
+	defaults.Positive(&c.BatchSize, 64)
+	defaults.Positive(&c.RetryBase, 100*time.Millisecond)
+	defaults.Positive(&c.RetryMax, 30*time.Second)
+	defaults.Positive(&c.DrainTimeout, 5*time.Second)
 	return c
 }
 
@@ -244,10 +238,7 @@ func (o *offboarder) submit(ctx context.Context, j *ClientOffboardingJob) {
 }
 
 func (o *offboarder) wake() {
-	select {
-	case o.kick <- struct{}{}:
-	default:
-	}
+	tick.Kick(o.kick)
 }
 
 // runSync completes jobs in the caller's goroutine; failures are kept for

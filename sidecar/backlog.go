@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/shardfence/shardfence/internal/defaults"
 )
 
 // The replay backlog and the checkpoint policy. A takeover replays the
@@ -40,12 +42,8 @@ const (
 )
 
 func (p CheckpointPolicy) normalized() CheckpointPolicy {
-	if p.EveryBytes == 0 {
-		p.EveryBytes = DefaultCheckpointEveryBytes
-	}
-	if p.Every == 0 {
-		p.Every = DefaultCheckpointEvery
-	}
+	defaults.Zero(&p.EveryBytes, DefaultCheckpointEveryBytes)
+	defaults.Zero(&p.Every, DefaultCheckpointEvery)
 	if p.WarnBytes == 0 {
 		p.WarnBytes = -1
 		if p.EveryBytes > 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/shardfence/shardfence/blobstore"
 	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
+	"github.com/shardfence/shardfence/internal/defaults"
 	"github.com/shardfence/shardfence/layout"
 	"github.com/shardfence/shardfence/master"
 	"github.com/shardfence/shardfence/recovery"
@@ -226,24 +227,12 @@ func New(opts Options) (*Node, error) {
 	if opts.Dir == "" {
 		opts.Dir = os.TempDir()
 	}
-	if opts.Freshness <= 0 {
-		opts.Freshness = 10 * time.Second
-	}
-	if opts.PollInterval <= 0 {
-		opts.PollInterval = 100 * time.Millisecond
-	}
-	if opts.MaxLag <= 0 {
-		opts.MaxLag = 10 * time.Second
-	}
-	if opts.FenceCheckInterval <= 0 {
-		opts.FenceCheckInterval = time.Second
-	}
-	if opts.AllocationLease <= 0 {
-		opts.AllocationLease = 2 * time.Second
-	}
-	if opts.AllocationLeaseMargin <= 0 {
-		opts.AllocationLeaseMargin = time.Second
-	}
+	defaults.Positive(&opts.Freshness, 10*time.Second)
+	defaults.Positive(&opts.PollInterval, 100*time.Millisecond)
+	defaults.Positive(&opts.MaxLag, 10*time.Second)
+	defaults.Positive(&opts.FenceCheckInterval, time.Second)
+	defaults.Positive(&opts.AllocationLease, 2*time.Second)
+	defaults.Positive(&opts.AllocationLeaseMargin, time.Second)
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}

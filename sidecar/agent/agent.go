@@ -33,7 +33,9 @@ import (
 	"github.com/shardfence/shardfence/clock"
 	"github.com/shardfence/shardfence/fence"
 	"github.com/shardfence/shardfence/internal/backoff"
+	"github.com/shardfence/shardfence/internal/defaults"
 	"github.com/shardfence/shardfence/internal/testhooks"
+	"github.com/shardfence/shardfence/internal/tick"
 	"github.com/shardfence/shardfence/sidecar"
 )
 
@@ -130,15 +132,9 @@ func New(opts Options) (*Agent, error) {
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = http.DefaultClient
 	}
-	if opts.RetryBase <= 0 {
-		opts.RetryBase = 100 * time.Millisecond
-	}
-	if opts.RetryMax <= 0 {
-		opts.RetryMax = 5 * time.Second
-	}
-	if opts.CloseTimeout <= 0 {
-		opts.CloseTimeout = 10 * time.Second
-	}
+	defaults.Positive(&opts.RetryBase, 100*time.Millisecond)
+	defaults.Positive(&opts.RetryMax, 5*time.Second)
+	defaults.Positive(&opts.CloseTimeout, 10*time.Second)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -522,26 +518,13 @@ func (a *Agent) watch(ctx context.Context, fc masterv1connect.MasterFleetService
 }
 
 func (a *Agent) wake() {
-	select {
-	case a.kick <- struct{}{}:
-	default:
-	}
+	tick.Kick(a.kick)
 }
 
 // reconcileLoop carries out the desired set whenever it changes, and
 // retries what failed.
 func (a *Agent) reconcileLoop(ctx context.Context) {
-	t := time.NewTicker(200 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-a.kick:
-		case <-t.C:
-		}
-		a.reconcile(ctx)
-	}
+	tick.Every(ctx, 200*time.Millisecond, a.kick, func() { a.reconcile(ctx) })
 }
 
 // reconcile compares the desired set with the sidecar's shards (plan) and

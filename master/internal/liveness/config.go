@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/shardfence/shardfence/internal/defaults"
 	"github.com/shardfence/shardfence/internal/ident"
 )
 
@@ -35,18 +36,10 @@ const (
 
 // WithDefaults fills every unset field.
 func (c Config) WithDefaults() Config {
-	if c.ActiveTTL == 0 {
-		c.ActiveTTL = DefaultActiveTTL
-	}
-	if c.SuspicionTTL == 0 {
-		c.SuspicionTTL = DefaultSuspicionTTL
-	}
-	if c.MonitorInterval == 0 {
-		c.MonitorInterval = min(max(min(c.ActiveTTL, c.SuspicionTTL)/10, 10*time.Millisecond), time.Second)
-	}
-	if c.StallAfter == 0 {
-		c.StallAfter = 3 * c.MonitorInterval
-	}
+	defaults.Zero(&c.ActiveTTL, DefaultActiveTTL)
+	defaults.Zero(&c.SuspicionTTL, DefaultSuspicionTTL)
+	defaults.Zero(&c.MonitorInterval, min(max(min(c.ActiveTTL, c.SuspicionTTL)/10, 10*time.Millisecond), time.Second))
+	defaults.Zero(&c.StallAfter, 3*c.MonitorInterval)
 	return c
 }
 
