@@ -250,12 +250,12 @@ func (m *Master) stripeFor(tenant, key string) *stripe {
 func (m *Master) tenantFor(name string) *tenant {
 	m.tenantsMu.Lock()
 	defer m.tenantsMu.Unlock()
-	t := m.tenants[name]
-	if t == nil {
-		t = &tenant{name: name, quota: m.cfg.TenantQuotas[name]}
-		m.tenants[name] = t
-	}
-	return t
+	return lookupOrAdd(m.tenants, name, m.newTenant)
+}
+
+// newTenant is a tenant not in the table yet, with its configured quota.
+func (m *Master) newTenant(name string) *tenant {
+	return &tenant{name: name, quota: m.cfg.TenantQuotas[name]}
 }
 
 // tenantForPut is tenantFor for a put in progress, which donePut ends:
@@ -263,11 +263,7 @@ func (m *Master) tenantFor(name string) *tenant {
 func (m *Master) tenantForPut(name string) *tenant {
 	m.tenantsMu.Lock()
 	defer m.tenantsMu.Unlock()
-	t := m.tenants[name]
-	if t == nil {
-		t = &tenant{name: name, quota: m.cfg.TenantQuotas[name]}
-		m.tenants[name] = t
-	}
+	t := lookupOrAdd(m.tenants, name, m.newTenant)
 	t.puts++
 	return t
 }
@@ -288,23 +284,28 @@ func (m *Master) donePut(t *tenant) {
 func (m *Master) clientFor(id string) *client {
 	m.clientsMu.Lock()
 	defer m.clientsMu.Unlock()
-	c := m.clients[id]
-	if c == nil {
-		c = &client{id: id}
-		m.clients[id] = c
-	}
-	return c
+	return lookupOrAdd(m.clients, id, newClient)
 }
 
 func (m *Master) groupFor(k groupKey) *group {
 	m.groupsMu.Lock()
 	defer m.groupsMu.Unlock()
-	g := m.groups[k]
-	if g == nil {
-		g = &group{key: k}
-		m.groups[k] = g
+	return lookupOrAdd(m.groups, k, newGroup)
+}
+
+func newClient(id string) *client { return &client{id: id} }
+
+func newGroup(k groupKey) *group { return &group{key: k} }
+
+// lookupOrAdd returns m[k], first storing made(k) there when m holds none:
+// the table of tenants, clients and groups each entry is made in.
+func lookupOrAdd[K comparable, V any](m map[K]*V, k K, made func(K) *V) *V {
+	v := m[k]
+	if v == nil {
+		v = made(k)
+		m[k] = v
 	}
-	return g
+	return v
 }
 
 // join adds o to g. Called with no stripe lock held.

@@ -818,31 +818,16 @@ type restoreState struct {
 }
 
 func (st *restoreState) tenant(name string) *tenant {
-	t := st.tenants[name]
-	if t == nil {
-		t = &tenant{name: name, quota: st.quotas[name]}
-		st.tenants[name] = t
-	}
-	return t
+	return lookupOrAdd(st.tenants, name, st.newTenant)
 }
 
-func (st *restoreState) client(id string) *client {
-	c := st.clients[id]
-	if c == nil {
-		c = &client{id: id}
-		st.clients[id] = c
-	}
-	return c
+func (st *restoreState) newTenant(name string) *tenant {
+	return &tenant{name: name, quota: st.quotas[name]}
 }
 
-func (st *restoreState) group(k groupKey) *group {
-	g := st.groups[k]
-	if g == nil {
-		g = &group{key: k}
-		st.groups[k] = g
-	}
-	return g
-}
+func (st *restoreState) client(id string) *client { return lookupOrAdd(st.clients, id, newClient) }
+
+func (st *restoreState) group(k groupKey) *group { return lookupOrAdd(st.groups, k, newGroup) }
 
 // objectWithReplica is an object and its one replica in one allocation,
 // which is what nearly every object holds: half the allocations of a
