@@ -112,12 +112,19 @@ func (w *World) blockedLocked(a, b string) bool {
 
 // waitLink waits while the link from p to host is paused or cut.
 func (w *World) waitLink(ctx context.Context, p *Proc, to string) error {
+	return w.waitWhile(ctx, p, errCut, func() bool { return w.blockedLocked(p.Name, to) })
+}
+
+// waitWhile waits while blockedLocked (called with w.mu held) says so,
+// waking at each change of the world; it returns dead once p's
+// incarnation is, and the cause once ctx ends.
+func (w *World) waitWhile(ctx context.Context, p *Proc, dead error, blockedLocked func() bool) error {
 	for {
 		if !p.alive() {
-			return errCut
+			return dead
 		}
 		w.mu.Lock()
-		blocked, ch := w.blockedLocked(p.Name, to), w.changed
+		blocked, ch := blockedLocked(), w.changed
 		w.mu.Unlock()
 		if !blocked {
 			return nil
@@ -127,7 +134,7 @@ func (w *World) waitLink(ctx context.Context, p *Proc, to string) error {
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		case <-p.ctx.Done():
-			return errCut
+			return dead
 		}
 	}
 }
@@ -208,25 +215,11 @@ func (w *World) storeOf(p *Proc) *blobstore.Container {
 // waitStore waits while p is paused or its store stalled; a dead
 // incarnation's requests fail.
 func (w *World) waitStore(ctx context.Context, p *Proc) error {
-	for {
-		if !p.alive() {
-			return blobstore.Unavailable(errors.New("sim: the process crashed"))
-		}
-		w.mu.Lock()
-		blocked, ch := w.paused[p.Name] > 0 || w.stalled[p.Name] > 0, w.changed
-		w.mu.Unlock()
-		if !blocked {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-p.ctx.Done():
-			return blobstore.Unavailable(errors.New("sim: the process crashed"))
-		}
-	}
+	return w.waitWhile(ctx, p, errCrashed, func() bool { return w.paused[p.Name] > 0 || w.stalled[p.Name] > 0 })
 }
+
+// errCrashed is what a dead incarnation's store requests fail with.
+var errCrashed = blobstore.Unavailable(errors.New("sim: the process crashed"))
 
 func (w *World) url(name string) string { return "http://" + name }
 
