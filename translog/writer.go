@@ -161,28 +161,16 @@ func (w *Writer) Err() error {
 }
 
 // Stats returns the writer's counters.
-func (w *Writer) Stats() Stats {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.p.stats
-}
+func (w *Writer) Stats() Stats { return read(w, func(p *pipeline) Stats { return p.stats }) }
 
 // NextGen is the generation the next sync will write.
-func (w *Writer) NextGen() int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.p.nextGen
-}
+func (w *Writer) NextGen() int64 { return read(w, func(p *pipeline) int64 { return p.nextGen }) }
 
 // NextSeqNo is the sequence number the next appended op will get. After
 // Close it is where a successor writer of the same lineage (a relocation
 // target, or this writer's own resumption after an aborted handoff)
 // continues, together with NextGen.
-func (w *Writer) NextSeqNo() int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.p.nextSeqNo
-}
+func (w *Writer) NextSeqNo() int64 { return read(w, func(p *pipeline) int64 { return p.nextSeqNo }) }
 
 // Close stops taking appends, syncs what is queued, and waits for the
 // committer. If ctx ends first, syncs in progress are abandoned and their
@@ -211,6 +199,13 @@ func (w *Writer) instanceErr() error {
 		return nil
 	}
 	return w.chain.Err()
+}
+
+// read returns what f reads of the pipeline, under the writer's lock.
+func read[T any](w *Writer, f func(p *pipeline) T) T {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return f(&w.p)
 }
 
 // locked steps the pipeline under the lock and delivers what completed.
@@ -365,17 +360,11 @@ func (w *Writer) record(o outcome) {
 
 // Lease is the lease-mode state: when the last successful fence CAS was
 // sent (Valid false before the first).
-func (w *Writer) Lease() LeaseState {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.p.lease
-}
+func (w *Writer) Lease() LeaseState { return read(w, func(p *pipeline) LeaseState { return p.lease }) }
 
 // ObservedFencing returns, in Observe mode, the refused fence CAS that
 // PerSync mode would have failed every later append with; nil while there
 // was none, and always nil in the other modes.
 func (w *Writer) ObservedFencing() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.p.observed
+	return read(w, func(p *pipeline) error { return p.observed })
 }
