@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +17,7 @@ import (
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
 	"github.com/shardfence/shardfence/internal/backoff"
 	"github.com/shardfence/shardfence/internal/httpauth"
+	"github.com/shardfence/shardfence/internal/sidecarapi"
 )
 
 // Client talks to one sidecar (and, with WithRedirect, to the sidecars its
@@ -192,37 +191,14 @@ func (c *Client) connTo(addr string) (*conn, error) {
 // parseAddr turns an address into the API's base URL, the unix socket's
 // path if any, and whether it asks for TLS.
 func parseAddr(addr string) (base, socket string, secure bool, err error) {
-	bad := func(why string) (string, string, bool, error) {
-		return "", "", false, fmt.Errorf("shardfence client: address %q: %s (use HOST:PORT, http(s)://HOST[:PORT] or unix:///path)", addr, why)
+	a, err := sidecarapi.ParseAddr(addr)
+	if errors.Is(err, sidecarapi.ErrUserInfo) {
+		err = fmt.Errorf("%w; pass the token with WithToken", err)
 	}
-	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
-		if path == "" {
-			return bad("unix:// needs a socket path")
-		}
-		return "http://sidecar", path, false, nil
+	if err != nil {
+		return "", "", false, fmt.Errorf("shardfence client: address %q: %w (use %s)", addr, err, sidecarapi.AddrForms)
 	}
-	if strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://") {
-		u, err := url.Parse(addr)
-		switch {
-		case err != nil:
-			return bad("not a URL")
-		case u.User != nil:
-			return bad("user info is not read; pass the token with WithToken")
-		case u.Hostname() == "":
-			return bad("no host")
-		case u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "":
-			return bad("a path, query or fragment is not read")
-		}
-		return u.Scheme + "://" + u.Host, "", u.Scheme == "https", nil
-	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || host == "" {
-		return bad("no HOST:PORT form")
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return bad("port is not 1..65535")
-	}
-	return "http://" + addr, "", false, nil
+	return a.Base, a.Socket, a.Secure, nil
 }
 
 // Close ends the client's streams (each answers what it was sent first,

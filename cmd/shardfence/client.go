@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -23,6 +22,7 @@ import (
 
 	sidecarv1 "github.com/shardfence/shardfence/api/sidecar/v1"
 	"github.com/shardfence/shardfence/api/sidecar/v1/sidecarv1connect"
+	"github.com/shardfence/shardfence/internal/sidecarapi"
 	"github.com/shardfence/shardfence/sidecar"
 )
 
@@ -71,43 +71,17 @@ func clipArg(s string) string {
 }
 
 // sidecarBase turns --addr into the base URL of the API and, for a unix
-// socket, its path. A bare HOST without a port is refused (it would dial
-// port 80), and so is user info (credentials go in --auth-token-file).
+// socket, its path (sidecarapi.ParseAddr: a bare HOST without a port is
+// refused, and so is user info: credentials go in --auth-token-file).
 func sidecarBase(addr string) (base, socket string, err error) {
-	bad := func(why string) (string, string, error) {
-		return "", "", fmt.Errorf("%w: --addr: %s (use HOST:PORT, http(s)://HOST[:PORT] or unix:///path)", errUsage, why)
+	a, err := sidecarapi.ParseAddr(addr)
+	if errors.Is(err, sidecarapi.ErrUserInfo) {
+		err = fmt.Errorf("%w; pass the token with --auth-token-file", err)
 	}
-	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
-		if path == "" {
-			return bad("unix:// needs a socket path")
-		}
-		return "http://sidecar", path, nil
+	if err != nil {
+		return "", "", fmt.Errorf("%w: --addr: %v (use %s)", errUsage, err, sidecarapi.AddrForms)
 	}
-	if strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://") {
-		u, err := url.Parse(addr)
-		switch {
-		case err != nil:
-			return bad("not a URL")
-		case u.User != nil:
-			return bad("user info is not read; pass the token with --auth-token-file")
-		case u.Host == "" || u.Hostname() == "":
-			return bad("no host")
-		case u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "":
-			return bad("a path, query or fragment is not read")
-		}
-		return u.Scheme + "://" + u.Host, "", nil
-	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil && !strings.Contains(addr, ":") {
-		return bad(fmt.Sprintf("%q has no port (it would dial port 80)", clipArg(addr)))
-	}
-	if err != nil || host == "" || port == "" {
-		return bad(fmt.Sprintf("%q has no HOST:PORT form", clipArg(addr)))
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return bad(fmt.Sprintf("port %q is not 1..65535", clipArg(port)))
-	}
-	return "http://" + addr, "", nil
+	return a.Base, a.Socket, nil
 }
 
 // dial returns a client of the sidecar at c.addr.
