@@ -240,17 +240,7 @@ func BenchSnapshot(ctx context.Context, o HAOptions, n int) (SnapshotRow, error)
 	// it pings like a live client from now on, or the offboarding of a
 	// silent client would start removing its objects (and logging that)
 	// while the heap is measured and the standby loads.
-	pingCtx, stopPing := context.WithCancel(ctx)
-	defer stopPing()
-	go func() {
-		for pingCtx.Err() == nil {
-			_, _ = m2.Ping(pingCtx, "bench")
-			select {
-			case <-pingCtx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}()
+	defer pingAsClient(ctx, m2)()
 	row.Restored = heapInUse()
 	// A new standby beside it: the same snapshot, then the log after it
 	// (empty here).
@@ -373,17 +363,7 @@ func BenchAppend(ctx context.Context, o HAOptions, clients int, d time.Duration)
 	}
 	// The bench client pings like a live client, so a long run does not
 	// see it suspected (and its segment refused) after the active TTL.
-	pingCtx, stopPing := context.WithCancel(ctx)
-	defer stopPing()
-	go func() {
-		for pingCtx.Err() == nil {
-			_, _ = m.Ping(pingCtx, "bench")
-			select {
-			case <-pingCtx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}()
+	defer pingAsClient(ctx, m)()
 	before := store.Snapshot()
 	appendsBefore := p.Status().Position.Gen
 	var mu sync.Mutex
@@ -477,4 +457,20 @@ func RunHA(ctx context.Context, w io.Writer, o HAOptions) error {
 		fmt.Fprintln(w)
 	}
 	return nil
+}
+
+// pingAsClient pings m every second as the bench's client ("bench") until
+// the function it returns is called.
+func pingAsClient(ctx context.Context, m *master.Master) (stop func()) {
+	ctx, stop = context.WithCancel(ctx)
+	go func() {
+		for ctx.Err() == nil {
+			_, _ = m.Ping(ctx, "bench")
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return stop
 }
