@@ -16,7 +16,9 @@ import (
 )
 
 // shardfence is the command the sidecar tests run, built by TestMain from
-// this checkout (with the race detector when the tests have it).
+// this checkout: a plain build, or a race-built one when the tests run
+// under the race detector and SHARDFENCE_CHILD_RACE=1 asks for it (make
+// verify), as the shardfence module's multi-process tests do.
 var shardfence sidecarproc.Command
 
 func TestMain(m *testing.M) {
@@ -50,7 +52,7 @@ func buildShardfence(dir string) (string, error) {
 	}
 	bin := filepath.Join(dir, "shardfence")
 	args := []string{"build", "-C", strings.TrimSpace(string(root)), "-o", bin}
-	if raceEnabled {
+	if raceEnabled && os.Getenv("SHARDFENCE_CHILD_RACE") == "1" {
 		args = append(args, "-race")
 	}
 	out, err := exec.CommandContext(ctx, "go", append(args, "./cmd/shardfence")...).CombinedOutput()

@@ -23,12 +23,9 @@ func TestMain(m *testing.M) {
 		stop()
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
-}
-
-// thisBinary runs this test binary as the shardfence command.
-func thisBinary() sidecarproc.Command {
-	return sidecarproc.Command{Path: os.Args[0], Env: []string{asBinaryEnv + "=1"}}
+	code := m.Run()
+	removeChild()
+	os.Exit(code)
 }
 
 // The zombie scenario (sidecarproc.RunZombie) on each store: the
