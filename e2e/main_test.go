@@ -36,10 +36,17 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	shardfence = sidecarproc.Command{Path: bin}
+	if childRace() {
+		// A race the process detects ends it, and so fails its test.
+		shardfence.Env = []string{"GORACE=halt_on_error=1"}
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+// childRace says whether the processes are race-built.
+func childRace() bool { return raceEnabled && os.Getenv("SHARDFENCE_CHILD_RACE") == "1" }
 
 // buildShardfence builds cmd/shardfence of the shardfence module this
 // module replaces (the checkout above it) into dir.
@@ -52,7 +59,7 @@ func buildShardfence(dir string) (string, error) {
 	}
 	bin := filepath.Join(dir, "shardfence")
 	args := []string{"build", "-C", strings.TrimSpace(string(root)), "-o", bin}
-	if raceEnabled && os.Getenv("SHARDFENCE_CHILD_RACE") == "1" {
+	if childRace() {
 		args = append(args, "-race")
 	}
 	out, err := exec.CommandContext(ctx, "go", append(args, "./cmd/shardfence")...).CombinedOutput()
