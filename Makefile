@@ -97,6 +97,12 @@ test: tools lint
 # whole when it ends (make -O). Every part runs even when another fails,
 # so one run reports on all, and test-go fails when any part does.
 TEST_PARALLEL ?= 4
+# TESTFLAGS are make test's go test flags: -vet=off because make lint's
+# go vet ./... already runs every vet check (go test's own run is a
+# subset of them) over every package and its tests; -ldflags=-w leaves the
+# DWARF tables out of the test binaries, a third of their link time
+# (panics, stack traces and race reports read the symbol table, not DWARF).
+TESTFLAGS ?= -vet=off -ldflags=-w
 
 test-go:
 	@$(MAKE) --no-print-directory -k -j2 -Otarget test-race test-side
@@ -106,7 +112,7 @@ test-go:
 # a sixth of the time (35 s against 206 s on a quiet machine); make verify
 # runs them under the race detector.
 test-race:
-	$(GO) test -race -count=1 -timeout 40m -parallel $(TEST_PARALLEL) $$($(GO) list ./... | grep -v '/verify$$')
+	$(GO) test -race $(TESTFLAGS) -count=1 -timeout 40m -parallel $(TEST_PARALLEL) $$($(GO) list ./... | grep -v '/verify$$')
 
 test-side:
 	@rc=0; \
@@ -114,12 +120,12 @@ test-side:
 	$(MAKE) --no-print-directory sim-brief || rc=1; \
 	echo "$(MAKE) fuzz-brief"; \
 	$(MAKE) --no-print-directory fuzz-brief || rc=1; \
-	echo "SHARDFENCE_VERIFY=brief $(GO) test -count=1 -timeout 20m ./verify"; \
-	SHARDFENCE_VERIFY=brief $(GO) test -count=1 -timeout 20m ./verify || rc=1; \
-	echo "cd deploy && $(GO) test -count=1 -timeout 15m ./..."; \
-	(cd deploy && $(GO) test -count=1 -timeout 15m ./...) || rc=1; \
-	echo "cd e2e && $(GO) test -count=1 -timeout 30m ./..."; \
-	(cd e2e && $(GO) test -count=1 -timeout 30m ./...) || rc=1; \
+	echo "SHARDFENCE_VERIFY=brief $(GO) test $(TESTFLAGS) -count=1 -timeout 20m ./verify"; \
+	SHARDFENCE_VERIFY=brief $(GO) test $(TESTFLAGS) -count=1 -timeout 20m ./verify || rc=1; \
+	echo "cd deploy && $(GO) test $(TESTFLAGS) -count=1 -timeout 15m ./..."; \
+	(cd deploy && $(GO) test $(TESTFLAGS) -count=1 -timeout 15m ./...) || rc=1; \
+	echo "cd e2e && $(GO) test $(TESTFLAGS) -count=1 -timeout 30m ./..."; \
+	(cd e2e && $(GO) test $(TESTFLAGS) -count=1 -timeout 30m ./...) || rc=1; \
 	exit $$rc
 
 # The fuzz targets (docs/VERIFICATION.md, "Fuzzing"), as package:Target.
@@ -276,7 +282,7 @@ SIM_LONG  ?= 100000
 SIM_FIRST ?= 1
 
 sim-brief:
-	$(GO) test -count=1 -timeout 30m -run 'TestSimSeeds$$|TestSimFinds|TestSameSeedSameTrace' ./sim -sim.seeds $(SIM_SEEDS) -sim.first $(SIM_FIRST)
+	$(GO) test $(TESTFLAGS) -count=1 -timeout 30m -run 'TestSimSeeds$$|TestSimFinds|TestSameSeedSameTrace' ./sim -sim.seeds $(SIM_SEEDS) -sim.first $(SIM_FIRST)
 
 sim:
 	$(GO) test -count=1 -timeout 0 -v -run 'TestSimSeeds$$' ./sim -sim.seeds $(SIM_LONG) -sim.first $(SIM_FIRST)
