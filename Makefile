@@ -25,6 +25,12 @@ FAKE_GCS_VERSION := v1.56.1
 # promtool checks and unit-tests the alerting rules (deploy/prometheus); the
 # Go module version v0.316.0 is Prometheus 3.16.0.
 PROMTOOL_VERSION := v0.316.0
+# promtool is built with Kubernetes service discovery alone (what
+# deploy/prometheus/prometheus.yml uses): the other discoveries (AWS, Azure,
+# GCE, Consul, ...) are most of its build and nothing here reads them.
+PROMTOOL_TAGS := remove_all_sd,enable_kubernetes_sd
+# The tools are built without DWARF tables: a shorter link, the same program.
+TOOL_LDFLAGS  := -ldflags=-w
 # The container tests' images, built locally from the binaries above (never
 # pulled); SHARDFENCE_MINIO_IMAGE / SHARDFENCE_VERSITYGW_IMAGE choose others.
 MINIO_IMAGE     := shardfence/minio-test:$(MINIO_VERSION)
@@ -218,39 +224,39 @@ generate: $(BIN_DIR)/buf $(BIN_DIR)/protoc-gen-go $(BIN_DIR)/protoc-gen-connect-
 
 $(BIN_DIR)/buf:
 	@mkdir -p $(BIN_DIR)
-	GOBIN=$(BIN_DIR) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+	GOBIN=$(BIN_DIR) $(GO) install $(TOOL_LDFLAGS) github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 
 $(BIN_DIR)/protoc-gen-go:
 	@mkdir -p $(BIN_DIR)
-	GOBIN=$(BIN_DIR) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(BIN_DIR) $(GO) install $(TOOL_LDFLAGS) google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 
 $(BIN_DIR)/protoc-gen-connect-go:
 	@mkdir -p $(BIN_DIR)
-	GOBIN=$(BIN_DIR) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(CONNECT_GO_VERSION)
+	GOBIN=$(BIN_DIR) $(GO) install $(TOOL_LDFLAGS) connectrpc.com/connect/cmd/protoc-gen-connect-go@$(CONNECT_GO_VERSION)
 
 $(BIN_DIR)/staticcheck:
 	@mkdir -p $(BIN_DIR)
-	GOBIN=$(BIN_DIR) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	GOBIN=$(BIN_DIR) $(GO) install $(TOOL_LDFLAGS) honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 # MinIO is a separate test program (AGPL): built, never imported or linked.
 $(BIN_DIR)/minio:
 	@mkdir -p $(BIN_DIR)
 	@echo "building MinIO $(MINIO_VERSION) into $(BIN_DIR) (several minutes, once per machine)"
-	cd $(TOOLS_DIR) && GOBIN=$(BIN_DIR) GOFLAGS=-mod=mod $(GO) install github.com/minio/minio@$(MINIO_VERSION)
+	cd $(TOOLS_DIR) && GOBIN=$(BIN_DIR) GOFLAGS=-mod=mod $(GO) install $(TOOL_LDFLAGS) github.com/minio/minio@$(MINIO_VERSION)
 
 $(BIN_DIR)/versitygw:
 	@mkdir -p $(BIN_DIR)
 	@echo "building versitygw $(VERSITYGW_VERSION) into $(BIN_DIR) (a few minutes, once per machine)"
-	cd $(TOOLS_DIR) && GOBIN=$(BIN_DIR) GOFLAGS=-mod=mod $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+	cd $(TOOLS_DIR) && GOBIN=$(BIN_DIR) GOFLAGS=-mod=mod $(GO) install $(TOOL_LDFLAGS) github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
 
 $(BIN_DIR)/promtool:
 	@mkdir -p $(BIN_DIR)
 	@echo "building promtool $(PROMTOOL_VERSION) into $(BIN_DIR) (a few minutes, once per machine)"
-	cd $(TOOLS_DIR) && GOBIN=$(BIN_DIR) GOFLAGS=-mod=mod $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+	cd $(TOOLS_DIR) && GOBIN=$(BIN_DIR) GOFLAGS=-mod=mod $(GO) install $(TOOL_LDFLAGS) -tags $(PROMTOOL_TAGS) github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
 
 $(BIN_DIR)/fake-gcs-server:
 	@mkdir -p $(BIN_DIR)
-	cd $(TOOLS_DIR) && GOBIN=$(BIN_DIR) GOFLAGS=-mod=mod $(GO) install github.com/fsouza/fake-gcs-server@$(FAKE_GCS_VERSION)
+	cd $(TOOLS_DIR) && GOBIN=$(BIN_DIR) GOFLAGS=-mod=mod $(GO) install $(TOOL_LDFLAGS) github.com/fsouza/fake-gcs-server@$(FAKE_GCS_VERSION)
 
 $(TOOLS_DIR)/node_modules/.bin/azurite-blob:
 	@mkdir -p $(TOOLS_DIR)
